@@ -1,0 +1,247 @@
+//! Receipt record types: one line of a box's append-only `receipts.jsonl`.
+//!
+//! Owns the shape of evidence, not its storage (the broker's receipt log writes it) nor its
+//! gathering (the runtime observes, the hooks ingest the spool). Every record names the lane that
+//! observed it, so host-observed and box-claimed evidence never blur: [`ReceiptLane::is_host_observed`]
+//! is the single place that decides which is which.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the record schema written by this build.
+pub const RECEIPT_SCHEMA_VERSION: u32 = 1;
+
+/// Who observed a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiptLane {
+    /// h5i, host-side: exits and rusage from the supervisor's `wait4`.
+    HostEnvRun,
+    /// h5i's own viewer forward.
+    Viewer,
+    /// The box's shell shim. Box-claimed.
+    TeeShim,
+    /// Staged by the box in its spool. Box-claimed.
+    InboxCapture,
+}
+
+impl ReceiptLane {
+    /// Whether the host saw this itself (as opposed to the box saying so).
+    pub fn is_host_observed(self) -> bool {
+        matches!(self, ReceiptLane::HostEnvRun | ReceiptLane::Viewer)
+    }
+
+    /// The lane's name as written in receipts and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReceiptLane::HostEnvRun => "host-env-run",
+            ReceiptLane::Viewer => "viewer",
+            ReceiptLane::TeeShim => "tee-shim",
+            ReceiptLane::InboxCapture => "inbox-capture",
+        }
+    }
+}
+
+/// How a supervised process ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitOutcome {
+    /// Exit code, when the process exited normally.
+    pub code: Option<i32>,
+    /// Terminating signal number, when a signal ended it.
+    pub signal: Option<i32>,
+    /// The wall-clock limit killed it (the CLI then exits 124).
+    pub timed_out: bool,
+    /// The kernel's OOM killer ended it.
+    pub oom_killed: bool,
+}
+
+impl ExitOutcome {
+    /// The exit code `h5i box run` passes through: the child's code, 128+signal for a signal,
+    /// 124 when the wall-clock limit fired.
+    pub fn passthrough_code(&self) -> i32 {
+        if self.timed_out {
+            124
+        } else if let Some(code) = self.code {
+            code
+        } else if let Some(sig) = self.signal {
+            128 + sig
+        } else {
+            1
+        }
+    }
+}
+
+/// Resource usage as `wait4` reported it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rusage {
+    /// User CPU time, microseconds.
+    pub user_us: u64,
+    /// System CPU time, microseconds.
+    pub sys_us: u64,
+    /// Peak resident set size, KiB.
+    pub maxrss_kb: u64,
+    /// Minor page faults.
+    pub minflt: u64,
+    /// Major page faults.
+    pub majflt: u64,
+    /// Blocks read.
+    pub inblock: u64,
+    /// Blocks written.
+    pub oublock: u64,
+    /// Voluntary context switches.
+    pub nvcsw: u64,
+    /// Involuntary context switches.
+    pub nivcsw: u64,
+}
+
+/// What the memory controller said about an OOM kill.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomReport {
+    /// The limit in force, bytes.
+    pub limit_bytes: u64,
+    /// Peak usage, bytes, where the kernel reports it.
+    pub peak_bytes: Option<u64>,
+    /// How many OOM kills the box's group saw.
+    pub kill_count: u64,
+}
+
+/// Per-destination egress counts, as the enforcing component saw them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressTally {
+    /// `host:port` -> allowed connection count.
+    pub allowed: std::collections::BTreeMap<String, u64>,
+    /// `host:port` -> denied attempt count.
+    pub denied: std::collections::BTreeMap<String, u64>,
+}
+
+/// What a record is about.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RecordBody {
+    /// One supervised command (`box run`, `box shell`, a service).
+    Run {
+        /// The exact argv, one element per argument (quoting preserved), redacted.
+        argv: Vec<String>,
+        /// Isolation tier it ran at.
+        tier: String,
+        /// How it ended.
+        exit: ExitOutcome,
+        /// `wait4` resource usage, when the supervisor reaped it itself.
+        rusage: Option<Rusage>,
+        /// Wall time, milliseconds.
+        wall_ms: u64,
+        /// OOM evidence from the memory controller, when it killed.
+        oom: Option<OomReport>,
+        /// Egress counts for this run, when an enforcing component counted.
+        egress: Option<EgressTally>,
+    },
+    /// A record the box staged in its spool, validated and ingested by the host.
+    BoxClaimed {
+        /// The staged record's own kind, as the box wrote it.
+        claimed_kind: String,
+        /// The staged record, as validated JSON.
+        claim: serde_json::Value,
+    },
+    /// A staged spool entry that failed validation; kept out of every other lane.
+    Quarantined {
+        /// Spool file name (sanitized).
+        entry: String,
+        /// Why it was refused.
+        reason: String,
+    },
+}
+
+/// One line of `receipts.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReceiptRecord {
+    /// Schema version ([`RECEIPT_SCHEMA_VERSION`]).
+    pub v: u32,
+    /// Position in the log, from 1, with no gaps.
+    pub seq: u64,
+    /// Who observed it.
+    pub lane: ReceiptLane,
+    /// When the observation started, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The policy digest in force.
+    pub policy_digest: String,
+    /// Redaction rule ids applied before this record was written (never the values).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redactions: Vec<String>,
+    /// File name of the stored raw payload, beside the log, when there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// What it records.
+    #[serde(flatten)]
+    pub body: RecordBody,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passthrough_code_prefers_timeout_then_code_then_signal() {
+        let mut e = ExitOutcome {
+            code: Some(3),
+            signal: None,
+            timed_out: false,
+            oom_killed: false,
+        };
+        assert_eq!(e.passthrough_code(), 3);
+        e.timed_out = true;
+        assert_eq!(e.passthrough_code(), 124);
+        let s = ExitOutcome {
+            code: None,
+            signal: Some(9),
+            timed_out: false,
+            oom_killed: true,
+        };
+        assert_eq!(s.passthrough_code(), 137);
+    }
+
+    #[test]
+    fn lanes_serialize_as_the_manual_names_them() {
+        for lane in [
+            ReceiptLane::HostEnvRun,
+            ReceiptLane::Viewer,
+            ReceiptLane::TeeShim,
+            ReceiptLane::InboxCapture,
+        ] {
+            let json = serde_json::to_string(&lane).unwrap();
+            assert_eq!(json, format!("\"{}\"", lane.as_str()));
+        }
+        assert!(ReceiptLane::HostEnvRun.is_host_observed());
+        assert!(!ReceiptLane::InboxCapture.is_host_observed());
+        assert!(!ReceiptLane::TeeShim.is_host_observed());
+    }
+
+    #[test]
+    fn a_run_record_round_trips_through_json() {
+        let r = ReceiptRecord {
+            v: RECEIPT_SCHEMA_VERSION,
+            seq: 1,
+            lane: ReceiptLane::HostEnvRun,
+            at_ms: 5,
+            policy_digest: "sha256:00".into(),
+            redactions: vec![],
+            payload: None,
+            body: RecordBody::Run {
+                argv: vec!["sh".into(), "-c".into(), "echo 'a b'".into()],
+                tier: "workspace".into(),
+                exit: ExitOutcome {
+                    code: Some(0),
+                    signal: None,
+                    timed_out: false,
+                    oom_killed: false,
+                },
+                rusage: Some(Rusage::default()),
+                wall_ms: 2,
+                oom: None,
+                egress: None,
+            },
+        };
+        let line = serde_json::to_string(&r).unwrap();
+        assert!(line.contains("\"kind\":\"run\""));
+        let back: ReceiptRecord = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, r);
+    }
+}

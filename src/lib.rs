@@ -1,0 +1,1 @@
+//! h5i: the box lifecycle.
