@@ -1,0 +1,263 @@
+//! The append-only receipt log: one JSON record per line in `<box>/receipts.jsonl`.
+//!
+//! Owns appending (under an exclusive `flock`, `O_APPEND`, `fdatasync` before returning) and
+//! reading back with every damaged line reported by number. Must never: rewrite or truncate a
+//! line already written, follow a symlink planted where the log should be, or drop a torn line
+//! silently. A torn tail (a crash mid-append) is terminated with a newline so later records stay
+//! whole, and the reader reports it as damaged at its line.
+//!
+//! Guarded by the unit tests below.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use h5i_policy::receipt::{ReceiptRecord, RECEIPT_SCHEMA_VERSION};
+
+/// A receipt log could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiptLogError {
+    /// Opening, locking, writing or syncing failed.
+    #[error("refusing: receipt log {path}: {source}; to fix: check the box directory is intact and writable by you (`h5i box doctor`)")]
+    Io {
+        /// The log's path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A record could not be serialized.
+    #[error("refusing: a receipt record could not be serialized: {0}; to fix: report this as an h5i bug")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// A line of the log that is not a valid record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedLine {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Everything in a log, and everything wrong with it.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiptReadout {
+    /// The valid records, in log order.
+    pub records: Vec<ReceiptRecord>,
+    /// Lines that are torn or invalid; never silently skipped.
+    pub damaged: Vec<DamagedLine>,
+}
+
+/// One box's receipt log.
+#[derive(Debug, Clone)]
+pub struct ReceiptLog {
+    path: PathBuf,
+}
+
+impl ReceiptLog {
+    /// The log at `path` (created on first append).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        ReceiptLog { path: path.into() }
+    }
+
+    /// Where the log lives.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Append one record. `seq` and `v` are assigned here, under the lock, so concurrent runs in
+    /// one box never write the same sequence number.
+    pub fn append(&self, mut record: ReceiptRecord) -> Result<ReceiptRecord, ReceiptLogError> {
+        let io_err = |source| ReceiptLogError::Io {
+            path: self.path.clone(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path)
+            .map_err(io_err)?;
+        let _lock = Flock::exclusive(&file).map_err(io_err)?;
+        let mut existing = Vec::new();
+        file.read_to_end(&mut existing).map_err(io_err)?;
+        let readout = parse(&existing);
+        record.v = RECEIPT_SCHEMA_VERSION;
+        record.seq = readout.records.last().map_or(0, |r| r.seq) + 1;
+        let mut line = Vec::with_capacity(512);
+        if !existing.is_empty() && !existing.ends_with(b"\n") {
+            line.push(b'\n');
+        }
+        serde_json::to_writer(&mut line, &record)?;
+        line.push(b'\n');
+        file.write_all(&line).map_err(io_err)?;
+        file.sync_data().map_err(io_err)?;
+        Ok(record)
+    }
+
+    /// Read every record back, reporting damaged lines by number. A missing log is empty.
+    pub fn read(&self) -> Result<ReceiptReadout, ReceiptLogError> {
+        let mut buf = Vec::new();
+        match OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path)
+        {
+            Ok(mut f) => {
+                f.read_to_end(&mut buf).map_err(|source| ReceiptLogError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(ReceiptLogError::Io {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        }
+        Ok(parse(&buf))
+    }
+}
+
+fn parse(bytes: &[u8]) -> ReceiptReadout {
+    let mut out = ReceiptReadout::default();
+    let complete = bytes.ends_with(b"\n");
+    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    // split leaves one trailing empty piece after a final newline.
+    let count = if complete { lines.len() - 1 } else { lines.len() };
+    for (i, raw) in lines.iter().take(count).enumerate() {
+        let line = i + 1;
+        if raw.is_empty() && i + 1 == count && !complete {
+            continue;
+        }
+        match serde_json::from_slice::<ReceiptRecord>(raw) {
+            Ok(r) => out.records.push(r),
+            Err(e) => {
+                let torn = !complete && i + 1 == count;
+                out.damaged.push(DamagedLine {
+                    line,
+                    problem: if torn {
+                        "torn: the log ends mid-record (a crash during append)".to_string()
+                    } else if serde_json::from_slice::<serde_json::Value>(raw).is_err() {
+                        format!("not a complete JSON record ({e})")
+                    } else {
+                        format!("not a receipt record ({e})")
+                    },
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Held while appending; the lock is released on drop (and by the kernel when the file closes).
+struct Flock(std::os::fd::RawFd);
+
+impl Flock {
+    fn exclusive(file: &File) -> io::Result<Self> {
+        loop {
+            // SAFETY: flock on a valid open fd; no memory is involved.
+            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+            if r == 0 {
+                return Ok(Flock(file.as_raw_fd()));
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for Flock {
+    fn drop(&mut self) {
+        // SAFETY: the fd belongs to a File declared before this guard, so it is still open here.
+        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5i_policy::receipt::{ExitOutcome, ReceiptLane, RecordBody};
+
+    fn record() -> ReceiptRecord {
+        ReceiptRecord {
+            v: 0,
+            seq: 0,
+            lane: ReceiptLane::HostEnvRun,
+            at_ms: 1,
+            policy_digest: "sha256:ab".into(),
+            redactions: vec![],
+            payload: None,
+            body: RecordBody::Run {
+                argv: vec!["true".into()],
+                tier: "workspace".into(),
+                exit: ExitOutcome {
+                    code: Some(0),
+                    signal: None,
+                    timed_out: false,
+                    oom_killed: false,
+                },
+                rusage: None,
+                wall_ms: 1,
+                oom: None,
+                egress: None,
+            },
+        }
+    }
+
+    #[test]
+    fn appends_number_records_from_one_without_gaps() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = ReceiptLog::at(dir.path().join("receipts.jsonl"));
+        for want in 1..=3 {
+            assert_eq!(log.append(record()).unwrap().seq, want);
+        }
+        let back = log.read().unwrap();
+        assert_eq!(back.records.len(), 3);
+        assert!(back.damaged.is_empty());
+    }
+
+    #[test]
+    fn a_torn_tail_is_reported_and_later_records_stay_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("receipts.jsonl");
+        let log = ReceiptLog::at(&path);
+        log.append(record()).unwrap();
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"v\":1,\"seq\":2,\"la").unwrap();
+        drop(f);
+        let torn = log.read().unwrap();
+        assert_eq!(torn.records.len(), 1);
+        assert_eq!(torn.damaged.len(), 1);
+        assert_eq!(torn.damaged[0].line, 2);
+        assert!(torn.damaged[0].problem.starts_with("torn"));
+
+        let next = log.append(record()).unwrap();
+        assert_eq!(next.seq, 2);
+        let after = log.read().unwrap();
+        assert_eq!(after.records.len(), 2);
+        assert_eq!(after.damaged.len(), 1, "the torn line is still reported");
+        assert_eq!(after.damaged[0].line, 2);
+        assert!(after.damaged[0].problem.contains("JSON"));
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_the_log_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, b"").unwrap();
+        let path = dir.path().join("receipts.jsonl");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let err = ReceiptLog::at(&path).append(record()).unwrap_err();
+        assert!(err.to_string().contains("to fix:"));
+        assert_eq!(std::fs::read(&target).unwrap(), b"");
+    }
+}
