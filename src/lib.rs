@@ -1,1 +1,28 @@
 //! h5i: the box lifecycle.
+//!
+//! Owns the box store under `.git/.h5i/`, creating boxes from their sources, running commands in
+//! them through the tier backends, and the one way out: the export gate. Policy decisions live in
+//! `h5i-policy`, process supervision and confinement in `h5i-runtime`, receipts and redaction in
+//! `h5i-broker`; this crate wires them in the order the invariants need (policy stored before
+//! any other state; receipts from the host's observation only).
+//!
+//! Must never: write outside `.git/.h5i/` and the paths a verb names (`--out`, the parent branch
+//! for `apply`), run git against a repository a box can write, or print a secret value.
+
+pub mod apply;
+pub mod beneath;
+pub mod create;
+pub mod diff;
+pub mod error;
+pub mod events;
+pub mod export;
+pub mod git;
+pub mod lifecycle;
+pub mod probe;
+pub mod process;
+pub mod rebase;
+pub mod run;
+pub mod secrets;
+pub mod snapshot;
+pub mod status;
+pub mod store;

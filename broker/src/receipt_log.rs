@@ -108,10 +108,11 @@ impl ReceiptLog {
             .open(&self.path)
         {
             Ok(mut f) => {
-                f.read_to_end(&mut buf).map_err(|source| ReceiptLogError::Io {
-                    path: self.path.clone(),
-                    source,
-                })?;
+                f.read_to_end(&mut buf)
+                    .map_err(|source| ReceiptLogError::Io {
+                        path: self.path.clone(),
+                        source,
+                    })?;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(source) => {
@@ -130,7 +131,11 @@ fn parse(bytes: &[u8]) -> ReceiptReadout {
     let complete = bytes.ends_with(b"\n");
     let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
     // split leaves one trailing empty piece after a final newline.
-    let count = if complete { lines.len() - 1 } else { lines.len() };
+    let count = if complete {
+        lines.len() - 1
+    } else {
+        lines.len()
+    };
     for (i, raw) in lines.iter().take(count).enumerate() {
         let line = i + 1;
         if raw.is_empty() && i + 1 == count && !complete {

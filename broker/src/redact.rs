@@ -61,7 +61,7 @@ impl Redactor {
     /// whole).
     pub fn new(mut secrets: Vec<SecretValue>) -> Self {
         secrets.retain(|s| !s.value.is_empty());
-        secrets.sort_by(|a, b| b.value.len().cmp(&a.value.len()));
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
         Redactor { secrets }
     }
 

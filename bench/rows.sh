@@ -1,0 +1,88 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2016  # commands are templates: $VARS expand later, on purpose
+# Benchmark rows, sourced by bench/run.sh. Each row compares an h5i command with a
+# baseline measured in the SAME hyperfine run.
+#
+# add_row NAME [--key VALUE]...
+#   --title T            one line for the report
+#   --setup CMD          bash, run in a fresh $ROW_DIR before measuring; failing it
+#                        marks the row "not measured: setup failed"
+#   --cwd DIR            where the measured commands run (default $ROW_DIR)
+#   --baseline CMD       the baseline command                          (required)
+#   --baseline-prepare CMD   bash, before every baseline run (also warmups)
+#   --h5i CMD            the h5i command                               (required)
+#   --h5i-prepare CMD    bash, before every h5i run (also warmups)
+#   --check CMD          bash, after a trial run of both commands: proves the h5i
+#                        command really did its job (an exit 0 from a stub is not a
+#                        result); failing it marks the row "not measured"
+#   --teardown CMD       bash, after measuring (errors ignored)
+#   --target EXPR        METRIC[:STAT] OP NUMBER, METRIC one of
+#                          ratio     h5i STAT / baseline STAT
+#                          added_ms  h5i STAT - baseline STAT, in milliseconds
+#                        STAT mean|median|min (default median), OP <= < >= >
+#   --shell bash|none    hyperfine's --shell (default none: `hyperfine -N`, for
+#                        small commands; quotes still group words, no $-expansion)
+#   --runs N             fixed run count (default: hyperfine's, >= 10 runs and >= 3 s)
+#   --warmup N           warmup runs (default $BENCH_WARMUP)
+#
+# In every command the harness replaces $H5I (the binary), $ROW_DIR (this row's
+# scratch dir), $ROOT (the h5i checkout) and $BENCH_FILES (files per generated repo)
+# before use; the bash snippets also get them as environment variables, along with
+# $BENCH_MUTATE (below). Measured commands run with hyperfine -N unless --shell bash.
+#
+# To add a row: append an add_row call here. `bench/run.sh NAME` measures just that
+# row and keeps the other rows' previous results in BENCHMARKS.md.
+
+# Change every tracked file of the tree in the current directory (appends one line).
+# Deterministic, POSIX sh + find + sed, so it runs inside a box of any tier.
+export BENCH_MUTATE='find . -name .git -prune -o -type f -exec sed -i -e "\$a changed by bench" {} +'
+
+add_row box-create \
+    --title 'h5i box create vs git worktree add, $BENCH_FILES-file repository' \
+    --setup '"$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" "$BENCH_FILES" >/dev/null' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'git worktree add --quiet -b bench-wt $ROW_DIR/wt' \
+    --baseline-prepare 'git worktree remove --force "$ROW_DIR/wt" 2>/dev/null; git branch -q -D bench-wt 2>/dev/null; true' \
+    --h5i '$H5I box create bench-create' \
+    --h5i-prepare '"$H5I" box rm --force bench-create >/dev/null 2>&1; true' \
+    --check '
+        n="$(git worktree list --porcelain | grep "^worktree " | grep -cvx "worktree $ROW_DIR/wt" || true)"
+        [ "$n" -ge 2 ] || { echo "h5i box create made no git worktree (git worktree list shows only the repository and the baseline worktree)"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-create' \
+    --target 'ratio:median <= 1.3'
+
+add_row box-export \
+    --title 'h5i box export of a change to all $BENCH_FILES files vs git diff --binary of the same change' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" "$BENCH_FILES" >/dev/null
+        cd "$ROW_DIR/repo"
+        git worktree add --quiet -b bench-base "$ROW_DIR/wt"
+        (cd "$ROW_DIR/wt" && sh -c "$BENCH_MUTATE")
+        mkdir -p "$ROW_DIR/git-out"
+        "$H5I" box create bench-export --isolation workspace
+        "$H5I" box run bench-export -- sh -c "$BENCH_MUTATE"' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'git -C $ROW_DIR/wt diff --binary --output=$ROW_DIR/git-out/patch.diff' \
+    --h5i '$H5I box export bench-export --out $ROW_DIR/export --force' \
+    --check '
+        want="$(grep -c "^diff --git" "$ROW_DIR/git-out/patch.diff" || true)"
+        got="$(grep -c "^diff --git" "$ROW_DIR/export/patch.diff" 2>/dev/null || true)"
+        [ "$want" = "$BENCH_FILES" ] || { echo "baseline diff has $want files, expected $BENCH_FILES"; exit 1; }
+        [ "$got" = "$want" ] || { echo "export/patch.diff has ${got:-no} file diffs, git diff has $want"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-export' \
+    --target 'ratio:median <= 1.5'
+
+add_row box-run-workspace \
+    --title 'h5i box run NAME -- true at --isolation workspace vs bare true' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-run --isolation workspace' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'true' \
+    --h5i '$H5I box run bench-run -- true' \
+    --check '
+        rc=0; "$H5I" box run bench-run -- sh -c "exit 7" || rc=$?
+        [ "$rc" = 7 ] || { echo "h5i box run did not pass exit code 7 through (got $rc)"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-run' \
+    --target 'added_ms:median < 5'

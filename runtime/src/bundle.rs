@@ -1,0 +1,312 @@
+//! A box run as an OCI bundle: the policy's grants become mounts, namespaces, a user mapping,
+//! rlimits and the `h5i.*` annotations that `h5i-runc`'s executor turns into Landlock and
+//! seccomp.
+//!
+//! Owns the shape of the box as the kernel will see it:
+//! - the root is an empty, read-only directory; every path the box sees is a mount listed here;
+//! - `fs.read` paths are read-only binds at the same path (missing ones are skipped, and listed);
+//! - the workspace (and any other `fs.write` path) is a read-write bind at the same path, so
+//!   paths in the box match the host's and the box's git finds its borrowed objects;
+//! - the object store the workspace borrows from is a read-only bind, and nothing else of the
+//!   parent's `.git` is mounted;
+//! - a private scratch `/tmp` (tmpfs) mounted before the binds, so a workspace that itself lives
+//!   under `/tmp` stays visible;
+//! - minimal `/dev`, its own `/proc` (pid namespace), no `/sys` at all (libcontainer would mount
+//!   cgroup controllers read-write on v1);
+//! - the spool as the only other write window;
+//! - a user namespace mapping only the caller, empty capability sets, `noNewPrivileges`;
+//! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's.
+//!
+//! Pure: [`BundlePlan::to_config`] builds the JSON and unit tests check it; writing it to disk is
+//! [`write_bundle`]. Must never: mount a path the policy did not grant, or grant a capability.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+
+/// Everything a bundle needs, with `$WORK`/`$HOME` already expanded by the caller.
+#[derive(Debug, Clone)]
+pub struct BundlePlan {
+    /// Container id (also the hostname suffix).
+    pub id: String,
+    /// Command and arguments.
+    pub argv: Vec<String>,
+    /// Environment, `K=V`.
+    pub env: Vec<String>,
+    /// Working directory inside the box.
+    pub cwd: PathBuf,
+    /// Read-only grants (host path = box path).
+    pub read: Vec<PathBuf>,
+    /// Read-write grants (host path = box path), the workspace first.
+    pub write: Vec<PathBuf>,
+    /// The spool: read-write, the box's staging window for receipt records.
+    pub spool: PathBuf,
+    /// Whether the box gets the host's network namespace.
+    pub host_network: bool,
+    /// Whether `socket(AF_UNIX)` is allowed.
+    pub unix_sockets: bool,
+    /// uid and gid of the caller (mapped to themselves inside).
+    pub uid: u32,
+    /// See `uid`.
+    pub gid: u32,
+    /// `linux.cgroupsPath`, when a cage holds the limits.
+    pub cgroups_path: Option<String>,
+    /// Largest file the box may write, bytes (`RLIMIT_FSIZE`).
+    pub max_file_bytes: Option<u64>,
+    /// Size of the private `/tmp`, bytes.
+    pub tmp_bytes: u64,
+}
+
+/// What a plan left out, for `status` and the receipt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BundleNotes {
+    /// Granted paths that do not exist on this host (not mounted).
+    pub missing: Vec<PathBuf>,
+    /// Why `mem`/`procs` could not be held for this run, when they could not.
+    pub limits_unheld: Option<String>,
+}
+
+impl BundlePlan {
+    /// The `config.json` value, and what was skipped.
+    pub fn to_config(&self, exists: impl Fn(&Path) -> bool) -> (Value, BundleNotes) {
+        let mut notes = BundleNotes::default();
+        let mut mounts = vec![
+            json!({"destination": "/proc", "type": "proc", "source": "proc",
+                   "options": ["nosuid", "noexec", "nodev"]}),
+            json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                   "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]}),
+            json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+                   "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}),
+            json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                   "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}),
+            json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                   "options": ["nosuid", "nodev", "mode=1777", format!("size={}", self.tmp_bytes)]}),
+        ];
+        // Binds after /tmp, shallowest first, so a deeper grant is never hidden by a shallower one.
+        let mut binds: Vec<(&Path, bool)> = Vec::new();
+        for p in &self.read {
+            binds.push((p, false));
+        }
+        for p in &self.write {
+            binds.push((p, true));
+        }
+        binds.push((&self.spool, true));
+        binds.sort_by_key(|(p, rw)| (p.components().count(), p.to_path_buf(), *rw));
+        binds.dedup_by(|a, b| a.0 == b.0);
+        let mut landlock_read = vec!["/proc".to_string(), "/dev".to_string()];
+        let mut landlock_write = vec![
+            "/tmp".to_string(),
+            "/dev/null".to_string(),
+            "/dev/zero".to_string(),
+            "/dev/full".to_string(),
+            "/dev/pts".to_string(),
+            "/dev/shm".to_string(),
+            "/dev/tty".to_string(),
+        ];
+        for (p, rw) in binds {
+            if !exists(p) {
+                notes.missing.push(p.to_path_buf());
+                continue;
+            }
+            let mut options = vec!["rbind", "nosuid", "nodev"];
+            options.push(if rw { "rw" } else { "ro" });
+            mounts.push(json!({"destination": p, "type": "bind", "source": p, "options": options}));
+            let s = p.display().to_string();
+            if rw {
+                landlock_write.push(s);
+            } else {
+                landlock_read.push(s);
+            }
+        }
+        let landlock = json!({"read": landlock_read, "write": landlock_write});
+        let mut annotations = BTreeMap::new();
+        annotations.insert("h5i.landlock".to_string(), landlock.to_string());
+        annotations.insert("h5i.seccomp".to_string(), "h5i-v1".to_string());
+        annotations.insert(
+            "h5i.net.unix".to_string(),
+            if self.unix_sockets { "true" } else { "false" }.to_string(),
+        );
+        let mut namespaces = vec![
+            json!({"type": "pid"}),
+            json!({"type": "mount"}),
+            json!({"type": "ipc"}),
+            json!({"type": "uts"}),
+            json!({"type": "user"}),
+            json!({"type": "cgroup"}),
+        ];
+        if !self.host_network {
+            namespaces.push(json!({"type": "network"}));
+        }
+        let mut rlimits = vec![json!({"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096})];
+        if let Some(f) = self.max_file_bytes {
+            rlimits.push(json!({"type": "RLIMIT_FSIZE", "hard": f, "soft": f}));
+        }
+        let mut linux = json!({
+            "namespaces": namespaces,
+            "uidMappings": [{"containerID": self.uid, "hostID": self.uid, "size": 1}],
+            "gidMappings": [{"containerID": self.gid, "hostID": self.gid, "size": 1}],
+            "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+                            "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+                            "/proc/sched_debug", "/proc/scsi"],
+            "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys",
+                              "/proc/sysrq-trigger"],
+        });
+        if let Some(cg) = &self.cgroups_path {
+            linux["cgroupsPath"] = json!(cg);
+        }
+        let config = json!({
+            "ociVersion": "1.0.2",
+            "process": {
+                "terminal": false,
+                "user": {"uid": self.uid, "gid": self.gid},
+                "args": self.argv,
+                "env": self.env,
+                "cwd": self.cwd,
+                "capabilities": {"bounding": [], "effective": [], "inheritable": [],
+                                 "permitted": [], "ambient": []},
+                "rlimits": rlimits,
+                "noNewPrivileges": true,
+            },
+            "root": {"path": "rootfs", "readonly": true},
+            "hostname": format!("h5i-{}", self.id),
+            "mounts": mounts,
+            "linux": linux,
+            "annotations": annotations,
+        });
+        (config, notes)
+    }
+}
+
+/// Write `config.json` and an empty `rootfs/` into `dir`.
+pub fn write_bundle(plan: &BundlePlan, dir: &Path) -> std::io::Result<BundleNotes> {
+    let (config, notes) = plan.to_config(|p| p.exists());
+    std::fs::create_dir_all(dir.join("rootfs"))?;
+    let bytes = serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?;
+    std::fs::write(dir.join("config.json"), bytes)?;
+    Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> BundlePlan {
+        BundlePlan {
+            id: "b1".into(),
+            argv: vec!["true".into()],
+            env: vec!["PATH=/usr/bin:/bin".into()],
+            cwd: "/tmp/repo/.git/.h5i/env/none/b/workspace".into(),
+            read: vec![
+                "/usr".into(),
+                "/etc".into(),
+                "/nope".into(),
+                "/tmp/repo/.git/objects".into(),
+            ],
+            write: vec!["/tmp/repo/.git/.h5i/env/none/b/workspace".into()],
+            spool: "/tmp/repo/.git/.h5i/env/none/b/spool".into(),
+            host_network: false,
+            unix_sockets: false,
+            uid: 1000,
+            gid: 1000,
+            cgroups_path: Some("/x/h5i/b1/c".into()),
+            max_file_bytes: Some(1 << 30),
+            tmp_bytes: 256 << 20,
+        }
+    }
+
+    fn mounts(v: &Value) -> Vec<(String, String)> {
+        v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["destination"].as_str().unwrap().to_string(),
+                    m["options"].to_string(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn grants_become_binds_and_missing_paths_are_noted() {
+        let (v, notes) = plan().to_config(|p| p != Path::new("/nope"));
+        let m = mounts(&v);
+        let find = |d: &str| m.iter().find(|(x, _)| x == d).map(|(_, o)| o.clone());
+        assert!(find("/usr").unwrap().contains("\"ro\""));
+        assert!(find("/tmp/repo/.git/.h5i/env/none/b/workspace")
+            .unwrap()
+            .contains("\"rw\""));
+        assert!(find("/tmp/repo/.git/objects").unwrap().contains("\"ro\""));
+        assert!(find("/tmp/repo/.git/.h5i/env/none/b/spool")
+            .unwrap()
+            .contains("\"rw\""));
+        assert!(find("/nope").is_none());
+        assert_eq!(notes.missing, vec![PathBuf::from("/nope")]);
+        assert!(find("/sys").is_none() && find("/sys/fs/cgroup").is_none());
+    }
+
+    #[test]
+    fn tmp_is_mounted_before_any_bind_beneath_it() {
+        let (v, _) = plan().to_config(|_| true);
+        let m = mounts(&v);
+        let tmp = m.iter().position(|(d, _)| d == "/tmp").unwrap();
+        let ws = m
+            .iter()
+            .position(|(d, _)| d.ends_with("/workspace"))
+            .unwrap();
+        assert!(tmp < ws);
+    }
+
+    #[test]
+    fn the_box_holds_no_capability_and_maps_only_the_caller() {
+        let (v, _) = plan().to_config(|_| true);
+        for set in [
+            "bounding",
+            "effective",
+            "inheritable",
+            "permitted",
+            "ambient",
+        ] {
+            assert_eq!(v["process"]["capabilities"][set], json!([]), "{set}");
+        }
+        assert_eq!(v["process"]["noNewPrivileges"], true);
+        assert_eq!(
+            v["linux"]["uidMappings"],
+            json!([{"containerID": 1000, "hostID": 1000, "size": 1}])
+        );
+        let ns: Vec<String> = v["linux"]["namespaces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["type"].as_str().unwrap().to_string())
+            .collect();
+        for want in ["user", "pid", "mount", "network"] {
+            assert!(ns.contains(&want.to_string()), "{want}");
+        }
+    }
+
+    #[test]
+    fn host_network_keeps_the_hosts_namespace() {
+        let mut p = plan();
+        p.host_network = true;
+        let (v, _) = p.to_config(|_| true);
+        assert!(!v["linux"]["namespaces"].to_string().contains("network"));
+    }
+
+    #[test]
+    fn annotations_carry_landlock_seccomp_and_unix() {
+        let (v, _) = plan().to_config(|_| true);
+        let ll: Value =
+            serde_json::from_str(v["annotations"]["h5i.landlock"].as_str().unwrap()).unwrap();
+        assert!(ll["read"].as_array().unwrap().contains(&json!("/usr")));
+        assert!(ll["write"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("/tmp/repo/.git/.h5i/env/none/b/workspace")));
+        assert!(!ll["write"].as_array().unwrap().contains(&json!("/usr")));
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        assert_eq!(v["annotations"]["h5i.net.unix"], "false");
+    }
+}

@@ -1,0 +1,209 @@
+//! The resource cage: one cgroup per box run, made by h5i under its own cgroup, holding the
+//! policy's `mem` and `procs` limits, with the container placed inside it.
+//!
+//! Owning the parent group (rather than letting the runtime make and delete the container's own)
+//! is what lets h5i read the evidence after the run: the OOM kill count, the peak and the limit
+//! (v1 `memory.oom_control` / `memory.max_usage_in_bytes`, v2 `memory.events` / `memory.peak`)
+//! and `pids.events`. Works on cgroup v2 and on v1 (hybrid included); on v1 every controller
+//! gets the same relative path, since libcontainer places a container at one path in all of them.
+//!
+//! Must never: create a group outside the caller's own cgroup, leave a group behind after the
+//! run, or report a limit as held when writing it failed.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use h5i_policy::receipt::OomReport;
+
+use crate::runc::cgroup::{anchor_from, detect_layout, Layout};
+
+/// Why a cage could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum CageError {
+    /// The layout or own group could not be found.
+    #[error(transparent)]
+    Cgroup(#[from] crate::runc::cgroup::CgroupError),
+    /// A group directory or limit file could not be written.
+    #[error("refusing: cannot hold the box's {what} limit: {path}: {source}; to fix: run as root, or have root delegate a cgroup to you (make setup does it for the test user)")]
+    Write {
+        /// Which limit.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// What the cage saw, read after the run.
+#[derive(Debug, Clone, Default)]
+pub struct CageReport {
+    /// OOM evidence, when the memory controller killed something.
+    pub oom: Option<OomReport>,
+    /// How many forks the pids limit refused.
+    pub pids_refused: u64,
+}
+
+/// One run's cgroup.
+#[derive(Debug)]
+pub struct ResourceCage {
+    layout: Layout,
+    /// Path relative to each hierarchy root.
+    relative: PathBuf,
+    /// Hierarchy roots this cage made directories in (v1: memory, pids; v2: the unified root).
+    roots: Vec<PathBuf>,
+    /// Directories created, outermost first, per root.
+    created: Vec<PathBuf>,
+    mem_limit: Option<u64>,
+}
+
+const V1_CONTROLLERS: [&str; 2] = ["memory", "pids"];
+
+impl ResourceCage {
+    /// Make `<own cgroup>/h5i/<run_id>` and write the limits. `run_id` must be a plain name.
+    pub fn create(run_id: &str, mem: Option<u64>, procs: Option<u64>) -> Result<Self, CageError> {
+        let layout = detect_layout()?;
+        let own = fs::read_to_string("/proc/self/cgroup").map_err(|source| {
+            crate::runc::cgroup::CgroupError::Read {
+                path: "/proc/self/cgroup",
+                source,
+            }
+        })?;
+        let anchor = anchor_from(&own, layout)?;
+        let relative = anchor
+            .join("h5i")
+            .join(run_id)
+            .strip_prefix("/")
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| anchor.join("h5i").join(run_id));
+        let roots: Vec<PathBuf> = match layout {
+            Layout::V2 => vec![PathBuf::from("/sys/fs/cgroup")],
+            Layout::V1 => V1_CONTROLLERS
+                .iter()
+                .map(|c| Path::new("/sys/fs/cgroup").join(c))
+                .collect(),
+        };
+        let mut cage = ResourceCage {
+            layout,
+            relative,
+            roots,
+            created: Vec::new(),
+            mem_limit: mem,
+        };
+        for root in cage.roots.clone() {
+            cage.make_dirs(&root)?;
+        }
+        if let Some(m) = mem {
+            let (file, dir) = match layout {
+                Layout::V2 => ("memory.max", cage.dir_for(0)),
+                Layout::V1 => ("memory.limit_in_bytes", cage.dir_for(0)),
+            };
+            write_limit(&dir.join(file), &m.to_string(), "mem")?;
+            if layout == Layout::V2 {
+                // No swap: the ceiling is the ceiling.
+                let _ = fs::write(dir.join("memory.swap.max"), "0");
+            }
+        }
+        if let Some(p) = procs {
+            let dir = match layout {
+                Layout::V2 => cage.dir_for(0),
+                Layout::V1 => cage.dir_for(1),
+            };
+            write_limit(&dir.join("pids.max"), &p.to_string(), "procs")?;
+        }
+        Ok(cage)
+    }
+
+    fn dir_for(&self, root: usize) -> PathBuf {
+        self.roots[root].join(&self.relative)
+    }
+
+    fn make_dirs(&mut self, root: &Path) -> Result<(), CageError> {
+        let mut cur = root.to_path_buf();
+        for comp in self.relative.components() {
+            cur.push(comp);
+            match fs::create_dir(&cur) {
+                Ok(()) => self.created.push(cur.clone()),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(source) => {
+                    return Err(CageError::Write {
+                        what: "cgroup",
+                        path: cur,
+                        source,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The `linux.cgroupsPath` that places the container inside this cage.
+    pub fn container_path(&self) -> String {
+        format!("/{}/c", self.relative.display())
+    }
+
+    /// Read the evidence. Call after the container has exited.
+    pub fn report(&self) -> CageReport {
+        let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();
+        let field = |text: &str, key: &str| {
+            text.lines().find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+            })
+        };
+        let (kills, peak) = match self.layout {
+            Layout::V2 => {
+                let d = self.dir_for(0);
+                (
+                    field(&read(d.join("memory.events")), "oom_kill ").unwrap_or(0),
+                    read(d.join("memory.peak")).trim().parse().ok(),
+                )
+            }
+            Layout::V1 => {
+                let d = self.dir_for(0);
+                (
+                    field(&read(d.join("memory.oom_control")), "oom_kill ").unwrap_or(0),
+                    read(d.join("memory.max_usage_in_bytes"))
+                        .trim()
+                        .parse()
+                        .ok(),
+                )
+            }
+        };
+        let pids_dir = match self.layout {
+            Layout::V2 => self.dir_for(0),
+            Layout::V1 => self.dir_for(1),
+        };
+        let pids_refused = field(&read(pids_dir.join("pids.events")), "max ").unwrap_or(0);
+        CageReport {
+            oom: (kills > 0).then(|| OomReport {
+                limit_bytes: self.mem_limit.unwrap_or(0),
+                peak_bytes: peak,
+                kill_count: kills,
+            }),
+            pids_refused,
+        }
+    }
+}
+
+fn write_limit(path: &Path, value: &str, what: &'static str) -> Result<(), CageError> {
+    fs::write(path, value).map_err(|source| CageError::Write {
+        what,
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Drop for ResourceCage {
+    fn drop(&mut self) {
+        // Deepest first; the container's own `c` group is normally gone with its delete, but a
+        // crashed runtime may leave it, so it is tried too.
+        for d in self.roots.iter().map(|r| r.join(&self.relative).join("c")) {
+            let _ = fs::remove_dir(d);
+        }
+        for d in self.created.iter().rev() {
+            let _ = fs::remove_dir(d);
+        }
+    }
+}

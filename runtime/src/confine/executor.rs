@@ -1,0 +1,39 @@
+//! `H5iExecutor`: libcontainer's `Executor` with h5i's confinement in front of `execvp`.
+//!
+//! Owns the hand-off point: `validate` (runs in the container's init before `start`, so a bad
+//! annotation fails `create`, not the payload) plans confinement and probes the kernel;
+//! `exec` plans again, applies the plan through `LinuxKernel` and then does what
+//! libcontainer's default executor does (`execvp` of `process.args`).
+//! Must never: exec the payload after any confinement step failed.
+
+use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::workload::{default, Executor, ExecutorError, ExecutorValidationError};
+
+use super::kernel::{ConfinementKernel, LinuxKernel};
+use super::ConfinementPlan;
+
+/// The executor `h5i-runc` hands libcontainer for init and exec'd processes.
+#[derive(Debug, Clone, Default)]
+pub struct H5iExecutor;
+
+fn plan(spec: &Spec) -> Result<ConfinementPlan, super::ConfineError> {
+    let kernel = LinuxKernel;
+    ConfinementPlan::from_annotations(spec.annotations().as_ref(), || kernel.landlock_abi())
+}
+
+impl Executor for H5iExecutor {
+    fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        let plan = plan(spec).map_err(|e| ExecutorError::Other(e.to_string()))?;
+        plan.apply(&mut LinuxKernel).map_err(|e| {
+            tracing::error!(error = %e, "h5i confinement failed; not executing the payload");
+            ExecutorError::Other(e.to_string())
+        })?;
+        default::get_executor().exec(spec)
+    }
+
+    fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
+        default::get_executor().validate(spec)?;
+        plan(spec).map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,181 @@
+//! The narrow seam between confinement plans and the kernel.
+//!
+//! Owns the four kernel operations the Executor performs before `exec`: probing the Landlock
+//! ABI, `PR_SET_NO_NEW_PRIVS`, Landlock `restrict_self`, and installing seccomp programs. The
+//! real implementation (`LinuxKernel`) runs inside the container's init (after `pivot_root`);
+//! unit tests use `RecordingKernel` to check order and fail-closed behaviour without root.
+//! Must never: report success for a partially enforced ruleset.
+
+use std::io;
+
+use landlock::{
+    CompatLevel, Compatible, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus,
+};
+use seccompiler::BpfProgram;
+
+use super::landlock::LandlockPlan;
+
+/// A kernel operation that failed; confinement is then refused, never partial.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// prctl(PR_SET_NO_NEW_PRIVS) failed.
+    #[error("refusing to run: prctl(PR_SET_NO_NEW_PRIVS) failed: {0}")]
+    NoNewPrivs(io::Error),
+    /// The Landlock crate or syscall failed.
+    #[error("refusing to run: Landlock ruleset failed: {0}; to fix: check that the spec's seccomp profile allows landlock_* syscalls")]
+    Landlock(String),
+    /// The kernel enforced less than asked.
+    #[error("refusing to run: Landlock was only {0:?}, not fully enforced")]
+    NotFullyEnforced(RulesetStatus),
+    /// A path rule's path could not be opened for a reason other than absence.
+    #[error("refusing to run: cannot open Landlock path {path}: {reason}")]
+    Path {
+        /// The container path.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+    /// Installing a seccomp program failed.
+    #[error("refusing to run: installing the h5i seccomp filter failed: {0}; to fix: check that the spec's seccomp profile allows seccomp(2)/prctl(PR_SET_SECCOMP)")]
+    Seccomp(String),
+}
+
+/// The kernel operations confinement needs.
+pub trait ConfinementKernel {
+    /// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the ABI, or a
+    /// negative errno when Landlock is unavailable.
+    fn landlock_abi(&self) -> i32;
+    /// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
+    fn set_no_new_privs(&mut self) -> Result<(), KernelError>;
+    /// Build, fill and enforce a Landlock ruleset; fully or not at all.
+    fn restrict_landlock(&mut self, plan: &LandlockPlan) -> Result<(), KernelError>;
+    /// Install one seccomp program on the calling thread.
+    fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError>;
+}
+
+/// The real kernel.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LinuxKernel;
+
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+
+impl ConfinementKernel for LinuxKernel {
+    fn landlock_abi(&self) -> i32 {
+        // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION flag only
+        // returns the ABI number (or -1/errno); it reads and writes no memory of ours.
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        if v < 0 {
+            -io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOSYS)
+        } else {
+            i32::try_from(v).unwrap_or(i32::MAX)
+        }
+    }
+
+    fn set_no_new_privs(&mut self) -> Result<(), KernelError> {
+        // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only and touches no memory.
+        let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        if rc != 0 {
+            return Err(KernelError::NoNewPrivs(io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn restrict_landlock(&mut self, plan: &LandlockPlan) -> Result<(), KernelError> {
+        let ll = |e: landlock::RulesetError| KernelError::Landlock(e.to_string());
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(plan.handled_fs)
+            .map_err(ll)?;
+        if !plan.handled_net.is_empty() {
+            ruleset = ruleset.handle_access(plan.handled_net).map_err(ll)?;
+        }
+        let mut created = ruleset.create().map_err(ll)?;
+        for rule in &plan.path_rules {
+            let meta = match std::fs::metadata(&rule.path) {
+                Ok(m) => m,
+                // A grant for a path that does not exist grants nothing: skip it.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    tracing::debug!(path = ?rule.path, "landlock: granted path absent, skipped");
+                    continue;
+                }
+                Err(e) => {
+                    return Err(KernelError::Path {
+                        path: rule.path.display().to_string(),
+                        reason: e.to_string(),
+                    })
+                }
+            };
+            let access = if meta.is_dir() {
+                rule.access
+            } else {
+                rule.access & landlock::AccessFs::from_file(plan.abi)
+            };
+            let fd = PathFd::new(&rule.path).map_err(|e| KernelError::Path {
+                path: rule.path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            created = created.add_rule(PathBeneath::new(fd, access)).map_err(ll)?;
+        }
+        for rule in &plan.port_rules {
+            created = created
+                .add_rule(NetPort::new(rule.port, rule.access))
+                .map_err(ll)?;
+        }
+        let status: RestrictionStatus = created.restrict_self().map_err(ll)?;
+        if status.ruleset != RulesetStatus::FullyEnforced {
+            return Err(KernelError::NotFullyEnforced(status.ruleset));
+        }
+        Ok(())
+    }
+
+    fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError> {
+        seccompiler::apply_filter(program).map_err(|e| KernelError::Seccomp(e.to_string()))
+    }
+}
+
+/// A test double that records the calls in order.
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub struct RecordingKernel {
+    /// What `landlock_abi` answers.
+    pub abi: i32,
+    /// Calls made, in order.
+    pub calls: Vec<String>,
+    /// Make `restrict_landlock` fail.
+    pub fail_landlock: bool,
+}
+
+#[cfg(test)]
+impl ConfinementKernel for RecordingKernel {
+    fn landlock_abi(&self) -> i32 {
+        self.abi
+    }
+    fn set_no_new_privs(&mut self) -> Result<(), KernelError> {
+        self.calls.push("no_new_privs".into());
+        Ok(())
+    }
+    fn restrict_landlock(&mut self, plan: &LandlockPlan) -> Result<(), KernelError> {
+        self.calls
+            .push(format!("landlock({} rules)", plan.path_rules.len()));
+        if self.fail_landlock {
+            return Err(KernelError::NotFullyEnforced(
+                RulesetStatus::PartiallyEnforced,
+            ));
+        }
+        Ok(())
+    }
+    fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError> {
+        self.calls.push(format!("seccomp({} insns)", program.len()));
+        Ok(())
+    }
+}

@@ -1,0 +1,445 @@
+//! Compiling the h5i deny list (`denylist.rs`) into seccomp BPF programs.
+//!
+//! Owns the translation only: which entries a profile selects, the arch/x32 guard, and one
+//! `seccompiler` filter per errno. Pure: nothing here talks to the kernel (installing is the
+//! `kernel` seam's job), so unit tests run the produced BPF through a small interpreter and
+//! assert decisions for concrete calls, high-bit tricks included.
+//!
+//! Programs, in install order:
+//! 1. the guard: a foreign audit arch (e.g. `int 0x80` i386 calls) kills the process, and on
+//!    x86_64 any x32 syscall number (bit 30 set) answers `ENOSYS`: a deny list keyed on x86_64
+//!    numbers must not be sidestepped through the x32 table;
+//! 2. one filter per `Denial` in use (ENOSYS for clone3, EPERM for the rest), default allow.
+//!
+//! Must never: emit a 64-bit comparison for an entry (the list is 32-bit by design), or return
+//! an empty program list for a non-empty profile.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::denylist::{Cond, Denial, DenyEntry, Gate, Op, When, H5I_V1};
+
+/// The only profile name `h5i.seccomp` accepts today.
+pub const PROFILE_H5I_V1: &str = "h5i-v1";
+
+/// `__X32_SYSCALL_BIT`: x32 syscall numbers have it set.
+#[cfg(target_arch = "x86_64")]
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH_NATIVE: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH_NATIVE: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
+
+/// Why a profile could not be compiled.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The annotation named a profile this binary does not ship.
+    #[error("refusing: unknown seccomp profile {0:?} in annotation h5i.seccomp; to fix: use \"h5i-v1\" or drop the annotation")]
+    UnknownProfile(String),
+    /// seccompiler rejected the generated filter (a bug in the list or the translation).
+    #[error("refusing: could not compile the h5i seccomp filter: {0}")]
+    Compile(#[from] seccompiler::BackendError),
+    /// The build architecture has no seccomp support in this crate.
+    #[error("refusing: h5i seccomp filters are not built for architecture {0}")]
+    Arch(&'static str),
+}
+
+/// What `h5i.seccomp` (+ `h5i.net.unix`) asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeccompProfile {
+    /// Whether `socket(AF_UNIX)` stays allowed (`h5i.net.unix`, default true).
+    pub net_unix: bool,
+}
+
+impl SeccompProfile {
+    /// Parse the profile name from `h5i.seccomp`.
+    pub fn named(name: &str, net_unix: bool) -> Result<Self, SeccompError> {
+        if name == PROFILE_H5I_V1 {
+            Ok(Self { net_unix })
+        } else {
+            Err(SeccompError::UnknownProfile(name.to_string()))
+        }
+    }
+
+    /// The deny-list entries this profile enforces.
+    pub fn entries(&self) -> impl Iterator<Item = &'static DenyEntry> + '_ {
+        H5I_V1.iter().filter(move |e| match e.gate {
+            Gate::Base => true,
+            Gate::NetUnixOff => !self.net_unix,
+        })
+    }
+
+    /// Compile to BPF programs, in install order.
+    pub fn compile(&self) -> Result<Vec<BpfProgram>, SeccompError> {
+        let arch = target_arch()?;
+        let mut programs = vec![guard_program()];
+        for denial in [Denial::Enosys, Denial::Eperm] {
+            let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+            for entry in self.entries().filter(|e| e.denial == denial) {
+                let chain = rules.entry(entry.nr).or_default();
+                if let When::AllOf(conds) = entry.when {
+                    chain.push(rule(conds)?);
+                }
+                // `When::Always` leaves the chain empty, which seccompiler reads as
+                // "match unconditionally" (the registry test forbids mixing the two).
+            }
+            if rules.is_empty() {
+                continue;
+            }
+            let filter = SeccompFilter::new(
+                rules,
+                SeccompAction::Allow,
+                SeccompAction::Errno(denial.errno() as u32),
+                arch,
+            )?;
+            programs.push(BpfProgram::try_from(filter)?);
+        }
+        Ok(programs)
+    }
+}
+
+fn rule(conds: &[Cond]) -> Result<SeccompRule, SeccompError> {
+    let conditions = conds
+        .iter()
+        .map(|c| {
+            let (op, value) = match c.op {
+                Op::Eq(v) => (SeccompCmpOp::Eq, v),
+                Op::Ne(v) => (SeccompCmpOp::Ne, v),
+                Op::MaskedEq { mask, value } => (SeccompCmpOp::MaskedEq(u64::from(mask)), value),
+            };
+            SeccompCondition::new(c.arg, SeccompCmpArgLen::Dword, op, u64::from(value))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(SeccompRule::new(conditions)?)
+}
+
+fn target_arch() -> Result<TargetArch, SeccompError> {
+    TargetArch::try_from(std::env::consts::ARCH)
+        .map_err(|_| SeccompError::Arch(std::env::consts::ARCH))
+}
+
+/// BPF_LD | BPF_W | BPF_ABS (BPF_LD and BPF_W are 0).
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+const BPF_RET_K: u16 = 0x06;
+const OFFSET_NR: u32 = 0;
+const OFFSET_ARCH: u32 = 4;
+
+fn stmt(code: u16, k: u32) -> seccompiler::sock_filter {
+    seccompiler::sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> seccompiler::sock_filter {
+    seccompiler::sock_filter { code, jt, jf, k }
+}
+
+/// The arch/x32 guard (see the module doc).
+fn guard_program() -> BpfProgram {
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, OFFSET_ARCH),
+        jump(BPF_JMP_JEQ_K, AUDIT_ARCH_NATIVE, 1, 0),
+        stmt(BPF_RET_K, libc::SECCOMP_RET_KILL_PROCESS),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    p.extend([
+        stmt(BPF_LD_W_ABS, OFFSET_NR),
+        jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1),
+        stmt(BPF_RET_K, libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32)),
+    ]);
+    p.push(stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW));
+    p
+}
+
+/// A tiny classic-BPF interpreter for the subset seccompiler and the guard emit, so unit tests
+/// can ask "what does the kernel answer for this call?" without installing anything.
+#[cfg(test)]
+pub(crate) mod eval {
+    use seccompiler::sock_filter;
+
+    /// `struct seccomp_data` as the kernel lays it out (little endian).
+    pub struct Call {
+        pub nr: i32,
+        pub arch: u32,
+        pub args: [u64; 6],
+    }
+
+    fn load(call: &Call, off: u32) -> u32 {
+        match off {
+            0 => call.nr as u32,
+            4 => call.arch,
+            o if (16..64).contains(&o) && o % 4 == 0 => {
+                let arg = call.args[((o - 16) / 8) as usize];
+                if (o - 16) % 8 == 0 {
+                    arg as u32
+                } else {
+                    (arg >> 32) as u32
+                }
+            }
+            o => panic!("unexpected load offset {o}"),
+        }
+    }
+
+    /// Run one program; returns the raw SECCOMP_RET_* value.
+    pub fn run(prog: &[sock_filter], call: &Call) -> u32 {
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let ins = &prog[pc];
+            pc += 1;
+            match ins.code {
+                0x20 => acc = load(call, ins.k),
+                0x54 => acc &= ins.k,         // ALU AND K
+                0x05 => pc += ins.k as usize, // JA
+                0x15 | 0x25 | 0x35 | 0x45 => {
+                    let hit = match ins.code {
+                        0x15 => acc == ins.k,
+                        0x25 => acc > ins.k,
+                        0x35 => acc >= ins.k,
+                        _ => acc & ins.k != 0,
+                    };
+                    pc += usize::from(if hit { ins.jt } else { ins.jf });
+                }
+                0x06 => return ins.k,
+                other => panic!("unsupported BPF opcode {other:#x}"),
+            }
+        }
+    }
+
+    /// The kernel's combination of stacked filters: the most restrictive action wins
+    /// (KILL > TRAP > ERRNO > ... > ALLOW); ties go to the most recently installed filter.
+    pub fn decide(progs: &[Vec<sock_filter>], call: &Call) -> u32 {
+        let rank = |r: u32| match r & 0xffff_0000 {
+            0x8000_0000 => 7, // KILL_PROCESS
+            0x0000_0000 => 6, // KILL_THREAD
+            0x0003_0000 => 5, // TRAP
+            0x0005_0000 => 4, // ERRNO
+            0x7fc0_0000 => 3, // USER_NOTIF
+            0x7ff0_0000 => 2, // TRACE
+            0x7ffc_0000 => 1, // LOG
+            _ => 0,           // ALLOW
+        };
+        let mut best: Option<u32> = None;
+        for prog in progs.iter().rev() {
+            let r = run(prog, call);
+            if best.is_none_or(|b| rank(r) > rank(b)) {
+                best = Some(r);
+            }
+        }
+        best.unwrap_or(libc::SECCOMP_RET_ALLOW)
+    }
+}
+
+#[cfg(test)]
+// ioctl request constants are u64 on x86_64 glibc but not everywhere.
+#[allow(clippy::unnecessary_cast)]
+mod tests {
+    use super::eval::{decide, Call};
+    use super::*;
+
+    const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    const ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+    const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+    fn programs(net_unix: bool) -> Vec<BpfProgram> {
+        SeccompProfile { net_unix }.compile().unwrap()
+    }
+
+    fn call(nr: libc::c_long, args: &[u64]) -> Call {
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        Call {
+            nr: nr as i32,
+            arch: AUDIT_ARCH_NATIVE,
+            args: a,
+        }
+    }
+
+    fn verdict(net_unix: bool, nr: libc::c_long, args: &[u64]) -> u32 {
+        decide(&programs(net_unix), &call(nr, args))
+    }
+
+    #[test]
+    fn unknown_profile_is_refused() {
+        assert!(matches!(
+            SeccompProfile::named("h5i-v0", true),
+            Err(SeccompError::UnknownProfile(_))
+        ));
+        assert!(SeccompProfile::named(PROFILE_H5I_V1, true).is_ok());
+    }
+
+    #[test]
+    fn every_unconditional_entry_answers_its_errno() {
+        for e in H5I_V1.iter().filter(|e| e.when == When::Always) {
+            let want = libc::SECCOMP_RET_ERRNO | e.denial.errno() as u32;
+            assert_eq!(verdict(true, e.nr, &[]), want, "{}", e.name);
+        }
+    }
+
+    #[test]
+    fn ordinary_calls_are_allowed() {
+        for nr in [
+            libc::SYS_read,
+            libc::SYS_write,
+            libc::SYS_openat,
+            libc::SYS_execve,
+        ] {
+            assert_eq!(verdict(false, nr, &[3, 0, 0]), ALLOW);
+        }
+        assert_eq!(
+            verdict(false, libc::SYS_socketpair, &[libc::AF_UNIX as u64, 1, 0]),
+            ALLOW
+        );
+    }
+
+    #[test]
+    fn clone3_answers_enosys_so_libc_falls_back() {
+        assert_eq!(verdict(true, libc::SYS_clone3, &[0, 88]), ENOSYS);
+    }
+
+    #[test]
+    fn clone_with_namespace_flags_is_denied_plain_fork_is_not() {
+        let fork_flags = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID) as u64 | 17;
+        let thread_flags = (libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID) as u64;
+        assert_eq!(verdict(true, libc::SYS_clone, &[fork_flags]), ALLOW);
+        assert_eq!(verdict(true, libc::SYS_clone, &[thread_flags]), ALLOW);
+        for ns in [
+            libc::CLONE_NEWNS,
+            libc::CLONE_NEWCGROUP,
+            libc::CLONE_NEWUTS,
+            libc::CLONE_NEWIPC,
+            libc::CLONE_NEWUSER,
+            libc::CLONE_NEWPID,
+            libc::CLONE_NEWNET,
+        ] {
+            let flags = fork_flags | ns as u64;
+            assert_eq!(verdict(true, libc::SYS_clone, &[flags]), EPERM, "{ns:#x}");
+            // High bits set do not hide the namespace bit.
+            assert_eq!(
+                verdict(true, libc::SYS_clone, &[flags | (0xdead << 32)]),
+                EPERM
+            );
+        }
+    }
+
+    #[test]
+    fn tiocsti_with_high_bits_set_is_still_denied() {
+        let tiocsti = libc::TIOCSTI as u64;
+        assert_eq!(verdict(true, libc::SYS_ioctl, &[0, tiocsti]), EPERM);
+        assert_eq!(
+            verdict(true, libc::SYS_ioctl, &[0, tiocsti | (1 << 32)]),
+            EPERM
+        );
+        assert_eq!(
+            verdict(true, libc::SYS_ioctl, &[0, tiocsti | (0xffff_ffff << 32)]),
+            EPERM
+        );
+        let tioclinux = libc::TIOCLINUX as u64;
+        assert_eq!(
+            verdict(true, libc::SYS_ioctl, &[0, tioclinux | (7 << 40)]),
+            EPERM
+        );
+        // Other terminal ioctls (isatty's TCGETS, window size) stay allowed.
+        assert_eq!(
+            verdict(true, libc::SYS_ioctl, &[0, libc::TCGETS as u64]),
+            ALLOW
+        );
+        assert_eq!(
+            verdict(true, libc::SYS_ioctl, &[0, libc::TIOCGWINSZ as u64]),
+            ALLOW
+        );
+    }
+
+    #[test]
+    fn personality_allows_only_linux_and_query() {
+        assert_eq!(verdict(true, libc::SYS_personality, &[0]), ALLOW);
+        assert_eq!(verdict(true, libc::SYS_personality, &[0xffff_ffff]), ALLOW);
+        // The kernel reads an unsigned int: high bits are ignored by it and by the filter.
+        assert_eq!(verdict(true, libc::SYS_personality, &[1 << 32]), ALLOW);
+        assert_eq!(verdict(true, libc::SYS_personality, &[0x0040_0000]), EPERM); // READ_IMPLIES_EXEC
+        assert_eq!(verdict(true, libc::SYS_personality, &[0x0004_0000]), EPERM); // ADDR_NO_RANDOMIZE
+        assert_eq!(verdict(true, libc::SYS_personality, &[0x0008]), EPERM); // PER_BSD
+    }
+
+    #[test]
+    fn raw_and_packet_sockets_are_denied() {
+        let s = libc::SYS_socket;
+        let nb = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+        assert_eq!(
+            verdict(true, s, &[libc::AF_PACKET as u64, libc::SOCK_RAW as u64]),
+            EPERM
+        );
+        assert_eq!(
+            verdict(true, s, &[libc::AF_PACKET as u64, libc::SOCK_DGRAM as u64]),
+            EPERM
+        );
+        for fam in [libc::AF_INET, libc::AF_INET6] {
+            let fam = fam as u64;
+            assert_eq!(verdict(true, s, &[fam, libc::SOCK_RAW as u64, 1]), EPERM);
+            assert_eq!(
+                verdict(true, s, &[fam, libc::SOCK_RAW as u64 | nb, 1]),
+                EPERM
+            );
+            assert_eq!(
+                verdict(true, s, &[fam | (1 << 32), libc::SOCK_RAW as u64]),
+                EPERM
+            );
+            assert_eq!(
+                verdict(true, s, &[fam, libc::SOCK_STREAM as u64 | nb]),
+                ALLOW
+            );
+            assert_eq!(verdict(true, s, &[fam, libc::SOCK_DGRAM as u64]), ALLOW);
+        }
+    }
+
+    #[test]
+    fn net_unix_off_denies_unix_sockets_but_not_socketpair() {
+        let unix = libc::AF_UNIX as u64;
+        let stream = libc::SOCK_STREAM as u64;
+        assert_eq!(verdict(true, libc::SYS_socket, &[unix, stream]), ALLOW);
+        assert_eq!(verdict(false, libc::SYS_socket, &[unix, stream]), EPERM);
+        assert_eq!(
+            verdict(false, libc::SYS_socket, &[unix | (1 << 32), stream]),
+            EPERM
+        );
+        assert_eq!(verdict(false, libc::SYS_socketpair, &[unix, stream]), ALLOW);
+        assert_eq!(
+            verdict(false, libc::SYS_socket, &[libc::AF_INET as u64, stream]),
+            ALLOW
+        );
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_numbers_cannot_sidestep_the_list() {
+        let x32_unshare = (libc::SYS_unshare as u64 | u64::from(X32_SYSCALL_BIT)) as libc::c_long;
+        assert_eq!(verdict(true, x32_unshare, &[0]), ENOSYS);
+        let x32_read = (libc::SYS_read as u64 | u64::from(X32_SYSCALL_BIT)) as libc::c_long;
+        assert_eq!(verdict(true, x32_read, &[0]), ENOSYS);
+    }
+
+    #[test]
+    fn foreign_arch_is_killed() {
+        let mut c = call(libc::SYS_read, &[]);
+        c.arch = 0x4000_0003; // AUDIT_ARCH_I386
+        let r = decide(&programs(true), &c);
+        assert_eq!(r, libc::SECCOMP_RET_KILL_PROCESS);
+    }
+}

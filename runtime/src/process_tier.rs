@@ -1,0 +1,110 @@
+//! The process tier: a box run as an OCI bundle through `h5i-runc`, inside a resource cage.
+//!
+//! Owns the order of one run: cage (limits) -> bundle -> `h5i-runc run` supervised on a pidfd
+//! -> cage evidence -> cage removal. The wall clock kills the container's init by the pid
+//! `h5i-runc` wrote (its pid namespace goes with it), then the runtime's group.
+//!
+//! Must never: start the command when the cage or the bundle could not be made as planned.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::bundle::{write_bundle, BundleNotes, BundlePlan};
+use crate::cage::{CageError, CageReport, ResourceCage};
+
+use crate::supervise::{run_supervised_with, ChildReport, SuperviseError};
+
+/// Why a process-tier run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessTierError {
+    /// The resource cage could not be made.
+    #[error(transparent)]
+    Cage(#[from] CageError),
+    /// The bundle could not be written.
+    #[error("refusing: cannot write the run's bundle in {dir}: {source}; to fix: check free space and permissions of the box directory")]
+    Bundle {
+        /// Where.
+        dir: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Supervising failed.
+    #[error(transparent)]
+    Supervise(#[from] SuperviseError),
+}
+
+/// How to reach `h5i-runc` and where it keeps state.
+#[derive(Debug, Clone)]
+pub struct RuncInvocation {
+    /// The `h5i-runc` binary.
+    pub binary: PathBuf,
+    /// Its `--root`, when the default does not suit the caller.
+    pub root: Option<PathBuf>,
+}
+
+/// What one process-tier run observed.
+#[derive(Debug)]
+pub struct ProcessRunReport {
+    /// The runtime's exit, as the supervisor saw it (the container's code passes through).
+    pub child: ChildReport,
+    /// The cage's evidence.
+    pub cage: CageReport,
+    /// What the bundle left out.
+    pub notes: BundleNotes,
+}
+
+/// Run `plan` in `bundle_dir` under `mem`/`procs` limits and the wall clock.
+pub fn run(
+    runc: &RuncInvocation,
+    mut plan: BundlePlan,
+    bundle_dir: &Path,
+    mem: Option<u64>,
+    procs: Option<u64>,
+    wall: Option<Duration>,
+) -> Result<ProcessRunReport, ProcessTierError> {
+    // A host that cannot give h5i a cgroup cannot hold mem/procs: the run goes ahead and the
+    // reason is carried out for `status` to mark the limits `*` (the manual's rule), never
+    // listed as enforced.
+    let (cage, unheld) = match ResourceCage::create(&plan.id, mem, procs) {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(e.to_string())),
+    };
+    plan.cgroups_path = cage.as_ref().map(ResourceCage::container_path);
+    let mut notes = write_bundle(&plan, bundle_dir).map_err(|source| ProcessTierError::Bundle {
+        dir: bundle_dir.to_path_buf(),
+        source,
+    })?;
+    notes.limits_unheld = unheld;
+    let pid_file = bundle_dir.join("init.pid");
+    let mut cmd = Command::new(&runc.binary);
+    if let Some(root) = &runc.root {
+        cmd.arg("--root").arg(root);
+    }
+    cmd.arg("run")
+        .arg("--bundle")
+        .arg(bundle_dir)
+        .arg("--pid-file")
+        .arg(&pid_file)
+        .arg(&plan.id);
+    let child = run_supervised_with(cmd, wall, &mut || {
+        if let Some(pid) = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+            .filter(|p| *p > 1)
+        {
+            // SAFETY: kill(2) on the container init's pid; no memory involved. The pid was
+            // written by h5i-runc for this run and the init is not yet reaped by anyone else
+            // (its parent, h5i-runc, is still alive: we are before the group kill).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    })?;
+    let cage_report = cage.as_ref().map(ResourceCage::report).unwrap_or_default();
+    drop(cage);
+    let _ = std::fs::remove_dir_all(bundle_dir);
+    Ok(ProcessRunReport {
+        child,
+        cage: cage_report,
+        notes,
+    })
+}

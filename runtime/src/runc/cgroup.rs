@@ -1,0 +1,263 @@
+//! Where a container's cgroup goes when the spec does not say, and removing what we made.
+//!
+//! libcontainer puts a spec without `linux.cgroupsPath` at `:youki:<id>` at the top of every
+//! hierarchy. h5i-runc instead places it under the caller's own cgroup: on cgroup v2 the
+//! `0::` path of `/proc/self/cgroup`; on v1 (and hybrid) the memory controller's path, which is
+//! the one a host's management delegates (libcontainer uses one path for all v1 controllers).
+//! The result is `<anchor>/h5i-runc/<id>`. Directories that did not exist before the create are
+//! recorded (in the sidecar) and removed again on delete, deepest first, only if empty.
+//!
+//! Parsing is pure (`anchor_from`, `hierarchy_roots`), so unit tests cover both layouts on a
+//! v1 machine. Must never: fall back to the top of a hierarchy, or remove a directory it did not
+//! record (rmdir of a non-empty cgroup fails by itself, which is relied on for the shared
+//! `h5i-runc` level).
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// Directory under the anchor that holds h5i-runc's containers.
+pub const PARENT_NAME: &str = "h5i-runc";
+
+/// The two layouts h5i cares about (hybrid is v1 for libcontainer's purposes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One hierarchy per controller (legacy or hybrid).
+    V1,
+    /// The unified hierarchy.
+    V2,
+}
+
+/// Why a cgroup path could not be chosen or cleaned.
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    /// The cgroup layout could not be detected.
+    #[error("refusing: cannot detect the cgroup layout under /sys/fs/cgroup: {0}")]
+    Detect(String),
+    /// `/proc/self/cgroup` has no line for the anchor controller.
+    #[error("refusing: /proc/self/cgroup has no {want} entry, so there is no own cgroup to place the container under; to fix: set linux.cgroupsPath in config.json")]
+    NoAnchor {
+        /// Which entry was looked for.
+        want: &'static str,
+    },
+    /// Reading /proc failed.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The path.
+        path: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// Detect the layout the way libcontainer will.
+pub fn detect_layout() -> Result<Layout, CgroupError> {
+    use libcgroups::common::CgroupSetup;
+    match libcgroups::common::get_cgroup_setup() {
+        Ok(CgroupSetup::Unified) => Ok(Layout::V2),
+        Ok(CgroupSetup::Legacy | CgroupSetup::Hybrid) => Ok(Layout::V1),
+        Err(e) => Err(CgroupError::Detect(e.to_string())),
+    }
+}
+
+/// The caller's own cgroup path to anchor under, from `/proc/self/cgroup` text.
+pub fn anchor_from(proc_self_cgroup: &str, layout: Layout) -> Result<PathBuf, CgroupError> {
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        let hit = match layout {
+            Layout::V2 => id == "0" && ctrls.is_empty(),
+            Layout::V1 => ctrls.split(',').any(|c| c == "memory"),
+        };
+        if hit {
+            return Ok(PathBuf::from(path));
+        }
+    }
+    Err(CgroupError::NoAnchor {
+        want: match layout {
+            Layout::V1 => "memory controller",
+            Layout::V2 => "cgroup v2 (0::)",
+        },
+    })
+}
+
+/// `<anchor>/h5i-runc/<id>`.
+pub fn default_path(anchor: &Path, id: &str) -> PathBuf {
+    Path::new("/").join(anchor).join(PARENT_NAME).join(id)
+}
+
+/// Mount points of the hierarchies libcontainer will create directories in.
+pub fn hierarchy_roots(mountinfo: &str, layout: Layout) -> Vec<PathBuf> {
+    let want = match layout {
+        Layout::V1 => "cgroup",
+        Layout::V2 => "cgroup2",
+    };
+    let mut roots = Vec::new();
+    for line in mountinfo.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fstype = right.split_whitespace().next().unwrap_or_default();
+        if fstype != want {
+            continue;
+        }
+        if let Some(mount_point) = left.split_whitespace().nth(4) {
+            roots.push(PathBuf::from(unescape_mountinfo(mount_point)));
+        }
+    }
+    roots.sort();
+    roots.dedup();
+    roots
+}
+
+fn unescape_mountinfo(s: &str) -> String {
+    s.replace("\\040", " ")
+        .replace("\\011", "\t")
+        .replace("\\012", "\n")
+        .replace("\\134", "\\")
+}
+
+/// Directories to remove on delete for a container at `cgroup_path` (absolute, relative to each
+/// hierarchy root): the ones missing now, plus the shared `h5i-runc` level (removed only once
+/// the last container under it is gone, because rmdir refuses non-empty cgroups).
+pub fn dirs_to_clean(
+    roots: &[PathBuf],
+    cgroup_path: &Path,
+    exists: impl Fn(&Path) -> bool,
+) -> Vec<PathBuf> {
+    let rel: PathBuf = cgroup_path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    let mut out = Vec::new();
+    for root in roots {
+        let mut cur = root.clone();
+        for comp in rel.components() {
+            cur.push(comp);
+            let is_parent_level = cur.file_name().is_some_and(|n| n == PARENT_NAME);
+            if is_parent_level || !exists(&cur) {
+                out.push(cur.clone());
+            }
+        }
+    }
+    out
+}
+
+/// Remove recorded directories, deepest first; a directory that is gone, busy or not empty is
+/// left alone (another container may be using it).
+pub fn remove_dirs(dirs: &[PathBuf]) {
+    let mut dirs = dirs.to_vec();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    dirs.dedup();
+    for dir in dirs {
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => tracing::debug!(?dir, "removed cgroup directory"),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::ENOENT | libc::ENOTEMPTY | libc::EBUSY) => {}
+                _ => tracing::warn!(?dir, error = %e, "could not remove cgroup directory"),
+            },
+        }
+    }
+}
+
+/// The placement for a spec without a cgroups path, plus the directories to clean later.
+pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>), CgroupError> {
+    let layout = detect_layout()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|source| CgroupError::Read {
+        path: "/proc/self/cgroup",
+        source,
+    })?;
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| CgroupError::Read {
+            path: "/proc/self/mountinfo",
+            source,
+        })?;
+    let path = default_path(&anchor_from(&own, layout)?, id);
+    let roots = hierarchy_roots(&mountinfo, layout);
+    let clean = dirs_to_clean(&roots, &path, |p| p.exists());
+    Ok((path, clean))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "9:name=systemd:/\n8:pids:/\n6:freezer:/\n4:memory:/process_api/df3f\n3:cpuset:/\n1:cpu,cpuacct:/\n0::/\n";
+    const UNIFIED: &str = "0::/user.slice/user-1000.slice/session-3.scope\n";
+
+    #[test]
+    fn v1_anchors_on_the_memory_controller() {
+        let a = anchor_from(HYBRID, Layout::V1).unwrap();
+        assert_eq!(a, PathBuf::from("/process_api/df3f"));
+        assert_eq!(
+            default_path(&a, "c1"),
+            PathBuf::from("/process_api/df3f/h5i-runc/c1")
+        );
+    }
+
+    #[test]
+    fn v2_anchors_on_the_unified_path() {
+        let a = anchor_from(UNIFIED, Layout::V2).unwrap();
+        assert_eq!(
+            default_path(&a, "c1"),
+            PathBuf::from("/user.slice/user-1000.slice/session-3.scope/h5i-runc/c1")
+        );
+    }
+
+    #[test]
+    fn root_anchor_still_gets_the_h5i_level() {
+        assert_eq!(
+            default_path(Path::new("/"), "c1"),
+            PathBuf::from("/h5i-runc/c1")
+        );
+    }
+
+    #[test]
+    fn missing_anchor_is_refused_not_defaulted_to_top() {
+        assert!(anchor_from("1:cpu:/\n", Layout::V1).is_err());
+        assert!(anchor_from("4:memory:/x\n", Layout::V2).is_err());
+    }
+
+    #[test]
+    fn hierarchy_roots_from_mountinfo() {
+        let mi = "\
+35 25 0:30 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory
+36 25 0:31 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+37 25 0:32 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+38 25 0:33 / /sys/fs/cgroup rw - tmpfs tmpfs rw
+";
+        assert_eq!(
+            hierarchy_roots(mi, Layout::V1),
+            vec![
+                PathBuf::from("/sys/fs/cgroup/memory"),
+                PathBuf::from("/sys/fs/cgroup/pids")
+            ]
+        );
+        assert_eq!(
+            hierarchy_roots(mi, Layout::V2),
+            vec![PathBuf::from("/sys/fs/cgroup/unified")]
+        );
+    }
+
+    #[test]
+    fn clean_list_has_only_new_dirs_and_the_shared_level() {
+        let roots = vec![PathBuf::from("/m"), PathBuf::from("/p")];
+        let existing = ["/m/a", "/m/a/b", "/m/a/b/h5i-runc"];
+        let dirs = dirs_to_clean(&roots, Path::new("/a/b/h5i-runc/c1"), |p| {
+            existing.iter().any(|e| Path::new(e) == p)
+        });
+        let want: Vec<PathBuf> = [
+            "/m/a/b/h5i-runc",
+            "/m/a/b/h5i-runc/c1",
+            "/p/a",
+            "/p/a/b",
+            "/p/a/b/h5i-runc",
+            "/p/a/b/h5i-runc/c1",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(dirs, want);
+    }
+}

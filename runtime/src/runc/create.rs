@@ -1,0 +1,73 @@
+//! `create`: set a container up from a bundle and leave it waiting for `start`.
+//!
+//! Steps, in order: validate the id, make the state directory, place the cgroup when the spec
+//! has none (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
+//! `validate` refuses bad `h5i.*` annotations here, before `start`). On failure the sidecar is
+//! removed again. Also the first half of `run`.
+
+use std::path::PathBuf;
+
+use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::Container;
+use libcontainer::syscall::syscall::SyscallType;
+
+use super::{sidecar, validate_id, Context, RuncError};
+use crate::confine::executor::H5iExecutor;
+
+/// What `create` (and `run`) take.
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Container id.
+    pub id: String,
+    /// Bundle directory (holds config.json).
+    pub bundle: PathBuf,
+    /// Write the init pid here.
+    pub pid_file: Option<PathBuf>,
+    /// Send the pty master here (OCI console-socket protocol).
+    pub console_socket: Option<PathBuf>,
+    /// Extra fds (after stdio) passed into the container.
+    pub preserve_fds: i32,
+    /// Use MS_MOVE + chroot instead of pivot_root.
+    pub no_pivot: bool,
+    /// Whether the caller stays attached (`run` without `-d`).
+    pub detach: bool,
+}
+
+/// Create the container; it is left in state `created`.
+pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncError> {
+    validate_id(&opts.id)?;
+    ctx.ensure_root()?;
+    if ctx.root.join(&opts.id).exists() {
+        return Err(RuncError::Container {
+            id: opts.id.clone(),
+            source: libcontainer::error::LibcontainerError::Exist,
+        });
+    }
+    let bundle = std::fs::canonicalize(&opts.bundle)
+        .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
+    let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
+    let built = build(ctx, opts, prepared.bundle);
+    if built.is_err() && prepared.shadowed {
+        sidecar::cleanup(&ctx.root, &opts.id);
+    }
+    built
+}
+
+fn build(ctx: &Context, opts: &CreateOptions, bundle: PathBuf) -> Result<Container, RuncError> {
+    let err = RuncError::container(&opts.id);
+    ContainerBuilder::new(opts.id.clone(), SyscallType::default())
+        .with_executor(H5iExecutor)
+        .with_root_path(&ctx.root)
+        .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
+        .map(|b| b.with_console_socket(opts.console_socket.as_ref()))
+        .map(|b| b.with_preserved_fds(opts.preserve_fds))
+        .and_then(|b| b.validate_id())
+        .and_then(|b| {
+            b.as_init(bundle)
+                .with_systemd(false)
+                .with_detach(opts.detach)
+                .with_no_pivot(opts.no_pivot)
+                .build()
+        })
+        .map_err(err)
+}

@@ -1,0 +1,181 @@
+//! Logging for `--log FILE`, `--log-format text|json` and `--debug`.
+//!
+//! Records go to the log file when one is given (appended), else to stderr. The JSON form is
+//! runc's (`{"level":"error","msg":"...","time":"..."}`, one object per line), which is what
+//! Podman and conmon read back. Default level is `error`; `--debug` shows libcontainer's debug
+//! records too.
+
+use std::fmt;
+use std::fs::OpenOptions;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields};
+use tracing_subscriber::registry::LookupSpan;
+
+use super::RuncError;
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// `time level msg key=value`.
+    #[default]
+    Text,
+    /// runc's JSON lines.
+    Json,
+}
+
+impl LogFormat {
+    /// Parse `--log-format`.
+    pub fn parse(s: Option<&str>) -> Result<Self, String> {
+        match s {
+            None | Some("text") => Ok(Self::Text),
+            Some("json") => Ok(Self::Json),
+            Some(other) => Err(format!(
+                "invalid --log-format {other:?}; to fix: use text or json"
+            )),
+        }
+    }
+}
+
+/// Install the global subscriber.
+pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<(), RuncError> {
+    let level = if debug { Level::DEBUG } else { Level::ERROR };
+    let builder = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .event_format(RuncFormat(format));
+    let result = match path {
+        Some(path) => {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|source| RuncError::Log {
+                    path: path.clone(),
+                    source,
+                })?;
+            builder.with_writer(Mutex::new(file)).try_init()
+        }
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
+    // A second init (tests) keeps the first subscriber; that is fine.
+    drop(result);
+    Ok(())
+}
+
+struct RuncFormat(LogFormat);
+
+#[derive(Default)]
+struct Fields {
+    msg: String,
+    rest: Vec<(String, String)>,
+}
+
+impl Visit for Fields {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.msg = format!("{value:?}");
+        } else {
+            self.rest
+                .push((field.name().to_string(), format!("{value:?}")));
+        }
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.msg = value.to_string();
+        } else {
+            self.rest
+                .push((field.name().to_string(), value.to_string()));
+        }
+    }
+}
+
+impl<S, N> FormatEvent<S, N> for RuncFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _: &FmtContext<'_, S, N>,
+        mut w: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let mut fields = Fields::default();
+        event.record(&mut fields);
+        let level = event.metadata().level().as_str().to_ascii_lowercase();
+        let time = rfc3339_now();
+        match self.0 {
+            LogFormat::Json => {
+                let mut obj = serde_json::Map::new();
+                obj.insert("level".into(), level.into());
+                obj.insert("msg".into(), fields.msg.into());
+                obj.insert("time".into(), time.into());
+                for (k, v) in fields.rest {
+                    obj.insert(k, v.into());
+                }
+                writeln!(w, "{}", serde_json::Value::Object(obj))
+            }
+            LogFormat::Text => {
+                write!(w, "{time} {level} {}", fields.msg)?;
+                for (k, v) in fields.rest {
+                    write!(w, " {k}={v}")?;
+                }
+                writeln!(w)
+            }
+        }
+    }
+}
+
+/// Current UTC time as RFC 3339 with seconds precision.
+fn rfc3339_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    rfc3339(secs)
+}
+
+fn rfc3339(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+    }
+
+    #[test]
+    fn log_format_parse() {
+        assert_eq!(LogFormat::parse(None).unwrap(), LogFormat::Text);
+        assert_eq!(LogFormat::parse(Some("json")).unwrap(), LogFormat::Json);
+        assert!(LogFormat::parse(Some("xml")).is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! h5i-runc's own per-container state, beside libcontainer's: `<root>/.h5i/<id>/`.
+//!
+//! libcontainer reads `config.json` straight from the bundle and offers no way to change the
+//! cgroups path, so for a spec *without* `linux.cgroupsPath` h5i-runc writes a shadow bundle:
+//! `<root>/.h5i/<id>/bundle/config.json` (the same spec with the placed cgroups path and an
+//! absolute `root.path`) plus a symlink for every other entry of the original bundle, so hooks
+//! that read bundle files still find them. `record.json` keeps the original bundle (reported
+//! by `state`) and the cgroup directories to remove on delete. A spec that names its cgroups
+//! path (Podman's, h5i's) gets no sidecar at all and is used in place.
+//!
+//! Must never: modify the caller's bundle, or survive `delete` (also removed when `create`
+//! fails).
+
+use std::path::{Path, PathBuf};
+
+use libcontainer::oci_spec::runtime::Spec;
+use serde::{Deserialize, Serialize};
+
+use super::{cgroup, RuncError};
+
+/// Directory under the state root holding all sidecars.
+pub const SIDECAR_DIR: &str = ".h5i";
+
+/// What `record.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Record {
+    /// The bundle the caller passed.
+    pub bundle: PathBuf,
+    /// The cgroups path h5i-runc chose.
+    pub cgroup_path: PathBuf,
+    /// Cgroup directories to remove on delete (see `cgroup::dirs_to_clean`).
+    pub cgroup_dirs: Vec<PathBuf>,
+}
+
+/// The bundle libcontainer should use.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Original bundle, or the shadow bundle when a cgroups path was placed.
+    pub bundle: PathBuf,
+    /// Whether a sidecar was written.
+    pub shadowed: bool,
+}
+
+/// `<root>/.h5i/<id>`.
+pub fn dir(root: &Path, id: &str) -> PathBuf {
+    root.join(SIDECAR_DIR).join(id)
+}
+
+/// Read the sidecar record, if there is one.
+pub fn load(root: &Path, id: &str) -> Option<Record> {
+    let text = std::fs::read_to_string(dir(root, id).join("record.json")).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Decide whether the bundle needs a shadow (no cgroups path) and write it if so.
+pub fn prepare(root: &Path, id: &str, bundle: &Path) -> Result<Prepared, RuncError> {
+    let config = bundle.join("config.json");
+    let mut spec = Spec::load(&config).map_err(|source| RuncError::Spec {
+        path: config.clone(),
+        source,
+    })?;
+    let Some(linux) = spec.linux().clone() else {
+        // libcontainer refuses a spec without `linux`; let it say so.
+        return Ok(Prepared {
+            bundle: bundle.to_path_buf(),
+            shadowed: false,
+        });
+    };
+    if linux.cgroups_path().is_some() {
+        return Ok(Prepared {
+            bundle: bundle.to_path_buf(),
+            shadowed: false,
+        });
+    }
+
+    let (cgroup_path, cgroup_dirs) = cgroup::place(id)?;
+    let sidecar = dir(root, id);
+    let shadow = sidecar.join("bundle");
+    if sidecar.exists() {
+        // Leftover of a create that died hard: start clean.
+        std::fs::remove_dir_all(&sidecar)
+            .map_err(RuncError::io("cannot clear sidecar", &sidecar))?;
+    }
+    std::fs::create_dir_all(&shadow).map_err(RuncError::io("cannot create sidecar", &shadow))?;
+    let result = write_shadow(&mut spec, linux, bundle, &shadow, &cgroup_path).and_then(|()| {
+        let record = Record {
+            bundle: bundle.to_path_buf(),
+            cgroup_path,
+            cgroup_dirs,
+        };
+        let path = sidecar.join("record.json");
+        let text = serde_json::to_string_pretty(&record)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            .map_err(RuncError::io("cannot encode", &path))?;
+        std::fs::write(&path, text).map_err(RuncError::io("cannot write", &path))
+    });
+    if let Err(e) = result {
+        let _ = std::fs::remove_dir_all(&sidecar);
+        return Err(e);
+    }
+    Ok(Prepared {
+        bundle: shadow,
+        shadowed: true,
+    })
+}
+
+fn write_shadow(
+    spec: &mut Spec,
+    mut linux: libcontainer::oci_spec::runtime::Linux,
+    bundle: &Path,
+    shadow: &Path,
+    cgroup_path: &Path,
+) -> Result<(), RuncError> {
+    linux.set_cgroups_path(Some(cgroup_path.to_path_buf()));
+    spec.set_linux(Some(linux));
+    if let Some(mut root) = spec.root().clone() {
+        let rootfs = bundle.join(root.path());
+        let rootfs = std::fs::canonicalize(&rootfs).map_err(RuncError::io("rootfs", &rootfs))?;
+        root.set_path(rootfs);
+        spec.set_root(Some(root));
+    }
+    let config = shadow.join("config.json");
+    spec.save(&config).map_err(|source| RuncError::Spec {
+        path: config.clone(),
+        source,
+    })?;
+    let entries = std::fs::read_dir(bundle).map_err(RuncError::io("cannot read bundle", bundle))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name == "config.json" {
+            continue;
+        }
+        let target = shadow.join(&name);
+        std::os::unix::fs::symlink(entry.path(), &target)
+            .map_err(RuncError::io("cannot link bundle entry", &target))?;
+    }
+    Ok(())
+}
+
+/// Remove the sidecar and the cgroup directories it recorded. Idempotent.
+pub fn cleanup(root: &Path, id: &str) {
+    let sidecar = dir(root, id);
+    if let Some(record) = load(root, id) {
+        cgroup::remove_dirs(&record.cgroup_dirs);
+    }
+    match std::fs::remove_dir_all(&sidecar) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(?sidecar, error = %e, "could not remove sidecar"),
+    }
+}

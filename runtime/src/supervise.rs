@@ -1,0 +1,389 @@
+//! Supervising one child process: spawn it in its own process group, wait on a pidfd (never a
+//! sleep loop), forward the user's interrupt signals to its group, enforce the wall clock, and
+//! reap it with `wait4` so the resource usage is the kernel's account, not the child's.
+//!
+//! Owns the waiting, not the confinement: the tier backends hand in a fully prepared `Command`.
+//! Must never: leave a child unreaped, leave the terminal's foreground group pointing at a dead
+//! group, or report a timeout as anything but `timed_out` (the CLI turns that into 124).
+//!
+//! Guarded by the unit tests below (exit codes, signals, the wall clock, rusage) and by the
+//! CLI's integration tests (`tests/box_run.rs`).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use h5i_policy::receipt::{ExitOutcome, Rusage};
+
+/// Signals h5i forwards to the supervised group instead of dying of them itself.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Why supervising failed before the child could be observed.
+#[derive(Debug, thiserror::Error)]
+pub enum SuperviseError {
+    /// The command could not be started.
+    #[error("refusing: could not start `{program}`: {source}; to fix: check that it exists inside the box and is executable")]
+    Spawn {
+        /// The program that failed to start.
+        program: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A kernel call the supervisor depends on failed.
+    #[error("refusing: {call} failed: {source}; to fix: this kernel must support pidfd_open (Linux 5.3+) and signalfd")]
+    Kernel {
+        /// Which call.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// What the kernel said about a finished child.
+#[derive(Debug, Clone)]
+pub struct ChildReport {
+    /// How it ended.
+    pub exit: ExitOutcome,
+    /// `wait4` usage of the child and every descendant it reaped.
+    pub rusage: Rusage,
+    /// Wall time from spawn to reap.
+    pub wall: Duration,
+    /// The child's pid (as seen by h5i).
+    pub pid: i32,
+}
+
+/// Run `cmd` to completion under supervision, killing its whole process group when `wall`
+/// elapses. The child becomes the terminal's foreground group while it runs when stdin is a
+/// terminal, so job-control keys reach it and not h5i.
+pub fn run_supervised(cmd: Command, wall: Option<Duration>) -> Result<ChildReport, SuperviseError> {
+    run_supervised_with(cmd, wall, &mut || {})
+}
+
+/// [`run_supervised`], calling `on_wall` when the wall clock fires, before the group is killed:
+/// a runtime whose payload lives outside the child's process group (a container init in its own
+/// session) kills it there.
+pub fn run_supervised_with(
+    mut cmd: Command,
+    wall: Option<Duration>,
+    on_wall: &mut dyn FnMut(),
+) -> Result<ChildReport, SuperviseError> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let blocked = SignalBlock::forwarded()?;
+    // SAFETY: the closure only calls async-signal-safe functions (sigprocmask, setpgid) between
+    // fork and exec, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in FORWARDED {
+                libc::sigaddset(&mut set, s);
+            }
+            if libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.process_group(0);
+    let started = Instant::now();
+    let child = cmd
+        .spawn()
+        .map_err(|source| SuperviseError::Spawn { program, source })?;
+    let pid = child.id() as i32;
+    // `child` is never waited through std: the pid is reaped below by wait4, once.
+    drop(child);
+    let pidfd = pidfd_open(pid)?;
+    let terminal = ForegroundTerminal::hand_to(pid);
+    let deadline = wall.map(|w| started + w);
+    let mut timed_out = false;
+    loop {
+        let timeout_ms = match deadline {
+            None => -1,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    if !timed_out {
+                        timed_out = true;
+                        on_wall();
+                        kill_group(pid, libc::SIGKILL);
+                    }
+                    -1
+                } else {
+                    // Round up so a deadline is never polled early into a busy loop.
+                    i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+                }
+            }
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: blocked.signalfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: fds is a valid array of two pollfd structs for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            if err.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            kill_group(pid, libc::SIGKILL);
+            reap(pid)?;
+            return Err(SuperviseError::Kernel {
+                call: "poll",
+                source: err,
+            });
+        }
+        if fds[1].revents & libc::POLLIN != 0 {
+            if let Some(sig) = blocked.read_signal() {
+                kill_group(pid, sig);
+            }
+        }
+        if fds[0].revents & libc::POLLIN != 0 {
+            break;
+        }
+    }
+    let (status, rusage) = reap(pid)?;
+    let wall = started.elapsed();
+    drop(terminal);
+    // The group may still hold descendants that outlived the leader; a box run leaves none.
+    kill_group(pid, libc::SIGKILL);
+    let exit = ExitOutcome {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        timed_out,
+        oom_killed: false,
+    };
+    Ok(ChildReport {
+        exit,
+        rusage,
+        wall,
+        pid,
+    })
+}
+
+fn kill_group(pid: i32, sig: libc::c_int) {
+    // SAFETY: kill(2) with a negative pid signals the process group; no memory is involved.
+    // ESRCH (group already gone) is the expected outcome after a clean exit and is ignored.
+    unsafe {
+        libc::kill(-pid, sig);
+    }
+}
+
+fn pidfd_open(pid: i32) -> Result<OwnedFd, SuperviseError> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; the child is not yet
+    // reaped (only this function's caller reaps it), so the pid cannot have been reused.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let source = io::Error::last_os_error();
+        kill_group(pid, libc::SIGKILL);
+        let _ = reap(pid);
+        return Err(SuperviseError::Kernel {
+            call: "pidfd_open",
+            source,
+        });
+    }
+    // SAFETY: fd is a freshly returned, owned file descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn reap(pid: i32) -> Result<(i32, Rusage), SuperviseError> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: status and ru are valid, writable and live for the call.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+        if r == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(SuperviseError::Kernel {
+                call: "wait4",
+                source: err,
+            });
+        }
+    }
+    let us = |tv: libc::timeval| (tv.tv_sec as u64) * 1_000_000 + tv.tv_usec as u64;
+    let rusage = Rusage {
+        user_us: us(ru.ru_utime),
+        sys_us: us(ru.ru_stime),
+        maxrss_kb: ru.ru_maxrss.max(0) as u64,
+        minflt: ru.ru_minflt.max(0) as u64,
+        majflt: ru.ru_majflt.max(0) as u64,
+        inblock: ru.ru_inblock.max(0) as u64,
+        oublock: ru.ru_oublock.max(0) as u64,
+        nvcsw: ru.ru_nvcsw.max(0) as u64,
+        nivcsw: ru.ru_nivcsw.max(0) as u64,
+    };
+    Ok((status, rusage))
+}
+
+/// The forwarded signals, blocked in h5i and readable from a signalfd while a child runs.
+struct SignalBlock {
+    old: libc::sigset_t,
+    signalfd: OwnedFd,
+}
+
+impl SignalBlock {
+    fn forwarded() -> Result<Self, SuperviseError> {
+        // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set is a valid sigset_t.
+        unsafe { libc::sigemptyset(&mut set) };
+        for s in FORWARDED {
+            // SAFETY: set is a valid sigset_t and s a valid signal number.
+            unsafe { libc::sigaddset(&mut set, s) };
+        }
+        // SAFETY: both pointers are valid sigset_t values; this thread's mask is changed.
+        if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) } != 0 {
+            return Err(SuperviseError::Kernel {
+                call: "pthread_sigmask",
+                source: io::Error::last_os_error(),
+            });
+        }
+        // SAFETY: set is valid; -1 asks for a new fd.
+        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        if fd < 0 {
+            let source = io::Error::last_os_error();
+            // SAFETY: restores the mask saved above.
+            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
+            return Err(SuperviseError::Kernel {
+                call: "signalfd",
+                source,
+            });
+        }
+        // SAFETY: fd is a freshly returned, owned file descriptor.
+        let signalfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(SignalBlock { old, signalfd })
+    }
+
+    fn read_signal(&self) -> Option<libc::c_int> {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: info is a writable buffer of exactly `size` bytes.
+        let n = unsafe {
+            libc::read(
+                self.signalfd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        (n as usize == size).then_some(info.ssi_signo as libc::c_int)
+    }
+}
+
+impl Drop for SignalBlock {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `forwarded`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// While alive, the child's group owns the terminal's foreground; dropping hands it back.
+struct ForegroundTerminal {
+    previous: Option<libc::pid_t>,
+}
+
+impl ForegroundTerminal {
+    fn hand_to(pgid: libc::pid_t) -> Self {
+        // SAFETY: isatty/tcgetpgrp only read the state of fd 0.
+        let previous = unsafe {
+            if libc::isatty(0) == 1 {
+                let fg = libc::tcgetpgrp(0);
+                (fg > 0 && fg == libc::getpgrp()).then_some(fg)
+            } else {
+                None
+            }
+        };
+        if previous.is_some() {
+            set_foreground(pgid);
+        }
+        ForegroundTerminal { previous }
+    }
+}
+
+impl Drop for ForegroundTerminal {
+    fn drop(&mut self) {
+        if let Some(pg) = self.previous {
+            set_foreground(pg);
+        }
+    }
+}
+
+fn set_foreground(pgid: libc::pid_t) {
+    // SAFETY: SIGTTOU is ignored around tcsetpgrp so a background caller is not stopped by it;
+    // the previous disposition is restored. Only fd 0 and signal dispositions are touched.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, pgid);
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str) -> Command {
+        let mut c = Command::new("/bin/sh");
+        c.arg("-c").arg(script);
+        c
+    }
+
+    #[test]
+    fn exit_code_passes_through() {
+        let r = run_supervised(sh("exit 7"), None).unwrap();
+        assert_eq!(r.exit.code, Some(7));
+        assert_eq!(r.exit.passthrough_code(), 7);
+        assert!(!r.exit.timed_out);
+    }
+
+    #[test]
+    fn a_signal_death_is_reported_as_the_signal() {
+        let r = run_supervised(sh("kill -TERM $$"), None).unwrap();
+        assert_eq!(r.exit.signal, Some(libc::SIGTERM));
+        assert_eq!(r.exit.passthrough_code(), 128 + libc::SIGTERM);
+    }
+
+    #[test]
+    fn the_wall_clock_kills_the_whole_group_and_reports_timeout() {
+        let started = Instant::now();
+        let r =
+            run_supervised(sh("sleep 30 & sleep 30"), Some(Duration::from_millis(200))).unwrap();
+        assert!(r.exit.timed_out);
+        assert_eq!(r.exit.passthrough_code(), 124);
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the timeout did not fire"
+        );
+    }
+
+    #[test]
+    fn rusage_comes_from_wait4() {
+        let r =
+            run_supervised(sh("i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done"), None).unwrap();
+        assert_eq!(r.exit.code, Some(0));
+        assert!(r.rusage.user_us + r.rusage.sys_us > 0);
+        assert!(r.rusage.maxrss_kb > 0);
+    }
+
+    #[test]
+    fn a_missing_program_is_a_spawn_refusal() {
+        let err = run_supervised(Command::new("/nonexistent/h5i-test"), None).unwrap_err();
+        assert!(matches!(err, SuperviseError::Spawn { .. }));
+        assert!(err.to_string().contains("to fix:"));
+    }
+}

@@ -1,0 +1,289 @@
+//! Shared helpers for the h5i-runc integration tests: busybox bundles, the probe helper, running
+//! the binary, waiting on pids through pidfds (never sleep loops).
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+/// The binary under test.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_h5i-runc")
+}
+
+/// True when the test can run; prints a loud skip line otherwise.
+pub fn require_root(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: {test}: needs root (runs real containers)");
+        return false;
+    }
+    true
+}
+
+/// A unique container id for this test process.
+pub fn id(name: &str) -> String {
+    format!("{name}-{}", std::process::id())
+}
+
+/// The caller's memory cgroup (the v1 anchor here; `0::` path on v2).
+pub fn own_cgroup() -> String {
+    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let v1 = text.lines().find_map(|l| {
+        let mut p = l.splitn(3, ':');
+        let (_, ctrls, path) = (p.next()?, p.next()?, p.next()?);
+        ctrls
+            .split(',')
+            .any(|c| c == "memory")
+            .then(|| path.to_string())
+    });
+    v1.or_else(|| {
+        text.lines()
+            .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+    })
+    .unwrap()
+}
+
+/// Where tests put explicit cgroups: under our own cgroup.
+pub fn test_cgroup(id: &str) -> String {
+    format!("{}/h5i-runc-test/{id}", own_cgroup().trim_end_matches('/'))
+}
+
+/// Path of the static probe helper (compiled once per test binary).
+pub fn probe() -> &'static Path {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe.c");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("h5i-probe-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-static", "-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc must be installed to build the probe helper");
+        assert!(st.success(), "building the probe helper failed");
+        out
+    })
+}
+
+/// A busybox-static bundle in a temp dir.
+pub struct Bundle {
+    pub dir: tempfile::TempDir,
+    pub config: Value,
+}
+
+const APPLETS: &[&str] = &[
+    "sh", "cat", "echo", "ls", "sleep", "true", "false", "id", "unshare", "touch", "mkdir", "kill",
+    "ps", "env", "readlink", "test", "[", "printf", "wc", "stat", "rm",
+];
+
+impl Bundle {
+    /// Bundle running `args`; cgroupsPath under the test's own cgroup when `cgroup` is Some.
+    pub fn new(args: &[&str], cgroup: Option<String>) -> Bundle {
+        let dir = tempfile::Builder::new()
+            .prefix("h5i-runc-bundle")
+            .tempdir()
+            .unwrap();
+        let rootfs = dir.path().join("rootfs");
+        for d in [
+            "bin", "proc", "dev", "sys", "tmp", "etc", "mnt", "work", "run",
+        ] {
+            std::fs::create_dir_all(rootfs.join(d)).unwrap();
+        }
+        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
+        for a in APPLETS {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
+        }
+        std::fs::copy(probe(), rootfs.join("bin/probe")).unwrap();
+        std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/:/bin/sh\n").unwrap();
+        let mut config = template(args);
+        if let Some(cg) = cgroup {
+            config["linux"]["cgroupsPath"] = json!(cg);
+        }
+        let b = Bundle { dir, config };
+        b.save();
+        b
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.path().join("rootfs")
+    }
+
+    pub fn save(&self) {
+        let text = serde_json::to_string_pretty(&self.config).unwrap();
+        std::fs::write(self.dir.path().join("config.json"), text).unwrap();
+    }
+
+    pub fn annotate(&mut self, key: &str, value: &str) -> &mut Self {
+        if self.config.get("annotations").is_none() {
+            self.config["annotations"] = json!({});
+        }
+        self.config["annotations"][key] = json!(value);
+        self.save();
+        self
+    }
+
+    pub fn terminal(&mut self, on: bool) -> &mut Self {
+        self.config["process"]["terminal"] = json!(on);
+        self.save();
+        self
+    }
+
+    /// Give the process extra capabilities (so seccomp denials are not masked by missing caps).
+    pub fn add_caps(&mut self, caps: &[&str]) -> &mut Self {
+        for set in ["bounding", "effective", "permitted"] {
+            let list = self.config["process"]["capabilities"][set]
+                .as_array_mut()
+                .unwrap();
+            for c in caps {
+                list.push(json!(c));
+            }
+        }
+        self.save();
+        self
+    }
+}
+
+/// runc's default spec, minus the cgroup mount (libcontainer mounts it read-write on v1).
+fn template(args: &[&str]) -> Value {
+    let caps = json!(["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]);
+    json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": 0, "gid": 0},
+            "args": args,
+            "env": ["PATH=/bin", "TERM=xterm"],
+            "cwd": "/",
+            "capabilities": {"bounding": caps, "effective": caps, "permitted": caps},
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+            "noNewPrivileges": true
+        },
+        "root": {"path": "rootfs", "readonly": false},
+        "hostname": "h5i-test",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/pts", "type": "devpts", "source": "devpts",
+             "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+             "options": ["nosuid", "noexec", "nodev", "ro"]}
+        ],
+        "linux": {
+            "resources": {"devices": [{"allow": false, "access": "rwm"}]},
+            "namespaces": [
+                {"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"},
+                {"type": "mount"}, {"type": "cgroup"}
+            ],
+            "maskedPaths": ["/proc/kcore", "/proc/keys", "/proc/timer_list", "/sys/firmware"],
+            "readonlyPaths": ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+        }
+    })
+}
+
+/// A state root for one test.
+pub struct Runtime {
+    pub root: tempfile::TempDir,
+}
+
+impl Runtime {
+    pub fn new() -> Runtime {
+        Runtime {
+            root: tempfile::Builder::new()
+                .prefix("h5i-runc-state")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(bin());
+        c.arg("--root").arg(self.root.path());
+        c
+    }
+
+    /// Run a verb with stdin closed; returns the output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.cmd().args(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    /// Run a verb that must succeed; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "h5i-runc {args:?} failed ({:?}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn state(&self, id: &str) -> Value {
+        serde_json::from_str(&self.ok(&["state", id])).unwrap()
+    }
+
+    pub fn status(&self, id: &str) -> String {
+        self.state(id)["status"].as_str().unwrap().to_string()
+    }
+
+    pub fn pid(&self, id: &str) -> i32 {
+        self.state(id)["pid"].as_i64().unwrap() as i32
+    }
+
+    /// Best-effort cleanup (tests assert their own deletes).
+    pub fn force_delete(&self, id: &str) {
+        let _ = self.run(&["delete", "--force", id]);
+    }
+}
+
+/// Wait until `pid` has exited, via pidfd + poll (bounded).
+pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
+    // SAFETY: pidfd_open takes a pid and flags; returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    // SAFETY: fd was just returned by pidfd_open and is owned by nothing else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
+    n == 1
+}
+
+/// Parse probe output lines `name=RESULT` into pairs.
+pub fn probe_results(stdout: &str) -> Vec<(String, String)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect()
+}
+
+pub fn result_of<'a>(results: &'a [(String, String)], name: &str) -> &'a str {
+    results
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, r)| r.as_str())
+        .unwrap_or_else(|| panic!("probe printed no {name}: {results:?}"))
+}

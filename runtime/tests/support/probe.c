@@ -1,0 +1,131 @@
+/* probe: run from inside a test container; each check prints "name=OK" or "name=<ERRNO>".
+ * Built with `cc -static` by tests/support/mod.rs. Arguments are chosen so that, without a
+ * seccomp filter, the result differs from EPERM wherever the kernel allows it (the test
+ * containers hold CAP_SYS_ADMIN, CAP_NET_RAW and CAP_SYS_PTRACE for that reason).
+ *
+ *   probe syscalls        every h5i-v1 check
+ *   probe write PATH      open(PATH, O_WRONLY|O_CREAT|O_TRUNC)
+ *   probe read PATH       open(PATH, O_RDONLY)
+ *   probe bind PORT       bind a TCP socket to 0.0.0.0:PORT
+ *   probe unix            socket(AF_UNIX) and socketpair(AF_UNIX)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/personality.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static void report(const char *name, long rc) {
+    if (rc >= 0)
+        printf("%s=OK\n", name);
+    else
+        printf("%s=%s\n", name, strerrorname_np(errno));
+    fflush(stdout);
+}
+
+static long raw_clone(unsigned long flags) {
+    long pid = syscall(SYS_clone, flags | SIGCHLD, 0, 0, 0, 0);
+    if (pid == 0) _exit(0);
+    if (pid > 0) waitpid((pid_t)pid, NULL, 0);
+    return pid;
+}
+
+static void syscalls(void) {
+    char buf[8] = {0}, dst[8];
+    struct iovec local = {dst, sizeof dst}, remote = {buf, sizeof buf};
+
+    /* ptrace on a process we do not trace: ESRCH when allowed, EPERM when filtered. */
+    report("ptrace", ptrace(PTRACE_CONT, getpid(), 0, 0));
+    report("process_vm_readv", process_vm_readv(getpid(), &local, 1, &remote, 1, 0));
+    report("process_vm_writev", process_vm_writev(getpid(), &remote, 1, &local, 1, 0));
+    /* unshare(0) is a no-op that succeeds when allowed. */
+    report("unshare", syscall(SYS_unshare, 0));
+    report("setns", syscall(SYS_setns, -1, 0));
+    report("clone_newuser", raw_clone(CLONE_NEWUSER));
+    report("clone_newns", raw_clone(CLONE_NEWNS));
+    report("clone_newnet", raw_clone(CLONE_NEWNET));
+    /* A 64-bit flags value with high garbage: the kernel uses the low 32 bits. */
+    report("clone_newpid_highbits", raw_clone(CLONE_NEWPID | (0xabcdUL << 32)));
+    report("clone_plain", raw_clone(0));
+    {
+        struct clone_args args;
+        memset(&args, 0, sizeof args);
+        args.exit_signal = SIGCHLD;
+        long pid = syscall(SYS_clone3, &args, sizeof args);
+        if (pid == 0) _exit(0);
+        if (pid > 0) waitpid((pid_t)pid, NULL, 0);
+        report("clone3", pid);
+    }
+    report("mount", mount("none", "/mnt", "tmpfs", 0, NULL));
+    report("umount2", umount2("/mnt", MNT_DETACH));
+    report("pivot_root", syscall(SYS_pivot_root, "/nonexistent", "/nonexistent"));
+    report("open_tree", syscall(SYS_open_tree, AT_FDCWD, "/", 0));
+    report("fsopen", syscall(SYS_fsopen, "tmpfs", 0));
+    report("fspick", syscall(SYS_fspick, AT_FDCWD, "/", 0));
+    report("mount_setattr", syscall(SYS_mount_setattr, -1, "", 0, NULL, 0));
+    report("keyctl", syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -2, 0));
+    report("add_key", syscall(SYS_add_key, "user", "h5i", "v", 1, -2));
+    report("request_key", syscall(SYS_request_key, "user", "h5i-none", NULL, 0));
+    report("bpf", syscall(SYS_bpf, 0, NULL, 0));
+    report("perf_event_open", syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0));
+    report("userfaultfd", syscall(SYS_userfaultfd, 0));
+    report("io_uring_setup", syscall(SYS_io_uring_setup, 1, NULL));
+    report("kexec_load", syscall(SYS_kexec_load, 0, 0, NULL, 0));
+    report("init_module", syscall(SYS_init_module, NULL, 0, ""));
+    report("delete_module", syscall(SYS_delete_module, "h5i_none", 0));
+    report("personality_query", syscall(SYS_personality, 0xffffffffUL));
+    report("personality_linux", syscall(SYS_personality, 0UL));
+    report("personality_addr_no_randomize", syscall(SYS_personality, 0x0040000UL));
+    {
+        char c = 'x';
+        report("ioctl_tiocsti", syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI, &c));
+        report("ioctl_tiocsti_highbits", syscall(SYS_ioctl, 0, (unsigned long)TIOCSTI | (1UL << 32), &c));
+        report("ioctl_tioclinux", syscall(SYS_ioctl, 0, (unsigned long)TIOCLINUX, &c));
+        report("ioctl_fionread", syscall(SYS_ioctl, 0, (unsigned long)FIONREAD, &c));
+    }
+    report("socket_packet", socket(AF_PACKET, SOCK_RAW, 0));
+    report("socket_inet_raw", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP));
+    report("socket_inet6_raw_cloexec", socket(AF_INET6, SOCK_RAW | SOCK_CLOEXEC, IPPROTO_ICMPV6));
+    report("socket_inet_stream", socket(AF_INET, SOCK_STREAM, 0));
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "syscalls") == 0) {
+        syscalls();
+    } else if (argc >= 3 && strcmp(argv[1], "write") == 0) {
+        report("write", open(argv[2], O_WRONLY | O_CREAT | O_TRUNC, 0644));
+    } else if (argc >= 3 && strcmp(argv[1], "read") == 0) {
+        report("read", open(argv[2], O_RDONLY));
+    } else if (argc >= 3 && strcmp(argv[1], "bind") == 0) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)atoi(argv[2]));
+        report("bind", s < 0 ? s : bind(s, (struct sockaddr *)&a, sizeof a));
+    } else if (argc >= 2 && strcmp(argv[1], "unix") == 0) {
+        int sv[2];
+        report("socket_unix", socket(AF_UNIX, SOCK_STREAM, 0));
+        report("socketpair_unix", socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    } else {
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix\n");
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,400 @@
+//! `h5i box ...`: parse, call the library, print.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use h5i::create::{CreateRequest, SourceRequest};
+use h5i::store::BoxStore;
+use h5i_policy::ResolveRequest;
+
+/// A refusal of `box run` before the command started (exit 125, so it cannot be mistaken for the
+/// command's own exit code).
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct RunRefused(#[from] h5i::error::BoxError);
+
+/// `h5i box [SOURCE]` is `h5i box create`; the subcommands do the rest.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct BoxArgs {
+    #[command(subcommand)]
+    verb: Option<BoxVerb>,
+    /// Where the code comes from: `.` (this repository at HEAD) or a repository URL/path (a
+    /// detached box). Shorthand for `h5i box create`.
+    source: Option<String>,
+    /// Name the new box (default: derived from the source).
+    #[arg(long)]
+    name: Option<String>,
+    #[command(flatten)]
+    create: CreateFlags,
+}
+
+/// Flags shared by `h5i box [SOURCE]` and `h5i box create`.
+#[derive(Debug, Args, Default)]
+struct CreateFlags {
+    /// Base revision of this repository (default HEAD).
+    #[arg(long, value_name = "REV")]
+    from: Option<String>,
+    /// A pull request: N, #N, or its URL; fetches refs/pull/N/head and pins it. Detached.
+    #[arg(long, value_name = "N|URL", conflicts_with_all = ["from", "clone", "new"])]
+    pr: Option<String>,
+    /// Copy an external repository in. Detached.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["from", "new"])]
+    clone: Option<String>,
+    /// An empty box: a fresh repository with one empty commit. Detached.
+    #[arg(long, conflicts_with_all = ["from"])]
+    new: bool,
+    /// The policy profile (built-in: default, agent, agent-claude, agent-codex, browser).
+    #[arg(long, value_name = "P")]
+    profile: Option<String>,
+    /// Isolation tier: auto, workspace, process, supervised, container, microvm.
+    #[arg(long, value_name = "TIER")]
+    isolation: Option<String>,
+    /// Base image for the container and microvm tiers (pre-pulled; runs never pull).
+    #[arg(long, value_name = "IMG")]
+    image: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum BoxVerb {
+    /// Create a box.
+    Create {
+        /// The box's name.
+        name: String,
+        #[command(flatten)]
+        create: CreateFlags,
+    },
+    /// Every box on this clone.
+    Ls,
+    /// The policy actually enforced, the evidence, and base drift.
+    Status {
+        /// The box.
+        name: String,
+    },
+    /// Run one command in the box; its exit code passes through (124: wall clock).
+    Run {
+        /// The box.
+        name: String,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<OsString>,
+    },
+    /// What changed against the pinned base.
+    Diff {
+        /// The box.
+        name: String,
+        /// Only the summary of changed files.
+        #[arg(long)]
+        stat: bool,
+    },
+    /// The box's event log and receipts.
+    Log {
+        /// The box.
+        name: String,
+    },
+    /// Write patch.diff, report.md and receipt.json for a human to review.
+    Export {
+        /// The box.
+        name: String,
+        /// The directory to write (refused if it exists and is not empty, unless --force).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Replace a non-empty --out.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Land a worktree box's changes on its parent branch.
+    Apply {
+        /// The box.
+        name: String,
+    },
+    /// Re-pin the box onto its parent branch's current tip.
+    Rebase {
+        /// The box.
+        name: String,
+    },
+    /// Stop the box; manifest and workspace are kept for forensics.
+    Abort {
+        /// The box.
+        name: String,
+    },
+    /// Remove a box entirely.
+    Rm {
+        /// The box.
+        name: String,
+        /// Discard changes that were never exported.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Reclaim applied and aborted workspaces.
+    Gc,
+    /// What this host can enforce at all.
+    Probe,
+}
+
+fn store() -> anyhow::Result<BoxStore> {
+    let cwd = std::env::current_dir().context("refusing: cannot read the current directory")?;
+    Ok(BoxStore::discover(&cwd)?)
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn create_request(name: Option<String>, source: SourceRequest, f: CreateFlags) -> CreateRequest {
+    CreateRequest {
+        name,
+        source,
+        policy: ResolveRequest {
+            profile: f.profile,
+            isolation: f.isolation,
+            image: f.image,
+            h5i_agent: env("H5I_AGENT"),
+            default_isolation: env("H5I_DEFAULT_ISOLATION"),
+            credential_proxy: env("H5I_CREDENTIAL_PROXY"),
+        },
+    }
+}
+
+fn source_of(positional: Option<String>, f: &CreateFlags) -> SourceRequest {
+    if let Some(pr) = &f.pr {
+        SourceRequest::PullRequest(pr.clone())
+    } else if let Some(url) = &f.clone {
+        SourceRequest::Clone(url.clone())
+    } else if f.new {
+        SourceRequest::New
+    } else {
+        match positional.as_deref() {
+            None | Some(".") => SourceRequest::ThisRepo {
+                from: f.from.clone(),
+            },
+            Some(url) => SourceRequest::Clone(url.to_string()),
+        }
+    }
+}
+
+fn do_create(req: CreateRequest) -> anyhow::Result<i32> {
+    let store = store()?;
+    let sb = h5i::create::create(&store, &req, &h5i::probe::host_tiers())?;
+    let m = &sb.manifest;
+    println!(
+        "created box {} ({}, tier {})",
+        m.name,
+        m.source.label(),
+        m.tier
+    );
+    println!("  base      {} (pinned as {})", m.base, m.base_ref);
+    println!("  policy    {}", m.policy_digest);
+    println!("  workspace {}", sb.paths.workspace().display());
+    Ok(0)
+}
+
+/// Run a `h5i box` command.
+pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
+    let Some(verb) = args.verb else {
+        if args.source.is_some()
+            && args.create.from.is_some()
+            && args.source.as_deref() != Some(".")
+        {
+            anyhow::bail!("refusing: --from picks a revision of this repository, not of {}; to fix: drop --from, or use `h5i box . --from REV`", args.source.unwrap_or_default());
+        }
+        let source = source_of(args.source, &args.create);
+        return do_create(create_request(args.name, source, args.create));
+    };
+    match verb {
+        BoxVerb::Create { name, create } => {
+            let source = source_of(None, &create);
+            do_create(create_request(Some(name), source, create))
+        }
+        BoxVerb::Ls => {
+            let boxes = store()?.list()?;
+            if boxes.is_empty() {
+                println!("no boxes on this clone (create one with `h5i box .`)");
+            }
+            for sb in boxes {
+                let m = &sb.manifest;
+                println!(
+                    "{:<24} {:<8} {:<10} {:<8} {} {}",
+                    m.name,
+                    m.state.as_str(),
+                    m.tier,
+                    m.agent,
+                    &m.base[..12.min(m.base.len())],
+                    m.source.label()
+                );
+            }
+            Ok(0)
+        }
+        BoxVerb::Status { name } => {
+            print_status(&h5i::status::status(&store()?, &name)?);
+            Ok(0)
+        }
+        BoxVerb::Run { name, argv } => {
+            let store = store().map_err(|e| match e.downcast::<h5i::error::BoxError>() {
+                Ok(b) => anyhow::Error::new(RunRefused(b)),
+                Err(e) => e,
+            })?;
+            match h5i::run::run(&store, &name, &argv) {
+                Ok(outcome) => {
+                    if outcome.exit.timed_out {
+                        eprintln!(
+                            "h5i: box {name}: the wall-clock limit killed the command (receipt {})",
+                            outcome.receipt_seq
+                        );
+                    }
+                    Ok(outcome.exit.passthrough_code())
+                }
+                Err(h5i::error::BoxError::Supervise(
+                    h5i_runtime::supervise::SuperviseError::Spawn { program, source },
+                )) => {
+                    eprintln!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
+                    Ok(if source.kind() == std::io::ErrorKind::NotFound {
+                        127
+                    } else {
+                        126
+                    })
+                }
+                Err(e) => Err(RunRefused(e).into()),
+            }
+        }
+        BoxVerb::Diff { name, stat } => {
+            h5i::diff::print_diff(&store()?, &name, stat)?;
+            Ok(0)
+        }
+        BoxVerb::Log { name } => {
+            print_log(&store()?, &name)?;
+            Ok(0)
+        }
+        BoxVerb::Export { name, out, force } => {
+            let s = h5i::export::export_box(&store()?, &name, &out, force)?;
+            println!("exported box {name} to {}", out.display());
+            println!("  patch.diff   {} file(s) changed", s.files_changed);
+            for e in &s.excluded {
+                println!("  excluded     {} ({})", e.path, e.reason);
+            }
+            println!("  report.md    read it before applying");
+            println!("  receipt.json {} record(s)", s.records);
+            println!("apply with: git apply --3way {}/patch.diff", out.display());
+            Ok(0)
+        }
+        BoxVerb::Apply { name } => {
+            let a = h5i::apply::apply(&store()?, &name)?;
+            println!(
+                "applied box {name}: commit {} merged into {}",
+                a.commit, a.branch
+            );
+            Ok(0)
+        }
+        BoxVerb::Rebase { name } => {
+            let r = h5i::rebase::rebase(&store()?, &name)?;
+            println!("rebased box {name}: base {} -> {}", r.from, r.to);
+            Ok(0)
+        }
+        BoxVerb::Abort { name } => {
+            h5i::lifecycle::abort(&store()?, &name)?;
+            println!("aborted box {name}; its manifest, receipts and workspace are kept (h5i box rm {name} removes them)");
+            Ok(0)
+        }
+        BoxVerb::Rm { name, force } => {
+            h5i::lifecycle::rm(&store()?, &name, force)?;
+            println!("removed box {name}");
+            Ok(0)
+        }
+        BoxVerb::Gc => {
+            let r = h5i::lifecycle::gc(&store()?)?;
+            for n in &r.reclaimed {
+                println!("reclaimed the workspace of {n}");
+            }
+            println!(
+                "gc: {} workspace(s) reclaimed, {} leftover(s) of interrupted commands removed",
+                r.reclaimed.len(),
+                r.leftovers
+            );
+            Ok(0)
+        }
+        BoxVerb::Probe => {
+            for line in h5i::probe::probe_lines() {
+                println!("  {}= {}", line.what, line.answer);
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn print_status(s: &h5i::status::StatusReport) {
+    let m = &s.sb.manifest;
+    println!("box        {} ({})", m.name, m.state.as_str());
+    println!("source     {}", m.source.label());
+    println!("base       {} (pinned as {})", m.base, m.base_ref);
+    let how = if s.policy.tier_choice.auto {
+        "auto: the strongest tier this host could run for this policy"
+    } else {
+        s.policy.tier_choice.source.as_str()
+    };
+    println!("tier       {} (chosen by {how})", m.tier);
+    println!(
+        "policy     {} profile {} (verified against policy.digest)",
+        m.policy_digest, s.policy.profile
+    );
+    println!("enforced");
+    for e in &s.enforcement {
+        println!(
+            "  {:<13}{}{}",
+            e.what,
+            e.asked,
+            if e.enforced { "" } else { " *" }
+        );
+    }
+    if let Some(why) = &s.unenforced_reason {
+        println!("  * {why}");
+    }
+    let (host, claimed, damaged) = s.evidence;
+    println!("evidence   {host} host-observed, {claimed} box-claimed record(s), {damaged} damaged line(s)");
+    if let Some((seq, argv, code)) = &s.last_run {
+        println!("last run   #{seq} `{}` exit {code}", argv.join(" "));
+    }
+    match &s.drift {
+        Some((b, 0)) => println!("base drift none: `{b}` is at the pinned base"),
+        Some((b, n)) => println!(
+            "base drift `{b}` is {n} commit(s) ahead of the pinned base (h5i box rebase {})",
+            m.name
+        ),
+        None => println!("base drift n/a (no parent branch)"),
+    }
+}
+
+fn print_log(store: &BoxStore, name: &str) -> anyhow::Result<()> {
+    let sb = store.find(name)?;
+    for ev in h5i::events::read(&sb.paths)? {
+        match ev {
+            Ok(e) => println!("{} {:<9} {}", e.at_ms, e.event, e.detail),
+            Err(line) => println!("(unreadable event line: {})", line.escape_debug()),
+        }
+    }
+    let readout = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts()).read()?;
+    for r in &readout.records {
+        if let h5i_policy::receipt::RecordBody::Run {
+            argv,
+            exit,
+            wall_ms,
+            ..
+        } = &r.body
+        {
+            println!(
+                "receipt #{} [{}] `{}` exit {} ({} ms)",
+                r.seq,
+                r.lane.as_str(),
+                argv.join(" ").escape_debug(),
+                exit.passthrough_code(),
+                wall_ms
+            );
+        }
+    }
+    for d in &readout.damaged {
+        println!("receipt log line {}: {}", d.line, d.problem);
+    }
+    Ok(())
+}

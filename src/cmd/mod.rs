@@ -1,0 +1,30 @@
+//! The command line: one definition per flag (clap derive), which generates `--help`. One module
+//! per command group; each parses, calls the library, and prints.
+
+mod box_cmd;
+
+use clap::{Parser, Subcommand};
+
+pub use box_cmd::RunRefused;
+
+/// h5i: a contained development environment for coding agents.
+#[derive(Debug, Parser)]
+#[command(name = "h5i", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create, run, inspect and export boxes.
+    #[command(alias = "dev", alias = "env")]
+    Box(box_cmd::BoxArgs),
+}
+
+/// Run the parsed command; the value is the process exit code.
+pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Box(args) => box_cmd::dispatch(args),
+    }
+}

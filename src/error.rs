@@ -1,0 +1,133 @@
+//! The box lifecycle's refusals: every variant names the object and the mend, in one or two
+//! lines (`refusing: ...; to fix: ...`). Lower crates' errors are wrapped, never flattened into
+//! strings, so the binary edge can print them as they were written.
+
+use std::path::{Path, PathBuf};
+
+/// Why a box verb refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BoxError {
+    /// Not inside a git repository.
+    #[error("refusing: {cwd} is not inside a git repository; to fix: run h5i from a clone (boxes live in its .git/.h5i)")]
+    NotARepo {
+        /// Where h5i was run.
+        cwd: PathBuf,
+    },
+    /// No box has that name.
+    #[error("refusing: no box named `{name}`; to fix: `h5i box ls` lists the boxes of this clone")]
+    NoSuchBox {
+        /// The name asked for.
+        name: String,
+    },
+    /// The name is taken.
+    #[error("refusing: a box named `{name}` already exists; to fix: pick another name, or `h5i box rm {name}` first")]
+    BoxExists {
+        /// The name asked for.
+        name: String,
+    },
+    /// The name is not a plain slug.
+    #[error("refusing: `{name}` is not a box name; to fix: use 1-63 characters of a-z, 0-9, '-', '_', '.', starting with a letter or digit")]
+    BadName {
+        /// The name given.
+        name: String,
+    },
+    /// The box is in a state that does not allow the verb.
+    #[error("refusing: box `{name}` is {state}, and `{verb}` needs an active box; to fix: {mend}")]
+    WrongState {
+        /// The box.
+        name: String,
+        /// Its state.
+        state: &'static str,
+        /// The verb refused.
+        verb: &'static str,
+        /// What to do instead.
+        mend: String,
+    },
+    /// A verb that only a worktree box supports.
+    #[error("refusing: box `{name}` is detached (its code came from {origin}), so `{verb}` has nowhere to land it; to fix: `h5i box export {name} --out DIR` and `git apply --3way DIR/patch.diff` where you want it")]
+    Detached {
+        /// The box.
+        name: String,
+        /// Where its code came from.
+        origin: String,
+        /// The verb refused.
+        verb: &'static str,
+    },
+    /// Another verb holds the box's lock.
+    #[error("refusing: box `{name}` is busy (another h5i command holds its lock); to fix: wait for it to finish")]
+    Busy {
+        /// The box.
+        name: String,
+    },
+    /// The creation flags contradict each other or name nothing.
+    #[error("refusing: {what}; to fix: {mend}")]
+    BadRequest {
+        /// What was wrong.
+        what: String,
+        /// What to do.
+        mend: String,
+    },
+    /// The stored policy no longer matches its digest.
+    #[error("refusing: the stored policy of box `{name}` does not match its digest ({detail}); it is never repaired; to fix: `h5i box rm {name}` and create the box again")]
+    PolicyTampered {
+        /// The box.
+        name: String,
+        /// What did not match.
+        detail: String,
+    },
+    /// A box file is unreadable or malformed.
+    #[error("refusing: {path} is damaged ({what}); to fix: `h5i box doctor` it, or `h5i box rm --force` the box")]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+    /// A filesystem operation failed.
+    #[error("refusing: {path}: {source}; to fix: check permissions and free space there")]
+    Io {
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The parent repository is not in a state `apply` can land on.
+    #[error("refusing: {what}; to fix: {mend}")]
+    ParentNotReady {
+        /// What is wrong with the parent.
+        what: String,
+        /// What to do.
+        mend: String,
+    },
+    /// Policy resolution failed.
+    #[error(transparent)]
+    Policy(#[from] h5i_policy::PolicyError),
+    /// A git command failed.
+    #[error(transparent)]
+    Git(#[from] crate::git::GitError),
+    /// Supervising the command failed.
+    #[error(transparent)]
+    Supervise(#[from] h5i_runtime::supervise::SuperviseError),
+    /// A process-tier run could not start.
+    #[error(transparent)]
+    ProcessTier(#[from] h5i_runtime::process_tier::ProcessTierError),
+    /// The receipt log failed.
+    #[error(transparent)]
+    Receipts(#[from] h5i_broker::receipt_log::ReceiptLogError),
+    /// Export refused.
+    #[error(transparent)]
+    Export(#[from] crate::export::ExportError),
+    /// Taking a snapshot of the workspace failed.
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::SnapshotError),
+}
+
+impl BoxError {
+    /// An I/O error at `path`.
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        BoxError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,820 @@
+//! `report.md` and `receipt.json`: what a reviewer reads before applying a box's patch.
+//!
+//! Owns rendering the receipt log and the gate's result into the report's sections, in the
+//! manual's order after a short header — denied egress attempts, what ran, what the browser saw,
+//! viewer sessions, the agent's proposal — then what was excluded from the patch and the problems
+//! with the evidence itself; and the machine-readable `receipt.json`.
+//!
+//! Must never: claim what was not observed (no egress counter at a tier means "none could be
+//! seen", not "none happened"; no browser record means "nothing recorded", not "no errors"); blur
+//! a box-claimed record into a host-observed one; let box-supplied text forge a section or drive
+//! a terminal (it is escaped, and multi-line text is an indented block); write a value the
+//! redactor knows; or cut a safety section to fit the cap (only the proposal is ever cut).
+//!
+//! Guarded by the unit tests below and `tests/export_gate.rs`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use h5i_broker::receipt_log::ReceiptReadout;
+use h5i_broker::redact::Redactor;
+use h5i_policy::receipt::{ExitOutcome, ReceiptRecord, RecordBody};
+use h5i_policy::Tier;
+use serde_json::{json, Value};
+
+use super::gate::{escape_controls, GatedPatch};
+use super::ExportError;
+
+/// The report's section headings, in the order the manual gives them.
+pub const SECTIONS: [&str; 7] = [
+    "## Denied egress attempts",
+    "## What ran",
+    "## What the browser saw",
+    "## Viewer sessions",
+    "## The agent's proposal",
+    "## Excluded from the patch",
+    "## Evidence problems",
+];
+
+/// Longest box-claimed record shown inline, in characters.
+const CLAIM_SHOWN: usize = 400;
+
+/// Everything the report and the receipt are made from.
+#[derive(Debug)]
+pub struct ReportInput<'a> {
+    /// The box's name.
+    pub box_name: &'a str,
+    /// The tier its policy resolved to.
+    pub tier: &'a str,
+    /// The pinned base commit.
+    pub base: &'a str,
+    /// The policy digest in force.
+    pub policy_digest: &'a str,
+    /// When the export was made, ms since the epoch.
+    pub exported_at_ms: u64,
+    /// The box's receipt log, as read.
+    pub receipts: &'a ReceiptReadout,
+    /// The agent's proposal (box-claimed), when one was staged.
+    pub proposal: Option<&'a str>,
+    /// The gate's result.
+    pub gated: &'a GatedPatch,
+    /// SHA-256 of `patch.diff`.
+    pub patch_sha256: &'a str,
+}
+
+/// A rendered `report.md`.
+#[derive(Debug)]
+pub struct RenderedReport {
+    /// The report.
+    pub text: String,
+    /// Whether the agent's proposal was cut to fit the cap.
+    pub proposal_truncated: bool,
+}
+
+/// Render `report.md` within `cap` bytes, cutting only the proposal.
+pub fn render_report(
+    input: &ReportInput<'_>,
+    redactor: &Redactor,
+    cap: usize,
+) -> Result<RenderedReport, ExportError> {
+    let c = |s: &str| clean(redactor, s);
+    let mut head = String::new();
+    header(&mut head, input, &c);
+    denied_egress(&mut head, input, &c);
+    what_ran(&mut head, input, &c);
+    let _ = writeln!(head, "{}\n", SECTIONS[2]);
+    head.push_str(
+        "No browser observation recorded. h5i records console errors, uncaught exceptions and \
+         failed requests itself after a run that drives the browser; this log holds none, so \
+         nothing here says the page was clean.\n\n",
+    );
+    viewer_sessions(&mut head, input);
+
+    let mut tail = String::new();
+    excluded(&mut tail, input, &c);
+    evidence_problems(&mut tail, input, &c);
+
+    let proposal_head = format!(
+        "{}\n\nBox-claimed: the agent's own account of its work, shown as it staged it and not \
+         checked by h5i.\n\n",
+        SECTIONS[4]
+    );
+    let (body, proposal_truncated) = match input.proposal {
+        None => ("None staged.\n\n".to_string(), false),
+        Some(p) => {
+            let block = indented_block(redactor, p);
+            let fixed = head.len() + proposal_head.len() + tail.len();
+            if fixed + block.len() <= cap {
+                (block, false)
+            } else {
+                let note = format!(
+                    "\n[h5i: the proposal was cut to fit report.md's {cap}-byte cap; it was {} bytes]\n\n",
+                    p.len()
+                );
+                let room = cap.saturating_sub(fixed + note.len());
+                let mut end = room.min(block.len());
+                while end > 0 && !block.is_char_boundary(end) {
+                    end -= 1;
+                }
+                let cut = &block[..end];
+                let cut = &cut[..cut.rfind('\n').map_or(0, |i| i + 1)];
+                (format!("{cut}{note}"), true)
+            }
+        }
+    };
+    let mut text = head;
+    text.push_str(&proposal_head);
+    text.push_str(&body);
+    text.push_str(&tail);
+    if text.len() > cap {
+        return Err(ExportError::ReportTooLarge {
+            size: text.len(),
+            cap,
+        });
+    }
+    let rules = redactor.matches(text.as_bytes());
+    if !rules.is_empty() {
+        return Err(ExportError::SecretInBundle {
+            file: "report.md",
+            rules,
+        });
+    }
+    Ok(RenderedReport {
+        text,
+        proposal_truncated,
+    })
+}
+
+/// Render `receipt.json`: every record, the damaged lines, and what the export did; every string
+/// redacted; refused over `cap` bytes.
+pub fn render_receipt(
+    input: &ReportInput<'_>,
+    redactor: &Redactor,
+    cap: usize,
+) -> Result<Vec<u8>, ExportError> {
+    let records: Vec<Value> = input
+        .receipts
+        .records
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<_, _>>()
+        .map_err(ExportError::Encode)?;
+    let damaged: Vec<Value> = input
+        .receipts
+        .damaged
+        .iter()
+        .map(|d| json!({ "line": d.line, "problem": d.problem }))
+        .collect();
+    let excluded = serde_json::to_value(&input.gated.excluded).map_err(ExportError::Encode)?;
+    let mut v = json!({
+        "box": input.box_name,
+        "tier": input.tier,
+        "base": input.base,
+        "policy_digest": input.policy_digest,
+        "exported_at_ms": input.exported_at_ms,
+        "records": records,
+        "damaged_lines": damaged,
+        "export": {
+            "excluded": excluded,
+            "patch_sha256": input.patch_sha256,
+            "files_changed": input.gated.files_changed,
+            "insertions": input.gated.insertions,
+            "deletions": input.gated.deletions,
+            "binary_files": input.gated.binary_files,
+        },
+    });
+    redact_value(redactor, &mut v);
+    let mut bytes = serde_json::to_vec_pretty(&v).map_err(ExportError::Encode)?;
+    bytes.push(b'\n');
+    if bytes.len() > cap {
+        return Err(ExportError::ReceiptTooLarge {
+            size: bytes.len(),
+            cap,
+        });
+    }
+    let rules = redactor.matches(&bytes);
+    if !rules.is_empty() {
+        return Err(ExportError::SecretInBundle {
+            file: "receipt.json",
+            rules,
+        });
+    }
+    Ok(bytes)
+}
+
+fn redact_value(redactor: &Redactor, v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            let (r, ids) = redactor.redact(s);
+            if !ids.is_empty() {
+                *s = r;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_value(redactor, x)),
+        Value::Object(o) => {
+            let old = std::mem::take(o);
+            for (k, mut x) in old {
+                redact_value(redactor, &mut x);
+                o.insert(redactor.redact(&k).0, x);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Redact, then escape control characters: for any text that came from the box or its records.
+fn clean(redactor: &Redactor, s: &str) -> String {
+    escape_controls(&redactor.redact(s).0)
+}
+
+/// Multi-line box text as an indented code block: redacted whole, then each line escaped (tabs
+/// kept) and indented, so no line of it can start a heading or drive a terminal.
+fn indented_block(redactor: &Redactor, text: &str) -> String {
+    let (redacted, _) = redactor.redact(text);
+    let mut out = String::new();
+    for line in redacted.split('\n') {
+        out.push_str("    ");
+        for part in line.split('\t') {
+            out.push_str(&escape_controls(part));
+            out.push('\t');
+        }
+        out.pop();
+        out.push('\n');
+    }
+    out.push('\n');
+    out
+}
+
+/// Inline code that no content can break out of.
+fn code(s: &str) -> String {
+    let longest = s.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    if s.starts_with('`') || s.ends_with('`') || s.is_empty() {
+        format!("{fence} {s} {fence}")
+    } else {
+        format!("{fence}{s}{fence}")
+    }
+}
+
+/// One argument quoted as a POSIX shell would need it, for display.
+fn shell_quote(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "@%+=:,./-_".contains(c));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    }
+}
+
+fn header(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let host = input
+        .receipts
+        .records
+        .iter()
+        .filter(|r| r.lane.is_host_observed())
+        .count();
+    let g = input.gated;
+    let _ = writeln!(out, "# h5i export: box {}\n", code(&c(input.box_name)));
+    let _ = writeln!(out, "- Box: {}", code(&c(input.box_name)));
+    let _ = writeln!(out, "- Tier: {}", code(&c(input.tier)));
+    let _ = writeln!(out, "- Base: {}", code(&c(input.base)));
+    let _ = writeln!(out, "- Policy digest: {}", code(&c(input.policy_digest)));
+    let _ = writeln!(
+        out,
+        "- Exported: {} ({} ms since the epoch)",
+        rfc3339(input.exported_at_ms),
+        input.exported_at_ms
+    );
+    let _ = writeln!(
+        out,
+        "- Patch: {} file(s) changed, {} insertion(s), {} deletion(s), {} binary; {} excluded; sha256 {}",
+        g.files_changed,
+        g.insertions,
+        g.deletions,
+        g.binary_files,
+        g.excluded.len(),
+        input.patch_sha256
+    );
+    let _ = writeln!(
+        out,
+        "- Evidence: {} record(s), {} host-observed, {} box-claimed; {} damaged line(s)\n",
+        input.receipts.records.len(),
+        host,
+        input.receipts.records.len() - host,
+        input.receipts.damaged.len()
+    );
+    out.push_str(
+        "Read this before `git apply --3way patch.diff`. `host-observed` evidence is what h5i saw \
+         itself; `box-claimed` evidence is the box's own account.\n\n",
+    );
+}
+
+fn lane_label(r: &ReceiptRecord) -> String {
+    format!(
+        "{} ({})",
+        code(r.lane.as_str()),
+        if r.lane.is_host_observed() {
+            "host-observed"
+        } else {
+            "box-claimed"
+        }
+    )
+}
+
+fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let _ = writeln!(out, "{}\n", SECTIONS[0]);
+    // host:port -> (count, [(seq, host observed)])
+    let mut denied: BTreeMap<String, (u64, Vec<(u64, bool)>)> = BTreeMap::new();
+    let mut counted = 0usize;
+    for r in &input.receipts.records {
+        if let RecordBody::Run {
+            egress: Some(tally),
+            ..
+        } = &r.body
+        {
+            counted += 1;
+            for (dest, n) in &tally.denied {
+                let e = denied.entry(dest.clone()).or_default();
+                e.0 += n;
+                e.1.push((r.seq, r.lane.is_host_observed()));
+            }
+        }
+    }
+    if !denied.is_empty() {
+        for (dest, (n, runs)) in &denied {
+            let runs: Vec<String> = runs
+                .iter()
+                .map(|(seq, host)| {
+                    if *host {
+                        format!("#{seq}")
+                    } else {
+                        format!("#{seq} (box-claimed)")
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "- {} refused {n} time(s), in run(s) {}",
+                code(&c(dest)),
+                runs.join(", ")
+            );
+        }
+        out.push('\n');
+        return;
+    }
+    let tier = c(input.tier);
+    let text = if counted > 0 {
+        format!(
+            "None recorded: the egress allowlist counted connections for {counted} run(s) at this \
+             box's tier ({}) and refused none.",
+            code(&tier)
+        )
+    } else {
+        match input.tier.parse::<Tier>() {
+            Ok(Tier::Workspace) => "None recorded, and none could be: at the `workspace` tier \
+                nothing confines or counts the box's network, so an attempt to reach any host was \
+                neither refused nor seen."
+                .to_string(),
+            Ok(Tier::Process) => "None recorded, and none could be: the `process` tier scopes the \
+                network as deny or host-wide, with no allowlist and no counter, so attempts are \
+                not seen."
+                .to_string(),
+            Ok(Tier::Microvm) => "None recorded, and none could be: the `microvm` tier's network \
+                stack drops refused packets without reporting them, so no egress is counted."
+                .to_string(),
+            Ok(t) => format!(
+                "None recorded: no run of this box carried an egress tally, although the {} tier \
+                 counts egress for runs it confines. Nothing counted here is not the same as \
+                 nothing attempted.",
+                code(t.as_str())
+            ),
+            Err(_) => format!(
+                "None recorded: no run carried an egress tally, and {} is not a tier this build \
+                 knows, so nothing says whether anything counted.",
+                code(&tier)
+            ),
+        }
+    };
+    let _ = writeln!(out, "{text}\n");
+}
+
+fn exit_text(e: &ExitOutcome) -> String {
+    let mut s = if e.timed_out {
+        "timed out (124)".to_string()
+    } else if let Some(code) = e.code {
+        format!("exit {code}")
+    } else if let Some(sig) = e.signal {
+        format!("killed by signal {sig} ({})", 128 + sig)
+    } else {
+        "ended without an exit status".to_string()
+    };
+    if e.oom_killed {
+        s.push_str(", OOM-killed");
+    }
+    s
+}
+
+fn what_ran(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let _ = writeln!(out, "{}\n", SECTIONS[1]);
+    let mut runs = 0;
+    for r in &input.receipts.records {
+        if let RecordBody::Run {
+            argv,
+            tier,
+            exit,
+            wall_ms,
+            ..
+        } = &r.body
+        {
+            runs += 1;
+            let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+            let _ = writeln!(
+                out,
+                "- #{} {} at {}: {} — {} — {} ms",
+                r.seq,
+                lane_label(r),
+                code(&c(tier)),
+                code(&c(&cmd.join(" "))),
+                exit_text(exit),
+                wall_ms
+            );
+        }
+    }
+    if runs == 0 {
+        out.push_str("No run was recorded.\n");
+    }
+    out.push('\n');
+    let claims: Vec<&ReceiptRecord> = input
+        .receipts
+        .records
+        .iter()
+        .filter(|r| matches!(r.body, RecordBody::BoxClaimed { .. }))
+        .collect();
+    if !claims.is_empty() {
+        out.push_str("Box-claimed records (the box's own account, not observed by h5i):\n\n");
+        for r in claims {
+            if let RecordBody::BoxClaimed {
+                claimed_kind,
+                claim,
+            } = &r.body
+            {
+                let mut shown = c(&claim.to_string());
+                if shown.chars().count() > CLAIM_SHOWN {
+                    shown = shown.chars().take(CLAIM_SHOWN).collect::<String>() + " …";
+                }
+                let _ = writeln!(
+                    out,
+                    "- #{} {} {}: {}",
+                    r.seq,
+                    lane_label(r),
+                    code(&c(claimed_kind)),
+                    code(&shown)
+                );
+            }
+        }
+        out.push('\n');
+    }
+}
+
+fn viewer_sessions(out: &mut String, input: &ReportInput<'_>) {
+    let _ = writeln!(out, "{}\n", SECTIONS[3]);
+    let viewer: Vec<&ReceiptRecord> = input
+        .receipts
+        .records
+        .iter()
+        .filter(|r| r.lane == h5i_policy::receipt::ReceiptLane::Viewer)
+        .collect();
+    if viewer.is_empty() {
+        out.push_str("None recorded.\n\n");
+        return;
+    }
+    for r in viewer {
+        let what = match &r.body {
+            RecordBody::Run { .. } => "run",
+            RecordBody::BoxClaimed { .. } => "record",
+            RecordBody::Quarantined { .. } => "quarantined entry",
+        };
+        let _ = writeln!(out, "- #{} {} {what}", r.seq, lane_label(r));
+    }
+    out.push('\n');
+}
+
+fn excluded(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let _ = writeln!(out, "{}\n", SECTIONS[5]);
+    if input.gated.excluded.is_empty() {
+        out.push_str("Nothing was excluded.\n\n");
+        return;
+    }
+    for e in &input.gated.excluded {
+        let _ = writeln!(
+            out,
+            "- {} — {}",
+            code(&c(&e.path)),
+            c(&e.reason.to_string())
+        );
+    }
+    out.push('\n');
+}
+
+fn evidence_problems(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let _ = writeln!(out, "{}\n", SECTIONS[6]);
+    let mut problems = Vec::new();
+    for d in &input.receipts.damaged {
+        problems.push(format!(
+            "- receipts.jsonl line {}: {}",
+            d.line,
+            c(&d.problem)
+        ));
+    }
+    let mut prev: Option<u64> = None;
+    for r in &input.receipts.records {
+        let expected = prev.map_or(1, |p| p + 1);
+        if r.seq > expected {
+            problems.push(format!(
+                "- a gap in the log: record(s) #{expected}..#{} are missing",
+                r.seq - 1
+            ));
+        } else if r.seq < expected {
+            problems.push(format!(
+                "- record #{} follows #{}: repeated or out of order",
+                r.seq,
+                expected - 1
+            ));
+        }
+        prev = Some(r.seq.max(prev.unwrap_or(0)));
+        if r.policy_digest != input.policy_digest {
+            problems.push(format!(
+                "- record #{} was written under policy digest {}, not this box's",
+                r.seq,
+                code(&c(&r.policy_digest))
+            ));
+        }
+        if let RecordBody::Quarantined { entry, reason } = &r.body {
+            problems.push(format!(
+                "- record #{}: spool entry {} was refused ({})",
+                r.seq,
+                code(&c(entry)),
+                c(reason)
+            ));
+        }
+    }
+    let host_runs = input
+        .receipts
+        .records
+        .iter()
+        .filter(|r| r.lane.is_host_observed() && matches!(r.body, RecordBody::Run { .. }))
+        .count();
+    let claimed = input
+        .receipts
+        .records
+        .iter()
+        .filter(|r| !r.lane.is_host_observed())
+        .count();
+    if claimed > 0 && host_runs == 0 {
+        problems.push(format!(
+            "- {claimed} box-claimed record(s) and no host-observed run: nothing here was seen by h5i itself"
+        ));
+    }
+    if problems.is_empty() {
+        let _ = writeln!(
+            out,
+            "None found: {} record(s) read, no damaged line, no gap in the sequence.\n",
+            input.receipts.records.len()
+        );
+    } else {
+        for p in problems {
+            let _ = writeln!(out, "{p}");
+        }
+        out.push('\n');
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a time in ms since the epoch.
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5i_broker::receipt_log::DamagedLine;
+    use h5i_broker::redact::SecretValue;
+    use h5i_policy::receipt::{EgressTally, ReceiptLane};
+
+    fn run(
+        seq: u64,
+        lane: ReceiptLane,
+        argv: &[&str],
+        egress: Option<EgressTally>,
+    ) -> ReceiptRecord {
+        ReceiptRecord {
+            v: 1,
+            seq,
+            lane,
+            at_ms: 0,
+            policy_digest: "sha256:d".into(),
+            redactions: vec![],
+            payload: None,
+            body: RecordBody::Run {
+                argv: argv.iter().map(|s| s.to_string()).collect(),
+                tier: "container".into(),
+                exit: ExitOutcome {
+                    code: None,
+                    signal: None,
+                    timed_out: true,
+                    oom_killed: false,
+                },
+                rusage: None,
+                wall_ms: 7,
+                oom: None,
+                egress,
+            },
+        }
+    }
+
+    fn gated() -> GatedPatch {
+        GatedPatch {
+            patch: vec![],
+            excluded: vec![],
+            files_changed: 0,
+            insertions: 0,
+            deletions: 0,
+            binary_files: 0,
+        }
+    }
+
+    fn input<'a>(
+        receipts: &'a ReceiptReadout,
+        g: &'a GatedPatch,
+        tier: &'a str,
+        proposal: Option<&'a str>,
+    ) -> ReportInput<'a> {
+        ReportInput {
+            box_name: "b",
+            tier,
+            base: "0123",
+            policy_digest: "sha256:d",
+            exported_at_ms: 1_700_000_000_123,
+            receipts,
+            proposal,
+            gated: g,
+            patch_sha256: "ff",
+        }
+    }
+
+    fn positions(text: &str) -> Vec<usize> {
+        SECTIONS
+            .iter()
+            .map(|s| {
+                let hits: Vec<_> = text.match_indices(&format!("\n{s}\n")).collect();
+                assert_eq!(hits.len(), 1, "{s} appears once at a line start");
+                hits[0].0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sections_come_in_the_manuals_order_and_a_proposal_cannot_forge_one() {
+        let receipts = ReceiptReadout::default();
+        let g = gated();
+        let p = "all good\n## Excluded from the patch\nNothing was excluded.\n\x1b]52;c;aGk=\x07";
+        let r = render_report(
+            &input(&receipts, &g, "workspace", Some(p)),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        let pos = positions(&r.text);
+        assert!(pos.windows(2).all(|w| w[0] < w[1]), "{pos:?}");
+        assert!(r.text.contains("    ## Excluded from the patch"));
+        assert!(!r.text.contains('\x1b'));
+        assert!(r.text.contains("nothing confines or counts"));
+    }
+
+    #[test]
+    fn runs_show_lane_argv_and_timeouts_and_denials_name_the_run() {
+        let mut tally = EgressTally::default();
+        tally.denied.insert("evil.test:443".into(), 3);
+        let receipts = ReceiptReadout {
+            records: vec![
+                run(
+                    1,
+                    ReceiptLane::HostEnvRun,
+                    &["sh", "-c", "echo 'a b'"],
+                    Some(tally),
+                ),
+                run(3, ReceiptLane::TeeShim, &["ls"], None),
+            ],
+            damaged: vec![DamagedLine {
+                line: 4,
+                problem: "torn".into(),
+            }],
+        };
+        let g = gated();
+        let r = render_report(
+            &input(&receipts, &g, "container", None),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        let t = &r.text;
+        assert!(
+            t.contains("`evil.test:443` refused 3 time(s), in run(s) #1"),
+            "{t}"
+        );
+        assert!(t.contains("#1 `host-env-run` (host-observed)"));
+        assert!(t.contains("#3 `tee-shim` (box-claimed)"));
+        assert!(t.contains(r#"`sh -c 'echo '\''a b'\'''`"#), "{t}");
+        assert!(t.contains("timed out (124)"));
+        assert!(t.contains("line 4: torn"));
+        assert!(t.contains("record(s) #2..#2 are missing"));
+        assert!(t.contains("None staged."));
+    }
+
+    #[test]
+    fn only_the_proposal_is_cut_to_fit_the_cap() {
+        let receipts = ReceiptReadout::default();
+        let g = gated();
+        let big = "word ".repeat(20_000);
+        let full = render_report(
+            &input(&receipts, &g, "process", Some(&big)),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        assert!(!full.proposal_truncated);
+        let cap = full.text.len() / 4;
+        let cut = render_report(
+            &input(&receipts, &g, "process", Some(&big)),
+            &Redactor::default(),
+            cap,
+        )
+        .unwrap();
+        assert!(cut.proposal_truncated);
+        assert!(cut.text.len() <= cap);
+        positions(&cut.text);
+        assert!(cut.text.contains("the proposal was cut"));
+        let err = render_report(
+            &input(&receipts, &g, "process", Some(&big)),
+            &Redactor::default(),
+            200,
+        )
+        .unwrap_err();
+        assert!(matches!(err, ExportError::ReportTooLarge { .. }));
+    }
+
+    #[test]
+    fn secrets_are_redacted_everywhere_including_json_keys() {
+        let r = Redactor::new(vec![SecretValue::new("secret:T", "tok\"en")]);
+        let receipts = ReceiptReadout {
+            records: vec![run(
+                1,
+                ReceiptLane::HostEnvRun,
+                &["curl", "-H", "x: tok\"en"],
+                None,
+            )],
+            damaged: vec![],
+        };
+        let g = gated();
+        let i = input(&receipts, &g, "workspace", Some("my token is tok\"en"));
+        let rep = render_report(&i, &r, 1 << 20).unwrap();
+        assert!(!rep.text.contains("tok\"en"));
+        let json = render_receipt(&i, &r, 1 << 20).unwrap();
+        let text = String::from_utf8(json).unwrap();
+        assert!(!text.contains("tok\\\"en") && !text.contains("tok\"en"));
+        assert!(text.contains("[REDACTED:secret:T]"));
+        assert!(matches!(
+            render_receipt(&i, &r, 10),
+            Err(ExportError::ReceiptTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn timestamps_render_in_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
+    }
+}

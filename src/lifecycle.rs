@@ -1,0 +1,131 @@
+//! `h5i box abort`, `rm` and `gc`: ending a box.
+//!
+//! Owns what is kept and what is reclaimed. `abort` keeps everything (forensics), `gc` reclaims
+//! the workspaces of applied and aborted boxes but keeps their manifests, receipts and events,
+//! `rm` removes a box whole, including its pin ref. Must never: remove a box with changes nobody
+//! exported unless told `--force`, or touch any ref but the box's own pin.
+
+use std::fs;
+use std::time::{Duration, SystemTime};
+
+use crate::error::BoxError;
+use crate::events::{self, Event};
+use crate::git::Git;
+use crate::snapshot::{Snapshot, SnapshotObjects};
+use crate::store::{require_active, write_manifest, BoxLock, BoxState, BoxStore, StoredBox};
+
+/// Stop a box: no further runs; its manifest and workspace stay for forensics.
+pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
+    let mut sb = store.find(name)?;
+    let _lock = BoxLock::take(&sb.paths, name)?;
+    require_active(&sb, "abort")?;
+    sb.manifest.state = BoxState::Aborted;
+    write_manifest(&sb.paths, &sb.manifest)?;
+    events::append(
+        &sb.paths,
+        &Event::new("aborted", "stopped by the user".into()),
+    )?;
+    Ok(sb)
+}
+
+/// Whether the box's tree differs from its pinned base.
+pub fn has_changes(sb: &StoredBox) -> Result<bool, BoxError> {
+    if !sb.paths.workspace().is_dir() {
+        return Ok(false);
+    }
+    let snap = Snapshot::take(
+        &sb.manifest.store,
+        &sb.paths.workspace(),
+        &sb.paths.scratch(),
+        &sb.manifest.base,
+        SnapshotObjects::Scratch,
+    )?;
+    Ok(!snap.changes_against(&sb.manifest.base)?.is_empty())
+}
+
+/// Remove a box entirely. An active box with unexported changes needs `force`.
+pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
+    let sb = store.find(name)?;
+    let lock = BoxLock::take(&sb.paths, name)?;
+    if !force && sb.manifest.state == BoxState::Active && has_changes(&sb)? {
+        return Err(BoxError::WrongState {
+            name: name.to_string(),
+            state: "holding changes",
+            verb: "rm",
+            mend: format!(
+                "`h5i box export {name} --out DIR` first, or `h5i box rm --force {name}` to discard them"
+            ),
+        });
+    }
+    if !sb.manifest.source.is_detached() {
+        // Only this box's own pin; compare-and-delete so a reused ref name is never removed.
+        let _ = Git::at(&sb.manifest.store)
+            .args(["update-ref", "-d", &sb.manifest.base_ref, &sb.manifest.base])
+            .output();
+    }
+    // The box directory is renamed out of the store first, so a crash mid-delete never leaves a
+    // half-removed box that `ls` would show.
+    let doomed = sb
+        .paths
+        .dir
+        .with_file_name(format!(".removing-{name}-{}", std::process::id()));
+    fs::rename(&sb.paths.dir, &doomed).map_err(|e| BoxError::io(&sb.paths.dir, e))?;
+    drop(lock);
+    fs::remove_dir_all(&doomed).map_err(|e| BoxError::io(&doomed, e))
+}
+
+/// What `gc` reclaimed.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// Boxes whose workspace was removed.
+    pub reclaimed: Vec<String>,
+    /// Leftovers of interrupted creates or removals that were deleted.
+    pub leftovers: usize,
+}
+
+/// Reclaim applied and aborted workspaces, and leftovers of interrupted verbs older than an hour.
+pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
+    let mut report = GcReport::default();
+    for sb in store.list()? {
+        if sb.manifest.state == BoxState::Active || !sb.paths.workspace().exists() {
+            continue;
+        }
+        let Ok(_lock) = BoxLock::take(&sb.paths, &sb.manifest.name) else {
+            continue;
+        };
+        for d in [sb.paths.workspace(), sb.paths.scratch()] {
+            if d.exists() {
+                fs::remove_dir_all(&d).map_err(|e| BoxError::io(&d, e))?;
+            }
+        }
+        events::append(
+            &sb.paths,
+            &Event::new(
+                "gc",
+                "workspace reclaimed; manifest and receipts kept".into(),
+            ),
+        )?;
+        report.reclaimed.push(sb.manifest.name.clone());
+    }
+    let cutoff = SystemTime::now() - Duration::from_secs(3600);
+    if let Ok(agents) = fs::read_dir(store.env_root()) {
+        for agent in agents.flatten() {
+            let Ok(entries) = fs::read_dir(agent.path()) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let stale = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t < cutoff)
+                    .unwrap_or(false);
+                if (n.starts_with(".creating-") || n.starts_with(".removing-")) && stale {
+                    fs::remove_dir_all(e.path()).map_err(|err| BoxError::io(&e.path(), err))?;
+                    report.leftovers += 1;
+                }
+            }
+        }
+    }
+    Ok(report)
+}

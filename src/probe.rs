@@ -1,0 +1,234 @@
+//! `h5i box probe`: what this host can enforce, per tier, measured rather than assumed.
+//!
+//! Owns the host-facing half of tier selection: it fills [`HostTiers`] for policy resolution
+//! and prints the same facts for a human. Each fact is a question the kernel answered (a
+//! syscall's return, a file under /proc or /sys), never the mere presence of a binary. Must
+//! never: report a tier as available when any of its layers is missing, or cache an answer
+//! across a kernel or binary change.
+
+use std::path::Path;
+
+use h5i_policy::{HostTiers, Tier};
+
+/// One probed fact, for printing.
+#[derive(Debug, Clone)]
+pub struct ProbeLine {
+    /// What was checked.
+    pub what: String,
+    /// What the host answered.
+    pub answer: String,
+}
+
+/// The kernel facts the kernel tiers need.
+#[derive(Debug, Clone)]
+pub struct KernelFacts {
+    /// Landlock ABI version, or the reason there is none.
+    pub landlock_abi: Result<i32, String>,
+    /// Whether seccomp filters (and user notification) are available.
+    pub seccomp: Result<bool, String>,
+    /// Whether this caller can create a user namespace.
+    pub userns: Result<(), String>,
+    /// `h5i-runc`, found beside h5i or on PATH.
+    pub runc: Result<std::path::PathBuf, String>,
+    /// The cgroup layout, and whether h5i can make groups under its own cgroup.
+    pub cgroups: (String, Result<(), String>),
+}
+
+/// Ask the kernel.
+pub fn kernel_facts() -> KernelFacts {
+    KernelFacts {
+        landlock_abi: landlock_abi(),
+        seccomp: seccomp(),
+        userns: userns(),
+        runc: crate::process::runc_binary()
+            .ok_or_else(|| "h5i-runc is not beside h5i or on PATH (make build)".to_string()),
+        cgroups: cgroups(),
+    }
+}
+
+fn landlock_abi() -> Result<i32, String> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a NULL attr, size 0 and the VERSION flag the syscall only returns the ABI
+    // version; no memory is read or written.
+    let v = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if v < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!(
+            "Landlock unavailable ({e}); boot with lsm=...,landlock"
+        ));
+    }
+    Ok(v as i32)
+}
+
+fn seccomp() -> Result<bool, String> {
+    match std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail") {
+        Ok(a) => Ok(a.split_whitespace().any(|w| w == "user_notif")),
+        Err(e) => Err(format!("seccomp filters unavailable ({e})")),
+    }
+}
+
+fn userns() -> Result<(), String> {
+    let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .map_err(|e| format!("user namespaces unavailable ({e})"))?;
+    if max.trim() == "0" {
+        return Err(
+            "user.max_user_namespaces is 0; to fix: sysctl -w user.max_user_namespaces=15000"
+                .into(),
+        );
+    }
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        if let Ok(v) = std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone") {
+            if v.trim() == "0" {
+                return Err("kernel.unprivileged_userns_clone is 0; to fix: sysctl -w kernel.unprivileged_userns_clone=1".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cgroups() -> (String, Result<(), String>) {
+    let layout = match h5i_runtime::runc::cgroup::detect_layout() {
+        Ok(h5i_runtime::runc::cgroup::Layout::V2) => "v2",
+        Ok(h5i_runtime::runc::cgroup::Layout::V1) => "v1",
+        Err(e) => return ("unknown".into(), Err(e.to_string())),
+    };
+    let probe_id = format!("probe-{}", std::process::id());
+    let held = h5i_runtime::cage::ResourceCage::create(&probe_id, Some(64 << 20), Some(64))
+        .map(drop)
+        .map_err(|e| e.to_string());
+    (layout.into(), held)
+}
+
+/// What this host can run, tier by tier, with the reason where it cannot.
+pub fn host_tiers() -> HostTiers {
+    tiers_from(&kernel_facts())
+}
+
+fn tiers_from(f: &KernelFacts) -> HostTiers {
+    let mut t = HostTiers::new();
+    t.set_available(Tier::Workspace);
+    let process = (|| -> Result<(), String> {
+        f.runc.as_ref().map_err(String::clone)?;
+        f.userns.clone()?;
+        let abi = f.landlock_abi.clone()?;
+        if abi < 3 {
+            return Err(format!(
+                "Landlock ABI {abi} cannot confine truncate(2); needs 3+ (Linux 6.2)"
+            ));
+        }
+        f.seccomp.clone()?;
+        Ok(())
+    })();
+    match process {
+        Ok(()) => t.set_available(Tier::Process),
+        Err(why) => t.set_unavailable(Tier::Process, why),
+    };
+    for (tier, why) in [
+        (
+            Tier::Supervised,
+            "the supervised tier is not in this build of h5i",
+        ),
+        (
+            Tier::Container,
+            "the container tier is not in this build of h5i",
+        ),
+        (
+            Tier::Microvm,
+            "the microvm tier is not in this build of h5i (needs msb 0.6+ and /dev/kvm)",
+        ),
+    ] {
+        t.set_unavailable(tier, why);
+    }
+    t
+}
+
+/// The facts `h5i box probe` prints.
+pub fn probe_lines() -> Vec<ProbeLine> {
+    let f = kernel_facts();
+    let tiers = tiers_from(&f);
+    let mut out = Vec::new();
+    let line = |what: &str, answer: String| ProbeLine {
+        what: what.into(),
+        answer,
+    };
+    for tier in Tier::ALL_STRONGEST_FIRST {
+        out.push(line(
+            &format!("tier {}", tier.as_str()),
+            match tiers.availability(tier) {
+                h5i_policy::TierAvailability::Available => "available".into(),
+                h5i_policy::TierAvailability::Unavailable(why) => format!("unavailable: {why}"),
+            },
+        ));
+    }
+    out.push(line(
+        "landlock",
+        match &f.landlock_abi {
+            Ok(v) => format!(
+                "ABI {v}{}",
+                if *v >= 4 {
+                    " (fs + TCP bind/connect)"
+                } else {
+                    " (fs)"
+                }
+            ),
+            Err(e) => e.clone(),
+        },
+    ));
+    out.push(line(
+        "seccomp",
+        match &f.seccomp {
+            Ok(true) => "filters + user notification".into(),
+            Ok(false) => {
+                "filters (no user notification: the supervised tier's socket gate cannot run)"
+                    .into()
+            }
+            Err(e) => e.clone(),
+        },
+    ));
+    out.push(line(
+        "user namespaces",
+        match &f.userns {
+            Ok(()) => "available".into(),
+            Err(e) => e.clone(),
+        },
+    ));
+    out.push(line(
+        "h5i-runc",
+        match &f.runc {
+            Ok(p) => p.display().to_string(),
+            Err(e) => e.clone(),
+        },
+    ));
+    out.push(line(
+        "cgroups",
+        match &f.cgroups {
+            (layout, Ok(())) => format!(
+                "{layout}; mem and procs can be held (h5i made and removed a group under its own)"
+            ),
+            (layout, Err(e)) => format!("{layout}; mem and procs cannot be held here: {e}"),
+        },
+    ));
+    out.push(line(
+        "tty-injection",
+        tty_injection_line(Path::new("/proc/sys/dev/tty/legacy_tiocsti")),
+    ));
+    out
+}
+
+/// The manual's tty-injection line, from this kernel's `dev.tty.legacy_tiocsti`. h5i's seccomp
+/// filter refuses `ioctl(TIOCSTI)` at the kernel tiers whatever the kernel's setting.
+fn tty_injection_line(sysctl: &Path) -> String {
+    match std::fs::read_to_string(sysctl) {
+        Ok(v) if v.trim() == "0" => "blocked at every tier".into(),
+        _ => "blocked at the kernel tiers (h5i's seccomp filter refuses TIOCSTI), possible at isolation=workspace; to close it there: sysctl -w dev.tty.legacy_tiocsti=0".into(),
+    }
+}

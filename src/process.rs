@@ -1,0 +1,146 @@
+//! The process tier from the box's side: turn a box and its verified policy into a
+//! [`BundlePlan`] and run it through `h5i-runc`.
+//!
+//! Owns the mapping of policy words to host paths: `$WORK` is the box's workspace, `$HOME` is the
+//! box's private per-run home under its scratch `/tmp` (never the user's), the object store the
+//! workspace borrows from is granted read-only and nothing else of the parent's `.git` is. Must
+//! never: grant the parent repository's refs, config or hooks, or the user's home directory.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use h5i_policy::{NetMode, ResolvedPolicy};
+use h5i_runtime::bundle::BundlePlan;
+use h5i_runtime::process_tier::{ProcessRunReport, RuncInvocation};
+
+use crate::error::BoxError;
+use crate::store::{now_ms, StoredBox};
+
+/// The largest file a box may write (`RLIMIT_FSIZE`); a runaway writer meets `EFBIG`.
+pub const MAX_FILE_BYTES: u64 = 8 << 30;
+/// Size of the box's private `/tmp`.
+pub const TMP_BYTES: u64 = 1 << 30;
+/// The box's `HOME`: inside its private `/tmp`, so nothing of the user's home is reachable.
+pub const BOX_HOME: &str = "/tmp";
+
+/// Where `h5i-runc` is: beside this `h5i` binary, else on PATH.
+pub fn runc_binary() -> Option<PathBuf> {
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("h5i-runc")))
+        .filter(|p| p.is_file());
+    sibling.or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join("h5i-runc"))
+                .find(|p| p.is_file())
+        })
+    })
+}
+
+/// The state directory h5i-runc should use for this caller.
+fn runc_root() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return None;
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if Path::new(&d).is_dir() => None,
+        // SAFETY: as above.
+        _ => Some(std::env::temp_dir().join(format!("h5i-runc-{}", unsafe { libc::geteuid() }))),
+    }
+}
+
+fn expand(p: &str, workspace: &Path) -> Option<PathBuf> {
+    if let Some(rest) = p.strip_prefix("$WORK") {
+        return Some(workspace.join(rest.trim_start_matches('/')));
+    }
+    if p.starts_with("$HOME") {
+        // Covered by the box's private /tmp, where its HOME lives.
+        return None;
+    }
+    Some(PathBuf::from(p))
+}
+
+/// Build the plan for one run of `argv` in `sb`.
+pub fn plan(sb: &StoredBox, policy: &ResolvedPolicy, argv: &[OsString]) -> BundlePlan {
+    let ws = sb.paths.workspace();
+    let mut read: Vec<PathBuf> = policy
+        .fs
+        .read
+        .iter()
+        .filter_map(|p| expand(p, &ws))
+        .collect();
+    read.push(sb.manifest.store.join("objects"));
+    let mut write = vec![ws.clone()];
+    write.extend(policy.fs.write.iter().filter_map(|p| expand(p, &ws)));
+    write.dedup();
+    let mut env = vec![
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        format!("HOME={BOX_HOME}"),
+        "TMPDIR=/tmp".to_string(),
+        format!("H5I_ENV_ID={}", sb.manifest.name),
+        format!("H5I_ENV_POLICY_DIGEST={}", sb.manifest.policy_digest),
+        format!("H5I_ENV_CAPTURE_SPOOL={}", sb.paths.spool().display()),
+    ];
+    for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push(format!("{k}={v}"));
+        }
+    }
+    // SAFETY: getuid/getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    BundlePlan {
+        id: format!(
+            "{}-{}-{}",
+            sb.manifest.name,
+            std::process::id(),
+            now_ms() % 100_000
+        ),
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        env,
+        cwd: ws,
+        read,
+        write,
+        spool: sb.paths.spool(),
+        host_network: policy.net.mode == NetMode::Host,
+        unix_sockets: policy.net.unix,
+        uid,
+        gid,
+        cgroups_path: None,
+        max_file_bytes: Some(MAX_FILE_BYTES),
+        tmp_bytes: TMP_BYTES,
+    }
+}
+
+/// Run `argv` in `sb` at the process tier.
+pub fn run(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    argv: &[OsString],
+    wall: Option<Duration>,
+) -> Result<ProcessRunReport, BoxError> {
+    let binary = runc_binary().ok_or_else(|| BoxError::BadRequest {
+        what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
+            .into(),
+        mend: "build it (`make build`) or put h5i-runc on PATH".into(),
+    })?;
+    let plan = plan(sb, policy, argv);
+    let dir = sb.paths.scratch().join(format!("run-{}", plan.id));
+    let report = h5i_runtime::process_tier::run(
+        &RuncInvocation {
+            binary,
+            root: runc_root(),
+        },
+        plan,
+        &dir,
+        policy.resources.mem_bytes,
+        policy.resources.procs,
+        wall,
+    )?;
+    Ok(report)
+}

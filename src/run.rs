@@ -1,0 +1,131 @@
+//! `h5i box run NAME -- CMD...`: one command in the box, its exit code passed through, and a
+//! host-observed receipt of what the kernel said about it.
+//!
+//! Owns the run path: load the box, verify its policy against the stored digest (a mismatch is
+//! refused, never repaired), hand the command to the tier's backend, and append the
+//! `host-env-run` record. Must never: run at a tier other than the one the policy resolved to, or
+//! write a receipt from anything but the supervisor's own observation.
+//!
+//! Guarded by `tests/box_run.rs`.
+
+use std::ffi::OsString;
+use std::process::Command;
+use std::time::Duration;
+
+use h5i_policy::receipt::{ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::Tier;
+
+use crate::error::BoxError;
+use crate::events::{self, Event};
+use crate::secrets;
+use crate::store::{load_policy, now_ms, require_active, BoxStore};
+
+/// The result of a run, for the CLI to turn into an exit code.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// How the command ended.
+    pub exit: ExitOutcome,
+    /// The receipt's sequence number.
+    pub receipt_seq: u64,
+}
+
+/// Run `argv` in the box called `name`.
+pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome, BoxError> {
+    let Some(program) = argv.first() else {
+        return Err(BoxError::BadRequest {
+            what: "no command given".into(),
+            mend: format!("put the command after `--`: h5i box run {name} -- cargo test"),
+        });
+    };
+    let sb = store.find(name)?;
+    require_active(&sb, "run")?;
+    let policy = load_policy(&sb)?;
+    let digest = sb.manifest.policy_digest.clone();
+    let wall = policy.resources.wall_secs.map(Duration::from_secs);
+    let started_ms = now_ms();
+
+    let mut oom = None;
+    let report =
+        match policy.tier {
+            Tier::Workspace => {
+                let mut cmd = Command::new(program);
+                cmd.args(&argv[1..])
+                    .current_dir(sb.paths.workspace())
+                    .env("H5I_ENV_ID", &sb.manifest.name)
+                    .env("H5I_ENV_POLICY_DIGEST", &digest)
+                    .env("H5I_ENV_CAPTURE_SPOOL", sb.paths.spool());
+                h5i_runtime::supervise::run_supervised(cmd, wall)?
+            }
+            Tier::Process => {
+                let run = crate::process::run(&sb, &policy, argv, wall)?;
+                oom = run.cage.oom;
+                run.child
+            }
+            other => return Err(BoxError::BadRequest {
+                what: format!(
+                    "box `{name}` is pinned to the {} tier, which this build of h5i cannot run",
+                    other.as_str()
+                ),
+                mend:
+                    "create the box with --isolation workspace, or use an h5i build with that tier"
+                        .into(),
+            }),
+        };
+
+    let mut exit = report.exit.clone();
+    exit.oom_killed = oom.is_some() && exit.signal == Some(libc::SIGKILL)
+        || oom.is_some() && exit.code == Some(128 + libc::SIGKILL);
+    let redactor = secrets::redactor_for(&policy);
+    let mut redactions = Vec::new();
+    let argv_text: Vec<String> = argv
+        .iter()
+        .map(|a| {
+            let (clean, ids) = redactor.redact(&a.to_string_lossy());
+            redactions.extend(ids);
+            clean
+        })
+        .collect();
+    redactions.sort();
+    redactions.dedup();
+    let record = ReceiptRecord {
+        v: 0,
+        seq: 0,
+        lane: ReceiptLane::HostEnvRun,
+        at_ms: started_ms,
+        policy_digest: digest,
+        redactions,
+        payload: None,
+        body: RecordBody::Run {
+            argv: argv_text,
+            tier: policy.tier.as_str().to_string(),
+            exit: exit.clone(),
+            rusage: Some(report.rusage.clone()),
+            wall_ms: report.wall.as_millis() as u64,
+            oom: oom.clone(),
+            egress: None,
+        },
+    };
+    let written = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts()).append(record)?;
+    events::append(
+        &sb.paths,
+        &Event::new(
+            "run",
+            format!(
+                "receipt {} exit {}{}",
+                written.seq,
+                exit.passthrough_code(),
+                if exit.timed_out {
+                    " (wall-clock limit)"
+                } else if exit.oom_killed {
+                    " (OOM-killed)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    )?;
+    Ok(RunOutcome {
+        exit,
+        receipt_seq: written.seq,
+    })
+}

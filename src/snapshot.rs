@@ -1,0 +1,1487 @@
+//! A snapshot of a box's workspace as a git index, built host-side in private scratch.
+//!
+//! Owns turning the files under a box's workspace into a temporary index over the pinned base:
+//! `git read-tree <base>`, then every path git would take (`git ls-files` for the tracked set and
+//! the untracked set under the workspace's `.gitignore`) whose bytes or mode differ from the base
+//! is hashed here, its blob streamed into one pack (`git fast-import`), and the index updated with
+//! `git update-index --add --remove` on exactly those paths. The result is what `git add -A` would
+//! stage, in a handful of git processes whatever the number of changed files (and without
+//! rehashing files whose bytes match the base). Then: the entries, the changes and the patch
+//! against the base, the tree, exclusions (a path reset to its base entry), and a checkout of
+//! another tree for `box rebase`.
+//!
+//! Where the objects go is [`SnapshotObjects`]: `Scratch` writes new blobs into a private object
+//! directory that borrows the store's objects as an alternate (nothing lands in the parent; used by
+//! `box diff` and `box export`); `Store` writes them into the store (`box apply`, `box rebase`).
+//!
+//! Must never: run git with the box's own `.git` as `GIT_DIR` or read its index or config; follow
+//! a symlink the box planted when reading a file (every file is opened `O_NOFOLLOW` beneath
+//! directories checked to be real); let box-written `.gitattributes` steer a host git (attributes
+//! come from the pinned base, `GIT_ATTR_SOURCE`); add a nested repository as a gitlink; or leave
+//! its scratch behind (dropping a snapshot removes it).
+//!
+//! Guarded by the unit tests below and `tests/export_gate.rs`.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{self, Read};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::git::{Git, GitError};
+
+/// Where a snapshot writes the blobs it creates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SnapshotObjects {
+    /// Into `<scratch>/…/objects`, with the store's objects as an alternate: the parent is never
+    /// written. For `box diff` and `box export`.
+    Scratch,
+    /// Into the store itself, so a tree written from the snapshot can be committed there. For
+    /// `box apply` and `box rebase`.
+    Store,
+}
+
+/// A snapshot could not be taken or read.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The base is not a full object id.
+    #[error("refusing: base `{base}` is not a full commit id; to fix: the box manifest is damaged, check it with `h5i box doctor`")]
+    BadBase {
+        /// What was given.
+        base: String,
+    },
+    /// The scratch directory could not be prepared or written.
+    #[error("refusing: could not prepare snapshot scratch {path}: {source}; to fix: check that the box's scratch directory is writable by you and the disk has space")]
+    Scratch {
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A git step failed.
+    #[error("refusing: could not {step} ({}); to fix: {mend}", describe(.source))]
+    Git {
+        /// What was being done.
+        step: &'static str,
+        /// The git failure.
+        source: GitError,
+        /// What to do about it.
+        mend: &'static str,
+    },
+    /// git printed something this module cannot parse.
+    #[error("refusing: git printed {what} that h5i cannot parse; to fix: report this as an h5i bug, with `git --version`")]
+    Parse {
+        /// Which output.
+        what: &'static str,
+    },
+    /// A workspace file could not be read, and nobody was asked what to do about it.
+    #[error("refusing: could not read {path} in the workspace: {source}; to fix: make it readable by you, or remove it from the box")]
+    Workspace {
+        /// The path, as text.
+        path: String,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A file is not a regular file, symlink or directory, and nobody was asked about it.
+    #[error("refusing: {path} in the workspace is a {kind}, which git cannot hold; to fix: remove it from the box")]
+    Special {
+        /// The path, as text.
+        path: String,
+        /// What it is.
+        kind: &'static str,
+    },
+}
+
+/// A git failure, without the `refusing:` its own message carries (this module adds its own).
+fn describe(e: &GitError) -> String {
+    match e {
+        GitError::Spawn(io) => format!("git could not be started: {io}"),
+        GitError::Failed { args, stderr } => format!("`git {args}` failed: {stderr}"),
+    }
+}
+
+const MEND_BASE: &str = "check that the box's pinned base is still in its store (`h5i box doctor`)";
+const MEND_SCRATCH: &str =
+    "check that the box's scratch directory is writable by you and the disk has space";
+
+/// What a snapshot tells its inspector about a path it is about to stage.
+#[derive(Debug)]
+pub enum Seen<'a> {
+    /// A regular file whose bytes or mode differ from the base.
+    File {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// The blob id of `content`.
+        sha: &'a str,
+        /// Whether it is staged as 100755.
+        executable: bool,
+        /// Its bytes, as read (once) through `O_NOFOLLOW`.
+        content: &'a [u8],
+    },
+    /// A symlink whose target differs from the base.
+    Symlink {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// The blob id of `target`.
+        sha: &'a str,
+        /// The link's target, as `readlink` returned it.
+        target: &'a [u8],
+    },
+    /// A regular file over the size limit given to [`TakeOptions::max_file_size`]; never read.
+    TooLarge {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// Its size in bytes.
+        size: u64,
+    },
+    /// Something git cannot hold (a fifo, socket or device) where git would look for a file.
+    Special {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A file that could not be read.
+    Unreadable {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// Why.
+        error: &'a io::Error,
+    },
+    /// A directory holding its own repository, which `git add -A` would record as a gitlink.
+    /// Never staged.
+    NestedRepository {
+        /// Path relative to the workspace (no trailing slash).
+        path: &'a [u8],
+    },
+    /// A gitlink of the base whose path the box turned into something other than a directory.
+    /// The base's gitlink is kept.
+    GitlinkReplaced {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+    },
+}
+
+/// The inspector's answer for one path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Stage it.
+    Keep,
+    /// Leave the base's entry (or no entry) in place.
+    Skip,
+}
+
+/// An inspector: told about every path a snapshot is about to stage.
+pub type Inspector<'a> = &'a mut dyn FnMut(Seen<'_>) -> Verdict;
+
+/// How to take a snapshot.
+pub struct TakeOptions<'a> {
+    objects: SnapshotObjects,
+    skip: HashSet<Vec<u8>>,
+    max_file_size: Option<u64>,
+    inspect: Option<Inspector<'a>>,
+}
+
+impl<'a> TakeOptions<'a> {
+    /// Stage everything git would, writing blobs as `objects` says.
+    pub fn new(objects: SnapshotObjects) -> Self {
+        TakeOptions {
+            objects,
+            skip: HashSet::new(),
+            max_file_size: None,
+            inspect: None,
+        }
+    }
+
+    /// Keep these paths (and everything beneath them) at the base: never read, never staged.
+    pub fn skip(mut self, paths: impl IntoIterator<Item = Vec<u8>>) -> Self {
+        self.skip.extend(paths);
+        self
+    }
+
+    /// Never read a file bigger than this; it is reported as [`Seen::TooLarge`] and kept at base.
+    pub fn max_file_size(mut self, bytes: u64) -> Self {
+        self.max_file_size = Some(bytes);
+        self
+    }
+
+    /// Ask `inspect` about every path before it is staged.
+    pub fn inspect(mut self, inspect: Inspector<'a>) -> Self {
+        self.inspect = Some(inspect);
+        self
+    }
+}
+
+/// One index entry (`git ls-files -s`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    /// Git mode (`0o100644`, `0o100755`, `0o120000`, `0o160000`).
+    pub mode: u32,
+    /// Object id.
+    pub sha: String,
+    /// Path bytes, relative to the workspace.
+    pub path: Vec<u8>,
+}
+
+/// One change of the snapshot against a tree (`git diff-index --cached --raw`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Mode in the base (0 when added).
+    pub old_mode: u32,
+    /// Mode in the snapshot (0 when deleted).
+    pub new_mode: u32,
+    /// Object id in the base (all zeros when added).
+    pub old_sha: String,
+    /// Object id in the snapshot (all zeros when deleted).
+    pub new_sha: String,
+    /// git's status letter: `A`, `M`, `D` or `T`.
+    pub status: u8,
+    /// Path bytes, relative to the workspace.
+    pub path: Vec<u8>,
+}
+
+impl Change {
+    /// Whether the snapshot has something at this path (not a deletion).
+    pub fn is_present(&self) -> bool {
+        self.new_mode != 0
+    }
+}
+
+/// Git modes.
+pub mod mode {
+    /// A regular file.
+    pub const FILE: u32 = 0o100644;
+    /// An executable file.
+    pub const EXECUTABLE: u32 = 0o100755;
+    /// A symbolic link.
+    pub const SYMLINK: u32 = 0o120000;
+    /// A gitlink (a submodule's commit).
+    pub const GITLINK: u32 = 0o160000;
+}
+
+/// Blobs at most this big are buffered for one `fast-import` run at a time.
+const FAST_IMPORT_BATCH: usize = 64 << 20;
+
+/// Keeps glibc's allocator from returning memory to the kernel after every blob, which costs a
+/// `brk` per object in git's bulk paths.
+const MALLOC_TUNING: &str = "glibc.malloc.trim_threshold=268435456:glibc.malloc.top_pad=16777216";
+
+static SNAPSHOT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary index of the workspace over a pinned base. Dropping it removes its scratch.
+#[derive(Debug)]
+pub struct Snapshot {
+    store: PathBuf,
+    workspace: PathBuf,
+    dir: PathBuf,
+    objects: SnapshotObjects,
+    base: String,
+    changes: RefCell<Option<(String, Vec<Change>)>>,
+}
+
+impl Snapshot {
+    /// Snapshot `workspace` over `base` (a commit in the host-controlled `store_git_dir`), with its
+    /// index and (for `Scratch`) new objects under `scratch_dir`.
+    pub fn take(
+        store_git_dir: &Path,
+        workspace: &Path,
+        scratch_dir: &Path,
+        base: &str,
+        objects: SnapshotObjects,
+    ) -> Result<Snapshot, SnapshotError> {
+        Snapshot::take_with(
+            store_git_dir,
+            workspace,
+            scratch_dir,
+            base,
+            TakeOptions::new(objects),
+        )
+    }
+
+    /// [`Snapshot::take`], with paths to skip, a size limit and an inspector.
+    pub fn take_with(
+        store_git_dir: &Path,
+        workspace: &Path,
+        scratch_dir: &Path,
+        base: &str,
+        mut opts: TakeOptions<'_>,
+    ) -> Result<Snapshot, SnapshotError> {
+        if !is_object_id(base) {
+            return Err(SnapshotError::BadBase {
+                base: base.to_string(),
+            });
+        }
+        let dir = make_scratch(scratch_dir, opts.objects)?;
+        let snap = Snapshot {
+            store: store_git_dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
+            dir,
+            objects: opts.objects,
+            base: base.to_string(),
+            changes: RefCell::new(None),
+        };
+        snap.git()
+            .args(["read-tree", base])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "read the pinned base into a scratch index",
+                source,
+                mend: MEND_BASE,
+            })?;
+        let tracked = snap.entries()?;
+        let untracked = snap
+            .git()
+            .args(["ls-files", "-z", "--others", "--exclude-standard"])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "list the workspace's untracked files",
+                source,
+                mend: "check that the workspace directory is readable by you",
+            })?;
+
+        let mut stager = Stager::new(&snap, &mut opts);
+        for e in &tracked {
+            stager.tracked(e)?;
+        }
+        for p in untracked.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            stager.untracked(p)?;
+        }
+        let Stager {
+            paths,
+            force_remove,
+            pending,
+            ..
+        } = stager;
+        snap.fast_import(&pending)?;
+        snap.update_index(&["--force-remove"], &force_remove)?;
+        snap.update_index(&["--add", "--remove", "--replace"], &paths)?;
+        Ok(snap)
+    }
+
+    /// The base this snapshot was taken over.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// git against the store, with this snapshot's index, work tree and object directory.
+    fn git(&self) -> Git {
+        let g = Git::at(&self.store)
+            .work_tree(&self.workspace)
+            .index(&self.dir.join("index"))
+            .env("GIT_ATTR_SOURCE", &self.base);
+        match self.objects {
+            SnapshotObjects::Scratch => {
+                g.objects_into(&self.dir.join("objects"), &self.store.join("objects"))
+            }
+            SnapshotObjects::Store => g,
+        }
+    }
+
+    /// `git update-index <flags> -z --stdin` over `paths` (nothing when there are none).
+    fn update_index(&self, flags: &[&str], paths: &[Vec<u8>]) -> Result<(), SnapshotError> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let mut input = Vec::new();
+        for p in paths {
+            input.extend_from_slice(p);
+            input.push(0);
+        }
+        self.git()
+            .env("GLIBC_TUNABLES", MALLOC_TUNING)
+            .args(["-c", "core.safecrlf=false", "update-index"])
+            .args(flags)
+            .args(["-z", "--stdin"])
+            .output_with_input(&input)
+            .map_err(|source| SnapshotError::Git {
+                step: "stage the workspace's changes in the scratch index",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
+        Ok(())
+    }
+
+    /// Write `blobs` into the object directory, one pack per batch.
+    fn fast_import(&self, blobs: &[Vec<u8>]) -> Result<(), SnapshotError> {
+        let mut stream = Vec::new();
+        for (i, blob) in blobs.iter().enumerate() {
+            stream.extend_from_slice(format!("blob\ndata {}\n", blob.len()).as_bytes());
+            stream.extend_from_slice(blob);
+            stream.push(b'\n');
+            let last = i + 1 == blobs.len();
+            if stream.len() >= FAST_IMPORT_BATCH || last {
+                stream.extend_from_slice(b"done\n");
+                self.git()
+                    .env("GLIBC_TUNABLES", MALLOC_TUNING)
+                    .args([
+                        "-c",
+                        "fastimport.unpackLimit=0",
+                        "fast-import",
+                        "--quiet",
+                        "--done",
+                    ])
+                    .output_with_input(&stream)
+                    .map_err(|source| SnapshotError::Git {
+                        step: "write the workspace's new blobs",
+                        source,
+                        mend: MEND_SCRATCH,
+                    })?;
+                stream.clear();
+            }
+        }
+        Ok(())
+    }
+
+    /// Every entry of the snapshot's index.
+    pub fn entries(&self) -> Result<Vec<IndexEntry>, SnapshotError> {
+        let out = self
+            .git()
+            .args(["ls-files", "-s", "-z"])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "list the scratch index",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
+        parse_ls_files(&out)
+    }
+
+    /// What differs between the snapshot and `base` (no rename detection).
+    pub fn changes_against(&self, base: &str) -> Result<Vec<Change>, SnapshotError> {
+        if let Some((b, c)) = self.changes.borrow().as_ref() {
+            if b == base {
+                return Ok(c.clone());
+            }
+        }
+        require_rev(base)?;
+        let out = self
+            .git()
+            .args([
+                "diff-index",
+                "--cached",
+                "--raw",
+                "-z",
+                "--no-renames",
+                "--ignore-submodules=none",
+                base,
+                "--",
+            ])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "compare the snapshot with the base",
+                source,
+                mend: MEND_BASE,
+            })?;
+        let changes = parse_raw(&out)?;
+        *self.changes.borrow_mut() = Some((base.to_string(), changes.clone()));
+        Ok(changes)
+    }
+
+    /// The snapshot as a patch against `base`: binary-safe, full blob ids (so `git apply --3way`
+    /// can fall back to a merge), no rename detection, and none of the user's diff settings.
+    pub fn patch(&self, base: &str) -> Result<Vec<u8>, SnapshotError> {
+        require_rev(base)?;
+        self.git()
+            .args([
+                "diff-index",
+                "--cached",
+                "-p",
+                "--binary",
+                "--full-index",
+                "--no-renames",
+                "-U3",
+                "--no-color",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--ignore-submodules=none",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                base,
+                "--",
+            ])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "write the patch against the base",
+                source,
+                mend: MEND_BASE,
+            })
+    }
+
+    /// A diffstat of the snapshot against `base`, for a terminal.
+    pub fn stat(&self, base: &str) -> Result<Vec<u8>, SnapshotError> {
+        require_rev(base)?;
+        self.git()
+            .args([
+                "diff-index",
+                "--cached",
+                "--stat",
+                "--no-renames",
+                "--no-color",
+                base,
+                "--",
+            ])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "summarise the snapshot against the base",
+                source,
+                mend: MEND_BASE,
+            })
+    }
+
+    /// Reset `path` (and everything beneath it) to the base this snapshot was taken over: entries
+    /// the base has get their base entry back, entries it lacks are removed.
+    pub fn exclude(&self, path: &[u8]) -> Result<(), SnapshotError> {
+        self.exclude_many(&[path.to_vec()])
+    }
+
+    /// [`Snapshot::exclude`] for many paths, in one git process.
+    pub fn exclude_many(&self, paths: &[Vec<u8>]) -> Result<(), SnapshotError> {
+        if paths.is_empty() {
+            return Ok(());
+        }
+        let base = self.base.clone();
+        let changes = self.changes_against(&base)?;
+        let prefixes: HashSet<&[u8]> = paths.iter().map(|p| p.as_slice()).collect();
+        let zero = "0".repeat(self.base.len());
+        let mut removals = Vec::new();
+        let mut restores = Vec::new();
+        for c in changes.iter().filter(|c| under_any(&c.path, &prefixes)) {
+            if c.old_mode == 0 {
+                removals.extend_from_slice(format!("0 {zero}\t").as_bytes());
+                removals.extend_from_slice(&c.path);
+                removals.push(0);
+            } else {
+                restores.extend_from_slice(format!("{:o} {}\t", c.old_mode, c.old_sha).as_bytes());
+                restores.extend_from_slice(&c.path);
+                restores.push(0);
+            }
+        }
+        if removals.is_empty() && restores.is_empty() {
+            return Ok(());
+        }
+        removals.extend_from_slice(&restores);
+        *self.changes.borrow_mut() = None;
+        self.git()
+            .args(["update-index", "--add", "--replace", "-z", "--index-info"])
+            .output_with_input(&removals)
+            .map_err(|source| SnapshotError::Git {
+                step: "reset excluded paths in the scratch index",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
+        Ok(())
+    }
+
+    /// Write the snapshot's tree (into scratch or the store, as taken) and return its id.
+    pub fn write_tree(&self) -> Result<String, SnapshotError> {
+        let tree = self
+            .git()
+            .args(["write-tree"])
+            .text()
+            .map_err(|source| SnapshotError::Git {
+                step: "write the snapshot's tree",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
+        if !is_object_id(&tree) {
+            return Err(SnapshotError::Parse {
+                what: "a tree id from write-tree",
+            });
+        }
+        Ok(tree)
+    }
+
+    /// Move the workspace from `from` (the tree [`Snapshot::write_tree`] returned) to `to`: git
+    /// rewrites the files that differ (refusing to write through a symlink) and this snapshot's
+    /// index follows. For `box rebase`, after a clean merge.
+    pub fn checkout_tree(&self, from: &str, to: &str) -> Result<(), SnapshotError> {
+        require_rev(from)?;
+        require_rev(to)?;
+        // Fresh stat data lets read-tree tell untouched files from edited ones; a refresh that
+        // finds edits exits non-zero, which read-tree then reports properly.
+        let _ = self
+            .git()
+            .env("GIT_ATTR_SOURCE", to)
+            .args(["update-index", "-q", "--refresh"])
+            .output();
+        self.git()
+            .env("GIT_ATTR_SOURCE", to)
+            .args(["read-tree", "-m", "-u", from, to])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "check the merged tree out into the workspace",
+                source,
+                mend: "nothing of the merge was kept; `h5i box doctor` the box, then retry",
+            })?;
+        *self.changes.borrow_mut() = None;
+        Ok(())
+    }
+
+    /// The bytes of these blobs, in one `git cat-file --batch`, as `(id, bytes)` in order.
+    pub fn read_blobs(&self, ids: &[String]) -> Result<Vec<(String, Vec<u8>)>, SnapshotError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut input = Vec::new();
+        for id in ids {
+            if !is_object_id(id) {
+                return Err(SnapshotError::Parse {
+                    what: "an object id",
+                });
+            }
+            input.extend_from_slice(id.as_bytes());
+            input.push(b'\n');
+        }
+        let out = self
+            .git()
+            .args(["cat-file", "--batch"])
+            .output_with_input(&input)
+            .map_err(|source| SnapshotError::Git {
+                step: "read the snapshot's blobs",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
+        parse_batch(&out, ids.len())
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Walks git's candidate paths, decides which differ from the base, and collects them.
+struct Stager<'s, 'o, 'i> {
+    snap: &'s Snapshot,
+    opts: &'o mut TakeOptions<'i>,
+    /// Paths for `update-index --add --remove`.
+    paths: Vec<Vec<u8>>,
+    /// Paths for `update-index --force-remove`.
+    force_remove: Vec<Vec<u8>>,
+    /// Blobs for `fast-import`.
+    pending: Vec<Vec<u8>>,
+    pending_ids: HashSet<String>,
+    /// Directory (relative) -> whether it is a real directory, not a symlink.
+    real_dirs: HashMap<Vec<u8>, bool>,
+    sha256: bool,
+}
+
+enum OnDisk {
+    Gone,
+    /// A directory above it is a symlink or not a directory now: git refuses to look through it,
+    /// so the entry is removed outright.
+    BeyondLink,
+    File {
+        executable: bool,
+        size: u64,
+    },
+    Symlink,
+    Dir,
+    Special(&'static str),
+}
+
+impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
+    fn new(snap: &'s Snapshot, opts: &'o mut TakeOptions<'i>) -> Self {
+        let sha256 = snap.base.len() == 64;
+        Stager {
+            snap,
+            opts,
+            paths: Vec::new(),
+            force_remove: Vec::new(),
+            pending: Vec::new(),
+            pending_ids: HashSet::new(),
+            real_dirs: HashMap::new(),
+            sha256,
+        }
+    }
+
+    fn ask(&mut self, seen: Seen<'_>) -> Result<Verdict, SnapshotError> {
+        if let Some(inspect) = self.opts.inspect.as_mut() {
+            return Ok(inspect(seen));
+        }
+        match seen {
+            Seen::File { .. } | Seen::Symlink { .. } => Ok(Verdict::Keep),
+            Seen::NestedRepository { .. } | Seen::GitlinkReplaced { .. } => Ok(Verdict::Skip),
+            Seen::TooLarge { .. } => Ok(Verdict::Skip),
+            Seen::Special { path, kind } => Err(SnapshotError::Special {
+                path: String::from_utf8_lossy(path).into_owned(),
+                kind,
+            }),
+            Seen::Unreadable { path, error } => Err(SnapshotError::Workspace {
+                path: String::from_utf8_lossy(path).into_owned(),
+                source: io::Error::new(error.kind(), error.to_string()),
+            }),
+        }
+    }
+
+    fn skipped(&self, path: &[u8]) -> bool {
+        if self.opts.skip.is_empty() {
+            return false;
+        }
+        let mut end = 0;
+        while end <= path.len() {
+            let next = path[end..]
+                .iter()
+                .position(|b| *b == b'/')
+                .map_or(path.len(), |p| end + p);
+            if self.opts.skip.contains(&path[..next]) {
+                return true;
+            }
+            end = next + 1;
+        }
+        false
+    }
+
+    /// Whether every directory above `path` is a real directory in the workspace.
+    fn parents_real(&mut self, path: &[u8]) -> bool {
+        let mut end = 0;
+        while let Some(p) = path[end..].iter().position(|b| *b == b'/') {
+            let dir = &path[..end + p];
+            let ok = match self.real_dirs.get(dir) {
+                Some(ok) => *ok,
+                None => {
+                    let full = self.snap.workspace.join(OsStr::from_bytes(dir));
+                    let ok = fs::symlink_metadata(&full)
+                        .map(|m| m.file_type().is_dir())
+                        .unwrap_or(false);
+                    self.real_dirs.insert(dir.to_vec(), ok);
+                    ok
+                }
+            };
+            if !ok {
+                return false;
+            }
+            end += p + 1;
+        }
+        true
+    }
+
+    fn on_disk(&mut self, path: &[u8]) -> Result<OnDisk, io::Error> {
+        if !self.parents_real(path) {
+            return Ok(OnDisk::BeyondLink);
+        }
+        let full = self.snap.workspace.join(OsStr::from_bytes(path));
+        let meta = match fs::symlink_metadata(&full) {
+            Ok(m) => m,
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return Ok(OnDisk::Gone)
+            }
+            Err(e) => return Err(e),
+        };
+        let ft = meta.file_type();
+        Ok(if ft.is_file() {
+            OnDisk::File {
+                executable: meta.mode() & 0o100 != 0,
+                size: meta.len(),
+            }
+        } else if ft.is_symlink() {
+            OnDisk::Symlink
+        } else if ft.is_dir() {
+            OnDisk::Dir
+        } else {
+            use std::os::unix::fs::FileTypeExt;
+            OnDisk::Special(if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else {
+                "device"
+            })
+        })
+    }
+
+    fn tracked(&mut self, e: &IndexEntry) -> Result<(), SnapshotError> {
+        if self.skipped(&e.path) {
+            return Ok(());
+        }
+        let disk = match self.on_disk(&e.path) {
+            Ok(d) => d,
+            Err(error) => {
+                self.ask(Seen::Unreadable {
+                    path: &e.path,
+                    error: &error,
+                })?;
+                return Ok(());
+            }
+        };
+        if e.mode == mode::GITLINK {
+            if !matches!(disk, OnDisk::Dir) {
+                self.ask(Seen::GitlinkReplaced { path: &e.path })?;
+            }
+            return Ok(());
+        }
+        match disk {
+            OnDisk::Gone | OnDisk::Dir => {
+                self.paths.push(e.path.clone());
+                Ok(())
+            }
+            OnDisk::BeyondLink => {
+                self.force_remove.push(e.path.clone());
+                Ok(())
+            }
+            other => self.stage(&e.path, other, Some((e.mode, e.sha.as_str()))),
+        }
+    }
+
+    fn untracked(&mut self, path: &[u8]) -> Result<(), SnapshotError> {
+        if let Some(dir) = path.strip_suffix(b"/") {
+            if !self.skipped(dir) {
+                self.ask(Seen::NestedRepository { path: dir })?;
+            }
+            return Ok(());
+        }
+        if self.skipped(path) {
+            return Ok(());
+        }
+        match self.on_disk(path) {
+            Ok(OnDisk::Gone) | Ok(OnDisk::Dir) | Ok(OnDisk::BeyondLink) => Ok(()),
+            Ok(disk) => self.stage(path, disk, None),
+            Err(error) => {
+                self.ask(Seen::Unreadable {
+                    path,
+                    error: &error,
+                })?;
+                Ok(())
+            }
+        }
+    }
+
+    /// Read one candidate, compare it with its base entry, and ask about it if it differs.
+    fn stage(
+        &mut self,
+        path: &[u8],
+        disk: OnDisk,
+        base: Option<(u32, &str)>,
+    ) -> Result<(), SnapshotError> {
+        let full = self.snap.workspace.join(OsStr::from_bytes(path));
+        let (mode, bytes) = match disk {
+            OnDisk::Symlink => match fs::read_link(&full) {
+                Ok(t) => (mode::SYMLINK, t.into_os_string().into_vec()),
+                Err(error) => {
+                    self.ask(Seen::Unreadable {
+                        path,
+                        error: &error,
+                    })?;
+                    return Ok(());
+                }
+            },
+            OnDisk::File { executable, size } => {
+                if let Some(max) = self.opts.max_file_size {
+                    if size > max {
+                        self.ask(Seen::TooLarge { path, size })?;
+                        return Ok(());
+                    }
+                }
+                match read_nofollow(&full, self.opts.max_file_size) {
+                    Ok(FileRead::Bytes(b)) => (
+                        if executable {
+                            mode::EXECUTABLE
+                        } else {
+                            mode::FILE
+                        },
+                        b,
+                    ),
+                    Ok(FileRead::TooLarge(size)) => {
+                        self.ask(Seen::TooLarge { path, size })?;
+                        return Ok(());
+                    }
+                    Ok(FileRead::NotAFile) => {
+                        // Swapped for something else since it was looked at: let git decide.
+                        self.paths.push(path.to_vec());
+                        return Ok(());
+                    }
+                    Err(error) => {
+                        self.ask(Seen::Unreadable {
+                            path,
+                            error: &error,
+                        })?;
+                        return Ok(());
+                    }
+                }
+            }
+            OnDisk::Special(kind) => {
+                self.ask(Seen::Special { path, kind })?;
+                return Ok(());
+            }
+            OnDisk::Gone | OnDisk::Dir | OnDisk::BeyondLink => return Ok(()),
+        };
+        let sha = if self.sha256 {
+            digest::blob_sha256(&bytes)
+        } else {
+            digest::blob_sha1(&bytes)
+        };
+        if base == Some((mode, sha.as_str())) {
+            return Ok(());
+        }
+        let verdict = if mode == mode::SYMLINK {
+            self.ask(Seen::Symlink {
+                path,
+                sha: &sha,
+                target: &bytes,
+            })?
+        } else {
+            self.ask(Seen::File {
+                path,
+                sha: &sha,
+                executable: mode == mode::EXECUTABLE,
+                content: &bytes,
+            })?
+        };
+        if verdict == Verdict::Skip {
+            return Ok(());
+        }
+        if base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
+            self.pending.push(bytes);
+        }
+        self.paths.push(path.to_vec());
+        Ok(())
+    }
+}
+
+enum FileRead {
+    Bytes(Vec<u8>),
+    TooLarge(u64),
+    NotAFile,
+}
+
+/// Read a regular file without following a symlink at its last component (its parents were
+/// checked to be real directories) and without blocking on a fifo swapped in.
+fn read_nofollow(path: &Path, max: Option<u64>) -> io::Result<FileRead> {
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(FileRead::NotAFile),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    if !meta.file_type().is_file() {
+        return Ok(FileRead::NotAFile);
+    }
+    let limit = max.unwrap_or(u64::MAX);
+    if meta.len() > limit {
+        return Ok(FileRead::TooLarge(meta.len()));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > limit {
+        return Ok(FileRead::TooLarge(buf.len() as u64));
+    }
+    Ok(FileRead::Bytes(buf))
+}
+
+/// Make a private directory for one snapshot under `scratch`, clearing ones that dead processes
+/// left behind.
+fn make_scratch(scratch: &Path, objects: SnapshotObjects) -> Result<PathBuf, SnapshotError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Scratch { path, source }
+    };
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(scratch)
+        .map_err(err(scratch))?;
+    if let Ok(entries) = fs::read_dir(scratch) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(rest) = name.to_str().and_then(|n| n.strip_prefix("snap-")) else {
+                continue;
+            };
+            let pid = rest.split('-').next().and_then(|p| p.parse::<i32>().ok());
+            if let Some(pid) = pid {
+                if pid != std::process::id() as i32 && !process_alive(pid) {
+                    let _ = fs::remove_dir_all(e.path());
+                }
+            }
+        }
+    }
+    let n = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch.join(format!("snap-{}-{n}", std::process::id()));
+    if dir.exists() {
+        fs::remove_dir_all(&dir).map_err(err(&dir))?;
+    }
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(err(&dir))?;
+    if objects == SnapshotObjects::Scratch {
+        let o = dir.join("objects");
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(o.join("pack"))
+            .map_err(err(&o))?;
+        fs::create_dir(o.join("info")).map_err(err(&o))?;
+    }
+    Ok(dir)
+}
+
+fn process_alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return true;
+    }
+    // SAFETY: kill with signal 0 only checks whether the process exists; no memory is involved.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+fn under_any(path: &[u8], prefixes: &HashSet<&[u8]>) -> bool {
+    if prefixes.contains(path) {
+        return true;
+    }
+    path.iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .any(|(i, _)| prefixes.contains(&path[..i]))
+}
+
+fn is_object_id(s: &str) -> bool {
+    (s.len() == 40 || s.len() == 64) && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+fn require_rev(rev: &str) -> Result<(), SnapshotError> {
+    if crate::git::plain_rev(rev) {
+        Ok(())
+    } else {
+        Err(SnapshotError::BadBase {
+            base: rev.to_string(),
+        })
+    }
+}
+
+fn parse_mode(s: &[u8]) -> Option<u32> {
+    u32::from_str_radix(std::str::from_utf8(s).ok()?, 8).ok()
+}
+
+/// `git ls-files -s -z`: `<mode> SP <sha> SP <stage> TAB <path> NUL`.
+fn parse_ls_files(out: &[u8]) -> Result<Vec<IndexEntry>, SnapshotError> {
+    let bad = || SnapshotError::Parse {
+        what: "an index listing",
+    };
+    let mut entries = Vec::new();
+    for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
+        let tab = rec.iter().position(|b| *b == b'\t').ok_or_else(bad)?;
+        let mut fields = rec[..tab].split(|b| *b == b' ');
+        let mode = fields.next().and_then(parse_mode).ok_or_else(bad)?;
+        let sha = fields
+            .next()
+            .and_then(|s| std::str::from_utf8(s).ok())
+            .filter(|s| is_object_id(s))
+            .ok_or_else(bad)?;
+        entries.push(IndexEntry {
+            mode,
+            sha: sha.to_string(),
+            path: rec[tab + 1..].to_vec(),
+        });
+    }
+    Ok(entries)
+}
+
+/// `git diff-index --raw -z`: `:<old> <new> <oldsha> <newsha> <status> NUL <path> NUL`.
+fn parse_raw(out: &[u8]) -> Result<Vec<Change>, SnapshotError> {
+    let bad = || SnapshotError::Parse { what: "a raw diff" };
+    let mut parts = out.split(|b| *b == 0);
+    let mut changes = Vec::new();
+    while let Some(head) = parts.next() {
+        if head.is_empty() {
+            continue;
+        }
+        let head = head.strip_prefix(b":").ok_or_else(bad)?;
+        let f: Vec<&[u8]> = head.split(|b| *b == b' ').collect();
+        if f.len() != 5 {
+            return Err(bad());
+        }
+        let sha = |s: &[u8]| {
+            std::str::from_utf8(s)
+                .ok()
+                .filter(|s| is_object_id(s))
+                .map(str::to_string)
+                .ok_or_else(bad)
+        };
+        let path = parts.next().ok_or_else(bad)?;
+        changes.push(Change {
+            old_mode: parse_mode(f[0]).ok_or_else(bad)?,
+            new_mode: parse_mode(f[1]).ok_or_else(bad)?,
+            old_sha: sha(f[2])?,
+            new_sha: sha(f[3])?,
+            status: *f[4].first().ok_or_else(bad)?,
+            path: path.to_vec(),
+        });
+    }
+    Ok(changes)
+}
+
+/// `git cat-file --batch`: `<sha> SP <type> SP <size> LF <bytes> LF`, or `<sha> missing LF`.
+fn parse_batch(out: &[u8], count: usize) -> Result<Vec<(String, Vec<u8>)>, SnapshotError> {
+    let bad = || SnapshotError::Parse {
+        what: "cat-file output",
+    };
+    let mut res = Vec::with_capacity(count);
+    let mut at = 0;
+    while at < out.len() {
+        let nl = out[at..].iter().position(|b| *b == b'\n').ok_or_else(bad)? + at;
+        let head = std::str::from_utf8(&out[at..nl]).map_err(|_| bad())?;
+        let f: Vec<&str> = head.split(' ').collect();
+        if f.len() != 3 {
+            return Err(bad());
+        }
+        let size: usize = f[2].parse().map_err(|_| bad())?;
+        let start = nl + 1;
+        let end = start.checked_add(size).ok_or_else(bad)?;
+        if end >= out.len() || out[end] != b'\n' {
+            return Err(bad());
+        }
+        res.push((f[0].to_string(), out[start..end].to_vec()));
+        at = end + 1;
+    }
+    if res.len() != count {
+        return Err(bad());
+    }
+    Ok(res)
+}
+
+/// The object hashes a snapshot needs: git's blob ids (SHA-1, and SHA-256 for repositories in
+/// that object format) and plain SHA-256 for digests of exported files.
+///
+/// Used as a cache key only: a staged blob's id is always the one git computed, and a mismatch
+/// with the id computed here just means git's bytes are read back and inspected again.
+pub mod digest {
+    /// git's blob id (SHA-1) of `content`, as hex.
+    pub fn blob_sha1(content: &[u8]) -> String {
+        let mut h = Sha1::new();
+        h.update(format!("blob {}\0", content.len()).as_bytes());
+        h.update(content);
+        hex(&h.finish())
+    }
+
+    /// git's blob id in a SHA-256 repository, as hex.
+    pub fn blob_sha256(content: &[u8]) -> String {
+        let mut h = Sha256::new();
+        h.update(format!("blob {}\0", content.len()).as_bytes());
+        h.update(content);
+        hex(&h.finish())
+    }
+
+    /// SHA-256 of `data`, as hex.
+    pub fn sha256_hex(data: &[u8]) -> String {
+        let mut h = Sha256::new();
+        h.update(data);
+        hex(&h.finish())
+    }
+
+    fn hex(bytes: &[u8]) -> String {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut s = String::with_capacity(bytes.len() * 2);
+        for b in bytes {
+            s.push(HEX[(b >> 4) as usize] as char);
+            s.push(HEX[(b & 15) as usize] as char);
+        }
+        s
+    }
+
+    /// Buffering shared by both hashes: 64-byte blocks, big-endian bit length at the end.
+    struct Blocks {
+        buf: [u8; 64],
+        fill: usize,
+        total: u64,
+    }
+
+    impl Blocks {
+        fn new() -> Self {
+            Blocks {
+                buf: [0; 64],
+                fill: 0,
+                total: 0,
+            }
+        }
+
+        fn update(&mut self, mut data: &[u8], mut compress: impl FnMut(&[u8; 64])) {
+            self.total = self.total.wrapping_add(data.len() as u64);
+            if self.fill > 0 {
+                let take = (64 - self.fill).min(data.len());
+                self.buf[self.fill..self.fill + take].copy_from_slice(&data[..take]);
+                self.fill += take;
+                data = &data[take..];
+                if self.fill < 64 {
+                    return;
+                }
+                compress(&self.buf);
+                self.fill = 0;
+            }
+            let mut chunks = data.chunks_exact(64);
+            for c in &mut chunks {
+                let mut block = [0u8; 64];
+                block.copy_from_slice(c);
+                compress(&block);
+            }
+            let rest = chunks.remainder();
+            self.buf[..rest.len()].copy_from_slice(rest);
+            self.fill = rest.len();
+        }
+
+        fn finish(mut self, mut compress: impl FnMut(&[u8; 64])) {
+            let bits = self.total.wrapping_mul(8);
+            let mut pad = vec![0x80u8];
+            let len = (self.fill + 1) % 64;
+            let zeros = if len <= 56 { 56 - len } else { 120 - len };
+            pad.extend(std::iter::repeat_n(0u8, zeros));
+            pad.extend_from_slice(&bits.to_be_bytes());
+            self.update(&pad, &mut compress);
+        }
+    }
+
+    struct Sha1 {
+        h: [u32; 5],
+        blocks: Blocks,
+    }
+
+    impl Sha1 {
+        fn new() -> Self {
+            Sha1 {
+                h: [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0],
+                blocks: Blocks::new(),
+            }
+        }
+
+        fn update(&mut self, data: &[u8]) {
+            let h = &mut self.h;
+            self.blocks.update(data, |b| sha1_compress(h, b));
+        }
+
+        fn finish(mut self) -> [u8; 20] {
+            let h = &mut self.h;
+            self.blocks.finish(|b| sha1_compress(h, b));
+            let mut out = [0u8; 20];
+            for (i, w) in self.h.iter().enumerate() {
+                out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+            }
+            out
+        }
+    }
+
+    fn sha1_compress(h: &mut [u32; 5], block: &[u8; 64]) {
+        let mut w = [0u32; 80];
+        for i in 0..16 {
+            w[i] = u32::from_be_bytes([
+                block[i * 4],
+                block[i * 4 + 1],
+                block[i * 4 + 2],
+                block[i * 4 + 3],
+            ]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = *h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A827999),
+                20..=39 => (b ^ c ^ d, 0x6ED9EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1BBCDC),
+                _ => (b ^ c ^ d, 0xCA62C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+
+    const K256: [u32; 64] = [
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
+        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
+        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
+        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
+        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
+        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
+        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
+        0xc67178f2,
+    ];
+
+    struct Sha256 {
+        h: [u32; 8],
+        blocks: Blocks,
+    }
+
+    impl Sha256 {
+        fn new() -> Self {
+            Sha256 {
+                h: [
+                    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
+                    0x1f83d9ab, 0x5be0cd19,
+                ],
+                blocks: Blocks::new(),
+            }
+        }
+
+        fn update(&mut self, data: &[u8]) {
+            let h = &mut self.h;
+            self.blocks.update(data, |b| sha256_compress(h, b));
+        }
+
+        fn finish(mut self) -> [u8; 32] {
+            let h = &mut self.h;
+            self.blocks.finish(|b| sha256_compress(h, b));
+            let mut out = [0u8; 32];
+            for (i, w) in self.h.iter().enumerate() {
+                out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
+            }
+            out
+        }
+    }
+
+    fn sha256_compress(h: &mut [u32; 8], block: &[u8; 64]) {
+        let mut w = [0u32; 64];
+        for i in 0..16 {
+            w[i] = u32::from_be_bytes([
+                block[i * 4],
+                block[i * 4 + 1],
+                block[i * 4 + 2],
+                block[i * 4 + 3],
+            ]);
+        }
+        for i in 16..64 {
+            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
+            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
+            w[i] = w[i - 16]
+                .wrapping_add(s0)
+                .wrapping_add(w[i - 7])
+                .wrapping_add(s1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = *h;
+        for i in 0..64 {
+            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
+            let ch = (e & f) ^ (!e & g);
+            let t1 = hh
+                .wrapping_add(s1)
+                .wrapping_add(ch)
+                .wrapping_add(K256[i])
+                .wrapping_add(w[i]);
+            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
+            let maj = (a & b) ^ (a & c) ^ (b & c);
+            let t2 = s0.wrapping_add(maj);
+            hh = g;
+            g = f;
+            f = e;
+            e = d.wrapping_add(t1);
+            d = c;
+            c = b;
+            b = a;
+            a = t1.wrapping_add(t2);
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digests_match_known_answers() {
+        assert_eq!(
+            digest::sha256_hex(b""),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            digest::sha256_hex(b"abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let long = vec![b'a'; 1_000_000];
+        assert_eq!(
+            digest::sha256_hex(&long),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+        );
+        // `git hash-object` of the empty blob and of "abc".
+        assert_eq!(
+            digest::blob_sha1(b""),
+            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
+        );
+        assert_eq!(
+            digest::blob_sha1(b"abc"),
+            "f2ba8f84ab5c1bce84a7b441cb1959cfc7093b7f"
+        );
+        // 55, 56 and 64 bytes of header+content straddle the padding boundary.
+        for n in [47usize, 48, 49, 55, 56, 57, 63, 64, 65, 119, 120, 1000] {
+            let data = vec![b'x'; n];
+            let mut h = digest_reference_sha1(&data);
+            h.truncate(40);
+            assert_eq!(digest::blob_sha1(&data), h, "length {n}");
+        }
+    }
+
+    /// git's own answer, for the boundary lengths.
+    fn digest_reference_sha1(data: &[u8]) -> String {
+        Git::detached()
+            .args(["hash-object", "--stdin"])
+            .output_with_input(data)
+            .map(|o| String::from_utf8_lossy(&o).trim().to_string())
+            .unwrap()
+    }
+
+    #[test]
+    fn raw_diff_and_index_listings_parse() {
+        let z = "0".repeat(40);
+        let a = "a".repeat(40);
+        let raw = format!(":100644 000000 {a} {z} D\0gone\0:000000 120000 {z} {a} A\0we\tird\0");
+        let c = parse_raw(raw.as_bytes()).unwrap();
+        assert_eq!(c.len(), 2);
+        assert_eq!(c[0].status, b'D');
+        assert!(!c[0].is_present());
+        assert_eq!(c[1].new_mode, mode::SYMLINK);
+        assert_eq!(c[1].path, b"we\tird");
+        let ls = format!("100755 {a} 0\tx y\0");
+        let e = parse_ls_files(ls.as_bytes()).unwrap();
+        assert_eq!(e[0].mode, mode::EXECUTABLE);
+        assert_eq!(e[0].path, b"x y");
+        assert!(parse_raw(b"garbage\0").is_err());
+    }
+
+    #[test]
+    fn cat_file_batch_output_parses_binary_bodies() {
+        let a = "a".repeat(40);
+        let b = "b".repeat(40);
+        let mut out = format!("{a} blob 3\n").into_bytes();
+        out.extend_from_slice(b"\n\0\n\n");
+        out.extend_from_slice(format!("{b} blob 0\n\n").as_bytes());
+        let r = parse_batch(&out, 2).unwrap();
+        assert_eq!(r[0].1, b"\n\0\n");
+        assert!(r[1].1.is_empty());
+        assert!(parse_batch(&out[..10], 2).is_err());
+    }
+
+    #[test]
+    fn skip_prefixes_cover_what_is_beneath() {
+        let set: HashSet<&[u8]> = [b"a/b".as_slice()].into_iter().collect();
+        assert!(under_any(b"a/b", &set));
+        assert!(under_any(b"a/b/c", &set));
+        assert!(!under_any(b"a/bc", &set));
+        assert!(!under_any(b"a", &set));
+    }
+}

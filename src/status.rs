@@ -1,0 +1,165 @@
+//! `h5i box status NAME`: the policy actually enforced, the evidence, and the base's drift.
+//!
+//! Owns the claim a box makes about itself, so it is conservative: a limit is listed as enforced
+//! only when this tier's backend holds it; everything else is marked `*` with the reason under
+//! it. Must never: call a limit enforced because the policy asked for it.
+
+use h5i_broker::receipt_log::ReceiptLog;
+use h5i_policy::receipt::RecordBody;
+use h5i_policy::{ResolvedPolicy, Tier};
+
+use crate::error::BoxError;
+use crate::git::Git;
+use crate::store::{load_policy, BoxSource, BoxStore, StoredBox};
+
+/// One line of the enforcement table.
+#[derive(Debug, Clone)]
+pub struct Enforcement {
+    /// What the policy asks (`mem`, `network`, ...).
+    pub what: &'static str,
+    /// The value asked for.
+    pub asked: String,
+    /// Whether this tier holds it.
+    pub enforced: bool,
+}
+
+/// Everything `status` prints.
+#[derive(Debug)]
+pub struct StatusReport {
+    /// The box.
+    pub sb: StoredBox,
+    /// Its verified policy.
+    pub policy: ResolvedPolicy,
+    /// The enforcement table.
+    pub enforcement: Vec<Enforcement>,
+    /// Why the `*` lines are not enforced.
+    pub unenforced_reason: Option<String>,
+    /// Receipt counts: (host-observed, box-claimed, damaged lines).
+    pub evidence: (usize, usize, usize),
+    /// The last run: (seq, argv, exit code).
+    pub last_run: Option<(u64, Vec<String>, i32)>,
+    /// Commits on the parent branch since the pinned base, for a worktree box with a branch.
+    pub drift: Option<(String, u64)>,
+}
+
+/// Gather a box's status.
+pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
+    let sb = store.find(name)?;
+    let policy = load_policy(&sb)?;
+    let limits = if policy.tier == Tier::Workspace {
+        Ok(())
+    } else {
+        crate::probe::kernel_facts().cgroups.1
+    };
+    let (enforcement, unenforced_reason) = enforcement_of(&policy, &limits);
+    let readout = ReceiptLog::at(sb.paths.receipts()).read()?;
+    let host = readout
+        .records
+        .iter()
+        .filter(|r| r.lane.is_host_observed())
+        .count();
+    let last_run = readout.records.iter().rev().find_map(|r| match &r.body {
+        RecordBody::Run { argv, exit, .. } if r.lane.is_host_observed() => {
+            Some((r.seq, argv.clone(), exit.passthrough_code()))
+        }
+        _ => None,
+    });
+    let drift = match &sb.manifest.source {
+        BoxSource::Worktree {
+            parent_branch: Some(b),
+            ..
+        } => Git::at(&store.common_dir)
+            .args([
+                "rev-list",
+                "--count",
+                &format!("{}..refs/heads/{b}", sb.manifest.base),
+            ])
+            .text()
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .map(|n| (b.clone(), n)),
+        _ => None,
+    };
+    Ok(StatusReport {
+        evidence: (host, readout.records.len() - host, readout.damaged.len()),
+        sb,
+        policy,
+        enforcement,
+        unenforced_reason,
+        last_run,
+        drift,
+    })
+}
+
+/// What this tier holds of the policy; `limits` is whether this host can hold cgroup limits.
+pub fn enforcement_of(
+    policy: &ResolvedPolicy,
+    limits: &Result<(), String>,
+) -> (Vec<Enforcement>, Option<String>) {
+    let confined = policy.tier != Tier::Workspace;
+    let held = confined && limits.is_ok();
+    let fs = format!(
+        "read {} write {}",
+        policy.fs.read.join(","),
+        policy.fs.write.join(",")
+    );
+    let mut net = policy.net.mode.as_str().to_string();
+    if !policy.net.egress.is_empty() {
+        let hosts: Vec<String> = policy
+            .net
+            .egress
+            .iter()
+            .map(|h| format!("{}:{}", h.host, h.port))
+            .collect();
+        net.push_str(&format!(" + egress {}", hosts.join(",")));
+    }
+    let mut rows = vec![
+        Enforcement {
+            what: "filesystem",
+            asked: fs,
+            enforced: confined,
+        },
+        Enforcement {
+            what: "network",
+            asked: net,
+            enforced: confined,
+        },
+        Enforcement {
+            what: "unix sockets",
+            asked: if policy.net.unix { "allowed" } else { "denied" }.into(),
+            enforced: confined,
+        },
+    ];
+    if let Some(m) = policy.resources.mem_bytes {
+        rows.push(Enforcement {
+            what: "mem",
+            asked: format!("{} MiB", m / (1024 * 1024)),
+            enforced: held,
+        });
+    }
+    if let Some(p) = policy.resources.procs {
+        rows.push(Enforcement {
+            what: "procs",
+            asked: p.to_string(),
+            enforced: held,
+        });
+    }
+    if let Some(w) = policy.resources.wall_secs {
+        rows.push(Enforcement {
+            what: "wall",
+            asked: format!("{w}s (exit 124 when it fires)"),
+            enforced: true,
+        });
+    }
+    let reason = if !confined {
+        Some("not enforced at the workspace tier: it is a separate worktree with no confinement by design; create the box with --isolation process (or stronger) to hold these".to_string())
+    } else if rows.iter().any(|r| !r.enforced) {
+        limits
+            .as_ref()
+            .err()
+            .map(|e| format!("not held on this host: {e}"))
+    } else {
+        None
+    };
+    (rows, reason)
+}

@@ -1,0 +1,444 @@
+//! The box store: `.git/.h5i/env/<agent>/<slug>/` under the repository's common git directory.
+//!
+//! Owns where a box's files live, its manifest, finding a box by name, and the per-box lock that
+//! serializes lifecycle verbs. Must never: create anything outside `.git/.h5i/`, accept a name
+//! that is not a plain slug (no `/`, no `..`), or treat a half-created box as a box.
+//!
+//! A box directory holds:
+//! - `manifest.json`        what the box is (shape, pinned base, state)
+//! - `policy.resolved.toml` and `policy.digest`, written first, verified on every use
+//! - `receipts.jsonl` and `payloads/`: the sealed receipt log (host writes only)
+//! - `spool/`: the box's only write window under its own directory
+//! - `events.jsonl`: the box's event log (`h5i box log`)
+//! - `base.git/`: for detached boxes, the host-only store holding the pinned base's objects
+//! - `workspace/`: the box's tree, with a `.git` of its own that borrows the store's objects
+//! - `scratch/`: host-private temporary space (snapshots for diff and export)
+
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::BoxError;
+
+/// Version of the manifest schema.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// Where the code of a box came from, which decides its shape.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum BoxSource {
+    /// This repository at a revision: `apply` and `rebase` can land it back.
+    Worktree {
+        /// The revision as the user named it.
+        from: String,
+        /// The parent branch `apply`/`rebase` target, when `from` named one (or HEAD was on one).
+        parent_branch: Option<String>,
+    },
+    /// `--pr N`: the pull request's head, fetched into the box's own store.
+    PullRequest {
+        /// The pull request number.
+        number: u64,
+        /// The remote it was fetched from (a URL or path).
+        remote: String,
+    },
+    /// `--clone URL`: an external repository copied in.
+    Clone {
+        /// Where it came from.
+        url: String,
+    },
+    /// `--new`: an empty repository with one empty commit.
+    New,
+}
+
+impl BoxSource {
+    /// Whether the box has a repository of its own (no `apply`/`rebase`).
+    pub fn is_detached(&self) -> bool {
+        !matches!(self, BoxSource::Worktree { .. })
+    }
+
+    /// A short label for listings.
+    pub fn label(&self) -> String {
+        match self {
+            BoxSource::Worktree { from, .. } => format!("worktree@{from}"),
+            BoxSource::PullRequest { number, .. } => format!("pr#{number}"),
+            BoxSource::Clone { url } => format!("clone {url}"),
+            BoxSource::New => "new".to_string(),
+        }
+    }
+}
+
+/// Where a box is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BoxState {
+    /// Usable.
+    Active,
+    /// Landed on its parent branch by `box apply`.
+    Applied,
+    /// Stopped by `box abort`; kept for forensics.
+    Aborted,
+}
+
+impl BoxState {
+    /// The state's name as printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BoxState::Active => "active",
+            BoxState::Applied => "applied",
+            BoxState::Aborted => "aborted",
+        }
+    }
+}
+
+/// `manifest.json`: what a box is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Schema version.
+    pub v: u32,
+    /// The box's name (also its slug).
+    pub name: String,
+    /// The agent directory it lives under (`claude`, `codex`, `none`).
+    pub agent: String,
+    /// Creation time, ms since the epoch.
+    pub created_ms: u64,
+    /// Where the code came from.
+    pub source: BoxSource,
+    /// The pinned base commit.
+    pub base: String,
+    /// The ref in the store that pins the base (the box cannot move it).
+    pub base_ref: String,
+    /// The host-controlled git dir that holds the base's objects.
+    pub store: PathBuf,
+    /// The box's own branch, inside its workspace repository.
+    pub branch: String,
+    /// Lifecycle state.
+    pub state: BoxState,
+    /// The tier the policy resolved to.
+    pub tier: String,
+    /// The policy digest stored at creation.
+    pub policy_digest: String,
+}
+
+/// The paths of one box.
+#[derive(Debug, Clone)]
+pub struct BoxPaths {
+    /// The box directory.
+    pub dir: PathBuf,
+}
+
+impl BoxPaths {
+    /// `manifest.json`.
+    pub fn manifest(&self) -> PathBuf {
+        self.dir.join("manifest.json")
+    }
+    /// `policy.resolved.toml`.
+    pub fn policy(&self) -> PathBuf {
+        self.dir.join("policy.resolved.toml")
+    }
+    /// `policy.digest`.
+    pub fn digest(&self) -> PathBuf {
+        self.dir.join("policy.digest")
+    }
+    /// `receipts.jsonl`.
+    pub fn receipts(&self) -> PathBuf {
+        self.dir.join("receipts.jsonl")
+    }
+    /// `payloads/`.
+    pub fn payloads(&self) -> PathBuf {
+        self.dir.join("payloads")
+    }
+    /// `spool/`.
+    pub fn spool(&self) -> PathBuf {
+        self.dir.join("spool")
+    }
+    /// `events.jsonl`.
+    pub fn events(&self) -> PathBuf {
+        self.dir.join("events.jsonl")
+    }
+    /// `workspace/`.
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.join("workspace")
+    }
+    /// `base.git/` (detached boxes).
+    pub fn base_git(&self) -> PathBuf {
+        self.dir.join("base.git")
+    }
+    /// `scratch/`.
+    pub fn scratch(&self) -> PathBuf {
+        self.dir.join("scratch")
+    }
+    /// `lock`.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join("lock")
+    }
+}
+
+/// A box found in the store.
+#[derive(Debug, Clone)]
+pub struct StoredBox {
+    /// Its paths.
+    pub paths: BoxPaths,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+/// The store of one clone.
+#[derive(Debug, Clone)]
+pub struct BoxStore {
+    /// The repository's top-level work tree (where `h5i box .` snapshots from).
+    pub repo_root: PathBuf,
+    /// The repository's common git dir.
+    pub common_dir: PathBuf,
+}
+
+const PARTIAL_PREFIX: &str = ".creating-";
+
+impl BoxStore {
+    /// The store of the repository containing `cwd`.
+    pub fn discover(cwd: &Path) -> Result<Self, BoxError> {
+        let (repo_root, common_dir) =
+            crate::git::find_common_dir(cwd).ok_or_else(|| BoxError::NotARepo {
+                cwd: cwd.to_path_buf(),
+            })?;
+        Ok(BoxStore {
+            repo_root,
+            common_dir,
+        })
+    }
+
+    /// `.git/.h5i/env`.
+    pub fn env_root(&self) -> PathBuf {
+        self.common_dir.join(".h5i").join("env")
+    }
+
+    /// Where a box of this agent and name lives once created.
+    pub fn box_dir(&self, agent: &str, name: &str) -> PathBuf {
+        self.env_root().join(agent).join(name)
+    }
+
+    /// Where a box is assembled before it is renamed into place.
+    pub fn staging_dir(&self, agent: &str, name: &str) -> PathBuf {
+        self.env_root()
+            .join(agent)
+            .join(format!("{PARTIAL_PREFIX}{name}"))
+    }
+
+    /// Every complete box, sorted by name.
+    pub fn list(&self) -> Result<Vec<StoredBox>, BoxError> {
+        let mut out = Vec::new();
+        let root = self.env_root();
+        let agents = match fs::read_dir(&root) {
+            Ok(r) => r,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+            Err(source) => return Err(BoxError::io(&root, source)),
+        };
+        for agent in agents {
+            let agent = agent.map_err(|e| BoxError::io(&root, e))?;
+            if !agent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                continue;
+            }
+            let adir = agent.path();
+            for entry in fs::read_dir(&adir).map_err(|e| BoxError::io(&adir, e))? {
+                let entry = entry.map_err(|e| BoxError::io(&adir, e))?;
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') {
+                    continue;
+                }
+                let paths = BoxPaths { dir: entry.path() };
+                let manifest = read_manifest(&paths)?;
+                out.push(StoredBox { paths, manifest });
+            }
+        }
+        out.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
+        Ok(out)
+    }
+
+    /// The box called `name`.
+    pub fn find(&self, name: &str) -> Result<StoredBox, BoxError> {
+        validate_name(name)?;
+        let root = self.env_root();
+        if let Ok(agents) = fs::read_dir(&root) {
+            for agent in agents.flatten() {
+                let paths = BoxPaths {
+                    dir: agent.path().join(name),
+                };
+                if paths.manifest().is_file() {
+                    let manifest = read_manifest(&paths)?;
+                    return Ok(StoredBox { paths, manifest });
+                }
+            }
+        }
+        Err(BoxError::NoSuchBox {
+            name: name.to_string(),
+        })
+    }
+
+    /// Whether any box (or a box being created) already has this name.
+    pub fn name_taken(&self, name: &str) -> bool {
+        let root = self.env_root();
+        let Ok(agents) = fs::read_dir(&root) else {
+            return false;
+        };
+        agents.flatten().any(|a| {
+            a.path().join(name).exists()
+                || a.path().join(format!("{PARTIAL_PREFIX}{name}")).exists()
+        })
+    }
+}
+
+/// A box name must be a plain slug: it becomes a directory and a branch name.
+pub fn validate_name(name: &str) -> Result<(), BoxError> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_' || b == b'.'
+        })
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && !name.contains("..")
+        && !name.ends_with(".lock")
+        && !name.ends_with('.');
+    if ok {
+        Ok(())
+    } else {
+        Err(BoxError::BadName {
+            name: name.to_string(),
+        })
+    }
+}
+
+/// Read and parse a box's manifest.
+pub fn read_manifest(paths: &BoxPaths) -> Result<Manifest, BoxError> {
+    let p = paths.manifest();
+    let text = fs::read(&p).map_err(|e| BoxError::io(&p, e))?;
+    serde_json::from_slice(&text).map_err(|e| BoxError::Corrupt {
+        path: p,
+        what: e.to_string(),
+    })
+}
+
+/// Write a file whole: a temp sibling, fsync, rename. Readers see the old or the new bytes.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), BoxError> {
+    let parent = path.parent().unwrap_or(Path::new("."));
+    let tmp = parent.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let res = (|| {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path)
+    })();
+    if let Err(e) = res {
+        let _ = fs::remove_file(&tmp);
+        return Err(BoxError::io(path, e));
+    }
+    Ok(())
+}
+
+/// Save a manifest.
+pub fn write_manifest(paths: &BoxPaths, m: &Manifest) -> Result<(), BoxError> {
+    let mut bytes = serde_json::to_vec_pretty(m).map_err(|e| BoxError::Corrupt {
+        path: paths.manifest(),
+        what: e.to_string(),
+    })?;
+    bytes.push(b'\n');
+    write_atomic(&paths.manifest(), &bytes)
+}
+
+/// An exclusive lock on one box, held for the length of a lifecycle verb.
+pub struct BoxLock {
+    _file: fs::File,
+}
+
+impl BoxLock {
+    /// Take the box's lock, refusing (not waiting) when another verb holds it.
+    pub fn take(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
+        let p = paths.lock();
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| BoxError::io(&p, e))?;
+        // SAFETY: flock on a valid open fd; no memory is involved.
+        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if r != 0 {
+            return Err(BoxError::Busy {
+                name: name.to_string(),
+            });
+        }
+        Ok(BoxLock { _file: file })
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The box's stored policy, verified against the digest stored beside it. A mismatch is refused,
+/// never repaired.
+pub fn load_policy(sb: &StoredBox) -> Result<h5i_policy::ResolvedPolicy, BoxError> {
+    let p = sb.paths.policy();
+    let text = fs::read_to_string(&p).map_err(|e| BoxError::io(&p, e))?;
+    let d = sb.paths.digest();
+    let digest = fs::read_to_string(&d).map_err(|e| BoxError::io(&d, e))?;
+    let digest = digest.trim();
+    if digest != sb.manifest.policy_digest {
+        return Err(BoxError::PolicyTampered {
+            name: sb.manifest.name.clone(),
+            detail: "policy.digest differs from the digest recorded at creation".into(),
+        });
+    }
+    h5i_policy::ResolvedPolicy::load_verified(&text, digest).map_err(|e| BoxError::PolicyTampered {
+        name: sb.manifest.name.clone(),
+        detail: e.to_string(),
+    })
+}
+
+/// Refuse a verb on a box that is not active.
+pub fn require_active(sb: &StoredBox, verb: &'static str) -> Result<(), BoxError> {
+    match sb.manifest.state {
+        BoxState::Active => Ok(()),
+        state => Err(BoxError::WrongState {
+            name: sb.manifest.name.clone(),
+            state: state.as_str(),
+            verb,
+            mend: format!(
+                "its workspace is kept for forensics; create a new box, or `h5i box rm {}`",
+                sb.manifest.name
+            ),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_plain_slugs() {
+        for good in ["a", "fix-login", "pr-1234", "web_2.0"] {
+            assert!(validate_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "", "-x", "A", "a/b", "..", "a..b", "x.lock", "x.", ".hidden", "a b", "é",
+        ] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+        assert!(validate_name(&"a".repeat(64)).is_err());
+    }
+}

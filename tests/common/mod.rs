@@ -1,0 +1,135 @@
+//! Shared fixtures for the CLI integration tests: real git repositories in temp directories and
+//! the real `h5i` binary.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const H5I: &str = env!("CARGO_BIN_EXE_h5i");
+
+/// A scratch git repository with one commit on `main`.
+pub struct Repo {
+    pub dir: tempfile::TempDir,
+}
+
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim_end().to_string()
+}
+
+impl Repo {
+    pub fn new() -> Repo {
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["init", "-q", "-b", "main"]);
+        git(dir.path(), &["config", "user.name", "t"]);
+        git(dir.path(), &["config", "user.email", "t@example.invalid"]);
+        std::fs::write(dir.path().join("README.md"), "hello\n").unwrap();
+        std::fs::create_dir(dir.path().join("src")).unwrap();
+        std::fs::write(dir.path().join("src/lib.txt"), "one\ntwo\nthree\n").unwrap();
+        git(dir.path(), &["add", "-A"]);
+        git(dir.path(), &["commit", "-q", "-m", "initial"]);
+        Repo { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn h5i(&self, args: &[&str]) -> Output {
+        h5i_in(self.path(), args, &[])
+    }
+
+    pub fn h5i_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        h5i_in(self.path(), args, env)
+    }
+
+    /// Run h5i and insist it succeeded; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.h5i(args);
+        assert!(
+            out.status.success(),
+            "h5i {args:?} failed ({:?}): {}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn git(&self, args: &[&str]) -> String {
+        git(self.path(), args)
+    }
+
+    pub fn h5i_dir(&self) -> PathBuf {
+        self.path().join(".git/.h5i")
+    }
+
+    /// The directory of box `name` (searching every agent dir).
+    pub fn box_dir(&self, name: &str) -> PathBuf {
+        let env = self.h5i_dir().join("env");
+        for agent in std::fs::read_dir(&env).unwrap() {
+            let d = agent.unwrap().path().join(name);
+            if d.join("manifest.json").exists() {
+                return d;
+            }
+        }
+        panic!("no box {name}");
+    }
+
+    pub fn workspace(&self, name: &str) -> PathBuf {
+        self.box_dir(name).join("workspace")
+    }
+
+    pub fn manifest(&self, name: &str) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.box_dir(name).join("manifest.json")).unwrap())
+            .unwrap()
+    }
+
+    pub fn receipts(&self, name: &str) -> Vec<serde_json::Value> {
+        let p = self.box_dir(name).join("receipts.jsonl");
+        std::fs::read_to_string(p)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    pub fn write_policy(&self, toml: &str) {
+        std::fs::create_dir_all(self.path().join(".h5i")).unwrap();
+        std::fs::write(self.path().join(".h5i/env.toml"), toml).unwrap();
+    }
+}
+
+pub fn h5i_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(H5I);
+    c.args(args).current_dir(dir);
+    for k in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}

@@ -1,0 +1,459 @@
+//! The process tier, asserted from inside real boxes: every confinement claim is a command run
+//! in a box through `h5i-runc`, checked against the kernel's answer (an errno, an exit code, a
+//! receipt field), never against "command not found".
+//!
+//! Runs as root (CI) and, for the core claims, as the unprivileged `h5i-test` user that
+//! `make setup` creates.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::{git, stderr, stdout, Repo};
+
+const PROC: &str = "--isolation=process";
+
+/// The static syscall probe (runtime/tests/support/probe.c), built once.
+fn probe() -> &'static Path {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join("h5i-probe");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/support/probe.c");
+        let st = Command::new("cc")
+            .args(["-static", "-O2", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success(), "building the probe failed");
+        out
+    })
+}
+
+/// A repository with a process-tier box called `name` that holds the probe.
+fn boxed(r: &Repo, name: &str, extra: &[&str]) {
+    let mut args = vec!["box", "create", name, PROC];
+    args.extend_from_slice(extra);
+    r.ok(&args);
+    std::fs::copy(probe(), r.workspace(name).join("probe")).unwrap();
+}
+
+fn run(r: &Repo, name: &str, argv: &[&str]) -> std::process::Output {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend_from_slice(argv);
+    r.h5i(&args)
+}
+
+fn probe_results(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[test]
+fn writes_to_etc_and_to_the_users_home_are_denied_from_inside() {
+    let r = Repo::new();
+    boxed(&r, "w", &[]);
+    let out = run(&r, "w", &["./probe", "write", "/etc/h5i-written-from-box"]);
+    let res = probe_results(&stdout(&out));
+    assert!(
+        matches!(res["write"].as_str(), "EROFS" | "EACCES"),
+        "write to /etc: {res:?} {}",
+        stderr(&out)
+    );
+    assert!(!Path::new("/etc/h5i-written-from-box").exists());
+
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let target = format!("{home}/h5i-written-from-box");
+    let out = run(&r, "w", &["./probe", "write", &target]);
+    let res = probe_results(&stdout(&out));
+    assert!(
+        matches!(res["write"].as_str(), "EROFS" | "EACCES" | "ENOENT"),
+        "write to $HOME: {res:?}"
+    );
+    assert!(!Path::new(&target).exists());
+
+    // The workspace itself is writable, and the write lands on the host's workspace.
+    let out = run(&r, "w", &["./probe", "write", "made-in-box"]);
+    assert_eq!(probe_results(&stdout(&out))["write"], "OK");
+    assert!(r.workspace("w").join("made-in-box").exists());
+}
+
+#[test]
+fn files_outside_the_read_grants_are_unreadable_from_inside() {
+    let r = Repo::new();
+    boxed(&r, "rd", &[]);
+    let secret = tempfile::NamedTempFile::new_in("/var/tmp").unwrap();
+    std::fs::write(secret.path(), "host secret").unwrap();
+    let out = run(
+        &r,
+        "rd",
+        &["./probe", "read", secret.path().to_str().unwrap()],
+    );
+    let res = probe_results(&stdout(&out));
+    assert!(
+        matches!(res["read"].as_str(), "ENOENT" | "EACCES"),
+        "{res:?}"
+    );
+    // The parent repository's config and refs are not in the box at all.
+    let cfg = r.path().join(".git/config");
+    let out = run(&r, "rd", &["./probe", "read", cfg.to_str().unwrap()]);
+    let res = probe_results(&stdout(&out));
+    assert!(
+        matches!(res["read"].as_str(), "ENOENT" | "EACCES"),
+        "{res:?}"
+    );
+    // A granted path reads.
+    let out = run(&r, "rd", &["./probe", "read", "/etc/hostname"]);
+    assert_eq!(probe_results(&stdout(&out))["read"], "OK");
+}
+
+#[test]
+fn every_seccomp_deny_list_entry_is_refused_from_inside() {
+    let r = Repo::new();
+    boxed(&r, "sc", &[]);
+    let out = run(&r, "sc", &["./probe", "syscalls"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let res = probe_results(&stdout(&out));
+    let eperm = [
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "unshare",
+        "setns",
+        "clone_newuser",
+        "clone_newns",
+        "clone_newnet",
+        "clone_newpid_highbits",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "open_tree",
+        "fsopen",
+        "fspick",
+        "mount_setattr",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "io_uring_setup",
+        "kexec_load",
+        "init_module",
+        "delete_module",
+        "personality_addr_no_randomize",
+        "ioctl_tiocsti",
+        "ioctl_tiocsti_highbits",
+        "ioctl_tioclinux",
+        "socket_packet",
+        "socket_inet_raw",
+        "socket_inet6_raw_cloexec",
+    ];
+    for name in eperm {
+        assert_eq!(
+            res.get(name).map(String::as_str),
+            Some("EPERM"),
+            "{name}: {res:?}"
+        );
+    }
+    // What must keep working does.
+    for name in [
+        "clone_plain",
+        "personality_query",
+        "personality_linux",
+        "socket_inet_stream",
+    ] {
+        assert_eq!(
+            res.get(name).map(String::as_str),
+            Some("OK"),
+            "{name}: {res:?}"
+        );
+    }
+    assert_eq!(res["clone3"], "ENOSYS", "clone3 must fall back to clone");
+}
+
+#[test]
+fn af_unix_sockets_are_denied_and_socketpair_allowed() {
+    let r = Repo::new();
+    boxed(&r, "ux", &[]);
+    let out = run(&r, "ux", &["./probe", "unix"]);
+    let res = probe_results(&stdout(&out));
+    assert_eq!(res["socket_unix"], "EPERM");
+    assert_eq!(res["socketpair_unix"], "OK");
+}
+
+#[test]
+fn a_host_loopback_listener_is_unreachable_from_inside() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let r = Repo::new();
+    boxed(&r, "lo", &[]);
+    let script = format!("echo hi > /dev/tcp/127.0.0.1/{port}");
+    let out = run(&r, "lo", &["bash", "-c", &script]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("Connection refused"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(listener.accept().is_err(), "the host listener was reached");
+}
+
+#[test]
+fn the_box_holds_no_capability_and_sees_no_host_pid() {
+    let r = Repo::new();
+    boxed(&r, "caps", &[]);
+    let out = run(
+        &r,
+        "caps",
+        &[
+            "grep",
+            "-E",
+            "^Cap(Eff|Prm|Bnd|Amb|Inh):",
+            "/proc/self/status",
+        ],
+    );
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 5, "{text}{}", stderr(&out));
+    for line in text.lines() {
+        assert!(line.ends_with("0000000000000000"), "{line}");
+    }
+    let out = run(&r, "caps", &["sh", "-c", "ls /proc | grep -c '^[0-9]'"]);
+    let n: u32 = stdout(&out).trim().parse().unwrap();
+    assert!(n <= 4, "the box sees {n} pids");
+    let me = std::process::id();
+    let out = run(
+        &r,
+        "caps",
+        &["./probe", "read", &format!("/proc/{me}/status")],
+    );
+    assert_ne!(probe_results(&stdout(&out))["read"], "OK");
+}
+
+#[test]
+fn the_parent_and_a_sibling_box_are_unchanged_whatever_the_box_does_to_git() {
+    let r = Repo::new();
+    let main = r.git(&["rev-parse", "refs/heads/main"]);
+    boxed(&r, "sib", &[]);
+    boxed(&r, "attacker", &[]);
+    let sib_ws = r.workspace("sib");
+    let sib_head = git(&sib_ws, &["rev-parse", "HEAD"]);
+    let parent_git = r.path().join(".git");
+    let script = format!(
+        r#"
+        set +e
+        git -c user.name=a -c user.email=a@b commit -q --allow-empty -m box-commit; echo commit=$?
+        git update-ref refs/heads/main HEAD; echo update_ref=$?
+        git push -q {parent} HEAD:refs/heads/main 2>/dev/null; echo push=$?
+        echo forged > {parent}/refs/heads/main 2>/dev/null; echo write_ref=$?
+        echo x > {parent}/objects/forged 2>/dev/null; echo write_objects=$?
+        echo x > {parent}/hooks/post-checkout 2>/dev/null; echo write_hook=$?
+        echo x >> {parent}/config 2>/dev/null; echo write_config=$?
+        echo forged > {sib}/.git/refs/heads/h5i/sib 2>/dev/null; echo write_sibling=$?
+        "#,
+        parent = parent_git.display(),
+        sib = sib_ws.display()
+    );
+    let out = run(&r, "attacker", &["bash", "-c", &script]);
+    let res = probe_results(&stdout(&out));
+    assert_eq!(
+        res["commit"],
+        "0",
+        "the box can commit on its own branch: {res:?} {}",
+        stderr(&out)
+    );
+    for k in [
+        "push",
+        "write_ref",
+        "write_objects",
+        "write_hook",
+        "write_config",
+        "write_sibling",
+    ] {
+        assert_ne!(res[k], "0", "{k} succeeded from inside the box");
+    }
+    assert_eq!(r.git(&["rev-parse", "refs/heads/main"]), main);
+    assert_eq!(git(&sib_ws, &["rev-parse", "HEAD"]), sib_head);
+    assert!(!parent_git.join("objects/forged").exists());
+    assert!(!parent_git.join("hooks/post-checkout").exists());
+    assert!(!std::fs::read_to_string(parent_git.join("config"))
+        .unwrap()
+        .contains('x'));
+    // The box's own commit is in its own repository, on its own branch.
+    let aws = r.workspace("attacker");
+    assert_eq!(
+        git(&aws, &["log", "-1", "--format=%s", "h5i/attacker"]),
+        "box-commit"
+    );
+}
+
+#[test]
+fn the_memory_cap_oom_kills_and_the_receipt_says_so() {
+    let r = Repo::new();
+    r.write_policy(
+        "[profile.small]\nisolation = \"process\"\n[profile.small.resources]\nmem = \"64M\"\n",
+    );
+    r.ok(&["box", "create", "oom", "--profile", "small"]);
+    let out = run(
+        &r,
+        "oom",
+        &[
+            "python3",
+            "-c",
+            "x = bytearray(512 * 1024 * 1024); print(len(x))",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    let rec = &r.receipts("oom")[0];
+    assert_eq!(rec["exit"]["oom_killed"], true, "{rec}");
+    assert_eq!(rec["oom"]["limit_bytes"], 64 * 1024 * 1024);
+    assert!(rec["oom"]["kill_count"].as_u64().unwrap() >= 1);
+    assert!(
+        rec["oom"]["peak_bytes"].as_u64().unwrap() > 32 * 1024 * 1024,
+        "{rec}"
+    );
+    let status = r.ok(&["box", "status", "oom"]);
+    assert!(
+        status.contains("mem          64 MiB\n"),
+        "mem must be listed as enforced: {status}"
+    );
+}
+
+#[test]
+fn the_process_cap_holds() {
+    let r = Repo::new();
+    r.write_policy("[profile.few]\nisolation = \"process\"\n[profile.few.resources]\nprocs = 8\n");
+    r.ok(&["box", "create", "forks", "--profile", "few"]);
+    let out = run(
+        &r,
+        "forks",
+        &[
+            "bash",
+            "-c",
+            "for i in $(seq 30); do sleep 3 & done 2>&1; wait",
+        ],
+    );
+    let e = stdout(&out) + &stderr(&out);
+    assert!(e.contains("Resource temporarily unavailable"), "{e}");
+}
+
+#[test]
+fn the_wall_clock_kills_a_process_tier_box_with_124() {
+    let r = Repo::new();
+    r.write_policy(
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"2s\"\n",
+    );
+    r.ok(&["box", "create", "slow", "--profile", "quick"]);
+    let started = std::time::Instant::now();
+    let out = run(&r, "slow", &["sh", "-c", "sleep 60 & sleep 60"]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    let ps = Command::new("pgrep")
+        .args(["-f", "sleep 60"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "box processes outlived the wall clock"
+    );
+}
+
+#[test]
+fn a_repository_under_tmp_is_visible_in_the_box_despite_the_private_tmp() {
+    let r = Repo::new();
+    assert!(r.path().starts_with("/tmp"));
+    boxed(&r, "tmpws", &[]);
+    let out = run(&r, "tmpws", &["cat", "README.md"]);
+    assert_eq!(stdout(&out), "hello\n", "{}", stderr(&out));
+    let out = run(&r, "tmpws", &["git", "status", "--porcelain"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "?? probe\n");
+}
+
+#[test]
+fn auto_picks_the_process_tier_on_this_host() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "auto"]);
+    assert_eq!(r.manifest("auto")["tier"], "process");
+    let status = r.ok(&["box", "status", "auto"]);
+    assert!(status.contains("auto"), "{status}");
+}
+
+/// The same core claims, as an unprivileged user.
+#[test]
+fn an_unprivileged_user_gets_the_same_confinement() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: an_unprivileged_user_gets_the_same_confinement needs root to switch to h5i-test");
+        return;
+    }
+    let id = Command::new("id")
+        .args(["-u", "h5i-test"])
+        .output()
+        .unwrap();
+    assert!(
+        id.status.success(),
+        "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
+    );
+    let uid = stdout(&id).trim().to_string();
+    let dir = tempfile::Builder::new()
+        .prefix("h5i-user")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    std::fs::copy(probe(), dir.path().join("probe")).unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", "h5i-test:h5i-test"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let h5i = common::H5I;
+    let script = format!(
+        r#"set -e
+        cd {repo}
+        git init -q -b main .
+        echo hi > f
+        git add f
+        git -c user.name=u -c user.email=u@x commit -qm i
+        {h5i} box create u --isolation process >/dev/null
+        cp ../probe .git/.h5i/env/none/u/workspace/probe
+        {h5i} box run u -- ./probe write /etc/h5i-user-write
+        {h5i} box run u -- ./probe syscalls | grep -E '^(unshare|ptrace|ioctl_tiocsti|socket_packet)='
+        {h5i} box run u -- grep CapEff /proc/self/status
+        {h5i} box run u -- id -u
+        "#,
+        repo = repo.display(),
+    );
+    let out = Command::new("runuser")
+        .args(["-u", "h5i-test", "--", "env"])
+        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+        .args(["HOME=/tmp", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let res = probe_results(&text);
+    assert!(
+        matches!(res["write"].as_str(), "EROFS" | "EACCES"),
+        "{res:?}"
+    );
+    for k in ["unshare", "ptrace", "ioctl_tiocsti", "socket_packet"] {
+        assert_eq!(res[k], "EPERM", "{k}");
+    }
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(
+        text.lines().any(|l| l == uid),
+        "the box runs as the caller: {text}"
+    );
+    assert!(!Path::new("/etc/h5i-user-write").exists());
+}
