@@ -135,6 +135,45 @@ elif [ "$(stat -c '%a %u' "$rundir")" != "700 $uid" ]; then
     changed "fixed owner/mode of $rundir"
 fi
 
+# A cgroup for the test user's boxes: h5i makes each box run's group under the caller's own
+# cgroup, at `<own>/h5i/<run>`; an unprivileged user can do that only in a directory root has
+# delegated. The own path is the memory controller's (what the machine's management set up);
+# on v1 every controller gets the same relative path, as libcontainer places a container at
+# one path in all of them. Created under this process's own cgroup, so it matches the tests
+# that `make test` runs next in the same session.
+delegate_cgroup() {
+    local own dir ctrl
+    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+        own="$(sed -n 's/^0:://p' /proc/self/cgroup)"
+        dir="/sys/fs/cgroup${own%/}/h5i"
+        [ -d "$dir" ] || { mkdir -p "$dir"; changed "created cgroup $dir"; }
+        if [ "$(stat -c %u "$dir")" != "$uid" ]; then
+            chown "$uid:$gid" "$dir" "$dir/cgroup.procs" "$dir/cgroup.subtree_control"
+            changed "delegated cgroup $dir to $TEST_USER"
+        fi
+        return
+    fi
+    own="$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"
+    [ -n "$own" ] || { echo "setup: no v1 memory cgroup; box limits for $TEST_USER stay unheld"; return; }
+    for ctrl in /sys/fs/cgroup/*/; do
+        ctrl="${ctrl%/}"
+        [ -f "$ctrl/cgroup.procs" ] || continue
+        [ "$(basename "$ctrl")" = unified ] && continue
+        dir="$ctrl${own%/}/h5i"
+        [ -d "$dir" ] || { mkdir -p "$dir"; changed "created cgroup $dir"; }
+        if [ -f "$dir/cpuset.cpus" ] && [ -z "$(cat "$dir/cpuset.cpus")" ]; then
+            cat "$(dirname "$dir")/cpuset.cpus" >"$dir/cpuset.cpus"
+            cat "$(dirname "$dir")/cpuset.mems" >"$dir/cpuset.mems"
+            changed "populated cpuset of $dir"
+        fi
+        if [ "$(stat -c %u "$dir")" != "$uid" ]; then
+            chown "$uid:$gid" "$dir" "$dir/cgroup.procs" "$dir/tasks"
+            changed "delegated cgroup $dir to $TEST_USER"
+        fi
+    done
+}
+delegate_cgroup
+
 # The user's config dirs must be the user's own (install -d would make parents root's).
 for d in "$home/.config" "$home/.config/containers"; do
     if [ ! -d "$d" ]; then

@@ -24,19 +24,29 @@ pub const TMP_BYTES: u64 = 1 << 30;
 /// The box's `HOME`: inside its private `/tmp`, so nothing of the user's home is reachable.
 pub const BOX_HOME: &str = "/tmp";
 
-/// Where `h5i-runc` is: beside this `h5i` binary, else on PATH.
-pub fn runc_binary() -> Option<PathBuf> {
+/// Where one of h5i's own binaries is: beside this `h5i` binary, else on PATH.
+fn own_binary(name: &str) -> Option<PathBuf> {
     let sibling = std::env::current_exe()
         .ok()
-        .and_then(|p| p.parent().map(|d| d.join("h5i-runc")))
+        .and_then(|p| p.parent().map(|d| d.join(name)))
         .filter(|p| p.is_file());
     sibling.or_else(|| {
         std::env::var_os("PATH").and_then(|path| {
             std::env::split_paths(&path)
-                .map(|d| d.join("h5i-runc"))
+                .map(|d| d.join(name))
                 .find(|p| p.is_file())
         })
     })
+}
+
+/// Where `h5i-runc` is.
+pub fn runc_binary() -> Option<PathBuf> {
+    own_binary("h5i-runc")
+}
+
+/// Where `h5i-hook` is.
+pub fn hook_binary() -> Option<PathBuf> {
+    own_binary("h5i-hook")
 }
 
 /// The state directory h5i-runc should use for this caller.
@@ -64,7 +74,11 @@ fn expand(p: &str, workspace: &Path) -> Option<PathBuf> {
 }
 
 /// Build the plan for one run of `argv` in `sb`.
-pub fn plan(sb: &StoredBox, policy: &ResolvedPolicy, argv: &[OsString]) -> BundlePlan {
+pub fn plan(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    argv: &[OsString],
+) -> Result<BundlePlan, BoxError> {
     let ws = sb.paths.workspace();
     let mut read: Vec<PathBuf> = policy
         .fs
@@ -91,7 +105,21 @@ pub fn plan(sb: &StoredBox, policy: &ResolvedPolicy, argv: &[OsString]) -> Bundl
     }
     // SAFETY: getuid/getgid have no preconditions.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    BundlePlan {
+    let host_network = policy.net.mode == NetMode::Host;
+    let mut create_container_hooks = Vec::new();
+    if !host_network {
+        let hook = hook_binary().ok_or_else(|| BoxError::BadRequest {
+            what: "h5i-hook (which brings up the box's own loopback) is not beside h5i or on PATH"
+                .into(),
+            mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+        })?;
+        create_container_hooks.push(vec![
+            hook.display().to_string(),
+            "loopback".to_string(),
+            "--inside".to_string(),
+        ]);
+    }
+    Ok(BundlePlan {
         id: format!(
             "{}-{}-{}",
             sb.manifest.name,
@@ -107,14 +135,15 @@ pub fn plan(sb: &StoredBox, policy: &ResolvedPolicy, argv: &[OsString]) -> Bundl
         read,
         write,
         spool: sb.paths.spool(),
-        host_network: policy.net.mode == NetMode::Host,
+        host_network,
         unix_sockets: policy.net.unix,
         uid,
         gid,
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,
-    }
+        create_container_hooks,
+    })
 }
 
 /// Run `argv` in `sb` at the process tier.
@@ -129,7 +158,7 @@ pub fn run(
             .into(),
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
     })?;
-    let plan = plan(sb, policy, argv);
+    let plan = plan(sb, policy, argv)?;
     let dir = sb.paths.scratch().join(format!("run-{}", plan.id));
     let report = h5i_runtime::process_tier::run(
         &RuncInvocation {

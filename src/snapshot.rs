@@ -420,6 +420,8 @@ impl Snapshot {
                     .args([
                         "-c",
                         "fastimport.unpackLimit=0",
+                        "-c",
+                        "pack.compression=1",
                         "fast-import",
                         "--quiet",
                         "--done",
@@ -880,7 +882,7 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                         return Ok(());
                     }
                 }
-                match read_nofollow(&full, self.opts.max_file_size) {
+                match read_nofollow(&full, size) {
                     Ok(FileRead::Bytes(b)) => (
                         if executable {
                             mode::EXECUTABLE
@@ -889,10 +891,6 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                         },
                         b,
                     ),
-                    Ok(FileRead::TooLarge(size)) => {
-                        self.ask(Seen::TooLarge { path, size })?;
-                        return Ok(());
-                    }
                     Ok(FileRead::NotAFile) => {
                         // Swapped for something else since it was looked at: let git decide.
                         self.paths.push(path.to_vec());
@@ -948,35 +946,43 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
 
 enum FileRead {
     Bytes(Vec<u8>),
-    TooLarge(u64),
     NotAFile,
 }
 
-/// Read a regular file without following a symlink at its last component (its parents were
-/// checked to be real directories) and without blocking on a fifo swapped in.
-fn read_nofollow(path: &Path, max: Option<u64>) -> io::Result<FileRead> {
-    let f = match fs::OpenOptions::new()
+/// Read a regular file of `size` bytes (as `lstat` just said) without following a symlink at its
+/// last component (its parents were checked to be real directories) and without blocking on a
+/// fifo swapped in. Reads at most `size` bytes: a file that changed since the `lstat` gives bytes
+/// whose id will not match the one git stages, so git's own bytes are read back and inspected.
+fn read_nofollow(path: &Path, size: u64) -> io::Result<FileRead> {
+    if size == 0 {
+        return Ok(FileRead::Bytes(Vec::new()));
+    }
+    let mut f = match fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
     {
         Ok(f) => f,
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Ok(FileRead::NotAFile),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {
+            return Ok(FileRead::NotAFile)
+        }
         Err(e) => return Err(e),
     };
-    let meta = f.metadata()?;
-    if !meta.file_type().is_file() {
-        return Ok(FileRead::NotAFile);
+    let len = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
+    let mut buf = vec![0u8; len];
+    let mut got = 0;
+    while got < len {
+        match f.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::EAGAIN)) => {
+                return Ok(FileRead::NotAFile)
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let limit = max.unwrap_or(u64::MAX);
-    if meta.len() > limit {
-        return Ok(FileRead::TooLarge(meta.len()));
-    }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    f.take(limit.saturating_add(1)).read_to_end(&mut buf)?;
-    if buf.len() as u64 > limit {
-        return Ok(FileRead::TooLarge(buf.len() as u64));
-    }
+    buf.truncate(got);
     Ok(FileRead::Bytes(buf))
 }
 

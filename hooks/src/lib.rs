@@ -1,6 +1,17 @@
-//! h5i-hook: what happens at a box's edges in time.
+//! h5i-hook: what happens at a box's edges in time, as OCI hooks.
 //!
-//! Owns ingesting what a box staged in its spool (validated, then recorded as box-claimed) and,
-//! as the kernel tiers arrive, the OCI hooks that wire and tear down a box's network. Must never:
-//! trust a spool entry's claimed lane, follow a symlink out of the spool, or write a record as
-//! host-observed.
+//! Owns the hooks a box's bundle declares, so they run the same under `h5i-runc` and under
+//! Podman: each reads the OCI state on stdin (validated against a closed set of fields), acts
+//! on the container's namespaces by pid, and exits. Today: `loopback` (createRuntime) brings up
+//! `lo` in the box's private network namespace, so a dev server in the box is reachable from the
+//! box and from nothing else. The egress uplink and nftables table of the supervised tier arrive
+//! here too.
+//!
+//! Must never: act on a pid the state did not name, trust a field outside the closed set, or
+//! touch the host's own network namespace.
+//!
+//! Guarded by `tests/process_tier.rs` (`a_host_loopback_listener_is_unreachable_from_inside`,
+//! `the_boxs_own_loopback_works`).
+
+pub mod loopback;
+pub mod state;

@@ -14,7 +14,9 @@
 //! - minimal `/dev`, its own `/proc` (pid namespace), no `/sys` at all (libcontainer would mount
 //!   cgroup controllers read-write on v1);
 //! - the spool as the only other write window;
-//! - a user namespace mapping only the caller, empty capability sets, `noNewPrivileges`;
+//! - a user namespace with one mapping, box uid/gid 0 -> the caller's (libcontainer needs
+//!   uid 0 mapped to set the box up, and an unprivileged caller can map only itself), empty
+//!   capability sets and `noNewPrivileges`, so "root" in the box holds nothing;
 //! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's.
 //!
 //! Pure: [`BundlePlan::to_config`] builds the JSON and unit tests check it; writing it to disk is
@@ -46,7 +48,7 @@ pub struct BundlePlan {
     pub host_network: bool,
     /// Whether `socket(AF_UNIX)` is allowed.
     pub unix_sockets: bool,
-    /// uid and gid of the caller (mapped to themselves inside).
+    /// uid and gid of the caller (the box's 0 maps to them).
     pub uid: u32,
     /// See `uid`.
     pub gid: u32,
@@ -56,6 +58,10 @@ pub struct BundlePlan {
     pub max_file_bytes: Option<u64>,
     /// Size of the private `/tmp`, bytes.
     pub tmp_bytes: u64,
+    /// `createContainer` hooks, each an argv whose first element is the program's absolute
+    /// path; the runtime runs them inside the container's namespaces, before `pivot_root`, with
+    /// the container state on stdin.
+    pub create_container_hooks: Vec<Vec<String>>,
 }
 
 /// What a plan left out, for `status` and the receipt.
@@ -144,8 +150,8 @@ impl BundlePlan {
         }
         let mut linux = json!({
             "namespaces": namespaces,
-            "uidMappings": [{"containerID": self.uid, "hostID": self.uid, "size": 1}],
-            "gidMappings": [{"containerID": self.gid, "hostID": self.gid, "size": 1}],
+            "uidMappings": [{"containerID": 0, "hostID": self.uid, "size": 1}],
+            "gidMappings": [{"containerID": 0, "hostID": self.gid, "size": 1}],
             "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
                             "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
                             "/proc/sched_debug", "/proc/scsi"],
@@ -155,11 +161,16 @@ impl BundlePlan {
         if let Some(cg) = &self.cgroups_path {
             linux["cgroupsPath"] = json!(cg);
         }
-        let config = json!({
+        let hooks: Vec<Value> = self
+            .create_container_hooks
+            .iter()
+            .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
+            .collect();
+        let mut config = json!({
             "ociVersion": "1.0.2",
             "process": {
                 "terminal": false,
-                "user": {"uid": self.uid, "gid": self.gid},
+                "user": {"uid": 0, "gid": 0},
                 "args": self.argv,
                 "env": self.env,
                 "cwd": self.cwd,
@@ -174,6 +185,9 @@ impl BundlePlan {
             "linux": linux,
             "annotations": annotations,
         });
+        if !hooks.is_empty() {
+            config["hooks"] = json!({"createContainer": hooks});
+        }
         (config, notes)
     }
 }
@@ -212,6 +226,7 @@ mod tests {
             cgroups_path: Some("/x/h5i/b1/c".into()),
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
+            create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
         }
     }
 
@@ -274,7 +289,7 @@ mod tests {
         assert_eq!(v["process"]["noNewPrivileges"], true);
         assert_eq!(
             v["linux"]["uidMappings"],
-            json!([{"containerID": 1000, "hostID": 1000, "size": 1}])
+            json!([{"containerID": 0, "hostID": 1000, "size": 1}])
         );
         let ns: Vec<String> = v["linux"]["namespaces"]
             .as_array()
@@ -285,6 +300,13 @@ mod tests {
         for want in ["user", "pid", "mount", "network"] {
             assert!(ns.contains(&want.to_string()), "{want}");
         }
+    }
+
+    #[test]
+    fn hooks_are_declared_for_create_container() {
+        let (v, _) = plan().to_config(|_| true);
+        assert_eq!(v["hooks"]["createContainer"][0]["path"], "/opt/h5i-hook");
+        assert_eq!(v["hooks"]["createContainer"][0]["args"][1], "loopback");
     }
 
     #[test]

@@ -7,11 +7,17 @@
 //! and `pids.events`. Works on cgroup v2 and on v1 (hybrid included); on v1 every controller
 //! gets the same relative path, since libcontainer places a container at one path in all of them.
 //!
+//! On v1 the `oom_kill` counter is local to the victim's own group (the container's, which the
+//! runtime deletes with the container), so the cage registers an eventfd on its own
+//! `memory.oom_control` instead: the kernel signals it for every OOM at the cage's limit, and
+//! the count is read after the run.
+//!
 //! Must never: create a group outside the caller's own cgroup, leave a group behind after the
 //! run, or report a limit as held when writing it failed.
 
 use std::fs;
-use std::io;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use h5i_policy::receipt::OomReport;
@@ -56,6 +62,9 @@ pub struct ResourceCage {
     /// Directories created, outermost first, per root.
     created: Vec<PathBuf>,
     mem_limit: Option<u64>,
+    /// v1: eventfd the kernel signals on each OOM at this cage's limit, and the
+    /// `memory.oom_control` file it is registered against (kept open for the registration's life).
+    oom_events: Option<(OwnedFd, fs::File)>,
 }
 
 const V1_CONTROLLERS: [&str; 2] = ["memory", "pids"];
@@ -90,6 +99,7 @@ impl ResourceCage {
             roots,
             created: Vec::new(),
             mem_limit: mem,
+            oom_events: None,
         };
         for root in cage.roots.clone() {
             cage.make_dirs(&root)?;
@@ -103,6 +113,15 @@ impl ResourceCage {
             if layout == Layout::V2 {
                 // No swap: the ceiling is the ceiling.
                 let _ = fs::write(dir.join("memory.swap.max"), "0");
+            } else {
+                cage.oom_events =
+                    Some(
+                        register_oom_eventfd(&dir).map_err(|source| CageError::Write {
+                            what: "mem",
+                            path: dir.join("cgroup.event_control"),
+                            source,
+                        })?,
+                    );
             }
         }
         if let Some(p) = procs {
@@ -163,7 +182,9 @@ impl ResourceCage {
             Layout::V1 => {
                 let d = self.dir_for(0);
                 (
-                    field(&read(d.join("memory.oom_control")), "oom_kill ").unwrap_or(0),
+                    self.oom_events
+                        .as_ref()
+                        .map_or(0, |(efd, _)| read_eventfd(efd)),
                     read(d.join("memory.max_usage_in_bytes"))
                         .trim()
                         .parse()
@@ -184,6 +205,36 @@ impl ResourceCage {
             }),
             pids_refused,
         }
+    }
+}
+
+/// v1 OOM notification: `<eventfd> <fd of memory.oom_control>` into `cgroup.event_control`.
+fn register_oom_eventfd(dir: &Path) -> io::Result<(OwnedFd, fs::File)> {
+    let control = fs::File::open(dir.join("memory.oom_control"))?;
+    // SAFETY: eventfd with valid flags returns a new fd or -1.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by eventfd and is owned here.
+    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let line = format!("{} {}", efd.as_raw_fd(), control.as_raw_fd());
+    fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("cgroup.event_control"))?
+        .write_all(line.as_bytes())?;
+    Ok((efd, control))
+}
+
+/// The eventfd's counter (0 when it never fired).
+fn read_eventfd(fd: &OwnedFd) -> u64 {
+    let mut v: u64 = 0;
+    // SAFETY: reads exactly 8 bytes into a u64 that lives for the call.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    if n == 8 {
+        v
+    } else {
+        0
     }
 }
 

@@ -88,6 +88,8 @@ pub fn run(
         .arg(&pid_file)
         .arg(&plan.id);
     let child = run_supervised_with(cmd, wall, &mut || {
+        // Killing the init ends its pid namespace; h5i-runc sees it go and deletes the
+        // container (state, cgroup) before exiting, so nothing outlives the run.
         if let Some(pid) = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|t| t.trim().parse::<i32>().ok())
@@ -96,7 +98,9 @@ pub fn run(
             // SAFETY: kill(2) on the container init's pid; no memory involved. The pid was
             // written by h5i-runc for this run and the init is not yet reaped by anyone else
             // (its parent, h5i-runc, is still alive: we are before the group kill).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+        } else {
+            false
         }
     })?;
     let cage_report = cage.as_ref().map(ResourceCage::report).unwrap_or_default();

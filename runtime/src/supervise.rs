@@ -58,16 +58,21 @@ pub struct ChildReport {
 /// elapses. The child becomes the terminal's foreground group while it runs when stdin is a
 /// terminal, so job-control keys reach it and not h5i.
 pub fn run_supervised(cmd: Command, wall: Option<Duration>) -> Result<ChildReport, SuperviseError> {
-    run_supervised_with(cmd, wall, &mut || {})
+    run_supervised_with(cmd, wall, &mut || false)
 }
 
-/// [`run_supervised`], calling `on_wall` when the wall clock fires, before the group is killed:
-/// a runtime whose payload lives outside the child's process group (a container init in its own
-/// session) kills it there.
+/// How long a runtime gets to clean up after `on_wall` killed its payload, before its own
+/// group is killed too.
+pub const WALL_GRACE: Duration = Duration::from_secs(10);
+
+/// [`run_supervised`], calling `on_wall` when the wall clock fires. A runtime whose payload lives
+/// outside the child's process group (a container init in its own session) kills it there and
+/// returns true: the runtime then sees its container die and cleans up (state, cgroups) within
+/// [`WALL_GRACE`] before the group is killed. Returning false kills the group at once.
 pub fn run_supervised_with(
     mut cmd: Command,
     wall: Option<Duration>,
-    on_wall: &mut dyn FnMut(),
+    on_wall: &mut dyn FnMut() -> bool,
 ) -> Result<ChildReport, SuperviseError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let blocked = SignalBlock::forwarded()?;
@@ -96,7 +101,7 @@ pub fn run_supervised_with(
     drop(child);
     let pidfd = pidfd_open(pid)?;
     let terminal = ForegroundTerminal::hand_to(pid);
-    let deadline = wall.map(|w| started + w);
+    let mut deadline = wall.map(|w| started + w);
     let mut timed_out = false;
     loop {
         let timeout_ms = match deadline {
@@ -106,9 +111,13 @@ pub fn run_supervised_with(
                 if left.is_zero() {
                     if !timed_out {
                         timed_out = true;
-                        on_wall();
-                        kill_group(pid, libc::SIGKILL);
+                        if on_wall() {
+                            deadline = Some(Instant::now() + WALL_GRACE);
+                            continue;
+                        }
                     }
+                    kill_group(pid, libc::SIGKILL);
+                    deadline = None;
                     -1
                 } else {
                     // Round up so a deadline is never polled early into a busy loop.

@@ -8,14 +8,19 @@
 //! knows it is sealed by asking the kernel for the seals of `/proc/self/exe`; an environment
 //! marker only guards against an exec loop if that check ever failed after the re-exec.
 //!
-//! Cost: one copy of the binary (`copy_file_range`/`sendfile` in the kernel) and one exec;
-//! measured in the issue report. Must never: run a container verb from an unsealed binary.
+//! Cost: one in-kernel copy (`copy_file_range`) and one exec. Only what the kernel's ELF loader
+//! reads is copied: the bytes up to the end of the last program-header segment. Debug info and
+//! section headers (most of a `debug = 1` build) are left out and the copy's header says it has
+//! no sections. A binary that does not parse as ELF64 little-endian is copied whole.
+//! Must never: run a container verb from an unsealed binary.
 
 use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
+use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::FileExt;
 
 /// Set in the re-exec'd copy's environment; removed again once the seal is verified.
 pub const MARKER_ENV: &str = "_H5I_RUNC_SEALED";
@@ -86,14 +91,18 @@ pub fn sealed_copy() -> Result<File, SealError> {
     }
     // SAFETY: fd was just returned by memfd_create and is owned by nothing else.
     let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let mut exe = File::open("/proc/self/exe").map_err(step("open /proc/self/exe"))?;
+    let exe = File::open("/proc/self/exe").map_err(step("open /proc/self/exe"))?;
     let len = exe.metadata().map_err(step("stat /proc/self/exe"))?.len();
-    let copied = io::copy(&mut exe, &mut memfd).map_err(step("copy binary"))?;
-    if copied != len {
-        return Err(step("copy binary")(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "short copy",
-        )));
+    let image = elf_image_len(&exe, len).unwrap_or(len);
+    let copied = io::copy(&mut (&exe).take(image), &mut memfd).map_err(step("copy binary"))?;
+    if copied != image {
+        return Err(step("copy binary")(io::Error::new(io::ErrorKind::UnexpectedEof, "short copy")));
+    }
+    if image < len {
+        // The section header table was not copied: say so in the ELF header (e_shoff,
+        // e_shnum, e_shstrndx = 0) instead of pointing past the end of the file.
+        memfd.write_all_at(&0u64.to_le_bytes(), ELF_SHOFF).map_err(step("patch ELF header"))?;
+        memfd.write_all_at(&[0u8; 4], ELF_SHNUM).map_err(step("patch ELF header"))?;
     }
     // SAFETY: F_ADD_SEALS on a valid memfd created with MFD_ALLOW_SEALING; integer argument.
     let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
@@ -101,6 +110,42 @@ pub fn sealed_copy() -> Result<File, SealError> {
         return Err(step("F_ADD_SEALS")(io::Error::last_os_error()));
     }
     Ok(memfd)
+}
+
+const ELF_PHOFF: u64 = 0x20;
+const ELF_SHOFF: u64 = 0x28;
+const ELF_SHNUM: u64 = 0x3c;
+
+/// Length of the prefix of an ELF64 little-endian file that the kernel's loader needs: the end
+/// of the furthest program-header segment (and of the header tables themselves). `None` when
+/// the file does not look like such an ELF, or a segment runs past `file_len`.
+pub fn elf_image_len(file: &File, file_len: u64) -> Option<u64> {
+    let mut ehdr = [0u8; 64];
+    file.read_exact_at(&mut ehdr, 0).ok()?;
+    if &ehdr[..4] != b"\x7fELF" || ehdr[4] != 2 || ehdr[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u64_at = |b: &[u8], o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let phoff = u64_at(&ehdr, ELF_PHOFF as usize);
+    let phentsize = u64::from(u16_at(&ehdr, 0x36));
+    let phnum = u64::from(u16_at(&ehdr, 0x38));
+    if phentsize < 56 || phnum == 0 {
+        return None;
+    }
+    let table_len = phentsize.checked_mul(phnum)?;
+    let mut phdrs = vec![0u8; usize::try_from(table_len).ok()?];
+    file.read_exact_at(&mut phdrs, phoff).ok()?;
+    let mut end = phoff.checked_add(table_len)?.max(64);
+    for ph in phdrs.chunks_exact(usize::try_from(phentsize).ok()?) {
+        let seg_end = u64_at(ph, 8).checked_add(u64_at(ph, 32))?; // p_offset + p_filesz
+        end = end.max(seg_end);
+    }
+    (end <= file_len).then_some(end)
 }
 
 fn cstrings(items: impl Iterator<Item = OsString>) -> Result<Vec<CString>, SealError> {
@@ -148,6 +193,37 @@ mod tests {
             copy.set_len(1).is_err(),
             "shrinking a sealed copy must fail"
         );
+    }
+
+    #[test]
+    fn image_prefix_covers_every_segment_and_drops_section_headers() {
+        let exe = File::open("/proc/self/exe").unwrap();
+        let len = exe.metadata().unwrap().len();
+        let image = elf_image_len(&exe, len).unwrap();
+        assert!(image <= len);
+        let copy = sealed_copy().unwrap();
+        assert_eq!(copy.metadata().unwrap().len(), image);
+        let mut ehdr = [0u8; 64];
+        copy.read_exact_at(&mut ehdr, 0).unwrap();
+        assert_eq!(&ehdr[..4], b"\x7fELF");
+        if image < len {
+            assert_eq!(&ehdr[0x28..0x30], &[0u8; 8], "e_shoff cleared");
+            assert_eq!(&ehdr[0x3c..0x40], &[0u8; 4], "e_shnum/e_shstrndx cleared");
+        }
+    }
+
+    #[test]
+    fn non_elf_is_copied_whole() {
+        let mut f = tempfile_in_tmp();
+        f.write_all(b"#!/bin/sh\necho not elf\n").unwrap();
+        assert_eq!(elf_image_len(&f, 24), None);
+    }
+
+    fn tempfile_in_tmp() -> File {
+        let path = std::env::temp_dir().join(format!("h5i-seal-test-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
     }
 
     #[test]

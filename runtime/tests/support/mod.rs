@@ -139,6 +139,14 @@ impl Bundle {
         self
     }
 
+    /// Drop one namespace type from the spec.
+    pub fn without_namespace(&mut self, ty: &str) -> &mut Self {
+        let list = self.config["linux"]["namespaces"].as_array_mut().unwrap();
+        list.retain(|n| n["type"] != ty);
+        self.save();
+        self
+    }
+
     /// Give the process extra capabilities (so seccomp denials are not masked by missing caps).
     pub fn add_caps(&mut self, caps: &[&str]) -> &mut Self {
         for set in ["bounding", "effective", "permitted"] {
@@ -215,9 +223,10 @@ impl Runtime {
         c
     }
 
-    /// Run a verb with stdin closed; returns the output.
+    /// Run a verb with stdin closed; returns the output. stdout/stderr go through files, not
+    /// pipes: a created container's init inherits them and would hold a pipe open.
     pub fn run(&self, args: &[&str]) -> Output {
-        self.cmd().args(args).stdin(Stdio::null()).output().unwrap()
+        run_to_files(self.cmd().args(args))
     }
 
     /// Run a verb that must succeed; returns stdout.
@@ -247,6 +256,53 @@ impl Runtime {
     /// Best-effort cleanup (tests assert their own deletes).
     pub fn force_delete(&self, id: &str) {
         let _ = self.run(&["delete", "--force", id]);
+    }
+}
+
+impl Drop for Runtime {
+    /// Force-delete whatever a (possibly failed) test left in its state root, so a panicking
+    /// test does not leak running containers or cgroups; then drop the shared test cgroup
+    /// level where it is empty.
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(self.root.path()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') && e.path().is_dir() {
+                    let _ = run_to_files(self.cmd().args(["delete", "--force", &name]));
+                }
+            }
+        }
+        let rel = format!("{}/h5i-runc-test", own_cgroup().trim_end_matches('/'));
+        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+            for h in hierarchies.flatten() {
+                let _ = std::fs::remove_dir(format!("{}{rel}", h.path().display()));
+            }
+        }
+        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup{rel}"));
+    }
+}
+
+/// Run `cmd` with stdin closed and stdout/stderr captured through temp files.
+pub fn run_to_files(cmd: &mut Command) -> Output {
+    let mut out = tempfile::tempfile().unwrap();
+    let mut err = tempfile::tempfile().unwrap();
+    let status = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err.try_clone().unwrap())
+        .status()
+        .unwrap();
+    let read = |f: &mut std::fs::File| {
+        use std::io::{Read, Seek};
+        f.rewind().unwrap();
+        let mut v = Vec::new();
+        f.read_to_end(&mut v).unwrap();
+        v
+    };
+    Output {
+        status,
+        stdout: read(&mut out),
+        stderr: read(&mut err),
     }
 }
 

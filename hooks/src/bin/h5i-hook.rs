@@ -1,0 +1,34 @@
+//! `h5i-hook HOOK`: an OCI hook. Reads the container state on stdin; exits non-zero (and the
+//! runtime fails the container) when the hook cannot do its job.
+
+use std::io::Read;
+
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)";
+
+fn main() {
+    let arg = std::env::args().nth(1);
+    let result = match arg.as_deref() {
+        Some("loopback") => loopback(std::env::args().nth(2).as_deref() == Some("--inside")),
+        _ => {
+            eprintln!("h5i-hook: {USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("h5i-hook: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn loopback(inside: bool) -> Result<(), Box<dyn std::error::Error>> {
+    let mut buf = Vec::new();
+    std::io::stdin().take(1 << 20).read_to_end(&mut buf)?;
+    let state = h5i_hook::state::OciState::parse(&buf)?;
+    if inside {
+        h5i_hook::loopback::bring_up_inside()?;
+    } else {
+        let pid = state.pid.ok_or(h5i_hook::state::StateError::NoPid)?;
+        h5i_hook::loopback::bring_up(pid)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,104 @@
+//! `h5i-hook loopback`: bring up `lo` inside the box's network namespace.
+//!
+//! A fresh network namespace starts with `lo` down, so nothing in the box could reach its own
+//! dev server. Two ways in:
+//! - as a `createContainer` hook (`loopback --inside`, what h5i's bundles declare): the runtime
+//!   runs it inside the container's namespaces, before capabilities are dropped, so it acts on
+//!   its own network namespace, refusing if that is the host's (pid 1's as its /proc sees it);
+//!   this works rootless, where the container's init is not dumpable and cannot be entered;
+//! - as a `createRuntime` hook (`loopback`): it enters the container's network namespace by pid
+//!   (root only).
+//!
+//! Either way it sets `IFF_UP` on `lo` and changes nothing else.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Why the loopback could not be brought up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoopbackError {
+    /// A namespace could not be opened or entered.
+    #[error("refusing: cannot enter the box's {ns} namespace (pid {pid}): {source}; to fix: the container must still be alive at createRuntime")]
+    Enter {
+        /// Which namespace.
+        ns: &'static str,
+        /// The container pid.
+        pid: i64,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// `--inside` ran in the host's network namespace.
+    #[error("refusing: h5i-hook loopback --inside is running in the host's network namespace; to fix: declare it as a createContainer hook of a container with its own network namespace")]
+    HostNamespace,
+    /// The interface flags could not be changed.
+    #[error("refusing: cannot bring up lo in the box: {0}; to fix: report this as an h5i bug")]
+    Ioctl(io::Error),
+}
+
+fn same_ns(a: &str, b: &str) -> bool {
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => {
+            use std::os::unix::fs::MetadataExt;
+            x.ino() == y.ino() && x.dev() == y.dev()
+        }
+        _ => false,
+    }
+}
+
+fn enter(pid: i64, ns: &'static str, flag: libc::c_int) -> Result<(), LoopbackError> {
+    let path = format!("/proc/{pid}/ns/{ns}");
+    let f = File::open(&path).map_err(|source| LoopbackError::Enter { ns, pid, source })?;
+    // SAFETY: setns on a valid namespace fd; the process is single-threaded (the hook binary
+    // spawns no threads), which entering a user namespace requires.
+    if unsafe { libc::setns(f.as_raw_fd(), flag) } != 0 {
+        return Err(LoopbackError::Enter {
+            ns,
+            pid,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// Enter the network namespace of `pid` (a createRuntime hook, as root) and set `lo` up.
+pub fn bring_up(pid: i64) -> Result<(), LoopbackError> {
+    enter(pid, "net", libc::CLONE_NEWNET)?;
+    set_lo_up()
+}
+
+/// Set `lo` up in this process's own network namespace (a createContainer hook), refusing when
+/// that namespace is the host's.
+pub fn bring_up_inside() -> Result<(), LoopbackError> {
+    if same_ns("/proc/self/ns/net", "/proc/1/ns/net") {
+        return Err(LoopbackError::HostNamespace);
+    }
+    set_lo_up()
+}
+
+fn set_lo_up() -> Result<(), LoopbackError> {
+    // SAFETY: socket with constant arguments returns a new fd or -1.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
+    }
+    // SAFETY: fd was just returned by socket and is owned here.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: ifreq is plain data; zeroed is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: req is a valid ifreq naming "lo"; the kernel fills ifru_flags.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
+        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
+    }
+    // SAFETY: reading the union member SIOCGIFFLAGS just filled.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    // SAFETY: req is a valid ifreq with the new flags.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } != 0 {
+        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
+    }
+    Ok(())
+}
