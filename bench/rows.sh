@@ -43,11 +43,14 @@ add_row box-create \
     --cwd '$ROW_DIR/repo' \
     --baseline 'git worktree add --quiet -b bench-wt $ROW_DIR/wt' \
     --baseline-prepare 'git worktree remove --force "$ROW_DIR/wt" 2>/dev/null; git branch -q -D bench-wt 2>/dev/null; true' \
-    --h5i '$H5I box create bench-create' \
+    --h5i '$H5I box create bench-create --isolation workspace' \
     --h5i-prepare '"$H5I" box rm --force bench-create >/dev/null 2>&1; true' \
     --check '
-        n="$(git worktree list --porcelain | grep "^worktree " | grep -cvx "worktree $ROW_DIR/wt" || true)"
-        [ "$n" -ge 2 ] || { echo "h5i box create made no git worktree (git worktree list shows only the repository and the baseline worktree)"; exit 1; }' \
+        ws="$(find .git/.h5i/env -maxdepth 3 -type d -path "*/bench-create/workspace" | head -n 1)"
+        [ -n "$ws" ] || { echo "h5i box create made no box workspace"; exit 1; }
+        n="$(git --git-dir="$ws/.git" --work-tree="$ws" ls-files | wc -l)"
+        [ "$n" = "$BENCH_FILES" ] || { echo "the box workspace has $n tracked files, expected $BENCH_FILES"; exit 1; }
+        [ -f "$ws/$(git ls-files | head -n 1)" ] || { echo "the box workspace is not checked out"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-create' \
     --target 'ratio:median <= 1.3'
 
@@ -86,3 +89,53 @@ add_row box-run-workspace \
         [ "$rc" = 7 ] || { echo "h5i box run did not pass exit code 7 through (got $rc)"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-run' \
     --target 'added_ms:median < 5'
+
+add_row box-run-process-vs-true \
+    --title 'h5i box run NAME -- true at --isolation process vs bare true' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-proc --isolation process' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'true' \
+    --h5i '$H5I box run bench-proc -- true' \
+    --check '
+        out="$("$H5I" box run bench-proc -- sh -c "grep CapEff /proc/self/status")"
+        [ "$out" = "CapEff:	0000000000000000" ] || { echo "the process-tier run was not confined (got $out)"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-proc' \
+    --target 'added_ms:median < 10'
+
+add_row box-run-process-vs-bwrap \
+    --title 'h5i box run NAME -- true at --isolation process vs bwrap --unshare-all true' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-proc --isolation process' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'bwrap --unshare-all --ro-bind / / true' \
+    --h5i '$H5I box run bench-proc -- true' \
+    --check '"$H5I" box run bench-proc -- true' \
+    --teardown '"$H5I" box rm --force bench-proc' \
+    --target 'added_ms:median < 10'
+
+add_row box-run-process-vs-runc \
+    --title 'h5i box run NAME -- true at --isolation process vs runc run of the same bundle' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-proc --isolation process
+        "$H5I" box bundle bench-proc --out "$ROW_DIR/bundle" -- true >/dev/null' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'runc run --bundle $ROW_DIR/bundle bench-runc' \
+    --h5i '$H5I box run bench-proc -- true' \
+    --check '"$H5I" box run bench-proc -- true && runc run --bundle "$ROW_DIR/bundle" bench-runc-check' \
+    --teardown '"$H5I" box rm --force bench-proc' \
+    --target 'ratio:median <= 1.5'
+
+add_row podman-h5i-runc-vs-runc \
+    --title 'podman run --rm with --runtime h5i-runc vs --runtime runc (rootful, busybox image)' \
+    --setup '"$ROOT/scripts/make-test-image.sh" --root >/dev/null' \
+    --baseline 'podman run --rm --network none --cgroup-parent $H5I_BENCH_CGROUP --runtime runc localhost/h5i-busybox:latest true' \
+    --h5i 'podman run --rm --network none --cgroup-parent $H5I_BENCH_CGROUP --runtime $H5I_RUNC localhost/h5i-busybox:latest true' \
+    --check 'podman run --rm --network none --cgroup-parent "$H5I_BENCH_CGROUP" --runtime "$H5I_RUNC" localhost/h5i-busybox:latest true' \
+    --target 'ratio:median <= 1.0'

@@ -28,7 +28,11 @@ BENCH_RUNS="${BENCH_RUNS:-}"
 BENCH_WORK="${BENCH_WORK:-/tmp/h5i-bench}"
 OUT="${BENCH_OUT:-$ROOT/bench/out}"
 REPORT="${BENCH_REPORT:-$ROOT/BENCHMARKS.md}"
-export H5I ROOT BENCH_FILES
+H5I_RUNC="${H5I_RUNC:-$ROOT/target/release/h5i-runc}"
+# Podman's --cgroup-parent: under this process's own cgroup (HOST.md: never the top).
+H5I_BENCH_CGROUP="$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"
+H5I_BENCH_CGROUP="${H5I_BENCH_CGROUP%/}/h5i/bench"
+export H5I ROOT BENCH_FILES H5I_RUNC H5I_BENCH_CGROUP
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 command -v hyperfine >/dev/null || die "hyperfine not found (make setup installs it)"
@@ -70,6 +74,8 @@ expand() {
     s="${s//\$BENCH_FILES/$BENCH_FILES}"
     s="${s//\$ROW_DIR/$row_dir}"
     s="${s//\$ROOT/$ROOT}"
+    s="${s//\$H5I_RUNC/$H5I_RUNC}"
+    s="${s//\$H5I_BENCH_CGROUP/$H5I_BENCH_CGROUP}"
     s="${s//\$H5I/$H5I}"
     printf '%s' "$s"
 }

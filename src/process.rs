@@ -146,6 +146,36 @@ pub fn plan(
     })
 }
 
+/// Write the bundle a process-tier run of `argv` would use into `out` (for inspection, and so
+/// the same box can be run by another OCI runtime: the conformance and bench baselines).
+/// Its cgroup sits under the caller's own, at `<own>/h5i/<id>`.
+pub fn write_bundle_for(
+    store: &crate::store::BoxStore,
+    name: &str,
+    argv: &[OsString],
+    out: &Path,
+) -> Result<h5i_runtime::bundle::BundleNotes, BoxError> {
+    let sb = store.find(name)?;
+    crate::store::require_active(&sb, "bundle")?;
+    let policy = crate::store::load_policy(&sb)?;
+    if policy.tier != h5i_policy::Tier::Process {
+        return Err(BoxError::BadRequest {
+            what: format!(
+                "box `{name}` runs at the {} tier, which has no OCI bundle",
+                policy.tier
+            ),
+            mend: "create a box with --isolation process".into(),
+        });
+    }
+    let mut plan = plan(&sb, &policy, argv)?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let anchor = h5i_runtime::runc::cgroup::detect_layout()
+        .ok()
+        .and_then(|l| h5i_runtime::runc::cgroup::anchor_from(&own, l).ok());
+    plan.cgroups_path = anchor.map(|a| a.join("h5i").join(&plan.id).display().to_string());
+    h5i_runtime::bundle::write_bundle(&plan, out).map_err(|e| BoxError::io(out, e))
+}
+
 /// Run `argv` in `sb` at the process tier.
 pub fn run(
     sb: &StoredBox,

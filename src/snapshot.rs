@@ -315,7 +315,9 @@ impl Snapshot {
                 base: base.to_string(),
             });
         }
+        let started = unix_secs();
         let dir = make_scratch(scratch_dir, opts.objects)?;
+        let cache = stat_cache::load(scratch_dir, base);
         let snap = Snapshot {
             store: store_git_dir.to_path_buf(),
             workspace: workspace.to_path_buf(),
@@ -343,19 +345,31 @@ impl Snapshot {
                 mend: "check that the workspace directory is readable by you",
             })?;
 
-        let mut stager = Stager::new(&snap, &mut opts);
+        let mut candidates = Vec::with_capacity(tracked.len());
         for e in &tracked {
-            stager.tracked(e)?;
+            candidates.push(Candidate {
+                path: &e.path,
+                base: Some((e.mode, e.sha.as_str())),
+            });
         }
         for p in untracked.split(|b| *b == 0).filter(|p| !p.is_empty()) {
-            stager.untracked(p)?;
+            candidates.push(Candidate {
+                path: p,
+                base: None,
+            });
+        }
+        let mut stager = Stager::new(&snap, &mut opts, &cache);
+        for chunk in candidates.chunks(PROBE_CHUNK) {
+            stager.chunk(chunk)?;
         }
         let Stager {
             paths,
             force_remove,
             pending,
+            learnt,
             ..
         } = stager;
+        stat_cache::save(scratch_dir, base, started, &learnt);
         snap.fast_import(&pending)?;
         snap.update_index(&["--force-remove"], &force_remove)?;
         snap.update_index(&["--add", "--remove", "--replace"], &paths)?;
@@ -657,7 +671,157 @@ impl Drop for Snapshot {
     }
 }
 
-/// Walks git's candidate paths, decides which differ from the base, and collects them.
+/// Candidates probed per batch: each batch is read and hashed in parallel, then inspected in
+/// order, so at most one batch of changed files is held in memory.
+const PROBE_CHUNK: usize = 1024;
+
+/// A path git would consider: a tracked entry of the base, or an untracked path.
+struct Candidate<'a> {
+    path: &'a [u8],
+    /// The base's mode and blob id, for a tracked entry.
+    base: Option<(u32, &'a str)>,
+}
+
+/// What is at a candidate's path now.
+enum Probe {
+    /// Nothing (or a directory where a file was): a deletion for a tracked entry.
+    Gone,
+    /// A directory above it is a symlink or not a directory now: git refuses to look through it,
+    /// so a tracked entry is removed outright.
+    BeyondLink,
+    /// A directory: a gitlink of the base is still in place.
+    Dir,
+    /// A fifo, socket or device.
+    Special(&'static str),
+    /// A regular file over the size limit.
+    TooLarge(u64),
+    /// It could not be looked at.
+    Unreadable(io::Error),
+    /// Swapped for something else while it was being read: left to git.
+    Swapped,
+    /// The same mode and bytes as the base.
+    Unchanged,
+    /// Different from the base.
+    Changed {
+        mode: u32,
+        sha: String,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Reads candidates from the workspace, hashing them as git would.
+struct Prober<'w> {
+    workspace: &'w Path,
+    max_file_size: Option<u64>,
+    sha256: bool,
+    /// Directory (relative) -> whether it is a real directory, not a symlink.
+    real_dirs: HashMap<Vec<u8>, bool>,
+    /// Tracked paths known to hold the base's bytes while their `lstat` is unchanged.
+    cache: &'w HashMap<Vec<u8>, stat_cache::StatKey>,
+    /// Tracked paths found to hold the base's bytes this time, for the next snapshot.
+    learnt: Vec<(Vec<u8>, stat_cache::StatKey)>,
+}
+
+impl Prober<'_> {
+    /// Whether every directory above `path` is a real directory in the workspace.
+    fn parents_real(&mut self, path: &[u8]) -> bool {
+        let mut end = 0;
+        while let Some(p) = path[end..].iter().position(|b| *b == b'/') {
+            let dir = &path[..end + p];
+            let ok = match self.real_dirs.get(dir) {
+                Some(ok) => *ok,
+                None => {
+                    let full = self.workspace.join(OsStr::from_bytes(dir));
+                    let ok = fs::symlink_metadata(&full)
+                        .map(|m| m.file_type().is_dir())
+                        .unwrap_or(false);
+                    self.real_dirs.insert(dir.to_vec(), ok);
+                    ok
+                }
+            };
+            if !ok {
+                return false;
+            }
+            end += p + 1;
+        }
+        true
+    }
+
+    fn probe(&mut self, c: &Candidate<'_>) -> Probe {
+        if !self.parents_real(c.path) {
+            return Probe::BeyondLink;
+        }
+        let full = self.workspace.join(OsStr::from_bytes(c.path));
+        let meta = match fs::symlink_metadata(&full) {
+            Ok(m) => m,
+            Err(e)
+                if e.kind() == io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                return Probe::Gone
+            }
+            Err(e) => return Probe::Unreadable(e),
+        };
+        let ft = meta.file_type();
+        if c.base.is_some_and(|(m, _)| m == mode::GITLINK) {
+            return if ft.is_dir() { Probe::Dir } else { Probe::Gone };
+        }
+        let key = stat_cache::StatKey::of(&meta);
+        if c.base.is_some() && self.cache.get(c.path) == Some(&key) {
+            self.learnt.push((c.path.to_vec(), key));
+            return Probe::Unchanged;
+        }
+        let (git_mode, bytes) = if ft.is_file() {
+            let size = meta.len();
+            if self.max_file_size.is_some_and(|max| size > max) {
+                return Probe::TooLarge(size);
+            }
+            let exec = if meta.mode() & 0o100 != 0 {
+                mode::EXECUTABLE
+            } else {
+                mode::FILE
+            };
+            match read_nofollow(&full, size) {
+                Ok(FileRead::Bytes(b)) => (exec, b),
+                Ok(FileRead::NotAFile) => return Probe::Swapped,
+                Err(e) => return Probe::Unreadable(e),
+            }
+        } else if ft.is_symlink() {
+            match fs::read_link(&full) {
+                Ok(t) => (mode::SYMLINK, t.into_os_string().into_vec()),
+                Err(e) => return Probe::Unreadable(e),
+            }
+        } else if ft.is_dir() {
+            return Probe::Gone;
+        } else {
+            use std::os::unix::fs::FileTypeExt;
+            return Probe::Special(if ft.is_fifo() {
+                "fifo"
+            } else if ft.is_socket() {
+                "socket"
+            } else {
+                "device"
+            });
+        };
+        let sha = if self.sha256 {
+            digest::blob_sha256(&bytes)
+        } else {
+            digest::blob_sha1(&bytes)
+        };
+        if c.base == Some((git_mode, sha.as_str())) {
+            self.learnt.push((c.path.to_vec(), key));
+            return Probe::Unchanged;
+        }
+        Probe::Changed {
+            mode: git_mode,
+            sha,
+            bytes,
+        }
+    }
+}
+
+/// Probes git's candidate paths, asks the inspector about what differs from the base, and
+/// collects what to stage.
 struct Stager<'s, 'o, 'i> {
     snap: &'s Snapshot,
     opts: &'o mut TakeOptions<'i>,
@@ -668,28 +832,21 @@ struct Stager<'s, 'o, 'i> {
     /// Blobs for `fast-import`.
     pending: Vec<Vec<u8>>,
     pending_ids: HashSet<String>,
-    /// Directory (relative) -> whether it is a real directory, not a symlink.
-    real_dirs: HashMap<Vec<u8>, bool>,
-    sha256: bool,
-}
-
-enum OnDisk {
-    Gone,
-    /// A directory above it is a symlink or not a directory now: git refuses to look through it,
-    /// so the entry is removed outright.
-    BeyondLink,
-    File {
-        executable: bool,
-        size: u64,
-    },
-    Symlink,
-    Dir,
-    Special(&'static str),
+    threads: usize,
+    cache: &'s HashMap<Vec<u8>, stat_cache::StatKey>,
+    learnt: Vec<(Vec<u8>, stat_cache::StatKey)>,
 }
 
 impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
-    fn new(snap: &'s Snapshot, opts: &'o mut TakeOptions<'i>) -> Self {
-        let sha256 = snap.base.len() == 64;
+    fn new(
+        snap: &'s Snapshot,
+        opts: &'o mut TakeOptions<'i>,
+        cache: &'s HashMap<Vec<u8>, stat_cache::StatKey>,
+    ) -> Self {
+        let threads = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 8);
         Stager {
             snap,
             opts,
@@ -697,8 +854,9 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             force_remove: Vec::new(),
             pending: Vec::new(),
             pending_ids: HashSet::new(),
-            real_dirs: HashMap::new(),
-            sha256,
+            threads,
+            cache,
+            learnt: Vec::new(),
         }
     }
 
@@ -739,207 +897,140 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
         false
     }
 
-    /// Whether every directory above `path` is a real directory in the workspace.
-    fn parents_real(&mut self, path: &[u8]) -> bool {
-        let mut end = 0;
-        while let Some(p) = path[end..].iter().position(|b| *b == b'/') {
-            let dir = &path[..end + p];
-            let ok = match self.real_dirs.get(dir) {
-                Some(ok) => *ok,
-                None => {
-                    let full = self.snap.workspace.join(OsStr::from_bytes(dir));
-                    let ok = fs::symlink_metadata(&full)
-                        .map(|m| m.file_type().is_dir())
-                        .unwrap_or(false);
-                    self.real_dirs.insert(dir.to_vec(), ok);
-                    ok
+    /// Probe one batch (in parallel), then act on each result in order.
+    fn chunk(&mut self, chunk: &[Candidate<'_>]) -> Result<(), SnapshotError> {
+        let mut todo: Vec<&Candidate<'_>> = Vec::with_capacity(chunk.len());
+        for c in chunk {
+            if c.base.is_none() {
+                if let Some(dir) = c.path.strip_suffix(b"/") {
+                    if !self.skipped(dir) {
+                        self.ask(Seen::NestedRepository { path: dir })?;
+                    }
+                    continue;
                 }
+            }
+            if !self.skipped(c.path) {
+                todo.push(c);
+            }
+        }
+        let probes = self.probe_all(&todo)?;
+        if probes.len() != todo.len() {
+            return Err(SnapshotError::Parse {
+                what: "a probe count that does not match the paths",
+            });
+        }
+        for (c, probe) in todo.into_iter().zip(probes) {
+            self.act(c, probe)?;
+        }
+        Ok(())
+    }
+
+    fn probe_all(&mut self, todo: &[&Candidate<'_>]) -> Result<Vec<Probe>, SnapshotError> {
+        let workspace = self.snap.workspace.as_path();
+        let max_file_size = self.opts.max_file_size;
+        let sha256 = self.snap.base.len() == 64;
+        let cache = self.cache;
+        let prober = || Prober {
+            workspace,
+            max_file_size,
+            sha256,
+            real_dirs: HashMap::new(),
+            cache,
+            learnt: Vec::new(),
+        };
+        if self.threads < 2 || todo.len() < 64 {
+            let mut p = prober();
+            let probes = todo.iter().map(|c| p.probe(c)).collect();
+            self.learnt.append(&mut p.learnt);
+            return Ok(probes);
+        }
+        let per = todo.len().div_ceil(self.threads);
+        let parts: Vec<Option<(Vec<Probe>, Vec<_>)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = todo
+                .chunks(per)
+                .map(|part| {
+                    let mut p = prober();
+                    scope.spawn(move || {
+                        let probes: Vec<Probe> = part.iter().map(|c| p.probe(c)).collect();
+                        (probes, p.learnt)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().ok()).collect()
+        });
+        let mut probes = Vec::with_capacity(todo.len());
+        for part in parts {
+            let Some((mut p, mut learnt)) = part else {
+                return Err(SnapshotError::Workspace {
+                    path: "<workspace>".into(),
+                    source: io::Error::other("a thread reading the workspace panicked"),
+                });
             };
-            if !ok {
-                return false;
-            }
-            end += p + 1;
+            probes.append(&mut p);
+            self.learnt.append(&mut learnt);
         }
-        true
+        Ok(probes)
     }
 
-    fn on_disk(&mut self, path: &[u8]) -> Result<OnDisk, io::Error> {
-        if !self.parents_real(path) {
-            return Ok(OnDisk::BeyondLink);
-        }
-        let full = self.snap.workspace.join(OsStr::from_bytes(path));
-        let meta = match fs::symlink_metadata(&full) {
-            Ok(m) => m,
-            Err(e)
-                if e.kind() == io::ErrorKind::NotFound
-                    || e.raw_os_error() == Some(libc::ENOTDIR) =>
-            {
-                return Ok(OnDisk::Gone)
+    fn act(&mut self, c: &Candidate<'_>, probe: Probe) -> Result<(), SnapshotError> {
+        let path = c.path;
+        let tracked = c.base.is_some();
+        match probe {
+            Probe::Unchanged => {}
+            Probe::Dir => {}
+            Probe::Gone if c.base.is_some_and(|(m, _)| m == mode::GITLINK) => {
+                self.ask(Seen::GitlinkReplaced { path })?;
             }
-            Err(e) => return Err(e),
-        };
-        let ft = meta.file_type();
-        Ok(if ft.is_file() {
-            OnDisk::File {
-                executable: meta.mode() & 0o100 != 0,
-                size: meta.len(),
+            Probe::Gone | Probe::Swapped => {
+                if tracked {
+                    self.paths.push(path.to_vec());
+                }
             }
-        } else if ft.is_symlink() {
-            OnDisk::Symlink
-        } else if ft.is_dir() {
-            OnDisk::Dir
-        } else {
-            use std::os::unix::fs::FileTypeExt;
-            OnDisk::Special(if ft.is_fifo() {
-                "fifo"
-            } else if ft.is_socket() {
-                "socket"
-            } else {
-                "device"
-            })
-        })
-    }
-
-    fn tracked(&mut self, e: &IndexEntry) -> Result<(), SnapshotError> {
-        if self.skipped(&e.path) {
-            return Ok(());
-        }
-        let disk = match self.on_disk(&e.path) {
-            Ok(d) => d,
-            Err(error) => {
-                self.ask(Seen::Unreadable {
-                    path: &e.path,
-                    error: &error,
-                })?;
-                return Ok(());
+            Probe::BeyondLink => {
+                if tracked {
+                    self.force_remove.push(path.to_vec());
+                }
             }
-        };
-        if e.mode == mode::GITLINK {
-            if !matches!(disk, OnDisk::Dir) {
-                self.ask(Seen::GitlinkReplaced { path: &e.path })?;
+            Probe::Special(kind) => {
+                self.ask(Seen::Special { path, kind })?;
             }
-            return Ok(());
-        }
-        match disk {
-            OnDisk::Gone | OnDisk::Dir => {
-                self.paths.push(e.path.clone());
-                Ok(())
+            Probe::TooLarge(size) => {
+                self.ask(Seen::TooLarge { path, size })?;
             }
-            OnDisk::BeyondLink => {
-                self.force_remove.push(e.path.clone());
-                Ok(())
-            }
-            other => self.stage(&e.path, other, Some((e.mode, e.sha.as_str()))),
-        }
-    }
-
-    fn untracked(&mut self, path: &[u8]) -> Result<(), SnapshotError> {
-        if let Some(dir) = path.strip_suffix(b"/") {
-            if !self.skipped(dir) {
-                self.ask(Seen::NestedRepository { path: dir })?;
-            }
-            return Ok(());
-        }
-        if self.skipped(path) {
-            return Ok(());
-        }
-        match self.on_disk(path) {
-            Ok(OnDisk::Gone) | Ok(OnDisk::Dir) | Ok(OnDisk::BeyondLink) => Ok(()),
-            Ok(disk) => self.stage(path, disk, None),
-            Err(error) => {
+            Probe::Unreadable(error) => {
                 self.ask(Seen::Unreadable {
                     path,
                     error: &error,
                 })?;
-                Ok(())
             }
-        }
-    }
-
-    /// Read one candidate, compare it with its base entry, and ask about it if it differs.
-    fn stage(
-        &mut self,
-        path: &[u8],
-        disk: OnDisk,
-        base: Option<(u32, &str)>,
-    ) -> Result<(), SnapshotError> {
-        let full = self.snap.workspace.join(OsStr::from_bytes(path));
-        let (mode, bytes) = match disk {
-            OnDisk::Symlink => match fs::read_link(&full) {
-                Ok(t) => (mode::SYMLINK, t.into_os_string().into_vec()),
-                Err(error) => {
-                    self.ask(Seen::Unreadable {
+            Probe::Changed {
+                mode: git_mode,
+                sha,
+                bytes,
+            } => {
+                let verdict = if git_mode == mode::SYMLINK {
+                    self.ask(Seen::Symlink {
                         path,
-                        error: &error,
-                    })?;
+                        sha: &sha,
+                        target: &bytes,
+                    })?
+                } else {
+                    self.ask(Seen::File {
+                        path,
+                        sha: &sha,
+                        executable: git_mode == mode::EXECUTABLE,
+                        content: &bytes,
+                    })?
+                };
+                if verdict == Verdict::Skip {
                     return Ok(());
                 }
-            },
-            OnDisk::File { executable, size } => {
-                if let Some(max) = self.opts.max_file_size {
-                    if size > max {
-                        self.ask(Seen::TooLarge { path, size })?;
-                        return Ok(());
-                    }
+                if c.base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
+                    self.pending.push(bytes);
                 }
-                match read_nofollow(&full, size) {
-                    Ok(FileRead::Bytes(b)) => (
-                        if executable {
-                            mode::EXECUTABLE
-                        } else {
-                            mode::FILE
-                        },
-                        b,
-                    ),
-                    Ok(FileRead::NotAFile) => {
-                        // Swapped for something else since it was looked at: let git decide.
-                        self.paths.push(path.to_vec());
-                        return Ok(());
-                    }
-                    Err(error) => {
-                        self.ask(Seen::Unreadable {
-                            path,
-                            error: &error,
-                        })?;
-                        return Ok(());
-                    }
-                }
+                self.paths.push(path.to_vec());
             }
-            OnDisk::Special(kind) => {
-                self.ask(Seen::Special { path, kind })?;
-                return Ok(());
-            }
-            OnDisk::Gone | OnDisk::Dir | OnDisk::BeyondLink => return Ok(()),
-        };
-        let sha = if self.sha256 {
-            digest::blob_sha256(&bytes)
-        } else {
-            digest::blob_sha1(&bytes)
-        };
-        if base == Some((mode, sha.as_str())) {
-            return Ok(());
         }
-        let verdict = if mode == mode::SYMLINK {
-            self.ask(Seen::Symlink {
-                path,
-                sha: &sha,
-                target: &bytes,
-            })?
-        } else {
-            self.ask(Seen::File {
-                path,
-                sha: &sha,
-                executable: mode == mode::EXECUTABLE,
-                content: &bytes,
-            })?
-        };
-        if verdict == Verdict::Skip {
-            return Ok(());
-        }
-        if base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
-            self.pending.push(bytes);
-        }
-        self.paths.push(path.to_vec());
         Ok(())
     }
 }
@@ -1156,6 +1247,145 @@ fn parse_batch(out: &[u8], count: usize) -> Result<Vec<(String, Vec<u8>)>, Snaps
         return Err(bad());
     }
     Ok(res)
+}
+
+fn unix_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// A host-private cache, `<scratch>/stat-cache`, of tracked paths that held exactly the base's
+/// bytes when last read, keyed by their whole `lstat` (device, inode, mode, size, mtime and ctime
+/// to the nanosecond), so a later snapshot need not read them again.
+///
+/// What makes it safe to trust: the file lives in host-private scratch, never in the workspace;
+/// it is dropped when the base changes; an entry is used only if its ctime is more than a second
+/// older than the snapshot that wrote it (any write after that read moves the ctime, which no
+/// unprivileged process can set back); and an entry can only say "the base's bytes", so a stale
+/// one could at worst leave a change out of the patch — it can never let unread bytes through.
+mod stat_cache {
+    use std::collections::HashMap;
+    use std::fs;
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::path::Path;
+
+    const FILE: &str = "stat-cache";
+    const MAGIC: &str = "h5i-stat-cache 1";
+
+    /// The `lstat` facts that must all match.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct StatKey {
+        dev: u64,
+        ino: u64,
+        mode: u32,
+        size: u64,
+        mtime: i64,
+        mtime_ns: i64,
+        ctime: i64,
+        ctime_ns: i64,
+    }
+
+    impl StatKey {
+        pub fn of(m: &fs::Metadata) -> Self {
+            StatKey {
+                dev: m.dev(),
+                ino: m.ino(),
+                mode: m.mode(),
+                size: m.size(),
+                mtime: m.mtime(),
+                mtime_ns: m.mtime_nsec(),
+                ctime: m.ctime(),
+                ctime_ns: m.ctime_nsec(),
+            }
+        }
+    }
+
+    /// The entries usable for a snapshot over `base` (none if the cache is missing, damaged or
+    /// for another base).
+    pub fn load(scratch: &Path, base: &str) -> HashMap<Vec<u8>, StatKey> {
+        let mut out = HashMap::new();
+        let mut bytes = Vec::new();
+        let opened = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(scratch.join(FILE));
+        if opened.and_then(|mut f| f.read_to_end(&mut bytes)).is_err() {
+            return out;
+        }
+        let Some(nl) = bytes.iter().position(|b| *b == b'\n') else {
+            return out;
+        };
+        let head = String::from_utf8_lossy(&bytes[..nl]).into_owned();
+        let Some(rest) = head.strip_prefix(MAGIC) else {
+            return out;
+        };
+        let mut f = rest.split_whitespace();
+        if f.next() != Some(base) {
+            return out;
+        }
+        let Some(written) = f.next().and_then(|t| t.parse::<i64>().ok()) else {
+            return out;
+        };
+        for rec in bytes[nl + 1..].split(|b| *b == 0).filter(|r| !r.is_empty()) {
+            let Some(tab) = rec.iter().position(|b| *b == b'\t') else {
+                return HashMap::new();
+            };
+            let nums: Vec<i128> = String::from_utf8_lossy(&rec[..tab])
+                .split(' ')
+                .filter_map(|n| n.parse().ok())
+                .collect();
+            let [dev, ino, mode, size, mtime, mtime_ns, ctime, ctime_ns] = nums[..] else {
+                return HashMap::new();
+            };
+            let key = StatKey {
+                dev: dev as u64,
+                ino: ino as u64,
+                mode: mode as u32,
+                size: size as u64,
+                mtime: mtime as i64,
+                mtime_ns: mtime_ns as i64,
+                ctime: ctime as i64,
+                ctime_ns: ctime_ns as i64,
+            };
+            if key.ctime < written - 1 {
+                out.insert(rec[tab + 1..].to_vec(), key);
+            }
+        }
+        out
+    }
+
+    /// Replace the cache with `entries`, stamped with `started` (when the snapshot began, before
+    /// any file was read). Best effort: a cache that cannot be written is just not there.
+    pub fn save(scratch: &Path, base: &str, started: i64, entries: &[(Vec<u8>, StatKey)]) {
+        let mut buf = format!("{MAGIC} {base} {started}\n").into_bytes();
+        for (path, k) in entries {
+            buf.extend_from_slice(
+                format!(
+                    "{} {} {} {} {} {} {} {}\t",
+                    k.dev, k.ino, k.mode, k.size, k.mtime, k.mtime_ns, k.ctime, k.ctime_ns
+                )
+                .as_bytes(),
+            );
+            buf.extend_from_slice(path);
+            buf.push(0);
+        }
+        let tmp = scratch.join(format!("{FILE}.tmp-{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(&buf))
+            .and_then(|()| fs::rename(&tmp, scratch.join(FILE)));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
 }
 
 /// The object hashes a snapshot needs: git's blob ids (SHA-1, and SHA-256 for repositories in

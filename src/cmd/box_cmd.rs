@@ -131,6 +131,17 @@ enum BoxVerb {
     },
     /// Reclaim applied and aborted workspaces.
     Gc,
+    /// Write the OCI bundle a process-tier run would use, for inspection or another runtime.
+    Bundle {
+        /// The box.
+        name: String,
+        /// The bundle directory to write.
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, value_name = "CMD")]
+        argv: Vec<OsString>,
+    },
     /// What this host can enforce at all.
     Probe,
 }
@@ -313,6 +324,14 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 r.reclaimed.len(),
                 r.leftovers
             );
+            Ok(0)
+        }
+        BoxVerb::Bundle { name, out, argv } => {
+            let notes = h5i::process::write_bundle_for(&store()?, &name, &argv, &out)?;
+            println!("wrote {}/config.json and an empty rootfs/", out.display());
+            for m in notes.missing {
+                println!("  not mounted (missing on this host): {}", m.display());
+            }
             Ok(0)
         }
         BoxVerb::Probe => {

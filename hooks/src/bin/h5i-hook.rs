@@ -27,8 +27,7 @@ fn loopback(inside: bool) -> Result<(), Box<dyn std::error::Error>> {
     if inside {
         h5i_hook::loopback::bring_up_inside()?;
     } else {
-        let pid = state.pid.ok_or(h5i_hook::state::StateError::NoPid)?;
-        h5i_hook::loopback::bring_up(pid)?;
+        h5i_hook::loopback::bring_up(state.runtime_pid()?)?;
     }
     Ok(())
 }
