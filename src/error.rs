@@ -111,6 +111,9 @@ pub enum BoxError {
     /// A process-tier run could not start.
     #[error(transparent)]
     ProcessTier(#[from] h5i_runtime::process_tier::ProcessTierError),
+    /// A declared secret could not be resolved.
+    #[error(transparent)]
+    Secret(#[from] h5i_broker::secrets::SecretError),
     /// The receipt log failed.
     #[error(transparent)]
     Receipts(#[from] h5i_broker::receipt_log::ReceiptLogError),

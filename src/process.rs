@@ -49,6 +49,39 @@ pub fn hook_binary() -> Option<PathBuf> {
     own_binary("h5i-hook")
 }
 
+/// h5i's private runtime directory for this caller (mode 0700): `/run/h5i` as root,
+/// `$XDG_RUNTIME_DIR/h5i` otherwise, else `/tmp/h5i-<uid>`. Holds per-run bundles and secret
+/// files, never anything that outlives a run.
+pub fn runtime_dir() -> Result<PathBuf, BoxError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    // SAFETY: geteuid has no preconditions.
+    let uid = unsafe { libc::geteuid() };
+    let dir = if uid == 0 {
+        PathBuf::from("/run/h5i")
+    } else {
+        match std::env::var_os("XDG_RUNTIME_DIR") {
+            Some(d) if Path::new(&d).is_dir() => Path::new(&d).join("h5i"),
+            _ => std::env::temp_dir().join(format!("h5i-{uid}")),
+        }
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BoxError::io(&dir, e)),
+    }
+    let meta = std::fs::symlink_metadata(&dir).map_err(|e| BoxError::io(&dir, e))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        return Err(BoxError::BadRequest {
+            what: format!("{} is not a private directory of yours", dir.display()),
+            mend: format!(
+                "remove it (h5i recreates it with mode 0700): rm -rf {}",
+                dir.display()
+            ),
+        });
+    }
+    Ok(dir)
+}
+
 /// The state directory h5i-runc should use for this caller.
 fn runc_root() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
@@ -182,14 +215,30 @@ pub fn run(
     policy: &ResolvedPolicy,
     argv: &[OsString],
     wall: Option<Duration>,
+    secrets: &[h5i_broker::secrets::ResolvedSecret],
 ) -> Result<ProcessRunReport, BoxError> {
     let binary = runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
     })?;
-    let plan = plan(sb, policy, argv)?;
-    let dir = sb.paths.scratch().join(format!("run-{}", plan.id));
+    let mut plan = plan(sb, policy, argv)?;
+    for s in secrets {
+        if s.inject != h5i_policy::SecretInject::Env {
+            return Err(BoxError::BadRequest {
+                what: format!(
+                    "secret `{}` asks for inject = \"{}\", which only the workspace tier supports",
+                    s.name,
+                    s.inject.as_str()
+                ),
+                mend: "use inject = \"env\" at the process tier".into(),
+            });
+        }
+        plan.env.push(format!("{}={}", s.name, s.value()));
+    }
+    // The bundle holds the run's environment, secrets included: it is written outside the box
+    // directory, in a private runtime directory, and removed when the run ends.
+    let dir = runtime_dir()?.join(format!("run-{}", plan.id));
     let report = h5i_runtime::process_tier::run(
         &RuncInvocation {
             binary,

@@ -42,6 +42,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let policy = load_policy(&sb)?;
     let digest = sb.manifest.policy_digest.clone();
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
+    let secrets = secrets::resolve_for_run(&policy)?;
     let started_ms = now_ms();
 
     let mut oom = None;
@@ -54,10 +55,11 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
                     .env("H5I_ENV_ID", &sb.manifest.name)
                     .env("H5I_ENV_POLICY_DIGEST", &digest)
                     .env("H5I_ENV_CAPTURE_SPOOL", sb.paths.spool());
+                let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
                 h5i_runtime::supervise::run_supervised(cmd, wall)?
             }
             Tier::Process => {
-                let run = crate::process::run(&sb, &policy, argv, wall)?;
+                let run = crate::process::run(&sb, &policy, argv, wall, &secrets)?;
                 oom = run.cage.oom;
                 run.child
             }
@@ -105,7 +107,9 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             egress: None,
         },
     };
-    let written = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts()).append(record)?;
+    let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
+    let written = log.append(record)?;
+    ingest_spool(&sb, &log, &redactor)?;
     events::append(
         &sb.paths,
         &Event::new(
@@ -128,4 +132,56 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         exit,
         receipt_seq: written.seq,
     })
+}
+
+/// Turn what the box staged in its spool into box-claimed records (or quarantine records), each
+/// redacted, then clear the ingested entries.
+fn ingest_spool(
+    sb: &crate::store::StoredBox,
+    log: &h5i_broker::receipt_log::ReceiptLog,
+    redactor: &h5i_broker::redact::Redactor,
+) -> Result<(), BoxError> {
+    let entries = h5i_hook::spool::ingest(&sb.paths.spool()).map_err(|e| BoxError::Io {
+        path: e.path.clone(),
+        source: e.source,
+    })?;
+    for entry in entries {
+        let (body, redactions) = redact_body(entry.body.clone(), redactor);
+        log.append(ReceiptRecord {
+            v: 0,
+            seq: 0,
+            lane: entry.lane,
+            at_ms: now_ms(),
+            policy_digest: sb.manifest.policy_digest.clone(),
+            redactions,
+            payload: None,
+            body,
+        })?;
+        h5i_hook::spool::remove(&entry);
+    }
+    Ok(())
+}
+
+/// A box-supplied record with every secret value scrubbed (through its JSON text).
+fn redact_body(
+    body: RecordBody,
+    redactor: &h5i_broker::redact::Redactor,
+) -> (RecordBody, Vec<String>) {
+    let Ok(text) = serde_json::to_string(&body) else {
+        return (body, Vec::new());
+    };
+    let (clean, ids) = redactor.redact(&text);
+    if ids.is_empty() {
+        return (body, ids);
+    }
+    match serde_json::from_str(&clean) {
+        Ok(b) => (b, ids),
+        Err(_) => (
+            RecordBody::Quarantined {
+                entry: "(redacted record)".into(),
+                reason: "held a secret value and could not be re-read after redaction".into(),
+            },
+            ids,
+        ),
+    }
 }

@@ -7,3 +7,4 @@
 
 pub mod receipt_log;
 pub mod redact;
+pub mod secrets;

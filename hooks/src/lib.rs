@@ -4,8 +4,9 @@
 //! Podman: each reads the OCI state on stdin (validated against a closed set of fields), acts
 //! on the container's namespaces by pid, and exits. Today: `loopback` (createRuntime) brings up
 //! `lo` in the box's private network namespace, so a dev server in the box is reachable from the
-//! box and from nothing else. The egress uplink and nftables table of the supervised tier arrive
-//! here too.
+//! box and from nothing else. After a run, `spool` ingests what the box staged in its spool as
+//! box-claimed records, or quarantines it. The egress uplink and nftables table of the
+//! supervised tier arrive here too.
 //!
 //! Must never: act on a pid the state did not name, trust a field outside the closed set, or
 //! touch the host's own network namespace.
@@ -14,4 +15,5 @@
 //! `the_boxs_own_loopback_works`).
 
 pub mod loopback;
+pub mod spool;
 pub mod state;

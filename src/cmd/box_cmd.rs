@@ -144,6 +144,11 @@ enum BoxVerb {
     },
     /// What this host can enforce at all.
     Probe,
+    /// Declared secret grants and a dry run of their resolution: fingerprints, never values.
+    Secrets {
+        /// The box.
+        name: String,
+    },
 }
 
 fn store() -> anyhow::Result<BoxStore> {
@@ -333,6 +338,32 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 println!("  not mounted (missing on this host): {}", m.display());
             }
             Ok(0)
+        }
+        BoxVerb::Secrets { name } => {
+            let store = store()?;
+            let sb = store.find(&name)?;
+            let policy = h5i::store::load_policy(&sb)?;
+            let checks = h5i::secrets::dry_run(&sb, &policy)?;
+            if checks.is_empty() {
+                println!("box {name} declares no secrets");
+            }
+            let mut missing = 0;
+            for c in &checks {
+                match &c.fingerprint {
+                    Some(fp) => println!(
+                        "{:<24} {:<32} inject={:<5} resolves  {fp}",
+                        c.name, c.source, c.inject
+                    ),
+                    None => {
+                        missing += 1;
+                        println!(
+                            "{:<24} {:<32} inject={:<5} UNRESOLVED: a run would be refused",
+                            c.name, c.source, c.inject
+                        )
+                    }
+                }
+            }
+            Ok(if missing > 0 { 1 } else { 0 })
         }
         BoxVerb::Probe => {
             for line in h5i::probe::probe_lines() {

@@ -1,0 +1,210 @@
+//! Secrets and the spool, end to end: a declared secret reaches exactly one run and no file, and
+//! what a box stages in its spool is recorded as box-claimed or quarantined, never host-observed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{stderr, stdout, Repo};
+
+const VALUE: &str = "h5i-test-secret-7c1f9a2e55";
+
+fn policy(tier: &str) -> String {
+    format!(
+        "[profile.deploy]\nisolation = \"{tier}\"\nsecrets = [\"DEPLOY_KEY\"]\n\n[profile.deploy.secret.DEPLOY_KEY]\nsource = \"env:H5I_SECRET_DEPLOY_KEY\"\ninject = \"env\"\n"
+    )
+}
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let Ok(bytes) = std::fs::read(&p) else {
+                    continue;
+                };
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    hits
+}
+
+fn secret_reaches_the_run_and_no_file(tier: &str) {
+    let r = Repo::new();
+    r.write_policy(&policy(tier));
+    r.ok(&["box", "create", "s", "--profile", "deploy"]);
+    let env = [("H5I_SECRET_DEPLOY_KEY", VALUE)];
+    let out = r.h5i_env(
+        &[
+            "box",
+            "run",
+            "s",
+            "--",
+            "sh",
+            "-c",
+            "printf '%s' \"$DEPLOY_KEY\" > seen.txt; echo $DEPLOY_KEY",
+        ],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), VALUE, "the run sees the value");
+    // The value typed into argv is scrubbed from the receipt by rule id.
+    let out = r.h5i_env(&["box", "run", "s", "--", "echo", VALUE], &env);
+    assert_eq!(out.status.code(), Some(0));
+    let recs = r.receipts("s");
+    assert_eq!(recs[1]["argv"][1], "[REDACTED:secret:DEPLOY_KEY]");
+    assert_eq!(recs[1]["redactions"][0], "secret:DEPLOY_KEY");
+
+    // The run wrote the value into the workspace on purpose: that one file (and only it) holds
+    // it under the box directory, and the export gate keeps it out.
+    let dir = r.box_dir("s");
+    let hits = files_containing(&dir, VALUE.as_bytes());
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(hits[0].ends_with("workspace/seen.txt"), "{hits:?}");
+    std::fs::remove_file(r.workspace("s").join("seen.txt")).unwrap();
+    assert!(files_containing(&dir, VALUE.as_bytes()).is_empty());
+
+    // Staged in the workspace again, it is excluded from the export and appears in no file of it.
+    r.h5i_env(
+        &[
+            "box",
+            "run",
+            "s",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$DEPLOY_KEY\" > leak.txt; echo ok > fine.txt",
+        ],
+        &env,
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let review = out_dir.path().join("review");
+    let out = r.h5i_env(
+        &["box", "export", "s", "--out", review.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(files_containing(&review, VALUE.as_bytes()).is_empty());
+    let report = std::fs::read_to_string(review.join("report.md")).unwrap();
+    assert!(
+        report.contains("leak.txt") && report.contains("secret:DEPLOY_KEY"),
+        "{report}"
+    );
+    assert!(std::fs::read_to_string(review.join("patch.diff"))
+        .unwrap()
+        .contains("fine.txt"));
+
+    // The policy and its digest never held it.
+    let policy_text = std::fs::read_to_string(dir.join("policy.resolved.toml")).unwrap();
+    assert!(!policy_text.contains(VALUE));
+}
+
+#[test]
+fn a_secret_reaches_a_workspace_run_and_no_file() {
+    secret_reaches_the_run_and_no_file("workspace");
+}
+
+#[test]
+fn a_secret_reaches_a_process_run_and_no_file() {
+    secret_reaches_the_run_and_no_file("process");
+}
+
+#[test]
+fn an_unresolvable_secret_refuses_the_run_before_it_starts() {
+    let r = Repo::new();
+    r.write_policy(&policy("workspace"));
+    r.ok(&["box", "create", "s", "--profile", "deploy"]);
+    let out = r.h5i(&["box", "run", "s", "--", "touch", "ran"]);
+    assert_eq!(out.status.code(), Some(125));
+    let e = stderr(&out);
+    assert!(
+        e.contains("DEPLOY_KEY") && e.contains("H5I_SECRET_DEPLOY_KEY") && e.contains("to fix:"),
+        "{e}"
+    );
+    assert!(!r.workspace("s").join("ran").exists());
+    assert!(r.receipts("s").is_empty());
+}
+
+#[test]
+fn box_secrets_prints_fingerprints_never_values() {
+    let r = Repo::new();
+    r.write_policy(&policy("workspace"));
+    r.ok(&["box", "create", "s", "--profile", "deploy"]);
+    let out = r.h5i_env(
+        &["box", "secrets", "s"],
+        &[("H5I_SECRET_DEPLOY_KEY", VALUE)],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let text = stdout(&out);
+    assert!(
+        text.contains("DEPLOY_KEY") && text.contains("hmac-sha256:"),
+        "{text}"
+    );
+    assert!(!text.contains(VALUE));
+    let again = stdout(&r.h5i_env(
+        &["box", "secrets", "s"],
+        &[("H5I_SECRET_DEPLOY_KEY", VALUE)],
+    ));
+    assert_eq!(text, again, "the fingerprint is stable for one box");
+    let unset = r.h5i(&["box", "secrets", "s"]);
+    assert_eq!(unset.status.code(), Some(1));
+    assert!(stdout(&unset).contains("UNRESOLVED"));
+}
+
+#[test]
+fn hostile_spool_input_is_quarantined_never_host_observed() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "sp", "--isolation", "process"]);
+    let spool = r.box_dir("sp").join("spool");
+    let script = format!(
+        r#"set -e
+        s={spool}
+        printf '{{"kind":"command","argv":["make"]}}' > $s/01-good.json
+        printf '{{"kind":"run","lane":"host-env-run","exit":{{"code":0}}}}' > $s/02-forged.json
+        printf '{{not json' > $s/03-broken.json
+        printf '{{"kind":"note","text":"\033]52;c;aGk=\007"}}' > $s/04-escape.json
+        head -c 200000 /dev/zero > $s/05-huge.json
+        ln -s /etc/passwd $s/06-link.json
+        "#,
+        spool = spool.display()
+    );
+    let out = r.h5i(&["box", "run", "sp", "--", "sh", "-c", &script]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = r.receipts("sp");
+    assert_eq!(recs[0]["lane"], "host-env-run");
+    let rest = &recs[1..];
+    assert_eq!(rest.len(), 6, "{rest:?}");
+    for rec in rest {
+        assert_ne!(rec["lane"], "host-env-run", "{rec}");
+        assert_ne!(rec["lane"], "viewer", "{rec}");
+    }
+    assert_eq!(rest[0]["kind"], "box-claimed");
+    for (rec, why) in
+        rest[1..]
+            .iter()
+            .zip(["host-observed", "not JSON", "control", "cap", "symlink"])
+    {
+        assert_eq!(rec["kind"], "quarantined", "{rec}");
+        assert!(rec["reason"].as_str().unwrap().contains(why), "{rec}");
+    }
+    assert!(
+        std::fs::read_dir(&spool).unwrap().next().is_none(),
+        "ingested entries are cleared"
+    );
+    assert!(Path::new("/etc/passwd").exists());
+    let log = r.ok(&["box", "status", "sp"]);
+    assert!(log.contains("1 host-observed, 6 box-claimed"), "{log}");
+}
