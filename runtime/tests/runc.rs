@@ -874,3 +874,120 @@ fn unknown_seccomp_profile_is_refused_at_create() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("h5i-v0"));
     assert!(!rt.run(&["state", &id]).status.success());
 }
+
+#[test]
+fn landlock_apply_failure_refuses_to_exec_the_payload() {
+    if !require_root("landlock_apply_failure_refuses_to_exec_the_payload") {
+        return;
+    }
+    // The payload runs as uid 1000 and is granted a path it cannot even stat: building the
+    // ruleset fails inside the container, after `start`. The payload must not run at all.
+    let rt = Runtime::new();
+    let id = id("ll-apply-fail");
+    let mut b = Bundle::new(&["sh", "-c", "echo ran > /tmp/ran"], Some(test_cgroup(&id)));
+    std::fs::create_dir_all(b.rootfs().join("secret/inner")).unwrap();
+    std::fs::set_permissions(
+        b.rootfs().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o000),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        b.rootfs().join("tmp"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o1777),
+    )
+    .unwrap();
+    b.config["process"]["user"] = serde_json::json!({"uid": 1000, "gid": 1000});
+    b.save();
+    b.annotate(
+        "h5i.landlock",
+        r#"{"read":["/","/secret/inner"],"write":["/tmp"]}"#,
+    );
+    let out = rt.run(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+    assert!(
+        !out.status.success(),
+        "payload ran although Landlock could not be applied"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing to run"), "{err}");
+    assert!(!b.rootfs().join("tmp/ran").exists(), "the payload ran");
+}
+
+#[test]
+fn cgroup_mount_marked_ro_is_read_only_inside() {
+    if !require_root("cgroup_mount_marked_ro_is_read_only_inside") {
+        return;
+    }
+    let rt = Runtime::new();
+    let v1 = !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let target = if v1 {
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes"
+    } else {
+        "/sys/fs/cgroup/memory.max"
+    };
+    let script =
+        format!("probe write {target}; grep -c ' /sys/fs/cgroup[^ ]* rw,' /proc/self/mountinfo");
+    let mut results = Vec::new();
+    for opt in ["rw", "ro"] {
+        let id = id(&format!("cg-{opt}"));
+        let mut b = Bundle::new(&["sh", "-c", &script], Some(test_cgroup(&id)));
+        b.config["mounts"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+                "options": ["nosuid", "noexec", "nodev", "relatime", opt]
+            }));
+        b.save();
+        let out = rt.run(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+        results.push(String::from_utf8_lossy(&out.stdout).into_owned());
+    }
+    // rw as asked (the control: the container could write its own limits) ...
+    assert!(results[0].starts_with("write=OK\n"), "{}", results[0]);
+    // ... and ro as asked: no cgroup mount is writable, the limit file refuses writers.
+    assert_eq!(results[1], "write=EROFS\n0\n");
+}
+
+#[test]
+fn run_forwards_signals_to_the_container() {
+    if !require_root("run_forwards_signals_to_the_container") {
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("fwd");
+    let b = Bundle::new(
+        &[
+            "sh",
+            "-c",
+            "trap 'exit 42' TERM; echo ready > /tmp/ready; while true; do sleep 1; done",
+        ],
+        Some(test_cgroup(&id)),
+    );
+    let mut child = rt
+        .cmd()
+        .args(["run", "--bundle", b.path().to_str().unwrap(), &id])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait for the payload to have installed its trap: it writes a file into its rootfs. The
+    // payload is a process we cannot wait on, so this is a bounded retry (5 s at most).
+    let ready = b.rootfs().join("tmp/ready");
+    for _ in 0..200 {
+        if ready.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert!(ready.exists(), "payload never became ready");
+    // SAFETY: signalling the h5i-runc child this test spawned.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.code(),
+        Some(42),
+        "SIGTERM was not forwarded to the payload"
+    );
+    assert!(
+        !rt.run(&["state", &id]).status.success(),
+        "run did not clean up"
+    );
+}

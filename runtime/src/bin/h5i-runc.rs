@@ -81,13 +81,29 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
+            let msg = render(&e);
             if log_to_file {
-                tracing::error!("{e:#}");
+                tracing::error!("{msg}");
             }
-            eprintln!("h5i-runc: {e:#}");
+            eprintln!("h5i-runc: {msg}");
             ExitCode::from(1)
         }
     }
+}
+
+/// The error chain without repeats: libcontainer's messages often embed their source's text.
+fn render(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let s = cause.to_string();
+        if !out.contains(&s) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&s);
+        }
+    }
+    out
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {

@@ -161,8 +161,9 @@ pub fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
-/// The placement for a spec without a cgroups path, plus the directories to clean later.
-pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>), CgroupError> {
+/// The placement for a spec without a cgroups path, the directories to clean later, and the
+/// layout it was made for.
+pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>, Layout), CgroupError> {
     let layout = detect_layout()?;
     let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|source| CgroupError::Read {
         path: "/proc/self/cgroup",
@@ -176,7 +177,7 @@ pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>), CgroupError> {
     let path = default_path(&anchor_from(&own, layout)?, id);
     let roots = hierarchy_roots(&mountinfo, layout);
     let clean = dirs_to_clean(&roots, &path, |p| p.exists());
-    Ok((path, clean))
+    Ok((path, clean, layout))
 }
 
 #[cfg(test)]

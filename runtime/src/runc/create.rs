@@ -2,16 +2,18 @@
 //!
 //! Steps, in order: validate the id, make the state directory, place the cgroup when the spec
 //! has none (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
-//! `validate` refuses bad `h5i.*` annotations here, before `start`). On failure the sidecar is
+//! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
+//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
 //! removed again. Also the first half of `run`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
+use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{sidecar, validate_id, Context, RuncError};
+use super::{cgroup_ro, sidecar, validate_id, Context, RuncError};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -46,11 +48,36 @@ pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncErro
     let bundle = std::fs::canonicalize(&opts.bundle)
         .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
     let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
-    let built = build(ctx, opts, prepared.bundle);
+    let built = build(ctx, opts, prepared.bundle.clone()).and_then(|mut container| {
+        match hold_readonly_cgroup(&prepared.bundle, &container) {
+            Ok(()) => Ok(container),
+            Err(e) => {
+                let _ = container.delete(true);
+                Err(e)
+            }
+        }
+    });
     if built.is_err() && prepared.shadowed {
         sidecar::cleanup(&ctx.root, &opts.id);
     }
     built
+}
+
+/// Make the cgroup mount read-only when the spec says so (see `cgroup_ro`).
+fn hold_readonly_cgroup(bundle: &Path, container: &Container) -> Result<(), RuncError> {
+    let config = bundle.join("config.json");
+    let spec = Spec::load(&config).map_err(|source| RuncError::Spec {
+        path: config,
+        source,
+    })?;
+    let Some(dest) = cgroup_ro::readonly_cgroup_mount(&spec) else {
+        return Ok(());
+    };
+    let Some(pid) = container.pid() else {
+        return Ok(());
+    };
+    cgroup_ro::enforce(pid.as_raw(), &dest)?;
+    Ok(())
 }
 
 fn build(ctx: &Context, opts: &CreateOptions, bundle: PathBuf) -> Result<Container, RuncError> {

@@ -2,8 +2,7 @@
 //!
 //! Records go to the log file when one is given (appended), else to stderr. The JSON form is
 //! runc's (`{"level":"error","msg":"...","time":"..."}`, one object per line), which is what
-//! Podman and conmon read back. Default level is `error`; `--debug` shows libcontainer's debug
-//! records too.
+//! Podman and conmon read back.
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -42,13 +41,23 @@ impl LogFormat {
     }
 }
 
-/// Install the global subscriber.
+/// Install the global subscriber. Without `--debug` only h5i's own records pass (warnings of
+/// the runtime library, the final error of the binary); libcontainer's internal error records
+/// repeat what the final error already says. `--debug` passes everything at debug level.
 pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<(), RuncError> {
-    let level = if debug { Level::DEBUG } else { Level::ERROR };
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .event_format(RuncFormat(format));
-    let result = match path {
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let targets = if debug {
+        Targets::new().with_default(Level::DEBUG)
+    } else {
+        Targets::new()
+            .with_target("h5i_runtime", Level::WARN)
+            .with_target("h5i_runc", Level::ERROR)
+    };
+    let writer = match path {
         Some(path) => {
             let file = OpenOptions::new()
                 .create(true)
@@ -58,12 +67,18 @@ pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<()
                     path: path.clone(),
                     source,
                 })?;
-            builder.with_writer(Mutex::new(file)).try_init()
+            BoxMakeWriter::new(Mutex::new(file))
         }
-        None => builder.with_writer(std::io::stderr).try_init(),
+        None => BoxMakeWriter::new(std::io::stderr),
     };
-    // A second init (tests) keeps the first subscriber; that is fine.
-    drop(result);
+    let layer = tracing_subscriber::fmt::layer()
+        .event_format(RuncFormat(format))
+        .with_writer(writer);
+    // A second init (unit tests) keeps the first subscriber; that is fine.
+    let _ = tracing_subscriber::registry()
+        .with(layer)
+        .with(targets)
+        .try_init();
     Ok(())
 }
 

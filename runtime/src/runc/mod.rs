@@ -3,8 +3,9 @@
 //! Owns the runtime's state directory (default `/run/h5i-runc` for real root,
 //! `$XDG_RUNTIME_DIR/h5i-runc` otherwise), container lookup with runc's "does not exist"
 //! wording (Podman matches on it), the cgroup placement rule (never a `:youki:<id>` at the top of
-//! a hierarchy: `cgroup.rs`), h5i's sidecar state (`sidecar.rs`), the sealed re-exec
-//! (`seal.rs`), and logging. Every container gets `confine::executor::H5iExecutor`, which
+//! a hierarchy: `cgroup.rs`), holding a read-only cgroup mount libcontainer leaves writable on
+//! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the sealed re-exec (`seal.rs`), and
+//! logging. Every container gets `confine::executor::H5iExecutor`, which
 //! applies the `h5i.*` annotations and is plain OCI without them.
 //!
 //! Must never: touch a container before running from the sealed copy (the binary does that
@@ -13,6 +14,7 @@
 //! `tests/runc.rs` (every verb, as root, against busybox bundles) and `tests/podman.rs`.
 
 pub mod cgroup;
+pub mod cgroup_ro;
 pub mod create;
 pub mod delete;
 pub mod exec;
@@ -85,6 +87,12 @@ pub enum RuncError {
     /// The signal name or number is not one libcontainer knows.
     #[error("refusing: invalid signal {0:?}; to fix: use a name (TERM, SIGKILL) or a number 1-31")]
     Signal(String),
+    /// Rootless on cgroup v1 with resource limits in the spec.
+    #[error("refusing: rootless on cgroup v1 cannot hold the spec's resource limits (libcontainer also writes device rules, which need real root); to fix: drop the limits, run as root, or use cgroup v2")]
+    RootlessV1Limits,
+    /// The spec's read-only cgroup mount could not be held.
+    #[error(transparent)]
+    CgroupRo(#[from] cgroup_ro::CgroupRoError),
     /// Cgroup placement or cleanup failed.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),

@@ -96,13 +96,20 @@ pub fn sealed_copy() -> Result<File, SealError> {
     let image = elf_image_len(&exe, len).unwrap_or(len);
     let copied = io::copy(&mut (&exe).take(image), &mut memfd).map_err(step("copy binary"))?;
     if copied != image {
-        return Err(step("copy binary")(io::Error::new(io::ErrorKind::UnexpectedEof, "short copy")));
+        return Err(step("copy binary")(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "short copy",
+        )));
     }
     if image < len {
         // The section header table was not copied: say so in the ELF header (e_shoff,
         // e_shnum, e_shstrndx = 0) instead of pointing past the end of the file.
-        memfd.write_all_at(&0u64.to_le_bytes(), ELF_SHOFF).map_err(step("patch ELF header"))?;
-        memfd.write_all_at(&[0u8; 4], ELF_SHNUM).map_err(step("patch ELF header"))?;
+        memfd
+            .write_all_at(&0u64.to_le_bytes(), ELF_SHOFF)
+            .map_err(step("patch ELF header"))?;
+        memfd
+            .write_all_at(&[0u8; 4], ELF_SHNUM)
+            .map_err(step("patch ELF header"))?;
     }
     // SAFETY: F_ADD_SEALS on a valid memfd created with MFD_ALLOW_SEALING; integer argument.
     let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
@@ -221,7 +228,13 @@ mod tests {
 
     fn tempfile_in_tmp() -> File {
         let path = std::env::temp_dir().join(format!("h5i-seal-test-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
         std::fs::remove_file(&path).unwrap();
         f
     }

@@ -8,6 +8,13 @@
 //! by `state`) and the cgroup directories to remove on delete. A spec that names its cgroups
 //! path (Podman's, h5i's) gets no sidecar at all and is used in place.
 //!
+//! Rootless on cgroup v1 (rootless Podman: uid 0 in its user namespace, `resources {}`):
+//! libcontainer writes default device rules whenever `linux.resources` is present, and v1's
+//! `devices.allow` needs real root. When the resources ask for no limit, the shadow spec drops
+//! the empty `resources` (device rules cannot be held rootless anyway; the user namespace and
+//! the container's own /dev are what confine devices there). Limits that cannot be held are
+//! refused, not dropped.
+//!
 //! Must never: modify the caller's bundle, or survive `delete` (also removed when `create`
 //! fails).
 
@@ -73,7 +80,8 @@ pub fn prepare(root: &Path, id: &str, bundle: &Path) -> Result<Prepared, RuncErr
         });
     }
 
-    let (cgroup_path, cgroup_dirs) = cgroup::place(id)?;
+    let (cgroup_path, cgroup_dirs, layout) = cgroup::place(id)?;
+    let rootless_v1 = layout == cgroup::Layout::V1 && super::in_user_namespace();
     let sidecar = dir(root, id);
     let shadow = sidecar.join("bundle");
     if sidecar.exists() {
@@ -82,18 +90,19 @@ pub fn prepare(root: &Path, id: &str, bundle: &Path) -> Result<Prepared, RuncErr
             .map_err(RuncError::io("cannot clear sidecar", &sidecar))?;
     }
     std::fs::create_dir_all(&shadow).map_err(RuncError::io("cannot create sidecar", &shadow))?;
-    let result = write_shadow(&mut spec, linux, bundle, &shadow, &cgroup_path).and_then(|()| {
-        let record = Record {
-            bundle: bundle.to_path_buf(),
-            cgroup_path,
-            cgroup_dirs,
-        };
-        let path = sidecar.join("record.json");
-        let text = serde_json::to_string_pretty(&record)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
-            .map_err(RuncError::io("cannot encode", &path))?;
-        std::fs::write(&path, text).map_err(RuncError::io("cannot write", &path))
-    });
+    let result = write_shadow(&mut spec, linux, bundle, &shadow, &cgroup_path, rootless_v1)
+        .and_then(|()| {
+            let record = Record {
+                bundle: bundle.to_path_buf(),
+                cgroup_path,
+                cgroup_dirs,
+            };
+            let path = sidecar.join("record.json");
+            let text = serde_json::to_string_pretty(&record)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                .map_err(RuncError::io("cannot encode", &path))?;
+            std::fs::write(&path, text).map_err(RuncError::io("cannot write", &path))
+        });
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&sidecar);
         return Err(e);
@@ -110,8 +119,18 @@ fn write_shadow(
     bundle: &Path,
     shadow: &Path,
     cgroup_path: &Path,
+    rootless_v1: bool,
 ) -> Result<(), RuncError> {
     linux.set_cgroups_path(Some(cgroup_path.to_path_buf()));
+    if rootless_v1 {
+        match linux.resources() {
+            Some(r) if !limitless(r) => return Err(RuncError::RootlessV1Limits),
+            Some(_) => {
+                linux.set_resources(None);
+            }
+            None => {}
+        }
+    }
     spec.set_linux(Some(linux));
     if let Some(mut root) = spec.root().clone() {
         let rootfs = bundle.join(root.path());
@@ -137,6 +156,20 @@ fn write_shadow(
     Ok(())
 }
 
+/// True when `resources` asks for nothing but device rules (which v1 cannot hold rootless).
+pub fn limitless(resources: &libcontainer::oci_spec::runtime::LinuxResources) -> bool {
+    let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(resources) else {
+        return false;
+    };
+    fields.remove("devices");
+    fields.values().all(|v| match v {
+        serde_json::Value::Null => true,
+        serde_json::Value::Object(o) => o.is_empty(),
+        serde_json::Value::Array(a) => a.is_empty(),
+        _ => false,
+    })
+}
+
 /// Remove the sidecar and the cgroup directories it recorded. Idempotent.
 pub fn cleanup(root: &Path, id: &str) {
     let sidecar = dir(root, id);
@@ -147,5 +180,30 @@ pub fn cleanup(root: &Path, id: &str) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => tracing::warn!(?sidecar, error = %e, "could not remove sidecar"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libcontainer::oci_spec::runtime::LinuxResources;
+
+    fn resources(json: &str) -> LinuxResources {
+        serde_json::from_str(json).unwrap()
+    }
+
+    #[test]
+    fn empty_and_device_only_resources_are_limitless() {
+        assert!(limitless(&resources("{}")));
+        assert!(limitless(&resources(
+            r#"{"devices":[{"allow":false,"access":"rwm"}]}"#
+        )));
+    }
+
+    #[test]
+    fn any_limit_is_not_limitless() {
+        assert!(!limitless(&resources(r#"{"memory":{"limit":1048576}}"#)));
+        assert!(!limitless(&resources(r#"{"pids":{"limit":10}}"#)));
+        assert!(!limitless(&resources(r#"{"cpu":{"shares":512}}"#)));
     }
 }
