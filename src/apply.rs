@@ -11,7 +11,7 @@ use crate::events::{self, Event};
 use crate::export::gate::ExportGate;
 use crate::git::Git;
 use crate::secrets;
-use crate::snapshot::{Snapshot, SnapshotObjects};
+use crate::snapshot::SnapshotObjects;
 use crate::store::{
     load_policy, require_active, write_manifest, BoxLock, BoxState, BoxStore, StoredBox,
 };
@@ -80,18 +80,17 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
     let policy = load_policy(&sb)?;
     let redactor = secrets::redactor_for(&policy);
     let base = sb.manifest.base.clone();
-    let snap = Snapshot::take(
+    // The gate takes the snapshot itself, so a path it excludes never has its blob written into
+    // the parent's object store.
+    let gate = ExportGate::new(&redactor, Default::default());
+    let snap = gate.take(
         &sb.manifest.store,
         &sb.paths.workspace(),
         &sb.paths.scratch(),
         &base,
         SnapshotObjects::Store,
     )?;
-    let gated = ExportGate::new(&redactor, Default::default()).check(
-        &snap,
-        &sb.paths.workspace(),
-        &base,
-    )?;
+    let gated = gate.check(&snap, &sb.paths.workspace(), &base)?;
     if !gated.excluded.is_empty() {
         let list: Vec<String> = gated
             .excluded

@@ -54,7 +54,7 @@ pub enum BoxError {
         verb: &'static str,
     },
     /// Another verb holds the box's lock.
-    #[error("refusing: box `{name}` is busy (another h5i command holds its lock); to fix: wait for it to finish")]
+    #[error("refusing: box `{name}` is busy (a run or another h5i command holds its lock); to fix: wait for it to finish")]
     Busy {
         /// The box.
         name: String,

@@ -47,24 +47,14 @@ pub fn kernel_facts() -> KernelFacts {
 }
 
 fn landlock_abi() -> Result<i32, String> {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-    // SAFETY: with a NULL attr, size 0 and the VERSION flag the syscall only returns the ABI
-    // version; no memory is read or written.
-    let v = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if v < 0 {
-        let e = std::io::Error::last_os_error();
-        return Err(format!(
-            "Landlock unavailable ({e}); boot with lsm=...,landlock"
-        ));
+    use h5i_runtime::confine::kernel::{ConfinementKernel, LinuxKernel};
+    match LinuxKernel.landlock_abi() {
+        v if v > 0 => Ok(v),
+        e => Err(format!(
+            "Landlock unavailable ({}); boot with lsm=...,landlock",
+            std::io::Error::from_raw_os_error(-e)
+        )),
     }
-    Ok(v as i32)
 }
 
 fn seccomp() -> Result<bool, String> {

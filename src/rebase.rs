@@ -8,8 +8,9 @@
 use crate::apply::parent_branch;
 use crate::error::BoxError;
 use crate::events::{self, Event};
+use crate::export::gate::ExportGate;
 use crate::git::Git;
-use crate::snapshot::{Snapshot, SnapshotObjects};
+use crate::snapshot::SnapshotObjects;
 use crate::store::{require_active, write_manifest, BoxLock, BoxStore};
 
 /// The old and new base of a rebased box.
@@ -42,13 +43,28 @@ pub fn rebase(store: &BoxStore, name: &str) -> Result<Rebased, BoxError> {
             mend: "nothing to rebase".into(),
         });
     }
-    let snap = Snapshot::take(
+    // Carrying the box's tree across writes its blobs into the parent's store: only a tree the
+    // export gate passes whole is carried, so nothing it would exclude lands there.
+    let policy = crate::store::load_policy(&sb)?;
+    let redactor = crate::secrets::redactor_for(&policy);
+    let gate = ExportGate::new(&redactor, Default::default());
+    let snap = gate.take(
         &sb.manifest.store,
         &sb.paths.workspace(),
         &sb.paths.scratch(),
         &base,
         SnapshotObjects::Store,
     )?;
+    let gated = gate.check(&snap, &sb.paths.workspace(), &base)?;
+    if !gated.excluded.is_empty() {
+        return Err(BoxError::BadRequest {
+            what: format!(
+                "the export gate excludes {} path(s) of box `{name}`, so its tree cannot be carried onto the new base",
+                gated.excluded.len()
+            ),
+            mend: format!("review them with `h5i box export {name} --out DIR` and remove them from the box first"),
+        });
+    }
     let work_tree = snap.write_tree()?;
     let work_commit = git()
         .args([

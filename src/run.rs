@@ -38,6 +38,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         });
     };
     let sb = store.find(name)?;
+    let _lock = crate::store::BoxLock::shared(&sb.paths, name)?;
     require_active(&sb, "run")?;
     let policy = load_policy(&sb)?;
     let digest = sb.manifest.policy_digest.clone();

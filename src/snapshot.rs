@@ -1394,244 +1394,33 @@ mod stat_cache {
 /// Used as a cache key only: a staged blob's id is always the one git computed, and a mismatch
 /// with the id computed here just means git's bytes are read back and inspected again.
 pub mod digest {
-    /// git's blob id (SHA-1) of `content`, as hex.
-    pub fn blob_sha1(content: &[u8]) -> String {
-        let mut h = Sha1::new();
+    use sha1::Sha1;
+    use sha2::{Digest, Sha256};
+
+    fn blob_id<D: Digest>(content: &[u8]) -> String {
+        let mut h = D::new();
         h.update(format!("blob {}\0", content.len()).as_bytes());
         h.update(content);
-        hex(&h.finish())
+        hex(&h.finalize())
+    }
+
+    /// git's blob id (SHA-1) of `content`, as hex.
+    pub fn blob_sha1(content: &[u8]) -> String {
+        blob_id::<Sha1>(content)
     }
 
     /// git's blob id in a SHA-256 repository, as hex.
     pub fn blob_sha256(content: &[u8]) -> String {
-        let mut h = Sha256::new();
-        h.update(format!("blob {}\0", content.len()).as_bytes());
-        h.update(content);
-        hex(&h.finish())
+        blob_id::<Sha256>(content)
     }
 
     /// SHA-256 of `data`, as hex.
     pub fn sha256_hex(data: &[u8]) -> String {
-        let mut h = Sha256::new();
-        h.update(data);
-        hex(&h.finish())
+        hex(&Sha256::digest(data))
     }
 
     fn hex(bytes: &[u8]) -> String {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let mut s = String::with_capacity(bytes.len() * 2);
-        for b in bytes {
-            s.push(HEX[(b >> 4) as usize] as char);
-            s.push(HEX[(b & 15) as usize] as char);
-        }
-        s
-    }
-
-    /// Buffering shared by both hashes: 64-byte blocks, big-endian bit length at the end.
-    struct Blocks {
-        buf: [u8; 64],
-        fill: usize,
-        total: u64,
-    }
-
-    impl Blocks {
-        fn new() -> Self {
-            Blocks {
-                buf: [0; 64],
-                fill: 0,
-                total: 0,
-            }
-        }
-
-        fn update(&mut self, mut data: &[u8], mut compress: impl FnMut(&[u8; 64])) {
-            self.total = self.total.wrapping_add(data.len() as u64);
-            if self.fill > 0 {
-                let take = (64 - self.fill).min(data.len());
-                self.buf[self.fill..self.fill + take].copy_from_slice(&data[..take]);
-                self.fill += take;
-                data = &data[take..];
-                if self.fill < 64 {
-                    return;
-                }
-                compress(&self.buf);
-                self.fill = 0;
-            }
-            let mut chunks = data.chunks_exact(64);
-            for c in &mut chunks {
-                let mut block = [0u8; 64];
-                block.copy_from_slice(c);
-                compress(&block);
-            }
-            let rest = chunks.remainder();
-            self.buf[..rest.len()].copy_from_slice(rest);
-            self.fill = rest.len();
-        }
-
-        fn finish(mut self, mut compress: impl FnMut(&[u8; 64])) {
-            let bits = self.total.wrapping_mul(8);
-            let mut pad = vec![0x80u8];
-            let len = (self.fill + 1) % 64;
-            let zeros = if len <= 56 { 56 - len } else { 120 - len };
-            pad.extend(std::iter::repeat_n(0u8, zeros));
-            pad.extend_from_slice(&bits.to_be_bytes());
-            self.update(&pad, &mut compress);
-        }
-    }
-
-    struct Sha1 {
-        h: [u32; 5],
-        blocks: Blocks,
-    }
-
-    impl Sha1 {
-        fn new() -> Self {
-            Sha1 {
-                h: [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0],
-                blocks: Blocks::new(),
-            }
-        }
-
-        fn update(&mut self, data: &[u8]) {
-            let h = &mut self.h;
-            self.blocks.update(data, |b| sha1_compress(h, b));
-        }
-
-        fn finish(mut self) -> [u8; 20] {
-            let h = &mut self.h;
-            self.blocks.finish(|b| sha1_compress(h, b));
-            let mut out = [0u8; 20];
-            for (i, w) in self.h.iter().enumerate() {
-                out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-            }
-            out
-        }
-    }
-
-    fn sha1_compress(h: &mut [u32; 5], block: &[u8; 64]) {
-        let mut w = [0u32; 80];
-        for i in 0..16 {
-            w[i] = u32::from_be_bytes([
-                block[i * 4],
-                block[i * 4 + 1],
-                block[i * 4 + 2],
-                block[i * 4 + 3],
-            ]);
-        }
-        for i in 16..80 {
-            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e] = *h;
-        for (i, wi) in w.iter().enumerate() {
-            let (f, k) = match i {
-                0..=19 => ((b & c) | (!b & d), 0x5A827999),
-                20..=39 => (b ^ c ^ d, 0x6ED9EBA1),
-                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1BBCDC),
-                _ => (b ^ c ^ d, 0xCA62C1D6),
-            };
-            let t = a
-                .rotate_left(5)
-                .wrapping_add(f)
-                .wrapping_add(e)
-                .wrapping_add(k)
-                .wrapping_add(*wi);
-            e = d;
-            d = c;
-            c = b.rotate_left(30);
-            b = a;
-            a = t;
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
-            *x = x.wrapping_add(y);
-        }
-    }
-
-    const K256: [u32; 64] = [
-        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4,
-        0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe,
-        0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f,
-        0x4a7484aa, 0x5cb0a9dc, 0x76f988da, 0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7,
-        0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc,
-        0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-        0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070, 0x19a4c116,
-        0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7,
-        0xc67178f2,
-    ];
-
-    struct Sha256 {
-        h: [u32; 8],
-        blocks: Blocks,
-    }
-
-    impl Sha256 {
-        fn new() -> Self {
-            Sha256 {
-                h: [
-                    0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c,
-                    0x1f83d9ab, 0x5be0cd19,
-                ],
-                blocks: Blocks::new(),
-            }
-        }
-
-        fn update(&mut self, data: &[u8]) {
-            let h = &mut self.h;
-            self.blocks.update(data, |b| sha256_compress(h, b));
-        }
-
-        fn finish(mut self) -> [u8; 32] {
-            let h = &mut self.h;
-            self.blocks.finish(|b| sha256_compress(h, b));
-            let mut out = [0u8; 32];
-            for (i, w) in self.h.iter().enumerate() {
-                out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-            }
-            out
-        }
-    }
-
-    fn sha256_compress(h: &mut [u32; 8], block: &[u8; 64]) {
-        let mut w = [0u32; 64];
-        for i in 0..16 {
-            w[i] = u32::from_be_bytes([
-                block[i * 4],
-                block[i * 4 + 1],
-                block[i * 4 + 2],
-                block[i * 4 + 3],
-            ]);
-        }
-        for i in 16..64 {
-            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
-            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16]
-                .wrapping_add(s0)
-                .wrapping_add(w[i - 7])
-                .wrapping_add(s1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut hh] = *h;
-        for i in 0..64 {
-            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
-            let ch = (e & f) ^ (!e & g);
-            let t1 = hh
-                .wrapping_add(s1)
-                .wrapping_add(ch)
-                .wrapping_add(K256[i])
-                .wrapping_add(w[i]);
-            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
-            let maj = (a & b) ^ (a & c) ^ (b & c);
-            let t2 = s0.wrapping_add(maj);
-            hh = g;
-            g = f;
-            f = e;
-            e = d.wrapping_add(t1);
-            d = c;
-            c = b;
-            b = a;
-            a = t1.wrapping_add(t2);
-        }
-        for (x, y) in h.iter_mut().zip([a, b, c, d, e, f, g, hh]) {
-            *x = x.wrapping_add(y);
-        }
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 

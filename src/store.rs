@@ -361,8 +361,19 @@ pub struct BoxLock {
 }
 
 impl BoxLock {
-    /// Take the box's lock, refusing (not waiting) when another verb holds it.
+    /// Take the box's lock exclusively (export, apply, rebase, abort, rm), refusing (not
+    /// waiting) while a run or another verb holds it.
     pub fn take(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
+        Self::lock(paths, name, libc::LOCK_EX)
+    }
+
+    /// Take the box's lock shared, for the length of a run: runs go side by side, and no verb
+    /// that reads or moves the whole tree (export, apply, rebase) runs under a live one.
+    pub fn shared(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
+        Self::lock(paths, name, libc::LOCK_SH)
+    }
+
+    fn lock(paths: &BoxPaths, name: &str, how: libc::c_int) -> Result<BoxLock, BoxError> {
         let p = paths.lock();
         let file = fs::OpenOptions::new()
             .create(true)
@@ -371,7 +382,7 @@ impl BoxLock {
             .open(&p)
             .map_err(|e| BoxError::io(&p, e))?;
         // SAFETY: flock on a valid open fd; no memory is involved.
-        let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        let r = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
         if r != 0 {
             return Err(BoxError::Busy {
                 name: name.to_string(),

@@ -14,9 +14,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use h5i::export::{
-    export, export_with_hook, ExportCaps, ExportError, ExportRequest, ExportSummary,
-};
+use h5i::export::{export, export_with_hook, ExportCaps, ExportError, ExportRequest};
 use h5i_broker::receipt_log::{DamagedLine, ReceiptReadout};
 use h5i_broker::redact::{Redactor, SecretValue};
 use h5i_policy::receipt::{EgressTally, ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
@@ -977,13 +975,69 @@ fn the_scratch_is_removed_and_the_parent_gains_no_objects() {
     let rec = receipts();
     export(&fx.request(&out, &r, &rec)).unwrap();
     assert_eq!(count(), before, "export wrote into the store");
-    let left: Vec<PathBuf> = fs::read_dir(&fx.scratch)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .collect();
-    assert!(left.is_empty(), "scratch left behind: {left:?}");
+    assert_eq!(
+        scratch_left(&fx.scratch),
+        Vec::<String>::new(),
+        "scratch left behind"
+    );
     // The box's own index is neither read for its stat data nor written.
     assert_eq!(fs::read(fx.ws.join(".git/index")).unwrap(), box_index);
+}
+
+/// What a snapshot left in scratch, besides its stat cache (which is meant to stay).
+fn scratch_left(scratch: &Path) -> Vec<String> {
+    fs::read_dir(scratch)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "stat-cache")
+        .collect()
+}
+
+#[test]
+fn the_stat_cache_never_hides_an_edit_even_with_size_and_mtime_kept() {
+    let fx = Fixture::new();
+    // Let the checkout's ctimes fall more than a second behind the first snapshot, so its cache
+    // entries are trusted by the second.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let out = fx.root.join("review");
+    let r = redactor();
+    let rec = receipts();
+    fx.ordinary_changes();
+    export(&fx.request(&out, &r, &rec)).unwrap();
+    let cache = fs::read(fx.scratch.join("stat-cache")).unwrap();
+    assert!(
+        cache
+            .windows(b"docs/keep.md".len())
+            .any(|w| w == b"docs/keep.md"),
+        "the unchanged file is cached"
+    );
+    // Same size, mtime put back: only the ctime tells.
+    let keep = fx.ws.join("docs/keep.md");
+    let mtime = fs::metadata(&keep).unwrap().modified().unwrap();
+    let secs = mtime.duration_since(std::time::UNIX_EPOCH).unwrap();
+    fs::write(&keep, "KEPT AS IT IS\n").unwrap();
+    let st = Command::new("touch")
+        .arg("-m")
+        .arg("-d")
+        .arg(format!("@{}.{:09}", secs.as_secs(), secs.subsec_nanos()))
+        .arg(&keep)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert_eq!(fs::metadata(&keep).unwrap().modified().unwrap(), mtime);
+    let mut req = fx.request(&out, &r, &rec);
+    req.force = true;
+    export(&req).unwrap();
+    let patch = fs::read_to_string(out.join("patch.diff")).unwrap();
+    assert!(
+        patch.contains("+KEPT AS IT IS"),
+        "the edit was hidden by the cache"
+    );
+    let fresh = apply_to_fresh(&fx, &out, "statcache");
+    assert_eq!(
+        fs::read_to_string(fresh.join("docs/keep.md")).unwrap(),
+        "KEPT AS IT IS\n"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -1011,6 +1065,13 @@ fn the_snapshot_matches_git_add_all() {
     symlink("src/lib.rs", fx.ws.join("lnk")).unwrap();
     fs::remove_dir_all(fx.ws.join("assets")).unwrap();
     write(&fx.ws.join("assets"), "now a file\n");
+    // Enough paths that they are probed in parallel batches.
+    for i in 0..1500 {
+        write(
+            &fx.ws.join(format!("many/d{}/f{i}.txt", i % 7)),
+            format!("file {i}\n"),
+        );
+    }
     let snap = h5i::snapshot::Snapshot::take(
         &fx.store,
         &fx.ws,
@@ -1044,34 +1105,88 @@ fn the_snapshot_matches_git_add_all() {
         .iter()
         .any(|c| c.path == b"assets/a.txt" && !c.is_present()));
     drop(snap);
-    assert_eq!(fs::read_dir(&fx.scratch).unwrap().count(), 0);
+    assert_eq!(scratch_left(&fx.scratch), Vec::<String>::new());
 }
 
-/// For timing only: `H5I_BENCH_DIR=<dir with store/ ws/ base> <this test binary> --ignored
-/// --exact bench_export_once` (see the report for the hyperfine line).
 #[test]
-#[ignore]
-fn bench_export_once() {
-    let root = PathBuf::from(std::env::var("H5I_BENCH_DIR").unwrap());
-    let base = fs::read_to_string(root.join("base")).unwrap();
-    let r = Redactor::default();
-    let rec = ReceiptReadout::default();
-    let out = root.join("review");
-    let s: ExportSummary = export(&ExportRequest {
-        box_name: "bench",
-        store_git_dir: &root.join("store/.git"),
-        base_sha: base.trim(),
-        workspace: &root.join("ws"),
-        scratch: &root.join("scratch"),
-        out: &out,
-        force: true,
-        caps: ExportCaps::default(),
-        redactor: &r,
-        receipts: &rec,
-        tier: "workspace",
-        policy_digest: "sha256:bench",
-        proposal: None,
-    })
-    .unwrap();
-    assert!(s.files_changed > 0);
+fn box_attributes_cannot_invoke_a_filter_the_host_configured() {
+    // The user's own repository defines a clean filter (as git-lfs or git-crypt do). A box that
+    // writes `.gitattributes` naming it must not get it run on the host: attributes come from the
+    // pinned base.
+    let fx = Fixture::new();
+    let marker = fx.root.join("filtered");
+    let repo = fx.store.parent().unwrap();
+    git(
+        repo,
+        &[
+            "config",
+            "filter.mark.clean",
+            &format!("touch {}; tr a-z A-Z", marker.display()),
+        ],
+    );
+    fx.ordinary_changes();
+    write(&fx.ws.join(".gitattributes"), "* filter=mark\n");
+    write(&fx.ws.join("lower.txt"), "lower case\n");
+    let out = fx.root.join("review");
+    let r = redactor();
+    let rec = receipts();
+    export(&fx.request(&out, &r, &rec)).unwrap();
+    assert!(
+        !marker.exists(),
+        "the host's filter ran for a box-written attribute"
+    );
+    let patch = fs::read_to_string(out.join("patch.diff")).unwrap();
+    assert!(patch.contains("+lower case"), "{patch}");
+}
+
+#[test]
+fn apply_wiring_gate_take_in_store_mode_never_writes_an_excluded_blob_to_the_parent() {
+    use h5i::export::ExportGate;
+    use h5i::snapshot::SnapshotObjects;
+    let fx = Fixture::new();
+    fx.ordinary_changes();
+    write(&fx.ws.join("config.env"), format!("TOKEN={SECRET}\n"));
+    let secret_blob = {
+        let out = git_cmd(&fx.root)
+            .args(["hash-object", "--stdin"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin
+                    .take()
+                    .unwrap()
+                    .write_all(format!("TOKEN={SECRET}\n").as_bytes())?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let r = redactor();
+    let gate = ExportGate::new(&r, ExportCaps::default());
+    let snap = gate
+        .take(
+            &fx.store,
+            &fx.ws,
+            &fx.scratch,
+            &fx.base,
+            SnapshotObjects::Store,
+        )
+        .unwrap();
+    let gated = gate.check(&snap, &fx.ws, &fx.base).unwrap();
+    assert_eq!(gated.excluded.len(), 1, "{:?}", gated.excluded);
+    let tree = snap.write_tree().unwrap();
+    let repo = fx.store.parent().unwrap();
+    // The tree is whole in the store: every blob it names is there.
+    git(repo, &["ls-tree", "-r", &tree]);
+    assert!(git(repo, &["cat-file", "-e", &format!("{tree}:src/new.rs")]).is_empty());
+    let has = git_cmd(repo)
+        .args(["cat-file", "-e", &secret_blob])
+        .status()
+        .unwrap();
+    assert!(
+        !has.success(),
+        "the excluded blob was written into the parent"
+    );
 }

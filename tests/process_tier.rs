@@ -415,13 +415,21 @@ fn an_unprivileged_user_gets_the_same_confinement() {
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
     std::fs::copy(probe(), dir.path().join("probe")).unwrap();
+    // The build tree may sit where h5i-test cannot reach (CI clones under /root): the user runs
+    // its own copies of h5i and its sibling binaries.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let built = Path::new(common::H5I).parent().unwrap();
+    for b in ["h5i", "h5i-runc", "h5i-hook"] {
+        std::fs::copy(built.join(b), bin.join(b)).unwrap();
+    }
     let chown = Command::new("chown")
         .args(["-R", "h5i-test:h5i-test"])
         .arg(dir.path())
         .status()
         .unwrap();
     assert!(chown.success());
-    let h5i = common::H5I;
+    let h5i = bin.join("h5i").display().to_string();
     let script = format!(
         r#"set -e
         cd {repo}

@@ -401,12 +401,21 @@ impl Rootless {
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )
         .unwrap();
+        // The build tree may sit where the test user cannot reach (CI clones under /root), so
+        // the user's Podman gets its own copy of the runtime.
+        let runtime = dir.path().join("h5i-runc");
+        std::fs::copy(bin(), &runtime).unwrap();
+        std::fs::set_permissions(
+            &runtime,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let conf = format!(
             "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
              [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\ntmp_dir = \"{}\"\n\
              [engine.runtimes]\nh5i-runc = [\"{}\"]\n",
             dir.path().join("tmp").display(),
-            bin()
+            runtime.display()
         );
         std::fs::write(dir.path().join("containers.conf"), conf).unwrap();
 

@@ -200,6 +200,49 @@ pub fn export_with_hook(
     })
 }
 
+/// Largest proposal the box may stage, bytes.
+pub const MAX_PROPOSAL_BYTES: u64 = 1 << 20;
+
+/// The agent's proposal, as the box staged it at `<spool>/proposal.md` (box-claimed; a regular
+/// file only, never through a symlink, capped). The report escapes and redacts it.
+fn read_proposal(spool: &Path) -> Result<Option<String>, BoxError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = spool.join(h5i_hook::spool::PROPOSAL_FILE);
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Ok(Some(
+                "(the box staged proposal.md as a symlink; h5i did not follow it)".into(),
+            ))
+        }
+        Err(e) => return Err(BoxError::io(&path, e)),
+    };
+    let meta = file.metadata().map_err(|e| BoxError::io(&path, e))?;
+    if !meta.is_file() {
+        return Ok(Some(
+            "(the box staged proposal.md as something other than a file)".into(),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PROPOSAL_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| BoxError::io(&path, e))?;
+    let mut text = String::from_utf8_lossy(&bytes).into_owned();
+    if meta.len() > MAX_PROPOSAL_BYTES {
+        text.push_str(&format!(
+            "\n\n(truncated by h5i at {MAX_PROPOSAL_BYTES} bytes of {})",
+            meta.len()
+        ));
+    }
+    Ok(Some(text))
+}
+
 /// `h5i box export NAME --out DIR`: gather the box's request from its store and export it.
 pub fn export_box(
     store: &crate::store::BoxStore,
@@ -227,7 +270,7 @@ pub fn export_box(
         receipts: &receipts,
         tier: &sb.manifest.tier,
         policy_digest: &sb.manifest.policy_digest,
-        proposal: None,
+        proposal: read_proposal(&sb.paths.spool())?,
     })?;
     crate::events::append(
         &sb.paths,

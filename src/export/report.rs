@@ -81,7 +81,7 @@ pub fn render_report(
     let mut head = String::new();
     header(&mut head, input, &c);
     denied_egress(&mut head, input, &c);
-    what_ran(&mut head, input, &c);
+    what_ran(&mut head, input, redactor, &c);
     let _ = writeln!(head, "{}\n", SECTIONS[2]);
     head.push_str(
         "No browser observation recorded. h5i records console errors, uncaught exceptions and \
@@ -417,7 +417,12 @@ fn exit_text(e: &ExitOutcome) -> String {
     s
 }
 
-fn what_ran(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+fn what_ran(
+    out: &mut String,
+    input: &ReportInput<'_>,
+    redactor: &Redactor,
+    c: &dyn Fn(&str) -> String,
+) {
     let _ = writeln!(out, "{}\n", SECTIONS[1]);
     let mut runs = 0;
     for r in &input.receipts.records {
@@ -430,14 +435,15 @@ fn what_ran(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> Strin
         } = &r.body
         {
             runs += 1;
-            let cmd: Vec<String> = argv.iter().map(|a| shell_quote(a)).collect();
+            // Each argument is redacted before quoting, so quoting cannot split a value.
+            let cmd: Vec<String> = argv.iter().map(|a| shell_quote(&c(a))).collect();
             let _ = writeln!(
                 out,
                 "- #{} {} at {}: {} — {} — {} ms",
                 r.seq,
                 lane_label(r),
                 code(&c(tier)),
-                code(&c(&cmd.join(" "))),
+                code(&cmd.join(" ")),
                 exit_text(exit),
                 wall_ms
             );
@@ -461,6 +467,9 @@ fn what_ran(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> Strin
                 claim,
             } = &r.body
             {
+                // Redacted value by value before JSON escaping could split a secret.
+                let mut claim = claim.clone();
+                redact_value(redactor, &mut claim);
                 let mut shown = c(&claim.to_string());
                 if shown.chars().count() > CLAIM_SHOWN {
                     shown = shown.chars().take(CLAIM_SHOWN).collect::<String>() + " …";
@@ -787,23 +796,43 @@ mod tests {
 
     #[test]
     fn secrets_are_redacted_everywhere_including_json_keys() {
-        let r = Redactor::new(vec![SecretValue::new("secret:T", "tok\"en")]);
+        // Values with a quote and an apostrophe: JSON escaping and shell quoting must not split
+        // them before the redactor sees them.
+        let r = Redactor::new(vec![
+            SecretValue::new("secret:T", "tok\"en"),
+            SecretValue::new("secret:Q", "it's-s3cret"),
+        ]);
+        let mut claim = run(2, ReceiptLane::InboxCapture, &[], None);
+        claim.body = RecordBody::BoxClaimed {
+            claimed_kind: "note".into(),
+            claim: serde_json::json!({ "said": "tok\"en", "it's-s3cret": 1 }),
+        };
         let receipts = ReceiptReadout {
-            records: vec![run(
-                1,
-                ReceiptLane::HostEnvRun,
-                &["curl", "-H", "x: tok\"en"],
-                None,
-            )],
+            records: vec![
+                run(
+                    1,
+                    ReceiptLane::HostEnvRun,
+                    &["curl", "-H", "x: tok\"en", "it's-s3cret"],
+                    None,
+                ),
+                claim,
+            ],
             damaged: vec![],
         };
         let g = gated();
         let i = input(&receipts, &g, "workspace", Some("my token is tok\"en"));
         let rep = render_report(&i, &r, 1 << 20).unwrap();
-        assert!(!rep.text.contains("tok\"en"));
+        assert!(
+            !rep.text.contains("tok\"en") && !rep.text.contains("s3cret"),
+            "{}",
+            rep.text
+        );
+        assert!(rep.text.contains("[REDACTED:secret:Q]"));
         let json = render_receipt(&i, &r, 1 << 20).unwrap();
         let text = String::from_utf8(json).unwrap();
-        assert!(!text.contains("tok\\\"en") && !text.contains("tok\"en"));
+        assert!(
+            !text.contains("tok\\\"en") && !text.contains("tok\"en") && !text.contains("s3cret")
+        );
         assert!(text.contains("[REDACTED:secret:T]"));
         assert!(matches!(
             render_receipt(&i, &r, 10),
