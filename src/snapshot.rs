@@ -435,7 +435,7 @@ impl Snapshot {
                         "-c",
                         "fastimport.unpackLimit=0",
                         "-c",
-                        "pack.compression=1",
+                        "pack.compression=0",
                         "fast-import",
                         "--quiet",
                         "--done",
