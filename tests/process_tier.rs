@@ -484,3 +484,32 @@ fn the_boxs_own_loopback_works() {
     // The host never saw that listener: the box's loopback is its own.
     assert!(std::net::TcpStream::connect("127.0.0.1:18765").is_err());
 }
+
+#[test]
+fn the_file_size_cap_refuses_a_runaway_writer_with_efbig() {
+    let r = Repo::new();
+    boxed(&r, "fsize", &[]);
+    let script = "import errno, os, signal\n\
+                  signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n\
+                  fd = os.open('huge', os.O_WRONLY | os.O_CREAT)\n\
+                  try:\n    os.ftruncate(fd, 9 << 30)\n    print('grew')\n\
+                  except OSError as e:\n    print(errno.errorcode[e.errno])\n";
+    let out = run(&r, "fsize", &["python3", "-c", script]);
+    assert_eq!(stdout(&out).trim(), "EFBIG", "{}", stderr(&out));
+}
+
+#[test]
+fn probe_reports_what_this_host_can_enforce() {
+    let r = Repo::new();
+    let text = r.ok(&["box", "probe"]);
+    for want in [
+        "tier process= available",
+        "landlock= ABI ",
+        "seccomp= filters + user notification",
+        "user namespaces= available",
+        "cgroups= v",
+        "tty-injection= ",
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+}
