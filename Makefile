@@ -23,6 +23,9 @@ build:
 test: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# The integration tests run h5i's sibling binaries (h5i-runc, h5i-hook): build every bin
+	# first, since cargo builds a package's bins only for that package's own integration tests.
+	$(CARGO) build --workspace --release --bins
 	$(CARGO) test --workspace --release
 
 bench: setup build
