@@ -139,3 +139,19 @@ add_row podman-h5i-runc-vs-runc \
     --h5i 'podman run --rm --network none --cgroup-parent $H5I_BENCH_CGROUP --runtime $H5I_RUNC localhost/h5i-busybox:latest true' \
     --check 'podman run --rm --network none --cgroup-parent "$H5I_BENCH_CGROUP" --runtime "$H5I_RUNC" localhost/h5i-busybox:latest true' \
     --target 'ratio:median <= 1.0'
+
+add_row shell-pty-echo \
+    --title 'keystroke echo: 1,000 single bytes typed one at a time through h5i box shell (workspace tier, the box on its own pty) vs on a plain pty (bench/pty_echo.py; p50/p99 per keystroke on its stderr)' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-shell --isolation workspace' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'python3 $ROOT/bench/pty_echo.py --count 1000' \
+    --h5i 'python3 $ROOT/bench/pty_echo.py --count 1000 -- $H5I box shell bench-shell --' \
+    --check '
+        python3 "$ROOT/bench/pty_echo.py" --count 10 -- "$H5I" box shell bench-shell -- || exit 1
+        n="$("$H5I" box log bench-shell | grep -c "^[0-9]* shell ")"
+        [ "$n" -ge 1 ] || { echo "no box shell session was recorded for bench-shell"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-shell' \
+    --target 'added_ms:median < 150'

@@ -9,6 +9,7 @@
 //! Must never: write outside `.git/.h5i/` and the paths a verb names (`--out`, the parent branch
 //! for `apply`), run git against a repository a box can write, or print a secret value.
 
+pub mod allow;
 pub mod apply;
 pub mod beneath;
 pub mod create;
@@ -23,6 +24,7 @@ pub mod process;
 pub mod rebase;
 pub mod run;
 pub mod secrets;
+pub mod shell;
 pub mod snapshot;
 pub mod status;
 pub mod store;

@@ -214,11 +214,36 @@ pub fn probe_lines() -> Vec<ProbeLine> {
     out
 }
 
-/// The manual's tty-injection line, from this kernel's `dev.tty.legacy_tiocsti`. h5i's seccomp
-/// filter refuses `ioctl(TIOCSTI)` at the kernel tiers whatever the kernel's setting.
+/// The manual's tty-injection line. `box shell` never shares the user's terminal: the box gets
+/// a pty of its own at every tier, so TIOCSTI from the box reaches only that pty. `box run`
+/// passes the caller's terminal through as stdio: there h5i's seccomp filter refuses
+/// `ioctl(TIOCSTI)` at the kernel tiers, and at the workspace tier it is this kernel's
+/// `dev.tty.legacy_tiocsti` that decides (a kernel without the knob cannot close it).
 fn tty_injection_line(sysctl: &Path) -> String {
     match std::fs::read_to_string(sysctl) {
-        Ok(v) if v.trim() == "0" => "blocked at every tier".into(),
-        _ => "blocked at the kernel tiers (h5i's seccomp filter refuses TIOCSTI), possible at isolation=workspace; to close it there: sysctl -w dev.tty.legacy_tiocsti=0".into(),
+        Ok(v) if v.trim() == "0" => "blocked at every tier (this kernel refuses TIOCSTI: dev.tty.legacy_tiocsti=0; box shell also gives the box its own pty)".into(),
+        _ => "box shell: contained at every tier (the box gets its own pty, so TIOCSTI reaches only that); box run on your terminal: blocked at the kernel tiers (h5i's seccomp filter refuses TIOCSTI), possible at isolation=workspace; to close it there: sysctl -w dev.tty.legacy_tiocsti=0".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tty_injection_line_follows_the_kernel_setting() {
+        let dir = tempfile::tempdir().unwrap();
+        let knob = dir.path().join("legacy_tiocsti");
+        std::fs::write(&knob, "0\n").unwrap();
+        assert!(tty_injection_line(&knob).starts_with("blocked at every tier"));
+        std::fs::write(&knob, "1\n").unwrap();
+        let open = tty_injection_line(&knob);
+        assert!(
+            open.contains("box shell: contained at every tier"),
+            "{open}"
+        );
+        assert!(open.contains("possible at isolation=workspace"), "{open}");
+        // No knob (a kernel before 6.2): nothing closes it there.
+        assert_eq!(tty_injection_line(&dir.path().join("missing")), open);
     }
 }

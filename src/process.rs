@@ -176,6 +176,7 @@ pub fn plan(
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,
         create_container_hooks,
+        terminal: false,
     })
 }
 
@@ -217,6 +218,18 @@ pub fn run(
     wall: Option<Duration>,
     secrets: &[h5i_broker::secrets::ResolvedSecret],
 ) -> Result<ProcessRunReport, BoxError> {
+    run_with_console(sb, policy, argv, wall, secrets, None)
+}
+
+/// [`run`], with the box's own terminal when `console` is given (`box shell`).
+pub fn run_with_console(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    argv: &[OsString],
+    wall: Option<Duration>,
+    secrets: &[h5i_broker::secrets::ResolvedSecret],
+    console: Option<h5i_runtime::process_tier::Console<'_>>,
+) -> Result<ProcessRunReport, BoxError> {
     let binary = runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
@@ -239,7 +252,7 @@ pub fn run(
     // The bundle holds the run's environment, secrets included: it is written outside the box
     // directory, in a private runtime directory, and removed when the run ends.
     let dir = runtime_dir()?.join(format!("run-{}", plan.id));
-    let report = h5i_runtime::process_tier::run(
+    let report = h5i_runtime::process_tier::run_with_console(
         &RuncInvocation {
             binary,
             root: runc_root(),
@@ -249,6 +262,7 @@ pub fn run(
         policy.resources.mem_bytes,
         policy.resources.procs,
         wall,
+        console,
     )?;
     Ok(report)
 }

@@ -62,6 +62,9 @@ pub struct BundlePlan {
     /// path; the runtime runs them inside the container's namespaces, before `pivot_root`, with
     /// the container state on stdin.
     pub create_container_hooks: Vec<Vec<String>>,
+    /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
+    /// console socket (`box shell`); never the caller's terminal.
+    pub terminal: bool,
 }
 
 /// What a plan left out, for `status` and the receipt.
@@ -169,7 +172,7 @@ impl BundlePlan {
         let mut config = json!({
             "ociVersion": "1.0.2",
             "process": {
-                "terminal": false,
+                "terminal": self.terminal,
                 "user": {"uid": 0, "gid": 0},
                 "args": self.argv,
                 "env": self.env,
@@ -227,6 +230,7 @@ mod tests {
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
             create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
+            terminal: false,
         }
     }
 
@@ -307,6 +311,16 @@ mod tests {
         let (v, _) = plan().to_config(|_| true);
         assert_eq!(v["hooks"]["createContainer"][0]["path"], "/opt/h5i-hook");
         assert_eq!(v["hooks"]["createContainer"][0]["args"][1], "loopback");
+    }
+
+    #[test]
+    fn a_terminal_is_asked_for_only_when_planned() {
+        let (v, _) = plan().to_config(|_| true);
+        assert_eq!(v["process"]["terminal"], false);
+        let mut p = plan();
+        p.terminal = true;
+        let (v, _) = p.to_config(|_| true);
+        assert_eq!(v["process"]["terminal"], true);
     }
 
     #[test]

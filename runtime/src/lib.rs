@@ -13,5 +13,6 @@ pub mod bundle;
 pub mod cage;
 pub mod confine;
 pub mod process_tier;
+pub mod pty;
 pub mod runc;
 pub mod supervise;

@@ -1,19 +1,23 @@
 //! The process tier: a box run as an OCI bundle through `h5i-runc`, inside a resource cage.
 //!
 //! Owns the order of one run: cage (limits) -> bundle -> `h5i-runc run` supervised on a pidfd
+//! (with `--console-socket` and the pty proxy polled beside it for `box shell`)
 //! -> cage evidence -> cage removal. The wall clock kills the container's init by the pid
 //! `h5i-runc` wrote (its pid namespace goes with it), then the runtime's group.
 //!
 //! Must never: start the command when the cage or the bundle could not be made as planned.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::bundle::{write_bundle, BundleNotes, BundlePlan};
 use crate::cage::{CageError, CageReport, ResourceCage};
 
-use crate::supervise::{run_supervised_with, ChildReport, SuperviseError};
+use crate::pty::new_session;
+use crate::supervise::{
+    run_supervised_session, run_supervised_with, ChildReport, Companion, SuperviseError,
+};
 
 /// Why a process-tier run could not start.
 #[derive(Debug, thiserror::Error)]
@@ -54,15 +58,44 @@ pub struct ProcessRunReport {
     pub notes: BundleNotes,
 }
 
+/// The box's own terminal for a run (`box shell`): `h5i-runc` gets `--console-socket`, opens a
+/// pty inside the box and sends its master there; `companion` (the pty proxy) takes it from the
+/// socket and proxies it. The runtime runs in its own session with no controlling terminal and
+/// none of the user's terminal descriptors.
+pub struct Console<'a> {
+    /// Passed as `--console-socket`.
+    pub socket: &'a Path,
+    /// Polled beside the runtime until it exits.
+    pub companion: &'a mut dyn Companion,
+    /// The runtime's own stderr (the user's terminal belongs to the proxy while the session
+    /// runs); the caller shows it once the terminal is restored.
+    pub runtime_stderr: std::fs::File,
+}
+
 /// Run `plan` in `bundle_dir` under `mem`/`procs` limits and the wall clock.
 pub fn run(
+    runc: &RuncInvocation,
+    plan: BundlePlan,
+    bundle_dir: &Path,
+    mem: Option<u64>,
+    procs: Option<u64>,
+    wall: Option<Duration>,
+) -> Result<ProcessRunReport, ProcessTierError> {
+    run_with_console(runc, plan, bundle_dir, mem, procs, wall, None)
+}
+
+/// [`run`], with the box's own terminal when `console` is given (`process.terminal` is set
+/// from it).
+pub fn run_with_console(
     runc: &RuncInvocation,
     mut plan: BundlePlan,
     bundle_dir: &Path,
     mem: Option<u64>,
     procs: Option<u64>,
     wall: Option<Duration>,
+    console: Option<Console<'_>>,
 ) -> Result<ProcessRunReport, ProcessTierError> {
+    plan.terminal = console.is_some();
     // A host that cannot give h5i a cgroup cannot hold mem/procs: the run goes ahead and the
     // reason is carried out for `status` to mark the limits `*` (the manual's rule), never
     // listed as enforced.
@@ -85,9 +118,12 @@ pub fn run(
         .arg("--bundle")
         .arg(bundle_dir)
         .arg("--pid-file")
-        .arg(&pid_file)
-        .arg(&plan.id);
-    let child = run_supervised_with(cmd, wall, &mut || {
+        .arg(&pid_file);
+    if let Some(c) = &console {
+        cmd.arg("--console-socket").arg(c.socket);
+    }
+    cmd.arg(&plan.id);
+    let mut on_wall = || {
         // Killing the init ends its pid namespace; h5i-runc sees it go and deletes the
         // container (state, cgroup) before exiting, so nothing outlives the run.
         if let Some(pid) = std::fs::read_to_string(&pid_file)
@@ -102,7 +138,17 @@ pub fn run(
         } else {
             false
         }
-    })?;
+    };
+    let child = match console {
+        None => run_supervised_with(cmd, wall, &mut on_wall)?,
+        Some(c) => {
+            new_session(&mut cmd);
+            cmd.stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(c.runtime_stderr);
+            run_supervised_session(cmd, wall, &mut on_wall, c.companion)?
+        }
+    };
     let cage_report = cage.as_ref().map(ResourceCage::report).unwrap_or_default();
     drop(cage);
     let _ = std::fs::remove_dir_all(bundle_dir);

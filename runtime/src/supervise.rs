@@ -2,6 +2,9 @@
 //! sleep loop), forward the user's interrupt signals to its group, enforce the wall clock, and
 //! reap it with `wait4` so the resource usage is the kernel's account, not the child's.
 //!
+//! A `box shell` session is the same loop with the child in its own session (it has a terminal
+//! of its own, never the user's) and a [`Companion`], the pty proxy, polled beside it.
+//!
 //! Owns the waiting, not the confinement: the tier backends hand in a fully prepared `Command`.
 //! Must never: leave a child unreaped, leave the terminal's foreground group pointing at a dead
 //! group, or report a timeout as anything but `timed_out` (the CLI turns that into 124).
@@ -70,9 +73,43 @@ pub const WALL_GRACE: Duration = Duration::from_secs(10);
 /// returns true: the runtime then sees its container die and cleans up (state, cgroups) within
 /// [`WALL_GRACE`] before the group is killed. Returning false kills the group at once.
 pub fn run_supervised_with(
+    cmd: Command,
+    wall: Option<Duration>,
+    on_wall: &mut dyn FnMut() -> bool,
+) -> Result<ChildReport, SuperviseError> {
+    supervise(cmd, wall, on_wall, None)
+}
+
+/// Runs beside a supervised child in the supervisor's own poll loop (`box shell`'s pty proxy),
+/// so the child's exit, the wall clock and the companion's descriptors are one `poll(2)`.
+pub trait Companion {
+    /// Append the descriptors to watch this round.
+    fn interest(&mut self, fds: &mut Vec<libc::pollfd>);
+    /// Handle the events of the descriptors `interest` appended (same order and count).
+    fn ready(&mut self, fds: &[libc::pollfd]);
+    /// The child has exited and is about to be reaped: finish what is in flight.
+    fn child_exited(&mut self);
+}
+
+/// [`run_supervised_with`] for a child with a terminal of its own (`box shell`). The caller
+/// makes the child a session leader in `pre_exec` (setsid, and its own controlling terminal if
+/// any); the supervisor then neither moves it to a process group nor hands it the user's
+/// terminal, and runs `companion` in its poll loop until the child exits. A child that is not
+/// a session leader is killed and refused.
+pub fn run_supervised_session(
+    cmd: Command,
+    wall: Option<Duration>,
+    on_wall: &mut dyn FnMut() -> bool,
+    companion: &mut dyn Companion,
+) -> Result<ChildReport, SuperviseError> {
+    supervise(cmd, wall, on_wall, Some(companion))
+}
+
+fn supervise(
     mut cmd: Command,
     wall: Option<Duration>,
     on_wall: &mut dyn FnMut() -> bool,
+    mut companion: Option<&mut dyn Companion>,
 ) -> Result<ChildReport, SuperviseError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let blocked = SignalBlock::forwarded()?;
@@ -91,16 +128,36 @@ pub fn run_supervised_with(
             Ok(())
         });
     }
-    cmd.process_group(0);
+    if companion.is_none() {
+        cmd.process_group(0);
+    }
     let started = Instant::now();
-    let child = cmd
-        .spawn()
-        .map_err(|source| SuperviseError::Spawn { program, source })?;
+    let child = cmd.spawn().map_err(|source| SuperviseError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    // The parent's copies of the child's stdio (a pty slave) close now, not at return.
+    drop(cmd);
     let pid = child.id() as i32;
     // `child` is never waited through std: the pid is reaped below by wait4, once.
     drop(child);
     let pidfd = pidfd_open(pid)?;
-    let terminal = ForegroundTerminal::hand_to(pid);
+    let terminal = if companion.is_none() {
+        ForegroundTerminal::hand_to(pid)
+    } else {
+        // SAFETY: getsid only reads the session id of our own (unreaped) child.
+        if unsafe { libc::getsid(pid) } != pid {
+            kill_group(pid, libc::SIGKILL);
+            // SAFETY: as kill_group; the child may not lead a group, so signal it directly.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap(pid)?;
+            return Err(SuperviseError::Spawn {
+                program,
+                source: io::Error::other("a session child must call setsid before exec"),
+            });
+        }
+        ForegroundTerminal { previous: None }
+    };
     let mut deadline = wall.map(|w| started + w);
     let mut timed_out = false;
     loop {
@@ -125,7 +182,7 @@ pub fn run_supervised_with(
                 }
             }
         };
-        let mut fds = [
+        let mut fds = vec![
             libc::pollfd {
                 fd: pidfd.as_raw_fd(),
                 events: libc::POLLIN,
@@ -137,8 +194,11 @@ pub fn run_supervised_with(
                 revents: 0,
             },
         ];
-        // SAFETY: fds is a valid array of two pollfd structs for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout_ms) };
+        if let Some(c) = companion.as_deref_mut() {
+            c.interest(&mut fds);
+        }
+        // SAFETY: fds is a valid, initialised array of fds.len() pollfd structs for the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
         if n < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -156,7 +216,13 @@ pub fn run_supervised_with(
                 kill_group(pid, sig);
             }
         }
+        if let Some(c) = companion.as_deref_mut() {
+            c.ready(&fds[2..]);
+        }
         if fds[0].revents & libc::POLLIN != 0 {
+            if let Some(c) = companion.as_deref_mut() {
+                c.child_exited();
+            }
             break;
         }
     }
@@ -387,6 +453,47 @@ mod tests {
         assert_eq!(r.exit.code, Some(0));
         assert!(r.rusage.user_us + r.rusage.sys_us > 0);
         assert!(r.rusage.maxrss_kb > 0);
+    }
+
+    #[derive(Default)]
+    struct Watcher {
+        rounds: usize,
+        exited: bool,
+    }
+
+    impl Companion for Watcher {
+        fn interest(&mut self, _fds: &mut Vec<libc::pollfd>) {}
+        fn ready(&mut self, fds: &[libc::pollfd]) {
+            assert!(fds.is_empty());
+            self.rounds += 1;
+        }
+        fn child_exited(&mut self) {
+            self.exited = true;
+        }
+    }
+
+    #[test]
+    fn a_session_child_leads_its_own_session_and_the_companion_sees_it_exit() {
+        // Field 6 of /proc/PID/stat is the session id.
+        let mut c = sh("read -r _ _ _ _ _ sid _ < /proc/$$/stat; [ \"$sid\" = \"$$\" ]");
+        // SAFETY: setsid is async-signal-safe.
+        unsafe {
+            c.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut w = Watcher::default();
+        let r = run_supervised_session(c, None, &mut || false, &mut w).unwrap();
+        assert_eq!(r.exit.code, Some(0));
+        assert!(w.exited && w.rounds >= 1);
+    }
+
+    #[test]
+    fn a_session_child_that_did_not_setsid_is_refused() {
+        let mut w = Watcher::default();
+        let err = run_supervised_session(sh("sleep 5"), None, &mut || false, &mut w).unwrap_err();
+        assert!(matches!(err, SuperviseError::Spawn { .. }), "{err}");
     }
 
     #[test]

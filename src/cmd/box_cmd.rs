@@ -82,6 +82,15 @@ enum BoxVerb {
         #[arg(last = true, required = true, value_name = "CMD")]
         argv: Vec<OsString>,
     },
+    /// An interactive session in the box on a terminal of its own (default: `bash -l`, else
+    /// `sh`); the exit code passes through like `run`'s.
+    Shell {
+        /// The box.
+        name: String,
+        /// The command and its arguments, after `--` (default: the box's shell).
+        #[arg(last = true, value_name = "CMD")]
+        argv: Vec<OsString>,
+    },
     /// What changed against the pinned base.
     Diff {
         /// The box.
@@ -148,6 +157,14 @@ enum BoxVerb {
     Secrets {
         /// The box.
         name: String,
+    },
+    /// The persistent user egress allowlist (~/.config/h5i/allow.txt): list it, or add
+    /// HOST[:PORT] (port 443 when absent). Merged into boxes whose profile already sets
+    /// net.egress; a deny-all profile is never widened. Refused inside a box.
+    Allow {
+        /// The destination to add; without it, the entries are listed.
+        #[arg(value_name = "HOST[:PORT]")]
+        host: Option<String>,
     },
 }
 
@@ -276,6 +293,37 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 Err(e) => Err(RunRefused(e).into()),
             }
         }
+        BoxVerb::Shell { name, argv } => {
+            use h5i::shell::ShellError;
+            use h5i_runtime::supervise::SuperviseError;
+            match h5i::shell::shell(&store()?, &name, &argv) {
+                Ok(outcome) => {
+                    if outcome.exit.timed_out {
+                        eprintln!(
+                            "h5i: box {name}: the wall-clock limit ended the session (receipt {})",
+                            outcome.receipt_seq
+                        );
+                    }
+                    Ok(outcome.exit.passthrough_code())
+                }
+                Err(ShellError::Box(h5i::error::BoxError::Supervise(SuperviseError::Spawn {
+                    program,
+                    source,
+                }))) => {
+                    eprintln!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
+                    Ok(if source.kind() == std::io::ErrorKind::NotFound {
+                        127
+                    } else {
+                        126
+                    })
+                }
+                Err(ShellError::Box(e)) => Err(RunRefused(e).into()),
+                Err(e @ ShellError::Pty(_)) => {
+                    eprintln!("h5i: {e}");
+                    Ok(125)
+                }
+            }
+        }
         BoxVerb::Diff { name, stat } => {
             h5i::diff::print_diff(&store()?, &name, stat)?;
             Ok(0)
@@ -364,6 +412,33 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 }
             }
             Ok(if missing > 0 { 1 } else { 0 })
+        }
+        BoxVerb::Allow { host } => {
+            let env = |k: &str| std::env::var(k).ok();
+            h5i::allow::refuse_inside_box(env)?;
+            let path = h5i::allow::allowlist_path(env)?;
+            match host {
+                None => {
+                    let entries = h5i::allow::list(&path)?;
+                    if entries.is_empty() {
+                        println!(
+                            "no entries in {} (add one with `h5i box allow HOST`)",
+                            path.display()
+                        );
+                    }
+                    for e in entries {
+                        println!("{e}");
+                    }
+                }
+                Some(h) => match h5i::allow::add(&path, &h)? {
+                    (hp, true) => println!(
+                        "allowed {hp} for boxes whose profile already sets net.egress ({})",
+                        path.display()
+                    ),
+                    (hp, false) => println!("{hp} is already allowed ({})", path.display()),
+                },
+            }
+            Ok(0)
         }
         BoxVerb::Probe => {
             for line in h5i::probe::probe_lines() {

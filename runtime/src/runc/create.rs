@@ -92,7 +92,10 @@ fn build(ctx: &Context, opts: &CreateOptions, bundle: PathBuf) -> Result<Contain
         .and_then(|b| {
             b.as_init(bundle)
                 .with_systemd(false)
-                .with_detach(opts.detach)
+                // libcontainer 0.7 accepts a console socket only when "detached", a flag it
+                // uses for nothing else; an attached `run --console-socket` (runc allows it,
+                // `box shell` uses it) is otherwise refused.
+                .with_detach(opts.detach || opts.console_socket.is_some())
                 .with_no_pivot(opts.no_pivot)
                 .build()
         })

@@ -1,0 +1,902 @@
+//! The box's own terminal: a pseudo-terminal per `box shell` session, proxied by h5i to the
+//! user's terminal, so the box never holds the user's tty.
+//!
+//! Owns, in the order a session uses them:
+//! - [`PtyPair::open`]: a pty pair h5i opens itself (workspace tier), both ends close-on-exec;
+//!   [`attach_slave`] makes the child a session leader whose controlling terminal and stdio
+//!   are the slave (setsid + `TIOCSCTTY` in `pre_exec`);
+//! - [`ConsoleSocket`]: the OCI console-socket protocol (process tier): a listening unix socket
+//!   in a private 0700 directory, handed to `h5i-runc --console-socket`; the runtime sends the
+//!   master it opened inside the box over `SCM_RIGHTS`. [`new_session`] detaches the runtime
+//!   from the user's terminal (setsid, no controlling terminal);
+//! - [`PtyProxy`]: the user's terminal in raw mode (a guard restores it on every exit path,
+//!   including errors and unwinding), stdin -> master and master -> stdout with `poll(2)`, the
+//!   window size at start and on `SIGWINCH` (signalfd), and a drain of the master once the child
+//!   is gone. It runs inside the supervisor's poll loop as a [`Companion`], so there are no
+//!   threads and no sleeps.
+//!
+//! Ctrl-C, Ctrl-Z and friends are bytes here: the box's own line discipline turns them into
+//! signals for the box's foreground job, so job control works inside the box and never reaches
+//! h5i or the user's shell.
+//!
+//! Must never: pass a descriptor of the user's terminal to a box process (every fd made here is
+//! close-on-exec; the child's stdio is the slave), hand the box the user's terminal's
+//! foreground, or leave the user's terminal in raw mode.
+//!
+//! Guarded by the unit tests below and by `tests/box_shell.rs` (sessions driven through a real
+//! pty: output, exit status, full-screen programs, resize, Ctrl-C, TIOCSTI, leftover jobs).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::supervise::Companion;
+
+/// Longest a unix socket path may be (`sun_path` is 108 bytes, NUL included).
+const SUN_PATH_MAX: usize = 107;
+/// Bytes moved per read.
+const CHUNK: usize = 16 * 1024;
+/// Most the final drain copies once the child is gone: a leftover writer in a workspace-tier
+/// box cannot keep the session open.
+const DRAIN_MAX: usize = 4 << 20;
+
+/// Why a terminal for the box could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PtyError {
+    /// A pseudo-terminal could not be opened.
+    #[error("refusing: cannot open a pseudo-terminal for the box ({call}): {source}; to fix: mount devpts at /dev/pts (with /dev/ptmx) or raise the pty limit (sysctl kernel.pty.max)")]
+    Open {
+        /// Which call failed.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The console socket could not be made.
+    #[error("refusing: cannot make the console socket in {dir}: {source}; to fix: make {dir} writable, or set XDG_RUNTIME_DIR to a private directory with a short path")]
+    ConsoleSocket {
+        /// The directory it was to live in.
+        dir: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The user's terminal could not be put in raw mode or read.
+    #[error("refusing: cannot take the terminal on stdin into raw mode ({call}): {source}; to fix: run from a terminal, or pipe the commands in (`echo 'cmd' | h5i box shell NAME`)")]
+    Terminal {
+        /// Which call failed.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// SIGWINCH could not be routed to a signalfd.
+    #[error("refusing: cannot watch window-size changes ({call}): {source}; to fix: this kernel must support signalfd")]
+    Signal {
+        /// Which call failed.
+        call: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// Whether `fd` is a terminal.
+pub fn is_terminal(fd: RawFd) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+/// The window size of the terminal on `fd`, when it is one.
+pub fn window_size(fd: RawFd) -> Option<libc::winsize> {
+    // SAFETY: winsize is plain data for the kernel to fill.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize into `ws`, which lives for the call.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    (r == 0 && ws.ws_row > 0 && ws.ws_col > 0).then_some(ws)
+}
+
+/// Set the window size of the pty behind `master`; the kernel signals the box's foreground
+/// job with SIGWINCH.
+fn set_window_size(master: RawFd, ws: &libc::winsize) {
+    // SAFETY: TIOCSWINSZ reads one winsize from `ws`, which lives for the call. Failure only
+    // means the box keeps its old size.
+    unsafe { libc::ioctl(master, libc::TIOCSWINSZ, ws) };
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: F_GETFL/F_SETFL only change the status flags of `fd`.
+    unsafe {
+        let flags = cvt(libc::fcntl(fd, libc::F_GETFL))?;
+        cvt(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))?;
+    }
+    Ok(())
+}
+
+/// A pseudo-terminal pair h5i opened itself (the workspace tier's).
+#[derive(Debug)]
+pub struct PtyPair {
+    /// h5i's end.
+    pub master: OwnedFd,
+    /// The box's end: its stdio and controlling terminal.
+    pub slave: OwnedFd,
+}
+
+impl PtyPair {
+    /// Open a pair (`/dev/ptmx`, then the peer through `TIOCGPTPEER`, so no path is looked up
+    /// in between), both close-on-exec, the slave sized like `size`.
+    pub fn open(size: Option<&libc::winsize>) -> Result<PtyPair, PtyError> {
+        let err = |call| move |source| PtyError::Open { call, source };
+        // SAFETY: posix_openpt returns a new descriptor or -1.
+        let fd =
+            cvt(unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) })
+                .map_err(err("posix_openpt"))?;
+        // SAFETY: fd is a freshly returned descriptor nothing else owns.
+        let master = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: unlockpt only changes the lock state of the pty behind `master`.
+        cvt(unsafe { libc::unlockpt(master.as_raw_fd()) }).map_err(err("unlockpt"))?;
+        // SAFETY: TIOCGPTPEER takes open flags by value and returns a new descriptor or -1.
+        let fd = cvt(unsafe {
+            libc::ioctl(
+                master.as_raw_fd(),
+                libc::TIOCGPTPEER,
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            )
+        })
+        .map_err(err("TIOCGPTPEER"))?;
+        // SAFETY: fd is a freshly returned descriptor nothing else owns.
+        let slave = unsafe { OwnedFd::from_raw_fd(fd) };
+        if let Some(ws) = size {
+            set_window_size(master.as_raw_fd(), ws);
+        }
+        Ok(PtyPair { master, slave })
+    }
+}
+
+/// Make `cmd` a session leader whose stdin, stdout, stderr and controlling terminal are
+/// `slave`, with an empty signal mask (h5i blocks some signals for its own loop) and no other
+/// inherited descriptor: whatever h5i itself inherited (a stray descriptor of the user's
+/// terminal included) is closed at exec.
+pub fn attach_slave(cmd: &mut Command, slave: &OwnedFd) -> io::Result<()> {
+    cmd.stdin(slave.try_clone()?)
+        .stdout(slave.try_clone()?)
+        .stderr(slave.try_clone()?);
+    // SAFETY: the closure calls only async-signal-safe functions (sigemptyset, sigprocmask,
+    // setsid, ioctl, close_range/fcntl) between fork and exec, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            clear_signal_mask()?;
+            cvt(libc::setsid())?;
+            // fd 0 is the slave by now (stdio is set up before pre_exec runs).
+            cvt(libc::ioctl(0, libc::TIOCSCTTY, 0))?;
+            close_inherited_at_exec()
+        });
+    }
+    Ok(())
+}
+
+/// Mark every descriptor above stderr close-on-exec (runs in a `pre_exec` child; marking
+/// rather than closing keeps std's own exec-error pipe working).
+fn close_inherited_at_exec() -> io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    // Kernels before 5.11: every descriptor the open-files limit allows.
+    // SAFETY: sysconf has no preconditions.
+    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(3, 1 << 20) as libc::c_int;
+    for fd in 3..max {
+        // SAFETY: F_SETFD on a descriptor that may not exist fails with EBADF, harmlessly.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
+}
+
+/// Make `cmd` a session leader with no controlling terminal and an empty signal mask (the
+/// process tier's runtime: it gets the box's terminal from the console socket, never the
+/// user's).
+pub fn new_session(cmd: &mut Command) {
+    // SAFETY: the closure calls only async-signal-safe functions (sigemptyset, sigprocmask,
+    // setsid) between fork and exec, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            clear_signal_mask()?;
+            cvt(libc::setsid())?;
+            Ok(())
+        });
+    }
+}
+
+/// Unblock every signal (runs in a `pre_exec` child).
+fn clear_signal_mask() -> io::Result<()> {
+    // SAFETY: set is plain data initialised by sigemptyset; sigprocmask reads it. Both are
+    // async-signal-safe.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The console socket: a listening unix socket in a private (0700) directory, removed on drop.
+#[derive(Debug)]
+pub struct ConsoleSocket {
+    dir: PathBuf,
+    path: PathBuf,
+    listener: UnixListener,
+}
+
+impl ConsoleSocket {
+    /// Listen in a fresh private directory under `$XDG_RUNTIME_DIR` when that is a directory
+    /// and short enough, else under `/tmp`.
+    pub fn bind() -> Result<ConsoleSocket, PtyError> {
+        let base = std::env::var_os("XDG_RUNTIME_DIR")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute() && d.is_dir())
+            .filter(|d| d.as_os_str().len() + "/h5i-cs-XXXXXX/s".len() <= SUN_PATH_MAX)
+            .unwrap_or_else(|| PathBuf::from("/tmp"));
+        let fail = |source| PtyError::ConsoleSocket {
+            dir: base.clone(),
+            source,
+        };
+        let template = CString::new(base.join("h5i-cs-XXXXXX").as_os_str().as_bytes())
+            .map_err(|e| fail(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+        let mut raw = template.into_bytes_with_nul();
+        // SAFETY: raw is a writable NUL-terminated template ending in XXXXXX; mkdtemp fills the
+        // X's in place and creates the directory with mode 0700.
+        if unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) }.is_null() {
+            return Err(fail(io::Error::last_os_error()));
+        }
+        raw.pop();
+        let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&raw));
+        let path = dir.join("s");
+        let listener = UnixListener::bind(&path).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        });
+        match listener {
+            Ok(listener) => Ok(ConsoleSocket {
+                dir,
+                path,
+                listener,
+            }),
+            Err(source) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(PtyError::ConsoleSocket { dir, source })
+            }
+        }
+    }
+
+    /// The path to pass as `--console-socket`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for ConsoleSocket {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Receive one descriptor sent over `conn` with `SCM_RIGHTS` (close-on-exec). Ok(None): the
+/// peer closed without sending one.
+fn recv_fd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
+    let mut data = [0u8; 256];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
+    // Room for a few descriptors: any beyond the first are closed, never used.
+    let mut cbuf = [0u64; 16];
+    // SAFETY: msghdr is plain data; the fields set below point at live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+    // SAFETY: msg points at iov/data/cbuf, all live and writable for the call.
+    let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut received: Vec<OwnedFd> = Vec::new();
+    // SAFETY: the CMSG_* macros walk the control buffer the kernel just filled, within
+    // msg_controllen; each SCM_RIGHTS payload is an array of ints the kernel installed as new
+    // descriptors of this process, which are taken into ownership exactly once.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let payload = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let fds = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
+                for i in 0..payload / std::mem::size_of::<libc::c_int>() {
+                    received.push(OwnedFd::from_raw_fd(fds.add(i).read_unaligned()));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    Ok(received.into_iter().next())
+}
+
+/// Whether `fd` is the master side of a pseudo-terminal (only a master answers `TIOCGPTN`).
+fn is_pty_master(fd: RawFd) -> bool {
+    let mut n: libc::c_uint = 0;
+    // SAFETY: TIOCGPTN writes one unsigned int into `n`, which lives for the call.
+    unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) == 0 }
+}
+
+/// The user's terminal in raw mode; dropping it restores the saved settings.
+#[derive(Debug)]
+pub struct RawTerminal {
+    fd: RawFd,
+    saved: libc::termios,
+}
+
+impl RawTerminal {
+    /// Put the terminal on `fd` in raw mode (no echo, no line editing, no signal keys, no
+    /// output processing: the box's own pty does all of that).
+    pub fn enter(fd: RawFd) -> Result<RawTerminal, PtyError> {
+        // SAFETY: termios is plain data for tcgetattr to fill.
+        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
+        // SAFETY: tcgetattr writes one termios into `saved`.
+        cvt(unsafe { libc::tcgetattr(fd, &mut saved) }).map_err(|source| PtyError::Terminal {
+            call: "tcgetattr",
+            source,
+        })?;
+        let mut raw = saved;
+        // SAFETY: cfmakeraw edits the termios value in place.
+        unsafe { libc::cfmakeraw(&mut raw) };
+        raw.c_cc[libc::VMIN] = 1;
+        raw.c_cc[libc::VTIME] = 0;
+        // SAFETY: tcsetattr reads one termios from `raw`.
+        cvt(unsafe { libc::tcsetattr(fd, libc::TCSANOW, &raw) }).map_err(|source| {
+            PtyError::Terminal {
+                call: "tcsetattr",
+                source,
+            }
+        })?;
+        Ok(RawTerminal { fd, saved })
+    }
+}
+
+impl Drop for RawTerminal {
+    fn drop(&mut self) {
+        // SAFETY: tcsetattr reads the termios saved in `enter`; SIGTTOU is ignored around it so
+        // a caller moved to the background is not stopped while restoring.
+        unsafe {
+            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+            libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.saved);
+            libc::signal(libc::SIGTTOU, old);
+        }
+    }
+}
+
+/// SIGWINCH, blocked on this thread and readable from a signalfd while the proxy lives.
+#[derive(Debug)]
+struct WinchSignal {
+    fd: OwnedFd,
+    was_blocked: bool,
+}
+
+impl WinchSignal {
+    fn new() -> Result<WinchSignal, PtyError> {
+        let fail = |call| move |source| PtyError::Signal { call, source };
+        // SAFETY: sigset_t is plain data initialised by sigemptyset/sigaddset.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: set is a valid sigset_t and SIGWINCH a valid signal.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGWINCH);
+        }
+        // SAFETY: both pointers are valid sigset_t values; only this thread's mask changes.
+        let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
+        if r != 0 {
+            return Err(fail("pthread_sigmask")(io::Error::from_raw_os_error(r)));
+        }
+        // SAFETY: old was filled by pthread_sigmask.
+        let was_blocked = unsafe { libc::sigismember(&old, libc::SIGWINCH) } == 1;
+        // SAFETY: set is valid; -1 asks for a new descriptor.
+        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
+        if fd < 0 {
+            let source = io::Error::last_os_error();
+            if !was_blocked {
+                // SAFETY: undoes the block above.
+                unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+            }
+            return Err(fail("signalfd")(source));
+        }
+        Ok(WinchSignal {
+            // SAFETY: fd is a freshly returned descriptor nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            was_blocked,
+        })
+    }
+
+    /// Consume every pending notification.
+    fn drain(&self) {
+        // SAFETY: signalfd_siginfo is plain data.
+        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
+        let size = std::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: info is a writable buffer of exactly `size` bytes; the fd is non-blocking.
+        while unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        } == size as isize
+        {}
+    }
+}
+
+impl Drop for WinchSignal {
+    fn drop(&mut self) {
+        if self.was_blocked {
+            return;
+        }
+        // SAFETY: set is plain data initialised by sigemptyset/sigaddset; unblocking SIGWINCH
+        // undoes `new`. A SIGWINCH pending now is delivered with its default action (ignore).
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGWINCH);
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Where the master comes from, and whether it has arrived.
+#[derive(Debug)]
+enum Master {
+    /// Waiting for the runtime to connect to the console socket.
+    Listening(ConsoleSocket),
+    /// Connected; waiting for the `SCM_RIGHTS` message.
+    Connected(UnixStream),
+    /// Proxying.
+    Open(OwnedFd),
+    /// Every holder of the slave closed it (EIO) while the child may still be exiting: kept
+    /// open, unpolled, because closing a master hangs its pty up and would SIGHUP a box
+    /// process between its last close and its exit (turning its exit status into 129).
+    Drained {
+        /// Held, never read: dropped after the child exited.
+        _held: OwnedFd,
+    },
+    /// Closed after the child exited, or no master ever arrived.
+    Closed,
+}
+
+/// What one slot of the poll array was for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Winch,
+    Listener,
+    Conn,
+    Master,
+    Stdin,
+}
+
+/// The proxy between the user's terminal (`stdin`, `stdout`) and the box's pty master.
+#[derive(Debug)]
+pub struct PtyProxy {
+    master: Master,
+    stdin: RawFd,
+    stdout: RawFd,
+    stdin_open: bool,
+    stdout_open: bool,
+    /// Typed bytes the master has not taken yet (stdin is not read while this is non-empty).
+    pending: Vec<u8>,
+    winch: WinchSignal,
+    slots: Vec<Slot>,
+    /// Why no master arrived, when none did.
+    refused: Option<String>,
+    // Dropped last: the terminal is restored after everything else is closed.
+    _raw: RawTerminal,
+}
+
+impl PtyProxy {
+    /// Proxy a master h5i already holds (the workspace tier's [`PtyPair`]).
+    pub fn with_master(master: OwnedFd) -> Result<PtyProxy, PtyError> {
+        set_nonblocking(master.as_raw_fd()).map_err(|source| PtyError::Open {
+            call: "fcntl(O_NONBLOCK)",
+            source,
+        })?;
+        let proxy = PtyProxy::new(Master::Open(master))?;
+        proxy.propagate_size();
+        Ok(proxy)
+    }
+
+    /// Proxy the master the runtime will send to `socket` (the process tier).
+    pub fn with_console_socket(socket: ConsoleSocket) -> Result<PtyProxy, PtyError> {
+        PtyProxy::new(Master::Listening(socket))
+    }
+
+    fn new(master: Master) -> Result<PtyProxy, PtyError> {
+        let raw = RawTerminal::enter(0)?;
+        Ok(PtyProxy {
+            master,
+            stdin: 0,
+            stdout: 1,
+            stdin_open: true,
+            stdout_open: true,
+            pending: Vec::new(),
+            winch: WinchSignal::new()?,
+            slots: Vec::new(),
+            refused: None,
+            _raw: raw,
+        })
+    }
+
+    /// Why the runtime's master never arrived, when it did not (for the CLI to print once the
+    /// terminal is restored).
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
+    }
+
+    fn propagate_size(&self) {
+        if let (Master::Open(m), Some(ws)) = (&self.master, window_size(self.stdin)) {
+            set_window_size(m.as_raw_fd(), &ws);
+        }
+    }
+
+    /// Accept the runtime's connection (the listener is closed and its directory removed).
+    fn accept(&mut self) {
+        let Master::Listening(sock) = &self.master else {
+            return;
+        };
+        match sock.listener.accept() {
+            Ok((conn, _)) => {
+                self.master = match conn.set_nonblocking(true) {
+                    Ok(()) => Master::Connected(conn),
+                    Err(e) => self.refuse(format!("console socket: {e}")),
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => self.master = self.refuse(format!("console socket accept: {e}")),
+        }
+    }
+
+    /// Take the master from the runtime's message.
+    fn receive(&mut self) {
+        let Master::Connected(conn) = &self.master else {
+            return;
+        };
+        self.master = match recv_fd(conn) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+            Err(e) => self.refuse(format!("console socket receive: {e}")),
+            Ok(None) => self.refuse("the runtime closed the console socket without a pty".into()),
+            Ok(Some(fd)) if !is_pty_master(fd.as_raw_fd()) => self
+                .refuse("the console socket received a descriptor that is not a pty master".into()),
+            Ok(Some(fd)) => match set_nonblocking(fd.as_raw_fd()) {
+                Ok(()) => Master::Open(fd),
+                Err(e) => self.refuse(format!("pty master: {e}")),
+            },
+        };
+        self.propagate_size();
+    }
+
+    fn refuse(&mut self, why: String) -> Master {
+        self.refused = Some(why);
+        Master::Closed
+    }
+
+    /// master -> stdout, one read. False when the master has nothing more to give now.
+    fn pump_master(&mut self) -> bool {
+        let Master::Open(m) = &self.master else {
+            return false;
+        };
+        let mut buf = [0u8; CHUNK];
+        // SAFETY: buf is writable for CHUNK bytes for the call.
+        let n = unsafe { libc::read(m.as_raw_fd(), buf.as_mut_ptr().cast(), CHUNK) };
+        if n > 0 {
+            self.write_out(&buf[..n as usize]);
+            return true;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0
+            && matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            )
+        {
+            return false;
+        }
+        // EIO (or 0): every holder of the slave is gone.
+        if let Master::Open(m) = std::mem::replace(&mut self.master, Master::Closed) {
+            self.master = Master::Drained { _held: m };
+        }
+        false
+    }
+
+    fn write_out(&mut self, mut data: &[u8]) {
+        while self.stdout_open && !data.is_empty() {
+            // SAFETY: data is readable for its length for the call.
+            let n = unsafe { libc::write(self.stdout, data.as_ptr().cast(), data.len()) };
+            if n > 0 {
+                data = &data[n as usize..];
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => {
+                    let mut p = libc::pollfd {
+                        fd: self.stdout,
+                        events: libc::POLLOUT,
+                        revents: 0,
+                    };
+                    // SAFETY: p is one valid pollfd for the call.
+                    unsafe { libc::poll(&mut p, 1, -1) };
+                }
+                // The user's terminal is gone: keep draining the box, show nothing.
+                _ => self.stdout_open = false,
+            }
+        }
+    }
+
+    /// stdin -> pending, one read.
+    fn pump_stdin(&mut self) {
+        let mut buf = [0u8; CHUNK];
+        // SAFETY: buf is writable for CHUNK bytes for the call.
+        let n = unsafe { libc::read(self.stdin, buf.as_mut_ptr().cast(), CHUNK) };
+        if n > 0 {
+            self.pending.extend_from_slice(&buf[..n as usize]);
+            self.flush_pending();
+            return;
+        }
+        let err = io::Error::last_os_error();
+        if n < 0
+            && matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            )
+        {
+            return;
+        }
+        // End of input or a hung-up terminal: nothing more will be typed.
+        self.stdin_open = false;
+    }
+
+    /// pending -> master, as much as it takes without blocking.
+    fn flush_pending(&mut self) {
+        let Master::Open(m) = &self.master else {
+            self.pending.clear();
+            return;
+        };
+        while !self.pending.is_empty() {
+            // SAFETY: pending is readable for its length for the call.
+            let n = unsafe {
+                libc::write(
+                    m.as_raw_fd(),
+                    self.pending.as_ptr().cast(),
+                    self.pending.len(),
+                )
+            };
+            if n > 0 {
+                self.pending.drain(..n as usize);
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => {}
+                io::ErrorKind::WouldBlock => return,
+                _ => {
+                    self.pending.clear();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl Companion for PtyProxy {
+    fn interest(&mut self, fds: &mut Vec<libc::pollfd>) {
+        self.slots.clear();
+        let mut add = |slots: &mut Vec<Slot>, slot, fd, events| {
+            slots.push(slot);
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        };
+        // Window changes first: a resize is applied before input typed after it.
+        add(
+            &mut self.slots,
+            Slot::Winch,
+            self.winch.fd.as_raw_fd(),
+            libc::POLLIN,
+        );
+        match &self.master {
+            Master::Listening(s) => add(
+                &mut self.slots,
+                Slot::Listener,
+                s.listener.as_raw_fd(),
+                libc::POLLIN,
+            ),
+            Master::Connected(c) => add(&mut self.slots, Slot::Conn, c.as_raw_fd(), libc::POLLIN),
+            Master::Open(m) => {
+                let mut events = libc::POLLIN;
+                if !self.pending.is_empty() {
+                    events |= libc::POLLOUT;
+                }
+                add(&mut self.slots, Slot::Master, m.as_raw_fd(), events);
+                if self.stdin_open && self.pending.is_empty() {
+                    add(&mut self.slots, Slot::Stdin, self.stdin, libc::POLLIN);
+                }
+            }
+            Master::Drained { .. } | Master::Closed => {}
+        }
+    }
+
+    fn ready(&mut self, fds: &[libc::pollfd]) {
+        let slots = std::mem::take(&mut self.slots);
+        for (slot, p) in slots.iter().zip(fds) {
+            if p.revents == 0 {
+                continue;
+            }
+            match slot {
+                Slot::Winch => {
+                    self.winch.drain();
+                    self.propagate_size();
+                }
+                Slot::Listener => self.accept(),
+                Slot::Conn => self.receive(),
+                Slot::Master => {
+                    if p.revents & libc::POLLOUT != 0 {
+                        self.flush_pending();
+                    }
+                    if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                        self.pump_master();
+                    }
+                }
+                Slot::Stdin => {
+                    if p.revents & libc::POLLIN != 0 {
+                        self.pump_stdin();
+                    } else {
+                        // POLLHUP/POLLERR/POLLNVAL without data: the terminal is gone.
+                        self.stdin_open = false;
+                    }
+                }
+            }
+        }
+    }
+
+    fn child_exited(&mut self) {
+        // Everything the box wrote before it exited is readable now: polling a pty master
+        // flushes the kernel's pending input work before it answers, so a zero-timeout poll
+        // that says "nothing" means nothing is left (or only a leftover background job is
+        // still writing, which is capped).
+        let mut copied = 0;
+        while copied < DRAIN_MAX {
+            let Master::Open(m) = &self.master else {
+                break;
+            };
+            let mut p = libc::pollfd {
+                fd: m.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: p is one valid pollfd for the call.
+            let n = unsafe { libc::poll(&mut p, 1, 0) };
+            if n <= 0 || p.revents == 0 {
+                break;
+            }
+            if !self.pump_master() {
+                break;
+            }
+            copied += CHUNK;
+        }
+        // The child is gone: closing the master now hangs the box's pty up, so anything left in
+        // a workspace-tier box gets SIGHUP/EIO there, never the user's terminal.
+        self.master = Master::Closed;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pair_is_close_on_exec_at_both_ends() {
+        let pair = PtyPair::open(None).unwrap();
+        for fd in [pair.master.as_raw_fd(), pair.slave.as_raw_fd()] {
+            // SAFETY: F_GETFD only reads the descriptor flags.
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            assert!(flags & libc::FD_CLOEXEC != 0);
+        }
+        assert!(is_pty_master(pair.master.as_raw_fd()));
+        assert!(!is_pty_master(pair.slave.as_raw_fd()));
+    }
+
+    #[test]
+    fn a_pair_takes_the_size_it_is_given() {
+        let ws = libc::winsize {
+            ws_row: 33,
+            ws_col: 101,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pair = PtyPair::open(Some(&ws)).unwrap();
+        let got = window_size(pair.slave.as_raw_fd()).unwrap();
+        assert_eq!((got.ws_row, got.ws_col), (33, 101));
+    }
+
+    #[test]
+    fn the_console_socket_lives_in_a_private_short_directory_and_is_removed() {
+        let s = ConsoleSocket::bind().unwrap();
+        assert!(s.path().as_os_str().len() <= SUN_PATH_MAX);
+        let dir = s.path().parent().unwrap().to_path_buf();
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        drop(s);
+        assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_master_sent_over_the_console_socket_is_received_and_checked() {
+        let s = ConsoleSocket::bind().unwrap();
+        let pair = PtyPair::open(None).unwrap();
+        let client = UnixStream::connect(s.path()).unwrap();
+        let (conn, _) = s.listener.accept().unwrap();
+        send_fd(&client, pair.master.as_raw_fd());
+        let got = recv_fd(&conn).unwrap().unwrap();
+        assert!(is_pty_master(got.as_raw_fd()));
+        // A descriptor that is not a pty master is recognised as such.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        send_fd(&client, f.as_raw_fd());
+        let got = recv_fd(&conn).unwrap().unwrap();
+        assert!(!is_pty_master(got.as_raw_fd()));
+        drop(client);
+        assert!(recv_fd(&conn).unwrap().is_none());
+    }
+
+    fn send_fd(conn: &UnixStream, fd: RawFd) {
+        let data = b"/dev/ptmx";
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        let mut cbuf = [0u64; 4];
+        // SAFETY: test helper; every pointer refers to a live local buffer.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
+            libc::CMSG_DATA(cmsg)
+                .cast::<libc::c_int>()
+                .write_unaligned(fd);
+            assert!(libc::sendmsg(conn.as_raw_fd(), &msg, 0) > 0);
+        }
+    }
+}

@@ -1,0 +1,620 @@
+//! `h5i box shell`, driven through a real pseudo-terminal: the test opens a pty pair, runs h5i
+//! with the slave as its stdin, stdout, stderr and controlling terminal (the "user's
+//! terminal"), and types into / reads from the master with bounded, poll-based waits.
+//!
+//! Every claim is checked from where it matters: output the box printed, the exit status h5i
+//! passed through, what the kernel left in the user's terminal's input queue, files on the host.
+//! Runs as root (CI); the process-tier sessions go through `h5i-runc`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Repo, H5I};
+
+/// Long enough for a process-tier box to start on a busy 2-core machine.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// A pty pair, both ends close-on-exec (so no test's terminal leaks into another's child).
+fn pty_pair(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
+    // SAFETY: test helper; each call returns a new descriptor or -1, checked below.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::unlockpt(m), 0);
+        let s = libc::ioctl(
+            m,
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(s >= 0, "TIOCGPTPEER: {}", std::io::Error::last_os_error());
+        let (master, slave) = (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s));
+        set_size(master.as_raw_fd(), rows, cols);
+        (master, slave)
+    }
+}
+
+fn set_size(fd: RawFd, rows: u16, cols: u16) {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize, live for the call.
+    assert_eq!(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }, 0);
+}
+
+fn termios(fd: RawFd) -> libc::termios {
+    // SAFETY: tcgetattr fills a plain-data termios.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(fd, &mut t), 0);
+        t
+    }
+}
+
+/// Make the spawned process a session leader whose controlling terminal is its stdin.
+fn with_controlling_terminal(cmd: &mut Command) {
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Wait up to `ms` for `fd` to be readable.
+fn readable(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
+fn read_some(fd: RawFd) -> Vec<u8> {
+    let mut buf = [0u8; 4096];
+    // SAFETY: buf is writable for its length.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n > 0 {
+        buf[..n as usize].to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Everything waiting in the input queue of the terminal `slave` (what a shell reading that
+/// terminal would read next), without blocking: non-canonical, VMIN=0.
+fn pending_input(slave: RawFd) -> String {
+    let mut t = termios(slave);
+    t.c_lflag &= !(libc::ICANON | libc::ECHO);
+    t.c_cc[libc::VMIN] = 0;
+    t.c_cc[libc::VTIME] = 0;
+    // SAFETY: tcsetattr reads the termios above.
+    assert_eq!(unsafe { libc::tcsetattr(slave, libc::TCSANOW, &t) }, 0);
+    let mut got = Vec::new();
+    // Bounded: the queue holds at most 4 KiB, so a handful of reads empties it.
+    for _ in 0..16 {
+        if !readable(slave, 100) {
+            break;
+        }
+        let chunk = read_some(slave);
+        if chunk.is_empty() {
+            break;
+        }
+        got.extend(chunk);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `h5i` running on a pty the test holds both ends of.
+struct Session {
+    master: OwnedFd,
+    /// The test's copy of the "user's terminal" (kept to inspect its input queue afterwards).
+    slave: OwnedFd,
+    child: Child,
+    /// The terminal's settings before h5i started.
+    before: libc::termios,
+    seen: Vec<u8>,
+    cursor: usize,
+}
+
+impl Session {
+    fn start(r: &Repo, args: &[&str]) -> Session {
+        Session::start_with(r, args, false)
+    }
+
+    /// With `stray`, h5i also inherits a descriptor of its terminal at fd 9 that is not
+    /// close-on-exec (a careless parent's leak).
+    fn start_with(r: &Repo, args: &[&str], stray: bool) -> Session {
+        let (master, slave) = pty_pair(24, 80);
+        let before = termios(slave.as_raw_fd());
+        let mut cmd = Command::new(H5I);
+        cmd.args(args)
+            .current_dir(r.path())
+            .env("TERM", "xterm")
+            .env_remove("H5I_AGENT")
+            .env_remove("H5I_DEFAULT_ISOLATION")
+            .stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave.try_clone().unwrap());
+        with_controlling_terminal(&mut cmd);
+        if stray {
+            // SAFETY: dup2 is async-signal-safe; the copy it makes is not close-on-exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::dup2(0, 9) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        let child = cmd.spawn().unwrap();
+        Session {
+            master,
+            slave,
+            child,
+            before,
+            seen: Vec::new(),
+            cursor: 0,
+        }
+    }
+
+    fn send(&self, s: &str) {
+        let mut f = std::fs::File::from(self.master.try_clone().unwrap());
+        f.write_all(s.as_bytes()).unwrap();
+    }
+
+    fn transcript(&self) -> String {
+        String::from_utf8_lossy(&self.seen)
+            .escape_debug()
+            .to_string()
+    }
+
+    /// Read for at most `within`; true once `needle` appears after the cursor.
+    fn wait_for(&mut self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(at) = find(&self.seen[self.cursor..], needle.as_bytes()) {
+                self.cursor += at + needle.len();
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if readable(
+                self.master.as_raw_fd(),
+                left.as_millis().min(200) as i32 + 1,
+            ) {
+                self.seen.extend(read_some(self.master.as_raw_fd()));
+            }
+        }
+    }
+
+    fn expect(&mut self, needle: &str) {
+        assert!(
+            self.wait_for(needle, WAIT),
+            "never saw {needle:?}; transcript: {}",
+            self.transcript()
+        );
+    }
+
+    /// Read everything shown for `dur` (bounded).
+    fn read_for(&mut self, dur: Duration) {
+        let _ = self.wait_for("\u{0}never\u{0}", dur);
+    }
+
+    /// Wait for h5i to exit (reading its output meanwhile); its exit code.
+    fn finish(&mut self) -> i32 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Whatever it printed last.
+                while readable(self.master.as_raw_fd(), 0) {
+                    let chunk = read_some(self.master.as_raw_fd());
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    self.seen.extend(chunk);
+                }
+                return st.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("h5i did not exit; transcript: {}", self.transcript());
+            }
+            if readable(self.master.as_raw_fd(), 50) {
+                self.seen.extend(read_some(self.master.as_raw_fd()));
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A repository with a workspace-tier box `w` and a process-tier box `p`.
+fn boxes() -> Repo {
+    let r = Repo::new();
+    r.ok(&["box", "create", "w", "--isolation=workspace"]);
+    r.ok(&["box", "create", "p", "--isolation=process"]);
+    r
+}
+
+const BASH: &[&str] = &["bash", "--norc", "--noprofile", "-i"];
+
+fn shell_args<'a>(name: &'a str, cmd: &[&'a str]) -> Vec<&'a str> {
+    let mut v = vec!["box", "shell", name];
+    if !cmd.is_empty() {
+        v.push("--");
+        v.extend_from_slice(cmd);
+    }
+    v
+}
+
+/// A unique suffix for host paths a test checks.
+fn tag() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{}-{nanos}-{n}", std::process::id())
+}
+
+#[test]
+fn a_session_runs_commands_and_passes_the_exit_status_through() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, BASH));
+        s.send("echo $((6*7))X\r");
+        s.expect("42X");
+        s.send("exit 7\r");
+        assert_eq!(s.finish(), 7, "{name}: {}", s.transcript());
+        let last = r.receipts(name).pop().unwrap();
+        assert_eq!(last["lane"], "host-env-run", "{last}");
+        assert_eq!(last["argv"][0], "bash", "{last}");
+        assert_eq!(last["exit"]["code"], 7, "{last}");
+    }
+}
+
+#[test]
+fn a_command_that_closes_its_terminal_before_exiting_keeps_its_exit_status() {
+    // Closing every descriptor of the box's pty makes h5i's reads of the master fail with EIO
+    // while the command still runs; h5i must not hang the pty up (SIGHUP: exit 129) then.
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(
+            &r,
+            &shell_args(
+                name,
+                &[
+                    "sh",
+                    "-c",
+                    "echo CLOSING; exec 0<&- 1>&- 2>&-; sleep 0.5; exit 6",
+                ],
+            ),
+        );
+        s.expect("CLOSING");
+        assert_eq!(s.finish(), 6, "{name}: {}", s.transcript());
+    }
+}
+
+#[test]
+fn without_a_command_the_session_is_the_boxs_login_bash() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, &[]));
+        s.send("echo ${BASH_VERSION:+IS}BASH:$H5I_ENV_ID\r");
+        s.expect(&format!("ISBASH:{name}"));
+        s.send("exit\r");
+        assert_eq!(s.finish(), 0, "{name}: {}", s.transcript());
+        let last = r.receipts(name).pop().unwrap();
+        assert!(
+            last["argv"][0].as_str().unwrap().ends_with("/bash") && last["argv"][1] == "-l",
+            "{last}"
+        );
+    }
+}
+
+#[test]
+fn the_box_gets_its_own_pty_never_the_users_terminal() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        // h5i itself holds a stray, inheritable descriptor of the user's terminal too.
+        let mut s = Session::start_with(&r, &shell_args(name, BASH), true);
+        // The user's terminal as the kernel knows it (devpts instance, device number): pty
+        // names alone collide between the host's devpts and a box's own.
+        let outer = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(format!("/proc/self/fd/{}", s.slave.as_raw_fd())).unwrap();
+            format!("ID {}:{}\r\n", m.dev(), m.rdev())
+        };
+        s.send(
+            "echo FDS; for f in /proc/$$/fd/*; do stat -L -c 'ID %d:%r' $f; done; tty; echo END\r",
+        );
+        s.expect("FDS\r\n");
+        s.expect("END");
+        let shown = String::from_utf8_lossy(&s.seen).into_owned();
+        let listing = &shown[shown.rfind("FDS\r\n").unwrap()..];
+        assert!(listing.contains("/dev/pts/"), "{name}: {listing}");
+        assert!(listing.matches("ID ").count() >= 3, "{name}: {listing}");
+        assert!(
+            !listing.contains(&outer),
+            "{name}: the box holds the user's terminal ({}): {listing}",
+            outer.trim()
+        );
+        s.send("exit\r");
+        assert_eq!(s.finish(), 0);
+    }
+}
+
+#[test]
+fn a_full_screen_program_starts_and_quits_back_to_the_shell() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, BASH));
+        s.send("echo $((1+1))READY\r");
+        s.expect("2READY");
+        // less switches to the alternate screen, draws the file and waits for a key.
+        s.send("less src/lib.txt\r");
+        s.expect("\x1b[?1049h");
+        s.expect("three");
+        s.send("q");
+        s.expect("\x1b[?1049l");
+        s.send("echo $((6*7))AFTER\r");
+        s.expect("42AFTER");
+        s.send("exit 3\r");
+        assert_eq!(s.finish(), 3, "{name}: {}", s.transcript());
+    }
+}
+
+#[test]
+fn a_window_resize_reaches_the_box() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, BASH));
+        s.send("echo SIZE $(stty size)\r");
+        s.expect("SIZE 24 80");
+        // Resizing the user's terminal signals h5i (its foreground group) with SIGWINCH.
+        set_size(s.master.as_raw_fd(), 37, 111);
+        s.send("echo SIZE $(stty size)\r");
+        s.expect("SIZE 37 111");
+        s.send("exit\r");
+        assert_eq!(s.finish(), 0);
+    }
+}
+
+#[test]
+fn ctrl_c_interrupts_the_boxs_foreground_job_and_the_shell_continues() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, BASH));
+        // The marker comes from the foreground job itself, so it is running (and holds the
+        // box's terminal) when Ctrl-C is typed.
+        s.send("sh -c 'echo $((2+2))GO; exec sleep 100'\r");
+        s.expect("4GO");
+        let started = Instant::now();
+        s.send("\x03");
+        s.send("echo $((6*7))BACK\r");
+        s.expect("42BACK");
+        assert!(started.elapsed() < Duration::from_secs(20), "sleep ran on");
+        s.send("exit 5\r");
+        assert_eq!(s.finish(), 5, "{name}: {}", s.transcript());
+    }
+}
+
+/// Pushes `touch <target>` plus Enter into its controlling terminal's input queue, one byte per
+/// TIOCSTI, then reports.
+fn injector(target: &str) -> String {
+    format!(
+        "import errno, fcntl, sys, termios\n\
+         payload = b'touch {target}\\n'\n\
+         for b in payload:\n\
+         \x20   try:\n\
+         \x20       fcntl.ioctl(0, termios.TIOCSTI, bytes([b]))\n\
+         \x20   except OSError as e:\n\
+         \x20       print('TIOCSTI=' + errno.errorcode[e.errno], flush=True)\n\
+         \x20       sys.exit(3)\n\
+         print('TIOCSTI=OK', flush=True)\n"
+    )
+}
+
+#[test]
+fn tiocsti_from_a_workspace_box_never_reaches_the_users_terminal() {
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti")
+            .unwrap()
+            .trim(),
+        "1",
+        "this test needs a kernel that allows TIOCSTI (dev.tty.legacy_tiocsti=1)"
+    );
+    // Control: the same program on a terminal of its own does fill that terminal's input
+    // queue, so the check below can see an injection when there is one.
+    let control = format!("/tmp/h5i-injected-control-{}", tag());
+    let (_m, slave) = pty_pair(24, 80);
+    let mut cmd = Command::new("python3");
+    cmd.arg("-c")
+        .arg(injector(&control))
+        .stdin(slave.try_clone().unwrap())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    with_controlling_terminal(&mut cmd);
+    assert!(cmd.status().unwrap().success());
+    assert!(pending_input(slave.as_raw_fd()).contains(&control));
+
+    // In a box session the same ioctl succeeds, into the box's own pty, and goes nowhere.
+    let r = boxes();
+    let target = format!("/tmp/h5i-injected-{}", tag());
+    let script = injector(&target);
+    let mut s = Session::start(&r, &shell_args("w", &["python3", "-c", &script]));
+    s.expect("TIOCSTI=OK");
+    assert_eq!(s.finish(), 0, "{}", s.transcript());
+    let queued = pending_input(s.slave.as_raw_fd());
+    assert!(
+        !queued.contains("h5i-injected"),
+        "injected input reached the user's terminal: {queued:?}"
+    );
+    assert!(!Path::new(&target).exists(), "the injected command ran");
+}
+
+#[test]
+fn tiocsti_is_refused_by_seccomp_at_the_process_tier() {
+    let r = boxes();
+    let target = format!("/tmp/h5i-injected-{}", tag());
+    let script = injector(&target);
+    let mut s = Session::start(&r, &shell_args("p", &["python3", "-c", &script]));
+    s.expect("TIOCSTI=EPERM");
+    assert_eq!(s.finish(), 3, "{}", s.transcript());
+    assert!(!pending_input(s.slave.as_raw_fd()).contains("h5i-injected"));
+    assert!(!Path::new(&target).exists());
+}
+
+#[test]
+fn a_leftover_background_job_cannot_write_to_or_read_from_the_users_terminal() {
+    let r = boxes();
+    let ws = r.workspace("w");
+    let mut s = Session::start(&r, &shell_args("w", BASH));
+    s.send(
+        "(sleep 2; echo LEAK; echo $? > wrote) & \
+         (sleep 2; read -r line; echo \"got:$line:$?\" > read) & \
+         echo $((3+3))JOBS\r",
+    );
+    s.expect("6JOBS");
+    s.send("exit\r");
+    assert_eq!(s.finish(), 0, "{}", s.transcript());
+    // The user types at their own shell now.
+    s.send("typed-after-the-session\r");
+    // Bounded: both jobs wake after 2 s; watch the terminal until both have run.
+    let deadline = Instant::now() + WAIT;
+    while !(ws.join("wrote").exists() && ws.join("read").exists()) && Instant::now() < deadline {
+        s.read_for(Duration::from_millis(200));
+    }
+    s.read_for(Duration::from_millis(500));
+    assert!(ws.join("wrote").exists(), "the writer never ran");
+    let shown = String::from_utf8_lossy(&s.seen[s.cursor..]).into_owned();
+    assert!(
+        !shown.contains("LEAK"),
+        "a leftover job wrote to the user's terminal: {shown:?}"
+    );
+    assert_ne!(
+        std::fs::read_to_string(ws.join("wrote")).unwrap().trim(),
+        "0",
+        "the leftover writer's echo succeeded somewhere"
+    );
+    let got = std::fs::read_to_string(ws.join("read")).unwrap_or_default();
+    assert!(
+        !got.contains("typed"),
+        "a leftover job read the user's typing: {got:?}"
+    );
+    // What the user typed is still theirs.
+    assert!(pending_input(s.slave.as_raw_fd()).contains("typed-after-the-session"));
+}
+
+#[test]
+fn the_users_terminal_is_restored_on_every_exit_path() {
+    let r = boxes();
+    for (name, cmd, code) in [
+        ("w", BASH, 0),
+        ("p", BASH, 0),
+        ("w", &["/nonexistent/h5i-shell"][..], 127),
+    ] {
+        let mut s = Session::start(&r, &shell_args(name, cmd));
+        let before = s.before;
+        if code == 0 {
+            s.send("stty -echo raw; echo $((5+5))RAW\r");
+            s.expect("10RAW");
+            s.send("exit\r");
+        }
+        assert_eq!(s.finish(), code, "{name}: {}", s.transcript());
+        let after = termios(s.slave.as_raw_fd());
+        assert_eq!(
+            (after.c_iflag, after.c_oflag, after.c_lflag, after.c_cflag),
+            (
+                before.c_iflag,
+                before.c_oflag,
+                before.c_lflag,
+                before.c_cflag
+            ),
+            "{name}: the terminal was left changed"
+        );
+    }
+}
+
+#[test]
+fn the_wall_clock_ends_a_session_with_124() {
+    let r = Repo::new();
+    r.write_policy(
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"2s\"\n",
+    );
+    r.ok(&["box", "create", "slow", "--profile", "quick"]);
+    let mut s = Session::start(&r, &shell_args("slow", BASH));
+    let before = s.before;
+    s.send("sleep 60\r");
+    assert_eq!(s.finish(), 124, "{}", s.transcript());
+    assert_eq!(termios(s.slave.as_raw_fd()).c_lflag, before.c_lflag);
+    let last = r.receipts("slow").pop().unwrap();
+    assert_eq!(last["exit"]["timed_out"], true, "{last}");
+}
+
+#[test]
+fn piped_stdin_runs_the_shell_without_a_terminal() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut cmd = Command::new(H5I);
+        cmd.args(["box", "shell", name])
+            .current_dir(r.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: setsid is async-signal-safe: no controlling terminal at all.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"echo piped-$((1+2)) $H5I_ENV_ID\nexit 4\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("piped-3 {name}")), "{name}: {text}");
+        assert_eq!(
+            out.status.code(),
+            Some(4),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
