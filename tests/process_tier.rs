@@ -357,11 +357,11 @@ fn the_wall_clock_kills_a_process_tier_box_with_124() {
     );
     r.ok(&["box", "create", "slow", "--profile", "quick"]);
     let started = std::time::Instant::now();
-    let out = run(&r, "slow", &["sh", "-c", "sleep 60 & sleep 60"]);
+    let out = run(&r, "slow", &["sh", "-c", "sleep 73.17 & sleep 73.17"]);
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
     let ps = Command::new("pgrep")
-        .args(["-f", "sleep 60"])
+        .args(["-f", "sleep 73.17"])
         .output()
         .unwrap();
     assert!(
