@@ -248,10 +248,26 @@ fn write_limit(path: &Path, value: &str, what: &'static str) -> Result<(), CageE
 
 impl Drop for ResourceCage {
     fn drop(&mut self) {
-        // Deepest first; the container's own `c` group is normally gone with its delete, but a
-        // crashed runtime may leave it, so it is tried too.
-        for d in self.roots.iter().map(|r| r.join(&self.relative).join("c")) {
-            let _ = fs::remove_dir(d);
+        // On v1 the runtime places the container at `<relative>/c` in every hierarchy, making
+        // `<relative>` itself in the controllers the cage does not hold (cpuset, devices, ...);
+        // its delete removes only `c`. Both levels go here, in every hierarchy, deepest first
+        // (rmdir of a cgroup succeeds only when it is empty, so nothing live is touched).
+        let mut roots = self.roots.clone();
+        if self.layout == Layout::V1 {
+            if let Ok(entries) = fs::read_dir("/sys/fs/cgroup") {
+                for e in entries.flatten() {
+                    let p = e.path();
+                    if p.join("cgroup.procs").exists() && !roots.contains(&p) {
+                        roots.push(p);
+                    }
+                }
+            }
+        }
+        for root in &roots {
+            let _ = fs::remove_dir(root.join(&self.relative).join("c"));
+            if !self.roots.contains(root) {
+                let _ = fs::remove_dir(root.join(&self.relative));
+            }
         }
         for d in self.created.iter().rev() {
             let _ = fs::remove_dir(d);
