@@ -12,13 +12,14 @@ use std::ffi::OsString;
 use std::process::Command;
 use std::time::Duration;
 
-use h5i_policy::receipt::{ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
-use h5i_policy::Tier;
+use h5i_policy::receipt::{ExitOutcome, OomReport, ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::{ResolvedPolicy, Tier};
+use h5i_runtime::supervise::ChildReport;
 
 use crate::error::BoxError;
 use crate::events::{self, Event};
 use crate::secrets;
-use crate::store::{load_policy, now_ms, require_active, BoxStore};
+use crate::store::{load_policy, now_ms, require_active, BoxStore, StoredBox};
 
 /// The result of a run, for the CLI to turn into an exit code.
 #[derive(Debug)]
@@ -41,44 +42,66 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let _lock = crate::store::BoxLock::shared(&sb.paths, name)?;
     require_active(&sb, "run")?;
     let policy = load_policy(&sb)?;
-    let digest = sb.manifest.policy_digest.clone();
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
     let started_ms = now_ms();
 
     let mut oom = None;
-    let report =
-        match policy.tier {
-            Tier::Workspace => {
-                let mut cmd = Command::new(program);
-                cmd.args(&argv[1..])
-                    .current_dir(sb.paths.workspace())
-                    .env("H5I_ENV_ID", &sb.manifest.name)
-                    .env("H5I_ENV_POLICY_DIGEST", &digest)
-                    .env("H5I_ENV_CAPTURE_SPOOL", sb.paths.spool());
-                let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
-                h5i_runtime::supervise::run_supervised(cmd, wall)?
-            }
-            Tier::Process => {
-                let run = crate::process::run(&sb, &policy, argv, wall, &secrets)?;
-                oom = run.cage.oom;
-                run.child
-            }
-            other => return Err(BoxError::BadRequest {
-                what: format!(
-                    "box `{name}` is pinned to the {} tier, which this build of h5i cannot run",
-                    other.as_str()
-                ),
-                mend:
-                    "create the box with --isolation workspace, or use an h5i build with that tier"
-                        .into(),
-            }),
-        };
+    let report = match policy.tier {
+        Tier::Workspace => {
+            let mut cmd = workspace_command(&sb, program, &argv[1..]);
+            let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
+            h5i_runtime::supervise::run_supervised(cmd, wall)?
+        }
+        Tier::Process => {
+            let run = crate::process::run(&sb, &policy, argv, wall, &secrets)?;
+            oom = run.cage.oom;
+            run.child
+        }
+        other => return Err(tier_not_built(name, other)),
+    };
+    record(&sb, &policy, argv, started_ms, &report, oom, "run")
+}
+
+/// The command for a workspace-tier run: in the workspace, with the box's variables.
+pub(crate) fn workspace_command(sb: &StoredBox, program: &OsString, args: &[OsString]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(sb.paths.workspace())
+        .env("H5I_ENV_ID", &sb.manifest.name)
+        .env("H5I_ENV_POLICY_DIGEST", &sb.manifest.policy_digest)
+        .env("H5I_ENV_CAPTURE_SPOOL", sb.paths.spool());
+    cmd
+}
+
+/// The refusal for a tier this build cannot run.
+pub(crate) fn tier_not_built(name: &str, tier: Tier) -> BoxError {
+    BoxError::BadRequest {
+        what: format!(
+            "box `{name}` is pinned to the {} tier, which this build of h5i cannot run",
+            tier.as_str()
+        ),
+        mend: "create the box with --isolation workspace or process, or use an h5i build with that tier".into(),
+    }
+}
+
+/// Write the host-observed record of a finished run (`event` names the verb in the box log),
+/// then ingest what the box staged in its spool.
+pub(crate) fn record(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    argv: &[OsString],
+    started_ms: u64,
+    report: &ChildReport,
+    oom: Option<OomReport>,
+    event: &str,
+) -> Result<RunOutcome, BoxError> {
+    let digest = sb.manifest.policy_digest.clone();
 
     let mut exit = report.exit.clone();
-    exit.oom_killed = oom.is_some() && exit.signal == Some(libc::SIGKILL)
-        || oom.is_some() && exit.code == Some(128 + libc::SIGKILL);
-    let redactor = secrets::redactor_for(&policy);
+    exit.oom_killed = oom.is_some()
+        && (exit.signal == Some(libc::SIGKILL) || exit.code == Some(128 + libc::SIGKILL));
+    let redactor = secrets::redactor_for(policy);
     let mut redactions = Vec::new();
     let argv_text: Vec<String> = argv
         .iter()
@@ -110,11 +133,11 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     };
     let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
     let written = log.append(record)?;
-    ingest_spool(&sb, &log, &redactor)?;
+    ingest_spool(sb, &log, &redactor)?;
     events::append(
         &sb.paths,
         &Event::new(
-            "run",
+            event,
             format!(
                 "receipt {} exit {}{}",
                 written.seq,
@@ -138,7 +161,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
 /// Turn what the box staged in its spool into box-claimed records (or quarantine records), each
 /// redacted, then clear the ingested entries.
 fn ingest_spool(
-    sb: &crate::store::StoredBox,
+    sb: &StoredBox,
     log: &h5i_broker::receipt_log::ReceiptLog,
     redactor: &h5i_broker::redact::Redactor,
 ) -> Result<(), BoxError> {

@@ -19,17 +19,14 @@
 use std::ffi::OsString;
 use std::io::{Read, Seek};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
-use h5i_policy::receipt::{ReceiptLane, ReceiptRecord, RecordBody};
 use h5i_policy::{ResolvedPolicy, Tier};
 use h5i_runtime::process_tier::Console;
 use h5i_runtime::pty::{self, ConsoleSocket, PtyError, PtyPair, PtyProxy};
 use h5i_runtime::supervise::run_supervised_session;
 
 use crate::error::BoxError;
-use crate::events::{self, Event};
 use crate::run::RunOutcome;
 use crate::secrets;
 use crate::store::{load_policy, now_ms, require_active, BoxStore};
@@ -69,6 +66,7 @@ pub fn default_shell(policy: &ResolvedPolicy) -> Vec<OsString> {
 /// Run an interactive session of `argv` (the default shell when empty) in the box `name`.
 pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome, ShellError> {
     let sb = store.find(name)?;
+    let _lock = crate::store::BoxLock::shared(&sb.paths, name)?;
     require_active(&sb, "shell")?;
     let policy = load_policy(&sb)?;
     let argv = if argv.is_empty() {
@@ -77,143 +75,73 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
         argv.to_vec()
     };
     if !pty::is_terminal(0) {
+        drop(_lock);
         return Ok(crate::run::run(store, name, &argv)?);
     }
-    let digest = sb.manifest.policy_digest.clone();
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
     let started_ms = now_ms();
 
     let mut oom = None;
-    let report =
-        match policy.tier {
-            Tier::Workspace => {
-                let pair = PtyPair::open(pty::window_size(0).as_ref())?;
-                let mut cmd = Command::new(&argv[0]);
-                cmd.args(&argv[1..])
-                    .current_dir(sb.paths.workspace())
-                    .env("H5I_ENV_ID", &sb.manifest.name)
-                    .env("H5I_ENV_POLICY_DIGEST", &digest)
-                    .env("H5I_ENV_CAPTURE_SPOOL", sb.paths.spool());
-                let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
-                pty::attach_slave(&mut cmd, &pair.slave).map_err(|source| PtyError::Open {
-                    call: "dup(slave)",
-                    source,
-                })?;
-                drop(pair.slave);
-                let mut proxy = PtyProxy::with_master(pair.master)?;
-                let r = run_supervised_session(cmd, wall, &mut || false, &mut proxy);
-                // The terminal is restored before anything is printed or returned.
-                drop(proxy);
-                r.map_err(BoxError::from)?
+    let report = match policy.tier {
+        Tier::Workspace => {
+            let pair = PtyPair::open(pty::window_size(0).as_ref())?;
+            let mut cmd = crate::run::workspace_command(&sb, &argv[0], &argv[1..]);
+            let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
+            pty::attach_slave(&mut cmd, &pair.slave).map_err(|source| PtyError::Open {
+                call: "dup(slave)",
+                source,
+            })?;
+            drop(pair.slave);
+            let mut proxy = PtyProxy::with_master(pair.master)?;
+            let r = run_supervised_session(cmd, wall, &mut || false, &mut proxy);
+            // The terminal is restored before anything is printed or returned.
+            drop(proxy);
+            r.map_err(BoxError::from)?
+        }
+        Tier::Process => {
+            let socket = ConsoleSocket::bind()?;
+            let socket_path = socket.path().to_path_buf();
+            let tmp = std::env::temp_dir();
+            let mut runtime_stderr =
+                tempfile::tempfile_in(&tmp).map_err(|e| BoxError::io(&tmp, e))?;
+            let for_runtime = runtime_stderr
+                .try_clone()
+                .map_err(|e| BoxError::io(&tmp, e))?;
+            let mut proxy = PtyProxy::with_console_socket(socket)?;
+            let r = crate::process::run_with_console(
+                &sb,
+                &policy,
+                &argv,
+                wall,
+                &secrets,
+                Some(Console {
+                    socket: &socket_path,
+                    companion: &mut proxy,
+                    runtime_stderr: for_runtime,
+                }),
+            );
+            let refused = proxy.refused().map(str::to_string);
+            drop(proxy);
+            let mut said = String::new();
+            let _ = runtime_stderr
+                .rewind()
+                .and_then(|()| runtime_stderr.read_to_string(&mut said));
+            if !said.is_empty() {
+                eprint!("{said}");
+            } else if let Some(why) = refused {
+                // Only when the runtime said nothing itself: its own error is the cause.
+                eprintln!("h5i: box {name}: no terminal for the session: {why}");
             }
-            Tier::Process => {
-                let socket = ConsoleSocket::bind()?;
-                let socket_path = socket.path().to_path_buf();
-                let tmp = std::env::temp_dir();
-                let mut runtime_stderr =
-                    tempfile::tempfile_in(&tmp).map_err(|e| BoxError::io(&tmp, e))?;
-                let for_runtime = runtime_stderr
-                    .try_clone()
-                    .map_err(|e| BoxError::io(&tmp, e))?;
-                let mut proxy = PtyProxy::with_console_socket(socket)?;
-                let r = crate::process::run_with_console(
-                    &sb,
-                    &policy,
-                    &argv,
-                    wall,
-                    &secrets,
-                    Some(Console {
-                        socket: &socket_path,
-                        companion: &mut proxy,
-                        runtime_stderr: for_runtime,
-                    }),
-                );
-                let refused = proxy.refused().map(str::to_string);
-                drop(proxy);
-                let mut said = String::new();
-                let _ = runtime_stderr
-                    .rewind()
-                    .and_then(|()| runtime_stderr.read_to_string(&mut said));
-                if !said.is_empty() {
-                    eprint!("{said}");
-                } else if let Some(why) = refused {
-                    // Only when the runtime said nothing itself: its own error is the cause.
-                    eprintln!("h5i: box {name}: no terminal for the session: {why}");
-                }
-                let run = r?;
-                oom = run.cage.oom;
-                run.child
-            }
-            other => return Err(BoxError::BadRequest {
-                what: format!(
-                    "box `{name}` is pinned to the {} tier, which this build of h5i cannot run",
-                    other.as_str()
-                ),
-                mend:
-                    "create the box with --isolation workspace, or use an h5i build with that tier"
-                        .into(),
-            }
-            .into()),
-        };
+            let run = r?;
+            oom = run.cage.oom;
+            run.child
+        }
+        other => return Err(crate::run::tier_not_built(name, other).into()),
+    };
 
     // The same host-observed record `box run` writes, argv being the session's command.
-    let mut exit = report.exit.clone();
-    exit.oom_killed = oom.is_some()
-        && (exit.signal == Some(libc::SIGKILL) || exit.code == Some(128 + libc::SIGKILL));
-    let redactor = secrets::redactor_for(&policy);
-    let mut redactions = Vec::new();
-    let argv_text: Vec<String> = argv
-        .iter()
-        .map(|a| {
-            let (clean, ids) = redactor.redact(&a.to_string_lossy());
-            redactions.extend(ids);
-            clean
-        })
-        .collect();
-    redactions.sort();
-    redactions.dedup();
-    let record = ReceiptRecord {
-        v: 0,
-        seq: 0,
-        lane: ReceiptLane::HostEnvRun,
-        at_ms: started_ms,
-        policy_digest: digest,
-        redactions,
-        payload: None,
-        body: RecordBody::Run {
-            argv: argv_text,
-            tier: policy.tier.as_str().to_string(),
-            exit: exit.clone(),
-            rusage: Some(report.rusage.clone()),
-            wall_ms: report.wall.as_millis() as u64,
-            oom,
-            egress: None,
-        },
-    };
-    let written = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts())
-        .append(record)
-        .map_err(BoxError::from)?;
-    events::append(
-        &sb.paths,
-        &Event::new(
-            "shell",
-            format!(
-                "receipt {} exit {}{}",
-                written.seq,
-                exit.passthrough_code(),
-                if exit.timed_out {
-                    " (wall-clock limit)"
-                } else if exit.oom_killed {
-                    " (OOM-killed)"
-                } else {
-                    ""
-                }
-            ),
-        ),
-    )?;
-    Ok(RunOutcome {
-        exit,
-        receipt_seq: written.seq,
-    })
+    Ok(crate::run::record(
+        &sb, &policy, &argv, started_ms, &report, oom, "shell",
+    )?)
 }
