@@ -24,6 +24,7 @@ pub mod process;
 pub mod rebase;
 pub mod run;
 pub mod secrets;
+pub mod service;
 pub mod shell;
 pub mod snapshot;
 pub mod status;

@@ -19,6 +19,8 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     let mut sb = store.find(name)?;
     let _lock = BoxLock::take(&sb.paths, name)?;
     require_active(&sb, "abort")?;
+    // Its services end first; each supervisor records the exit before this returns.
+    crate::service::stop_all(&sb)?;
     sb.manifest.state = BoxState::Aborted;
     write_manifest(&sb.paths, &sb.manifest)?;
     events::append(
@@ -57,6 +59,7 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
             ),
         });
     }
+    crate::service::stop_all(&sb)?;
     if !sb.manifest.source.is_detached() {
         // Only this box's own pin; compare-and-delete so a reused ref name is never removed.
         let _ = Git::at(&sb.manifest.store)

@@ -116,6 +116,16 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
             ));
         }
         f.seccomp.clone()?;
+        // The runtime places every container in a cgroup: an unprivileged caller can run one
+        // only inside a group root has delegated to it.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            if let (_, Err(e)) = &f.cgroups {
+                return Err(format!(
+                    "an unprivileged caller needs a cgroup root has delegated to it (make setup delegates one to h5i-test): {e}"
+                ));
+            }
+        }
         Ok(())
     })();
     match process {

@@ -177,7 +177,28 @@ pub fn plan(
         tmp_bytes: TMP_BYTES,
         create_container_hooks,
         terminal: false,
+        netns_path: None,
+        userns_path: None,
     })
+}
+
+/// Make `plan` join the network namespace of a live service's container init `init_pid` (and
+/// the user namespace that owns it), so the run reaches the service on its loopback. The
+/// namespace's loopback is already up, so the loopback hook is dropped. A host-network plan is
+/// left alone.
+pub fn join_network_of(plan: &mut BundlePlan, init_pid: i32) {
+    if plan.host_network {
+        return;
+    }
+    plan.netns_path = Some(PathBuf::from(format!("/proc/{init_pid}/ns/net")));
+    plan.userns_path = Some(PathBuf::from(format!("/proc/{init_pid}/ns/user")));
+    plan.create_container_hooks
+        .retain(|argv| argv.get(1).map(String::as_str) != Some("loopback"));
+}
+
+/// Where the bundle of the run with id `id` is written (the private runtime directory).
+pub fn bundle_dir_for(id: &str) -> Result<PathBuf, BoxError> {
+    Ok(runtime_dir()?.join(format!("run-{id}")))
 }
 
 /// Write the bundle a process-tier run of `argv` would use into `out` (for inspection, and so
@@ -230,12 +251,24 @@ pub fn run_with_console(
     secrets: &[h5i_broker::secrets::ResolvedSecret],
     console: Option<h5i_runtime::process_tier::Console<'_>>,
 ) -> Result<ProcessRunReport, BoxError> {
+    let plan = plan(sb, policy, argv)?;
+    run_plan(policy, plan, wall, secrets, console)
+}
+
+/// Run a prepared `plan` (from [`plan`], perhaps adjusted by [`join_network_of`]) at the
+/// process tier, in the bundle directory [`bundle_dir_for`] names.
+pub fn run_plan(
+    policy: &ResolvedPolicy,
+    mut plan: BundlePlan,
+    wall: Option<Duration>,
+    secrets: &[h5i_broker::secrets::ResolvedSecret],
+    console: Option<h5i_runtime::process_tier::Console<'_>>,
+) -> Result<ProcessRunReport, BoxError> {
     let binary = runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
     })?;
-    let mut plan = plan(sb, policy, argv)?;
     for s in secrets {
         if s.inject != h5i_policy::SecretInject::Env {
             return Err(BoxError::BadRequest {
@@ -251,7 +284,7 @@ pub fn run_with_console(
     }
     // The bundle holds the run's environment, secrets included: it is written outside the box
     // directory, in a private runtime directory, and removed when the run ends.
-    let dir = runtime_dir()?.join(format!("run-{}", plan.id));
+    let dir = bundle_dir_for(&plan.id)?;
     let report = h5i_runtime::process_tier::run_with_console(
         &RuncInvocation {
             binary,

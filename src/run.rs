@@ -54,7 +54,13 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             h5i_runtime::supervise::run_supervised(cmd, wall)?
         }
         Tier::Process => {
-            let run = crate::process::run(&sb, &policy, argv, wall, &secrets)?;
+            let mut plan = crate::process::plan(&sb, &policy, argv)?;
+            // A live service of this box: join its network namespace, so the run reaches it
+            // on localhost (no other box ever gets this path).
+            if let Some(pid) = crate::service::live_network_pid(&sb) {
+                crate::process::join_network_of(&mut plan, pid);
+            }
+            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None)?;
             oom = run.cage.oom;
             run.child
         }

@@ -17,7 +17,9 @@
 //! - a user namespace with one mapping, box uid/gid 0 -> the caller's (libcontainer needs
 //!   uid 0 mapped to set the box up, and an unprivileged caller can map only itself), empty
 //!   capability sets and `noNewPrivileges`, so "root" in the box holds nothing;
-//! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's.
+//! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's;
+//!   a box with a live service joins that service's network namespace (and, so the join is
+//!   permitted, its user namespace, which has the same single mapping) by path.
 //!
 //! Pure: [`BundlePlan::to_config`] builds the JSON and unit tests check it; writing it to disk is
 //! [`write_bundle`]. Must never: mount a path the policy did not grant, or grant a capability.
@@ -65,6 +67,13 @@ pub struct BundlePlan {
     /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
     /// console socket (`box shell`); never the caller's terminal.
     pub terminal: bool,
+    /// Join this network namespace (`/proc/<pid>/ns/net` of a live service of the same box)
+    /// instead of making an empty one. Ignored with `host_network`.
+    pub netns_path: Option<PathBuf>,
+    /// Join this user namespace instead of making one (the owner of `netns_path`: entering a
+    /// network namespace needs a capability in its owning user namespace). The mappings are
+    /// then the joined namespace's and none are written.
+    pub userns_path: Option<PathBuf>,
 }
 
 /// What a plan left out, for `status` and the receipt.
@@ -141,11 +150,17 @@ impl BundlePlan {
             json!({"type": "mount"}),
             json!({"type": "ipc"}),
             json!({"type": "uts"}),
-            json!({"type": "user"}),
+            match &self.userns_path {
+                Some(p) => json!({"type": "user", "path": p}),
+                None => json!({"type": "user"}),
+            },
             json!({"type": "cgroup"}),
         ];
         if !self.host_network {
-            namespaces.push(json!({"type": "network"}));
+            namespaces.push(match &self.netns_path {
+                Some(p) => json!({"type": "network", "path": p}),
+                None => json!({"type": "network"}),
+            });
         }
         let mut rlimits = vec![json!({"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096})];
         if let Some(f) = self.max_file_bytes {
@@ -163,6 +178,12 @@ impl BundlePlan {
         });
         if let Some(cg) = &self.cgroups_path {
             linux["cgroupsPath"] = json!(cg);
+        }
+        if self.userns_path.is_some() {
+            if let Some(l) = linux.as_object_mut() {
+                l.remove("uidMappings");
+                l.remove("gidMappings");
+            }
         }
         let hooks: Vec<Value> = self
             .create_container_hooks
@@ -231,6 +252,8 @@ mod tests {
             tmp_bytes: 256 << 20,
             create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
             terminal: false,
+            netns_path: None,
+            userns_path: None,
         }
     }
 
@@ -321,6 +344,19 @@ mod tests {
         p.terminal = true;
         let (v, _) = p.to_config(|_| true);
         assert_eq!(v["process"]["terminal"], true);
+    }
+
+    #[test]
+    fn a_joined_network_namespace_is_entered_by_path_with_its_user_namespace() {
+        let mut p = plan();
+        p.netns_path = Some("/proc/42/ns/net".into());
+        p.userns_path = Some("/proc/42/ns/user".into());
+        let (v, _) = p.to_config(|_| true);
+        let ns = v["linux"]["namespaces"].as_array().unwrap();
+        assert!(ns.contains(&json!({"type": "network", "path": "/proc/42/ns/net"})));
+        assert!(ns.contains(&json!({"type": "user", "path": "/proc/42/ns/user"})));
+        assert!(v["linux"].get("uidMappings").is_none());
+        assert!(v["linux"].get("gidMappings").is_none());
     }
 
     #[test]

@@ -153,6 +153,24 @@ enum BoxVerb {
     },
     /// What this host can enforce at all.
     Probe,
+    /// The box's declared long-lived services (`[service.NAME]` in .h5i/env.toml).
+    Service {
+        #[command(subcommand)]
+        verb: ServiceVerb,
+    },
+    /// The per-box port map: `127.0.0.1:<host port> -> <box port>` for each live service.
+    Ports {
+        /// The box.
+        name: String,
+    },
+    /// Internal: the background supervisor `service start` launches.
+    #[command(name = "__service-supervise", hide = true)]
+    ServiceSupervise {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+    },
     /// Declared secret grants and a dry run of their resolution: fingerprints, never values.
     Secrets {
         /// The box.
@@ -165,6 +183,36 @@ enum BoxVerb {
         /// The destination to add; without it, the entries are listed.
         #[arg(value_name = "HOST[:PORT]")]
         host: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ServiceVerb {
+    /// Start a declared service in the background; returns once it is running.
+    Start {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+    },
+    /// Each declared service: alive or dead, its pid, its host port, its last exit.
+    Status {
+        /// The box.
+        name: String,
+    },
+    /// A service's stdout and stderr.
+    Logs {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+    },
+    /// Stop a running service; returns once its exit is recorded.
+    Stop {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
     },
 }
 
@@ -440,9 +488,123 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
+        BoxVerb::Service { verb } => service_verb(verb),
+        BoxVerb::Ports { name } => {
+            let lines = h5i::service::ports(&store()?, &name)?;
+            if lines.is_empty() {
+                println!("box {name} has no live service with a port (h5i box service start {name} SERVICE)");
+            }
+            for l in lines {
+                match l.host_port {
+                    Some(h) => println!(
+                        "127.0.0.1:{h} -> {}  ({}: {})",
+                        l.box_port, l.service, l.note
+                    ),
+                    None => println!("(none) -> {}  ({}: {})", l.box_port, l.service, l.note),
+                }
+            }
+            Ok(0)
+        }
+        BoxVerb::ServiceSupervise { name, service } => {
+            Ok(h5i::service::supervise(&store()?, &name, &service)?)
+        }
         BoxVerb::Probe => {
             for line in h5i::probe::probe_lines() {
                 println!("  {}= {}", line.what, line.answer);
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
+    match verb {
+        ServiceVerb::Start { name, service } => {
+            let st = h5i::service::start(&store()?, &name, &service)?;
+            let pid = st.pid.map(|p| p.pid).unwrap_or(0);
+            println!(
+                "started service {service} of box {name} (pid {pid}, tier {})",
+                st.tier
+            );
+            if let (Some(p), Some(h)) = (st.port, st.host_port) {
+                println!("  127.0.0.1:{h} -> {p}");
+            }
+            if let Some(n) = &st.port_note {
+                println!("  port: {n}");
+            }
+            println!("  logs: h5i box service logs {name} {service}");
+            Ok(0)
+        }
+        ServiceVerb::Status { name } => {
+            let all = h5i::service::status(&store()?, &name)?;
+            if all.is_empty() {
+                println!("box {name} declares no services");
+            }
+            for s in all {
+                let st = s.state.as_ref();
+                let pid = st
+                    .and_then(|st| st.pid)
+                    .map(|p| p.pid.to_string())
+                    .unwrap_or_else(|| "-".into());
+                let port = match (s.port, st.and_then(|st| st.host_port)) {
+                    (Some(p), Some(h)) if s.alive => format!("127.0.0.1:{h} -> {p}"),
+                    (Some(p), _) => format!("port {p}"),
+                    (None, _) => "no port".into(),
+                };
+                let last = match st.and_then(|st| st.exit.as_ref().map(|e| (e, st.receipt_seq))) {
+                    Some((e, seq)) => format!(
+                        "last exit {}{}{}",
+                        e.passthrough_code(),
+                        e.signal
+                            .map(|s| format!(" (signal {s})"))
+                            .unwrap_or_default(),
+                        seq.map(|q| format!(" receipt {q}")).unwrap_or_default()
+                    ),
+                    None if st.is_some() && !s.alive => {
+                        "last exit unknown (its supervisor is gone)".into()
+                    }
+                    None => "last exit -".into(),
+                };
+                println!(
+                    "{:<16} {:<5} pid {:<8} {}  {}  `{}`",
+                    s.service,
+                    if s.alive { "alive" } else { "dead" },
+                    pid,
+                    port,
+                    last,
+                    s.command
+                );
+            }
+            Ok(0)
+        }
+        ServiceVerb::Logs { name, service } => {
+            let path = h5i::service::logs(&store()?, &name, &service)?;
+            match std::fs::File::open(&path) {
+                Ok(mut f) => {
+                    std::io::copy(&mut f, &mut std::io::stdout().lock())
+                        .with_context(|| format!("refusing: cannot read {}", path.display()))?;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    println!("service {service} of box {name} has not run yet (no log)");
+                }
+                Err(e) => {
+                    return Err(anyhow::Error::new(e)
+                        .context(format!("refusing: cannot read {}", path.display())))
+                }
+            }
+            Ok(0)
+        }
+        ServiceVerb::Stop { name, service } => {
+            let st = h5i::service::stop(&store()?, &name, &service)?;
+            match &st.exit {
+                Some(e) => println!(
+                    "stopped service {service} of box {name}: exit {}{}",
+                    e.passthrough_code(),
+                    st.receipt_seq
+                        .map(|q| format!(" (receipt {q})"))
+                        .unwrap_or_default()
+                ),
+                None => println!("stopped service {service} of box {name}"),
             }
             Ok(0)
         }

@@ -1,0 +1,1022 @@
+//! `h5i box service start|status|logs|stop` and `h5i box ports`: a box's declared long-lived
+//! processes (`[service.NAME]` in the policy) and the per-box port map.
+//!
+//! Owns the service supervisor: `service start` re-executes `h5i` as a detached background
+//! process (its own session, stdio to `<box>/services/<svc>.log`, outside every grant) that runs
+//! the service under the usual supervision, keeps `<box>/services/<svc>.json` (who supervises,
+//! the service's pid, its host port, its exit), and records a host-observed receipt (event
+//! `service`) when it ends. At the process tier the service is its own container and the
+//! supervisor forwards `127.0.0.1:<host port>` on the host to `127.0.0.1:<port>` *inside* the
+//! service's network namespace: a forwarding thread enters that namespace by the container
+//! init's pid, connects there, and splices both ways; nothing of the box is ever published.
+//! Later runs of the same box join that namespace (see [`live_network_pid`]); another box never
+//! does. At the workspace tier a service is a plain supervised process on the host's network.
+//!
+//! Must never: signal a pid it has not re-identified (pid + start time, through a pidfd), bind
+//! anything but loopback, wait by sleeping (every wait is a pidfd, an inotify fd or a pipe under
+//! `poll`), or claim a forward it could not make.
+//!
+//! Guarded by `tests/box_services.rs`.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use h5i_policy::receipt::ExitOutcome;
+use h5i_policy::{ResolvedPolicy, Tier};
+use serde::{Deserialize, Serialize};
+
+use crate::error::BoxError;
+use crate::store::{
+    load_policy, now_ms, require_active, write_atomic, BoxLock, BoxPaths, BoxStore, StoredBox,
+};
+
+/// How long `service start` waits for the supervisor to report the service started.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long `service stop` waits for the supervisor to record the exit, per attempt.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The fd the supervisor's readiness pipe arrives on.
+pub const READY_FD: RawFd = 3;
+/// The first line the service wrapper prints, with its pid, once the box is set up.
+const READY_MARKER: &str = "h5i-service-ready";
+/// What an unprivileged forward says, instead of pretending.
+const FORWARD_NEEDS_ROOT: &str = "port forwarding needs root at the process tier in this version";
+
+/// Why a service verb refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// The box's policy declares no such service.
+    #[error("refusing: box `{name}` declares no service `{service}` (declared: {declared}); to fix: add `[service.{service}]` with a `command` to .h5i/env.toml and create a new box")]
+    NotDeclared {
+        /// The box.
+        name: String,
+        /// The service asked for.
+        service: String,
+        /// What the policy declares.
+        declared: String,
+    },
+    /// Services need a tier this build supports them at.
+    #[error("refusing: box `{name}` is at the {tier} tier, where services are not supported in this build; to fix: create the box with --isolation process (or workspace), or run the server inside `h5i box shell {name}`")]
+    TierUnsupported {
+        /// The box.
+        name: String,
+        /// Its tier.
+        tier: String,
+    },
+    /// The service is already alive.
+    #[error("refusing: service `{service}` of box `{name}` is already running (pid {pid}); to fix: `h5i box service stop {name} {service}` first")]
+    AlreadyRunning {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+        /// Its pid.
+        pid: i32,
+    },
+    /// The service is not alive.
+    #[error("refusing: service `{service}` of box `{name}` is not running; to fix: `h5i box service start {name} {service}`")]
+    NotRunning {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+    },
+    /// The supervisor reported a failed start.
+    #[error("refusing: service `{service}` of box `{name}` did not start: {why}; to fix: read `h5i box service logs {name} {service}`")]
+    StartFailed {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+        /// What the supervisor said.
+        why: String,
+    },
+    /// A box-level refusal.
+    #[error(transparent)]
+    Box(#[from] BoxError),
+}
+
+/// `<box>/services/<svc>.json`: what the supervisor knows, written atomically.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceState {
+    /// The service's name.
+    pub service: String,
+    /// The tier it runs at.
+    pub tier: String,
+    /// The supervisor's pid and start time (clock ticks since boot), for re-identification.
+    pub supervisor: ProcId,
+    /// The service's pid (the container init at the process tier), once it is known.
+    pub pid: Option<ProcId>,
+    /// Inode of the service's network namespace (process tier), so a joiner can check it.
+    pub netns_ino: Option<u64>,
+    /// The declared port, inside the box.
+    pub port: Option<u16>,
+    /// The host port that reaches it, when one does.
+    pub host_port: Option<u16>,
+    /// How the port is reached, or why it is not.
+    pub port_note: Option<String>,
+    /// When the supervisor started, ms since the epoch.
+    pub started_ms: u64,
+    /// How the service ended, once it has.
+    pub exit: Option<ExitOutcome>,
+    /// When it ended.
+    pub ended_ms: Option<u64>,
+    /// The receipt recording its run.
+    pub receipt_seq: Option<u64>,
+}
+
+/// A process, named so it cannot be mistaken for a later one with the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcId {
+    /// Its pid (in h5i's pid namespace).
+    pub pid: i32,
+    /// Field 22 of `/proc/<pid>/stat`.
+    pub start: u64,
+}
+
+impl ProcId {
+    /// The live process with this pid, if it is the same one.
+    fn of(pid: i32) -> Option<ProcId> {
+        start_ticks(pid).map(|start| ProcId { pid, start })
+    }
+
+    /// Whether this process is still the one running under its pid.
+    pub fn alive(&self) -> bool {
+        start_ticks(self.pid) == Some(self.start)
+    }
+
+    /// A pidfd for this process, re-identified after opening (so it cannot be a recycled pid).
+    fn pidfd(&self) -> Option<OwnedFd> {
+        let fd = pidfd_open(self.pid).ok()?;
+        self.alive().then_some(fd)
+    }
+}
+
+impl ServiceState {
+    /// Whether the service is running now.
+    pub fn alive(&self) -> bool {
+        self.exit.is_none()
+            && self.supervisor.alive()
+            && self.pid.map(|p| p.alive()).unwrap_or(false)
+    }
+}
+
+/// One declared service, for `service status`.
+#[derive(Debug)]
+pub struct ServiceStatus {
+    /// Its name.
+    pub service: String,
+    /// Its declared command.
+    pub command: String,
+    /// Its declared port.
+    pub port: Option<u16>,
+    /// Whether it is running now.
+    pub alive: bool,
+    /// The last state its supervisor wrote, if it ever started.
+    pub state: Option<ServiceState>,
+}
+
+/// One line of `box ports`.
+#[derive(Debug)]
+pub struct PortLine {
+    /// The service.
+    pub service: String,
+    /// The port inside the box.
+    pub box_port: u16,
+    /// The host port on 127.0.0.1, when there is one.
+    pub host_port: Option<u16>,
+    /// How it is reached, or why it is not.
+    pub note: String,
+}
+
+fn services_dir(paths: &BoxPaths) -> PathBuf {
+    paths.dir.join("services")
+}
+
+/// `<box>/services/<svc>.log`: the service's stdout and stderr, and its supervisor's notes.
+pub fn log_path(paths: &BoxPaths, service: &str) -> PathBuf {
+    services_dir(paths).join(format!("{service}.log"))
+}
+
+fn state_path(paths: &BoxPaths, service: &str) -> PathBuf {
+    services_dir(paths).join(format!("{service}.json"))
+}
+
+/// The last state written for `service`, if any.
+pub fn read_state(paths: &BoxPaths, service: &str) -> Option<ServiceState> {
+    let bytes = fs::read(state_path(paths, service)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+fn write_state(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
+    let bytes = serde_json::to_vec_pretty(st).map_err(|e| BoxError::BadRequest {
+        what: format!("cannot encode the state of service `{}`: {e}", st.service),
+        mend: "report this as a bug".into(),
+    })?;
+    write_atomic(&state_path(paths, &st.service), &bytes)
+}
+
+/// Every state file of the box, by service name.
+fn all_states(paths: &BoxPaths) -> Vec<ServiceState> {
+    let Ok(entries) = fs::read_dir(services_dir(paths)) else {
+        return Vec::new();
+    };
+    let mut out: Vec<ServiceState> = entries
+        .flatten()
+        .filter_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_suffix(".json")
+                .and_then(|svc| read_state(paths, svc))
+        })
+        .collect();
+    out.sort_by(|a, b| a.service.cmp(&b.service));
+    out
+}
+
+fn declared<'a>(
+    policy: &'a ResolvedPolicy,
+    name: &str,
+    service: &str,
+) -> Result<&'a h5i_policy::resolved::Service, ServiceError> {
+    policy
+        .services
+        .get(service)
+        .ok_or_else(|| ServiceError::NotDeclared {
+            name: name.to_string(),
+            service: service.to_string(),
+            declared: if policy.services.is_empty() {
+                "none".into()
+            } else {
+                policy
+                    .services
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        })
+}
+
+fn require_service_tier(name: &str, tier: Tier) -> Result<(), ServiceError> {
+    match tier {
+        Tier::Workspace | Tier::Process => Ok(()),
+        other => Err(ServiceError::TierUnsupported {
+            name: name.to_string(),
+            tier: other.as_str().to_string(),
+        }),
+    }
+}
+
+/// Start `service` of box `name` in the background; returns once its supervisor reports it
+/// started (its pid known, its forward bound), with the state it wrote.
+pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState, ServiceError> {
+    let sb = store.find(name)?;
+    let _lock = BoxLock::shared(&sb.paths, name)?;
+    require_active(&sb, "service start")?;
+    let policy = load_policy(&sb)?;
+    declared(&policy, name, service)?;
+    require_service_tier(name, policy.tier)?;
+    if let Some(st) = read_state(&sb.paths, service).filter(ServiceState::alive) {
+        return Err(ServiceError::AlreadyRunning {
+            name: name.to_string(),
+            service: service.to_string(),
+            pid: st.pid.map(|p| p.pid).unwrap_or(st.supervisor.pid),
+        });
+    }
+    let dir = services_dir(&sb.paths);
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        match fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(BoxError::io(&dir, e).into()),
+        }
+    }
+    let _ = fs::remove_file(state_path(&sb.paths, service));
+    let log = log_path(&sb.paths, service);
+    let out = fs::File::create(&log).map_err(|e| BoxError::io(&log, e))?;
+    let err = out.try_clone().map_err(|e| BoxError::io(&log, e))?;
+    let exe = std::env::current_exe().map_err(|e| BoxError::io(Path::new("/proc/self/exe"), e))?;
+    let (ready_r, ready_w) = pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
+    let mut cmd = Command::new(exe);
+    cmd.args(["box", "__service-supervise", name, service])
+        .current_dir(&store.repo_root)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    let w = ready_w.as_raw_fd();
+    // SAFETY: the closure calls only async-signal-safe functions (setsid, dup2) between fork and
+    // exec; `w` stays open in the parent until after spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::dup2(w, READY_FD) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(|e| BoxError::io(Path::new("h5i"), e))?;
+    drop(ready_w);
+    let said = read_ready(&ready_r, START_TIMEOUT);
+    match said {
+        Some(line) if line == "ok" => {
+            // The supervisor runs on, detached; it is reparented when this command exits.
+            drop(child);
+            read_state(&sb.paths, service).ok_or_else(|| ServiceError::StartFailed {
+                name: name.to_string(),
+                service: service.to_string(),
+                why: "the supervisor reported a start but wrote no state".into(),
+            })
+        }
+        other => {
+            let why = match other {
+                Some(l) => l.strip_prefix("err ").unwrap_or(&l).to_string(),
+                None => "the supervisor ended or stayed silent before the service started".into(),
+            };
+            if let Some(st) = read_state(&sb.paths, service) {
+                let _ = signal_service(&st, libc::SIGKILL);
+            }
+            // SAFETY: kill(2) on our own unreaped child; no memory involved.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+            Err(ServiceError::StartFailed {
+                name: name.to_string(),
+                service: service.to_string(),
+                why,
+            })
+        }
+    }
+}
+
+/// Read one line from the readiness pipe, waiting at most `timeout` in `poll`.
+fn read_ready(fd: &OwnedFd, timeout: Duration) -> Option<String> {
+    let deadline = Instant::now() + timeout;
+    let mut buf = Vec::new();
+    let mut file = fs::File::from(fd.try_clone().ok()?);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || !poll_readable(fd.as_raw_fd(), left) {
+            return None;
+        }
+        let mut chunk = [0u8; 256];
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                if buf.contains(&b'\n') {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    let text = String::from_utf8_lossy(&buf);
+    text.lines().next().map(str::to_string)
+}
+
+/// Every declared service of the box, alive or dead.
+pub fn status(store: &BoxStore, name: &str) -> Result<Vec<ServiceStatus>, ServiceError> {
+    let sb = store.find(name)?;
+    let policy = load_policy(&sb)?;
+    Ok(policy
+        .services
+        .iter()
+        .map(|(svc, decl)| {
+            let state = read_state(&sb.paths, svc);
+            ServiceStatus {
+                service: svc.clone(),
+                command: decl.command.clone(),
+                port: decl.port,
+                alive: state.as_ref().map(ServiceState::alive).unwrap_or(false),
+                state,
+            }
+        })
+        .collect())
+}
+
+/// The log of `service` (it must be declared).
+pub fn logs(store: &BoxStore, name: &str, service: &str) -> Result<PathBuf, ServiceError> {
+    let sb = store.find(name)?;
+    let policy = load_policy(&sb)?;
+    declared(&policy, name, service)?;
+    Ok(log_path(&sb.paths, service))
+}
+
+/// The port map: each live service with a port.
+pub fn ports(store: &BoxStore, name: &str) -> Result<Vec<PortLine>, ServiceError> {
+    let sb = store.find(name)?;
+    Ok(all_states(&sb.paths)
+        .into_iter()
+        .filter(ServiceState::alive)
+        .filter_map(|st| {
+            st.port.map(|p| PortLine {
+                service: st.service.clone(),
+                box_port: p,
+                host_port: st.host_port,
+                note: st.port_note.clone().unwrap_or_default(),
+            })
+        })
+        .collect())
+}
+
+/// Stop `service` of box `name` and wait for its supervisor to record the exit.
+pub fn stop(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState, ServiceError> {
+    let sb = store.find(name)?;
+    let st = read_state(&sb.paths, service)
+        .filter(ServiceState::alive)
+        .ok_or_else(|| ServiceError::NotRunning {
+            name: name.to_string(),
+            service: service.to_string(),
+        })?;
+    stop_one(&sb.paths, &st)?;
+    Ok(read_state(&sb.paths, service).unwrap_or(st))
+}
+
+/// Stop every live service of `sb` (`box abort`, `box rm`), waiting for each supervisor.
+pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
+    for st in all_states(&sb.paths) {
+        if st.supervisor.alive() {
+            stop_one(&sb.paths, &st)?;
+        }
+    }
+    Ok(())
+}
+
+fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
+    let sup = st.supervisor.pidfd();
+    let first = if st.tier == Tier::Process.as_str() {
+        // The container init is pid 1 of its namespace and ignores what it has no handler
+        // for; killing it ends the namespace, and h5i-runc then deletes the container.
+        libc::SIGKILL
+    } else {
+        libc::SIGTERM
+    };
+    signal_service(st, first);
+    let Some(sup) = sup else {
+        return Ok(());
+    };
+    if poll_readable(sup.as_raw_fd(), STOP_TIMEOUT) {
+        return Ok(());
+    }
+    signal_service(st, libc::SIGKILL);
+    if poll_readable(sup.as_raw_fd(), STOP_TIMEOUT) {
+        return Ok(());
+    }
+    Err(BoxError::BadRequest {
+        what: format!(
+            "service `{}` did not stop within {} s (supervisor pid {}, log {})",
+            st.service,
+            2 * STOP_TIMEOUT.as_secs(),
+            st.supervisor.pid,
+            log_path(paths, &st.service).display()
+        ),
+        mend: format!("kill its supervisor: kill -KILL {}", st.supervisor.pid),
+    })
+}
+
+/// Signal the service: its container init (process tier), or its process group (workspace
+/// tier: the service leads its own group, and its children are in it). Re-identified first.
+fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
+    let Some(p) = st.pid else {
+        return false;
+    };
+    let Some(fd) = p.pidfd() else {
+        return false;
+    };
+    if st.tier == Tier::Process.as_str() {
+        pidfd_send_signal(&fd, sig)
+    } else {
+        // SAFETY: kill(2) on the group the re-identified service leads; no memory involved.
+        // The pidfd held open keeps the pid (and so the group id) from being recycled.
+        unsafe { libc::kill(-p.pid, sig) == 0 }
+    }
+}
+
+/// The container init pid of a live process-tier service of `sb` whose network namespace is
+/// still the one its supervisor recorded: a run of the same box joins it.
+pub fn live_network_pid(sb: &StoredBox) -> Option<i32> {
+    all_states(&sb.paths).into_iter().find_map(|st| {
+        let p = st.pid?;
+        let ino = st.netns_ino?;
+        (st.tier == Tier::Process.as_str()
+            && st.alive()
+            && netns_ino(p.pid) == Some(ino)
+            && netns_ino(std::process::id() as i32) != Some(ino))
+        .then_some(p.pid)
+    })
+}
+
+/// The hidden `box __service-supervise` verb: run `service` to its end, keeping its state
+/// file, and record it. Never returns before the service has ended.
+pub fn supervise(store: &BoxStore, name: &str, service: &str) -> Result<i32, ServiceError> {
+    if !is_pipe(READY_FD) {
+        return Err(BoxError::BadRequest {
+            what: "`box __service-supervise` is h5i's internal supervisor and was started without its readiness pipe".into(),
+            mend: format!("use `h5i box service start {name} {service}`"),
+        }
+        .into());
+    }
+    // SAFETY: READY_FD is an open pipe placed by `start` (dup2 before exec, checked above) and
+    // nothing else in this process owns it; from here the OwnedFd is its only owner.
+    let ready_fd = unsafe { OwnedFd::from_raw_fd(READY_FD) };
+    set_cloexec(&ready_fd);
+    let ready = Ready(Arc::new(Mutex::new(Some(fs::File::from(ready_fd)))));
+    // Signals go to the supervising loop's signalfd, never to a forwarding thread.
+    block_forwarded_signals();
+    let result = supervise_inner(store, name, service, &ready);
+    if let Err(e) = &result {
+        eprintln!("h5i: {e}");
+        ready.say(&format!("err {e}"));
+    }
+    result
+}
+
+/// The readiness pipe back to `service start`: said once, by whoever knows first.
+#[derive(Clone)]
+struct Ready(Arc<Mutex<Option<fs::File>>>);
+
+impl Ready {
+    fn say(&self, line: &str) {
+        if let Ok(mut g) = self.0.lock() {
+            if let Some(mut f) = g.take() {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    }
+}
+
+fn supervise_inner(
+    store: &BoxStore,
+    name: &str,
+    service: &str,
+    ready: &Ready,
+) -> Result<i32, ServiceError> {
+    let sb = store.find(name)?;
+    let policy = load_policy(&sb)?;
+    let decl = declared(&policy, name, service)?.clone();
+    require_service_tier(name, policy.tier)?;
+    let me = std::process::id() as i32;
+    let supervisor = ProcId::of(me).ok_or_else(|| BoxError::BadRequest {
+        what: "cannot read this process's own /proc entry".into(),
+        mend: "mount /proc".into(),
+    })?;
+    let state = Arc::new(Mutex::new(ServiceState {
+        service: service.to_string(),
+        tier: policy.tier.as_str().to_string(),
+        supervisor,
+        pid: None,
+        netns_ino: None,
+        port: decl.port,
+        host_port: None,
+        port_note: None,
+        started_ms: now_ms(),
+        exit: None,
+        ended_ms: None,
+        receipt_seq: None,
+    }));
+    save(&sb.paths, &state)?;
+    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), decl.command.clone().into()];
+    let secrets = crate::secrets::resolve_for_run(&policy)?;
+    eprintln!(
+        "h5i: service {service} of box {name}: starting `{}` at the {} tier",
+        decl.command,
+        policy.tier.as_str()
+    );
+
+    // The service's stdout comes through a pipe: its first line is the wrapper's readiness
+    // marker (printed after the container is fully set up and before the command runs), the
+    // rest is copied to the log.
+    let (out_r, out_w) = pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
+    let log = dup_cloexec(libc::STDOUT_FILENO).map_err(|e| BoxError::io(Path::new("stdout"), e))?;
+    let wrapped: Vec<OsString> = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("echo {READY_MARKER} $$ && exec sh -c \"$1\"").into(),
+        "h5i-service".into(),
+        decl.command.clone().into(),
+    ];
+
+    let (report, oom, drained) = match policy.tier {
+        Tier::Process => {
+            let mut plan = crate::process::plan(&sb, &policy, &wrapped)?;
+            if let Some(pid) = live_network_pid(&sb) {
+                crate::process::join_network_of(&mut plan, pid);
+            }
+            let forward = if plan.host_network {
+                Forward::Host
+            } else {
+                Forward::Netns
+            };
+            let pid_from =
+                PidFrom::File(crate::process::bundle_dir_for(&plan.id)?.join("init.pid"));
+            let drained = spawn_starter(
+                sb.paths.clone(),
+                Arc::clone(&state),
+                ready.clone(),
+                (
+                    out_r,
+                    fs::File::from(
+                        log.try_clone()
+                            .map_err(|e| BoxError::io(Path::new("stdout"), e))?,
+                    ),
+                ),
+                pid_from,
+                forward,
+            );
+            // h5i-runc and the container inherit this process's stdout: the pipe, for the run.
+            dup2(&out_w, libc::STDOUT_FILENO).map_err(|e| BoxError::io(Path::new("stdout"), e))?;
+            drop(out_w);
+            let run = crate::process::run_plan(&policy, plan, None, &secrets, None);
+            // Back to the log, which closes this process's end of the pipe.
+            let _ = dup2(&log, libc::STDOUT_FILENO);
+            let run = run?;
+            (run.child, run.cage.oom, drained)
+        }
+        _ => {
+            let drained = spawn_starter(
+                sb.paths.clone(),
+                Arc::clone(&state),
+                ready.clone(),
+                (out_r, fs::File::from(log)),
+                PidFrom::Marker,
+                Forward::Host,
+            );
+            let mut cmd = crate::run::workspace_command(&sb, &wrapped[0], &wrapped[1..]);
+            cmd.stdin(Stdio::null()).stdout(Stdio::from(out_w));
+            let _files = crate::secrets::inject_workspace(&mut cmd, &secrets)?;
+            let report =
+                h5i_runtime::supervise::run_supervised(cmd, None).map_err(BoxError::from)?;
+            (report, None, drained)
+        }
+    };
+    // The last of its output reaches the log before the exit is recorded (bounded: a process
+    // that escaped the box's end and still holds the pipe does not hold the record up).
+    let _ = drained.recv_timeout(Duration::from_secs(5));
+    let started_ms = lock(&state).started_ms;
+    let outcome = crate::run::record(&sb, &policy, &argv, started_ms, &report, oom, "service")?;
+    {
+        let mut st = lock(&state);
+        st.exit = Some(outcome.exit.clone());
+        st.ended_ms = Some(now_ms());
+        st.receipt_seq = Some(outcome.receipt_seq);
+    }
+    save(&sb.paths, &state)?;
+    eprintln!(
+        "h5i: service {service} of box {name}: ended, exit {} (receipt {})",
+        outcome.exit.passthrough_code(),
+        outcome.receipt_seq
+    );
+    ready.say(&format!(
+        "err it exited (exit {}) before it was running",
+        outcome.exit.passthrough_code()
+    ));
+    Ok(0)
+}
+
+fn lock(state: &Mutex<ServiceState>) -> std::sync::MutexGuard<'_, ServiceState> {
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn save(paths: &BoxPaths, state: &Mutex<ServiceState>) -> Result<(), BoxError> {
+    let st = lock(state).clone();
+    write_state(paths, &st)
+}
+
+/// How the service's port reaches the host.
+#[derive(Clone, Copy)]
+enum Forward {
+    /// It listens on the host's network already (workspace tier, `net.mode = "host"`).
+    Host,
+    /// It listens in its own network namespace: forward into it.
+    Netns,
+}
+
+/// Where the service's pid comes from.
+enum PidFrom {
+    /// The container init's pid, from the file `h5i-runc` wrote (written before the marker).
+    File(PathBuf),
+    /// The wrapper shell's own `$$` in the marker (workspace tier: it becomes the service).
+    Marker,
+}
+
+/// Read the service's stdout: wait for the readiness marker, then record the pid, make the
+/// forward, say ready, serve the forward on its own thread, and copy the rest to the log.
+fn spawn_starter(
+    paths: BoxPaths,
+    state: Arc<Mutex<ServiceState>>,
+    ready: Ready,
+    (out, mut log): (OwnedFd, fs::File),
+    pid_from: PidFrom,
+    forward: Forward,
+) -> std::sync::mpsc::Receiver<()> {
+    let (drained, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = io::BufReader::new(fs::File::from(out));
+        let mut first = String::new();
+        let marker_pid = match io::BufRead::read_line(&mut out, &mut first) {
+            Ok(n) if n > 0 => first
+                .trim_end()
+                .strip_prefix(READY_MARKER)
+                .and_then(|rest| rest.trim().parse::<i32>().ok()),
+            _ => None,
+        };
+        if marker_pid.is_none() {
+            let _ = log.write_all(first.as_bytes());
+            ready.say("err it ended before it was running");
+            let _ = io::copy(&mut out, &mut log);
+            let _ = drained.send(());
+            return;
+        }
+        let pid = match pid_from {
+            PidFrom::Marker => marker_pid,
+            PidFrom::File(f) => fs::read_to_string(f)
+                .ok()
+                .and_then(|t| t.trim().parse::<i32>().ok()),
+        };
+        match pid.and_then(ProcId::of) {
+            Some(proc_id) => match start_forward(&paths, &state, proc_id, forward) {
+                Ok(serve) => {
+                    ready.say("ok");
+                    if let Some((l, ns, p)) = serve {
+                        std::thread::spawn(move || serve_forward(l, Arc::new(ns), p));
+                    }
+                }
+                Err(e) => ready.say(&format!("err {e}")),
+            },
+            None => ready.say("err it ended before it could be observed"),
+        }
+        let _ = io::copy(&mut out, &mut log);
+        let _ = drained.send(());
+    });
+    rx
+}
+
+/// Record the service's pid and its port mapping; returns the forward to serve, if any.
+fn start_forward(
+    paths: &BoxPaths,
+    state: &Mutex<ServiceState>,
+    proc_id: ProcId,
+    forward: Forward,
+) -> Result<Option<(TcpListener, OwnedFd, u16)>, BoxError> {
+    let mut serve = None;
+    {
+        let mut st = lock(state);
+        st.pid = Some(proc_id);
+        if matches!(forward, Forward::Netns) {
+            st.netns_ino = netns_ino(proc_id.pid);
+        }
+        match (forward, st.port) {
+            (_, None) => {}
+            (Forward::Host, Some(p)) => {
+                st.host_port = Some(p);
+                st.port_note = Some(
+                    "the host's own network: no isolation at this tier (or with net.mode = \"host\")"
+                        .into(),
+                );
+            }
+            (Forward::Netns, Some(p)) => match open_forward(proc_id.pid) {
+                Ok((l, ns)) => {
+                    st.host_port = l.local_addr().ok().map(|a| a.port());
+                    st.port_note = Some("forwarded into the box's own network namespace".into());
+                    serve = Some((l, ns, p));
+                }
+                Err(e) => st.port_note = Some(e),
+            },
+        }
+    }
+    save(paths, state)?;
+    Ok(serve)
+}
+
+/// Bind the host side of the forward and check that this process may enter the service's
+/// network namespace (it may as root; an unprivileged caller is told so).
+fn open_forward(pid: i32) -> Result<(TcpListener, OwnedFd), String> {
+    let path = format!("/proc/{pid}/ns/net");
+    let ns = fs::File::open(&path)
+        .map(OwnedFd::from)
+        .map_err(|e| format!("{FORWARD_NEEDS_ROOT} (cannot open {path}: {e})"))?;
+    let probe = ns
+        .try_clone()
+        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+    let entered = std::thread::spawn(move || setns_net(&probe))
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the probe thread panicked")));
+    if let Err(e) = entered {
+        return Err(format!(
+            "{FORWARD_NEEDS_ROOT} (entering the box's network namespace was refused: {e})"
+        ));
+    }
+    let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .map_err(|e| format!("cannot bind 127.0.0.1:0 on the host: {e}"))?;
+    Ok((l, ns))
+}
+
+/// Accept on the host side; for each connection, a thread enters the service's network
+/// namespace, connects to `127.0.0.1:port` there, and splices both ways.
+fn serve_forward(listener: TcpListener, netns: Arc<OwnedFd>, port: u16) {
+    for conn in listener.incoming() {
+        let Ok(client) = conn else {
+            continue;
+        };
+        let ns = Arc::clone(&netns);
+        std::thread::spawn(move || {
+            // This thread alone enters the namespace; the socket it makes stays there.
+            let inside = setns_net(&ns).and_then(|()| {
+                TcpStream::connect_timeout(
+                    &SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+                    Duration::from_secs(10),
+                )
+            });
+            match inside {
+                Ok(inside) => splice(client, inside),
+                Err(e) => {
+                    eprintln!("h5i: forward to 127.0.0.1:{port} inside the box failed: {e}");
+                }
+            }
+        });
+    }
+}
+
+fn splice(a: TcpStream, b: TcpStream) {
+    let (Ok(mut a2), Ok(mut b2)) = (a.try_clone(), b.try_clone()) else {
+        return;
+    };
+    let up = std::thread::spawn(move || {
+        let mut a = a;
+        let mut b = b;
+        let _ = io::copy(&mut a, &mut b);
+        let _ = b.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = io::copy(&mut b2, &mut a2);
+    let _ = a2.shutdown(std::net::Shutdown::Write);
+    let _ = up.join();
+}
+
+// ---- one small safe wrapper per kernel call ----
+
+/// Field 22 (starttime) of `/proc/<pid>/stat`, for a process that is not a zombie.
+fn start_ticks(pid: i32) -> Option<u64> {
+    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state).
+    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// The inode of a process's network namespace.
+fn netns_ino(pid: i32) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(format!("/proc/{pid}/ns/net"))
+        .ok()
+        .map(|m| m.ino())
+}
+
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just returned by the kernel and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> bool {
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
+
+/// Whether `fd` became readable within `timeout` (a pidfd: the process ended).
+fn poll_readable(fd: RawFd, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX);
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the length of the call.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n > 0 {
+            return true;
+        }
+        if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
+        }
+        if left.is_zero() {
+            return false;
+        }
+    }
+}
+
+/// Enter a network namespace on the calling thread only.
+fn setns_net(ns: &OwnedFd) -> io::Result<()> {
+    // SAFETY: setns on a valid namespace fd; CLONE_NEWNET affects only the calling thread.
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two fds into the two-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Whether `fd` is open and a pipe.
+fn is_pipe(fd: RawFd) -> bool {
+    // SAFETY: fstat writes into a zeroed stat struct on the stack; an unopened fd gives EBADF.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    }
+}
+
+fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd of this process returns a new fd or -1.
+    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the fd was just created and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(n) })
+}
+
+fn dup2(from: &OwnedFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 between a valid fd and one of the standard descriptors; no memory involved.
+    if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+fn set_cloexec(fd: &OwnedFd) {
+    // SAFETY: fcntl F_SETFD on a valid fd; no memory involved.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// Block the signals the supervising loop forwards, before any thread exists, so every thread
+/// inherits the mask and they reach the loop's signalfd.
+fn block_forwarded_signals() {
+    // SAFETY: building a sigset on the stack and setting this thread's mask; no other memory.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_reidentified_by_its_start_time() {
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        assert!(me.alive());
+        let other = ProcId {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        assert!(!other.alive());
+    }
+
+    #[test]
+    fn only_workspace_and_process_run_services() {
+        assert!(require_service_tier("b", Tier::Workspace).is_ok());
+        assert!(require_service_tier("b", Tier::Process).is_ok());
+        let e = require_service_tier("b", Tier::Container).unwrap_err();
+        assert!(matches!(e, ServiceError::TierUnsupported { .. }));
+    }
+}
