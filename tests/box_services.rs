@@ -72,12 +72,20 @@ fn refused(port: u16) -> bool {
     matches!(get(port), Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused)
 }
 
+/// The service's line in `box service status`, checked to match the one `box status` shows.
 fn status_line(r: &Repo, name: &str, svc: &str) -> String {
     let out = r.ok(&["box", "service", "status", name]);
-    out.lines()
+    let line = out
+        .lines()
         .find(|l| l.split_whitespace().next() == Some(svc))
         .unwrap_or_else(|| panic!("no status line for {svc}: {out}"))
-        .to_string()
+        .to_string();
+    let status = r.ok(&["box", "status", name]);
+    assert!(
+        status.contains("services\n") && status.contains(&line),
+        "box status does not show `{line}`: {status}"
+    );
+    line
 }
 
 fn py_connect(port: u16) -> String {

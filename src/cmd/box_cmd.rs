@@ -310,7 +310,15 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         BoxVerb::Status { name } => {
-            print_status(&h5i::status::status(&store()?, &name)?);
+            let store = store()?;
+            print_status(&h5i::status::status(&store, &name)?);
+            let services = h5i::service::status(&store, &name)?;
+            if !services.is_empty() {
+                println!("services");
+                for s in &services {
+                    println!("  {}", service_line(s));
+                }
+            }
             Ok(0)
         }
         BoxVerb::Run { name, argv } => {
@@ -541,39 +549,7 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
                 println!("box {name} declares no services");
             }
             for s in all {
-                let st = s.state.as_ref();
-                let pid = st
-                    .and_then(|st| st.pid)
-                    .map(|p| p.pid.to_string())
-                    .unwrap_or_else(|| "-".into());
-                let port = match (s.port, st.and_then(|st| st.host_port)) {
-                    (Some(p), Some(h)) if s.alive => format!("127.0.0.1:{h} -> {p}"),
-                    (Some(p), _) => format!("port {p}"),
-                    (None, _) => "no port".into(),
-                };
-                let last = match st.and_then(|st| st.exit.as_ref().map(|e| (e, st.receipt_seq))) {
-                    Some((e, seq)) => format!(
-                        "last exit {}{}{}",
-                        e.passthrough_code(),
-                        e.signal
-                            .map(|s| format!(" (signal {s})"))
-                            .unwrap_or_default(),
-                        seq.map(|q| format!(" receipt {q}")).unwrap_or_default()
-                    ),
-                    None if st.is_some() && !s.alive => {
-                        "last exit unknown (its supervisor is gone)".into()
-                    }
-                    None => "last exit -".into(),
-                };
-                println!(
-                    "{:<16} {:<5} pid {:<8} {}  {}  `{}`",
-                    s.service,
-                    if s.alive { "alive" } else { "dead" },
-                    pid,
-                    port,
-                    last,
-                    s.command
-                );
+                println!("{}", service_line(&s));
             }
             Ok(0)
         }
@@ -684,4 +660,39 @@ fn print_log(store: &BoxStore, name: &str) -> anyhow::Result<()> {
         println!("receipt log line {}: {}", d.line, d.problem);
     }
     Ok(())
+}
+
+/// One service's line, as `service status` and `status` print it.
+fn service_line(s: &h5i::service::ServiceStatus) -> String {
+    let st = s.state.as_ref();
+    let pid = st
+        .and_then(|st| st.pid)
+        .map(|p| p.pid.to_string())
+        .unwrap_or_else(|| "-".into());
+    let port = match (s.port, st.and_then(|st| st.host_port)) {
+        (Some(p), Some(h)) if s.alive => format!("127.0.0.1:{h} -> {p}"),
+        (Some(p), _) => format!("port {p}"),
+        (None, _) => "no port".into(),
+    };
+    let last = match st.and_then(|st| st.exit.as_ref().map(|e| (e, st.receipt_seq))) {
+        Some((e, seq)) => format!(
+            "last exit {}{}{}",
+            e.passthrough_code(),
+            e.signal
+                .map(|s| format!(" (signal {s})"))
+                .unwrap_or_default(),
+            seq.map(|q| format!(" receipt {q}")).unwrap_or_default()
+        ),
+        None if st.is_some() && !s.alive => "last exit unknown (its supervisor is gone)".into(),
+        None => "last exit -".into(),
+    };
+    format!(
+        "{:<16} {:<5} pid {:<8} {}  {}  `{}`",
+        s.service,
+        if s.alive { "alive" } else { "dead" },
+        pid,
+        port,
+        last,
+        s.command
+    )
 }
