@@ -430,6 +430,29 @@ fn ctrl_c_interrupts_the_boxs_foreground_job_and_the_shell_continues() {
     }
 }
 
+#[test]
+fn ctrl_z_stops_the_boxs_foreground_job_and_job_control_brings_it_back() {
+    let r = boxes();
+    for name in ["w", "p"] {
+        let mut s = Session::start(&r, &shell_args(name, BASH));
+        // The job says when it is resumed (its CONT trap), so the test knows `fg` gave it the
+        // box's terminal back before typing Ctrl-C at it.
+        s.send("sh -c 'trap \"echo \\$((4+5))CONT\" CONT; echo $((3+4))RUN; while :; do sleep 1; done'\r");
+        s.expect("7RUN");
+        s.send("\x1a");
+        s.expect("Stopped");
+        s.send("jobs -l | grep -c Stopped; echo $((5*5))JOBS\r");
+        s.expect("25JOBS");
+        s.send("fg\r");
+        s.expect("9CONT");
+        s.send("\x03");
+        s.send("jobs | wc -l; echo $((8*8))GONE\r");
+        s.expect("64GONE");
+        s.send("exit 3\r");
+        assert_eq!(s.finish(), 3, "{name}: {}", s.transcript());
+    }
+}
+
 /// Pushes `touch <target>` plus Enter into its controlling terminal's input queue, one byte per
 /// TIOCSTI, then reports.
 fn injector(target: &str) -> String {
