@@ -174,9 +174,50 @@ pub struct ReceiptRecord {
     pub body: RecordBody,
 }
 
+/// A time in ms since the Unix epoch as RFC 3339 UTC: `YYYY-MM-DDTHH:MM:SS.mmmZ`, or without the
+/// milliseconds when `millis` is false (runc's log format). The one formatter every crate uses.
+pub fn rfc3339_utc(ms: u64, millis: bool) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (h, min, sec) = (rem / 3600, rem % 3600 / 60, rem % 60);
+    if millis {
+        format!(
+            "{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}.{:03}Z",
+            ms % 1000
+        )
+    } else {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{sec:02}Z")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_known_instants() {
+        assert_eq!(rfc3339_utc(0, true), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339_utc(1_700_000_000_123, true),
+            "2023-11-14T22:13:20.123Z"
+        );
+        assert_eq!(
+            rfc3339_utc(951_782_400_000, true),
+            "2000-02-29T00:00:00.000Z"
+        );
+        assert_eq!(rfc3339_utc(951_782_400_999, false), "2000-02-29T00:00:00Z");
+    }
 
     #[test]
     fn passthrough_code_prefers_timeout_then_code_then_signal() {

@@ -285,7 +285,7 @@ fn header(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String)
     let _ = writeln!(
         out,
         "- Exported: {} ({} ms since the epoch)",
-        rfc3339(input.exported_at_ms),
+        h5i_policy::receipt::rfc3339_utc(input.exported_at_ms, true),
         input.exported_at_ms
     );
     let _ = writeln!(
@@ -601,30 +601,6 @@ fn evidence_problems(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str)
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a time in ms since the epoch.
-fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -838,12 +814,5 @@ mod tests {
             render_receipt(&i, &r, 10),
             Err(ExportError::ReceiptTooLarge { .. })
         ));
-    }
-
-    #[test]
-    fn timestamps_render_in_utc() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
-        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00.000Z");
     }
 }
