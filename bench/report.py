@@ -66,7 +66,8 @@ def ms(seconds):
 
 def code(cmd):
     """A command as a table-safe code span, with $H5I shown as h5i."""
-    cmd = " ".join(cmd.replace("$H5I", "h5i").split())
+    cmd = re.sub(r"\$H5I(?![A-Z_])", "h5i", cmd)
+    cmd = " ".join(cmd.split())
     return "`" + cmd.replace("|", "\\|").replace("`", "'") + "`"
 
 
