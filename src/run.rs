@@ -44,9 +44,19 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let policy = load_policy(&sb)?;
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
+    // Fail closed before anything starts: every auth grant must be servable.
+    let creds = match policy.tier {
+        Tier::Process => Some(crate::credentials::prepare(&policy)?),
+        _ => None,
+    };
+    let scrub = creds
+        .as_ref()
+        .map(crate::credentials::Prepared::redactions)
+        .unwrap_or_default();
     let started_ms = now_ms();
 
     let mut oom = None;
+    let mut egress = None;
     let report = match policy.tier {
         Tier::Workspace => {
             let mut cmd = workspace_command(&sb, program, &argv[1..]);
@@ -60,13 +70,39 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             if let Some(pid) = crate::service::live_network_pid(&sb) {
                 crate::process::join_network_of(&mut plan, pid);
             }
-            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None)?;
+            let serving = match creds {
+                Some(c) => Some(c.attach(&mut plan)?),
+                None => None,
+            };
+            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None);
+            if let Some(s) = serving {
+                egress = crate::credentials::tally(&s.finish());
+            }
+            let run = run?;
             oom = run.cage.oom;
             run.child
         }
         other => return Err(tier_not_built(name, other)),
     };
-    record(&sb, &policy, argv, started_ms, &report, oom, "run")
+    record_with(
+        &sb,
+        &policy,
+        argv,
+        started_ms,
+        &report,
+        oom,
+        "run",
+        RunExtras { scrub, egress },
+    )
+}
+
+/// What a run adds to its record beyond the supervisor's report.
+#[derive(Debug, Default)]
+pub(crate) struct RunExtras {
+    /// More values to scrub (the credential proxy's real credentials and dummies).
+    pub scrub: Vec<h5i_broker::redact::SecretValue>,
+    /// Egress counts (the credential proxy's, per upstream).
+    pub egress: Option<h5i_policy::receipt::EgressTally>,
 }
 
 /// The command for a workspace-tier run: in the workspace, with the box's variables.
@@ -102,12 +138,36 @@ pub(crate) fn record(
     oom: Option<OomReport>,
     event: &str,
 ) -> Result<RunOutcome, BoxError> {
+    record_with(
+        sb,
+        policy,
+        argv,
+        started_ms,
+        report,
+        oom,
+        event,
+        RunExtras::default(),
+    )
+}
+
+/// [`record`], with the run's extra scrub values and egress counts.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_with(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    argv: &[OsString],
+    started_ms: u64,
+    report: &ChildReport,
+    oom: Option<OomReport>,
+    event: &str,
+    extras: RunExtras,
+) -> Result<RunOutcome, BoxError> {
     let digest = sb.manifest.policy_digest.clone();
 
     let mut exit = report.exit.clone();
     exit.oom_killed = oom.is_some()
         && (exit.signal == Some(libc::SIGKILL) || exit.code == Some(128 + libc::SIGKILL));
-    let redactor = secrets::redactor_for(policy);
+    let redactor = secrets::redactor_with(policy, extras.scrub);
     let mut redactions = Vec::new();
     let argv_text: Vec<String> = argv
         .iter()
@@ -134,7 +194,7 @@ pub(crate) fn record(
             rusage: Some(report.rusage.clone()),
             wall_ms: report.wall.as_millis() as u64,
             oom: oom.clone(),
-            egress: None,
+            egress: extras.egress,
         },
     };
     let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());

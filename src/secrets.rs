@@ -60,7 +60,12 @@ pub fn dry_run(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<Vec<SecretChec
 /// A redactor for everything this policy treats as secret, with values read from the host's
 /// environment (a grant whose source is unset has nothing to scrub).
 pub fn redactor_for(policy: &ResolvedPolicy) -> Redactor {
-    let mut values = Vec::new();
+    redactor_with(policy, Vec::new())
+}
+
+/// [`redactor_for`], plus `extra` values (a run's credential-proxy dummies).
+pub fn redactor_with(policy: &ResolvedPolicy, extra: Vec<SecretValue>) -> Redactor {
+    let mut values = extra;
     for grant in &policy.secrets {
         let h5i_policy::SecretSource::Env(var) = &grant.source;
         if let Some(v) = host_env(var) {

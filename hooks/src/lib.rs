@@ -5,7 +5,8 @@
 //! on the container's namespaces by pid, and exits. Today: `loopback` (createRuntime) brings up
 //! `lo` in the box's private network namespace, so a dev server in the box is reachable from the
 //! box and from nothing else. After a run, `spool` ingests what the box staged in its spool as
-//! box-claimed records, or quarantines it. The egress uplink and nftables table of the
+//! box-claimed records, or quarantines it. `listen --inside` (createContainer) binds the
+//! credential proxy's listener on the box's loopback and hands its fd to h5i. The egress uplink and nftables table of the
 //! supervised tier arrive here too.
 //!
 //! Must never: act on a pid the state did not name, trust a field outside the closed set, or
@@ -14,6 +15,7 @@
 //! Guarded by `tests/process_tier.rs` (`a_host_loopback_listener_is_unreachable_from_inside`,
 //! `the_boxs_own_loopback_works`).
 
+pub mod listen;
 pub mod loopback;
 pub mod spool;
 pub mod state;

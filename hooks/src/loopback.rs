@@ -36,7 +36,8 @@ pub enum LoopbackError {
     Ioctl(io::Error),
 }
 
-fn same_ns(a: &str, b: &str) -> bool {
+/// Whether two namespace paths name the same namespace.
+pub(crate) fn same_ns(a: &str, b: &str) -> bool {
     match (std::fs::metadata(a), std::fs::metadata(b)) {
         (Ok(x), Ok(y)) => {
             use std::os::unix::fs::MetadataExt;

@@ -3,12 +3,13 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)";
 
 fn main() {
     let arg = std::env::args().nth(1);
     let result = match arg.as_deref() {
         Some("loopback") => loopback(std::env::args().nth(2).as_deref() == Some("--inside")),
+        Some("listen") => listen(&std::env::args().skip(2).collect::<Vec<_>>()),
         _ => {
             eprintln!("h5i-hook: {USAGE}");
             std::process::exit(2);
@@ -29,5 +30,19 @@ fn loopback(inside: bool) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         h5i_hook::loopback::bring_up(state.runtime_pid()?)?;
     }
+    Ok(())
+}
+
+fn listen(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let (port, send) = match args {
+        [inside, p, port, s, send] if inside == "--inside" && p == "--port" && s == "--send" => {
+            (port.parse::<u16>()?, std::path::PathBuf::from(send))
+        }
+        _ => return Err(format!("refusing: bad arguments; to fix: {USAGE}").into()),
+    };
+    let mut buf = Vec::new();
+    std::io::stdin().take(1 << 20).read_to_end(&mut buf)?;
+    h5i_hook::state::OciState::parse(&buf)?;
+    h5i_hook::listen::listen_inside(port, &send)?;
     Ok(())
 }

@@ -1,0 +1,399 @@
+//! The credential proxy wired into a process-tier box: one [`CredentialProxy`] per auth grant,
+//! served from the host on a listener that lives on the box's own loopback.
+//!
+//! Owns, for one run: resolving the policy's grants (fail closed: an unset credential or an
+//! unpinnable host refuses the run before anything starts), the box's variables (the grant's
+//! `base_url_var` pointing at `http://127.0.0.1:PORT` and its `token_var` holding the per-run
+//! dummy), the `h5i-hook listen --inside` createContainer hook that binds `127.0.0.1:PORT` in
+//! the box's network namespace and sends the fd back over an AF_UNIX socket in h5i's private
+//! runtime directory, serving the proxy on that fd for the life of the run, and the values the
+//! receipt must never hold (the real credential and the dummy). A box on the host's network
+//! (`net.mode = "host"`) gets a listener h5i binds itself on the host's loopback.
+//!
+//! With `credential_proxy = false` (`H5I_CREDENTIAL_PROXY=0`) no proxy runs and the real
+//! credential is passed into the box under the grant's `token_var` (documented behaviour; the
+//! base-URL variable stays unset).
+//!
+//! Test seams, read from h5i's own environment and never set by h5i itself:
+//! - `H5I_TEST_HOSTS=name=ip:port[,name=ip:port...]` replaces the system resolver with exactly
+//!   this map and allows loopback upstreams;
+//! - `H5I_TEST_CA_FILE=/abs/path/ca.der` adds one DER CA certificate to the upstream roots.
+//!
+//! Either one set makes both required and valid (an absolute path to a readable DER file; every
+//! entry `name=ip:port`), else the run is refused: a half-set seam never quietly weakens a real
+//! run.
+//!
+//! Must never: put the real credential in the box's environment while the proxy is on, leave a
+//! run's listener or socket behind, or start a box whose grant cannot be served.
+//!
+//! Guarded by `tests/credentials.rs`.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use h5i_broker::credential::{
+    routes_for_policy, CredentialError, CredentialOptions, CredentialProxy, CredentialReport,
+    CredentialRoute, UpstreamTls, UPSTREAM_PORT,
+};
+use h5i_broker::pin::{AddressRules, MapResolver, Resolver, SystemResolver};
+use h5i_broker::redact::SecretValue;
+use h5i_policy::receipt::EgressTally;
+use h5i_policy::ResolvedPolicy;
+use h5i_runtime::bundle::BundlePlan;
+
+use crate::error::BoxError;
+
+/// Test seam: `name=ip:port,...` resolves upstream names through this map only, loopback allowed.
+pub const TEST_HOSTS_VAR: &str = "H5I_TEST_HOSTS";
+/// Test seam: an absolute path to one DER CA certificate added to the upstream roots.
+pub const TEST_CA_VAR: &str = "H5I_TEST_CA_FILE";
+
+/// A policy's grants, resolved for one run and not yet attached to a box.
+#[derive(Debug)]
+pub struct Prepared {
+    routes: Vec<CredentialRoute>,
+    tls: Option<UpstreamTls>,
+    /// `credential_proxy = false`: the real credentials, by `token_var`.
+    passthrough: Vec<(String, String)>,
+}
+
+fn refused(e: CredentialError) -> BoxError {
+    let text = e.to_string();
+    let text = text.strip_prefix("refusing: ").unwrap_or(&text);
+    let (what, mend) = text
+        .split_once("; to fix: ")
+        .unwrap_or((text, "check the profile's [[auth]] grants"));
+    BoxError::BadRequest {
+        what: what.to_owned(),
+        mend: mend.to_owned(),
+    }
+}
+
+fn seam_error(what: String) -> BoxError {
+    BoxError::BadRequest {
+        what,
+        mend: format!(
+            "{TEST_HOSTS_VAR} and {TEST_CA_VAR} are test seams: set both (`name=ip:port,...` and an absolute path to a DER CA file) or neither"
+        ),
+    }
+}
+
+/// The test seams, when set: the resolver map and the extra root. `None` when neither is set.
+fn test_seams() -> Result<Option<(MapResolver, Vec<u8>)>, BoxError> {
+    let hosts = std::env::var_os(TEST_HOSTS_VAR);
+    let ca = std::env::var_os(TEST_CA_VAR);
+    let (hosts, ca) = match (hosts, ca) {
+        (None, None) => return Ok(None),
+        (Some(h), Some(c)) => (h, c),
+        _ => {
+            return Err(seam_error(
+                "only one of the credential test seams is set".into(),
+            ))
+        }
+    };
+    let hosts = hosts
+        .into_string()
+        .map_err(|_| seam_error(format!("{TEST_HOSTS_VAR} is not UTF-8")))?;
+    let map = MapResolver::new();
+    for entry in hosts.split(',').filter(|e| !e.is_empty()) {
+        let (name, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| seam_error(format!("{TEST_HOSTS_VAR} entry `{entry}` has no `=`")))?;
+        let name = h5i_policy::values::normalize_host(name)
+            .map_err(|why| seam_error(format!("{TEST_HOSTS_VAR}: {why}")))?;
+        let addr: SocketAddr = addr.parse().map_err(|_| {
+            seam_error(format!(
+                "{TEST_HOSTS_VAR} entry `{entry}` is not name=ip:port"
+            ))
+        })?;
+        map.insert(&name, UPSTREAM_PORT, vec![addr]);
+    }
+    let ca = PathBuf::from(ca);
+    if !ca.is_absolute() {
+        return Err(seam_error(format!(
+            "{TEST_CA_VAR}={} is not an absolute path",
+            ca.display()
+        )));
+    }
+    let der = std::fs::read(&ca).map_err(|e| BoxError::io(&ca, e))?;
+    Ok(Some((map, der)))
+}
+
+/// Resolve the policy's grants for one run, or refuse before anything starts.
+pub fn prepare(policy: &ResolvedPolicy) -> Result<Prepared, BoxError> {
+    let lookup = |var: &str| std::env::var(var).ok();
+    if policy.auth_grants().is_empty() {
+        return Ok(Prepared {
+            routes: Vec::new(),
+            tls: None,
+            passthrough: Vec::new(),
+        });
+    }
+    if !policy.credential_proxy {
+        let mut passthrough = Vec::new();
+        for g in policy.auth_grants() {
+            let value = lookup(&g.credential_env)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    refused(CredentialError::Unresolved {
+                        host: g.host.clone(),
+                        var: g.credential_env.clone(),
+                    })
+                })?;
+            passthrough.push((g.token_var.clone(), value));
+        }
+        return Ok(Prepared {
+            routes: Vec::new(),
+            tls: None,
+            passthrough,
+        });
+    }
+    let (routes, tls) = match test_seams()? {
+        Some((map, der)) => {
+            let routes =
+                routes_for_policy(policy, lookup, &map, &AddressRules::allowing_loopback())
+                    .map_err(refused)?;
+            let tls = UpstreamTls::webpki_with_extra_root(&der).map_err(refused)?;
+            (routes, tls)
+        }
+        None => {
+            let rules = AddressRules::production().map_err(|e| BoxError::BadRequest {
+                what: format!("cannot list this host's addresses for the credential proxy: {e}"),
+                mend: "check `ip addr` works on the host".into(),
+            })?;
+            let resolver: &dyn Resolver = &SystemResolver;
+            let routes = routes_for_policy(policy, lookup, resolver, &rules).map_err(refused)?;
+            (routes, UpstreamTls::webpki().map_err(refused)?)
+        }
+    };
+    Ok(Prepared {
+        routes,
+        tls: Some(tls),
+        passthrough: Vec::new(),
+    })
+}
+
+impl Prepared {
+    /// Every value the run's records must never hold: each real credential and each dummy.
+    pub fn redactions(&self) -> Vec<SecretValue> {
+        let mut v = Vec::new();
+        for r in &self.routes {
+            v.push(r.redaction());
+            v.push(SecretValue::new(
+                format!("credential-dummy:{}", r.grant().token_var),
+                r.dummy_token(),
+            ));
+        }
+        v
+    }
+
+    /// Hand the box its variables and start serving: with the proxy on, each grant's base URL
+    /// and dummy go into `plan`'s environment and its listener is set up (a createContainer
+    /// hook in the box's network namespace, or a host-loopback bind for a host-network box);
+    /// with it off, the real credentials go in under their `token_var`.
+    pub fn attach(self, plan: &mut BundlePlan) -> Result<Serving, BoxError> {
+        for (var, value) in &self.passthrough {
+            plan.env.push(format!("{var}={value}"));
+        }
+        let mut serving = Serving {
+            waiters: Vec::new(),
+        };
+        let Some(tls) = self.tls else {
+            return Ok(serving);
+        };
+        let base = port_base();
+        for (i, route) in self.routes.into_iter().enumerate() {
+            if plan.host_network {
+                let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
+                let addr = listener
+                    .local_addr()
+                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
+                add_env(plan, &route, addr);
+                let proxy = CredentialProxy::serve(
+                    listener,
+                    route,
+                    tls.clone(),
+                    CredentialOptions::default(),
+                )
+                .map_err(|e| BoxError::io(Path::new("credential proxy"), e))?;
+                serving.waiters.push(Waiter::Running(proxy));
+                continue;
+            }
+            let port = base + i as u16;
+            let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
+            let hook = crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
+                what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
+                mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+            })?;
+            let sock = crate::process::runtime_dir()?.join(format!(
+                "cred-{}-{}-{i}.sock",
+                std::process::id(),
+                crate::store::now_ms() % 1_000_000
+            ));
+            let _ = std::fs::remove_file(&sock);
+            let unix = UnixListener::bind(&sock).map_err(|e| BoxError::io(&sock, e))?;
+            add_env(plan, &route, addr);
+            plan.create_container_hooks.push(vec![
+                hook.display().to_string(),
+                "listen".into(),
+                "--inside".into(),
+                "--port".into(),
+                port.to_string(),
+                "--send".into(),
+                sock.display().to_string(),
+            ]);
+            let tls = tls.clone();
+            let handle = std::thread::spawn(move || receive_and_serve(unix, addr, route, tls));
+            serving.waiters.push(Waiter::Pending { sock, handle });
+        }
+        Ok(serving)
+    }
+}
+
+fn add_env(plan: &mut BundlePlan, route: &CredentialRoute, addr: SocketAddr) {
+    for (k, v) in route.box_env(addr) {
+        plan.env.retain(|e| !e.starts_with(&format!("{k}=")));
+        plan.env.push(format!("{k}={v}"));
+    }
+}
+
+/// A port on the box's loopback for the first grant (the next grants take the ports after it):
+/// fixed before the box exists, since its environment names it; varied per run so a run that
+/// joins a live service's network namespace does not meet a port an earlier run still holds.
+fn port_base() -> u16 {
+    let seed = u64::from(std::process::id()) ^ crate::store::now_ms();
+    40_000 + (seed % 20_000) as u16
+}
+
+/// Wait for the hook's one message, take the listener it carries, and serve `route` on it.
+fn receive_and_serve(
+    unix: UnixListener,
+    want: SocketAddr,
+    route: CredentialRoute,
+    tls: UpstreamTls,
+) -> Result<CredentialProxy, String> {
+    let (conn, _) = unix.accept().map_err(|e| e.to_string())?;
+    let fd = receive_fd(&conn).map_err(|e| e.to_string())?;
+    let listener = TcpListener::from(fd);
+    match listener.local_addr() {
+        Ok(a) if a == want => {}
+        other => return Err(format!("the hook sent a listener on {other:?}, not {want}")),
+    }
+    CredentialProxy::serve(listener, route, tls, CredentialOptions::default())
+        .map_err(|e| e.to_string())
+}
+
+/// Receive one `SCM_RIGHTS` fd (close-on-exec) from `sock`.
+fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut control = [0u64; 8];
+    // SAFETY: msghdr is plain data; zeroed is a valid value.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: msg points at live buffers of the stated sizes for the call's duration.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut got: Option<OwnedFd> = None;
+    // SAFETY: walking the control messages the kernel just wrote into `control`, bounded by
+    // msg_controllen; each fd read from an SCM_RIGHTS payload is now owned by this process.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for k in 0..count {
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k)));
+                    // Keep the first; any extra is closed on drop.
+                    if got.is_none() {
+                        got = Some(fd);
+                    }
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+    }
+    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+        return Err(io::Error::other("the control message was truncated"));
+    }
+    got.ok_or_else(|| io::Error::other("no listener fd arrived"))
+}
+
+enum Waiter {
+    Pending {
+        sock: PathBuf,
+        handle: JoinHandle<Result<CredentialProxy, String>>,
+    },
+    Running(CredentialProxy),
+}
+
+/// The run's credential proxies, serving until [`Serving::finish`].
+pub struct Serving {
+    waiters: Vec<Waiter>,
+}
+
+impl std::fmt::Debug for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serving")
+            .field("proxies", &self.waiters.len())
+            .finish()
+    }
+}
+
+impl Serving {
+    /// After the run: stop every proxy and remove its socket. Returns each proxy's report (a
+    /// proxy that never got its listener, because the box never started, reports nothing).
+    pub fn finish(self) -> Vec<CredentialReport> {
+        let mut reports = Vec::new();
+        for w in self.waiters {
+            let proxy = match w {
+                Waiter::Running(p) => Some(p),
+                Waiter::Pending { sock, handle } => {
+                    if !handle.is_finished() {
+                        // Wake the accept: the hook never ran, so nothing else will.
+                        let _ = UnixStream::connect(&sock);
+                    }
+                    let _ = std::fs::remove_file(&sock);
+                    handle.join().ok().and_then(Result::ok)
+                }
+            };
+            if let Some(p) = proxy {
+                reports.push(p.shutdown());
+            }
+        }
+        reports
+    }
+}
+
+/// The proxies' counts as the run record's egress tally (`host:443` -> forwarded requests;
+/// refused requests under `denied`), or `None` when no proxy ran.
+pub fn tally(reports: &[CredentialReport]) -> Option<EgressTally> {
+    if reports.is_empty() {
+        return None;
+    }
+    let mut t = EgressTally::default();
+    for r in reports {
+        let key = format!("{}:{UPSTREAM_PORT}", r.host);
+        *t.allowed.entry(key.clone()).or_default() += r.forwarded;
+        let refused: u64 = r.refused.values().sum();
+        if refused > 0 {
+            *t.denied.entry(key).or_default() += refused;
+        }
+    }
+    Some(t)
+}

@@ -1,0 +1,283 @@
+//! The credential proxy in real process-tier boxes: a client in the box reaches a stand-in
+//! Anthropic upstream (a TLS server on 127.0.0.1 with a CA this test made) through the base URL
+//! and dummy token it was handed, the upstream sees the real key, and the box, its records and
+//! its directory never hold it.
+//!
+//! Upstream names are mapped through h5i's test seams (`H5I_TEST_HOSTS`, `H5I_TEST_CA_FILE`),
+//! never through the system resolver. Runs as root (CI).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../broker/tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{stderr, stdout, Repo};
+use support::{Answer, TestCa, TlsUpstream};
+
+const REAL: &str = "sk-ant-REAL-host-only-3f9c0d1e7a";
+const REAL_OTHER: &str = "sk-other-REAL-host-only-55aa01";
+
+const POLICY: &str = r#"
+[profile.ai]
+isolation = "process"
+
+[[profile.ai.auth]]
+host = "api.anthropic.test"
+credential_env = "H5I_TEST_ANTHROPIC_KEY"
+base_url_var = "ANTHROPIC_BASE_URL"
+token_var = "ANTHROPIC_API_KEY"
+
+[[profile.ai.auth]]
+host = "api.other.test"
+credential_env = "H5I_TEST_OTHER_KEY"
+base_url_var = "OTHER_BASE_URL"
+token_var = "OTHER_TOKEN"
+"#;
+
+/// Runs inside the box. argv: the real key in two halves (so the whole key is in no argv).
+const SCRIPT: &str = r#"
+import json, os, sys, urllib.request, urllib.error
+real = sys.argv[1] + sys.argv[2]
+base = os.environ["ANTHROPIC_BASE_URL"]
+tok = os.environ["ANTHROPIC_API_KEY"]
+def post(url, key, host=None):
+    body = b'{"model":"claude-x","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+    req = urllib.request.Request(url + "/v1/messages", data=body, method="POST")
+    req.add_header("x-api-key", key)
+    req.add_header("anthropic-version", "2023-06-01")
+    req.add_header("content-type", "application/json")
+    if host:
+        req.add_header("Host", host)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+out = {}
+out["ok"] = post(base, tok)
+out["wrong"] = post(base, "sk-ant-guessed-wrong")[0]
+out["other_host"] = post(base, tok, "api.other.test")[0]
+out["other_token"] = post(base, os.environ["OTHER_TOKEN"])[0]
+hits = [k for k, v in os.environ.items() if real in v]
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            if real.encode() in open("/proc/%s/environ" % p, "rb").read():
+                hits.append("/proc/%s/environ" % p)
+        except OSError:
+            pass
+for d, _, files in os.walk(os.environ["HOME"]):
+    for f in files:
+        try:
+            if real.encode() in open(os.path.join(d, f), "rb").read():
+                hits.append(os.path.join(d, f))
+        except OSError:
+            pass
+out["hits"] = hits
+out["dummy"] = tok
+out["other_base"] = os.environ["OTHER_BASE_URL"]
+spool = os.environ["H5I_ENV_CAPTURE_SPOOL"]
+with open(os.path.join(spool, "note.json"), "w") as f:
+    json.dump({"kind": "note", "text": "the box held " + tok}, f)
+print(json.dumps(out))
+"#;
+
+/// Every file under `dir` whose bytes contain `needle`.
+fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                stack.push(p);
+            } else if ft.is_file() {
+                let Ok(bytes) = std::fs::read(&p) else {
+                    continue;
+                };
+                if bytes.windows(needle.len()).any(|w| w == needle) {
+                    hits.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    hits
+}
+
+struct Upstreams {
+    anthropic: TlsUpstream,
+    other: TlsUpstream,
+    _ca_dir: tempfile::TempDir,
+    env: BTreeMap<&'static str, String>,
+}
+
+fn upstreams() -> Upstreams {
+    let ca = TestCa::new();
+    let anthropic = TlsUpstream::start(ca.server_config(&["api.anthropic.test"]), Answer::Json);
+    let other = TlsUpstream::start(ca.server_config(&["api.other.test"]), Answer::Json);
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca_dir.path().join("ca.der");
+    std::fs::write(&ca_file, &ca.ca_der).unwrap();
+    let mut env = BTreeMap::new();
+    env.insert("H5I_TEST_ANTHROPIC_KEY", REAL.to_string());
+    env.insert("H5I_TEST_OTHER_KEY", REAL_OTHER.to_string());
+    env.insert(
+        "H5I_TEST_HOSTS",
+        format!(
+            "api.anthropic.test={},api.other.test={}",
+            anthropic.addr, other.addr
+        ),
+    );
+    env.insert("H5I_TEST_CA_FILE", ca_file.display().to_string());
+    Upstreams {
+        anthropic,
+        other,
+        _ca_dir: ca_dir,
+        env,
+    }
+}
+
+impl Upstreams {
+    fn env(&self) -> Vec<(&str, &str)> {
+        self.env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+}
+
+fn ai_box(r: &Repo, name: &str, extra_env: &[(&str, &str)]) {
+    r.write_policy(POLICY);
+    let out = r.h5i_env(&["box", "create", name, "--profile", "ai"], extra_env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn a_box_reaches_the_upstream_through_the_proxy_and_never_holds_the_key() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[]);
+    let up = upstreams();
+    let (a, b) = REAL.split_at(12);
+    let out = r.h5i_env(
+        &["box", "run", "ai", "--", "python3", "-c", SCRIPT, a, b],
+        &up.env(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+
+    // The box's client got the upstream's answer.
+    assert_eq!(seen["ok"][0], 200, "{seen}");
+    assert_eq!(seen["ok"][1], r#"{"ok":true,"api":"anthropic"}"#);
+    // A wrong key, another grant's host, and another grant's dummy are refused at the proxy.
+    assert_eq!(seen["wrong"], 403, "{seen}");
+    assert_eq!(seen["other_host"], 421, "{seen}");
+    assert_eq!(seen["other_token"], 403, "{seen}");
+    // The box holds only the dummy: nothing in its environment, /proc/*/environ or HOME.
+    assert_eq!(seen["hits"], serde_json::json!([]), "{seen}");
+    let dummy = seen["dummy"].as_str().unwrap().to_owned();
+    assert!(dummy.starts_with("h5i-dummy-"), "{dummy}");
+    assert!(seen["other_base"]
+        .as_str()
+        .unwrap()
+        .starts_with("http://127.0.0.1:"));
+
+    // The upstream saw exactly the one good request, with the real key and never the dummy.
+    let got = up.anthropic.seen();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].header("x-api-key"), Some(REAL));
+    assert_eq!(got[0].header("host"), Some("api.anthropic.test"));
+    assert!(!got[0].all_text().contains(&dummy));
+    assert!(!got[0].all_text().contains("guessed-wrong"));
+    // The other grant's upstream was never reached through the first grant's URL.
+    assert!(up.other.seen().is_empty());
+    assert_eq!(up.other.connections(), 0);
+
+    // The records and the box directory hold neither the real key nor the dummy.
+    let dir = r.box_dir("ai");
+    assert!(files_containing(&dir, REAL.as_bytes()).is_empty());
+    assert!(files_containing(&dir, dummy.as_bytes()).is_empty());
+    let recs = r.receipts("ai");
+    let run = recs.iter().find(|x| x["kind"] == "run").unwrap();
+    assert_eq!(
+        run["egress"]["allowed"]["api.anthropic.test:443"], 1,
+        "{run}"
+    );
+    assert_eq!(
+        run["egress"]["denied"]["api.anthropic.test:443"], 3,
+        "{run}"
+    );
+    assert_eq!(run["egress"]["allowed"]["api.other.test:443"], 0, "{run}");
+    let claimed = recs.iter().find(|x| x["kind"] == "box-claimed").unwrap();
+    assert!(
+        claimed["claim"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("[REDACTED:credential-dummy:ANTHROPIC_API_KEY]"),
+        "{claimed}"
+    );
+}
+
+#[test]
+fn an_unset_credential_fails_the_run_before_the_box_starts() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[]);
+    let up = upstreams();
+    let mut env = up.env();
+    env.retain(|(k, _)| *k != "H5I_TEST_OTHER_KEY");
+    let out = r.h5i_env(&["box", "run", "ai", "--", "touch", "ran"], &env);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("H5I_TEST_OTHER_KEY") && err.contains("to fix:"),
+        "{err}"
+    );
+    assert!(!r.workspace("ai").join("ran").exists());
+    assert!(r.receipts("ai").is_empty());
+}
+
+#[test]
+fn a_half_set_test_seam_is_refused() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[]);
+    let up = upstreams();
+    let mut env = up.env();
+    env.retain(|(k, _)| *k != "H5I_TEST_CA_FILE");
+    let out = r.h5i_env(&["box", "run", "ai", "--", "touch", "ran"], &env);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr(&out).contains("test seam"), "{}", stderr(&out));
+    assert!(!r.workspace("ai").join("ran").exists());
+}
+
+#[test]
+fn with_the_proxy_off_the_box_gets_the_real_credential_and_no_base_url() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[("H5I_CREDENTIAL_PROXY", "0")]);
+    let env = [
+        ("H5I_TEST_ANTHROPIC_KEY", REAL),
+        ("H5I_TEST_OTHER_KEY", REAL_OTHER),
+    ];
+    let out = r.h5i_env(
+        &[
+            "box",
+            "run",
+            "ai",
+            "--",
+            "sh",
+            "-c",
+            "printf '%s|%s' \"$ANTHROPIC_API_KEY\" \"${ANTHROPIC_BASE_URL-unset}\"",
+        ],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), format!("{REAL}|unset"));
+}
