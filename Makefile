@@ -30,6 +30,7 @@ test: setup
 
 bench: setup build
 	bash bench/run.sh $(ROWS)
+	bash bench/proxy.sh
 
 demo: setup build
 	bash scripts/demo.sh
