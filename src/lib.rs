@@ -15,6 +15,7 @@ pub mod beneath;
 pub mod create;
 pub mod credentials;
 pub mod diff;
+pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod export;

@@ -585,3 +585,48 @@ fn a_repository_under_tmp_works() {
     let out = common::h5i_in(dir.path(), &["box", "run", "tmpbox", "--", "cat", "f"], &[]);
     assert_eq!(stdout(&out), "x\n");
 }
+
+#[test]
+fn doctor_passes_a_healthy_box_and_names_each_broken_part() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "doc", WS]);
+    let out = r.ok(&["box", "doctor", "doc"]);
+    for what in [
+        "policy",
+        "tier",
+        "base",
+        "pin",
+        "workspace",
+        "parent",
+        "receipts",
+    ] {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(what) && l.contains(" ok ")),
+            "{what}: {out}"
+        );
+    }
+    // A moved pin, a damaged receipt line and a tampered policy are each named; nothing is fixed.
+    r.git(&["commit", "-q", "--allow-empty", "-m", "elsewhere"]);
+    r.git(&["update-ref", "refs/h5i/boxes/doc/base", "HEAD"]);
+    std::fs::write(r.box_dir("doc").join("receipts.jsonl"), "{torn").unwrap();
+    let p = r.box_dir("doc").join("policy.resolved.toml");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(&p, text.replace("mode = \"deny\"", "mode = \"host\"")).unwrap();
+    let out = r.h5i(&["box", "doctor", "doc"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text_out = stdout(&out);
+    for what in ["policy", "pin", "receipts"] {
+        assert!(
+            text_out
+                .lines()
+                .any(|l| l.starts_with(what) && l.contains("FAIL")),
+            "{what}: {text_out}"
+        );
+    }
+    assert!(text_out.contains("moved to"), "{text_out}");
+    assert_eq!(
+        std::fs::read_to_string(r.box_dir("doc").join("receipts.jsonl")).unwrap(),
+        "{torn"
+    );
+}

@@ -153,6 +153,11 @@ enum BoxVerb {
     },
     /// What this host can enforce at all.
     Probe,
+    /// Can the box still enforce its claim? Are its refs intact? (Looks; repairs nothing.)
+    Doctor {
+        /// The box.
+        name: String,
+    },
     /// The box's declared long-lived services (`[service.NAME]` in .h5i/env.toml).
     Service {
         #[command(subcommand)]
@@ -515,6 +520,18 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::ServiceSupervise { name, service } => {
             Ok(h5i::service::supervise(&store()?, &name, &service)?)
+        }
+        BoxVerb::Doctor { name } => {
+            let checks = h5i::doctor::doctor(&store()?, &name)?;
+            for c in &checks {
+                println!(
+                    "{:<10} {:<4} {}",
+                    c.what,
+                    if c.ok { "ok" } else { "FAIL" },
+                    c.detail
+                );
+            }
+            Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
         }
         BoxVerb::Probe => {
             for line in h5i::probe::probe_lines() {
