@@ -12,7 +12,6 @@ mod common;
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use common::{stderr, stdout, Repo};
 use support::{Answer, TestCa, TlsUpstream};
@@ -84,32 +83,6 @@ with open(os.path.join(spool, "note.json"), "w") as f:
     json.dump({"kind": "note", "text": "the box held " + tok}, f)
 print(json.dumps(out))
 "#;
-
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                let Ok(bytes) = std::fs::read(&p) else {
-                    continue;
-                };
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    hits.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    hits
-}
 
 struct Upstreams {
     anthropic: TlsUpstream,
@@ -204,8 +177,8 @@ fn a_box_reaches_the_upstream_through_the_proxy_and_never_holds_the_key() {
 
     // The records and the box directory hold neither the real key nor the dummy.
     let dir = r.box_dir("ai");
-    assert!(files_containing(&dir, REAL.as_bytes()).is_empty());
-    assert!(files_containing(&dir, dummy.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
     let recs = r.receipts("ai");
     let run = recs.iter().find(|x| x["kind"] == "run").unwrap();
     assert_eq!(

@@ -16,32 +16,6 @@ fn policy(tier: &str) -> String {
     )
 }
 
-/// Every file under `dir` whose bytes contain `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                stack.push(p);
-            } else if ft.is_file() {
-                let Ok(bytes) = std::fs::read(&p) else {
-                    continue;
-                };
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    hits.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    hits
-}
-
 fn secret_reaches_the_run_and_no_file(tier: &str) {
     let r = Repo::new();
     r.write_policy(&policy(tier));
@@ -71,11 +45,11 @@ fn secret_reaches_the_run_and_no_file(tier: &str) {
     // The run wrote the value into the workspace on purpose: that one file (and only it) holds
     // it under the box directory, and the export gate keeps it out.
     let dir = r.box_dir("s");
-    let hits = files_containing(&dir, VALUE.as_bytes());
+    let hits = common::files_containing(&dir, VALUE.as_bytes());
     assert_eq!(hits.len(), 1, "{hits:?}");
     assert!(hits[0].ends_with("workspace/seen.txt"), "{hits:?}");
     std::fs::remove_file(r.workspace("s").join("seen.txt")).unwrap();
-    assert!(files_containing(&dir, VALUE.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, VALUE.as_bytes()).is_empty());
 
     // Staged in the workspace again, it is excluded from the export and appears in no file of it.
     r.h5i_env(
@@ -97,7 +71,7 @@ fn secret_reaches_the_run_and_no_file(tier: &str) {
         &env,
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(files_containing(&review, VALUE.as_bytes()).is_empty());
+    assert!(common::files_containing(&review, VALUE.as_bytes()).is_empty());
     let report = std::fs::read_to_string(review.join("report.md")).unwrap();
     assert!(
         report.contains("leak.txt") && report.contains("secret:DEPLOY_KEY"),
