@@ -160,19 +160,6 @@ impl Git {
         check(&self.args, out)
     }
 
-    /// Run with stdout and stderr inherited (for `box diff` to a pager-less terminal).
-    pub fn status_inherit(mut self) -> Result<(), GitError> {
-        let status = self.cmd.status().map_err(GitError::Spawn)?;
-        if status.success() {
-            Ok(())
-        } else {
-            Err(GitError::Failed {
-                args: self.args.join(" "),
-                stderr: format!("exited with {status}"),
-            })
-        }
-    }
-
     /// Whether the command succeeds (stdout and stderr discarded).
     pub fn succeeds(mut self) -> Result<bool, GitError> {
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());

@@ -548,13 +548,9 @@ impl Snapshot {
             })
     }
 
-    /// Reset `path` (and everything beneath it) to the base this snapshot was taken over: entries
-    /// the base has get their base entry back, entries it lacks are removed.
-    pub fn exclude(&self, path: &[u8]) -> Result<(), SnapshotError> {
-        self.exclude_many(&[path.to_vec()])
-    }
-
-    /// [`Snapshot::exclude`] for many paths, in one git process.
+    /// Reset each of `paths` (and everything beneath it) to the base this snapshot was taken
+    /// over, in one git process: entries the base has get their base entry back, entries it
+    /// lacks are removed.
     pub fn exclude_many(&self, paths: &[Vec<u8>]) -> Result<(), SnapshotError> {
         if paths.is_empty() {
             return Ok(());
