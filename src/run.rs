@@ -92,7 +92,11 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         &report,
         oom,
         "run",
-        RunExtras { scrub, egress },
+        RunExtras {
+            scrub,
+            egress,
+            socket_gate: None,
+        },
     )
 }
 
@@ -103,6 +107,8 @@ pub(crate) struct RunExtras {
     pub scrub: Vec<h5i_broker::redact::SecretValue>,
     /// Egress counts (the credential proxy's, per upstream).
     pub egress: Option<h5i_policy::receipt::EgressTally>,
+    /// The socket() gate's decisions (supervised tier).
+    pub socket_gate: Option<h5i_policy::receipt::SocketGateTally>,
 }
 
 /// The command for a workspace-tier run: in the workspace, with the box's variables.
@@ -195,6 +201,7 @@ pub(crate) fn record_with(
             wall_ms: report.wall.as_millis() as u64,
             oom: oom.clone(),
             egress: extras.egress,
+            socket_gate: extras.socket_gate,
         },
     };
     let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());

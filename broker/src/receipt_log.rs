@@ -214,6 +214,7 @@ mod tests {
                 wall_ms: 1,
                 oom: None,
                 egress: None,
+                socket_gate: None,
             },
         }
     }

@@ -113,6 +113,51 @@ pub struct EgressTally {
     pub denied: std::collections::BTreeMap<String, u64>,
 }
 
+/// One destination in the egress table a supervised run actually loaded: a name from
+/// `net.egress` and the addresses it was pinned to when the run started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedRule {
+    /// The name as the policy wrote it.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The addresses it resolved to on the host at run start, as text (`198.18.0.2`, `2001:db8::1`).
+    pub addrs: Vec<String>,
+}
+
+/// The nftables table a supervised run's network namespace held: what `status` and
+/// `capabilities --json` show as "actually loaded".
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadedEgressTable {
+    /// `sha256:<hex>` of the nft script as loaded (so two runs can be compared).
+    pub digest: String,
+    /// The accepted destinations, sorted by host then port.
+    pub rules: Vec<PinnedRule>,
+}
+
+/// The socket() gate's decisions in one run, by address family name (`inet`, `inet6`, `unix`,
+/// `netlink`, `packet`, `vsock`, `family-<n>` for others; `inet-raw`/`inet6-raw` for raw IP).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SocketGateTally {
+    /// family -> calls let through.
+    pub allowed: std::collections::BTreeMap<String, u64>,
+    /// family -> calls refused (`EPERM` in the box).
+    pub denied: std::collections::BTreeMap<String, u64>,
+}
+
+/// What the supervised tier's network sentry hands the receipt when a run ends
+/// (`<net dir>/tally.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NetTally {
+    /// The table that was loaded.
+    pub table: LoadedEgressTable,
+    /// Allowed connections per `host:port` (from the table's per-rule counters) and denied
+    /// attempts per `address:port/proto` (the box dialled an address, not a name).
+    pub egress: EgressTally,
+    /// The socket() gate's decisions.
+    pub socket_gate: SocketGateTally,
+}
+
 /// What a record is about.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -133,6 +178,9 @@ pub enum RecordBody {
         oom: Option<OomReport>,
         /// Egress counts for this run, when an enforcing component counted.
         egress: Option<EgressTally>,
+        /// The socket() gate's decisions, at the supervised tier.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        socket_gate: Option<SocketGateTally>,
     },
     /// A record the box staged in its spool, validated and ingested by the host.
     BoxClaimed {
@@ -278,6 +326,7 @@ mod tests {
                 wall_ms: 2,
                 oom: None,
                 egress: None,
+                socket_gate: None,
             },
         };
         let line = serde_json::to_string(&r).unwrap();

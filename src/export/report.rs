@@ -635,6 +635,7 @@ mod tests {
                 wall_ms: 7,
                 oom: None,
                 egress,
+                socket_gate: None,
             },
         }
     }
