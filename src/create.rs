@@ -80,6 +80,8 @@ pub fn create(
 ) -> Result<StoredBox, BoxError> {
     let source = parse_source(&req.source)?;
     let policy = resolve_policy(store, &req.policy, host)?;
+    // An image tier fails closed on an image the engine does not hold, before any state.
+    let image_pin = crate::container::image_for_create(&policy)?;
     let name = match &req.name {
         Some(n) => {
             validate_name(n)?;
@@ -116,6 +118,9 @@ pub fn create(
     write_atomic(&paths.digest(), format!("{digest}\n").as_bytes())?;
     for d in [paths.spool(), paths.payloads(), paths.scratch()] {
         fs::create_dir(&d).map_err(|e| BoxError::io(&d, e))?;
+    }
+    if let Some(pin) = &image_pin {
+        crate::container::image::write_pin(&paths.dir, pin)?;
     }
 
     let pin_ref = format!("refs/h5i/boxes/{name}/base");

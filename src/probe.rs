@@ -100,7 +100,10 @@ fn cgroups() -> (String, Result<(), String>) {
 
 /// What this host can run, tier by tier, with the reason where it cannot.
 pub fn host_tiers() -> HostTiers {
-    tiers_from(&kernel_facts())
+    let f = kernel_facts();
+    let mut t = tiers_from(&f);
+    let _ = crate::container::probe::set_availability(&mut t, &f.cgroups.1);
+    t
 }
 
 fn tiers_from(f: &KernelFacts) -> HostTiers {
@@ -138,10 +141,6 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
             "the supervised tier is not in this build of h5i",
         ),
         (
-            Tier::Container,
-            "the container tier is not in this build of h5i",
-        ),
-        (
             Tier::Microvm,
             "the microvm tier is not in this build of h5i (needs msb 0.6+ and /dev/kvm)",
         ),
@@ -154,7 +153,8 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
 /// The facts `h5i box probe` prints.
 pub fn probe_lines() -> Vec<ProbeLine> {
     let f = kernel_facts();
-    let tiers = tiers_from(&f);
+    let mut tiers = tiers_from(&f);
+    let container = crate::container::probe::set_availability(&mut tiers, &f.cgroups.1);
     let mut out = Vec::new();
     let line = |what: &str, answer: String| ProbeLine {
         what: what.into(),
@@ -217,6 +217,11 @@ pub fn probe_lines() -> Vec<ProbeLine> {
             (layout, Err(e)) => format!("{layout}; mem and procs cannot be held here: {e}"),
         },
     ));
+    out.extend(
+        crate::container::probe::lines(&container, &f.cgroups.1)
+            .into_iter()
+            .map(|(what, answer)| line(&what, answer)),
+    );
     out.push(line(
         "tty-injection",
         tty_injection_line(Path::new("/proc/sys/dev/tty/legacy_tiocsti")),

@@ -46,7 +46,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let secrets = secrets::resolve_for_run(&policy)?;
     // Fail closed before anything starts: every auth grant must be servable.
     let creds = match policy.tier {
-        Tier::Process => Some(crate::credentials::prepare(&policy)?),
+        Tier::Process | Tier::Container => Some(crate::credentials::prepare(&policy)?),
         _ => None,
     };
     let scrub = creds
@@ -80,6 +80,22 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             }
             let run = run?;
             oom = run.cage.oom;
+            run.child
+        }
+        Tier::Container => {
+            let run = crate::container::run(
+                &sb,
+                &policy,
+                crate::container::RunInputs {
+                    argv,
+                    wall,
+                    secrets: &secrets,
+                    creds,
+                    tty: false,
+                },
+            )?;
+            oom = run.oom;
+            egress = run.egress;
             run.child
         }
         other => return Err(tier_not_built(name, other)),
