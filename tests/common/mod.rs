@@ -2,6 +2,8 @@
 //! the real `h5i` binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod testnet;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
