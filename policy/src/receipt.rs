@@ -136,7 +136,9 @@ pub struct LoadedEgressTable {
 }
 
 /// The socket() gate's decisions in one run, by address family name (`inet`, `inet6`, `unix`,
-/// `netlink`, `packet`, `vsock`, `family-<n>` for others; `inet-raw`/`inet6-raw` for raw IP).
+/// `netlink`, `packet`, `vsock`, `family-<n>` for others below 64, `family-invalid` above;
+/// `inet-raw`/`inet6-raw` for raw IP, `inet-other`/`inet6-other` for any other inet type or
+/// protocol; `socketpair` calls as `unix-pair` or `<family>-pair`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketGateTally {
     /// family -> calls let through.
