@@ -176,9 +176,14 @@ pub fn plan(
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,
         create_container_hooks,
+        create_runtime_hooks: Vec::new(),
+        poststop_hooks: Vec::new(),
+        extra_annotations: Default::default(),
+        file_binds: Vec::new(),
         terminal: false,
         netns_path: None,
         userns_path: None,
+        socket_gate: None,
     })
 }
 

@@ -17,6 +17,8 @@
 //! - [`egress`]: [`egress::EgressPlan`], [`egress::EgressProxy`], the tally for the receipt,
 //!   and the user allowlist (`h5i box allow`).
 //! - [`credential`]: [`credential::CredentialRoute`] per grant and [`credential::CredentialProxy`].
+//! - [`socket_gate`]: the seccomp user-notification gate on `socket`/`socketpair` (supervised
+//!   tier): rules, listener hand-off, tally.
 //! - [`home`]: seeding a box-private copy of the agent's config directory, credentials stripped.
 
 pub mod credential;
@@ -29,4 +31,5 @@ pub mod receipt_log;
 pub mod redact;
 pub mod secrets;
 mod serve;
+pub mod socket_gate;
 mod tunnel;

@@ -136,7 +136,9 @@ pub struct LoadedEgressTable {
 }
 
 /// The socket() gate's decisions in one run, by address family name (`inet`, `inet6`, `unix`,
-/// `netlink`, `packet`, `vsock`, `family-<n>` for others; `inet-raw`/`inet6-raw` for raw IP).
+/// `netlink`, `packet`, `vsock`, `family-<n>` for others below 64, `family-invalid` above;
+/// `inet-raw`/`inet6-raw` for raw IP, `inet-other`/`inet6-other` for any other inet type or
+/// protocol; `socketpair` calls as `unix-pair` or `<family>-pair`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SocketGateTally {
     /// family -> calls let through.
@@ -180,7 +182,7 @@ pub enum RecordBody {
         egress: Option<EgressTally>,
         /// The socket() gate's decisions, at the supervised tier.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        socket_gate: Option<SocketGateTally>,
+        socket_gate: Option<Box<SocketGateTally>>,
     },
     /// A record the box staged in its spool, validated and ingested by the host.
     BoxClaimed {

@@ -19,7 +19,10 @@
 //!   capability sets and `noNewPrivileges`, so "root" in the box holds nothing;
 //! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's;
 //!   a box with a live service joins that service's network namespace (and, so the join is
-//!   permitted, its user namespace, which has the same single mapping) by path.
+//!   permitted, its user namespace, which has the same single mapping) by path;
+//! - with a socket gate (supervised tier): `linux.seccomp` sends every `socket`/`socketpair`
+//!   call to the gate's listener (`crate::socket_gate::notify_section`) and the annotation
+//!   `h5i.net.gate = on` tells the executor to leave those calls to it.
 //!
 //! Pure: [`BundlePlan::to_config`] builds the JSON and unit tests check it; writing it to disk is
 //! [`write_bundle`]. Must never: mount a path the policy did not grant, or grant a capability.
@@ -28,6 +31,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+
+use crate::confine::{ANNOTATION_NET_GATE, NET_GATE_ON};
 
 /// Everything a bundle needs, with `$WORK`/`$HOME` already expanded by the caller.
 #[derive(Debug, Clone)]
@@ -64,6 +69,17 @@ pub struct BundlePlan {
     /// path; the runtime runs them inside the container's namespaces, before `pivot_root`, with
     /// the container state on stdin.
     pub create_container_hooks: Vec<Vec<String>>,
+    /// `createRuntime` hooks: run by the runtime on the host side once the container's
+    /// namespaces exist, before any `createContainer` hook (the supervised tier's sentry).
+    pub create_runtime_hooks: Vec<Vec<String>>,
+    /// `poststop` hooks: run by the runtime after the container is gone.
+    pub poststop_hooks: Vec<Vec<String>>,
+    /// More `h5i.*` annotations, added over the ones the plan derives itself (the supervised
+    /// tier's network plan).
+    pub extra_annotations: BTreeMap<String, String>,
+    /// Read-only single-file binds `(host file, box path)`, mounted after every directory grant
+    /// so they cover what a grant brought in (the supervised tier's `/etc/hosts`).
+    pub file_binds: Vec<(PathBuf, PathBuf)>,
     /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
     /// console socket (`box shell`); never the caller's terminal.
     pub terminal: bool,
@@ -74,6 +90,9 @@ pub struct BundlePlan {
     /// network namespace needs a capability in its owning user namespace). The mappings are
     /// then the joined namespace's and none are written.
     pub userns_path: Option<PathBuf>,
+    /// The socket gate's listener (`<net dir>/gate.sock`), when the box's socket calls go
+    /// through the gate.
+    pub socket_gate: Option<PathBuf>,
 }
 
 /// What a plan left out, for `status` and the receipt.
@@ -137,6 +156,11 @@ impl BundlePlan {
                 landlock_read.push(s);
             }
         }
+        for (src, dst) in &self.file_binds {
+            mounts.push(json!({"destination": dst, "type": "bind", "source": src,
+                               "options": ["bind", "nosuid", "nodev", "noexec", "ro"]}));
+            landlock_read.push(dst.display().to_string());
+        }
         let landlock = json!({"read": landlock_read, "write": landlock_write});
         let mut annotations = BTreeMap::new();
         annotations.insert("h5i.landlock".to_string(), landlock.to_string());
@@ -145,6 +169,9 @@ impl BundlePlan {
             "h5i.net.unix".to_string(),
             if self.unix_sockets { "true" } else { "false" }.to_string(),
         );
+        for (k, v) in &self.extra_annotations {
+            annotations.insert(k.clone(), v.clone());
+        }
         let mut namespaces = vec![
             json!({"type": "pid"}),
             json!({"type": "mount"}),
@@ -179,17 +206,31 @@ impl BundlePlan {
         if let Some(cg) = &self.cgroups_path {
             linux["cgroupsPath"] = json!(cg);
         }
+        if let Some(listener) = &self.socket_gate {
+            linux["seccomp"] = crate::socket_gate::notify_section(listener);
+            annotations.insert(ANNOTATION_NET_GATE.to_string(), NET_GATE_ON.to_string());
+        }
         if self.userns_path.is_some() {
             if let Some(l) = linux.as_object_mut() {
                 l.remove("uidMappings");
                 l.remove("gidMappings");
             }
         }
-        let hooks: Vec<Value> = self
-            .create_container_hooks
-            .iter()
-            .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
-            .collect();
+        let declare = |list: &[Vec<String>]| -> Vec<Value> {
+            list.iter()
+                .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
+                .collect()
+        };
+        let mut hooks = serde_json::Map::new();
+        for (stage, list) in [
+            ("createRuntime", &self.create_runtime_hooks),
+            ("createContainer", &self.create_container_hooks),
+            ("poststop", &self.poststop_hooks),
+        ] {
+            if !list.is_empty() {
+                hooks.insert(stage.to_string(), Value::Array(declare(list)));
+            }
+        }
         let mut config = json!({
             "ociVersion": "1.0.2",
             "process": {
@@ -210,7 +251,7 @@ impl BundlePlan {
             "annotations": annotations,
         });
         if !hooks.is_empty() {
-            config["hooks"] = json!({"createContainer": hooks});
+            config["hooks"] = Value::Object(hooks);
         }
         (config, notes)
     }
@@ -251,9 +292,14 @@ mod tests {
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
             create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
+            create_runtime_hooks: Vec::new(),
+            poststop_hooks: Vec::new(),
+            extra_annotations: BTreeMap::new(),
+            file_binds: Vec::new(),
             terminal: false,
             netns_path: None,
             userns_path: None,
+            socket_gate: None,
         }
     }
 
@@ -337,6 +383,36 @@ mod tests {
     }
 
     #[test]
+    fn every_hook_stage_is_declared_and_empty_stages_are_left_out() {
+        let mut p = plan();
+        p.create_runtime_hooks = vec![vec!["/opt/h5i-hook".into(), "net-up".into()]];
+        p.poststop_hooks = vec![vec!["/opt/h5i-hook".into(), "net-down".into()]];
+        let (v, _) = p.to_config(|_| true);
+        assert_eq!(v["hooks"]["createRuntime"][0]["args"][1], "net-up");
+        assert_eq!(v["hooks"]["createContainer"][0]["args"][1], "loopback");
+        assert_eq!(v["hooks"]["poststop"][0]["args"][1], "net-down");
+        assert!(v["hooks"].get("prestart").is_none());
+        let (v, _) = plan().to_config(|_| true);
+        assert!(v["hooks"].get("createRuntime").is_none() && v["hooks"].get("poststop").is_none());
+    }
+
+    #[test]
+    fn file_binds_come_after_the_grant_they_cover_read_only() {
+        let mut p = plan();
+        p.file_binds = vec![("/run/h5i/n-1/hosts".into(), "/etc/hosts".into())];
+        p.extra_annotations
+            .insert("h5i.net".into(), "supervised".into());
+        let (v, _) = p.to_config(|_| true);
+        let m = mounts(&v);
+        let etc = m.iter().position(|(d, _)| d == "/etc").unwrap();
+        let hosts = m.iter().position(|(d, _)| d == "/etc/hosts").unwrap();
+        assert!(etc < hosts);
+        assert!(m[hosts].1.contains("\"ro\""));
+        assert_eq!(v["annotations"]["h5i.net"], "supervised");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+    }
+
+    #[test]
     fn a_terminal_is_asked_for_only_when_planned() {
         let (v, _) = plan().to_config(|_| true);
         assert_eq!(v["process"]["terminal"], false);
@@ -380,5 +456,32 @@ mod tests {
         assert!(!ll["write"].as_array().unwrap().contains(&json!("/usr")));
         assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
         assert_eq!(v["annotations"]["h5i.net.unix"], "false");
+    }
+    #[test]
+    fn no_gate_means_no_spec_seccomp_and_no_gate_annotation() {
+        let (v, _) = plan().to_config(|_| true);
+        assert!(v["linux"].get("seccomp").is_none());
+        assert!(v["annotations"].get("h5i.net.gate").is_none());
+    }
+
+    #[test]
+    fn a_socket_gate_routes_socket_calls_to_its_listener() {
+        let mut p = plan();
+        p.socket_gate = Some("/run/h5i/net/b1/gate.sock".into());
+        let (v, _) = p.to_config(|_| true);
+        assert_eq!(
+            v["linux"]["seccomp"],
+            json!({
+                "defaultAction": "SCMP_ACT_ALLOW",
+                "listenerPath": "/run/h5i/net/b1/gate.sock",
+                "syscalls": [{"names": ["socket", "socketpair"], "action": "SCMP_ACT_NOTIFY"}]
+            })
+        );
+        assert_eq!(v["annotations"]["h5i.net.gate"], "on");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        // What h5i-runc's executor will check before trusting the annotation.
+        let spec: libcontainer::oci_spec::runtime::Spec = serde_json::from_value(v).unwrap();
+        let seccomp = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
+        assert!(crate::socket_gate::routes_sockets_to_listener(seccomp));
     }
 }

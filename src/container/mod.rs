@@ -459,20 +459,11 @@ pub fn run(
             spec: captured,
         },
     )?;
-    let mut tally = None::<EgressTally>;
-    if let Some(r) = egress_report {
-        tally = Some(r.tally);
-    }
-    if let Some(t) = cred_reports.as_deref().and_then(crate::credentials::tally) {
-        let mut all = tally.unwrap_or_default();
-        for (k, n) in t.allowed {
-            *all.allowed.entry(k).or_default() += n;
-        }
-        for (k, n) in t.denied {
-            *all.denied.entry(k).or_default() += n;
-        }
-        tally = Some(all);
-    }
+    let cred_tally = cred_reports.as_deref().and_then(crate::credentials::tally);
+    let tally = match egress_report {
+        Some(r) => Some(crate::run::merge_tallies(r.tally, cred_tally)),
+        None => cred_tally,
+    };
     drop(run_dir);
     Ok(ContainerRun {
         child,

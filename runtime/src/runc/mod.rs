@@ -20,6 +20,7 @@ pub mod delete;
 pub mod exec;
 pub mod features;
 pub mod foreground;
+pub mod gate;
 pub mod idmap;
 pub mod kill;
 pub mod logging;
@@ -132,6 +133,9 @@ pub enum RuncError {
         /// The OS error.
         source: io::Error,
     },
+    /// The supervised network's socket gate could not be put into the bundle.
+    #[error(transparent)]
+    Gate(#[from] gate::GateInjectError),
     /// Listing a container's processes failed.
     #[error("container {id}: cannot list processes: {reason}")]
     Ps {
