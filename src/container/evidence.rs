@@ -314,6 +314,92 @@ pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
     out
 }
 
+/// `box status`'s container section: the last run's evidence and whether it matches.
+pub fn status_lines(sb: &StoredBox) -> Vec<String> {
+    let Some(ev) = load(sb) else {
+        return vec![format!(
+            "container evidence: no run yet (`h5i box run {} -- true` records it)",
+            sb.manifest.name
+        )];
+    };
+    let mut out = vec![
+        "container evidence (last run: the OCI spec Podman handed the runtime, captured by h5i-runc before the box's code ran)".to_string(),
+    ];
+    out.push(match &ev.runtime {
+        RuntimeUsed::H5iRunc(p) => format!("  runtime   h5i-runc ({p}): Landlock, h5i's seccomp deny-list"),
+        RuntimeUsed::HostDefault(n) => format!(
+            "  runtime   {n} (the host's default, as the profile asks): no h5i-runc layers, spec not captured"
+        ),
+    });
+    out.push(format!("  engine    rootless Podman as {}", ev.engine_user));
+    out.push(format!(
+        "  image     {} = {}{}",
+        ev.image.name,
+        ev.image.id,
+        ev.image
+            .digest
+            .as_deref()
+            .map(|d| format!(" (digest {d})"))
+            .unwrap_or_default()
+    ));
+    out.push(format!("  flags     {}", ev.argv_flags.join(" ")));
+    out.push(match (&ev.cgroup_parent, &ev.limits_unheld) {
+        (Some(p), _) => format!("  cage      {p} (mem and procs held there)"),
+        (None, Some(why)) => format!("  cage      none: mem and procs not held ({why})"),
+        (None, None) => "  cage      none".to_string(),
+    });
+    if let Some(s) = &ev.spec {
+        let caps: Vec<&String> = s.capabilities.values().flatten().collect();
+        out.push(format!(
+            "  spec      root {}; capabilities {}; no-new-privileges {}; uid {} in the box",
+            if s.readonly_root {
+                "read-only"
+            } else {
+                "WRITABLE"
+            },
+            if caps.is_empty() {
+                "none".to_string()
+            } else {
+                caps.iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            if s.no_new_privileges { "on" } else { "OFF" },
+            s.user.0
+        ));
+        out.push(format!(
+            "  namespaces {}",
+            s.namespaces
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        for m in s.mounts.iter().filter(|m| {
+            m.destination == BOX_WORK
+                || m.destination == BOX_SPOOL
+                || m.destination == "/tmp"
+                || m.source.ends_with("/objects")
+        }) {
+            out.push(format!(
+                "  mount     {} {} ({})",
+                m.destination,
+                m.kind,
+                m.options.join(",")
+            ));
+        }
+    }
+    let objects = sb.manifest.store.join("objects");
+    let diff = mismatches(&ev, &objects);
+    out.push(if diff.is_empty() {
+        "  matches the policy: yes".to_string()
+    } else {
+        format!("  matches the policy: NO: {}", diff.join("; "))
+    });
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -39,7 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use h5i_policy::receipt::{EgressTally, OomReport};
-use h5i_policy::{NetMode, ResolvedPolicy};
+use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
 use h5i_runtime::cage::ResourceCage;
 use h5i_runtime::supervise::ChildReport;
 
@@ -375,8 +375,9 @@ pub fn run(
     hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
 
     let container_name = format!("h5i-{id}");
+    let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
     let podman_run = PodmanRun {
-        runtime: Some(sources.runc.clone()),
+        runtime: (!host_default).then(|| sources.runc.clone()),
         hooks_dir: Some(hooks_path.clone()),
         name: container_name.clone(),
         run_id: id.clone(),
@@ -450,7 +451,15 @@ pub fn run(
     evidence::record(
         sb,
         &evidence::RunEvidence {
-            runtime: evidence::RuntimeUsed::H5iRunc(runc_path.display().to_string()),
+            runtime: if host_default {
+                evidence::RuntimeUsed::HostDefault(
+                    probe::podman_facts(&engine)
+                        .map(|f| f.runtime)
+                        .unwrap_or_else(|_| "Podman's default".into()),
+                )
+            } else {
+                evidence::RuntimeUsed::H5iRunc(runc_path.display().to_string())
+            },
             engine_user: engine.user.clone(),
             image: image.clone(),
             cgroup_parent: podman_run.cgroup_parent.clone(),
