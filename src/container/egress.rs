@@ -32,24 +32,36 @@ use crate::error::BoxError;
 /// The proxy's port on the box's loopback (the box's network namespace is new for every run,
 /// so nothing else holds it; the credential proxies use 40000 and up).
 pub const PROXY_PORT: u16 = 3128;
-/// The test seam (shared with the credential proxy): `name=ip:port,...` replaces the system
-/// resolver, each name pinned at the port of its address.
-pub const TEST_HOSTS_VAR: &str = crate::credentials::TEST_HOSTS_VAR;
 
-/// The run's allowlist, pinned; `None` when the box may reach nothing.
+/// The run's allowlist, pinned; `None` when the box may reach nothing. With the
+/// `H5I_TEST_HOSTS` seam set, names resolve through that map only (each listed name at the
+/// port its egress entry names, as the supervised tier reads the seam); the address rules are
+/// production's either way.
 pub fn plan_for(policy: &ResolvedPolicy) -> Result<Option<EgressPlan>, BoxError> {
     let user = user_allowlist()?;
     let merged = merge_user_allowlist(&policy.net.egress, &user);
     if merged.is_empty() {
         return Ok(None);
     }
-    let plan = match test_resolver()? {
-        Some(map) => EgressPlan::build(&merged, &map, &AddressRules::allowing_loopback()),
+    let rules = AddressRules::production().map_err(|e| BoxError::BadRequest {
+        what: format!("cannot list this host's addresses for the egress proxy: {e}"),
+        mend: "check `ip addr` works on the host".into(),
+    })?;
+    let plan = match std::env::var_os(crate::credentials::TEST_HOSTS_VAR) {
+        Some(v) => {
+            let entries = crate::credentials::parse_test_hosts(v)?;
+            let map = MapResolver::new();
+            for hp in &merged {
+                let addrs: Vec<SocketAddr> = entries
+                    .iter()
+                    .filter(|(n, _)| *n == hp.host)
+                    .map(|(_, a)| SocketAddr::new(a.ip(), hp.port))
+                    .collect();
+                map.insert(&hp.host, hp.port, addrs);
+            }
+            EgressPlan::build(&merged, &map, &rules)
+        }
         None => {
-            let rules = AddressRules::production().map_err(|e| BoxError::BadRequest {
-                what: format!("cannot list this host's addresses for the egress proxy: {e}"),
-                mend: "check `ip addr` works on the host".into(),
-            })?;
             let resolver: &dyn Resolver = &SystemResolver;
             EgressPlan::build(&merged, resolver, &rules)
         }
@@ -67,34 +79,6 @@ fn user_allowlist() -> Result<Vec<HostPort>, BoxError> {
         what: e.to_string().trim_start_matches("refusing: ").to_owned(),
         mend: format!("fix or remove {}", path.display()),
     })
-}
-
-fn test_resolver() -> Result<Option<MapResolver>, BoxError> {
-    let Some(hosts) = std::env::var_os(TEST_HOSTS_VAR) else {
-        return Ok(None);
-    };
-    let bad = |what: String| BoxError::BadRequest {
-        what,
-        mend: format!("{TEST_HOSTS_VAR} is a test seam: `name=ip:port,...`"),
-    };
-    let hosts = hosts
-        .into_string()
-        .map_err(|_| bad(format!("{TEST_HOSTS_VAR} is not UTF-8")))?;
-    let map = MapResolver::new();
-    for entry in hosts.split(',').filter(|e| !e.is_empty()) {
-        let (name, addr) = entry
-            .split_once('=')
-            .ok_or_else(|| bad(format!("{TEST_HOSTS_VAR} entry `{entry}` has no `=`")))?;
-        let name = h5i_policy::values::normalize_host(name)
-            .map_err(|why| bad(format!("{TEST_HOSTS_VAR}: {why}")))?;
-        let addr: SocketAddr = addr.parse().map_err(|_| {
-            bad(format!(
-                "{TEST_HOSTS_VAR} entry `{entry}` is not name=ip:port"
-            ))
-        })?;
-        map.insert(&name, addr.port(), vec![addr]);
-    }
-    Ok(Some(map))
 }
 
 /// The box's variables pointing proxy-respecting clients at the proxy (the loopback itself,

@@ -193,11 +193,18 @@ pub fn delegate_cgroup_to(uid: u32) {
     for root in roots {
         let dir = root.join(&anchor).join("h5i");
         std::fs::create_dir_all(&dir).unwrap();
-        let cpus = dir.join("cpuset.cpus");
-        if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
-            let parent = dir.parent().unwrap();
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                std::fs::write(dir.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
+        if dir.join("cpuset.cpus").exists() {
+            // Every empty cpuset level from the root down (the session's own group may be
+            // empty too, and the user cannot fill the levels above the delegated one).
+            let mut level = root.clone();
+            for part in Path::new(&anchor).join("h5i").components() {
+                level.push(part);
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    if std::fs::read_to_string(level.join(f)).unwrap().trim().is_empty() {
+                        let parent = std::fs::read(level.parent().unwrap().join(f)).unwrap();
+                        std::fs::write(level.join(f), parent).unwrap();
+                    }
+                }
             }
         }
         for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
