@@ -1,6 +1,7 @@
 //! `create`: set a container up from a bundle and leave it waiting for `start`.
 //!
-//! Steps, in order: validate the id, make the state directory, place the cgroup when the spec
+//! Steps, in order: validate the id, make the state directory, give a supervised-network spec
+//! its private directory when it names none (`net_dir::ensure`), place the cgroup when the spec
 //! has none (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
 //! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
 //! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
@@ -13,7 +14,7 @@ use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{cgroup_ro, sidecar, validate_id, Context, RuncError};
+use super::{cgroup_ro, net_dir, sidecar, validate_id, Context, RuncError};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -47,6 +48,7 @@ pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncErro
     }
     let bundle = std::fs::canonicalize(&opts.bundle)
         .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
+    net_dir::ensure(&bundle, &opts.id)?;
     let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
     let built = build(ctx, opts, prepared.bundle.clone()).and_then(|mut container| {
         match hold_readonly_cgroup(&prepared.bundle, &container) {
