@@ -189,6 +189,7 @@ pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<Supervise
         NET_EGRESS_ANNOTATION.into(),
         serde_json::Value::Array(egress).to_string(),
     );
+    plan.socket_gate = Some(net.dir.join("gate.sock"));
     let hook = hook.display().to_string();
     // net-inside brings up lo itself: the loopback hook would be redundant.
     plan.create_container_hooks

@@ -192,18 +192,18 @@ pub fn delegate_cgroup_to(uid: u32) {
     };
     for root in roots {
         let dir = root.join(&anchor).join("h5i");
-        std::fs::create_dir_all(&dir).unwrap();
-        if dir.join("cpuset.cpus").exists() {
-            // Every empty cpuset level from the root down (the session's own group may be
-            // empty too, and the user cannot fill the levels above the delegated one).
-            let mut level = root.clone();
-            for part in Path::new(&anchor).join("h5i").components() {
-                level.push(part);
+        // Level by level from the hierarchy's root: a cpuset group made here starts with no
+        // cpus or mems (a fresh session's anchor may not exist in this hierarchy yet), and a
+        // task can join it only once both are copied down from its parent.
+        let mut level = root.clone();
+        for part in Path::new(&anchor).join("h5i").components() {
+            let parent = level.clone();
+            level.push(part);
+            let _ = std::fs::create_dir(&level);
+            let cpus = level.join("cpuset.cpus");
+            if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
-                    if std::fs::read_to_string(level.join(f)).unwrap().trim().is_empty() {
-                        let parent = std::fs::read(level.parent().unwrap().join(f)).unwrap();
-                        std::fs::write(level.join(f), parent).unwrap();
-                    }
+                    std::fs::write(level.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
                 }
             }
         }
