@@ -571,7 +571,7 @@ fn probe_reports_rootless_podman_its_runtime_limits_and_images() {
     let text = stdout(&h5i(&r, &["box", "probe"], &[]));
     for want in [
         "tier container= available",
-        &format!("container engine= rootless Podman 4."),
+        "container engine= rootless Podman 4.",
         &format!("as {USER} (Host.Security.Rootless = true)"),
         "container runtime= h5i-runc",
         "container limits= cgroup v",
