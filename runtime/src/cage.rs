@@ -224,6 +224,12 @@ impl ResourceCage {
         format!("/{}/c", self.relative.display())
     }
 
+    /// The cage's own path (relative to each hierarchy root), for a runtime that makes the
+    /// container's group inside it itself (Podman's `--cgroup-parent`).
+    pub fn path(&self) -> String {
+        format!("/{}", self.relative.display())
+    }
+
     /// Read the evidence. Call after the container has exited.
     pub fn report(&self) -> CageReport {
         let read = |p: PathBuf| fs::read_to_string(p).unwrap_or_default();

@@ -269,7 +269,13 @@ pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
     for m in &s.mounts {
         let d = m.destination.as_str();
         let bindish = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
-        if m.source.contains("podman.sock") || d.contains("podman") {
+        let engine_socket = |p: &str| {
+            p.ends_with("podman.sock")
+                || p.ends_with("docker.sock")
+                || p.starts_with("/run/podman")
+                || p.starts_with("/var/run/podman")
+        };
+        if engine_socket(&m.source) || engine_socket(d) {
             out.push(format!("a Podman socket is mounted at {d}"));
         }
         if d == BOX_WORK {

@@ -402,7 +402,7 @@ pub fn run(
         ],
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
-        cgroup_parent: cage.as_ref().map(ResourceCage::container_path),
+        cgroup_parent: cage.as_ref().map(ResourceCage::path),
         annotations: annotations(policy, &run_dir.path, &id),
         tty: inputs.tty,
     };
