@@ -689,3 +689,65 @@ fn an_unprivileged_user_runs_a_container_box() {
     assert!(text.contains("rc=9"), "{text}");
     assert!(text.contains(&format!("owner={uid}")), "{text}");
 }
+
+/// The engine user owns the mount namespace root's runs are attached in, so it can mount over
+/// any path there. A box's trees are cloned in the host's namespace, never looked up in that
+/// one: a decoy mounted over the workspace path is not what the box gets, and the decoy's
+/// files are never written.
+#[test]
+fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
+    if !ready("the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "redir", "c", &[]);
+    // Let the engine user reach the workspace path (a repository others can traverse).
+    let ws = r.workspace("redir");
+    let mut p = ws.clone();
+    while p.pop() && p.starts_with(r.path().parent().unwrap()) && p != Path::new("/tmp") {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let decoy = tempfile::Builder::new()
+        .prefix("h5i-decoy")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(decoy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(decoy.path().join("victim"), "original\n").unwrap();
+    let unshare = |script: String| {
+        let out = podman_as_user(&["unshare", "sh", "-c", &script]);
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    unshare(format!(
+        "mount --bind {} {}",
+        decoy.path().display(),
+        ws.display()
+    ));
+    let out = run(
+        &r,
+        "redir",
+        &[
+            "sh",
+            "-c",
+            "ls /work; echo pwned > /work/victim; echo real > /work/landed",
+        ],
+        &[],
+    );
+    unshare(format!("umount {}", ws.display()));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("README.md"),
+        "the box saw: {}",
+        stdout(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(decoy.path().join("victim")).unwrap(),
+        "original\n"
+    );
+    assert!(!decoy.path().join("landed").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("landed")).unwrap(),
+        "real\n"
+    );
+}

@@ -194,12 +194,6 @@ impl Engine {
         }
         cmd
     }
-
-    /// The directory h5i keeps one run's files in, reachable by the engine user and the
-    /// container's hooks: `<XDG_RUNTIME_DIR>/h5i/run-<id>`.
-    pub fn run_dir(&self, id: &str) -> PathBuf {
-        self.runtime_dir.join("h5i").join(format!("run-{id}"))
-    }
 }
 
 /// The engine user's name for root: the variable, else the config file.
@@ -466,6 +460,5 @@ mod tests {
                 "{k} leaked into Podman's environment"
             );
         }
-        assert_eq!(e.run_dir("x"), PathBuf::from("/run/user/1001/h5i/run-x"));
     }
 }

@@ -5,8 +5,10 @@
 //! (`<XDG_RUNTIME_DIR>/libpod/tmp/pause.pid`), a copy of the host's taken when that process
 //! started; with the host's `/` private, a mount made on the host later never shows there. And
 //! a box root created is owned by root, under directories the engine user may not even
-//! traverse (a clone under `/root`). So for each run h5i (root) enters that namespace in a
-//! forked child and attaches, under the run directory the engine user owns:
+//! traverse (a clone under `/root`). So for each run h5i (root), in a forked child, clones each
+//! tree **in the host's mount namespace** (the engine user controls what its own namespace
+//! mounts over any path, so no source path is ever resolved there), then enters the engine's
+//! namespace and attaches the trees under the root-owned run directory:
 //! - the workspace and the spool through **idmapped** bind mounts whose map is the pause
 //!   process's own user namespace: files root owns on disk appear owned by the engine user
 //!   (which `--userns=keep-id` makes the box's user), and what the box writes lands owned by
@@ -216,11 +218,13 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
         });
     }
     let mnt = ns.mnt.as_raw_fd();
+    // One slot per entry for the detached trees, allocated before the fork (the child makes no
+    // allocation).
+    let mut trees: Vec<libc::c_int> = vec![-1; prepared.len()];
     let result = in_child(|report| {
-        // SAFETY: setns on a namespace fd this process holds; the child is single-threaded.
-        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
-            return report(0, usize::MAX);
-        }
+        // Every source is resolved and cloned here, in the host's mount namespace, before
+        // entering the engine's: the engine user controls what its own namespace mounts over a
+        // path, so a path resolved there could name any tree it chose.
         for (i, p) in prepared.iter().enumerate() {
             // SAFETY: open_tree with a NUL-terminated path; returns a new fd or -1.
             let fd = unsafe {
@@ -228,12 +232,15 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
                     libc::SYS_open_tree,
                     libc::AT_FDCWD,
                     p.source.as_ptr(),
-                    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+                    OPEN_TREE_CLONE
+                        | libc::O_CLOEXEC as libc::c_uint
+                        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
                 )
             } as libc::c_int;
             if fd < 0 {
                 return report(1, i);
             }
+            trees[i] = fd;
             // SAFETY: mount_setattr on the detached tree `fd` with an empty path and a
             // mount_attr of the size passed.
             let rc = unsafe {
@@ -249,11 +256,19 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
             if rc != 0 {
                 return report(2, i);
             }
-            // SAFETY: move_mount of the detached tree onto a NUL-terminated target path.
+        }
+        // SAFETY: setns on a namespace fd this process holds; the child is single-threaded.
+        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
+            return report(0, usize::MAX);
+        }
+        for (i, p) in prepared.iter().enumerate() {
+            // SAFETY: move_mount of the detached tree onto a NUL-terminated target path, in the
+            // namespace just entered (where the engine user may only redirect it within its own
+            // namespace).
             let rc = unsafe {
                 libc::syscall(
                     libc::SYS_move_mount,
-                    fd,
+                    trees[i],
                     c"".as_ptr(),
                     libc::AT_FDCWD,
                     p.target.as_ptr(),
@@ -263,8 +278,6 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
             if rc != 0 {
                 return report(3, i);
             }
-            // SAFETY: closing the fd open_tree returned.
-            unsafe { libc::close(fd) };
         }
         0
     });

@@ -103,10 +103,23 @@ pub fn file_for(run_dir: &Path, id: &str) -> PathBuf {
     run_dir.join(format!("spec-{id}.json"))
 }
 
-/// The summary of a captured spec (the file is read and parsed; `None` when absent or not a
-/// spec).
-pub fn read_capture(path: &Path) -> Option<SpecSummary> {
-    let bytes = std::fs::read(path).ok()?;
+/// The summary of the spec the runtime wrote at `path`: a regular file (never through a
+/// symlink) owned by `owner` (the engine user, whose runtime wrote it), at most 4 MiB. `None`
+/// when absent or not a spec.
+pub fn read_capture(path: &Path, owner: u32) -> Option<SpecSummary> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.uid() != owner {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(4 << 20).read_to_end(&mut bytes).ok()?;
     let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
     Some(summarize(&v))
 }

@@ -86,39 +86,95 @@ fn refuse(what: impl Into<String>, mend: impl Into<String>) -> BoxError {
     }
 }
 
-/// The run directory: made for this run (0700, the engine's), removed by [`RunDir::drop`].
+/// Where root keeps its container runs: root's own directory, traversable by the engine user
+/// but not writable by it, so nothing of a run can be renamed or replaced under h5i.
+pub const ROOT_RUNS: &str = "/run/h5i-engine";
+
+/// The run directory, removed by [`RunDir::drop`]. As root: `/run/h5i-engine/run-<id>`, root's
+/// (0711), with one directory `out/` the engine may write (h5i-runc's spec copy). Otherwise:
+/// `<XDG_RUNTIME_DIR>/h5i/run-<id>`, the caller's own (0700).
 struct RunDir {
     path: PathBuf,
-    /// Entries to remove in order (files, then directories), never recursively.
+    /// Where the engine's runtime may write.
+    out: PathBuf,
+    /// Entries to remove in order (files, then directories), by their exact paths, never
+    /// recursively.
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
 }
 
+/// Make `dir` with `mode`, or accept an existing one only when it is a real directory owned by
+/// `uid` that no one else can write.
+fn private_dir(dir: &Path, mode: u32, uid: u32) -> Result<(), BoxError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BoxError::io(dir, e)),
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| BoxError::io(dir, e))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o022 != 0 {
+        return Err(refuse(
+            format!(
+                "{} is not a directory only its owner can write",
+                dir.display()
+            ),
+            format!("remove it (h5i makes it again): rm -rf {}", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
 impl RunDir {
     fn create(engine: &Engine, id: &str) -> Result<RunDir, BoxError> {
-        let path = engine.run_dir(id);
-        let parent = path.parent().unwrap_or(Path::new("/")).to_path_buf();
-        for d in [&parent, &path] {
-            match std::fs::DirBuilder::new().mode(0o700).create(d) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && *d == parent => {}
-                Err(e) => return Err(BoxError::io(d, e)),
-            }
-            if engine.switches_user {
-                std::os::unix::fs::chown(d, Some(engine.uid), Some(engine.gid))
-                    .map_err(|e| BoxError::io(d, e))?;
-            }
-        }
+        let chmod = |d: &Path, mode: u32| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
+                .map_err(|e| BoxError::io(d, e))
+        };
+        let (path, out) = if engine.switches_user {
+            let parent = Path::new(ROOT_RUNS);
+            private_dir(parent, 0o711, 0)?;
+            chmod(parent, 0o711)?;
+            let path = parent.join(format!("run-{id}"));
+            std::fs::DirBuilder::new()
+                .mode(0o711)
+                .create(&path)
+                .map_err(|e| BoxError::io(&path, e))?;
+            chmod(&path, 0o711)?;
+            let out = path.join("out");
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&out)
+                .and_then(|()| std::os::unix::fs::chown(&out, Some(engine.uid), Some(engine.gid)))
+                .map_err(|e| BoxError::io(&out, e))?;
+            (path, out)
+        } else {
+            let parent = engine.runtime_dir.join("h5i");
+            private_dir(&parent, 0o700, engine.uid)?;
+            let path = parent.join(format!("run-{id}"));
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&path)
+                .map_err(|e| BoxError::io(&path, e))?;
+            let out = path.join("out");
+            std::fs::create_dir(&out).map_err(|e| BoxError::io(&out, e))?;
+            (path, out)
+        };
         Ok(RunDir {
-            dirs: vec![path.clone()],
+            dirs: vec![path.clone(), out.clone()],
             path,
+            out,
             files: Vec::new(),
         })
     }
 
     fn dir(&mut self, name: &str) -> Result<PathBuf, BoxError> {
         let d = self.path.join(name);
-        std::fs::create_dir(&d).map_err(|e| BoxError::io(&d, e))?;
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&d)
+            .map_err(|e| BoxError::io(&d, e))?;
         self.dirs.push(d.clone());
         Ok(d)
     }
@@ -126,14 +182,9 @@ impl RunDir {
 
 impl Drop for RunDir {
     fn drop(&mut self) {
-        // Plain removals of the entries h5i made: a directory that still held something
-        // (a mount that failed to detach shows only in the engine's namespace, never here)
-        // is left rather than descended into.
-        if let Ok(entries) = std::fs::read_dir(self.path.join("hooks")) {
-            for e in entries.flatten() {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+        // Plain removals of the entries h5i made, by path (unlink never follows a symlink),
+        // deepest last: a directory that still held something (a mount that failed to detach
+        // shows only in the engine's namespace, never here) is left rather than descended into.
         for f in &self.files {
             let _ = std::fs::remove_file(f);
         }
@@ -372,7 +423,9 @@ pub fn run(
         }
         cred_serving = Some(serving);
     }
-    hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
+    let hook_files =
+        hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
+    run_dir.files.extend(hook_files);
 
     let container_name = format!("h5i-{id}");
     let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
@@ -403,10 +456,10 @@ pub fn run(
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
-        annotations: annotations(policy, &run_dir.path, &id),
+        annotations: annotations(policy, &run_dir.out, &id),
         tty: inputs.tty,
     };
-    let evidence_file = evidence::file_for(&run_dir.path, &id);
+    let evidence_file = evidence::file_for(&run_dir.out, &id);
     run_dir.files.push(evidence_file.clone());
     let mut cmd = engine.podman();
     cmd.args(podman_run.args());
@@ -435,7 +488,7 @@ pub fn run(
     let egress_report = egress_serving.and_then(egress::EgressServing::finish);
     let cred_reports = cred_serving.map(crate::credentials::Serving::finish);
     let oom = cage.as_ref().and_then(|c| c.report().oom);
-    let captured = evidence::read_capture(&evidence_file);
+    let captured = evidence::read_capture(&evidence_file, engine.uid);
     drop(cage);
     let stale_namespace = attached
         .as_ref()
@@ -482,8 +535,8 @@ pub fn run(
     })
 }
 
-/// h5i-runc's confinement annotations for the box, and the evidence capture.
-fn annotations(policy: &ResolvedPolicy, run_dir: &Path, id: &str) -> Vec<(String, String)> {
+/// h5i-runc's confinement annotations for the box, and the evidence capture (into `out`).
+fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, String)> {
     let landlock = serde_json::json!({
         "read": ["/"],
         "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
@@ -497,7 +550,7 @@ fn annotations(policy: &ResolvedPolicy, run_dir: &Path, id: &str) -> Vec<(String
         ),
         (
             evidence::CAPTURE_ANNOTATION.into(),
-            evidence::file_for(run_dir, id).display().to_string(),
+            evidence::file_for(out, id).display().to_string(),
         ),
     ]
 }
