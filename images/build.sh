@@ -84,6 +84,13 @@ if [ "$need_base" = 1 ] && { [ "$force_base" = 1 ] || ! podman_as image exists l
 fi
 
 # ---------------------------------------------------------------- the Containerfiles
+# The host's trust store, for the builds' RUN steps only (a TLS-intercepting proxy between
+# this host and the registries signs with a CA only the host trusts); never baked in.
+HOST_CA_FILE="${H5I_BUILD_CA:-/etc/ssl/certs/ca-certificates.crt}"
+ca_args=()
+if [ -r "$HOST_CA_FILE" ]; then
+    ca_args=(--volume "$HOST_CA_FILE:/run/h5i-host-ca.crt:ro" --build-arg HOST_CA=/run/h5i-host-ca.crt)
+fi
 ctx="$(mktemp -d /tmp/h5i-images.XXXXXX)"
 trap 'rm -rf "$ctx"' EXIT
 chmod 755 "$ctx"
@@ -93,7 +100,7 @@ for n in "${names[@]}"; do
     install -m 644 "$file" "$ctx/Containerfile.$n"
     say "podman build -f Containerfile.$n -t localhost/h5i-$n:latest (as $user)"
     t0="$(now)"
-    podman_as build --pull=never --layers -f "$ctx/Containerfile.$n" -t "localhost/h5i-$n:latest" "$ctx" ||
+    podman_as build --pull=never --layers "${ca_args[@]}" -f "$ctx/Containerfile.$n" -t "localhost/h5i-$n:latest" "$ctx" ||
         die "building localhost/h5i-$n:latest failed (see the step above)"
     record "localhost/h5i-$n:latest" "$(echo "$(now) - $t0" | bc)"
 done
