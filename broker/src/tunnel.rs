@@ -43,20 +43,25 @@ fn pump(a: &TcpStream, b: &TcpStream) -> io::Result<()> {
     a.set_nonblocking(true)?;
     b.set_nonblocking(true)?;
     let mut dirs = [Direction::new(a, b), Direction::new(b, a)];
+    // Which directions to step: both at first, then only those whose descriptor `poll`
+    // reported ready (an idle direction is not asked again on every wake-up of the busy one).
+    let mut ready = [true, true];
     loop {
-        for d in &mut dirs {
-            d.advance()?;
-        }
-        let mut fds = Vec::with_capacity(2);
-        for d in &dirs {
-            if let Some(want) = d.waits_for() {
-                fds.push(want);
+        for (d, go) in dirs.iter_mut().zip(ready) {
+            if go {
+                d.advance()?;
             }
         }
+        let waits = [dirs[0].waits_for(), dirs[1].waits_for()];
+        let mut fds: Vec<libc::pollfd> = waits.iter().flatten().copied().collect();
         if fds.is_empty() {
             return Ok(());
         }
         wait(&mut fds)?;
+        let mut revents = fds.iter().map(|f| f.revents);
+        for (go, w) in ready.iter_mut().zip(&waits) {
+            *go = w.is_some() && revents.next().is_some_and(|r| r != 0);
+        }
     }
 }
 
@@ -120,6 +125,9 @@ struct Direction<'a> {
     eof: bool,
     /// EOF was passed on (`to` half-closed): this direction is over.
     done: bool,
+    /// The last fill took less than the staging holds: the source had nothing more then, so
+    /// the next fill waits for `poll` instead of meeting `EAGAIN` first.
+    source_drained: bool,
 }
 
 /// What one non-blocking step did.
@@ -144,11 +152,14 @@ impl<'a> Direction<'a> {
             staging: None,
             eof: false,
             done: false,
+            source_drained: false,
         }
     }
 
-    /// Move everything that can move now without blocking.
+    /// Move everything that can move now without blocking (the first fill is always tried:
+    /// the caller just woke from `poll`).
     fn advance(&mut self) -> io::Result<()> {
+        let mut may_fill = true;
         while !self.done {
             if self.staging.as_ref().map_or(0, Staging::held) > 0 {
                 if let Step::Blocked = self.drain()? {
@@ -163,10 +174,13 @@ impl<'a> Direction<'a> {
                 self.done = true;
                 return Ok(());
             }
+            if !may_fill {
+                return Ok(());
+            }
             match self.fill()? {
                 Step::Blocked => return Ok(()),
                 Step::Moved(0) => self.eof = true,
-                Step::Moved(_) => {}
+                Step::Moved(_) => may_fill = !self.source_drained,
             }
         }
         Ok(())
@@ -208,6 +222,7 @@ impl<'a> Direction<'a> {
                     }
                     Ok(Step::Moved(n)) => {
                         *held = n;
+                        self.source_drained = n < *cap;
                         if n == *cap && *cap < PIPE_BULK {
                             *cap = grow(write, *cap);
                         }
@@ -221,6 +236,7 @@ impl<'a> Direction<'a> {
                 let r = step(from.read(buf));
                 if let Ok(Step::Moved(n)) = r {
                     (*start, *end) = (0, n);
+                    self.source_drained = n < buf.len();
                 }
                 r
             }
