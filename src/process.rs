@@ -231,30 +231,6 @@ pub fn write_bundle_for(
     h5i_runtime::bundle::write_bundle(&plan, out).map_err(|e| BoxError::io(out, e))
 }
 
-/// Run `argv` in `sb` at the process tier.
-pub fn run(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    wall: Option<Duration>,
-    secrets: &[h5i_broker::secrets::ResolvedSecret],
-) -> Result<ProcessRunReport, BoxError> {
-    run_with_console(sb, policy, argv, wall, secrets, None)
-}
-
-/// [`run`], with the box's own terminal when `console` is given (`box shell`).
-pub fn run_with_console(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    wall: Option<Duration>,
-    secrets: &[h5i_broker::secrets::ResolvedSecret],
-    console: Option<h5i_runtime::process_tier::Console<'_>>,
-) -> Result<ProcessRunReport, BoxError> {
-    let plan = plan(sb, policy, argv)?;
-    run_plan(policy, plan, wall, secrets, console)
-}
-
 /// Run a prepared `plan` (from [`plan`], perhaps adjusted by [`join_network_of`]) at the
 /// process tier, in the bundle directory [`bundle_dir_for`] names.
 pub fn run_plan(

@@ -45,14 +45,8 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
     // Fail closed before anything starts: every auth grant must be servable.
-    let creds = match policy.tier {
-        Tier::Process => Some(crate::credentials::prepare(&policy)?),
-        _ => None,
-    };
-    let scrub = creds
-        .as_ref()
-        .map(crate::credentials::Prepared::redactions)
-        .unwrap_or_default();
+    let creds = crate::credentials::ForRun::prepare(&policy)?;
+    let scrub = creds.redactions();
     let started_ms = now_ms();
 
     let mut oom = None;
@@ -70,14 +64,10 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             if let Some(pid) = crate::service::live_network_pid(&sb) {
                 crate::process::join_network_of(&mut plan, pid);
             }
-            let serving = match creds {
-                Some(c) => Some(c.attach(&mut plan)?),
-                None => None,
-            };
-            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None);
-            if let Some(s) = serving {
-                egress = crate::credentials::tally(&s.finish());
-            }
+            let (run, tally) = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(&policy, plan, wall, &secrets, None)
+            })?;
+            egress = tally;
             let run = run?;
             oom = run.cage.oom;
             run.child
@@ -134,29 +124,8 @@ pub(crate) fn tier_not_built(name: &str, tier: Tier) -> BoxError {
 }
 
 /// Write the host-observed record of a finished run (`event` names the verb in the box log),
-/// then ingest what the box staged in its spool.
-pub(crate) fn record(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    started_ms: u64,
-    report: &ChildReport,
-    oom: Option<OomReport>,
-    event: &str,
-) -> Result<RunOutcome, BoxError> {
-    record_with(
-        sb,
-        policy,
-        argv,
-        started_ms,
-        report,
-        oom,
-        event,
-        RunExtras::default(),
-    )
-}
-
-/// [`record`], with the run's extra scrub values and egress counts.
+/// with the run's extra scrub values and egress counts, then ingest what the box staged in its
+/// spool.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_with(
     sb: &StoredBox,

@@ -80,9 +80,13 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
     }
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
+    // Fail closed before anything starts, as `box run` does: every auth grant must be servable.
+    let creds = crate::credentials::ForRun::prepare(&policy)?;
+    let scrub = creds.redactions();
     let started_ms = now_ms();
 
     let mut oom = None;
+    let mut egress = None;
     let report = match policy.tier {
         Tier::Workspace => {
             let pair = PtyPair::open(pty::window_size(0).as_ref())?;
@@ -109,18 +113,21 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
                 .try_clone()
                 .map_err(|e| BoxError::io(&tmp, e))?;
             let mut proxy = PtyProxy::with_console_socket(socket)?;
-            let r = crate::process::run_with_console(
-                &sb,
-                &policy,
-                &argv,
-                wall,
-                &secrets,
-                Some(Console {
-                    socket: &socket_path,
-                    companion: &mut proxy,
-                    runtime_stderr: for_runtime,
-                }),
-            );
+            let plan = crate::process::plan(&sb, &policy, &argv)?;
+            let (r, tally) = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(
+                    &policy,
+                    plan,
+                    wall,
+                    &secrets,
+                    Some(Console {
+                        socket: &socket_path,
+                        companion: &mut proxy,
+                        runtime_stderr: for_runtime,
+                    }),
+                )
+            })?;
+            egress = tally;
             let refused = proxy.refused().map(str::to_string);
             drop(proxy);
             let mut said = String::new();
@@ -141,7 +148,18 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
     };
 
     // The same host-observed record `box run` writes, argv being the session's command.
-    Ok(crate::run::record(
-        &sb, &policy, &argv, started_ms, &report, oom, "shell",
+    Ok(crate::run::record_with(
+        &sb,
+        &policy,
+        &argv,
+        started_ms,
+        &report,
+        oom,
+        "shell",
+        crate::run::RunExtras {
+            scrub,
+            egress,
+            socket_gate: None,
+        },
     )?)
 }
