@@ -69,6 +69,10 @@ pub enum ConfineError {
     /// `h5i.net.gate` has a value other than "on".
     #[error("refusing: annotation h5i.net.gate is {0:?}; to fix: use \"on\" or drop it")]
     NetGateValue(String),
+    /// `h5i.net.gate = "on"` and the spec has no `linux.seccomp` at all: what libcontainer 0.7
+    /// hands the executor for an exec'd process (it rebuilds `linux` without seccomp).
+    #[error("refusing: h5i.net.gate=on but this process has no seccomp profile of its own (libcontainer leaves it out of exec'd processes), so its socket calls would bypass the socket gate; to fix: run the command as the box's own process instead of exec'ing into it")]
+    NetGateNoProfile,
     /// `h5i.net.gate = "on"` but the spec does not route every socket call to a listener.
     #[error("refusing: h5i.net.gate=on but the spec's linux.seccomp does not send socket and socketpair to a listener (one unconditional SCMP_ACT_NOTIFY rule each, absolute listenerPath); to fix: add that rule, or drop h5i.net.gate")]
     NetGateNotInSpec,
@@ -96,11 +100,15 @@ impl ConfinementPlan {
         spec: &Spec,
         landlock_abi: impl FnOnce() -> i32,
     ) -> Result<Self, ConfineError> {
-        let gate_in_spec = spec
-            .linux()
+        let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
+        let gate_asked = spec
+            .annotations()
             .as_ref()
-            .and_then(|l| l.seccomp().as_ref())
-            .is_some_and(crate::socket_gate::routes_sockets_to_listener);
+            .is_some_and(|a| a.contains_key(ANNOTATION_NET_GATE));
+        if gate_asked && seccomp.is_none() {
+            return Err(ConfineError::NetGateNoProfile);
+        }
+        let gate_in_spec = seccomp.is_some_and(crate::socket_gate::routes_sockets_to_listener);
         Self::from_annotations(spec.annotations().as_ref(), gate_in_spec, landlock_abi)
     }
 
@@ -310,5 +318,10 @@ mod tests {
             serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/g.sock"});
         let e = ConfinementPlan::from_spec(&spec_with(allow_all), || 7).unwrap_err();
         assert!(matches!(e, ConfineError::NetGateNotInSpec));
+        // An exec'd process: libcontainer rebuilt `linux` without any seccomp.
+        let mut exec_spec = spec_with(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"}));
+        exec_spec.set_linux(Some(Default::default()));
+        let e = ConfinementPlan::from_spec(&exec_spec, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateNoProfile));
     }
 }
