@@ -6,16 +6,31 @@
 //! `lo` in the box's private network namespace, so a dev server in the box is reachable from the
 //! box and from nothing else. After a run, `spool` ingests what the box staged in its spool as
 //! box-claimed records, or quarantines it. `listen --inside` (createContainer) binds the
-//! credential proxy's listener on the box's loopback and hands its fd to h5i. The egress uplink and nftables table of the
-//! supervised tier arrive here too.
+//! credential proxy's listener on the box's loopback and hands its fd to h5i.
+//!
+//! The supervised tier's network: `net-up` (createRuntime) starts the per-run `sentry`
+//! (`sentry.rs`), which pins the egress request (`egress.rs`), renders the nftables table
+//! (`nft.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
+//! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) and only
+//! then starts the slirp4netns uplink (`uplink.rs`); `net-down` (poststop) has it write the
+//! tally. The spec's `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook
+//! verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.
 //!
 //! Must never: act on a pid the state did not name, trust a field outside the closed set, or
 //! touch the host's own network namespace.
 //!
 //! Guarded by `tests/process_tier.rs` (`a_host_loopback_listener_is_unreachable_from_inside`,
-//! `the_boxs_own_loopback_works`).
+//! `the_boxs_own_loopback_works`) and `hooks/tests/supervised_net.rs`.
 
+pub mod egress;
 pub mod listen;
 pub mod loopback;
+pub mod net_hooks;
+pub mod net_spec;
+pub mod netns;
+pub mod nft;
+pub mod sentry;
 pub mod spool;
 pub mod state;
+pub mod sys;
+pub mod uplink;

@@ -11,6 +11,9 @@ pub enum StateError {
     /// A pid that cannot be a container's.
     #[error("refusing: the OCI state names pid {0}; to fix: run h5i-hook only as a createRuntime hook, once the container exists")]
     Pid(i64),
+    /// A hook that reads the spec got no bundle.
+    #[error("refusing: the OCI state names no bundle; to fix: run h5i-hook only as an OCI hook of a runtime that reports the bundle (runc, h5i-runc, Podman)")]
+    NoBundle,
     /// A hook that acts by pid got no pid.
     #[error("refusing: the OCI state names no pid; to fix: declare `h5i-hook loopback` as a createRuntime hook, or use `--inside` as a createContainer hook")]
     NoPid,
@@ -28,6 +31,9 @@ pub struct OciState {
     /// The container's init pid, as seen from the runtime's pid namespace (runtimes omit it
     /// for hooks that run inside the container).
     pub pid: Option<i64>,
+    /// The bundle directory (its `config.json` is the spec the container was made from).
+    #[serde(default)]
+    pub bundle: Option<std::path::PathBuf>,
 }
 
 impl OciState {
@@ -39,7 +45,15 @@ impl OciState {
         if s.id.is_empty() || s.id.len() > 1024 || s.id.chars().any(char::is_control) {
             return Err(StateError::Parse("the id is empty or not printable".into()));
         }
+        if s.bundle.as_ref().is_some_and(|b| !b.is_absolute()) {
+            return Err(StateError::Parse("the bundle path is not absolute".into()));
+        }
         Ok(s)
+    }
+
+    /// The bundle directory, for a hook that reads the spec.
+    pub fn bundle(&self) -> Result<&std::path::Path, StateError> {
+        self.bundle.as_deref().ok_or(StateError::NoBundle)
     }
 
     /// The pid of the container's init in the runtime's pid namespace, for a hook that acts on
@@ -88,6 +102,7 @@ mod tests {
             br#"not json"#,
             br#"{"id":"b","pid":42}"#,
             br#"{"ociVersion":"1.0.2","pid":42}"#,
+            br#"{"ociVersion":"1.0.2","id":"b","bundle":"rel/dir"}"#,
         ] {
             assert!(
                 OciState::parse(bad).is_err(),

@@ -4,9 +4,11 @@
 //! `$XDG_RUNTIME_DIR/h5i-runc` otherwise), container lookup with runc's "does not exist"
 //! wording (Podman matches on it), the cgroup placement rule (never a `:youki:<id>` at the top of
 //! a hierarchy: `cgroup.rs`), holding a read-only cgroup mount libcontainer leaves writable on
-//! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the sealed re-exec (`seal.rs`), and
-//! logging. Every container gets `confine::executor::H5iExecutor`, which
-//! applies the `h5i.*` annotations and is plain OCI without them.
+//! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the supervised network's directory
+//! for specs that name none (`net_dir.rs`) and the socket gate merged into them (`gate.rs`),
+//! the sealed re-exec (`seal.rs`), and logging. Every container gets
+//! `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and is plain OCI
+//! without them.
 //!
 //! Must never: touch a container before running from the sealed copy (the binary does that
 //! first), create a cgroup outside the caller's own cgroup unless the spec names one, or leave
@@ -23,6 +25,7 @@ pub mod foreground;
 pub mod gate;
 pub mod kill;
 pub mod logging;
+pub mod net_dir;
 pub mod pause;
 pub mod ps;
 pub mod resume;

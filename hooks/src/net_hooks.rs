@@ -1,0 +1,312 @@
+//! The supervised network's three OCI hooks: `net-up` (createRuntime), `net-inside`
+//! (createContainer) and `net-down` (poststop). Each reads the OCI state on stdin and the spec
+//! from the bundle it names (Podman's poststop state lacks h5i-runc's `h5i.net.dir`, its
+//! bundle's `config.json` has it).
+//!
+//! - `net-up` checks the spec (`net_spec::load`), clears the last run's tally, starts the
+//!   sentry detached (own session, stdio: the plan, the ready pipe, `sentry.log`), and waits,
+//!   bounded, for its `ready` on the pipe; anything else fails the container before it starts.
+//! - `net-inside` runs inside the box before `pivot_root`: brings `lo` up, sends the fds of its
+//!   own network and user namespaces to the sentry (`attach`), and waits, bounded, for `ok`,
+//!   which the sentry gives only once the table is loaded and the uplink is up.
+//! - `net-down` asks the sentry to finish (`stop`), waits (bounded) until it has answered and
+//!   exited, and succeeds only if `tally.json` exists; it removes what the sentry left.
+//!
+//! Must never: start a box whose table or uplink did not come up, wait without a bound, or
+//! report success for a run without a tally.
+
+use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::net_spec::{self, GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
+use crate::sentry::SentryPlan;
+use crate::state::OciState;
+use crate::sys::{self, AsFdBorrowed};
+
+/// How long the sentry may take to pin, bind and say ready.
+const READY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the sentry may take to load the table and bring the uplink up (each step inside
+/// is bounded at 10 s).
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the sentry may take to read its counters, write the tally and exit.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Why a network hook failed (the container then does not start, or its end is reported).
+#[derive(Debug, thiserror::Error)]
+pub enum NetHookError {
+    /// The state on stdin was refused.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// The spec was refused.
+    #[error(transparent)]
+    Spec(#[from] net_spec::NetSpecError),
+    /// `lo` could not be brought up.
+    #[error(transparent)]
+    Loopback(#[from] crate::loopback::LoopbackError),
+    /// A step failed with an OS error.
+    #[error("refusing: {what} {path}: {source}; to fix: {mend}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+        /// The mend.
+        mend: &'static str,
+    },
+    /// The sentry said no, or said nothing in time.
+    #[error("{answer} (sentry log: {log})")]
+    Sentry {
+        /// The sentry's answer, or what happened instead.
+        answer: String,
+        /// Where its log is.
+        log: PathBuf,
+    },
+}
+
+fn read_state() -> Result<OciState, NetHookError> {
+    let mut buf = Vec::new();
+    io::stdin()
+        .take(1 << 20)
+        .read_to_end(&mut buf)
+        .map_err(|source| NetHookError::Io {
+            what: "cannot read the OCI state from",
+            path: "stdin".into(),
+            source,
+            mend: "run h5i-hook only as an OCI hook",
+        })?;
+    Ok(OciState::parse(&buf)?)
+}
+
+fn sentry_error(dir: &Path, answer: impl Into<String>) -> NetHookError {
+    NetHookError::Sentry {
+        answer: answer.into(),
+        log: dir.join(SENTRY_LOG),
+    }
+}
+
+/// Read one answer line from `conn` within `timeout`.
+fn read_answer(conn: &mut UnixStream, timeout: Duration) -> Result<String, String> {
+    let ready = sys::poll_readable(&[conn.as_fd_borrowed()], Some(timeout))
+        .map_err(|e| format!("refusing: waiting for the sentry failed: {e}"))?;
+    if ready.is_empty() {
+        return Err(format!(
+            "refusing: the sentry did not answer within {}s",
+            timeout.as_secs()
+        ));
+    }
+    let mut buf = Vec::new();
+    conn.take(4096)
+        .read_to_end(&mut buf)
+        .map_err(|e| format!("refusing: reading the sentry's answer failed: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
+}
+
+/// `net-up`: check the spec, start the sentry, wait for it to be ready.
+pub fn net_up() -> Result<(), NetHookError> {
+    let state = read_state()?;
+    let pid = i32::try_from(state.runtime_pid()?).unwrap_or(0);
+    let config = net_spec::read_config(state.bundle()?)?;
+    let spec = net_spec::load(&config)?;
+    let dir = spec.dir.clone();
+    let io_err = |what, path: &Path, mend| {
+        let path = path.to_path_buf();
+        move |source| NetHookError::Io {
+            what,
+            path,
+            source,
+            mend,
+        }
+    };
+    if dir.join(NET_SOCK).exists() {
+        return Err(sentry_error(
+            &dir,
+            format!(
+                "refusing: {} already has a sentry socket; to fix: give every run a fresh h5i.net.dir",
+                dir.display()
+            ),
+        ));
+    }
+    match std::fs::remove_file(dir.join(TALLY)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(io_err(
+                "cannot clear the last run's tally",
+                &dir.join(TALLY),
+                "the net directory must be writable",
+            )(e))
+        }
+    }
+    let log = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(dir.join(SENTRY_LOG))
+        .map_err(io_err(
+            "cannot open",
+            &dir.join(SENTRY_LOG),
+            "the net directory must be writable",
+        ))?;
+    let plan = SentryPlan {
+        dir: dir.clone(),
+        init_pid: pid,
+        egress: spec.egress,
+        unix: spec.unix,
+    };
+    let plan = serde_json::to_vec(&plan).map_err(|e| {
+        io_err(
+            "cannot encode the plan for",
+            &dir,
+            "report this as an h5i bug",
+        )(io::Error::other(e))
+    })?;
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("h5i-hook")
+        .arg("sentry")
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log);
+    // SAFETY: runs in the forked child before exec and calls only setsid (async-signal-safe).
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().map_err(io_err(
+        "cannot start the sentry for",
+        &dir,
+        "report this as an h5i bug",
+    ))?;
+    let mut stdin = child.stdin.take();
+    let sent = stdin.as_mut().map(|s| s.write_all(&plan));
+    drop(stdin);
+    let answer = match (sent, child.stdout.take()) {
+        (Some(Ok(())), Some(mut out)) => {
+            let ready = sys::poll_readable(&[out.as_fd_borrowed()], Some(READY_TIMEOUT));
+            match ready {
+                Ok(r) if r.is_empty() => Err(format!(
+                    "refusing: the sentry was not ready within {}s",
+                    READY_TIMEOUT.as_secs()
+                )),
+                Ok(_) => {
+                    let mut line = Vec::new();
+                    // The sentry writes one line and closes (or, once ready, detaches) stdout.
+                    let mut byte = [0u8; 1];
+                    while line.len() < 4096 {
+                        match out.read(&mut byte) {
+                            Ok(1) if byte[0] != b'\n' => line.push(byte[0]),
+                            _ => break,
+                        }
+                    }
+                    Ok(String::from_utf8_lossy(&line).into_owned())
+                }
+                Err(e) => Err(format!("refusing: waiting for the sentry failed: {e}")),
+            }
+        }
+        _ => Err("refusing: the sentry exited before reading its plan".to_string()),
+    };
+    match answer {
+        Ok(line) if line == "ready" => Ok(()),
+        Ok(line) if line.is_empty() => {
+            let _ = child.wait();
+            Err(sentry_error(
+                &dir,
+                "refusing: the sentry exited without a word",
+            ))
+        }
+        Ok(line) => {
+            let _ = child.wait();
+            Err(sentry_error(&dir, line))
+        }
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(sentry_error(&dir, e))
+        }
+    }
+}
+
+/// `net-inside`: bring `lo` up, hand the box's namespaces to the sentry, wait for `ok`.
+pub fn net_inside() -> Result<(), NetHookError> {
+    let state = read_state()?;
+    let config = net_spec::read_config(state.bundle()?)?;
+    let dir = net_spec::net_dir(&config)?;
+    crate::loopback::bring_up_inside()?;
+    let sock = dir.join(NET_SOCK);
+    let io_err = |what, source| NetHookError::Io {
+        what,
+        path: sock.clone(),
+        source,
+        mend: "net-up (the createRuntime hook) must have started the sentry",
+    };
+    let mut conn =
+        UnixStream::connect(&sock).map_err(|e| io_err("cannot reach the sentry at", e))?;
+    let net = std::fs::File::open("/proc/self/ns/net")
+        .map_err(|e| io_err("cannot open this box's network namespace for", e))?;
+    let user = std::fs::File::open("/proc/self/ns/user")
+        .map_err(|e| io_err("cannot open this box's user namespace for", e))?;
+    sys::send_with_fds(&conn, b"attach\n", &[net.as_raw_fd(), user.as_raw_fd()])
+        .map_err(|e| io_err("cannot send the namespaces to the sentry at", e))?;
+    match read_answer(&mut conn, ATTACH_TIMEOUT) {
+        Ok(line) if line == "ok" => Ok(()),
+        Ok(line) => Err(sentry_error(&dir, line)),
+        Err(e) => Err(sentry_error(&dir, e)),
+    }
+}
+
+/// `net-down`: ask the sentry to finish, wait until it has, check the tally exists.
+pub fn net_down() -> Result<(), NetHookError> {
+    let state = read_state()?;
+    let config = net_spec::read_config(state.bundle()?)?;
+    let dir = net_spec::net_dir(&config)?;
+    let sentry = std::fs::read_to_string(dir.join(SENTRY_PID))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|pid| *pid > 1)
+        .and_then(|pid| sys::pidfd_open(pid).ok());
+    let mut answer = None;
+    if let Ok(mut conn) = UnixStream::connect(dir.join(NET_SOCK)) {
+        if sys::send_with_fds(&conn, b"stop\n", &[]).is_ok() {
+            answer = Some(read_answer(&mut conn, STOP_TIMEOUT));
+        }
+    }
+    if let Some(pidfd) = &sentry {
+        if !matches!(sys::wait_pidfd(pidfd, STOP_TIMEOUT), Ok(true)) {
+            return Err(sentry_error(
+                &dir,
+                format!(
+                    "refusing: the sentry did not exit within {}s of stop",
+                    STOP_TIMEOUT.as_secs()
+                ),
+            ));
+        }
+    }
+    for name in [NET_SOCK, GATE_SOCK, SENTRY_PID] {
+        let _ = std::fs::remove_file(dir.join(name));
+    }
+    match answer {
+        Some(Ok(line)) if line != "ok" && !line.is_empty() => Err(sentry_error(&dir, line)),
+        Some(Err(e)) if !dir.join(TALLY).exists() => Err(sentry_error(&dir, e)),
+        _ if dir.join(TALLY).exists() => Ok(()),
+        _ => Err(sentry_error(
+            &dir,
+            format!(
+                "refusing: the sentry ended without writing {}",
+                dir.join(TALLY).display()
+            ),
+        )),
+    }
+}

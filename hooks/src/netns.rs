@@ -1,0 +1,225 @@
+//! The box's namespaces as the sentry holds them, and the one way it acts inside them: a forked
+//! child that enters them and execs `nft`.
+//!
+//! Owns [`BoxNamespaces`] (the network namespace fd the box's inside hook sent, and its user
+//! namespace fd unless that is the sentry's own), their validation (each fd really is a
+//! namespace of the claimed type; the network namespace is not the sentry's own), and
+//! [`BoxNamespaces::nft`]. Entering a user namespace needs a single-threaded process: the
+//! sentry is not (the socket gate runs on a thread), so the child is forked and enters the
+//! namespaces between fork and exec, where only async-signal-safe calls are made.
+//!
+//! Must never: run `nft` in the sentry's own network namespace, or accept an fd that is not a
+//! namespace. Guarded by the unit tests below and `hooks/tests/supervised_net.rs`.
+
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// Where `nft` is looked for (hooks run with a cleared environment: no `PATH`).
+const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
+
+/// Why the namespaces could not be held or used.
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    /// An fd is not a namespace of the expected kind.
+    #[error("refusing: the {what} fd the box sent is not a {what} namespace{detail}; to fix: run `h5i-hook net-inside` as the box's createContainer hook")]
+    NotNamespace {
+        /// `network` or `user`.
+        what: &'static str,
+        /// The kernel's answer, when there was one.
+        detail: String,
+    },
+    /// The box's network namespace is the sentry's own.
+    #[error("refusing: the box's network namespace is the host's; to fix: give the box its own network namespace (podman: --network none)")]
+    HostNetwork,
+    /// `nft` is not installed.
+    #[error("refusing: nft is not installed (looked in {0}); to fix: install nftables (apt-get install nftables)")]
+    NoNft(String),
+    /// `nft` could not be run.
+    #[error("refusing: cannot run nft in the box's network namespace: {0}; to fix: report this as an h5i bug")]
+    Spawn(io::Error),
+    /// `nft` ran and failed.
+    #[error("refusing: nft {args} failed in the box's network namespace (exit {code:?}): {stderr}; to fix: check nftables works here (`unshare -rn nft list ruleset`)")]
+    Failed {
+        /// Its arguments.
+        args: String,
+        /// Its exit code.
+        code: Option<i32>,
+        /// What it said.
+        stderr: String,
+    },
+}
+
+/// The box's network namespace and, when it is not the sentry's own, its user namespace.
+#[derive(Debug)]
+pub struct BoxNamespaces {
+    net: OwnedFd,
+    user: Option<OwnedFd>,
+}
+
+/// `(dev, ino)` of a namespace, as `stat` of its fd or `/proc/self/ns/*` gives it.
+fn ns_id_of_path(path: &Path) -> io::Result<(u64, u64)> {
+    let m = std::fs::metadata(path)?;
+    Ok((m.dev(), m.ino()))
+}
+
+fn ns_id_of_fd(fd: RawFd) -> io::Result<(u64, u64)> {
+    ns_id_of_path(&PathBuf::from(format!("/proc/self/fd/{fd}")))
+}
+
+fn ns_type(fd: RawFd) -> io::Result<libc::c_int> {
+    // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd's namespace type.
+    let t = unsafe { libc::ioctl(fd, libc::NS_GET_NSTYPE) };
+    if t < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(t)
+}
+
+fn expect_type(fd: &OwnedFd, want: libc::c_int, what: &'static str) -> Result<(), NetnsError> {
+    match ns_type(fd.as_raw_fd()) {
+        Ok(t) if t == want => Ok(()),
+        Ok(t) => Err(NetnsError::NotNamespace {
+            what,
+            detail: format!(" (namespace type {t:#x})"),
+        }),
+        Err(e) => Err(NetnsError::NotNamespace {
+            what,
+            detail: format!(" ({e})"),
+        }),
+    }
+}
+
+impl BoxNamespaces {
+    /// Hold the fds the box sent, after checking what they are. A user namespace equal to the
+    /// sentry's own is dropped (entering it again is `EINVAL`; rootful Podman boxes have none
+    /// of their own, rootless Podman boxes share Podman's, where the sentry also runs).
+    pub fn new(net: OwnedFd, user: OwnedFd) -> Result<BoxNamespaces, NetnsError> {
+        expect_type(&net, libc::CLONE_NEWNET, "network")?;
+        expect_type(&user, libc::CLONE_NEWUSER, "user")?;
+        let own_net = ns_id_of_path(Path::new("/proc/self/ns/net"));
+        let box_net = ns_id_of_fd(net.as_raw_fd());
+        match (own_net, box_net) {
+            (Ok(a), Ok(b)) if a != b => {}
+            (Ok(_), Ok(_)) => return Err(NetnsError::HostNetwork),
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(NetnsError::NotNamespace {
+                    what: "network",
+                    detail: format!(" ({e})"),
+                })
+            }
+        }
+        let same_user = match (
+            ns_id_of_path(Path::new("/proc/self/ns/user")),
+            ns_id_of_fd(user.as_raw_fd()),
+        ) {
+            (Ok(a), Ok(b)) => a == b,
+            (Err(e), _) | (_, Err(e)) => {
+                return Err(NetnsError::NotNamespace {
+                    what: "user",
+                    detail: format!(" ({e})"),
+                })
+            }
+        };
+        Ok(BoxNamespaces {
+            net,
+            user: (!same_user).then_some(user),
+        })
+    }
+
+    /// The network namespace fd.
+    pub fn net(&self) -> &OwnedFd {
+        &self.net
+    }
+
+    /// The user namespace fd, when it is not the sentry's own.
+    pub fn user(&self) -> Option<&OwnedFd> {
+        self.user.as_ref()
+    }
+
+    /// Run `nft ARGS` inside the box's namespaces with `stdin` as its input; its stdout.
+    pub fn nft(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
+        let nft = NFT_PATHS
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+            .ok_or_else(|| NetnsError::NoNft(NFT_PATHS.join(", ")))?;
+        let net = self.net.as_raw_fd();
+        let user = self.user.as_ref().map(AsRawFd::as_raw_fd);
+        let mut cmd = Command::new(nft);
+        cmd.args(args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: the closure runs in the forked child before exec and calls only setns, which
+        // is async-signal-safe; the fds it names are open in the child (fork copies them).
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(user) = user {
+                    if libc::setns(user, libc::CLONE_NEWUSER) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if libc::setns(net, libc::CLONE_NEWNET) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
+        if let Some(mut input) = child.stdin.take() {
+            input.write_all(stdin).map_err(NetnsError::Spawn)?;
+        }
+        let out = child.wait_with_output().map_err(NetnsError::Spawn)?;
+        if !out.status.success() {
+            return Err(NetnsError::Failed {
+                args: args.join(" "),
+                code: out.status.code(),
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        Ok(out.stdout)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn open(path: &str) -> OwnedFd {
+        std::fs::File::open(path).unwrap().into()
+    }
+
+    #[test]
+    fn the_sentrys_own_network_namespace_is_refused() {
+        let r = BoxNamespaces::new(open("/proc/self/ns/net"), open("/proc/self/ns/user"));
+        assert!(matches!(r, Err(NetnsError::HostNetwork)), "{r:?}");
+    }
+
+    #[test]
+    fn fds_that_are_not_the_claimed_namespace_are_refused() {
+        let r = BoxNamespaces::new(open("/proc/self/ns/user"), open("/proc/self/ns/user"));
+        assert!(
+            matches!(
+                r,
+                Err(NetnsError::NotNamespace {
+                    what: "network",
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        let r = BoxNamespaces::new(open("/dev/null"), open("/proc/self/ns/user"));
+        assert!(matches!(r, Err(NetnsError::NotNamespace { .. })), "{r:?}");
+        let r = BoxNamespaces::new(open("/proc/self/ns/net"), open("/proc/self/ns/net"));
+        assert!(
+            matches!(r, Err(NetnsError::NotNamespace { what: "user", .. })),
+            "{r:?}"
+        );
+    }
+}

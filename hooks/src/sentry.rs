@@ -1,0 +1,409 @@
+//! `h5i-hook sentry`: the host-side process that owns one supervised box's network for the
+//! length of a run.
+//!
+//! Started detached by `net-up` (its own session; stdin carries the [`SentryPlan`], stdout is
+//! the ready pipe, stderr the log in the net directory). In order:
+//! 1. close every inherited fd, read the plan, open a pidfd on the box's init;
+//! 2. pin the egress request (names without addresses are resolved now, once) and render the
+//!    table; bind `net.sock` and `gate.sock`, start the socket gate on the latter, write
+//!    `sentry.pid`, and answer `ready` (or the refusal) on the ready pipe;
+//! 3. serve `net.sock`: `attach` (from `net-inside`, with the box's network and user namespace
+//!    fds) loads the table inside the box's network namespace FIRST, then starts the uplink, and
+//!    answers `ok` only when both are done; `stop` (from `net-down`) ends the run;
+//! 4. when the init exits or `stop` arrives: read the counters (`nft -j list table inet h5i`
+//!    in the box's namespaces, which the held fd keeps alive), stop the uplink and the gate,
+//!    write `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the
+//!    sockets and the pid file, exit.
+//!
+//! Requests are one line each: `attach\n` (with exactly two fds: net, user) or `stop\n`; the
+//! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
+//! only one `attach` per run.
+//!
+//! Must never: start the uplink before the table is loaded, answer `ok` to an attach it did not
+//! complete, write a tally whose counters it could not read (it then writes none and exits
+//! non-zero, so `net-down` fails rather than the receipt claiming zero), or outlive the box.
+
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use h5i_broker::pin::{AddressRules, SystemResolver};
+use h5i_broker::socket_gate::{self, GateHandle, GateRules};
+use h5i_policy::receipt::{LoadedEgressTable, NetTally, PinnedRule};
+use serde::{Deserialize, Serialize};
+
+use crate::egress::{self, EgressRequest};
+use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
+use crate::netns::BoxNamespaces;
+use crate::sys::{self, AsFdBorrowed};
+use crate::uplink::Uplink;
+use crate::{nft, sys::poll_readable};
+
+/// Largest plan or request read.
+const MAX_PLAN: u64 = 1 << 20;
+/// How long a connected peer may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What `net-up` hands the sentry on stdin.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentryPlan {
+    /// The private net directory.
+    pub dir: PathBuf,
+    /// The box's init, in the sentry's pid namespace.
+    pub init_pid: i32,
+    /// The egress request.
+    pub egress: Vec<EgressRequest>,
+    /// `socket(AF_UNIX)` allowed.
+    pub unix: bool,
+}
+
+/// Why the sentry could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum SentryError {
+    /// The plan was not readable.
+    #[error("refusing: the sentry's plan is not valid: {0}; to fix: start the sentry only through `h5i-hook net-up`")]
+    Plan(String),
+    /// The init is already gone.
+    #[error("refusing: the box's init (pid {pid}) cannot be watched: {source}; to fix: run net-up as a createRuntime hook, while the init exists")]
+    Init {
+        /// The pid.
+        pid: i32,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A socket could not be bound or a file written.
+    #[error("refusing: {what} {path}: {source}; to fix: the net directory must be private to this run and writable")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The egress request was refused.
+    #[error(transparent)]
+    Egress(#[from] egress::EgressError),
+    /// The counters could not be read.
+    #[error("refusing to write a tally: {0}")]
+    Tally(String),
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SentryError {
+    let path = path.to_path_buf();
+    move |source| SentryError::Io { what, path, source }
+}
+
+/// The sentry's state between start and finish.
+struct Sentry {
+    plan: SentryPlan,
+    rules: Vec<PinnedRule>,
+    script: String,
+    init: OwnedFd,
+    net_listener: UnixListener,
+    gate: GateHandle,
+    log: std::fs::File,
+    attached: Option<Attached>,
+    attach_tried: bool,
+}
+
+/// The box's namespaces once the table is loaded and the uplink runs.
+struct Attached {
+    ns: BoxNamespaces,
+    uplink: Uplink,
+}
+
+/// The process: `h5i-hook sentry`. Returns the exit code.
+pub fn main() -> i32 {
+    if let Err(e) = sys::close_inherited_fds() {
+        eprintln!("h5i sentry: cannot close inherited fds: {e}");
+        return 1;
+    }
+    let mut ready = std::io::stdout();
+    let mut sentry = match start() {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = writeln!(ready, "{e}");
+            eprintln!("h5i sentry: {e}");
+            return 1;
+        }
+    };
+    if writeln!(ready, "ready")
+        .and_then(|()| ready.flush())
+        .is_err()
+    {
+        eprintln!("h5i sentry: net-up went away before the sentry was ready");
+        sentry.cleanup_files();
+        return 1;
+    }
+    if let Err(e) = detach_stdio() {
+        eprintln!("h5i sentry: cannot detach stdio: {e}");
+    }
+    let waiting = sentry.serve();
+    match sentry.finish() {
+        Ok(()) => {
+            answer_all(waiting, "ok");
+            sentry.cleanup_files();
+            0
+        }
+        Err(e) => {
+            eprintln!("h5i sentry: {e}");
+            answer_all(waiting, &e.to_string());
+            sentry.cleanup_files();
+            1
+        }
+    }
+}
+
+fn answer_all(conns: Vec<UnixStream>, line: &str) {
+    for mut c in conns {
+        let _ = writeln!(c, "{line}");
+    }
+}
+
+fn detach_stdio() -> io::Result<()> {
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    for fd in [0, 1] {
+        // SAFETY: dup2 onto stdin/stdout with a valid fd; they are not otherwise in use.
+        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn start() -> Result<Sentry, SentryError> {
+    let mut text = String::new();
+    std::io::stdin()
+        .take(MAX_PLAN)
+        .read_to_string(&mut text)
+        .map_err(|e| SentryError::Plan(e.to_string()))?;
+    let plan: SentryPlan =
+        serde_json::from_str(&text).map_err(|e| SentryError::Plan(e.to_string()))?;
+    crate::net_spec::check_dir(&plan.dir).map_err(|e| SentryError::Plan(e.to_string()))?;
+    let mut created = Vec::new();
+    let started = start_with(plan, &mut created);
+    if started.is_err() {
+        // Leave nothing half made: only what this process created goes.
+        for path in created {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    started
+}
+
+fn start_with(plan: SentryPlan, created: &mut Vec<PathBuf>) -> Result<Sentry, SentryError> {
+    std::env::set_current_dir("/").map_err(io_err("cannot chdir to", Path::new("/")))?;
+    if plan.init_pid <= 1 {
+        return Err(SentryError::Plan(format!("init pid {}", plan.init_pid)));
+    }
+    let init = sys::pidfd_open(plan.init_pid).map_err(|source| SentryError::Init {
+        pid: plan.init_pid,
+        source,
+    })?;
+    let address_rules = AddressRules::production().map_err(|e| SentryError::Plan(e.to_string()))?;
+    let rules = egress::pin(&plan.egress, &SystemResolver, &address_rules)?;
+    let script = nft::render(&rules);
+
+    let net_path = plan.dir.join(NET_SOCK);
+    let gate_path = plan.dir.join(GATE_SOCK);
+    let net_listener = bind(&net_path, created)?;
+    let gate_listener = bind(&gate_path, created)?;
+    let gate = socket_gate::serve(gate_listener, GateRules { unix: plan.unix })
+        .map_err(io_err("cannot serve the socket gate on", &gate_path))?;
+    let pid_path = plan.dir.join(SENTRY_PID);
+    created.push(pid_path.clone());
+    write_atomic(&pid_path, format!("{}\n", std::process::id()).as_bytes())?;
+    let log = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .map_err(io_err("cannot duplicate the log", &plan.dir))?;
+    Ok(Sentry {
+        plan,
+        rules,
+        script,
+        init,
+        net_listener,
+        gate,
+        log,
+        attached: None,
+        attach_tried: false,
+    })
+}
+
+fn bind(path: &Path, created: &mut Vec<PathBuf>) -> Result<UnixListener, SentryError> {
+    let l = UnixListener::bind(path).map_err(io_err("cannot bind", path))?;
+    created.push(path.to_path_buf());
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+        .map_err(io_err("cannot chmod", path))?;
+    Ok(l)
+}
+
+/// Write `bytes` to `path` through a temporary file and a rename, mode 0600.
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SentryError> {
+    let tmp = path.with_extension("tmp");
+    let write = || -> io::Result<()> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        SentryError::Io {
+            what: "cannot write",
+            path: path.to_path_buf(),
+            source: e,
+        }
+    })
+}
+
+/// What one request asked.
+enum Request {
+    Attach(Vec<OwnedFd>),
+    Stop,
+}
+
+fn read_request(conn: &UnixStream) -> Result<Request, String> {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    match sys::peer_uid(conn) {
+        Ok(uid) if uid == euid => {}
+        Ok(uid) => return Err(format!("refusing: a peer of uid {uid} is not this run's")),
+        Err(e) => return Err(format!("refusing: cannot identify the peer: {e}")),
+    }
+    let ready = poll_readable(&[conn.as_fd_borrowed()], Some(REQUEST_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    if ready.is_empty() {
+        return Err("refusing: no request within 5s".into());
+    }
+    let mut buf = [0u8; 64];
+    let (n, fds) = sys::recv_with_fds(conn, &mut buf).map_err(|e| format!("refusing: {e}"))?;
+    match (&buf[..n], fds.len()) {
+        (b"attach\n", 2) => Ok(Request::Attach(fds)),
+        (b"stop\n", 0) => Ok(Request::Stop),
+        (line, k) => Err(format!(
+            "refusing: unknown request {:?} with {k} fds",
+            String::from_utf8_lossy(line)
+        )),
+    }
+}
+
+impl Sentry {
+    /// Serve `net.sock` until the init exits or `stop` arrives; the connections waiting for
+    /// the tally.
+    fn serve(&mut self) -> Vec<UnixStream> {
+        loop {
+            let ready = match poll_readable(
+                &[
+                    self.init.as_fd_borrowed(),
+                    self.net_listener.as_fd_borrowed(),
+                ],
+                None,
+            ) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("h5i sentry: poll failed: {e}; finishing");
+                    return Vec::new();
+                }
+            };
+            if ready.contains(&0) {
+                return Vec::new();
+            }
+            let Ok((mut conn, _)) = self.net_listener.accept() else {
+                continue;
+            };
+            match read_request(&conn) {
+                Ok(Request::Stop) => return vec![conn],
+                Ok(Request::Attach(fds)) => {
+                    let answer = match self.attach(fds) {
+                        Ok(()) => "ok".to_string(),
+                        Err(e) => {
+                            eprintln!("h5i sentry: {e}");
+                            e
+                        }
+                    };
+                    let _ = writeln!(conn, "{answer}");
+                }
+                Err(e) => {
+                    eprintln!("h5i sentry: {e}");
+                    let _ = writeln!(conn, "{e}");
+                }
+            }
+        }
+    }
+
+    fn attach(&mut self, fds: Vec<OwnedFd>) -> Result<(), String> {
+        if self.attach_tried {
+            return Err("refusing: this run's box is already attached".into());
+        }
+        self.attach_tried = true;
+        let mut fds = fds.into_iter();
+        let (Some(net), Some(user)) = (fds.next(), fds.next()) else {
+            return Err("refusing: attach needs two fds".into());
+        };
+        let ns = BoxNamespaces::new(net, user).map_err(|e| e.to_string())?;
+        ns.nft(&["-f", "-"], self.script.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
+            .map_err(|e| e.to_string())?;
+        self.attached = Some(Attached { ns, uplink });
+        Ok(())
+    }
+
+    /// Read the counters, stop the uplink and the gate, write the tally.
+    fn finish(&mut self) -> Result<(), SentryError> {
+        let counters = self.attached.as_ref().map(|a| {
+            a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
+                .map_err(|e| SentryError::Tally(e.to_string()))
+                .and_then(|json| {
+                    nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))
+                })
+        });
+        if let Some(a) = self.attached.as_mut() {
+            if !a.uplink.alive() {
+                eprintln!("h5i sentry: slirp4netns had exited before the run ended");
+            }
+            a.uplink.stop();
+        }
+        self.gate.stop();
+        let (table, egress) = match counters {
+            Some(c) => (
+                LoadedEgressTable {
+                    digest: nft::digest(&self.script),
+                    rules: self.rules.clone(),
+                },
+                c?,
+            ),
+            // Never attached: no table was loaded and nothing left the box.
+            None => (LoadedEgressTable::default(), Default::default()),
+        };
+        let tally = NetTally {
+            table,
+            egress,
+            socket_gate: self.gate.tally(),
+        };
+        let json =
+            serde_json::to_vec_pretty(&tally).map_err(|e| SentryError::Tally(e.to_string()))?;
+        write_atomic(&self.plan.dir.join(TALLY), &json)
+    }
+
+    fn cleanup_files(&self) {
+        for name in [NET_SOCK, GATE_SOCK, SENTRY_PID] {
+            let _ = std::fs::remove_file(self.plan.dir.join(name));
+        }
+    }
+}

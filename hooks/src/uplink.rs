@@ -1,0 +1,264 @@
+//! The box's only way out: slirp4netns on a tap device inside the box's network namespace.
+//!
+//! Owns starting and stopping the uplink: `slirp4netns --configure --mtu=65520
+//! --disable-host-loopback --enable-seccomp [--enable-sandbox] [--enable-ipv6]
+//! --ready-fd=3 --exit-fd=4 [--userns-path=/proc/self/fd/6] --netns-type=path /proc/self/fd/5
+//! tap0`, with the namespace fds the sentry holds inherited at fixed numbers. slirp4netns runs in
+//! the sentry's network namespace and dials out as an ordinary host process, so the box reaches
+//! exactly what the host reaches, filtered first by the box's own nftables table (loaded before
+//! the uplink exists). `--disable-host-loopback` keeps the gateway 10.0.2.2 from reaching the
+//! host's 127.0.0.1 (the table refuses 10.0.2.2 as well).
+//!
+//! Measured here (slirp4netns 1.2.0): the fd paths work rootful and rootless; `--userns-path`
+//! equal to the caller's own user namespace is accepted; `--enable-sandbox` needs
+//! `CAP_SYS_ADMIN` in the uplink's own user namespace (it fails with "setegid(0)" for an
+//! unprivileged caller outside any user namespace), so it is on exactly when the sentry holds
+//! that capability (root, or rootless Podman's namespace); `--enable-seccomp` works everywhere.
+//! Ready in 3–10 ms.
+//!
+//! Must never: start before the table is loaded (the sentry's order), or outlive the sentry
+//! (`--exit-fd` ends it when the sentry's end of the pipe closes; `PR_SET_PDEATHSIG` too).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::netns::BoxNamespaces;
+use crate::sys;
+
+/// Where slirp4netns is looked for (hooks run with a cleared environment).
+const SLIRP_PATHS: &[&str] = &["/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns"];
+/// The tap device's name in the box.
+pub const DEVICE: &str = "tap0";
+/// How long slirp4netns may take to configure the device.
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long it may take to exit once asked.
+const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `CAP_SYS_ADMIN`'s bit number (linux/capability.h).
+const CAP_SYS_ADMIN: u32 = 21;
+
+const READY_FD: RawFd = 3;
+const EXIT_FD: RawFd = 4;
+const NETNS_FD: RawFd = 5;
+const USERNS_FD: RawFd = 6;
+
+/// Why the uplink could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum UplinkError {
+    /// slirp4netns is not installed.
+    #[error("refusing: slirp4netns is not installed (looked in {0}); to fix: apt-get install slirp4netns")]
+    Missing(String),
+    /// It could not be started.
+    #[error("refusing: cannot start slirp4netns: {0}; to fix: report this as an h5i bug")]
+    Spawn(io::Error),
+    /// It exited or stalled before saying it was ready.
+    #[error("refusing: slirp4netns did not bring up {DEVICE} in the box ({0}); to fix: check /dev/net/tun is usable by this user (mode 0666) and see the sentry log")]
+    NotReady(String),
+}
+
+/// A running uplink.
+#[derive(Debug)]
+pub struct Uplink {
+    child: Child,
+    pidfd: OwnedFd,
+    exit_w: Option<OwnedFd>,
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new fds into the array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just returned by pipe2 and nothing else owns them.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Whether this process holds `CAP_SYS_ADMIN` in its own user namespace (slirp4netns's sandbox
+/// needs it).
+pub fn can_sandbox() -> bool {
+    let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
+}
+
+/// The argv after the program name.
+pub fn args(ipv6: bool, sandbox: bool, userns: bool) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--enable-seccomp",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    if sandbox {
+        a.push("--enable-sandbox".into());
+    }
+    if ipv6 {
+        a.push("--enable-ipv6".into());
+    }
+    a.push(format!("--ready-fd={READY_FD}"));
+    a.push(format!("--exit-fd={EXIT_FD}"));
+    if userns {
+        a.push(format!("--userns-path=/proc/self/fd/{USERNS_FD}"));
+    }
+    a.push("--netns-type=path".into());
+    a.push(format!("/proc/self/fd/{NETNS_FD}"));
+    a.push(DEVICE.into());
+    a
+}
+
+impl Uplink {
+    /// Start slirp4netns for the box and wait (bounded) until it reports the device ready.
+    /// Its output goes to `log` (the sentry's own log).
+    pub fn start(
+        ns: &BoxNamespaces,
+        ipv6: bool,
+        log: &std::fs::File,
+    ) -> Result<Uplink, UplinkError> {
+        let slirp = SLIRP_PATHS
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+            .ok_or_else(|| UplinkError::Missing(SLIRP_PATHS.join(", ")))?;
+        let (ready_r, ready_w) = pipe().map_err(UplinkError::Spawn)?;
+        let (exit_r, exit_w) = pipe().map_err(UplinkError::Spawn)?;
+        // Sources above every target number, so the child's dup2s cannot clobber one another.
+        let high = |fd: RawFd| sys::dup_at_least(fd, 16).map_err(UplinkError::Spawn);
+        let ready_src = high(ready_w.as_raw_fd())?;
+        let exit_src = high(exit_r.as_raw_fd())?;
+        let net_src = high(ns.net().as_raw_fd())?;
+        let user_src = ns.user().map(|u| high(u.as_raw_fd())).transpose()?;
+        drop((ready_w, exit_r));
+        let plan: Vec<(RawFd, RawFd)> = [
+            Some((ready_src.as_raw_fd(), READY_FD)),
+            Some((exit_src.as_raw_fd(), EXIT_FD)),
+            Some((net_src.as_raw_fd(), NETNS_FD)),
+            user_src.as_ref().map(|u| (u.as_raw_fd(), USERNS_FD)),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let out = log.try_clone().map_err(UplinkError::Spawn)?;
+        let err = log.try_clone().map_err(UplinkError::Spawn)?;
+        let mut cmd = Command::new(slirp);
+        cmd.args(args(ipv6, can_sandbox(), user_src.is_some()))
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err);
+        // SAFETY: runs in the forked child before exec, calling only dup2 and prctl
+        // (async-signal-safe); `plan` was built before the fork and is only read.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (src, dst) in &plan {
+                    if libc::dup2(*src, *dst) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(UplinkError::Spawn)?;
+        drop((ready_src, exit_src, net_src, user_src));
+        let pidfd = sys::pidfd_open(child.id() as i32).map_err(UplinkError::Spawn)?;
+        let mut uplink = Uplink {
+            child,
+            pidfd,
+            exit_w: Some(exit_w),
+        };
+        match wait_ready(&ready_r) {
+            Ok(()) => Ok(uplink),
+            Err(e) => {
+                uplink.stop();
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether slirp4netns is still running.
+    pub fn alive(&self) -> bool {
+        matches!(sys::wait_pidfd(&self.pidfd, Duration::ZERO), Ok(false))
+    }
+
+    /// End the uplink: close the exit fd, wait (bounded), then kill; reap it.
+    pub fn stop(&mut self) {
+        self.exit_w.take();
+        if !matches!(sys::wait_pidfd(&self.pidfd, EXIT_TIMEOUT), Ok(true)) {
+            let _ = sys::pidfd_kill(&self.pidfd);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Uplink {
+    fn drop(&mut self) {
+        if self.exit_w.is_some() {
+            self.stop();
+        }
+    }
+}
+
+fn wait_ready(ready_r: &OwnedFd) -> Result<(), UplinkError> {
+    use sys::AsFdBorrowed;
+    let ready = sys::poll_readable(&[ready_r.as_fd_borrowed()], Some(READY_TIMEOUT))
+        .map_err(|e| UplinkError::NotReady(e.to_string()))?;
+    if ready.is_empty() {
+        return Err(UplinkError::NotReady(format!(
+            "no word within {}s",
+            READY_TIMEOUT.as_secs()
+        )));
+    }
+    let mut byte = [0u8; 1];
+    // SAFETY: reading one byte into a valid one-byte buffer from an owned fd.
+    let n = unsafe { libc::read(ready_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
+    match (n, byte[0]) {
+        (1, b'1') => Ok(()),
+        (0, _) => Err(UplinkError::NotReady("it exited".into())),
+        (n, b) => Err(UplinkError::NotReady(format!(
+            "unexpected answer {n} bytes {b:#x}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_arguments_hold_the_host_loopback_shut_and_name_the_inherited_fds() {
+        let a = args(false, false, true);
+        assert!(a.contains(&"--disable-host-loopback".to_string()));
+        assert!(a.contains(&"--enable-seccomp".to_string()));
+        assert!(!a.contains(&"--enable-sandbox".to_string()));
+        assert!(!a.contains(&"--enable-ipv6".to_string()));
+        assert_eq!(
+            &a[a.len() - 4..],
+            &[
+                "--userns-path=/proc/self/fd/6",
+                "--netns-type=path",
+                "/proc/self/fd/5",
+                "tap0"
+            ]
+        );
+        let b = args(true, true, false);
+        assert!(
+            b.contains(&"--enable-sandbox".to_string()) && b.contains(&"--enable-ipv6".to_string())
+        );
+        assert!(!b.iter().any(|x| x.starts_with("--userns-path")));
+    }
+}
