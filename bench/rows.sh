@@ -132,6 +132,42 @@ add_row box-run-process-vs-runc \
     --teardown '"$H5I" box rm --force bench-proc' \
     --target 'ratio:median <= 1.5'
 
+add_row box-run-supervised-vs-true \
+    --title 'h5i box run NAME -- true at --isolation supervised (own netns, deny-all nftables table, socket gate) vs bare true' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-sup --isolation supervised' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'true' \
+    --h5i '$H5I box run bench-sup -- true' \
+    --check '
+        out="$("$H5I" box run bench-sup -- sh -c "grep CapEff /proc/self/status")"
+        [ "$out" = "CapEff:	0000000000000000" ] || { echo "the supervised run was not confined (got $out)"; exit 1; }
+        "$H5I" box status bench-sup | grep -q "egress table loaded" || { echo "no egress table was loaded"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-sup' \
+    --target 'added_ms:median < 25'
+
+add_row box-supervised-100mb \
+    --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box (slirp4netns uplink + pinned nftables table) vs the same curl on the host' \
+    --shell bash \
+    --setup '
+        "$ROOT/bench/testhost.sh" up 104857600
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        mkdir -p .h5i
+        printf "[profile.bulk]\nisolation = \"supervised\"\n[profile.bulk.net]\negress = [\"198.19.250.2:8080\"]\n" > .h5i/env.toml
+        git add -A && git commit -qm bench-policy
+        "$H5I" box create bench-bulk --profile bulk' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --h5i '$H5I box run bench-bulk -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --check '
+        n="$("$H5I" box run bench-bulk -- curl -sS -o /dev/null -w "%{size_download}" http://198.19.250.2:8080/)"
+        [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-bulk; "$ROOT/bench/testhost.sh" down' \
+    --target 'ratio:median <= 1.11'
+
 add_row podman-h5i-runc-vs-runc \
     --title 'podman run --rm with --runtime h5i-runc vs --runtime runc (rootful, busybox image)' \
     --setup '"$ROOT/scripts/make-test-image.sh" --root >/dev/null' \

@@ -43,7 +43,7 @@ write_if_differs() {
 PACKAGES=(
     podman runc crun buildah skopeo conmon uidmap slirp4netns passt fuse-overlayfs
     nftables busybox-static bubblewrap hyperfine libseccomp-dev iproute2 git tmux
-    expect pkg-config
+    expect pkg-config python3 curl
     catatonit netavark aardvark-dns containernetworking-plugins iptables
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |

@@ -95,21 +95,8 @@ fn test_seams() -> Result<Option<(MapResolver, Vec<u8>)>, BoxError> {
             ))
         }
     };
-    let hosts = hosts
-        .into_string()
-        .map_err(|_| seam_error(format!("{TEST_HOSTS_VAR} is not UTF-8")))?;
     let map = MapResolver::new();
-    for entry in hosts.split(',').filter(|e| !e.is_empty()) {
-        let (name, addr) = entry
-            .split_once('=')
-            .ok_or_else(|| seam_error(format!("{TEST_HOSTS_VAR} entry `{entry}` has no `=`")))?;
-        let name = h5i_policy::values::normalize_host(name)
-            .map_err(|why| seam_error(format!("{TEST_HOSTS_VAR}: {why}")))?;
-        let addr: SocketAddr = addr.parse().map_err(|_| {
-            seam_error(format!(
-                "{TEST_HOSTS_VAR} entry `{entry}` is not name=ip:port"
-            ))
-        })?;
+    for (name, addr) in parse_test_hosts(hosts)? {
         map.insert(&name, UPSTREAM_PORT, vec![addr]);
     }
     let ca = PathBuf::from(ca);
@@ -121,6 +108,30 @@ fn test_seams() -> Result<Option<(MapResolver, Vec<u8>)>, BoxError> {
     }
     let der = std::fs::read(&ca).map_err(|e| BoxError::io(&ca, e))?;
     Ok(Some((map, der)))
+}
+
+/// The `H5I_TEST_HOSTS` map, `name=ip:port,...`, as (normalized name, address) pairs.
+pub(crate) fn parse_test_hosts(
+    hosts: std::ffi::OsString,
+) -> Result<Vec<(String, SocketAddr)>, BoxError> {
+    let hosts = hosts
+        .into_string()
+        .map_err(|_| seam_error(format!("{TEST_HOSTS_VAR} is not UTF-8")))?;
+    let mut out = Vec::new();
+    for entry in hosts.split(',').filter(|e| !e.is_empty()) {
+        let (name, addr) = entry
+            .split_once('=')
+            .ok_or_else(|| seam_error(format!("{TEST_HOSTS_VAR} entry `{entry}` has no `=`")))?;
+        let name = h5i_policy::values::normalize_host(name)
+            .map_err(|why| seam_error(format!("{TEST_HOSTS_VAR}: {why}")))?;
+        let addr: SocketAddr = addr.parse().map_err(|_| {
+            seam_error(format!(
+                "{TEST_HOSTS_VAR} entry `{entry}` is not name=ip:port"
+            ))
+        })?;
+        out.push((name, addr));
+    }
+    Ok(out)
 }
 
 /// Resolve the policy's grants for one run, or refuse before anything starts.

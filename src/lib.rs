@@ -31,3 +31,4 @@ pub mod shell;
 pub mod snapshot;
 pub mod status;
 pub mod store;
+pub mod supervised;

@@ -32,6 +32,9 @@ pub struct KernelFacts {
     pub runc: Result<std::path::PathBuf, String>,
     /// The cgroup layout, and whether h5i can make groups under its own cgroup.
     pub cgroups: (String, Result<(), String>),
+    /// What the supervised tier's network needs beyond the process tier: `h5i-hook`, a
+    /// runnable `slirp4netns` and `nft`, and a tun device this caller can open.
+    pub supervised_net: Result<(), String>,
 }
 
 /// Ask the kernel.
@@ -43,7 +46,41 @@ pub fn kernel_facts() -> KernelFacts {
         runc: crate::process::runc_binary()
             .ok_or_else(|| "h5i-runc is not beside h5i or on PATH (make build)".to_string()),
         cgroups: cgroups(),
+        supervised_net: supervised_net(),
     }
+}
+
+/// Runs `program --version` and says whether it answered.
+fn runs(program: &str) -> Result<(), String> {
+    match std::process::Command::new(program)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+    {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("`{program} --version` failed ({s})")),
+        Err(e) => Err(format!(
+            "{program} cannot be run ({e}); to fix: make setup installs it"
+        )),
+    }
+}
+
+fn supervised_net() -> Result<(), String> {
+    crate::process::hook_binary()
+        .ok_or_else(|| "h5i-hook is not beside h5i or on PATH (make build)".to_string())?;
+    runs("slirp4netns")?;
+    runs("nft")?;
+    // The uplink opens the tun device as this caller, inside the box's user namespace.
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/net/tun")
+        .map(drop)
+        .map_err(|e| {
+            format!("/dev/net/tun cannot be opened by this user ({e}); to fix: make setup (chmod 0666 /dev/net/tun)")
+        })
 }
 
 fn landlock_abi() -> Result<i32, String> {
@@ -128,15 +165,27 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
         }
         Ok(())
     })();
+    let supervised = process.clone().and_then(|()| {
+        match &f.seccomp {
+            Ok(true) => {}
+            _ => {
+                return Err(
+                    "seccomp user notification is unavailable, so the socket() gate cannot run"
+                        .to_string(),
+                )
+            }
+        }
+        f.supervised_net.clone()
+    });
     match process {
         Ok(()) => t.set_available(Tier::Process),
         Err(why) => t.set_unavailable(Tier::Process, why),
     };
+    match supervised {
+        Ok(()) => t.set_available(Tier::Supervised),
+        Err(why) => t.set_unavailable(Tier::Supervised, why),
+    };
     for (tier, why) in [
-        (
-            Tier::Supervised,
-            "the supervised tier is not in this build of h5i",
-        ),
         (
             Tier::Container,
             "the container tier is not in this build of h5i",
@@ -215,6 +264,15 @@ pub fn probe_lines() -> Vec<ProbeLine> {
                 "{layout}; mem and procs can be held (h5i made and removed a group under its own)"
             ),
             (layout, Err(e)) => format!("{layout}; mem and procs cannot be held here: {e}"),
+        },
+    ));
+    out.push(line(
+        "supervised network",
+        match &f.supervised_net {
+            Ok(()) => {
+                "slirp4netns uplink + nftables table in the box's namespace + tun available".into()
+            }
+            Err(e) => e.clone(),
         },
     ));
     out.push(line(

@@ -46,7 +46,11 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let secrets = secrets::resolve_for_run(&policy)?;
     // Fail closed before anything starts: every auth grant must be servable.
     let creds = match policy.tier {
-        Tier::Process => Some(crate::credentials::prepare(&policy)?),
+        Tier::Process | Tier::Supervised => Some(crate::credentials::prepare(&policy)?),
+        _ => None,
+    };
+    let pinned = match policy.tier {
+        Tier::Supervised => Some(crate::supervised::pin_egress(&policy)?),
         _ => None,
     };
     let scrub = creds
@@ -57,6 +61,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
 
     let mut oom = None;
     let mut egress = None;
+    let mut socket_gate = None;
     let report = match policy.tier {
         Tier::Workspace => {
             let mut cmd = workspace_command(&sb, program, &argv[1..]);
@@ -82,6 +87,33 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             oom = run.cage.oom;
             run.child
         }
+        Tier::Supervised => {
+            let mut plan = crate::process::plan(&sb, &policy, argv)?;
+            let net = crate::supervised::attach(&mut plan, pinned.unwrap_or_default())?;
+            let serving = match creds {
+                Some(c) => Some(c.attach(&mut plan)?),
+                None => None,
+            };
+            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None);
+            let cred_tally = serving.and_then(|s| crate::credentials::tally(&s.finish()));
+            let net = net.finish();
+            let run = run?;
+            match net {
+                Ok(t) => {
+                    crate::supervised::remember_table(&sb, &t.table)?;
+                    egress = Some(merge_tallies(t.egress, cred_tally));
+                    socket_gate = Some(Box::new(t.socket_gate));
+                }
+                Err(why) => {
+                    egress = cred_tally;
+                    eprintln!(
+                        "h5i: warning: the supervised network left no tally ({why}); this run's receipt carries no egress or socket-gate counts"
+                    );
+                }
+            }
+            oom = run.cage.oom;
+            run.child
+        }
         other => return Err(tier_not_built(name, other)),
     };
     record_with(
@@ -95,9 +127,25 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         RunExtras {
             scrub,
             egress,
-            socket_gate: None,
+            socket_gate,
         },
     )
+}
+
+/// One run's egress counts from two counters (the sentry's table and the credential proxy).
+fn merge_tallies(
+    mut a: h5i_policy::receipt::EgressTally,
+    b: Option<h5i_policy::receipt::EgressTally>,
+) -> h5i_policy::receipt::EgressTally {
+    if let Some(b) = b {
+        for (k, n) in b.allowed {
+            *a.allowed.entry(k).or_default() += n;
+        }
+        for (k, n) in b.denied {
+            *a.denied.entry(k).or_default() += n;
+        }
+    }
+    a
 }
 
 /// What a run adds to its record beyond the supervisor's report.
@@ -108,7 +156,7 @@ pub(crate) struct RunExtras {
     /// Egress counts (the credential proxy's, per upstream).
     pub egress: Option<h5i_policy::receipt::EgressTally>,
     /// The socket() gate's decisions (supervised tier).
-    pub socket_gate: Option<h5i_policy::receipt::SocketGateTally>,
+    pub socket_gate: Option<Box<h5i_policy::receipt::SocketGateTally>>,
 }
 
 /// The command for a workspace-tier run: in the workspace, with the box's variables.

@@ -40,6 +40,8 @@ pub struct StatusReport {
     pub last_run: Option<(u64, Vec<String>, i32)>,
     /// Commits on the parent branch since the pinned base, for a worktree box with a branch.
     pub drift: Option<(String, u64)>,
+    /// The egress table the last supervised run actually loaded (the sentry's own account).
+    pub egress_table: Option<h5i_policy::receipt::LoadedEgressTable>,
 }
 
 /// Gather a box's status.
@@ -81,6 +83,7 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
         _ => None,
     };
     Ok(StatusReport {
+        egress_table: crate::supervised::last_table(&sb),
         evidence: (host, readout.records.len() - host, readout.damaged.len()),
         sb,
         policy,
@@ -162,4 +165,31 @@ pub fn enforcement_of(
         None
     };
     (rows, reason)
+}
+
+/// `h5i box capabilities NAME --json`: what this box actually got, as one JSON document: the
+/// tier and how it was chosen, each enforcement row, the egress table the last supervised run
+/// loaded (hosts, addresses, ports, the digest of the nft script), and the policy digest the
+/// box runs under.
+pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
+    use serde_json::json;
+    let rows: Vec<serde_json::Value> = report
+        .enforcement
+        .iter()
+        .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced}))
+        .collect();
+    json!({
+        "box": report.sb.manifest.name,
+        "tier": report.sb.manifest.tier,
+        "tier_chosen_by": if report.policy.tier_choice.auto { "auto" } else { report.policy.tier_choice.source.as_str() },
+        "policy_digest": report.sb.manifest.policy_digest,
+        "enforced": rows,
+        "unenforced_reason": report.unenforced_reason,
+        "egress_table": report.egress_table,
+        "net": {
+            "mode": report.policy.net.mode.as_str(),
+            "egress": report.policy.net.egress.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
+            "unix": report.policy.net.unix,
+        },
+    })
 }

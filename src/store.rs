@@ -174,6 +174,10 @@ impl BoxPaths {
     pub fn lock(&self) -> PathBuf {
         self.dir.join("lock")
     }
+    /// `net-table.json`: the egress table the last supervised run loaded (host-written).
+    pub fn net_table(&self) -> PathBuf {
+        self.dir.join("net-table.json")
+    }
 }
 
 /// A box found in the store.

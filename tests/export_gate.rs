@@ -199,6 +199,7 @@ fn run_record(
             wall_ms: 12,
             oom: None,
             egress,
+            socket_gate: None,
         },
     }
 }

@@ -408,7 +408,7 @@ fn an_unprivileged_user_gets_the_same_confinement() {
         "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
     );
     let uid = stdout(&id).trim().to_string();
-    delegate_cgroup_to(uid.parse().unwrap());
+    common::delegate_cgroup_to(uid.parse().unwrap());
     let dir = tempfile::Builder::new()
         .prefix("h5i-user")
         .tempdir_in("/tmp")
@@ -512,56 +512,5 @@ fn probe_reports_what_this_host_can_enforce() {
         "tty-injection= ",
     ] {
         assert!(text.contains(want), "missing `{want}` in:\n{text}");
-    }
-}
-
-/// The cgroup delegation `make setup` makes for h5i-test, made again here for this test's own
-/// cgroup (a test may run in another session's cgroup than the one setup saw): `<own>/h5i` in
-/// every v1 hierarchy (or the unified one), owned by the user.
-fn delegate_cgroup_to(uid: u32) {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let anchor = own
-        .lines()
-        .find_map(|l| {
-            if v2 {
-                l.strip_prefix("0::")
-            } else {
-                l.split_once(":memory:").map(|(_, p)| p)
-            }
-        })
-        .unwrap()
-        .trim_start_matches('/')
-        .to_string();
-    let roots: Vec<PathBuf> = if v2 {
-        vec![PathBuf::from("/sys/fs/cgroup")]
-    } else {
-        std::fs::read_dir("/sys/fs/cgroup")
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
-            .collect()
-    };
-    for root in roots {
-        let dir = root.join(&anchor).join("h5i");
-        std::fs::create_dir_all(&dir).unwrap();
-        let cpus = dir.join("cpuset.cpus");
-        if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
-            let parent = dir.parent().unwrap();
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                std::fs::write(dir.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
-            }
-        }
-        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
-            let p = if f.is_empty() {
-                dir.clone()
-            } else {
-                dir.join(f)
-            };
-            if p.exists() {
-                std::os::unix::fs::chown(&p, Some(uid), None).unwrap();
-            }
-        }
     }
 }

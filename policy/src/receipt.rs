@@ -185,7 +185,7 @@ pub enum RecordBody {
         egress: Option<EgressTally>,
         /// The socket() gate's decisions, at the supervised tier.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        socket_gate: Option<SocketGateTally>,
+        socket_gate: Option<Box<SocketGateTally>>,
     },
     /// A record the box staged in its spool, validated and ingested by the host.
     BoxClaimed {

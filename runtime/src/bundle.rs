@@ -69,6 +69,17 @@ pub struct BundlePlan {
     /// path; the runtime runs them inside the container's namespaces, before `pivot_root`, with
     /// the container state on stdin.
     pub create_container_hooks: Vec<Vec<String>>,
+    /// `createRuntime` hooks: run by the runtime on the host side once the container's
+    /// namespaces exist, before any `createContainer` hook (the supervised tier's sentry).
+    pub create_runtime_hooks: Vec<Vec<String>>,
+    /// `poststop` hooks: run by the runtime after the container is gone.
+    pub poststop_hooks: Vec<Vec<String>>,
+    /// More `h5i.*` annotations, added over the ones the plan derives itself (the supervised
+    /// tier's network plan).
+    pub extra_annotations: BTreeMap<String, String>,
+    /// Read-only single-file binds `(host file, box path)`, mounted after every directory grant
+    /// so they cover what a grant brought in (the supervised tier's `/etc/hosts`).
+    pub file_binds: Vec<(PathBuf, PathBuf)>,
     /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
     /// console socket (`box shell`); never the caller's terminal.
     pub terminal: bool,
@@ -145,6 +156,11 @@ impl BundlePlan {
                 landlock_read.push(s);
             }
         }
+        for (src, dst) in &self.file_binds {
+            mounts.push(json!({"destination": dst, "type": "bind", "source": src,
+                               "options": ["bind", "nosuid", "nodev", "noexec", "ro"]}));
+            landlock_read.push(dst.display().to_string());
+        }
         let landlock = json!({"read": landlock_read, "write": landlock_write});
         let mut annotations = BTreeMap::new();
         annotations.insert("h5i.landlock".to_string(), landlock.to_string());
@@ -153,6 +169,9 @@ impl BundlePlan {
             "h5i.net.unix".to_string(),
             if self.unix_sockets { "true" } else { "false" }.to_string(),
         );
+        for (k, v) in &self.extra_annotations {
+            annotations.insert(k.clone(), v.clone());
+        }
         let mut namespaces = vec![
             json!({"type": "pid"}),
             json!({"type": "mount"}),
@@ -197,11 +216,21 @@ impl BundlePlan {
                 l.remove("gidMappings");
             }
         }
-        let hooks: Vec<Value> = self
-            .create_container_hooks
-            .iter()
-            .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
-            .collect();
+        let declare = |list: &[Vec<String>]| -> Vec<Value> {
+            list.iter()
+                .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
+                .collect()
+        };
+        let mut hooks = serde_json::Map::new();
+        for (stage, list) in [
+            ("createRuntime", &self.create_runtime_hooks),
+            ("createContainer", &self.create_container_hooks),
+            ("poststop", &self.poststop_hooks),
+        ] {
+            if !list.is_empty() {
+                hooks.insert(stage.to_string(), Value::Array(declare(list)));
+            }
+        }
         let mut config = json!({
             "ociVersion": "1.0.2",
             "process": {
@@ -222,7 +251,7 @@ impl BundlePlan {
             "annotations": annotations,
         });
         if !hooks.is_empty() {
-            config["hooks"] = json!({"createContainer": hooks});
+            config["hooks"] = Value::Object(hooks);
         }
         (config, notes)
     }
@@ -263,6 +292,10 @@ mod tests {
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
             create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
+            create_runtime_hooks: Vec::new(),
+            poststop_hooks: Vec::new(),
+            extra_annotations: BTreeMap::new(),
+            file_binds: Vec::new(),
             terminal: false,
             netns_path: None,
             userns_path: None,
@@ -347,6 +380,36 @@ mod tests {
         let (v, _) = plan().to_config(|_| true);
         assert_eq!(v["hooks"]["createContainer"][0]["path"], "/opt/h5i-hook");
         assert_eq!(v["hooks"]["createContainer"][0]["args"][1], "loopback");
+    }
+
+    #[test]
+    fn every_hook_stage_is_declared_and_empty_stages_are_left_out() {
+        let mut p = plan();
+        p.create_runtime_hooks = vec![vec!["/opt/h5i-hook".into(), "net-up".into()]];
+        p.poststop_hooks = vec![vec!["/opt/h5i-hook".into(), "net-down".into()]];
+        let (v, _) = p.to_config(|_| true);
+        assert_eq!(v["hooks"]["createRuntime"][0]["args"][1], "net-up");
+        assert_eq!(v["hooks"]["createContainer"][0]["args"][1], "loopback");
+        assert_eq!(v["hooks"]["poststop"][0]["args"][1], "net-down");
+        assert!(v["hooks"].get("prestart").is_none());
+        let (v, _) = plan().to_config(|_| true);
+        assert!(v["hooks"].get("createRuntime").is_none() && v["hooks"].get("poststop").is_none());
+    }
+
+    #[test]
+    fn file_binds_come_after_the_grant_they_cover_read_only() {
+        let mut p = plan();
+        p.file_binds = vec![("/run/h5i/n-1/hosts".into(), "/etc/hosts".into())];
+        p.extra_annotations
+            .insert("h5i.net".into(), "supervised".into());
+        let (v, _) = p.to_config(|_| true);
+        let m = mounts(&v);
+        let etc = m.iter().position(|(d, _)| d == "/etc").unwrap();
+        let hosts = m.iter().position(|(d, _)| d == "/etc/hosts").unwrap();
+        assert!(etc < hosts);
+        assert!(m[hosts].1.contains("\"ro\""));
+        assert_eq!(v["annotations"]["h5i.net"], "supervised");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
     }
 
     #[test]

@@ -74,6 +74,14 @@ enum BoxVerb {
         /// The box.
         name: String,
     },
+    /// What this box actually got (tier, enforcement, the egress table loaded), as JSON.
+    Capabilities {
+        /// The box.
+        name: String,
+        /// Print JSON (the only format).
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one command in the box; its exit code passes through (124: wall clock).
     Run {
         /// The box.
@@ -324,6 +332,14 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     println!("  {}", service_line(s));
                 }
             }
+            Ok(0)
+        }
+        BoxVerb::Capabilities { name, json: _ } => {
+            let report = h5i::status::status(&store()?, &name)?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&h5i::status::capabilities_json(&report))?
+            );
             Ok(0)
         }
         BoxVerb::Run { name, argv } => {
@@ -630,6 +646,18 @@ fn print_status(s: &h5i::status::StatusReport) {
     }
     if let Some(why) = &s.unenforced_reason {
         println!("  * {why}");
+    }
+    if let Some(t) = &s.egress_table {
+        println!(
+            "egress table loaded by the last supervised run ({})",
+            t.digest
+        );
+        if t.rules.is_empty() {
+            println!("  (none: every destination refused)");
+        }
+        for r in &t.rules {
+            println!("  {}:{} -> {}", r.host, r.port, r.addrs.join(", "));
+        }
     }
     let (host, claimed, damaged) = s.evidence;
     println!("evidence   {host} host-observed, {claimed} box-claimed record(s), {damaged} damaged line(s)");

@@ -2,6 +2,8 @@
 //! the real `h5i` binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod testnet;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -158,4 +160,63 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
         }
     }
     hits
+}
+
+/// The cgroup delegation `make setup` makes for h5i-test, made again for this test's own
+/// cgroup (a test may run in another session's cgroup than the one setup saw): `<own>/h5i` in
+/// every v1 hierarchy (or the unified one), owned by the user.
+pub fn delegate_cgroup_to(uid: u32) {
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let anchor = own
+        .lines()
+        .find_map(|l| {
+            if v2 {
+                l.strip_prefix("0::")
+            } else {
+                l.split_once(":memory:").map(|(_, p)| p)
+            }
+        })
+        .unwrap()
+        .trim_start_matches('/')
+        .to_string();
+    let roots: Vec<PathBuf> = if v2 {
+        vec![PathBuf::from("/sys/fs/cgroup")]
+    } else {
+        std::fs::read_dir("/sys/fs/cgroup")
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
+            .collect()
+    };
+    for root in roots {
+        let dir = root.join(&anchor).join("h5i");
+        // Level by level from the hierarchy's root: a cpuset group made here starts with no
+        // cpus or mems (a fresh session's anchor may not exist in this hierarchy yet), and a
+        // task can join it only once both are copied down from its parent.
+        let mut level = root.clone();
+        for part in Path::new(&anchor).join("h5i").components() {
+            let parent = level.clone();
+            level.push(part);
+            let _ = std::fs::create_dir(&level);
+            let cpus = level.join("cpuset.cpus");
+            if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    std::fs::write(level.join(f), std::fs::read(parent.join(f)).unwrap())
+                        .unwrap();
+                }
+            }
+        }
+        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
+            let p = if f.is_empty() {
+                dir.clone()
+            } else {
+                dir.join(f)
+            };
+            if p.exists() {
+                std::os::unix::fs::chown(&p, Some(uid), None).unwrap();
+            }
+        }
+    }
 }

@@ -1,11 +1,11 @@
 //! `create`: set a container up from a bundle and leave it waiting for `start`.
 //!
 //! Steps, in order: validate the id, make the state directory, give a supervised-network spec
-//! its private directory when it names none (`net_dir::ensure`), merge the socket gate into
-//! such a spec (`gate`: its notify rule at `<h5i.net.dir>/gate.sock`), place the cgroup when
-//! the spec has none (`sidecar::prepare`), then libcontainer's init builder with
-//! `H5iExecutor` (whose `validate` refuses bad `h5i.*` annotations here, before `start`), then
-//! hold a read-only cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
+//! its private directory when it names none (`net_dir::ensure`), merge the socket gate into it
+//! (`gate`: rewrites the bundle's `config.json`), place the cgroup when the spec has none
+//! (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
+//! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
+//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
 //! removed again. Also the first half of `run`.
 
 use std::path::{Path, PathBuf};

@@ -1,0 +1,318 @@
+//! The supervised tier from the box's side: the process tier's bundle, plus a network namespace
+//! whose only way out is an nftables table pinned to the addresses `net.egress` resolved to when
+//! the run started, names answered by a generated hosts file (no resolver), and the socket()
+//! gate.
+//!
+//! Owns, for one run: pinning `net.egress` on the host (through the broker's address rules, so a
+//! name that resolves to loopback, link-local or one of the host's own addresses is refused, and
+//! a name that re-resolves later never widens anything: the box only ever gets these addresses),
+//! the run's private net directory (`net.sock`, `gate.sock`, `tally.json` of the `h5i-hook`
+//! sentry), the box's `/etc/hosts` and `/etc/resolv.conf`, the `h5i.net.*` annotations and the
+//! three hooks (`net-up` createRuntime, `net-inside` createContainer, `net-down` poststop), and
+//! reading the sentry's tally back for the receipt and `status`.
+//!
+//! Must never: start a box whose egress could not be pinned, give the box a resolver, or report
+//! a table other than the one the sentry says it loaded.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use h5i_broker::pin::{pin, AddressRules, MapResolver, Pinned, Resolver, SystemResolver};
+use h5i_policy::receipt::{LoadedEgressTable, NetTally, PinnedRule};
+use h5i_policy::ResolvedPolicy;
+use h5i_runtime::bundle::BundlePlan;
+
+use crate::error::BoxError;
+use crate::store::StoredBox;
+
+/// `h5i.net` value that turns the supervised network on (the hooks.d JSON matches it too).
+pub const NET_ANNOTATION: &str = "h5i.net";
+/// The run's net directory.
+pub const NET_DIR_ANNOTATION: &str = "h5i.net.dir";
+/// The pinned egress list, JSON.
+pub const NET_EGRESS_ANNOTATION: &str = "h5i.net.egress";
+
+/// Pin every `net.egress` destination for one run, or refuse naming the one that cannot be.
+///
+/// With the `H5I_TEST_HOSTS` seam set, names resolve through that map only (tests never ask
+/// the system resolver); the address rules are production's either way.
+pub fn pin_egress(policy: &ResolvedPolicy) -> Result<Vec<PinnedRule>, BoxError> {
+    if policy.net.egress.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rules = AddressRules::production().map_err(|e| BoxError::BadRequest {
+        what: format!("cannot list this host's addresses to pin net.egress: {e}"),
+        mend: "check `ip addr` works on the host".into(),
+    })?;
+    let seam = match std::env::var_os(crate::credentials::TEST_HOSTS_VAR) {
+        Some(v) => Some(crate::credentials::parse_test_hosts(v)?),
+        None => None,
+    };
+    let map = MapResolver::new();
+    let resolver: &dyn Resolver = match &seam {
+        Some(entries) => {
+            for hp in &policy.net.egress {
+                let addrs: Vec<SocketAddr> = entries
+                    .iter()
+                    .filter(|(n, _)| *n == hp.host)
+                    .map(|(_, a)| SocketAddr::new(a.ip(), hp.port))
+                    .collect();
+                map.insert(&hp.host, hp.port, addrs);
+            }
+            &map
+        }
+        None => &SystemResolver,
+    };
+    pin_with(&policy.net.egress, resolver, &rules)
+}
+
+fn pin_with(
+    egress: &[h5i_policy::values::HostPort],
+    resolver: &dyn Resolver,
+    rules: &AddressRules,
+) -> Result<Vec<PinnedRule>, BoxError> {
+    let mut out: Vec<PinnedRule> = Vec::new();
+    for hp in egress {
+        match pin(&hp.host, hp.port, resolver, rules) {
+            Pinned::Addrs(addrs) => {
+                let mut texts: Vec<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+                texts.sort();
+                texts.dedup();
+                out.push(PinnedRule {
+                    host: hp.host.clone(),
+                    port: hp.port,
+                    addrs: texts,
+                });
+            }
+            Pinned::Unusable(why) => {
+                return Err(BoxError::BadRequest {
+                    what: format!("net.egress `{hp}` cannot be pinned for this run: {why}"),
+                    mend: format!(
+                        "make `{}` resolve on the host to a routable address, or remove it from the profile's net.egress",
+                        hp.host
+                    ),
+                })
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.host, a.port).cmp(&(&b.host, b.port)));
+    Ok(out)
+}
+
+/// The box's `/etc/hosts`: localhost, its own hostname, and each pinned name.
+pub fn hosts_file(hostname: &str, rules: &[PinnedRule]) -> String {
+    let mut out = String::from(
+        "# h5i supervised box: names are pinned here when the run starts; there is no resolver\n",
+    );
+    out.push_str(&format!(
+        "127.0.0.1\tlocalhost {hostname}\n::1\tlocalhost ip6-localhost\n"
+    ));
+    let mut by_addr: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for r in rules {
+        if r.host.parse::<std::net::IpAddr>().is_ok() {
+            continue;
+        }
+        for a in &r.addrs {
+            let names = by_addr.entry(a.as_str()).or_default();
+            if !names.contains(&r.host.as_str()) {
+                names.push(&r.host);
+            }
+        }
+    }
+    for (addr, names) in by_addr {
+        out.push_str(&format!("{addr}\t{}\n", names.join(" ")));
+    }
+    out
+}
+
+/// A supervised run's network, planned and attached to its bundle.
+#[derive(Debug)]
+pub struct SupervisedNet {
+    dir: PathBuf,
+    /// What was asked of the sentry.
+    pub rules: Vec<PinnedRule>,
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), BoxError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| BoxError::io(path, e))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| BoxError::io(path, e))
+}
+
+/// Pin the policy's egress and turn `plan` (the process tier's) into a supervised one: its own
+/// network namespace wired by the sentry's hooks, the hosts file, no resolver, the socket gate.
+pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<SupervisedNet, BoxError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let hook = crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
+        what: "h5i-hook (which wires the supervised tier's network) is not beside h5i or on PATH"
+            .into(),
+        mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+    })?;
+    // Short: unix socket paths hold at most 107 bytes.
+    let dir = crate::process::runtime_dir()?.join(format!(
+        "n-{}",
+        plan.id.chars().rev().take(24).collect::<String>()
+    ));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| BoxError::io(&dir, e))?;
+    let net = SupervisedNet { dir, rules };
+    let hosts = net.dir.join("hosts");
+    write_private(&hosts, &hosts_file(&format!("h5i-{}", plan.id), &net.rules))?;
+    let resolv = net.dir.join("resolv.conf");
+    write_private(
+        &resolv,
+        "# h5i supervised box: no resolver; allowed names are in /etc/hosts\n",
+    )?;
+    plan.file_binds.push((hosts, PathBuf::from("/etc/hosts")));
+    plan.file_binds
+        .push((resolv, PathBuf::from("/etc/resolv.conf")));
+    let egress: Vec<serde_json::Value> = net
+        .rules
+        .iter()
+        .map(|r| serde_json::json!({"host": r.host, "port": r.port, "addrs": r.addrs}))
+        .collect();
+    plan.extra_annotations
+        .insert(NET_ANNOTATION.into(), "supervised".into());
+    plan.extra_annotations
+        .insert(NET_DIR_ANNOTATION.into(), net.dir.display().to_string());
+    plan.extra_annotations.insert(
+        NET_EGRESS_ANNOTATION.into(),
+        serde_json::Value::Array(egress).to_string(),
+    );
+    plan.socket_gate = Some(net.dir.join("gate.sock"));
+    let hook = hook.display().to_string();
+    // net-inside brings up lo itself: the loopback hook would be redundant.
+    plan.create_container_hooks
+        .retain(|argv| argv.get(1).map(String::as_str) != Some("loopback"));
+    plan.create_container_hooks
+        .insert(0, vec![hook.clone(), "net-inside".into()]);
+    plan.create_runtime_hooks
+        .push(vec![hook.clone(), "net-up".into()]);
+    plan.poststop_hooks.push(vec![hook, "net-down".into()]);
+    Ok(net)
+}
+
+impl SupervisedNet {
+    /// The run's net directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Read the sentry's tally once the runtime has exited, and remove the net directory.
+    /// `None` (with the reason) when the sentry left none: the box never started, or the
+    /// sentry died.
+    pub fn finish(self) -> Result<NetTally, String> {
+        let path = self.dir.join("tally.json");
+        let got = std::fs::read(&path)
+            .map_err(|e| format!("{}: {e}", path.display()))
+            .and_then(|b| {
+                serde_json::from_slice::<NetTally>(&b)
+                    .map_err(|e| format!("{}: not a tally: {e}", path.display()))
+            });
+        let _ = std::fs::remove_dir_all(&self.dir);
+        got
+    }
+}
+
+/// Keep the table a run actually loaded beside the box (host-written, outside every grant),
+/// for `status` and `capabilities`.
+pub fn remember_table(sb: &StoredBox, table: &LoadedEgressTable) -> Result<(), BoxError> {
+    let path = sb.paths.net_table();
+    let tmp = path.with_extension("json.tmp");
+    let bytes = serde_json::to_vec_pretty(table).map_err(|e| BoxError::BadRequest {
+        what: format!("cannot encode the loaded egress table: {e}"),
+        mend: "report this as an h5i bug".into(),
+    })?;
+    std::fs::write(&tmp, bytes).map_err(|e| BoxError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| BoxError::io(&path, e))
+}
+
+/// The table the box's last supervised run loaded, if any.
+pub fn last_table(sb: &StoredBox) -> Option<LoadedEgressTable> {
+    let bytes = std::fs::read(sb.paths.net_table()).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5i_policy::values::HostPort;
+
+    fn hp(h: &str, p: u16) -> HostPort {
+        HostPort {
+            host: h.into(),
+            port: p,
+        }
+    }
+
+    #[test]
+    fn names_pin_to_the_resolvers_answer_and_an_unpinnable_one_refuses_the_run() {
+        let map = MapResolver::new();
+        let a: SocketAddr = "198.18.7.2:443".parse().unwrap();
+        map.insert("api.test", 443, vec![a]);
+        let rules = AddressRules::allowing_loopback();
+        let got = pin_with(&[hp("api.test", 443)], &map, &rules).unwrap();
+        assert_eq!(
+            got,
+            vec![PinnedRule {
+                host: "api.test".into(),
+                port: 443,
+                addrs: vec!["198.18.7.2".into()]
+            }]
+        );
+        let e = pin_with(&[hp("api.test", 443), hp("gone.test", 80)], &map, &rules)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("gone.test:80") && e.contains("to fix:"), "{e}");
+    }
+
+    #[test]
+    fn a_name_resolving_to_link_local_is_refused() {
+        let map = MapResolver::new();
+        map.insert("meta.test", 80, vec!["169.254.169.254:80".parse().unwrap()]);
+        let e = pin_with(
+            &[hp("meta.test", 80)],
+            &map,
+            &AddressRules::allowing_loopback(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("meta.test"), "{e}");
+    }
+
+    #[test]
+    fn the_hosts_file_maps_each_pinned_name_and_nothing_else() {
+        let rules = vec![
+            PinnedRule {
+                host: "a.test".into(),
+                port: 443,
+                addrs: vec!["198.18.7.2".into()],
+            },
+            PinnedRule {
+                host: "a.test".into(),
+                port: 80,
+                addrs: vec!["198.18.7.2".into()],
+            },
+            PinnedRule {
+                host: "198.18.9.9".into(),
+                port: 80,
+                addrs: vec!["198.18.9.9".into()],
+            },
+        ];
+        let h = hosts_file("h5i-x", &rules);
+        assert!(h.contains("127.0.0.1\tlocalhost h5i-x\n"));
+        assert!(h.contains("198.18.7.2\ta.test\n"));
+        assert_eq!(h.matches("a.test").count(), 1);
+        assert!(!h.contains("198.18.9.9"));
+    }
+}

@@ -1,0 +1,390 @@
+//! The supervised tier, asserted from inside real boxes: the only way out is the pinned egress
+//! table; names come from a hosts file; the socket() gate refuses and counts; the receipt's
+//! tally matches what the box attempted; `status` and `capabilities` show the table loaded.
+//! Every destination is one of this test's own hosts (tests/common/testnet.rs).
+
+mod common;
+
+use std::process::Output;
+
+use common::testnet::TestHosts;
+use common::{stderr, stdout, Repo};
+
+/// Python run inside the box: each check prints `name=result`, where result is the greeting,
+/// `ok`, or `err:ERRNO_NAME`.
+const CLIENT: &str = r#"
+import errno, socket, sys
+def name(e):
+    return "err:" + (errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__)
+def tcp(label, host, port):
+    try:
+        s = socket.create_connection((host, port), timeout=3)
+        print("%s=%s" % (label, s.recv(100).decode().strip())); s.close()
+    except OSError as e:
+        print("%s=%s" % (label, name(e)))
+def make(label, *args):
+    try:
+        socket.socket(*args).close(); print("%s=ok" % label)
+    except OSError as e:
+        print("%s=%s" % (label, name(e)))
+for spec in sys.argv[1:]:
+    kind, _, rest = spec.partition(":")
+    if kind == "tcp":
+        label, host, port = rest.split(",")
+        tcp(label, host, int(port))
+    elif kind == "udp":
+        label, host, port = rest.split(",")
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            s.sendto(b"x", (host, int(port))); print("%s=sent" % label)
+        except OSError as e:
+            print("%s=%s" % (label, name(e)))
+    elif kind == "sock":
+        fam, typ, proto = rest.split(",")
+        make("sock_" + fam + "_" + typ, getattr(socket, fam), getattr(socket, typ), int(proto))
+    elif kind == "pair":
+        try:
+            a, b = socket.socketpair(); a.close(); b.close(); print("socketpair=ok")
+        except OSError as e:
+            print("socketpair=%s" % name(e))
+    elif kind == "write":
+        try:
+            open(rest, "a").write("198.19.0.3 allowed.test\n"); print("write=ok")
+        except OSError as e:
+            print("write=%s" % name(e))
+"#;
+
+fn results(out: &Output) -> std::collections::BTreeMap<String, String> {
+    stdout(out)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn supervised_box(r: &Repo, name: &str, hosts: &TestHosts, unix: bool) -> String {
+    r.write_policy(&format!(
+        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"allowed.test:8080\"]\nunix = {unix}\n"
+    ));
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let out = r.h5i_env(
+        &["box", "create", name, "--profile", "sup"],
+        &[("H5I_TEST_HOSTS", &pin)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    pin
+}
+
+fn run_in(r: &Repo, name: &str, pin: &str, argv: &[&str]) -> Output {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend_from_slice(argv);
+    r.h5i_env(&args, &[("H5I_TEST_HOSTS", pin)])
+}
+
+fn last_run(r: &Repo, name: &str) -> serde_json::Value {
+    r.receipts(name)
+        .into_iter()
+        .rev()
+        .find(|rec| rec["lane"] == "host-env-run")
+        .expect("a host-env-run receipt")
+}
+
+#[test]
+fn only_the_pinned_destination_is_reachable_and_the_tally_matches_the_attempts() {
+    let Some(mut hosts) = TestHosts::up("supervised egress", &[8080, 9090], &[5353]) else {
+        return;
+    };
+    let loopback = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    loopback.set_nonblocking(true).unwrap();
+    let lport = loopback.local_addr().unwrap().port();
+    let r = Repo::new();
+    let pin = supervised_box(&r, "sup", &hosts, false);
+    let (first, second) = (hosts.first.to_string(), hosts.second.to_string());
+    let checks = [
+        "tcp:allowed,allowed.test,8080".to_string(),
+        "tcp:again,allowed.test,8080".to_string(),
+        "tcp:other_port,allowed.test,9090".to_string(),
+        format!("tcp:second_host,{second},8080"),
+        format!("udp:udp,{first},5353"),
+        format!("tcp:host_loopback,127.0.0.1,{lport}"),
+        format!("tcp:slirp_gateway,10.0.2.2,{lport}"),
+        "tcp:unlisted_name,example.com,80".to_string(),
+        "write:/etc/hosts".to_string(),
+    ];
+    let mut argv = vec!["python3", "-c", CLIENT];
+    argv.extend(checks.iter().map(String::as_str));
+    let out = run_in(&r, "sup", &pin, &argv);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = results(&out);
+    let greeting = format!("hello {first}:8080");
+    assert_eq!(got["allowed"], greeting, "{got:?}");
+    assert_eq!(got["again"], greeting, "{got:?}");
+    for refused in ["other_port", "second_host", "slirp_gateway"] {
+        assert!(got[refused].starts_with("err:"), "{refused}: {got:?}");
+    }
+    // The box's loopback is its own: nothing listens there.
+    assert_eq!(got["host_loopback"], "err:ECONNREFUSED", "{got:?}");
+    // No resolver: a name outside the hosts file does not resolve at all.
+    assert!(got["unlisted_name"].starts_with("err:"), "{got:?}");
+    // The pinned names cannot be re-pointed from inside.
+    assert!(
+        got["write"] == "err:EROFS" || got["write"] == "err:EACCES",
+        "{got:?}"
+    );
+    assert!(
+        loopback.accept().is_err(),
+        "the host loopback listener was reached"
+    );
+    let log = hosts.log();
+    assert_eq!(
+        log,
+        vec![format!("tcp {first}:8080"), format!("tcp {first}:8080")],
+        "the test hosts saw exactly the two allowed connections"
+    );
+
+    let rec = last_run(&r, "sup");
+    assert_eq!(rec["tier"], "supervised");
+    let egress = &rec["egress"];
+    assert_eq!(egress["allowed"]["allowed.test:8080"], 2, "{rec}");
+    let denied = egress["denied"].as_object().unwrap();
+    for key in [
+        format!("{first}:9090/tcp"),
+        format!("{second}:8080/tcp"),
+        format!("{first}:5353/udp"),
+        format!("10.0.2.2:{lport}/tcp"),
+    ] {
+        assert!(
+            denied.get(&key).and_then(|v| v.as_u64()).unwrap_or(0) >= 1,
+            "{key} not counted as denied: {rec}"
+        );
+    }
+    assert!(
+        !denied
+            .keys()
+            .any(|k| k.starts_with(&format!("{first}:8080"))),
+        "{rec}"
+    );
+
+    // status and capabilities show the table the sentry loaded.
+    let status = r.ok(&["box", "status", "sup"]);
+    assert!(
+        status.contains(&format!("allowed.test:8080 -> {first}")),
+        "{status}"
+    );
+    let caps: serde_json::Value =
+        serde_json::from_str(&r.ok(&["box", "capabilities", "sup", "--json"])).unwrap();
+    assert_eq!(caps["tier"], "supervised");
+    assert_eq!(
+        caps["egress_table"]["rules"][0],
+        serde_json::json!({"host": "allowed.test", "port": 8080, "addrs": [first]})
+    );
+    assert!(caps["egress_table"]["digest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+}
+
+#[test]
+fn the_socket_gate_refuses_and_counts_every_family_it_does_not_allow() {
+    let Some(hosts) = TestHosts::up("supervised socket gate", &[8080], &[]) else {
+        return;
+    };
+    let r = Repo::new();
+    let pin = supervised_box(&r, "gate", &hosts, false);
+    let out = run_in(
+        &r,
+        "gate",
+        &pin,
+        &[
+            "python3",
+            "-c",
+            CLIENT,
+            "sock:AF_INET,SOCK_STREAM,0",
+            "sock:AF_INET,SOCK_DGRAM,0",
+            "sock:AF_INET,SOCK_RAW,1",
+            "sock:AF_PACKET,SOCK_RAW,0",
+            "sock:AF_NETLINK,SOCK_RAW,0",
+            "sock:AF_UNIX,SOCK_STREAM,0",
+            "pair:",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = results(&out);
+    assert_eq!(got["sock_AF_INET_SOCK_STREAM"], "ok", "{got:?}");
+    assert_eq!(got["sock_AF_INET_SOCK_DGRAM"], "ok", "{got:?}");
+    for denied in [
+        "sock_AF_INET_SOCK_RAW",
+        "sock_AF_PACKET_SOCK_RAW",
+        "sock_AF_NETLINK_SOCK_RAW",
+        "sock_AF_UNIX_SOCK_STREAM",
+    ] {
+        assert_eq!(got[denied], "err:EPERM", "{denied}: {got:?}");
+    }
+    assert_eq!(got["socketpair"], "ok", "{got:?}");
+    let gate = &last_run(&r, "gate")["socket_gate"];
+    for fam in ["inet-raw", "packet", "netlink", "unix"] {
+        assert!(
+            gate["denied"][fam].as_u64().unwrap_or(0) >= 1,
+            "{fam} not counted: {gate}"
+        );
+    }
+    assert!(gate["allowed"]["inet"].as_u64().unwrap_or(0) >= 2, "{gate}");
+
+    // nft inside the box cannot touch the table (and its netlink socket is refused).
+    let nft = run_in(
+        &r,
+        "gate",
+        &pin,
+        &["nft", "add", "rule", "inet", "h5i", "output", "accept"],
+    );
+    assert_ne!(nft.status.code(), Some(0), "nft changed the box's table");
+    let again = run_in(
+        &r,
+        "gate",
+        &pin,
+        &[
+            "python3",
+            "-c",
+            CLIENT,
+            &format!("tcp:second_host,{},8080", hosts.second),
+        ],
+    );
+    assert!(
+        results(&again)["second_host"].starts_with("err:"),
+        "{}",
+        stdout(&again)
+    );
+}
+
+#[test]
+fn unix_sockets_pass_the_gate_when_the_profile_allows_them() {
+    let Some(hosts) = TestHosts::up("supervised unix", &[8080], &[]) else {
+        return;
+    };
+    let r = Repo::new();
+    let pin = supervised_box(&r, "unix", &hosts, true);
+    let out = run_in(
+        &r,
+        "unix",
+        &pin,
+        &["python3", "-c", CLIENT, "sock:AF_UNIX,SOCK_STREAM,0"],
+    );
+    assert_eq!(
+        results(&out)["sock_AF_UNIX_SOCK_STREAM"],
+        "ok",
+        "{}",
+        stderr(&out)
+    );
+    let gate = &last_run(&r, "unix")["socket_gate"];
+    assert!(gate["allowed"]["unix"].as_u64().unwrap_or(0) >= 1, "{gate}");
+}
+
+#[test]
+fn an_explicit_supervised_tier_fails_closed_naming_a_missing_prerequisite() {
+    // A PATH with git but no slirp4netns: the uplink cannot be made, so the tier is refused.
+    let bin = tempfile::tempdir().unwrap();
+    for tool in ["git", "nft"] {
+        let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, bin.path().join(tool)).unwrap();
+    }
+    let r = Repo::new();
+    let path = bin.path().display().to_string();
+    let out = r.h5i_env(
+        &["box", "create", "nope", "--isolation", "supervised"],
+        &[("PATH", &path)],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let e = stderr(&out);
+    assert!(e.contains("slirp4netns") && e.contains("to fix"), "{e}");
+    assert!(
+        !r.h5i_dir().join("env").exists()
+            || std::fs::read_dir(r.h5i_dir().join("env"))
+                .unwrap()
+                .all(|a| std::fs::read_dir(a.unwrap().path())
+                    .unwrap()
+                    .next()
+                    .is_none())
+    );
+}
+
+#[test]
+fn auto_picks_the_supervised_tier_on_this_host() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "auto"]);
+    assert_eq!(r.manifest("auto")["tier"], "supervised");
+}
+
+/// The core claims again as the unprivileged h5i-test user: the allowed test host answers, the
+/// second does not, AF_PACKET is refused, and the receipt counts it.
+#[test]
+fn an_unprivileged_user_gets_the_same_supervised_network() {
+    let Some(mut hosts) = TestHosts::up("supervised as h5i-test", &[8080], &[]) else {
+        return;
+    };
+    let id = std::process::Command::new("id")
+        .args(["-u", "h5i-test"])
+        .output()
+        .unwrap();
+    assert!(
+        id.status.success(),
+        "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
+    );
+    let uid = stdout(&id).trim().to_string();
+    common::delegate_cgroup_to(uid.parse().unwrap());
+    let dir = tempfile::Builder::new()
+        .prefix("h5i-user")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let built = std::path::Path::new(common::H5I).parent().unwrap();
+    for b in ["h5i", "h5i-runc", "h5i-hook"] {
+        std::fs::copy(built.join(b), bin.join(b)).unwrap();
+    }
+    std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "h5i-test:h5i-test"])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let script = format!(
+        r#"set -e
+        cd {repo}
+        git init -q -b main .
+        mkdir .h5i
+        printf '[profile.sup]\nisolation = "supervised"\n[profile.sup.net]\negress = ["allowed.test:8080"]\n' > .h5i/env.toml
+        git add -A
+        git -c user.name=u -c user.email=u@x commit -qm i
+        {h5i} box create u --profile sup >/dev/null
+        {h5i} box run u -- python3 - tcp:allowed,allowed.test,8080 tcp:second,{second},8080 sock:AF_PACKET,SOCK_RAW,0 < ../client.py
+        "#,
+        repo = repo.display(),
+        h5i = bin.join("h5i").display(),
+        second = hosts.second,
+    );
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let out = std::process::Command::new("runuser")
+        .args(["-u", "h5i-test", "--", "env"])
+        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+        .arg(format!("H5I_TEST_HOSTS={pin}"))
+        .args(["HOME=/tmp", "bash", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let got = results(&out);
+    assert_eq!(got["allowed"], format!("hello {}:8080", hosts.first), "{got:?}");
+    assert!(got["second"].starts_with("err:"), "{got:?}");
+    assert_eq!(got["sock_AF_PACKET_SOCK_RAW"], "err:EPERM", "{got:?}");
+    assert_eq!(hosts.log(), vec![format!("tcp {}:8080", hosts.first)]);
+    let receipts = std::fs::read_to_string(repo.join(".git/.h5i/env/none/u/receipts.jsonl")).unwrap();
+    let rec: serde_json::Value = serde_json::from_str(receipts.lines().last().unwrap()).unwrap();
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+    assert_eq!(rec["socket_gate"]["denied"]["packet"], 1, "{rec}");
+}
