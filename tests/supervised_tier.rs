@@ -379,11 +379,16 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
         .unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     let got = results(&out);
-    assert_eq!(got["allowed"], format!("hello {}:8080", hosts.first), "{got:?}");
+    assert_eq!(
+        got["allowed"],
+        format!("hello {}:8080", hosts.first),
+        "{got:?}"
+    );
     assert!(got["second"].starts_with("err:"), "{got:?}");
     assert_eq!(got["sock_AF_PACKET_SOCK_RAW"], "err:EPERM", "{got:?}");
     assert_eq!(hosts.log(), vec![format!("tcp {}:8080", hosts.first)]);
-    let receipts = std::fs::read_to_string(repo.join(".git/.h5i/env/none/u/receipts.jsonl")).unwrap();
+    let receipts =
+        std::fs::read_to_string(repo.join(".git/.h5i/env/none/u/receipts.jsonl")).unwrap();
     let rec: serde_json::Value = serde_json::from_str(receipts.lines().last().unwrap()).unwrap();
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
     assert_eq!(rec["socket_gate"]["denied"]["packet"], 1, "{rec}");

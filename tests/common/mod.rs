@@ -203,8 +203,7 @@ pub fn delegate_cgroup_to(uid: u32) {
             let cpus = level.join("cpuset.cpus");
             if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
-                    std::fs::write(level.join(f), std::fs::read(parent.join(f)).unwrap())
-                        .unwrap();
+                    std::fs::write(level.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
                 }
             }
         }

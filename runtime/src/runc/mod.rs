@@ -131,6 +131,14 @@ pub enum RuncError {
     /// The supervised network's socket gate could not be put into the bundle.
     #[error(transparent)]
     Gate(#[from] gate::GateInjectError),
+    /// `exec` into a container with the socket gate could not reach the gate.
+    #[error("refusing: exec into container {id}: {reason}; to fix: check that the box's network sentry is running (its socket gate must serve the exec'd process)")]
+    GateExec {
+        /// The container id.
+        id: String,
+        /// What failed.
+        reason: String,
+    },
     /// Listing a container's processes failed.
     #[error("container {id}: cannot list processes: {reason}")]
     Ps {

@@ -11,6 +11,7 @@
  *   probe inet            socket(AF_INET, SOCK_STREAM)
  *   probe gate            every family the socket gate rules on, then whether this process
  *                         holds a seccomp listener descriptor (notify_fd=FOUND|NONE)
+ *   probe wait            block in pause() until a signal ends it (an image with no shell)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -167,8 +168,10 @@ int main(int argc, char **argv) {
         report("inet_stream", socket(AF_INET, SOCK_STREAM, 0));
     } else if (argc >= 2 && strcmp(argv[1], "gate") == 0) {
         gate();
+    } else if (argc >= 2 && strcmp(argv[1], "wait") == 0) {
+        pause();
     } else {
-        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate\n");
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait\n");
         return 2;
     }
     return 0;
