@@ -253,3 +253,112 @@ fn nft_in_the_box_cannot_alter_its_table_even_without_the_socket_gate() {
         "nft_in_the_box_cannot_alter_its_table_even_without_the_socket_gate",
     );
 }
+
+/// `<own>/h5i` in every hierarchy, owned by `uid` (what `make setup` delegates to h5i-test, made
+/// again for this test's own cgroup).
+fn delegate_cgroup_to(uid: u32) -> String {
+    let rel = format!("{}/h5i", own_cgroup().trim_end_matches('/'));
+    for h in hierarchies() {
+        let dir = PathBuf::from(format!("{}{rel}", h.display()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let cpus = dir.join("cpuset.cpus");
+        if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
+            let parent = dir.parent().unwrap();
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                std::fs::write(dir.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
+            }
+        }
+        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
+            let p = if f.is_empty() { dir.clone() } else { dir.join(f) };
+            if p.exists() {
+                std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
+            }
+        }
+    }
+    rel
+}
+
+fn user_uid(name: &str) -> Option<u32> {
+    let out = Command::new("id").args(["-u", name]).output().ok()?;
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+/// The same box as the unprivileged `h5i-test` user: its own user namespace (box 0 -> 1001),
+/// the sentry and slirp4netns run as 1001, and h5i-runc picks the net directory
+/// (`$XDG_RUNTIME_DIR/h5i-net/<id>`), since the spec names none.
+#[test]
+fn an_unprivileged_user_gets_the_same_supervised_network() {
+    let test = "an_unprivileged_user_gets_the_same_supervised_network";
+    if !require_root(test) {
+        return;
+    }
+    let uid = user_uid("h5i-test")
+        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)");
+    let hosts = TestHosts::new();
+    let tmp = tempfile::Builder::new()
+        .prefix("h5i-net-user")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    // The build tree may sit where h5i-test cannot reach: the user runs its own copies.
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (from, name) in [(runc_bin(), "h5i-runc"), (hook_bin(), "h5i-hook")] {
+        std::fs::copy(from, bin.join(name)).unwrap();
+    }
+    let xdg = tmp.path().join("xdg");
+    private_dir(&xdg, uid);
+    let id = format!("unpriv-{}", std::process::id());
+    let net_dir = xdg.join("h5i-net").join(&id[..id.len().min(16)]);
+    let delegated = delegate_cgroup_to(uid);
+    let cgroup = format!("{delegated}/net-test-{}", std::process::id());
+    let expect = box_script(&hosts, true);
+    let mut spec = spec(
+        &["sh", "-c", &expect.script],
+        &bin.join("h5i-hook"),
+        &NetBox {
+            dir: Some(net_dir.clone()),
+            egress: egress(&hosts),
+            gate: true,
+            uid,
+            cgroup: cgroup.clone(),
+        },
+    );
+    // h5i-runc names the directory (the gate's listenerPath above is where it will put it).
+    spec["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("h5i.net.dir");
+    let b = bundle(tmp.path(), &spec);
+    // The user's bundle is the user's (h5i-runc writes the net directory back into it).
+    for p in [b.clone(), b.join("config.json")] {
+        std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
+    }
+    let out = run_to_files(
+        Command::new("runuser")
+            .args(["-u", "h5i-test", "--", "env"])
+            .arg(format!("XDG_RUNTIME_DIR={}", xdg.display()))
+            .arg(format!("HOME={}", xdg.display()))
+            .arg(bin.join("h5i-runc"))
+            .args(["run", "--bundle"])
+            .arg(&b)
+            .arg(&id),
+    );
+    remove_cgroup(&cgroup);
+    let log = sentry_log(&net_dir);
+    assert!(
+        out.status.success(),
+        "h5i-runc run as h5i-test: {:?}\n{}\nsentry log:\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_results(&out, &expect, &log);
+    let t = tally(&net_dir);
+    check_tally(&t, &hosts);
+    check_gate_tally(&t);
+    assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
+}
