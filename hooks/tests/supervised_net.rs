@@ -362,3 +362,190 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     check_gate_tally(&t);
     assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Podman: `podman --runtime h5i-runc --hooks-dir DIR run --network none --annotation
+// h5i.net=supervised ...`, DIR holding the shipped hooks.d entries with the hook path pointed
+// at the binary under test. Isolated storage (`--root`/`--runroot` in a temp dir) and an
+// imported image, as runtime/tests/podman.rs does.
+
+const IMAGE: &str = "localhost/h5i-net-test";
+
+/// The shipped hooks.d entries, rewritten to run `hook`, in `dir`.
+fn hooks_dir(dir: &Path, hook: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("oci");
+    let mut n = 0;
+    for e in std::fs::read_dir(&shipped).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "json") {
+            let mut v: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+            assert_eq!(v["hook"]["path"], "/usr/local/libexec/h5i/h5i-hook");
+            assert_eq!(v["when"]["annotations"]["^h5i\\.net$"], "^supervised$");
+            v["hook"]["path"] = serde_json::json!(hook);
+            std::fs::write(dir.join(e.file_name()), v.to_string()).unwrap();
+            n += 1;
+        }
+    }
+    assert_eq!(n, 3, "three hooks.d entries ship in hooks/oci");
+}
+
+/// `--annotation` values: Podman parses them as CSV, so the JSON is quoted.
+fn podman_net_args(hosts: &TestHosts, cidfile: &Path) -> Vec<String> {
+    let egress = egress(hosts).replace('"', "\"\"");
+    vec![
+        "run".into(),
+        "--rm".into(),
+        "--network".into(),
+        "none".into(),
+        "--cidfile".into(),
+        cidfile.display().to_string(),
+        "--annotation".into(),
+        "h5i.net=supervised".into(),
+        "--annotation".into(),
+        format!("\"h5i.net.egress={egress}\""),
+        "-v".into(),
+        "/usr:/usr:ro".into(),
+    ]
+}
+
+fn import_image(podman: &dyn Fn(&[String]) -> std::process::Output, dir: &Path, uid: u32) {
+    let rootfs = dir.join("image-rootfs");
+    make_rootfs(&rootfs);
+    let tar = dir.join("image.tar");
+    let st = Command::new("tar")
+        .arg("-C")
+        .arg(&rootfs)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    std::os::unix::fs::chown(&tar, Some(uid), Some(uid)).unwrap();
+    let out = podman(&[
+        "import".into(),
+        tar.display().to_string(),
+        IMAGE.into(),
+    ]);
+    assert!(
+        out.status.success(),
+        "podman import: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn have_podman(test: &str) -> bool {
+    let ok = Command::new("podman")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: {test}: podman is not installed");
+    }
+    ok
+}
+
+fn read_cid(cidfile: &Path) -> String {
+    std::fs::read_to_string(cidfile)
+        .unwrap_or_else(|e| panic!("{}: {e}", cidfile.display()))
+        .trim()
+        .to_string()
+}
+
+/// Unmount whatever containers/storage left mounted under `dir`, deepest first.
+fn unmount_under(dir: &Path) {
+    let prefix = dir.to_string_lossy().into_owned();
+    let mut mounts: Vec<PathBuf> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(4).map(PathBuf::from))
+        .filter(|m| m.starts_with(&prefix))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    for m in mounts {
+        let c = std::ffi::CString::new(m.to_string_lossy().as_bytes()).unwrap();
+        // SAFETY: umount2 with a valid NUL-terminated path and MNT_DETACH.
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+#[test]
+fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
+    let test = "podman_with_the_shipped_hooks_gives_a_supervised_box";
+    if !require_root(test) || !have_podman(test) {
+        return;
+    }
+    let hosts = TestHosts::new();
+    let tmp = tempfile::Builder::new()
+        .prefix("h5i-net-podman")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let p = tmp.path().to_path_buf();
+    hooks_dir(&p.join("hooks.d"), &hook_bin());
+    std::fs::write(
+        p.join("containers.conf"),
+        format!(
+            "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
+             [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\ntmp_dir = \"{}\"\n",
+            p.join("tmp").display()
+        ),
+    )
+    .unwrap();
+    let cgroup_parent = format!(
+        "{}/h5i-net-podman-{}",
+        own_cgroup().trim_end_matches('/'),
+        std::process::id()
+    );
+    let podman = |args: &[String]| {
+        run_to_files(
+            Command::new("podman")
+                .env("CONTAINERS_CONF", p.join("containers.conf"))
+                .arg("--root")
+                .arg(p.join("storage"))
+                .arg("--runroot")
+                .arg(p.join("run"))
+                .args(["--storage-driver", "overlay", "--runtime"])
+                .arg(runc_bin())
+                .arg("--hooks-dir")
+                .arg(p.join("hooks.d"))
+                .args(args),
+        )
+    };
+    import_image(&podman, &p, 0);
+    let cidfile = p.join("cid");
+    let expect = box_script(&hosts, false);
+    let mut args = podman_net_args(&hosts, &cidfile);
+    args.extend(
+        [
+            "--cgroup-parent",
+            &cgroup_parent,
+            IMAGE,
+            "sh",
+            "-c",
+            &expect.script,
+        ]
+        .map(String::from),
+    );
+    let out = podman(&args);
+    let net_dir = PathBuf::from("/run/h5i-net").join(&read_cid(&cidfile)[..16]);
+    let log = sentry_log(&net_dir);
+    let _ = podman(&["rm".into(), "--all".into(), "--force".into()]);
+    let _ = podman(&["rmi".into(), "--all".into(), "--force".into()]);
+    unmount_under(&p);
+    for suffix in ["/conmon", ""] {
+        remove_cgroup(&format!("{cgroup_parent}{suffix}"));
+    }
+    assert!(
+        out.status.success(),
+        "podman run: {:?}\n{}\nsentry log:\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_results(&out, &expect, &log);
+    let t = tally(&net_dir);
+    let left = leftovers(&net_dir);
+    std::fs::remove_dir_all(&net_dir).unwrap();
+    check_tally(&t, &hosts);
+    assert_eq!(left, ["sentry.log", "tally.json"]);
+}
