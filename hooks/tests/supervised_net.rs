@@ -175,6 +175,16 @@ fn bundle(dir: &Path, spec: &serde_json::Value) -> PathBuf {
     b
 }
 
+/// Whether the sentry started slirp4netns with its sandbox (the log's uplink line).
+fn assert_sandboxed(log: &str, sandboxed: bool) {
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("h5i sentry: uplink: "))
+        .unwrap_or_else(|| panic!("no uplink line in the sentry log:\n{log}"));
+    assert!(line.contains("--disable-host-loopback"), "{line}");
+    assert_eq!(line.contains("--enable-sandbox"), sandboxed, "{line}");
+}
+
 /// What is left in a net directory after the run (the tally and the log, nothing else).
 fn leftovers(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(dir)
@@ -233,6 +243,7 @@ fn supervised_box_as_root(gated: bool, test: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     check_results(&out, &expect, &log);
+    assert_sandboxed(&log, true);
     let t = tally(&net_dir);
     check_tally(&t, &hosts);
     if gated {
@@ -269,7 +280,11 @@ fn delegate_cgroup_to(uid: u32) -> String {
             }
         }
         for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
-            let p = if f.is_empty() { dir.clone() } else { dir.join(f) };
+            let p = if f.is_empty() {
+                dir.clone()
+            } else {
+                dir.join(f)
+            };
             if p.exists() {
                 std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
             }
@@ -357,6 +372,8 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
         String::from_utf8_lossy(&out.stderr)
     );
     check_results(&out, &expect, &log);
+    // An unprivileged sentry outside any user namespace cannot sandbox slirp4netns.
+    assert_sandboxed(&log, false);
     let t = tally(&net_dir);
     check_tally(&t, &hosts);
     check_gate_tally(&t);
@@ -423,11 +440,7 @@ fn import_image(podman: &dyn Fn(&[String]) -> std::process::Output, dir: &Path, 
         .unwrap();
     assert!(st.success());
     std::os::unix::fs::chown(&tar, Some(uid), Some(uid)).unwrap();
-    let out = podman(&[
-        "import".into(),
-        tar.display().to_string(),
-        IMAGE.into(),
-    ]);
+    let out = podman(&["import".into(), tar.display().to_string(), IMAGE.into()]);
     assert!(
         out.status.success(),
         "podman import: {}",
@@ -543,9 +556,145 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
         String::from_utf8_lossy(&out.stderr)
     );
     check_results(&out, &expect, &log);
+    assert_sandboxed(&log, true);
     let t = tally(&net_dir);
     let left = leftovers(&net_dir);
     std::fs::remove_dir_all(&net_dir).unwrap();
     check_tally(&t, &hosts);
     assert_eq!(left, ["sentry.log", "tally.json"]);
+}
+
+/// Rootless Podman as h5i-test: h5i-runc runs as uid 0 in Podman's user namespace (which the
+/// box shares: the sentry enters only its network namespace), with `XDG_RUNTIME_DIR` set, so
+/// the net directory is `$XDG_RUNTIME_DIR/h5i-net/<id>`. Podman is started inside cgroups root
+/// delegated to the user (cgroup v1 has no rootless delegation of its own).
+#[test]
+fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
+    let test = "rootless_podman_with_the_shipped_hooks_gives_a_supervised_box";
+    if !require_root(test) || !have_podman(test) {
+        return;
+    }
+    let uid = user_uid("h5i-test")
+        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)");
+    let hosts = TestHosts::new();
+    let tmp = tempfile::Builder::new()
+        .prefix("h5i-net-rootless")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let p = tmp.path().to_path_buf();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    for d in ["tmp", "storage", "run", "out"] {
+        std::fs::create_dir(p.join(d)).unwrap();
+        std::os::unix::fs::chown(p.join(d), Some(uid), Some(uid)).unwrap();
+    }
+    let xdg = p.join("xdg");
+    private_dir(&xdg, uid);
+    let bin = p.join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (from, name) in [(runc_bin(), "h5i-runc"), (hook_bin(), "h5i-hook")] {
+        std::fs::copy(from, bin.join(name)).unwrap();
+    }
+    hooks_dir(&p.join("hooks.d"), &bin.join("h5i-hook"));
+    std::fs::write(
+        p.join("containers.conf"),
+        format!(
+            "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
+             [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\ntmp_dir = \"{}\"\n",
+            p.join("tmp").display()
+        ),
+    )
+    .unwrap();
+    let rel = format!(
+        "{}/h5i-net-rootless-{}",
+        own_cgroup().trim_end_matches('/'),
+        std::process::id()
+    );
+    let mut procs = Vec::new();
+    for h in hierarchies() {
+        let d = PathBuf::from(format!("{}{rel}", h.display()));
+        std::fs::create_dir_all(&d).unwrap();
+        if d.join("cpuset.cpus").exists() {
+            let parent = d.parent().unwrap();
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                std::fs::write(d.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
+            }
+        }
+        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
+            let q = if f.is_empty() { d.clone() } else { d.join(f) };
+            if q.exists() {
+                std::os::unix::fs::chown(&q, Some(uid), Some(uid)).unwrap();
+            }
+        }
+        procs.push(d.join("cgroup.procs").display().to_string());
+    }
+    // Root moves this shell into the delegated cgroups, then becomes the user.
+    let script = format!(
+        "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
+        procs.join(" ")
+    );
+    let podman = |args: &[String]| {
+        run_to_files(
+            Command::new("sh")
+                .args([
+                    "-c", &script, "sh", "runuser", "-u", "h5i-test", "--", "env",
+                ])
+                .arg(format!("XDG_RUNTIME_DIR={}", xdg.display()))
+                .arg(format!(
+                    "CONTAINERS_CONF={}",
+                    p.join("containers.conf").display()
+                ))
+                .arg(format!("HOME={}", xdg.display()))
+                .args(["podman", "--root"])
+                .arg(p.join("storage"))
+                .arg("--runroot")
+                .arg(p.join("run"))
+                .arg("--runtime")
+                .arg(bin.join("h5i-runc"))
+                .arg("--hooks-dir")
+                .arg(p.join("hooks.d"))
+                .args(args),
+        )
+    };
+    import_image(&podman, &p, uid);
+    let cidfile = p.join("out/cid");
+    let expect = box_script(&hosts, false);
+    let mut args = podman_net_args(&hosts, &cidfile);
+    args.extend([IMAGE, "sh", "-c", &expect.script].map(String::from));
+    let out = podman(&args);
+    let cid = read_cid(&cidfile);
+    let net_dir = xdg.join("h5i-net").join(&cid[..16]);
+    let log = sentry_log(&net_dir);
+    let _ = podman(&["rm".into(), "--all".into(), "--force".into()]);
+    let _ = podman(&["rmi".into(), "--all".into(), "--force".into()]);
+    // Our own pause process (its own XDG_RUNTIME_DIR, so never another test's).
+    for pause in [p.join("tmp/pause.pid"), xdg.join("libpod/tmp/pause.pid")] {
+        if let Some(pid) = std::fs::read_to_string(&pause)
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+            .filter(|pid| *pid > 1)
+        {
+            if let Ok(fd) = h5i_hook::sys::pidfd_open(pid) {
+                // The pid Podman recorded for the pause process it started for this test's
+                // private runtime dir; its cgroup can go only once it has exited.
+                let _ = h5i_hook::sys::pidfd_kill(&fd);
+                let _ = h5i_hook::sys::wait_pidfd(&fd, std::time::Duration::from_secs(10));
+            }
+        }
+    }
+    unmount_under(&p);
+    let h5i_runc_cgroup = format!("{rel}/h5i-runc");
+    remove_cgroup(&h5i_runc_cgroup);
+    remove_cgroup(&rel);
+    assert!(
+        out.status.success(),
+        "rootless podman run: {:?}\n{}\nsentry log:\n{log}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_results(&out, &expect, &log);
+    // The sentry holds CAP_SYS_ADMIN in Podman's user namespace: slirp4netns is sandboxed.
+    assert_sandboxed(&log, true);
+    let t = tally(&net_dir);
+    check_tally(&t, &hosts);
+    assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
 }

@@ -82,13 +82,19 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "tcp %s:%s", argv[2], argv[3]);
         int s = dial(name, SOCK_STREAM, argv[2], atoi(argv[3]));
         if (s < 0) return 0;
+        /* The greeting may arrive in pieces: read to its newline or EOF. */
         char buf[128] = {0};
-        if (wait_readable(s, 5000) <= 0) {
-            printf("%s=TIMEOUT\n", name);
-            return 0;
+        size_t got = 0;
+        while (got < sizeof buf - 1 && !memchr(buf, '\n', got)) {
+            if (wait_readable(s, 5000) <= 0) {
+                printf("%s=TIMEOUT\n", name);
+                return 0;
+            }
+            ssize_t n = read(s, buf + got, sizeof buf - 1 - got);
+            if (n < 0) return fail(name);
+            if (n == 0) break;
+            got += (size_t)n;
         }
-        ssize_t n = read(s, buf, sizeof buf - 1);
-        if (n < 0) return fail(name);
         buf[strcspn(buf, "\n")] = 0;
         printf("%s=OK %s\n", name, buf);
     } else if (argc == 4 && strcmp(argv[1], "udp") == 0) {
