@@ -543,6 +543,10 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
     let out = podman(&args);
     let net_dir = PathBuf::from("/run/h5i-net").join(&read_cid(&cidfile)[..16]);
     let log = sentry_log(&net_dir);
+    // Read what the run left, then remove its directory before any assertion can fail.
+    let left = leftovers(&net_dir);
+    let tally_text = std::fs::read_to_string(net_dir.join("tally.json"));
+    std::fs::remove_dir_all(&net_dir).unwrap();
     let _ = podman(&["rm".into(), "--all".into(), "--force".into()]);
     let _ = podman(&["rmi".into(), "--all".into(), "--force".into()]);
     unmount_under(&p);
@@ -557,9 +561,7 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
     );
     check_results(&out, &expect, &log);
     assert_sandboxed(&log, true);
-    let t = tally(&net_dir);
-    let left = leftovers(&net_dir);
-    std::fs::remove_dir_all(&net_dir).unwrap();
+    let t: NetTally = serde_json::from_str(&tally_text.unwrap()).unwrap();
     check_tally(&t, &hosts);
     assert_eq!(left, ["sentry.log", "tally.json"]);
 }
@@ -697,4 +699,84 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     let t = tally(&net_dir);
     check_tally(&t, &hosts);
     assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
+}
+
+/// A box whose network cannot be supervised never starts: the hooks refuse, say why, and
+/// leave no sentry behind.
+#[test]
+fn a_box_whose_network_cannot_be_supervised_never_starts() {
+    let test = "a_box_whose_network_cannot_be_supervised_never_starts";
+    if !require_root(test) {
+        return;
+    }
+    type Mangle = fn(&mut serde_json::Value);
+    let cases: [(&str, &str, Mangle); 5] = [
+        ("netadmin", "CAP_NET_ADMIN", |s| {
+            s["process"]["capabilities"]["bounding"] = serde_json::json!(["CAP_NET_ADMIN"]);
+        }),
+        ("loopback", "loopback", |s| {
+            s["annotations"]["h5i.net.egress"] =
+                serde_json::json!(r#"[{"host":"lo.test","port":80,"addrs":["127.0.0.1"]}]"#);
+        }),
+        ("gateway", "slirp4netns", |s| {
+            s["annotations"]["h5i.net.egress"] =
+                serde_json::json!(r#"[{"host":"gw.test","port":22,"addrs":["10.0.2.2"]}]"#);
+        }),
+        ("hostnet", "host's network namespace", |s| {
+            let ns = s["linux"]["namespaces"].as_array_mut().unwrap();
+            ns.retain(|n| n["type"] != "network");
+        }),
+        ("badegress", "h5i.net.egress", |s| {
+            s["annotations"]["h5i.net.egress"] = serde_json::json!(r#"[{"host":"x.test"}]"#);
+        }),
+    ];
+    for (name, why, mangle) in cases {
+        let tmp = tempfile::Builder::new()
+            .prefix("h5i-net-refuse")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let net_dir = tmp.path().join("n");
+        private_dir(&net_dir, 0);
+        let id = format!("refuse-{name}-{}", std::process::id());
+        let cgroup = format!("{}/h5i-net-test/{id}", own_cgroup().trim_end_matches('/'));
+        let mut s = spec(
+            &["sh", "-c", "echo RAN"],
+            &hook_bin(),
+            &NetBox {
+                dir: Some(net_dir.clone()),
+                egress: "[]".into(),
+                gate: false,
+                uid: 0,
+                cgroup: cgroup.clone(),
+            },
+        );
+        mangle(&mut s);
+        let b = bundle(tmp.path(), &s);
+        let out = run_to_files(
+            Command::new(runc_bin())
+                .arg("--root")
+                .arg(tmp.path().join("state"))
+                .args(["run", "--bundle"])
+                .arg(&b)
+                .arg(&id),
+        );
+        remove_cgroup(&cgroup);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: the box ran");
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("RAN"),
+            "{name}: the box ran"
+        );
+        assert!(
+            err.contains("refusing") && err.contains(why),
+            "{name}: {err}"
+        );
+        for f in ["net.sock", "gate.sock", "sentry.pid"] {
+            assert!(!net_dir.join(f).exists(), "{name}: {f} left behind");
+        }
+    }
+    remove_cgroup(&format!(
+        "{}/h5i-net-test",
+        own_cgroup().trim_end_matches('/')
+    ));
 }
