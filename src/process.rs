@@ -179,6 +179,7 @@ pub fn plan(
         terminal: false,
         netns_path: None,
         userns_path: None,
+        socket_gate: None,
     })
 }
 

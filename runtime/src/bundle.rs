@@ -19,7 +19,10 @@
 //!   capability sets and `noNewPrivileges`, so "root" in the box holds nothing;
 //! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's;
 //!   a box with a live service joins that service's network namespace (and, so the join is
-//!   permitted, its user namespace, which has the same single mapping) by path.
+//!   permitted, its user namespace, which has the same single mapping) by path;
+//! - with a socket gate (supervised tier): `linux.seccomp` sends every `socket`/`socketpair`
+//!   call to the gate's listener (`crate::socket_gate::notify_section`) and the annotation
+//!   `h5i.net.gate = on` tells the executor to leave those calls to it.
 //!
 //! Pure: [`BundlePlan::to_config`] builds the JSON and unit tests check it; writing it to disk is
 //! [`write_bundle`]. Must never: mount a path the policy did not grant, or grant a capability.
@@ -28,6 +31,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
+
+use crate::confine::{ANNOTATION_NET_GATE, NET_GATE_ON};
 
 /// Everything a bundle needs, with `$WORK`/`$HOME` already expanded by the caller.
 #[derive(Debug, Clone)]
@@ -74,6 +79,9 @@ pub struct BundlePlan {
     /// network namespace needs a capability in its owning user namespace). The mappings are
     /// then the joined namespace's and none are written.
     pub userns_path: Option<PathBuf>,
+    /// The socket gate's listener (`<net dir>/gate.sock`), when the box's socket calls go
+    /// through the gate.
+    pub socket_gate: Option<PathBuf>,
 }
 
 /// What a plan left out, for `status` and the receipt.
@@ -179,6 +187,10 @@ impl BundlePlan {
         if let Some(cg) = &self.cgroups_path {
             linux["cgroupsPath"] = json!(cg);
         }
+        if let Some(listener) = &self.socket_gate {
+            linux["seccomp"] = crate::socket_gate::notify_section(listener);
+            annotations.insert(ANNOTATION_NET_GATE.to_string(), NET_GATE_ON.to_string());
+        }
         if self.userns_path.is_some() {
             if let Some(l) = linux.as_object_mut() {
                 l.remove("uidMappings");
@@ -254,6 +266,7 @@ mod tests {
             terminal: false,
             netns_path: None,
             userns_path: None,
+            socket_gate: None,
         }
     }
 
@@ -380,5 +393,32 @@ mod tests {
         assert!(!ll["write"].as_array().unwrap().contains(&json!("/usr")));
         assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
         assert_eq!(v["annotations"]["h5i.net.unix"], "false");
+    }
+    #[test]
+    fn no_gate_means_no_spec_seccomp_and_no_gate_annotation() {
+        let (v, _) = plan().to_config(|_| true);
+        assert!(v["linux"].get("seccomp").is_none());
+        assert!(v["annotations"].get("h5i.net.gate").is_none());
+    }
+
+    #[test]
+    fn a_socket_gate_routes_socket_calls_to_its_listener() {
+        let mut p = plan();
+        p.socket_gate = Some("/run/h5i/net/b1/gate.sock".into());
+        let (v, _) = p.to_config(|_| true);
+        assert_eq!(
+            v["linux"]["seccomp"],
+            json!({
+                "defaultAction": "SCMP_ACT_ALLOW",
+                "listenerPath": "/run/h5i/net/b1/gate.sock",
+                "syscalls": [{"names": ["socket", "socketpair"], "action": "SCMP_ACT_NOTIFY"}]
+            })
+        );
+        assert_eq!(v["annotations"]["h5i.net.gate"], "on");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        // What h5i-runc's executor will check before trusting the annotation.
+        let spec: libcontainer::oci_spec::runtime::Spec = serde_json::from_value(v).unwrap();
+        let seccomp = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();
+        assert!(crate::socket_gate::routes_sockets_to_listener(seccomp));
     }
 }

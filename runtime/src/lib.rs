@@ -15,4 +15,5 @@ pub mod confine;
 pub mod process_tier;
 pub mod pty;
 pub mod runc;
+pub mod socket_gate;
 pub mod supervise;

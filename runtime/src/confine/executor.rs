@@ -18,7 +18,7 @@ pub struct H5iExecutor;
 
 fn plan(spec: &Spec) -> Result<ConfinementPlan, super::ConfineError> {
     let kernel = LinuxKernel;
-    ConfinementPlan::from_annotations(spec.annotations().as_ref(), || kernel.landlock_abi())
+    ConfinementPlan::from_spec(spec, || kernel.landlock_abi())
 }
 
 impl Executor for H5iExecutor {

@@ -5,7 +5,13 @@
 //!   container does not run;
 //! - `h5i.seccomp`: `"h5i-v1"` selects h5i's deny list (`denylist.rs`), installed last;
 //! - `h5i.net.unix`: `"true"` (default) or `"false"`; `false` adds the `socket(AF_UNIX)` entry
-//!   and requires `h5i.seccomp`.
+//!   and requires `h5i.seccomp`;
+//! - `h5i.net.gate`: `"on"` says the spec's own `linux.seccomp` routes `socket`/`socketpair` to
+//!   the socket gate's listener. Believed only when the spec really does
+//!   (`crate::socket_gate::routes_sockets_to_listener`), else refused; requires `h5i.seccomp`.
+//!   With a verified gate the deny list leaves out its `socket` entries: an `ERRNO` answer
+//!   outranks `USER_NOTIF`, so they would hide those calls from the gate (which refuses them
+//!   itself, and counts them). Without the annotation the list is exactly as without a gate.
 //!
 //! With no `h5i.*` annotation the executor is plain OCI. With any, the order inside the
 //! container's init is: `PR_SET_NO_NEW_PRIVS`, Landlock `restrict_self`, seccomp, `execvp`.
@@ -27,6 +33,7 @@ pub mod seccomp;
 
 use std::collections::HashMap;
 
+use libcontainer::oci_spec::runtime::Spec;
 use seccompiler::BpfProgram;
 
 use self::kernel::{ConfinementKernel, KernelError};
@@ -39,6 +46,10 @@ pub const ANNOTATION_LANDLOCK: &str = "h5i.landlock";
 pub const ANNOTATION_SECCOMP: &str = "h5i.seccomp";
 /// Annotation for the policy's `net.unix` switch.
 pub const ANNOTATION_NET_UNIX: &str = "h5i.net.unix";
+/// Annotation saying the spec carries the socket gate.
+pub const ANNOTATION_NET_GATE: &str = "h5i.net.gate";
+/// The only value `h5i.net.gate` takes.
+pub const NET_GATE_ON: &str = "on";
 
 /// Why confinement could not be planned or applied.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +66,19 @@ pub enum ConfineError {
     /// `h5i.net.unix = "false"` without the filter that enforces it.
     #[error("refusing: h5i.net.unix=false is enforced by seccomp but h5i.seccomp is not set; to fix: add h5i.seccomp=h5i-v1")]
     NetUnixWithoutSeccomp,
+    /// `h5i.net.gate` has a value other than "on".
+    #[error("refusing: annotation h5i.net.gate is {0:?}; to fix: use \"on\" or drop it")]
+    NetGateValue(String),
+    /// `h5i.net.gate = "on"` and the spec has no `linux.seccomp` at all: what libcontainer 0.7
+    /// hands the executor for an exec'd process (it rebuilds `linux` without seccomp).
+    #[error("refusing: h5i.net.gate=on but this process has no seccomp profile of its own (libcontainer leaves it out of exec'd processes), so its socket calls would bypass the socket gate; to fix: run the command as the box's own process instead of exec'ing into it")]
+    NetGateNoProfile,
+    /// `h5i.net.gate = "on"` but the spec does not route every socket call to a listener.
+    #[error("refusing: h5i.net.gate=on but the spec's linux.seccomp does not send socket and socketpair to a listener (one unconditional SCMP_ACT_NOTIFY rule each, absolute listenerPath); to fix: add that rule, or drop h5i.net.gate")]
+    NetGateNotInSpec,
+    /// `h5i.net.gate = "on"` without h5i's deny list (io_uring could make sockets around it).
+    #[error("refusing: h5i.net.gate=on needs h5i.seccomp (its io_uring denial keeps sockets from being made around the gate); to fix: add h5i.seccomp=h5i-v1")]
+    NetGateWithoutSeccomp,
     /// A kernel step failed.
     #[error(transparent)]
     Kernel(#[from] KernelError),
@@ -70,10 +94,30 @@ pub struct ConfinementPlan {
 }
 
 impl ConfinementPlan {
-    /// Plan from the spec's annotations; `landlock_abi` is the kernel's answer to the ABI probe
-    /// (only consulted when Landlock is asked for).
+    /// Plan for a parsed spec: its annotations, and whether its own `linux.seccomp` routes
+    /// socket calls to a listener.
+    pub fn from_spec(
+        spec: &Spec,
+        landlock_abi: impl FnOnce() -> i32,
+    ) -> Result<Self, ConfineError> {
+        let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
+        let gate_asked = spec
+            .annotations()
+            .as_ref()
+            .is_some_and(|a| a.contains_key(ANNOTATION_NET_GATE));
+        if gate_asked && seccomp.is_none() {
+            return Err(ConfineError::NetGateNoProfile);
+        }
+        let gate_in_spec = seccomp.is_some_and(crate::socket_gate::routes_sockets_to_listener);
+        Self::from_annotations(spec.annotations().as_ref(), gate_in_spec, landlock_abi)
+    }
+
+    /// Plan from the spec's annotations; `gate_in_spec` says whether the spec's seccomp
+    /// profile routes socket calls to a listener; `landlock_abi` is the kernel's answer to the
+    /// ABI probe (only consulted when Landlock is asked for).
     pub fn from_annotations(
         annotations: Option<&HashMap<String, String>>,
+        gate_in_spec: bool,
         landlock_abi: impl FnOnce() -> i32,
     ) -> Result<Self, ConfineError> {
         let Some(ann) = annotations else {
@@ -88,9 +132,18 @@ impl ConfinementPlan {
             Some("false") => false,
             Some(other) => return Err(ConfineError::NetUnixValue(other.to_string())),
         };
+        let socket_gate = match ann.get(ANNOTATION_NET_GATE).map(String::as_str) {
+            None => false,
+            Some(NET_GATE_ON) if !gate_in_spec => return Err(ConfineError::NetGateNotInSpec),
+            Some(NET_GATE_ON) if !ann.contains_key(ANNOTATION_SECCOMP) => {
+                return Err(ConfineError::NetGateWithoutSeccomp)
+            }
+            Some(NET_GATE_ON) => true,
+            Some(other) => return Err(ConfineError::NetGateValue(other.to_string())),
+        };
         let seccomp = match ann.get(ANNOTATION_SECCOMP) {
             Some(name) => {
-                let profile = SeccompProfile::named(name, net_unix)?;
+                let profile = SeccompProfile::named(name, net_unix, socket_gate)?;
                 let programs = profile.compile()?;
                 Some((profile, programs))
             }
@@ -137,10 +190,11 @@ mod tests {
 
     #[test]
     fn no_annotations_means_plain_oci() {
-        let plan = ConfinementPlan::from_annotations(None, || panic!("no probe needed")).unwrap();
+        let plan =
+            ConfinementPlan::from_annotations(None, false, || panic!("no probe needed")).unwrap();
         assert!(plan.is_empty());
         let other = ann(&[("org.opencontainers.image.ref.name", "x")]);
-        let plan = ConfinementPlan::from_annotations(Some(&other), || 7).unwrap();
+        let plan = ConfinementPlan::from_annotations(Some(&other), false, || 7).unwrap();
         assert!(plan.is_empty());
         let mut k = RecordingKernel::default();
         plan.apply(&mut k).unwrap();
@@ -156,7 +210,7 @@ mod tests {
             (ANNOTATION_LANDLOCK, r#"{"read":["/"],"write":["/tmp"]}"#),
             (ANNOTATION_SECCOMP, "h5i-v1"),
         ]);
-        let plan = ConfinementPlan::from_annotations(Some(&a), || 7).unwrap();
+        let plan = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap();
         let mut k = RecordingKernel {
             abi: 7,
             ..Default::default()
@@ -174,7 +228,7 @@ mod tests {
             (ANNOTATION_LANDLOCK, r#"{"read":["/"]}"#),
             (ANNOTATION_SECCOMP, "h5i-v1"),
         ]);
-        let plan = ConfinementPlan::from_annotations(Some(&a), || 7).unwrap();
+        let plan = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap();
         let mut k = RecordingKernel {
             abi: 7,
             fail_landlock: true,
@@ -190,7 +244,7 @@ mod tests {
     #[test]
     fn landlock_on_a_kernel_without_it_is_refused() {
         let a = ann(&[(ANNOTATION_LANDLOCK, r#"{"read":["/"]}"#)]);
-        let e = ConfinementPlan::from_annotations(Some(&a), || -libc::ENOSYS).unwrap_err();
+        let e = ConfinementPlan::from_annotations(Some(&a), false, || -libc::ENOSYS).unwrap_err();
         assert!(matches!(
             e,
             ConfineError::Landlock(LandlockPlanError::Unavailable(_))
@@ -200,10 +254,10 @@ mod tests {
     #[test]
     fn net_unix_false_without_seccomp_is_refused() {
         let a = ann(&[(ANNOTATION_NET_UNIX, "false")]);
-        let e = ConfinementPlan::from_annotations(Some(&a), || 7).unwrap_err();
+        let e = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap_err();
         assert!(matches!(e, ConfineError::NetUnixWithoutSeccomp));
         let a = ann(&[(ANNOTATION_NET_UNIX, "no"), (ANNOTATION_SECCOMP, "h5i-v1")]);
-        let e = ConfinementPlan::from_annotations(Some(&a), || 7).unwrap_err();
+        let e = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap_err();
         assert!(matches!(e, ConfineError::NetUnixValue(_)));
     }
 
@@ -213,8 +267,61 @@ mod tests {
             (ANNOTATION_SECCOMP, "h5i-v1"),
             (ANNOTATION_NET_UNIX, "false"),
         ]);
-        let plan = ConfinementPlan::from_annotations(Some(&a), || 7).unwrap();
+        let plan = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap();
         let (profile, _) = plan.seccomp.unwrap();
         assert!(!profile.net_unix);
+    }
+    #[test]
+    fn a_gate_annotation_is_believed_only_with_the_rule_in_the_spec() {
+        let a = ann(&[
+            (ANNOTATION_SECCOMP, "h5i-v1"),
+            (ANNOTATION_NET_GATE, NET_GATE_ON),
+        ]);
+        let e = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateNotInSpec));
+        let plan = ConfinementPlan::from_annotations(Some(&a), true, || 7).unwrap();
+        assert!(plan.seccomp.unwrap().0.socket_gate);
+    }
+
+    #[test]
+    fn a_gate_rule_without_the_annotation_changes_nothing() {
+        let a = ann(&[(ANNOTATION_SECCOMP, "h5i-v1")]);
+        let plan = ConfinementPlan::from_annotations(Some(&a), true, || 7).unwrap();
+        assert!(!plan.seccomp.unwrap().0.socket_gate);
+    }
+
+    #[test]
+    fn a_gate_needs_the_deny_list_and_a_known_value() {
+        let a = ann(&[(ANNOTATION_NET_GATE, NET_GATE_ON)]);
+        let e = ConfinementPlan::from_annotations(Some(&a), true, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateWithoutSeccomp));
+        let a = ann(&[(ANNOTATION_SECCOMP, "h5i-v1"), (ANNOTATION_NET_GATE, "yes")]);
+        let e = ConfinementPlan::from_annotations(Some(&a), true, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateValue(_)));
+    }
+
+    #[test]
+    fn from_spec_verifies_the_seccomp_section_itself() {
+        let spec_with = |seccomp: serde_json::Value| -> Spec {
+            serde_json::from_value(serde_json::json!({
+                "ociVersion": "1.0.2",
+                "root": {"path": "rootfs"},
+                "linux": {"seccomp": seccomp},
+                "annotations": {"h5i.seccomp": "h5i-v1", "h5i.net.gate": "on"}
+            }))
+            .unwrap()
+        };
+        let gated = crate::socket_gate::notify_section(std::path::Path::new("/run/g.sock"));
+        let plan = ConfinementPlan::from_spec(&spec_with(gated), || 7).unwrap();
+        assert!(plan.seccomp.unwrap().0.socket_gate);
+        let allow_all =
+            serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/g.sock"});
+        let e = ConfinementPlan::from_spec(&spec_with(allow_all), || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateNotInSpec));
+        // An exec'd process: libcontainer rebuilt `linux` without any seccomp.
+        let mut exec_spec = spec_with(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"}));
+        exec_spec.set_linux(Some(Default::default()));
+        let e = ConfinementPlan::from_spec(&exec_spec, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateNoProfile));
     }
 }

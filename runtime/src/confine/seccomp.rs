@@ -49,18 +49,24 @@ pub enum SeccompError {
     Arch(&'static str),
 }
 
-/// What `h5i.seccomp` (+ `h5i.net.unix`) asked for.
+/// What `h5i.seccomp` (+ `h5i.net.unix`, `h5i.net.gate`) asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SeccompProfile {
     /// Whether `socket(AF_UNIX)` stays allowed (`h5i.net.unix`, default true).
     pub net_unix: bool,
+    /// Whether the spec's verified socket gate answers `socket()` (`h5i.net.gate`): the
+    /// list's `socket` entries are then left to the gate.
+    pub socket_gate: bool,
 }
 
 impl SeccompProfile {
     /// Parse the profile name from `h5i.seccomp`.
-    pub fn named(name: &str, net_unix: bool) -> Result<Self, SeccompError> {
+    pub fn named(name: &str, net_unix: bool, socket_gate: bool) -> Result<Self, SeccompError> {
         if name == PROFILE_H5I_V1 {
-            Ok(Self { net_unix })
+            Ok(Self {
+                net_unix,
+                socket_gate,
+            })
         } else {
             Err(SeccompError::UnknownProfile(name.to_string()))
         }
@@ -68,10 +74,13 @@ impl SeccompProfile {
 
     /// The deny-list entries this profile enforces.
     pub fn entries(&self) -> impl Iterator<Item = &'static DenyEntry> + '_ {
-        H5I_V1.iter().filter(move |e| match e.gate {
-            Gate::Base => true,
-            Gate::NetUnixOff => !self.net_unix,
-        })
+        H5I_V1
+            .iter()
+            .filter(move |e| match e.gate {
+                Gate::Base => true,
+                Gate::NetUnixOff => !self.net_unix,
+            })
+            .filter(move |e| !(self.socket_gate && e.nr == libc::SYS_socket))
     }
 
     /// Compile to BPF programs, in install order.
@@ -251,7 +260,12 @@ mod tests {
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 
     fn programs(net_unix: bool) -> Vec<BpfProgram> {
-        SeccompProfile { net_unix }.compile().unwrap()
+        SeccompProfile {
+            net_unix,
+            socket_gate: false,
+        }
+        .compile()
+        .unwrap()
     }
 
     fn call(nr: libc::c_long, args: &[u64]) -> Call {
@@ -268,13 +282,23 @@ mod tests {
         decide(&programs(net_unix), &call(nr, args))
     }
 
+    fn gated_verdict(net_unix: bool, nr: libc::c_long, args: &[u64]) -> u32 {
+        let programs = SeccompProfile {
+            net_unix,
+            socket_gate: true,
+        }
+        .compile()
+        .unwrap();
+        decide(&programs, &call(nr, args))
+    }
+
     #[test]
     fn unknown_profile_is_refused() {
         assert!(matches!(
-            SeccompProfile::named("h5i-v0", true),
+            SeccompProfile::named("h5i-v0", true, false),
             Err(SeccompError::UnknownProfile(_))
         ));
-        assert!(SeccompProfile::named(PROFILE_H5I_V1, true).is_ok());
+        assert!(SeccompProfile::named(PROFILE_H5I_V1, true, false).is_ok());
     }
 
     #[test]
@@ -441,5 +465,47 @@ mod tests {
         c.arch = 0x4000_0003; // AUDIT_ARCH_I386
         let r = decide(&programs(true), &c);
         assert_eq!(r, libc::SECCOMP_RET_KILL_PROCESS);
+    }
+    #[test]
+    fn with_a_verified_gate_socket_calls_are_left_to_it_and_nothing_else_changes() {
+        let s = libc::SYS_socket;
+        for net_unix in [true, false] {
+            for (fam, ty) in [
+                (libc::AF_PACKET, libc::SOCK_RAW),
+                (libc::AF_INET, libc::SOCK_RAW),
+                (libc::AF_INET6, libc::SOCK_RAW),
+                (libc::AF_INET, 10), // SOCK_PACKET
+                (libc::AF_UNIX, libc::SOCK_STREAM),
+            ] {
+                // The static list no longer answers ERRNO, which would outrank the gate's
+                // USER_NOTIF: the call reaches the gate, which refuses it itself.
+                assert_eq!(
+                    gated_verdict(net_unix, s, &[fam as u64, ty as u64]),
+                    ALLOW,
+                    "{fam}/{ty}"
+                );
+            }
+        }
+        let gated: Vec<_> = SeccompProfile {
+            net_unix: false,
+            socket_gate: true,
+        }
+        .entries()
+        .map(|e| (e.name, e.when))
+        .collect();
+        let plain: Vec<_> = SeccompProfile {
+            net_unix: false,
+            socket_gate: false,
+        }
+        .entries()
+        .filter(|e| e.nr != libc::SYS_socket)
+        .map(|e| (e.name, e.when))
+        .collect();
+        assert_eq!(gated, plain, "only the socket entries differ");
+        assert_eq!(gated_verdict(true, libc::SYS_unshare, &[0]), EPERM);
+        assert_eq!(
+            gated_verdict(true, libc::SYS_io_uring_setup, &[1, 0]),
+            EPERM
+        );
     }
 }

@@ -1,10 +1,11 @@
 //! `create`: set a container up from a bundle and leave it waiting for `start`.
 //!
 //! Steps, in order: validate the id, make the state directory, give a supervised-network spec
-//! its private directory when it names none (`net_dir::ensure`), place the cgroup when the spec
-//! has none (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
-//! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
-//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
+//! its private directory when it names none (`net_dir::ensure`), merge the socket gate into
+//! such a spec (`gate`: its notify rule at `<h5i.net.dir>/gate.sock`), place the cgroup when
+//! the spec has none (`sidecar::prepare`), then libcontainer's init builder with
+//! `H5iExecutor` (whose `validate` refuses bad `h5i.*` annotations here, before `start`), then
+//! hold a read-only cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
 //! removed again. Also the first half of `run`.
 
 use std::path::{Path, PathBuf};
@@ -14,7 +15,7 @@ use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{cgroup_ro, net_dir, sidecar, validate_id, Context, RuncError};
+use super::{cgroup_ro, gate, net_dir, sidecar, validate_id, Context, RuncError};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -49,6 +50,7 @@ pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncErro
     let bundle = std::fs::canonicalize(&opts.bundle)
         .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
     net_dir::ensure(&bundle, &opts.id)?;
+    gate::inject_into_bundle(&bundle)?;
     let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
     let built = build(ctx, opts, prepared.bundle.clone()).and_then(|mut container| {
         match hold_readonly_cgroup(&prepared.bundle, &container) {

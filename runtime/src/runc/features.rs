@@ -74,7 +74,10 @@ fn describe_when(when: When) -> Value {
 
 /// The features document.
 pub fn features() -> Value {
-    let denylist: Vec<Value> = SeccompProfile { net_unix: false }
+    let denylist: Vec<Value> = SeccompProfile {
+        net_unix: false,
+        socket_gate: false,
+    }
         .entries()
         .map(|e| {
             json!({

@@ -5,9 +5,10 @@
 //! wording (Podman matches on it), the cgroup placement rule (never a `:youki:<id>` at the top of
 //! a hierarchy: `cgroup.rs`), holding a read-only cgroup mount libcontainer leaves writable on
 //! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the supervised network's directory
-//! for specs that name none (`net_dir.rs`), the sealed re-exec (`seal.rs`), and logging. Every
-//! container gets `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and
-//! is plain OCI without them.
+//! for specs that name none (`net_dir.rs`) and the socket gate merged into them (`gate.rs`),
+//! the sealed re-exec (`seal.rs`), and logging. Every container gets
+//! `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and is plain OCI
+//! without them.
 //!
 //! Must never: touch a container before running from the sealed copy (the binary does that
 //! first), create a cgroup outside the caller's own cgroup unless the spec names one, or leave
@@ -21,6 +22,7 @@ pub mod delete;
 pub mod exec;
 pub mod features;
 pub mod foreground;
+pub mod gate;
 pub mod kill;
 pub mod logging;
 pub mod net_dir;
@@ -126,6 +128,9 @@ pub enum RuncError {
         /// The OS error.
         source: io::Error,
     },
+    /// The supervised network's socket gate could not be put into the bundle.
+    #[error(transparent)]
+    Gate(#[from] gate::GateInjectError),
     /// Listing a container's processes failed.
     #[error("container {id}: cannot list processes: {reason}")]
     Ps {
