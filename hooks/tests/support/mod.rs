@@ -147,7 +147,6 @@ pub const BULK_PORT: u16 = 7000;
 pub struct TestHosts {
     /// The third octet.
     pub net: u8,
-    netns: String,
     veth: String,
     stop: UnixStream,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -162,46 +161,45 @@ impl TestHosts {
     pub const BULK_BYTES: u64 = 100 << 20;
 
     /// Make them. The /24 is picked from the pid and a counter so parallel tests never share one.
+    /// The namespace is unnamed (no `ip netns`: `/run/netns` is shared with Podman, which
+    /// remounts it): a thread unshares it, configures it with `ip` children (which inherit the
+    /// thread's namespace), binds the sockets and ends; the sockets keep the namespace alive.
     pub fn new() -> TestHosts {
         let n = NEXT_NET.fetch_add(1, Ordering::SeqCst);
-        let net = (100 + (std::process::id() * 7 + n) % 150) as u8;
-        let tag = format!("{}{n}", std::process::id() % 100_000);
-        let netns = format!("h5i-nt-{tag}");
+        // Skip a /24 something on the host already routes (another test process's hosts).
+        let start = std::process::id() * 7 + n * 11;
+        let net = (0..150)
+            .map(|i| (100 + (start + i) % 150) as u8)
+            .find(|net| {
+                let out = Command::new("ip")
+                    .args(["-4", "route", "show", &format!("198.18.{net}.0/24")])
+                    .output()
+                    .unwrap();
+                out.stdout.is_empty()
+            })
+            .expect("a free 198.18.N.0/24 for the test hosts");
+        let tag = format!("{}x{n}", std::process::id() % 100_000);
         let veth = format!("h5v{tag}");
         let peer = format!("h5p{tag}");
-        sh(&["ip", "netns", "add", &netns]);
-        sh(&[
-            "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer,
-        ]);
-        sh(&["ip", "link", "set", &peer, "netns", &netns]);
-        sh(&[
-            "ip",
-            "addr",
-            "add",
-            &format!("198.18.{net}.1/24"),
-            "dev",
-            &veth,
-        ]);
-        sh(&["ip", "link", "set", &veth, "up"]);
-        for cmd in [
-            format!("ip addr add 198.18.{net}.2/24 dev {peer}"),
-            format!("ip addr add 198.18.{net}.3/24 dev {peer}"),
-            format!("ip link set {peer} up"),
-            "ip link set lo up".to_string(),
-        ] {
-            let mut args = vec!["ip", "netns", "exec", &netns];
-            args.extend(cmd.split(' '));
-            sh(&args);
-        }
-        let (stop, stop_rx) = UnixStream::pair().unwrap();
-        let stop_rx = std::sync::Arc::new(stop_rx);
-        // Bind every test-host socket from a thread that entered the test hosts' namespace (a
-        // socket stays in the namespace it was made in, whichever thread serves it).
-        let ns_path = format!("/run/netns/{netns}");
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (moved_tx, moved_rx) = std::sync::mpsc::channel::<()>();
+        let inside = peer.clone();
         let sockets = std::thread::spawn(move || {
-            let f = std::fs::File::open(&ns_path).unwrap();
-            // SAFETY: setns on a valid namespace fd; it changes this thread only.
-            assert_eq!(unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) }, 0);
+            // SAFETY: unshare of the network namespace changes this thread only.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0);
+            // SAFETY: gettid has no preconditions.
+            tid_tx.send(unsafe { libc::gettid() }).unwrap();
+            moved_rx.recv().unwrap();
+            for cmd in [
+                format!("addr add 198.18.{net}.2/24 dev {inside}"),
+                format!("addr add 198.18.{net}.3/24 dev {inside}"),
+                format!("link set {inside} up"),
+                "link set lo up".to_string(),
+            ] {
+                let mut args = vec!["ip"];
+                args.extend(cmd.split(' '));
+                sh(&args);
+            }
             let mut tcp = Vec::new();
             let mut udp = Vec::new();
             for host in [2u8, 3] {
@@ -218,10 +216,25 @@ impl TestHosts {
                 TcpListener::bind(SocketAddrV4::new(Ipv4Addr::new(198, 18, net, 2), BULK_PORT))
                     .unwrap();
             (tcp, udp, bulk)
-        })
-        .join()
-        .unwrap();
-        let (tcp, udp, bulk) = sockets;
+        });
+        let tid = tid_rx.recv().unwrap().to_string();
+        sh(&[
+            "ip", "link", "add", &veth, "type", "veth", "peer", "name", &peer,
+        ]);
+        sh(&["ip", "link", "set", &peer, "netns", &tid]);
+        sh(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("198.18.{net}.1/24"),
+            "dev",
+            &veth,
+        ]);
+        sh(&["ip", "link", "set", &veth, "up"]);
+        moved_tx.send(()).unwrap();
+        let (tcp, udp, bulk) = sockets.join().unwrap();
+        let (stop, stop_rx) = UnixStream::pair().unwrap();
+        let stop_rx = std::sync::Arc::new(stop_rx);
         let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
         let host_loopback_port = host_lo.local_addr().unwrap().port();
         let mut threads = Vec::new();
@@ -258,7 +271,6 @@ impl TestHosts {
         }
         TestHosts {
             net,
-            netns,
             veth,
             stop,
             threads,
@@ -316,11 +328,9 @@ impl Drop for TestHosts {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        // Deleting our end deletes the pair; the namespace ends with its last socket.
         let _ = Command::new("ip")
             .args(["link", "del", &self.veth])
-            .output();
-        let _ = Command::new("ip")
-            .args(["netns", "del", &self.netns])
             .output();
     }
 }

@@ -6,7 +6,8 @@
  *   netprobe udp ADDR PORT          connected UDP: send one datagram, wait 2 s for an answer
  *   netprobe socket FAMILY TYPE PROTO   socket(2) with numeric arguments
  *   netprobe socketpair             socketpair(AF_UNIX, SOCK_STREAM)
- *   netprobe fetch ADDR PORT        connect and read to EOF; prints the byte count
+ *   netprobe fetch ADDR PORT        connect and read to EOF; prints the byte count and the
+ *                                   milliseconds from connect to EOF
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 static int fail(const char *name) {
@@ -125,13 +127,17 @@ int main(int argc, char **argv) {
         if (s < 0) return 0;
         static char buf[1 << 16];
         unsigned long long total = 0;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         for (;;) {
             ssize_t n = read(s, buf, sizeof buf);
             if (n < 0) return fail(name);
             if (n == 0) break;
             total += (unsigned long long)n;
         }
-        printf("%s=OK %llu\n", name, total);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        printf("%s=OK %llu %ld\n", name, total, ms);
     } else {
         fprintf(stderr, "usage: netprobe tcp|udp ADDR PORT | socket F T P | socketpair | fetch ADDR PORT\n");
         return 2;
