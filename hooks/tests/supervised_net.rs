@@ -780,3 +780,75 @@ fn a_box_whose_network_cannot_be_supervised_never_starts() {
         own_cgroup().trim_end_matches('/')
     ));
 }
+
+/// A 100 MB stream from an allowed test host arrives whole through the box (table, uplink and
+/// all), five times; the same fetch from the host without a box is the comparison. The times
+/// are printed, not asserted (a shared machine's timings are no pass/fail signal).
+#[test]
+fn a_100_mb_stream_from_an_allowed_host_arrives_whole_through_the_box() {
+    let test = "a_100_mb_stream_from_an_allowed_host_arrives_whole_through_the_box";
+    if !require_root(test) {
+        return;
+    }
+    let hosts = TestHosts::new();
+    let tmp = tempfile::Builder::new()
+        .prefix("h5i-net-bulk")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let net_dir = tmp.path().join("n");
+    private_dir(&net_dir, 0);
+    let id = format!("bulk-{}", std::process::id());
+    let cgroup = format!("{}/h5i-net-test/{id}", own_cgroup().trim_end_matches('/'));
+    let a2 = hosts.addr(2);
+    let fetch = format!("netprobe fetch {a2} {BULK_PORT}");
+    let script = [fetch.as_str(); 5].join("\n");
+    let spec = spec(
+        &["sh", "-c", &script],
+        &hook_bin(),
+        &NetBox {
+            dir: Some(net_dir.clone()),
+            egress: format!(r#"[{{"host":"bulk.test","port":{BULK_PORT},"addrs":["{a2}"]}}]"#),
+            gate: true,
+            uid: 0,
+            cgroup: cgroup.clone(),
+        },
+    );
+    let b = bundle(tmp.path(), &spec);
+    let boxed = run_to_files(
+        Command::new(runc_bin())
+            .arg("--root")
+            .arg(tmp.path().join("state"))
+            .args(["run", "--bundle"])
+            .arg(&b)
+            .arg(&id),
+    );
+    remove_cgroup(&cgroup);
+    let direct =
+        run_to_files(Command::new(netprobe()).args(["fetch", &a2, &BULK_PORT.to_string()]));
+    let log = sentry_log(&net_dir);
+    assert!(
+        boxed.status.success(),
+        "{}\nsentry log:\n{log}",
+        String::from_utf8_lossy(&boxed.stderr)
+    );
+    let ms = |out: &std::process::Output| -> Vec<u64> {
+        results(&out.stdout)
+            .iter()
+            .map(|(_, v)| {
+                let f: Vec<&str> = v.split(' ').collect();
+                assert_eq!(f[..2], ["OK", &TestHosts::BULK_BYTES.to_string()], "{v}");
+                f[2].parse().unwrap()
+            })
+            .collect()
+    };
+    let through_box = ms(&boxed);
+    let without = ms(&direct);
+    assert_eq!(through_box.len(), 5);
+    eprintln!("100 MB through the box: {through_box:?} ms; from the host, no box: {without:?} ms");
+    let t = tally(&net_dir);
+    assert_eq!(
+        t.egress.allowed,
+        BTreeMap::from([(format!("bulk.test:{BULK_PORT}"), 5)])
+    );
+    assert!(t.egress.denied.is_empty(), "{t:#?}");
+}
