@@ -852,3 +852,92 @@ fn a_100_mb_stream_from_an_allowed_host_arrives_whole_through_the_box() {
     );
     assert!(t.egress.denied.is_empty(), "{t:#?}");
 }
+
+/// The sentry's protocol without a box: it answers `ready`, refuses an attach whose fds are not
+/// namespaces (and any attach after the first), refuses an unknown request, and on `stop`
+/// (sent by `h5i-hook net-down`, as poststop would) writes an empty-table tally, exits and
+/// leaves only the tally and its log.
+#[test]
+fn the_sentry_refuses_a_bogus_attach_and_still_ends_with_a_tally() {
+    use std::io::{BufRead, Read, Write};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::process::Stdio;
+
+    let tmp = tempfile::tempdir().unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let dir = tmp.path().join("n");
+    private_dir(&dir, me);
+    let mut init = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut sentry = Command::new(hook_bin())
+        .arg("sentry")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("sentry.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let plan = serde_json::json!({"dir": dir, "init_pid": init.id(), "egress": [], "unix": false});
+    sentry
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(plan.to_string().as_bytes())
+        .unwrap();
+    let mut ready = String::new();
+    std::io::BufReader::new(sentry.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    assert_eq!(ready, "ready\n", "{}", sentry_log(&dir));
+
+    let ask = |data: &[u8], fds: &[std::os::fd::RawFd]| {
+        let mut c = UnixStream::connect(dir.join("net.sock")).unwrap();
+        h5i_hook::sys::send_with_fds(&c, data, fds).unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).unwrap();
+        answer
+    };
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let a = ask(b"attach\n", &[null.as_raw_fd(), null.as_raw_fd()]);
+    assert!(a.starts_with("refusing: the network fd"), "{a}");
+    let net = std::fs::File::open("/proc/self/ns/net").unwrap();
+    let user = std::fs::File::open("/proc/self/ns/user").unwrap();
+    let a = ask(b"attach\n", &[net.as_raw_fd(), user.as_raw_fd()]);
+    assert!(a.contains("already attached"), "{a}");
+    let a = ask(b"hello\n", &[]);
+    assert!(a.starts_with("refusing: unknown request"), "{a}");
+
+    let bundle = tmp.path().join("bundle");
+    std::fs::create_dir(&bundle).unwrap();
+    let config = serde_json::json!({"annotations": {"h5i.net": "supervised", "h5i.net.dir": dir}});
+    std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+    let state = serde_json::json!({"ociVersion": "1.0.2", "id": "x", "status": "stopped", "bundle": bundle});
+    let mut down = Command::new(hook_bin())
+        .arg("net-down")
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    down.stdin
+        .take()
+        .unwrap()
+        .write_all(state.to_string().as_bytes())
+        .unwrap();
+    let out = down.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "net-down: {}\nsentry log:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        sentry_log(&dir)
+    );
+    assert!(sentry.wait().unwrap().success());
+    let _ = init.kill();
+    let _ = init.wait();
+    let t: NetTally = tally(&dir);
+    assert_eq!(
+        t,
+        NetTally::default(),
+        "never attached: nothing loaded, nothing counted"
+    );
+    assert_eq!(leftovers(&dir), ["sentry.log", "tally.json"]);
+}
