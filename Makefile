@@ -4,6 +4,7 @@
 #   make test    setup, then fmt check, clippy (-D warnings), release tests
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
 #   make demo    setup, build, then scripts/demo.sh
+#   make images  build the container tier's images with Podman (images/build.sh; not part of test)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -12,7 +13,7 @@ export PATH := /root/.cargo/bin:$(PATH)
 CARGO ?= cargo
 ROWS ?=
 
-.PHONY: setup build test bench demo
+.PHONY: setup build test bench demo images
 
 setup:
 	bash scripts/setup-host.sh
@@ -34,3 +35,6 @@ bench: setup build
 
 demo: setup build
 	bash scripts/demo.sh
+
+images: setup
+	bash images/build.sh

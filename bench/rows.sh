@@ -176,6 +176,46 @@ add_row podman-h5i-runc-vs-runc \
     --check 'podman run --rm --network none --cgroup-parent "$H5I_BENCH_CGROUP" --runtime "$H5I_RUNC" localhost/h5i-busybox:latest true' \
     --target 'ratio:median <= 1.0'
 
+# The container tier as root: h5i runs rootless Podman as the engine user of
+# /etc/h5i/container.toml (make setup: h5i-test); the baseline is that user's own plain
+# `podman run` of the same image with the same confinement flags (src/container/podman_args.rs)
+# and a workspace bind, on Podman's default runtime. h5i adds on top: h5i-runc (sealed re-exec,
+# keep-id maps, spec capture), the cage, the loopback hook, the per-run directory and, as root,
+# the idmapped attachments in the engine's mount namespace.
+add_row box-run-container-vs-podman \
+    --title 'h5i box run NAME -- true at --isolation container (rootless Podman as h5i-test) vs that user'"'"'s plain podman run --rm with the same flags and image' \
+    --setup '
+        "$ROOT/scripts/make-test-image.sh" --user >/dev/null
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        install -d -o h5i-test -g h5i-test "$ROW_DIR/work"
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --h5i '$H5I box run bench-ctr -- true' \
+    --check '
+        out="$("$H5I" box run bench-ctr -- sh -c "grep CapEff /proc/self/status; touch /etc/x 2>&1; true")"
+        case "$out" in *"CapEff:	0000000000000000"*"Read-only file system"*) ;; *) echo "the container run was not confined (got $out)"; exit 1;; esac
+        "$H5I" box status bench-ctr | grep -q "matches the policy: yes" || { echo "status evidence does not match the policy"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-ctr' \
+    --target 'ratio:median <= 1.1'
+
+add_row box-run-container-vs-podman-h5i-runc \
+    --title 'h5i box run NAME -- true at --isolation container vs the engine user'"'"'s podman run --rm with the same flags, image, runtime (h5i-runc) and a delegated cgroup parent: what h5i itself adds' \
+    --setup '
+        "$ROOT/scripts/make-test-image.sh" --user >/dev/null
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        install -d -o h5i-test -g h5i-test "$ROW_DIR/work"
+        install -m 755 "$H5I_RUNC" "$ROW_DIR/h5i-runc"
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --h5i '$H5I box run bench-ctr -- true' \
+    --check '"$H5I" box run bench-ctr -- true' \
+    --teardown '"$H5I" box rm --force bench-ctr' \
+    --target 'ratio:median <= 1.1'
+
 add_row shell-pty-echo \
     --title 'keystroke echo: 1,000 single bytes typed one at a time through h5i box shell (workspace tier, the box on its own pty) vs on a plain pty (bench/pty_echo.py; p50/p99 per keystroke on its stderr)' \
     --setup '

@@ -31,8 +31,11 @@ REPORT="${BENCH_REPORT:-$ROOT/BENCHMARKS.md}"
 H5I_RUNC="${H5I_RUNC:-$ROOT/target/release/h5i-runc}"
 # Podman's --cgroup-parent: under this process's own cgroup (HOST.md: never the top).
 H5I_BENCH_CGROUP="$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"
+H5I_BENCH_CGROUP_ROOT="${H5I_BENCH_CGROUP%/}/h5i"
 H5I_BENCH_CGROUP="${H5I_BENCH_CGROUP%/}/h5i/bench"
-export H5I ROOT BENCH_FILES H5I_RUNC H5I_BENCH_CGROUP
+# The container tier's engine user (make setup: h5i-test) and its runtime directory.
+H5I_ENGINE_RUNDIR="/run/user/$(id -u h5i-test 2>/dev/null || echo 1001)"
+export H5I ROOT BENCH_FILES H5I_RUNC H5I_BENCH_CGROUP H5I_BENCH_CGROUP_ROOT H5I_ENGINE_RUNDIR
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 command -v hyperfine >/dev/null || die "hyperfine not found (make setup installs it)"
@@ -75,7 +78,9 @@ expand() {
     s="${s//\$ROW_DIR/$row_dir}"
     s="${s//\$ROOT/$ROOT}"
     s="${s//\$H5I_RUNC/$H5I_RUNC}"
+    s="${s//\$H5I_BENCH_CGROUP_ROOT/$H5I_BENCH_CGROUP_ROOT}"
     s="${s//\$H5I_BENCH_CGROUP/$H5I_BENCH_CGROUP}"
+    s="${s//\$H5I_ENGINE_RUNDIR/$H5I_ENGINE_RUNDIR}"
     s="${s//\$H5I/$H5I}"
     printf '%s' "$s"
 }
@@ -89,8 +94,9 @@ snippet() {
 squote() { printf "'%s'" "${1//\'/\'\\\'\'}"; }
 
 # last_line FILE: the last non-empty line of a log, for a one-line reason.
-last_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | cut -c1-300; }
-first_line() { grep -v '^[[:space:]]*$' "$1" 2>/dev/null | head -n 1 | cut -c1-300; }
+# (An empty log is not an error: the caller still reports the row.)
+last_line() { { grep -v '^[[:space:]]*$' "$1" 2>/dev/null || true; } | tail -n 1 | cut -c1-300; }
+first_line() { { grep -v '^[[:space:]]*$' "$1" 2>/dev/null || true; } | head -n 1 | cut -c1-300; }
 
 # write_meta FILE KEY VALUE...: a flat JSON object.
 write_meta() {

@@ -43,7 +43,7 @@ write_if_differs() {
 PACKAGES=(
     podman runc crun buildah skopeo conmon uidmap slirp4netns passt fuse-overlayfs
     nftables busybox-static bubblewrap hyperfine libseccomp-dev iproute2 git tmux
-    expect pkg-config python3 curl
+    expect pkg-config debootstrap bc python3 curl
     catatonit netavark aardvark-dns containernetworking-plugins iptables
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
@@ -142,7 +142,7 @@ fi
 # one path in all of them. Created under this process's own cgroup, so it matches the tests
 # that `make test` runs next in the same session.
 delegate_cgroup() {
-    local own dir ctrl
+    local own dir ctrl level part
     if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
         own="$(sed -n 's/^0:://p' /proc/self/cgroup)"
         dir="/sys/fs/cgroup${own%/}/h5i"
@@ -161,10 +161,19 @@ delegate_cgroup() {
         [ "$(basename "$ctrl")" = unified ] && continue
         dir="$ctrl${own%/}/h5i"
         [ -d "$dir" ] || { mkdir -p "$dir"; changed "created cgroup $dir"; }
-        if [ -f "$dir/cpuset.cpus" ] && [ -z "$(cat "$dir/cpuset.cpus")" ]; then
-            cat "$(dirname "$dir")/cpuset.cpus" >"$dir/cpuset.cpus"
-            cat "$(dirname "$dir")/cpuset.mems" >"$dir/cpuset.mems"
-            changed "populated cpuset of $dir"
+        if [ -f "$dir/cpuset.cpus" ]; then
+            # A new cpuset group starts empty, and so may the session's own: fill every empty
+            # level from the root down, or no task can ever be placed there (the user's runtime
+            # cannot write the levels above the delegated one).
+            level="$ctrl"
+            for part in $(tr '/' ' ' <<<"${own#/}/h5i"); do
+                level="$level/$part"
+                if [ -z "$(cat "$level/cpuset.cpus")" ]; then
+                    cat "$(dirname "$level")/cpuset.cpus" >"$level/cpuset.cpus"
+                    cat "$(dirname "$level")/cpuset.mems" >"$level/cpuset.mems"
+                    changed "populated cpuset of $level"
+                fi
+            done
         fi
         if [ "$(stat -c %u "$dir")" != "$uid" ]; then
             chown "$uid:$gid" "$dir" "$dir/cgroup.procs" "$dir/tasks"
@@ -173,6 +182,13 @@ delegate_cgroup() {
     done
 }
 delegate_cgroup
+
+# The container tier, run as root, runs rootless Podman as this user (src/container/engine.rs).
+if write_if_differs /etc/h5i/container.toml 644 root:root "# Written by h5i scripts/setup-host.sh: when h5i runs as root, container-tier boxes
+# run in rootless Podman as this unprivileged user (never rootful).
+user = \"$TEST_USER\""; then
+    changed "wrote /etc/h5i/container.toml (container tier engine user: $TEST_USER)"
+fi
 
 # The user's config dirs must be the user's own (install -d would make parents root's).
 for d in "$home/.config" "$home/.config/containers"; do

@@ -80,6 +80,8 @@ pub fn create(
 ) -> Result<StoredBox, BoxError> {
     let source = parse_source(&req.source)?;
     let policy = resolve_policy(store, &req.policy, host)?;
+    // An image tier fails closed on an image the engine does not hold, before any state.
+    let image_pin = crate::container::image_for_create(&policy)?;
     let name = match &req.name {
         Some(n) => {
             validate_name(n)?;
@@ -119,6 +121,9 @@ pub fn create(
     }
     let host_home = std::env::var_os("HOME").map(PathBuf::from);
     let home_seed = crate::box_home::create(&paths, &policy, host_home.as_deref())?;
+    if let Some(pin) = &image_pin {
+        crate::container::image::write_pin(&paths.dir, pin)?;
+    }
 
     let pin_ref = format!("refs/h5i/boxes/{name}/base");
     let (store_dir, base, source) = match source {

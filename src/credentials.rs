@@ -210,8 +210,39 @@ impl Prepared {
     /// hook in the box's network namespace, or a host-loopback bind for a host-network box);
     /// with it off, the real credentials go in under their `token_var`.
     pub fn attach(self, plan: &mut BundlePlan) -> Result<Serving, BoxError> {
+        let needs_hook = !plan.host_network && self.tls.is_some() && !self.routes.is_empty();
+        let hook = match crate::process::hook_binary() {
+            Some(h) => h,
+            None if needs_hook => return Err(BoxError::BadRequest {
+                what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
+                mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+            }),
+            None => PathBuf::new(),
+        };
+        let place = HandoffPlace {
+            dir: crate::process::runtime_dir()?,
+            owner: None,
+            hook,
+        };
+        self.attach_parts(
+            &mut plan.env,
+            &mut plan.create_container_hooks,
+            plan.host_network,
+            &place,
+        )
+    }
+
+    /// [`Prepared::attach`] for a box whose environment and createContainer hooks are not a
+    /// [`BundlePlan`] (the container tier): the hook's socket goes into `place`.
+    pub fn attach_parts(
+        self,
+        env: &mut Vec<String>,
+        hooks: &mut Vec<Vec<String>>,
+        host_network: bool,
+        place: &HandoffPlace,
+    ) -> Result<Serving, BoxError> {
         for (var, value) in &self.passthrough {
-            plan.env.push(format!("{var}={value}"));
+            env.push(format!("{var}={value}"));
         }
         let mut serving = Serving {
             waiters: Vec::new(),
@@ -221,13 +252,13 @@ impl Prepared {
         };
         let base = port_base();
         for (i, route) in self.routes.into_iter().enumerate() {
-            if plan.host_network {
+            if host_network {
                 let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
                     .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
                 let addr = listener
                     .local_addr()
                     .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
-                add_env(plan, &route, addr);
+                add_env(env, &route, addr);
                 let proxy = CredentialProxy::serve(
                     listener,
                     route,
@@ -240,20 +271,15 @@ impl Prepared {
             }
             let port = base + i as u16;
             let addr = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port));
-            let hook = crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
-                what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
-                mend: "build it (`make build`) or put h5i-hook on PATH".into(),
-            })?;
-            let sock = crate::process::runtime_dir()?.join(format!(
+            let sock = place.dir.join(format!(
                 "cred-{}-{}-{i}.sock",
                 std::process::id(),
                 crate::store::now_ms() % 1_000_000
             ));
-            let _ = std::fs::remove_file(&sock);
-            let unix = UnixListener::bind(&sock).map_err(|e| BoxError::io(&sock, e))?;
-            add_env(plan, &route, addr);
-            plan.create_container_hooks.push(vec![
-                hook.display().to_string(),
+            let unix = place.bind(&sock)?;
+            add_env(env, &route, addr);
+            hooks.push(vec![
+                place.hook.display().to_string(),
                 "listen".into(),
                 "--inside".into(),
                 "--port".into(),
@@ -269,10 +295,39 @@ impl Prepared {
     }
 }
 
-fn add_env(plan: &mut BundlePlan, route: &CredentialRoute, addr: SocketAddr) {
+/// Where a listener hook's AF_UNIX socket goes, and who runs the hook.
+#[derive(Debug, Clone)]
+pub struct HandoffPlace {
+    /// A directory the hook can reach and nothing else on the host can write.
+    pub dir: PathBuf,
+    /// The socket's owner when the hook runs as another user (a rootless engine's): it is
+    /// chowned to them, mode 0600.
+    pub owner: Option<(u32, u32)>,
+    /// `h5i-hook`, as the runtime will find it.
+    pub hook: PathBuf,
+}
+
+impl HandoffPlace {
+    /// Bind the socket at `sock` (replacing a stale one) and give it to the owner.
+    pub fn bind(&self, sock: &Path) -> Result<UnixListener, BoxError> {
+        let _ = std::fs::remove_file(sock);
+        let unix = UnixListener::bind(sock).map_err(|e| BoxError::io(sock, e))?;
+        if let Some((uid, gid)) = self.owner {
+            use std::os::unix::fs::PermissionsExt;
+            std::os::unix::fs::chown(sock, Some(uid), Some(gid))
+                .and_then(|()| {
+                    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o600))
+                })
+                .map_err(|e| BoxError::io(sock, e))?;
+        }
+        Ok(unix)
+    }
+}
+
+fn add_env(env: &mut Vec<String>, route: &CredentialRoute, addr: SocketAddr) {
     for (k, v) in route.box_env(addr) {
-        plan.env.retain(|e| !e.starts_with(&format!("{k}=")));
-        plan.env.push(format!("{k}={v}"));
+        env.retain(|e| !e.starts_with(&format!("{k}=")));
+        env.push(format!("{k}={v}"));
     }
 }
 
@@ -303,7 +358,7 @@ fn receive_and_serve(
 }
 
 /// Receive one `SCM_RIGHTS` fd (close-on-exec) from `sock`.
-fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
+pub(crate) fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -408,7 +463,9 @@ impl ForRun {
     /// grant cannot be served.
     pub fn prepare(policy: &ResolvedPolicy) -> Result<ForRun, BoxError> {
         let prepared = match policy.tier {
-            h5i_policy::Tier::Process | h5i_policy::Tier::Supervised => Some(prepare(policy)?),
+            h5i_policy::Tier::Process
+            | h5i_policy::Tier::Supervised
+            | h5i_policy::Tier::Container => Some(prepare(policy)?),
             _ => None,
         };
         let scrub = prepared
@@ -421,6 +478,12 @@ impl ForRun {
     /// Every value the run's records must never hold.
     pub fn redactions(&self) -> Vec<SecretValue> {
         self.scrub.clone()
+    }
+
+    /// The resolved grants, for a tier that attaches them itself (the container tier hands
+    /// them to its engine's hooks).
+    pub fn into_prepared(self) -> Option<Prepared> {
+        self.prepared
     }
 
     /// Attach the proxies to `plan`, run it with `run`, and stop them once `run` returns: they

@@ -13,6 +13,7 @@ pub mod allow;
 pub mod apply;
 pub mod beneath;
 pub mod box_home;
+pub mod container;
 pub mod create;
 pub mod credentials;
 pub mod diff;

@@ -137,7 +137,10 @@ fn cgroups() -> (String, Result<(), String>) {
 
 /// What this host can run, tier by tier, with the reason where it cannot.
 pub fn host_tiers() -> HostTiers {
-    tiers_from(&kernel_facts())
+    let f = kernel_facts();
+    let mut t = tiers_from(&f);
+    let _ = crate::container::probe::set_availability(&mut t, &f.cgroups.1);
+    t
 }
 
 fn tiers_from(f: &KernelFacts) -> HostTiers {
@@ -185,25 +188,18 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
         Ok(()) => t.set_available(Tier::Supervised),
         Err(why) => t.set_unavailable(Tier::Supervised, why),
     };
-    for (tier, why) in [
-        (
-            Tier::Container,
-            "the container tier is not in this build of h5i",
-        ),
-        (
-            Tier::Microvm,
-            "the microvm tier is not in this build of h5i (needs msb 0.6+ and /dev/kvm)",
-        ),
-    ] {
-        t.set_unavailable(tier, why);
-    }
+    t.set_unavailable(
+        Tier::Microvm,
+        "the microvm tier is not in this build of h5i (needs msb 0.6+ and /dev/kvm)",
+    );
     t
 }
 
 /// The facts `h5i box probe` prints.
 pub fn probe_lines() -> Vec<ProbeLine> {
     let f = kernel_facts();
-    let tiers = tiers_from(&f);
+    let mut tiers = tiers_from(&f);
+    let container = crate::container::probe::set_availability(&mut tiers, &f.cgroups.1);
     let mut out = Vec::new();
     let line = |what: &str, answer: String| ProbeLine {
         what: what.into(),
@@ -266,6 +262,11 @@ pub fn probe_lines() -> Vec<ProbeLine> {
             (layout, Err(e)) => format!("{layout}; mem and procs cannot be held here: {e}"),
         },
     ));
+    out.extend(
+        crate::container::probe::lines(&container, &f.cgroups.1)
+            .into_iter()
+            .map(|(what, answer)| line(&what, answer)),
+    );
     out.push(line(
         "supervised network",
         match &f.supervised_net {

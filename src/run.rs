@@ -77,6 +77,22 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             oom = run.cage.oom;
             run.child
         }
+        Tier::Container => {
+            let run = crate::container::run(
+                &sb,
+                &policy,
+                crate::container::RunInputs {
+                    argv,
+                    wall,
+                    secrets: &secrets,
+                    creds: creds.into_prepared(),
+                    tty: false,
+                },
+            )?;
+            oom = run.oom;
+            egress = run.egress;
+            run.child
+        }
         Tier::Supervised => {
             let mut plan = crate::process::plan(&sb, &policy, argv)?;
             let net = crate::supervised::attach(&mut plan, pinned.unwrap_or_default())?;
@@ -104,6 +120,22 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             socket_gate,
         },
     )
+}
+
+/// One run's egress counts from two counters (the sentry's table and the credential proxy).
+pub(crate) fn merge_tallies(
+    mut a: h5i_policy::receipt::EgressTally,
+    b: Option<h5i_policy::receipt::EgressTally>,
+) -> h5i_policy::receipt::EgressTally {
+    if let Some(b) = b {
+        for (k, n) in b.allowed {
+            *a.allowed.entry(k).or_default() += n;
+        }
+        for (k, n) in b.denied {
+            *a.denied.entry(k).or_default() += n;
+        }
+    }
+    a
 }
 
 /// What a run adds to its record beyond the supervisor's report.

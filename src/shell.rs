@@ -154,6 +154,24 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
             oom = run.cage.oom;
             run.child
         }
+        Tier::Container => {
+            // Podman gives the container a pty of its own (conmon holds the master) and
+            // proxies it to this terminal: the box never holds the user's terminal.
+            let run = crate::container::run(
+                &sb,
+                &policy,
+                crate::container::RunInputs {
+                    argv: &argv,
+                    wall,
+                    secrets: &secrets,
+                    creds: creds.into_prepared(),
+                    tty: true,
+                },
+            )?;
+            oom = run.oom;
+            egress = run.egress;
+            run.child
+        }
         other => return Err(crate::run::tier_not_built(name, other).into()),
     };
 

@@ -226,6 +226,7 @@ fn empty(name: &str) -> ProfilePolicy {
         secrets: Vec::new(),
         auth: Located::new(Vec::new(), Location::builtin(name, "auth")),
         image: None,
+        container_runtime: None,
     }
 }
 

@@ -42,6 +42,7 @@ use crate::values::{
 pub struct EnvFile {
     source: String,
     image: Option<String>,
+    container_runtime: Option<crate::resolved::ContainerRuntime>,
     services: BTreeMap<String, Service>,
     profiles: BTreeMap<String, ProfilePolicy>,
 }
@@ -55,6 +56,11 @@ impl EnvFile {
     /// The repo-level `[container] image`.
     pub fn container_image(&self) -> Option<&str> {
         self.image.as_deref()
+    }
+
+    /// The repo-level `[container] runtime`.
+    pub fn container_runtime(&self) -> Option<crate::resolved::ContainerRuntime> {
+        self.container_runtime
     }
 
     /// The declared `[service.NAME]` entries.
@@ -86,6 +92,21 @@ pub fn parse_env_file(path_for_messages: &Path, text: &str) -> Result<EnvFile, P
                 .map_err(|p| cx.invalid(c.get_ref().image.span(), "container.image", p))?;
             Some(img.clone())
         }
+        None => None,
+    };
+    let container_runtime = match raw
+        .container
+        .as_ref()
+        .and_then(|c| c.get_ref().runtime.as_ref())
+    {
+        Some(rt) => Some(rt.get_ref().parse().map_err(|what| {
+            PolicyError::InvalidValue {
+                at: cx.at(rt.span(), "container.runtime".to_owned()),
+                what,
+                mend: "write runtime = \"h5i-runc\" (the default) or runtime = \"host-default\""
+                    .to_owned(),
+            }
+        })?),
         None => None,
     };
 
@@ -148,6 +169,7 @@ pub fn parse_env_file(path_for_messages: &Path, text: &str) -> Result<EnvFile, P
     Ok(EnvFile {
         source: file,
         image,
+        container_runtime,
         services,
         profiles,
     })
@@ -260,6 +282,15 @@ impl Cx<'_> {
                 )
             })?;
             p.image = Some(img.clone());
+            if let Some(rt) = &c.get_ref().runtime {
+                p.container_runtime = Some(rt.get_ref().parse().map_err(|what| {
+                    PolicyError::InvalidValue {
+                        at: self.at(rt.span(), format!("{key}.container.runtime")),
+                        what,
+                        mend: "write runtime = \"h5i-runc\" (the default) or runtime = \"host-default\"".to_owned(),
+                    }
+                })?);
+            }
         }
         Ok(p)
     }

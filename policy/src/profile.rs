@@ -58,16 +58,31 @@ pub(crate) struct ProfilePolicy {
     pub secrets: Vec<Located<SecretGrant>>,
     pub auth: Located<Vec<AuthGrant>>,
     pub image: Option<String>,
+    pub container_runtime: Option<crate::resolved::ContainerRuntime>,
 }
 
 impl ProfilePolicy {
     /// The first reason `tier` cannot hold this policy, if any.
     ///
     /// The rules, all from the manual: `process` scopes the network as deny or host only, so it
-    /// cannot enforce an egress allowlist; `file`-injected secrets are workspace-only in v1;
+    /// cannot enforce an egress allowlist; `container` has no host network to give (its way out
+    /// is the egress proxy); `file`-injected secrets are workspace-only in v1;
     /// a microVM guest cannot dial the host's credential proxy, so `[[auth]]` grants are refused
     /// there.
     pub fn tier_conflict(&self, tier: Tier) -> Option<TierConflict> {
+        if tier == Tier::Container && self.net_mode.value == NetMode::Host {
+            return Some(TierConflict {
+                at: self.net_mode.at.clone(),
+                what: format!(
+                    "profile `{}` asks for net.mode = \"host\", and isolation `container` gives a \
+                     box no network of its own: its only way out is the egress proxy",
+                    self.name
+                ),
+                mend: "use net.mode = \"deny\" with net.egress for the hosts it needs, or \
+                       isolation process for the host's network"
+                    .to_owned(),
+            });
+        }
         if tier == Tier::Process && !self.egress.value.is_empty() {
             return Some(TierConflict {
                 at: self.egress.at.clone(),

@@ -22,7 +22,9 @@ use crate::builtin::{builtin_policy, BUILTIN_PROFILES};
 use crate::envfile::EnvFile;
 use crate::error::PolicyError;
 use crate::profile::{IsolationRequest, Located, ProfilePolicy};
-use crate::resolved::{FsPolicy, NetPolicy, ResolvedPolicy, SecretInject, RESOLVED_SCHEMA_VERSION};
+use crate::resolved::{
+    ContainerRuntime, FsPolicy, NetPolicy, ResolvedPolicy, SecretInject, RESOLVED_SCHEMA_VERSION,
+};
 use crate::tier::{HostTiers, Tier, TierAvailability, TierChoice, TierSource};
 use crate::values::check_image;
 
@@ -122,6 +124,14 @@ pub fn resolve(
         agent: profile.agent,
         tier,
         image: if tier.runs_image() { image } else { None },
+        container_runtime: (tier == Tier::Container)
+            .then(|| {
+                profile
+                    .container_runtime
+                    .or_else(|| env_file.and_then(EnvFile::container_runtime))
+            })
+            .flatten()
+            .filter(|r| *r != ContainerRuntime::H5iRunc),
         credential_proxy,
         tier_choice: TierChoice {
             source,
@@ -555,6 +565,68 @@ mod tests {
         // A tier that runs no image records none, whatever the file says.
         r.isolation = Some("process".to_owned());
         assert_eq!(resolve(Some(&f), &r, &host).unwrap().image, None);
+    }
+
+    #[test]
+    fn the_host_default_container_runtime_only_when_a_profile_asks() {
+        let f = env("[container]\nimage = \"repo:1\"\n\
+             [profile.plain]\n\
+             [profile.runc.container]\nimage = \"i:1\"\nruntime = \"host-default\"\n\
+             [profile.ours.container]\nimage = \"i:1\"\nruntime = \"h5i-runc\"\n");
+        let host = HostTiers::all_available();
+        let at = |profile: &str, tier: &str| {
+            resolve(
+                Some(&f),
+                &ResolveRequest {
+                    isolation: Some(tier.to_owned()),
+                    ..req(profile)
+                },
+                &host,
+            )
+            .unwrap()
+        };
+        assert_eq!(at("plain", "container").container_runtime, None);
+        assert_eq!(
+            at("runc", "container").container_runtime,
+            Some(ContainerRuntime::HostDefault)
+        );
+        // The default is recorded as nothing, so the digest of an h5i-runc box never changes.
+        assert_eq!(at("ours", "container").container_runtime, None);
+        assert_eq!(at("ours", "container").digest(), {
+            let mut p = at("ours", "container");
+            p.container_runtime = None;
+            p.digest()
+        });
+        // Other tiers run no container runtime.
+        assert_eq!(at("runc", "process").container_runtime, None);
+    }
+
+    #[test]
+    fn an_unknown_container_runtime_is_refused_where_written() {
+        let err = parse_env_file(
+            Path::new(".h5i/env.toml"),
+            "[profile.r.container]\nimage = \"i:1\"\nruntime = \"crun\"\n",
+        )
+        .unwrap_err();
+        let m = err.to_string();
+        assert!(
+            m.contains("profile.r.container.runtime") && m.contains("host-default"),
+            "{m}"
+        );
+    }
+
+    #[test]
+    fn a_host_network_profile_cannot_be_a_container_box() {
+        let f = env("[profile.h.net]\nmode = \"host\"\n");
+        let r = ResolveRequest {
+            isolation: Some("container".to_owned()),
+            image: Some("i:1".to_owned()),
+            ..req("h")
+        };
+        let m = resolve(Some(&f), &r, &HostTiers::all_available())
+            .unwrap_err()
+            .to_string();
+        assert!(m.contains("net.mode") && m.contains("egress proxy"), "{m}");
     }
 
     #[test]

@@ -63,6 +63,41 @@ impl FromStr for AgentRuntime {
     }
 }
 
+/// The OCI runtime rootless Podman runs a container box with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ContainerRuntime {
+    /// `h5i-runc`: Podman's spec plus h5i's Landlock, seccomp deny-list and socket gate (the
+    /// default).
+    H5iRunc,
+    /// The host's default runtime (Podman's `runc` or `crun`): none of h5i-runc's layers.
+    HostDefault,
+}
+
+impl ContainerRuntime {
+    /// The name as written in env.toml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContainerRuntime::H5iRunc => "h5i-runc",
+            ContainerRuntime::HostDefault => "host-default",
+        }
+    }
+}
+
+impl FromStr for ContainerRuntime {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "h5i-runc" => Ok(ContainerRuntime::H5iRunc),
+            "host-default" => Ok(ContainerRuntime::HostDefault),
+            other => Err(format!(
+                "`{other}` is not a container runtime (h5i-runc or host-default)"
+            )),
+        }
+    }
+}
+
 /// Filesystem grants. Paths are normalized, sorted and deduplicated; `$WORK` and `$HOME` stay
 /// symbolic.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -258,6 +293,10 @@ pub struct ResolvedPolicy {
     /// The image, for `container` and `microvm` (absent at the other tiers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The container tier's OCI runtime when the profile asks for the host's default (absent:
+    /// h5i-runc, and at every other tier).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_runtime: Option<ContainerRuntime>,
     /// Whether the credential proxy serves the auth grants (`H5I_CREDENTIAL_PROXY=0` turns it off).
     pub credential_proxy: bool,
     /// How the tier was chosen.
@@ -418,6 +457,7 @@ mod tests {
             agent: None,
             tier: Tier::Supervised,
             image: None,
+            container_runtime: None,
             credential_proxy: true,
             tier_choice: TierChoice {
                 source: TierSource::Profile,

@@ -37,6 +37,8 @@ pub(crate) struct RawEnvFile {
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawContainer {
     pub image: Spanned<String>,
+    /// `"h5i-runc"` (the default) or `"host-default"`: the OCI runtime Podman runs.
+    pub runtime: Option<Spanned<String>>,
 }
 
 /// `[service.NAME]`.

@@ -157,9 +157,77 @@ impl ResourceCage {
         Ok(())
     }
 
+    /// Hand the cage to `uid`/`gid`, a rootless engine root starts (the container tier): the
+    /// engine's runtime then makes the container's group inside it. On v1 the cage's path is
+    /// made in every mounted hierarchy (a runtime places a container at one path in all of
+    /// them), with cpuset's `cpus`/`mems` filled down the path from the nearest non-empty
+    /// ancestor (a new cpuset group is empty, and the engine could not fill its parents); in
+    /// each, the cage directory, `cgroup.procs` and `tasks` become the engine's. On v2 the
+    /// directory, `cgroup.procs`, `cgroup.subtree_control` and `cgroup.threads`. The limit files
+    /// stay root's: the engine can place its container inside, never raise a limit.
+    pub fn delegate_to(&mut self, uid: u32, gid: u32) -> Result<(), CageError> {
+        let roots: Vec<PathBuf> = match self.layout {
+            Layout::V2 => self.roots.clone(),
+            Layout::V1 => {
+                let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+                crate::runc::cgroup::hierarchy_roots(&mountinfo, Layout::V1)
+            }
+        };
+        let files: &[&str] = match self.layout {
+            Layout::V2 => &["cgroup.procs", "cgroup.subtree_control", "cgroup.threads"],
+            Layout::V1 => &["cgroup.procs", "tasks"],
+        };
+        for root in roots {
+            self.make_dirs(&root)?;
+            let dir = root.join(&self.relative);
+            if dir.join("cpuset.cpus").exists() {
+                fill_cpuset(&root, &self.relative)?;
+            }
+            for path in std::iter::once(dir.clone()).chain(files.iter().map(|f| dir.join(f))) {
+                if path.exists() {
+                    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).map_err(|source| {
+                        CageError::Write {
+                            what: "cgroup",
+                            path,
+                            source,
+                        }
+                    })?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every process in the cage's groups (its own and every group below), read from the
+    /// first hierarchy: what a wall-clock kill of a container placed here must reach.
+    pub fn member_pids(&self) -> Vec<i32> {
+        let mut pids = Vec::new();
+        let mut stack = vec![self.dir_for(0)];
+        while let Some(dir) = stack.pop() {
+            if let Ok(text) = fs::read_to_string(dir.join("cgroup.procs")) {
+                pids.extend(text.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+            }
+            if let Ok(entries) = fs::read_dir(&dir) {
+                stack.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+        }
+        pids
+    }
+
     /// The `linux.cgroupsPath` that places the container inside this cage.
     pub fn container_path(&self) -> String {
         format!("/{}/c", self.relative.display())
+    }
+
+    /// The cage's own path (relative to each hierarchy root), for a runtime that makes the
+    /// container's group inside it itself (Podman's `--cgroup-parent`).
+    pub fn path(&self) -> String {
+        format!("/{}", self.relative.display())
     }
 
     /// Read the evidence. Call after the container has exited.
@@ -236,6 +304,25 @@ fn read_eventfd(fd: &OwnedFd) -> u64 {
     } else {
         0
     }
+}
+
+/// Fill empty `cpuset.cpus`/`cpuset.mems` down `relative` under the cpuset hierarchy `root`,
+/// each from its parent.
+fn fill_cpuset(root: &Path, relative: &Path) -> Result<(), CageError> {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mut cur = root.to_path_buf();
+        let mut value = fs::read_to_string(cur.join(file)).unwrap_or_default();
+        for comp in relative.components() {
+            cur.push(comp);
+            let here = fs::read_to_string(cur.join(file)).unwrap_or_default();
+            if here.trim().is_empty() {
+                write_limit(&cur.join(file), value.trim(), "cgroup")?;
+            } else {
+                value = here;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn write_limit(path: &Path, value: &str, what: &'static str) -> Result<(), CageError> {

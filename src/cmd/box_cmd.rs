@@ -324,7 +324,13 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Status { name } => {
             let store = store()?;
-            print_status(&h5i::status::status(&store, &name)?);
+            let report = h5i::status::status(&store, &name)?;
+            print_status(&report);
+            if report.policy.tier == h5i_policy::Tier::Container {
+                for line in h5i::container::evidence::status_lines(&report.sb) {
+                    println!("{line}");
+                }
+            }
             let services = h5i::service::status(&store, &name)?;
             if !services.is_empty() {
                 println!("services");

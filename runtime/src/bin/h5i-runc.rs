@@ -11,7 +11,7 @@ use h5i_runtime::runc::{self, create::CreateOptions, logging, seal, Context};
 
 const LONG_VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
-    "\nspec: 1.1.0\nlibcontainer: 0.7\nh5i annotations: h5i.landlock, h5i.seccomp=h5i-v1, h5i.net.unix"
+    "\nspec: 1.1.0\nlibcontainer: 0.7\nh5i annotations: h5i.landlock, h5i.seccomp=h5i-v1, h5i.net.unix, h5i.evidence.spec"
 );
 
 #[derive(Parser, Debug)]
@@ -69,6 +69,17 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
+    // Called as `newuidmap`/`newgidmap` by libcontainer (see runc::idmap): write the map.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(kind) = argv.first().and_then(|a| runc::idmap::helper_called(a)) {
+        return match runc::idmap::run_helper(kind, &argv[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("h5i-runc: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let cli = Cli::parse();
     if !matches!(cli.cmd, Cmd::Features(_)) {
         // Before any container is touched (see runc::seal).

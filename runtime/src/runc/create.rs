@@ -1,9 +1,10 @@
 //! `create`: set a container up from a bundle and leave it waiting for `start`.
 //!
-//! Steps, in order: validate the id, make the state directory, give a supervised-network spec
-//! its private directory when it names none (`net_dir::ensure`), merge the socket gate into it
-//! (`gate`: rewrites the bundle's `config.json`), place the cgroup when the spec has none
-//! (`sidecar::prepare`), then libcontainer's init builder with `H5iExecutor` (whose
+//! Steps, in order: validate the id, make the state directory, copy the spec as handed where
+//! `h5i.evidence.spec` asks (`spec_copy`), give a supervised-network spec its private directory
+//! when it names none (`net_dir::ensure`), merge the socket gate into it (`gate`: rewrites the
+//! bundle's `config.json`), place the cgroup when the spec has none (`sidecar::prepare`), then
+//! libcontainer's init builder with `H5iExecutor` (whose
 //! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
 //! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
 //! removed again. Also the first half of `run`.
@@ -15,7 +16,7 @@ use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{cgroup_ro, gate, net_dir, sidecar, validate_id, Context, RuncError};
+use super::{cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, validate_id, Context, RuncError};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -49,22 +50,44 @@ pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncErro
     }
     let bundle = std::fs::canonicalize(&opts.bundle)
         .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
+    spec_copy::copy_if_asked(&bundle)?;
     net_dir::ensure(&bundle, &opts.id)?;
     gate::inject_into_bundle(&bundle)?;
     let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
-    let built = build(ctx, opts, prepared.bundle.clone()).and_then(|mut container| {
-        match hold_readonly_cgroup(&prepared.bundle, &container) {
-            Ok(()) => Ok(container),
-            Err(e) => {
-                let _ = container.delete(true);
-                Err(e)
-            }
-        }
-    });
-    if built.is_err() && prepared.shadowed {
+    let built = use_idmap_helpers(ctx, &opts.id, &prepared.bundle)
+        .and_then(|()| build(ctx, opts, prepared.bundle.clone()))
+        .and_then(
+            |mut container| match hold_readonly_cgroup(&prepared.bundle, &container) {
+                Ok(()) => Ok(container),
+                Err(e) => {
+                    let _ = container.delete(true);
+                    Err(e)
+                }
+            },
+        );
+    if built.is_err() {
         sidecar::cleanup(&ctx.root, &opts.id);
     }
     built
+}
+
+/// Put h5i-runc's own id-map helpers first on `PATH` when the spec needs them (see `idmap`).
+/// They live in the container's sidecar directory, removed with it.
+fn use_idmap_helpers(ctx: &Context, id: &str, bundle: &Path) -> Result<(), RuncError> {
+    let config = bundle.join("config.json");
+    let spec = Spec::load(&config).map_err(|source| RuncError::Spec {
+        path: config,
+        source,
+    })?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if !idmap::needs_helpers(&spec, super::in_user_namespace(), euid) {
+        return Ok(());
+    }
+    let path = idmap::install(&sidecar::dir(&ctx.root, id).join("idmap"))?;
+    // h5i-runc is single-threaded here: nothing else reads the environment concurrently.
+    std::env::set_var("PATH", path);
+    Ok(())
 }
 
 /// Make the cgroup mount read-only when the spec says so (see `cgroup_ro`).

@@ -106,6 +106,7 @@ pub fn features() -> Value {
             ANNOTATION_LANDLOCK: "JSON {\"read\":[paths],\"write\":[paths],\"exec\":[paths]?,\"connect_tcp\":[ports]?,\"bind_tcp\":[ports]?}; container paths; enforced fully (Landlock ABI >= 3, >= 4 with ports) or the container does not run",
             ANNOTATION_SECCOMP: "\"h5i-v1\": h5i's seccomp deny list (see h5i.seccomp.h5i-v1), installed after Landlock, just before exec",
             ANNOTATION_NET_UNIX: "\"true\" (default) or \"false\": false also denies socket(AF_UNIX); socketpair stays allowed; needs h5i.seccomp",
+            super::spec_copy::ANNOTATION: "absolute path of a new file: at create, the spec as handed to the runtime is copied there (evidence for the caller)",
         },
         "h5i": { "seccomp": { "h5i-v1": denylist } },
     })

@@ -23,6 +23,7 @@ pub mod exec;
 pub mod features;
 pub mod foreground;
 pub mod gate;
+pub mod idmap;
 pub mod kill;
 pub mod logging;
 pub mod net_dir;
@@ -32,6 +33,7 @@ pub mod resume;
 pub mod run;
 pub mod seal;
 pub mod sidecar;
+pub mod spec_copy;
 pub mod start;
 pub mod state;
 
@@ -103,6 +105,12 @@ pub enum RuncError {
     /// The sealed re-exec failed.
     #[error(transparent)]
     Seal(#[from] seal::SealError),
+    /// The id-map helpers could not be set up.
+    #[error(transparent)]
+    Idmap(#[from] idmap::IdmapError),
+    /// The spec copy the bundle asked for could not be written.
+    #[error(transparent)]
+    SpecCopy(#[from] spec_copy::SpecCopyError),
     /// Logging could not be set up.
     #[error("cannot open log file {path}: {source}")]
     Log {

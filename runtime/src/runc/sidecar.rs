@@ -6,7 +6,8 @@
 //! absolute `root.path`) plus a symlink for every other entry of the original bundle, so hooks
 //! that read bundle files still find them. `record.json` keeps the original bundle (reported
 //! by `state`) and the cgroup directories to remove on delete. A spec that names its cgroups
-//! path (Podman's, h5i's) gets no sidecar at all and is used in place.
+//! path (Podman's, h5i's) is used in place, unless one of the rootless adjustments below
+//! applies to it (then it gets a shadow with its own path kept and nothing to clean).
 //!
 //! Rootless on cgroup v1 (rootless Podman: uid 0 in its user namespace, `resources {}`):
 //! libcontainer writes default device rules whenever `linux.resources` is present, and v1's
@@ -14,6 +15,12 @@
 //! the empty `resources` (device rules cannot be held rootless anyway; the user namespace and
 //! the container's own /dev are what confine devices there). Limits that cannot be held are
 //! refused, not dropped.
+//!
+//! Rootless with a new user namespace (`podman --userns=keep-id`): Podman lists the process's
+//! own primary gid as its only supplementary group, which libcontainer refuses for any
+//! unprivileged caller (CVE-2014-8989). A supplementary list holding nothing but the primary
+//! gid grants nothing the primary gid does not, so the shadow spec drops it; any other
+//! supplementary group is left for libcontainer to refuse.
 //!
 //! Must never: modify the caller's bundle, or survive `delete` (also removed when `create`
 //! fails).
@@ -73,15 +80,32 @@ pub fn prepare(root: &Path, id: &str, bundle: &Path) -> Result<Prepared, RuncErr
             shadowed: false,
         });
     };
-    if linux.cgroups_path().is_some() {
+    let rootless = super::in_user_namespace() || nix_euid() != 0;
+    let drop_groups = rootless && only_primary_gid(&spec);
+    let named_path = linux.cgroups_path().clone();
+    let layout = cgroup::detect_layout()?;
+    let rootless_v1 = layout == cgroup::Layout::V1 && super::in_user_namespace();
+    if named_path.is_some() && !drop_groups && !(rootless_v1 && linux.resources().is_some()) {
         return Ok(Prepared {
             bundle: bundle.to_path_buf(),
             shadowed: false,
         });
     }
-
-    let (cgroup_path, cgroup_dirs, layout) = cgroup::place(id)?;
-    let rootless_v1 = layout == cgroup::Layout::V1 && super::in_user_namespace();
+    let (cgroup_path, cgroup_dirs) = match named_path {
+        Some(p) => (p, Vec::new()),
+        None => {
+            let (p, dirs, _) = cgroup::place(id)?;
+            (p, dirs)
+        }
+    };
+    if drop_groups {
+        if let Some(mut process) = spec.process().clone() {
+            let mut user = process.user().clone();
+            user.set_additional_gids(None);
+            process.set_user(user);
+            spec.set_process(Some(process));
+        }
+    }
     let sidecar = dir(root, id);
     let shadow = sidecar.join("bundle");
     if sidecar.exists() {
@@ -156,6 +180,21 @@ fn write_shadow(
     Ok(())
 }
 
+/// True when the process's supplementary groups are exactly its own primary gid.
+fn only_primary_gid(spec: &Spec) -> bool {
+    spec.process().as_ref().is_some_and(|p| {
+        let user = p.user();
+        user.additional_gids()
+            .as_deref()
+            .is_some_and(|g| !g.is_empty() && g.iter().all(|&x| x == user.gid()))
+    })
+}
+
+fn nix_euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// True when `resources` asks for nothing but device rules (which v1 cannot hold rootless).
 pub fn limitless(resources: &libcontainer::oci_spec::runtime::LinuxResources) -> bool {
     let Ok(serde_json::Value::Object(mut fields)) = serde_json::to_value(resources) else {
@@ -198,6 +237,30 @@ mod tests {
         assert!(limitless(&resources(
             r#"{"devices":[{"allow":false,"access":"rwm"}]}"#
         )));
+    }
+
+    fn spec_with_groups(gid: u32, groups: Option<Vec<u32>>) -> Spec {
+        let mut spec = Spec::default();
+        let mut process = spec.process().clone().unwrap();
+        let mut user = process.user().clone();
+        user.set_gid(gid);
+        user.set_additional_gids(groups);
+        process.set_user(user);
+        spec.set_process(Some(process));
+        spec
+    }
+
+    #[test]
+    fn only_the_primary_gid_as_supplementary_group_is_redundant() {
+        assert!(only_primary_gid(&spec_with_groups(1001, Some(vec![1001]))));
+        assert!(only_primary_gid(&spec_with_groups(7, Some(vec![7, 7]))));
+        // Any other group is a real grant: left for libcontainer to judge.
+        assert!(!only_primary_gid(&spec_with_groups(
+            1001,
+            Some(vec![1001, 27])
+        )));
+        assert!(!only_primary_gid(&spec_with_groups(1001, Some(vec![]))));
+        assert!(!only_primary_gid(&spec_with_groups(1001, None)));
     }
 
     #[test]

@@ -1,0 +1,384 @@
+//! Root's container-tier runs: the box's host paths made reachable and writable for the
+//! engine user, inside the engine's own mount namespace only.
+//!
+//! Rootless Podman does everything in the mount namespace of its long-lived pause process
+//! (`<XDG_RUNTIME_DIR>/libpod/tmp/pause.pid`), a copy of the host's taken when that process
+//! started; with the host's `/` private, a mount made on the host later never shows there. And
+//! a box root created is owned by root, under directories the engine user may not even
+//! traverse (a clone under `/root`). So for each run h5i (root) enters that namespace in a
+//! forked child and attaches, under the run directory the engine user owns:
+//! - the workspace and the spool through **idmapped** bind mounts whose map is the pause
+//!   process's own user namespace: files root owns on disk appear owned by the engine user
+//!   (which `--userns=keep-id` makes the box's user), and what the box writes lands owned by
+//!   root on disk, like everything else of a root-made box. Nothing is chowned;
+//! - the workspace's object store and h5i's two binaries (`h5i-runc`, `h5i-hook`) as plain
+//!   read-only binds.
+//!
+//! The mount points are root's empty directories in the host namespace: should the pause
+//! process be replaced mid-run, Podman's new namespace shows those instead, which the box cannot
+//! write (fail closed), and the run reports it.
+//!
+//! Must never: mount anything in the host's own mount namespace, mount a path the plan did not
+//! name, or remove a directory that may still hold a mount (teardown unmounts first, and only
+//! removes the run directory's own empty entries, from the host namespace where nothing is
+//! mounted).
+//!
+//! Guarded by the root-run tests in `tests/container_tier.rs`.
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use super::engine::Engine;
+
+/// Why the engine's namespace could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineNsError {
+    /// No live pause process of the engine user.
+    #[error("refusing: cannot find the rootless Podman pause process of `{user}` ({detail}); to fix: run `runuser -u {user} -- podman info` once, and keep Podman's tmp_dir at its default ($XDG_RUNTIME_DIR/libpod/tmp)")]
+    NoPause {
+        /// The engine user.
+        user: String,
+        /// What was found.
+        detail: String,
+    },
+    /// A mount step failed.
+    #[error("refusing: cannot attach {what} for the engine user ({step}: {source}); to fix: this needs a kernel with idmapped mounts (Linux 5.12+) on the filesystem holding the box (ext4, xfs, btrfs)")]
+    Mount {
+        /// Which path.
+        what: String,
+        /// Which syscall.
+        step: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// A run-directory entry could not be made.
+    #[error("refusing: {path}: {source}; to fix: check the engine user's runtime directory")]
+    Io {
+        /// Where.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// The engine's pause process, held open by descriptor.
+#[derive(Debug)]
+pub struct EngineNamespace {
+    /// Its pid (checked again after the run).
+    pub pid: i32,
+    mnt: OwnedFd,
+    user: OwnedFd,
+}
+
+/// One attachment in the engine's namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attach {
+    /// The host path.
+    pub source: PathBuf,
+    /// The mount point (under the run directory).
+    pub target: PathBuf,
+    /// Idmapped through the pause process's user namespace (writable by the engine user).
+    pub idmapped: bool,
+    /// Read-only.
+    pub readonly: bool,
+}
+
+/// `<runtime_dir>/libpod/tmp/pause.pid`, started first when missing.
+pub fn engine_namespace(engine: &Engine) -> Result<EngineNamespace, EngineNsError> {
+    let pid_file = engine.runtime_dir.join("libpod/tmp/pause.pid");
+    let read = || -> Option<i32> {
+        std::fs::read_to_string(&pid_file)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 1 && owned_by(*p, engine.uid))
+    };
+    let pid = match read() {
+        Some(p) => p,
+        None => {
+            // Any rootless Podman command starts the pause process.
+            let _ = engine
+                .podman()
+                .args(["unshare", "true"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+            read().ok_or_else(|| EngineNsError::NoPause {
+                user: engine.user.clone(),
+                detail: format!("{} names no live process of that user", pid_file.display()),
+            })?
+        }
+    };
+    let open = |ns: &str| {
+        let p = format!("/proc/{pid}/ns/{ns}");
+        File::open(&p)
+            .map(OwnedFd::from)
+            .map_err(|e| EngineNsError::NoPause {
+                user: engine.user.clone(),
+                detail: format!("{p}: {e}"),
+            })
+    };
+    let ns = EngineNamespace {
+        pid,
+        mnt: open("mnt")?,
+        user: open("user")?,
+    };
+    // The descriptors now pin the namespaces; the pid must still be the engine's process.
+    if !owned_by(pid, engine.uid) {
+        return Err(EngineNsError::NoPause {
+            user: engine.user.clone(),
+            detail: format!("pid {pid} changed owner while opening its namespaces"),
+        });
+    }
+    Ok(ns)
+}
+
+fn owned_by(pid: i32, uid: u32) -> bool {
+    std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid)
+}
+
+impl EngineNamespace {
+    /// Whether the same pause process still runs (so the run saw these mounts).
+    pub fn still_current(&self, engine: &Engine) -> bool {
+        std::fs::read_to_string(engine.runtime_dir.join("libpod/tmp/pause.pid"))
+            .ok()
+            .and_then(|t| t.trim().parse::<i32>().ok())
+            == Some(self.pid)
+            && owned_by(self.pid, engine.uid)
+    }
+}
+
+/// `mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// The steps a child reports by index when one fails.
+const STEPS: [&str; 5] = [
+    "setns",
+    "open_tree",
+    "mount_setattr",
+    "move_mount",
+    "umount2",
+];
+
+struct Prepared {
+    source: CString,
+    target: CString,
+    attr: MountAttr,
+}
+
+/// Attach every entry of `plan` in the engine's namespace (none on any failure: what was
+/// attached before the failing step is detached again).
+pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsError> {
+    let mut prepared = Vec::new();
+    for a in plan {
+        let cstr = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes()).map_err(|_| EngineNsError::Io {
+                path: p.to_path_buf(),
+                source: io::Error::other("path holds a NUL byte"),
+            })
+        };
+        let mut set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+        if a.readonly {
+            set |= MOUNT_ATTR_RDONLY;
+        }
+        if a.idmapped {
+            set |= MOUNT_ATTR_IDMAP;
+        }
+        prepared.push(Prepared {
+            source: cstr(&a.source)?,
+            target: cstr(&a.target)?,
+            attr: MountAttr {
+                attr_set: set,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: ns.user.as_raw_fd() as u64,
+            },
+        });
+    }
+    let mnt = ns.mnt.as_raw_fd();
+    let result = in_child(|report| {
+        // SAFETY: setns on a namespace fd this process holds; the child is single-threaded.
+        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
+            return report(0, usize::MAX);
+        }
+        for (i, p) in prepared.iter().enumerate() {
+            // SAFETY: open_tree with a NUL-terminated path; returns a new fd or -1.
+            let fd = unsafe {
+                libc::syscall(
+                    libc::SYS_open_tree,
+                    libc::AT_FDCWD,
+                    p.source.as_ptr(),
+                    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
+                )
+            } as libc::c_int;
+            if fd < 0 {
+                return report(1, i);
+            }
+            // SAFETY: mount_setattr on the detached tree `fd` with an empty path and a
+            // mount_attr of the size passed.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_mount_setattr,
+                    fd,
+                    c"".as_ptr(),
+                    libc::AT_EMPTY_PATH,
+                    &p.attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                )
+            };
+            if rc != 0 {
+                return report(2, i);
+            }
+            // SAFETY: move_mount of the detached tree onto a NUL-terminated target path.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_move_mount,
+                    fd,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    p.target.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                )
+            };
+            if rc != 0 {
+                return report(3, i);
+            }
+            // SAFETY: closing the fd open_tree returned.
+            unsafe { libc::close(fd) };
+        }
+        0
+    });
+    match result {
+        Ok(()) => Ok(()),
+        Err((step, index, source)) => {
+            let targets: Vec<PathBuf> = plan.iter().take(index).map(|a| a.target.clone()).collect();
+            detach_all(ns, &targets);
+            Err(EngineNsError::Mount {
+                what: plan.get(index).map_or_else(
+                    || "the engine namespace".into(),
+                    |a| a.source.display().to_string(),
+                ),
+                step: STEPS.get(step).copied().unwrap_or("?"),
+                source,
+            })
+        }
+    }
+}
+
+/// Detach `targets` in the engine's namespace (best effort: a target already gone is fine).
+pub fn detach_all(ns: &EngineNamespace, targets: &[PathBuf]) {
+    let targets: Vec<CString> = targets
+        .iter()
+        .filter_map(|t| CString::new(t.as_os_str().as_bytes()).ok())
+        .collect();
+    let mnt = ns.mnt.as_raw_fd();
+    let _ = in_child(|report| {
+        // SAFETY: as in attach_all.
+        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
+            return report(0, usize::MAX);
+        }
+        for t in targets.iter().rev() {
+            // SAFETY: umount2 with a NUL-terminated path; MNT_DETACH never blocks.
+            unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+        }
+        0
+    });
+}
+
+/// Run `body` in a forked child (a mount namespace can only be entered by a single-threaded
+/// process, and h5i has threads). `body` reports a failure with `report(step, index)`, which
+/// sends (step, index, errno) to the parent over a pipe and yields the child's exit code.
+fn in_child(
+    body: impl FnOnce(&dyn Fn(usize, usize) -> libc::c_int) -> libc::c_int,
+) -> Result<(), (usize, usize, io::Error)> {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two fds into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err((0, usize::MAX, io::Error::last_os_error()));
+    }
+    // SAFETY: both fds were just returned by pipe2 and are owned here.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err((0, usize::MAX, io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let w = wr.as_raw_fd();
+        let report = move |step: usize, index: usize| -> libc::c_int {
+            // SAFETY: __errno_location is valid in this thread.
+            let errno = unsafe { *libc::__errno_location() };
+            let msg: [u64; 3] = [step as u64, index as u64, errno as u64];
+            // SAFETY: write of a stack buffer to the pipe; async-signal-safe.
+            unsafe { libc::write(w, msg.as_ptr().cast(), std::mem::size_of_val(&msg)) };
+            1
+        };
+        let code = body(&report);
+        // SAFETY: _exit ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    drop(wr);
+    let mut buf = Vec::new();
+    let read = File::from(rd).read_to_end(&mut buf);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    if let (Ok(24), true) = (read, buf.len() == 24) {
+        let word = |i: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&buf[i * 8..i * 8 + 8]);
+            u64::from_ne_bytes(b)
+        };
+        return Err((
+            word(0) as usize,
+            word(1) as usize,
+            io::Error::from_raw_os_error(word(2) as i32),
+        ));
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else {
+        Err((
+            0,
+            usize::MAX,
+            io::Error::other(format!("helper ended with status {status}")),
+        ))
+    }
+}
+
+/// Make the empty mount point `target` (a directory, or a file when `file`), owned by root.
+pub fn mount_point(target: &Path, file: bool) -> Result<(), EngineNsError> {
+    let res = if file {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(target)
+            .and_then(|mut f| f.flush())
+    } else {
+        std::fs::create_dir(target)
+    };
+    res.map_err(|source| EngineNsError::Io {
+        path: target.to_path_buf(),
+        source,
+    })
+}

@@ -1,0 +1,503 @@
+//! What a container-tier run was actually given, for `box status`: the OCI spec Podman handed
+//! the runtime, captured by h5i-runc at `create` (annotation [`CAPTURE_ANNOTATION`]) before any
+//! of the box's code ran, summarized, and checked against the policy.
+//!
+//! Owns `<box>/container-evidence.json` (host-written, outside every grant): the runtime that
+//! ran, the engine user, the pinned image (id and digest), the cage, the flags h5i passed, and
+//! the spec's summary — root read-only or not, every capability set, `noNewPrivileges`, the
+//! namespaces, the uid mapping, each mount (destination, type, source, options), the `h5i.*`
+//! annotations and the cgroups path. Never the spec's environment: it holds the run's secrets
+//! and dummies, so only variable *names* are kept.
+//!
+//! Must never: store an environment value, or call a run matching when its spec was not
+//! captured (that is reported as missing evidence, not as a match).
+//!
+//! Guarded by the unit tests below and `tests/container_tier.rs`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::image::PinnedImage;
+use super::podman_args::{BOX_SPOOL, BOX_WORK, TMP_SIZE};
+use crate::error::BoxError;
+use crate::store::StoredBox;
+
+/// The annotation telling h5i-runc where to write the spec it was handed.
+pub const CAPTURE_ANNOTATION: &str = "h5i.evidence.spec";
+/// The evidence file, beside the box's manifest.
+pub const EVIDENCE_FILE: &str = "container-evidence.json";
+
+/// Which OCI runtime Podman ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "path", rename_all = "kebab-case")]
+pub enum RuntimeUsed {
+    /// h5i-runc (Landlock, h5i's seccomp deny-list, the socket gate), at this path.
+    H5iRunc(String),
+    /// The host's default runtime, because the profile asked for it.
+    HostDefault(String),
+}
+
+/// One mount of the spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountSummary {
+    /// Path in the box.
+    pub destination: String,
+    /// Filesystem type (`bind`, `tmpfs`, `proc`...).
+    pub kind: String,
+    /// Source.
+    pub source: String,
+    /// Options.
+    pub options: Vec<String>,
+}
+
+/// The parts of the spec the policy speaks about.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpecSummary {
+    /// `root.readonly`.
+    pub readonly_root: bool,
+    /// Capability sets, by name (`bounding`, `effective`, ...), each its capabilities.
+    pub capabilities: BTreeMap<String, Vec<String>>,
+    /// `process.noNewPrivileges`.
+    pub no_new_privileges: bool,
+    /// Namespaces: type -> `new` or the path joined.
+    pub namespaces: BTreeMap<String, String>,
+    /// The process's uid and gid in the box.
+    pub user: (u32, u32),
+    /// uid mappings: (box id, engine id, size).
+    pub uid_mappings: Vec<(u32, u32, u32)>,
+    /// Every mount.
+    pub mounts: Vec<MountSummary>,
+    /// The `h5i.*` annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// `linux.cgroupsPath`.
+    pub cgroups_path: Option<String>,
+    /// Names (never values) of the environment variables.
+    pub env_names: Vec<String>,
+    /// Whether a seccomp profile was set.
+    pub seccomp: bool,
+}
+
+/// One run's evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunEvidence {
+    /// The runtime Podman ran.
+    pub runtime: RuntimeUsed,
+    /// The user rootless Podman ran as.
+    pub engine_user: String,
+    /// The image, pinned.
+    pub image: PinnedImage,
+    /// The cage given as cgroup parent.
+    pub cgroup_parent: Option<String>,
+    /// Why mem/procs were not held, when they were not.
+    pub limits_unheld: Option<String>,
+    /// The confinement flags h5i passed to `podman run`.
+    pub argv_flags: Vec<String>,
+    /// The captured spec, summarized (`None`: not captured).
+    pub spec: Option<SpecSummary>,
+}
+
+/// Where h5i-runc writes the spec for run `id`.
+pub fn file_for(run_dir: &Path, id: &str) -> PathBuf {
+    run_dir.join(format!("spec-{id}.json"))
+}
+
+/// The summary of a captured spec (the file is read and parsed; `None` when absent or not a
+/// spec).
+pub fn read_capture(path: &Path) -> Option<SpecSummary> {
+    let bytes = std::fs::read(path).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    Some(summarize(&v))
+}
+
+fn strings(v: &serde_json::Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Summarize an OCI spec (pure).
+pub fn summarize(v: &serde_json::Value) -> SpecSummary {
+    let process = &v["process"];
+    let linux = &v["linux"];
+    let mut capabilities = BTreeMap::new();
+    if let Some(caps) = process["capabilities"].as_object() {
+        for (set, list) in caps {
+            capabilities.insert(set.clone(), strings(list));
+        }
+    }
+    let mut namespaces = BTreeMap::new();
+    for ns in linux["namespaces"].as_array().into_iter().flatten() {
+        if let Some(t) = ns["type"].as_str() {
+            namespaces.insert(
+                t.to_owned(),
+                ns["path"].as_str().unwrap_or("new").to_owned(),
+            );
+        }
+    }
+    let uid_mappings = linux["uidMappings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| {
+            Some((
+                m["containerID"].as_u64()? as u32,
+                m["hostID"].as_u64()? as u32,
+                m["size"].as_u64()? as u32,
+            ))
+        })
+        .collect();
+    let mounts = v["mounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| MountSummary {
+            destination: m["destination"].as_str().unwrap_or_default().to_owned(),
+            kind: m["type"].as_str().unwrap_or_default().to_owned(),
+            source: m["source"].as_str().unwrap_or_default().to_owned(),
+            options: strings(&m["options"]),
+        })
+        .collect();
+    let annotations = v["annotations"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| k.starts_with("h5i."))
+                .filter_map(|(k, x)| Some((k.clone(), x.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut env_names: Vec<String> = strings(&process["env"])
+        .into_iter()
+        .filter_map(|kv| kv.split_once('=').map(|(k, _)| k.to_owned()))
+        .collect();
+    env_names.sort();
+    SpecSummary {
+        readonly_root: v["root"]["readonly"].as_bool().unwrap_or(false),
+        capabilities,
+        no_new_privileges: process["noNewPrivileges"].as_bool().unwrap_or(false),
+        namespaces,
+        user: (
+            process["user"]["uid"].as_u64().unwrap_or(0) as u32,
+            process["user"]["gid"].as_u64().unwrap_or(0) as u32,
+        ),
+        uid_mappings,
+        mounts,
+        annotations,
+        cgroups_path: linux["cgroupsPath"].as_str().map(str::to_owned),
+        env_names,
+        seccomp: linux["seccomp"].is_object(),
+    }
+}
+
+/// Store a run's evidence.
+pub fn record(sb: &StoredBox, ev: &RunEvidence) -> Result<(), BoxError> {
+    let path = sb.paths.dir.join(EVIDENCE_FILE);
+    let text = serde_json::to_vec_pretty(ev).map_err(|e| BoxError::Corrupt {
+        path: path.clone(),
+        what: e.to_string(),
+    })?;
+    crate::store::write_atomic(&path, &text)
+}
+
+/// The last run's evidence, if any run recorded one.
+pub fn load(sb: &StoredBox) -> Option<RunEvidence> {
+    let bytes = std::fs::read(sb.paths.dir.join(EVIDENCE_FILE)).ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Mount destinations Podman adds to every container (kernel filesystems and its own
+/// generated files), which carry nothing of the host's.
+const PODMAN_OWN: &[&str] = &[
+    "/proc",
+    "/dev",
+    "/dev/pts",
+    "/dev/mqueue",
+    "/dev/shm",
+    "/sys",
+    "/sys/fs/cgroup",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/run/.containerenv",
+];
+
+/// Where the spec differs from what the policy asks; empty when it matches. `objects` is the
+/// box path of the object store (the one other bind allowed).
+pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
+    let Some(s) = &ev.spec else {
+        return vec!["the run's OCI spec was not captured (the runtime did not write it)".into()];
+    };
+    let mut out = Vec::new();
+    if !s.readonly_root {
+        out.push("the image root is writable".into());
+    }
+    for (set, caps) in &s.capabilities {
+        if !caps.is_empty() {
+            out.push(format!("capability set {set} holds {}", caps.join(",")));
+        }
+    }
+    if !s.no_new_privileges {
+        out.push("noNewPrivileges is off".into());
+    }
+    for ns in ["user", "network", "ipc", "pid", "mount"] {
+        match s.namespaces.get(ns).map(String::as_str) {
+            Some("new") => {}
+            Some(path) => out.push(format!(
+                "the {ns} namespace is joined from {path}, not private"
+            )),
+            None => out.push(format!("no private {ns} namespace")),
+        }
+    }
+    if !s
+        .uid_mappings
+        .iter()
+        .any(|&(inside, outside, size)| inside == s.user.0 && outside == 0 && size == 1)
+    {
+        out.push(format!(
+            "uid {} in the box is not the engine user (keep-id)",
+            s.user.0
+        ));
+    }
+    for m in &s.mounts {
+        let d = m.destination.as_str();
+        let bindish = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
+        let engine_socket = |p: &str| {
+            p.ends_with("podman.sock")
+                || p.ends_with("docker.sock")
+                || p.starts_with("/run/podman")
+                || p.starts_with("/var/run/podman")
+        };
+        if engine_socket(&m.source) || engine_socket(d) {
+            out.push(format!("a Podman socket is mounted at {d}"));
+        }
+        if d == BOX_WORK {
+            if m.options.iter().any(|o| o == "ro") {
+                out.push("/work is read-only".into());
+            }
+        } else if d == BOX_SPOOL {
+        } else if Path::new(d) == objects {
+            if !m.options.iter().any(|o| o == "ro") {
+                out.push(format!("the object store at {d} is writable"));
+            }
+        } else if d == "/tmp" {
+            let want = [format!("size={TMP_SIZE}"), "nosuid".into(), "nodev".into()];
+            if m.kind != "tmpfs" || !want.iter().all(|w| m.options.iter().any(|o| o == w)) {
+                out.push(format!(
+                    "/tmp is not a private {TMP_SIZE} nosuid,nodev tmpfs ({} {})",
+                    m.kind,
+                    m.options.join(",")
+                ));
+            }
+        } else if PODMAN_OWN.contains(&d) {
+            if (d == "/sys" || d == "/sys/fs/cgroup") && !m.options.iter().any(|o| o == "ro") {
+                out.push(format!("{d} is writable"));
+            }
+        } else if bindish || m.kind == "tmpfs" {
+            out.push(format!(
+                "an unplanned mount at {d} ({} from {})",
+                m.kind, m.source
+            ));
+        }
+    }
+    if !s.mounts.iter().any(|m| m.destination == BOX_WORK) {
+        out.push("the workspace is not mounted at /work".into());
+    }
+    if let RuntimeUsed::H5iRunc(_) = ev.runtime {
+        for k in ["h5i.landlock", "h5i.seccomp", "h5i.net.unix"] {
+            if !s.annotations.contains_key(k) {
+                out.push(format!("h5i-runc ran without {k}"));
+            }
+        }
+    }
+    out
+}
+
+/// `box status`'s container section: the last run's evidence and whether it matches.
+pub fn status_lines(sb: &StoredBox) -> Vec<String> {
+    let Some(ev) = load(sb) else {
+        return vec![format!(
+            "container evidence: no run yet (`h5i box run {} -- true` records it)",
+            sb.manifest.name
+        )];
+    };
+    let mut out = vec![
+        "container evidence (last run: the OCI spec Podman handed the runtime, captured by h5i-runc before the box's code ran)".to_string(),
+    ];
+    out.push(match &ev.runtime {
+        RuntimeUsed::H5iRunc(p) => format!("  runtime   h5i-runc ({p}): Landlock, h5i's seccomp deny-list"),
+        RuntimeUsed::HostDefault(n) => format!(
+            "  runtime   {n} (the host's default, as the profile asks): no h5i-runc layers, spec not captured"
+        ),
+    });
+    out.push(format!("  engine    rootless Podman as {}", ev.engine_user));
+    out.push(format!(
+        "  image     {} = {}{}",
+        ev.image.name,
+        ev.image.id,
+        ev.image
+            .digest
+            .as_deref()
+            .map(|d| format!(" (digest {d})"))
+            .unwrap_or_default()
+    ));
+    out.push(format!("  flags     {}", ev.argv_flags.join(" ")));
+    out.push(match (&ev.cgroup_parent, &ev.limits_unheld) {
+        (Some(p), _) => format!("  cage      {p} (mem and procs held there)"),
+        (None, Some(why)) => format!("  cage      none: mem and procs not held ({why})"),
+        (None, None) => "  cage      none".to_string(),
+    });
+    if let Some(s) = &ev.spec {
+        let caps: Vec<&String> = s.capabilities.values().flatten().collect();
+        out.push(format!(
+            "  spec      root {}; capabilities {}; no-new-privileges {}; uid {} in the box",
+            if s.readonly_root {
+                "read-only"
+            } else {
+                "WRITABLE"
+            },
+            if caps.is_empty() {
+                "none".to_string()
+            } else {
+                caps.iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+            if s.no_new_privileges { "on" } else { "OFF" },
+            s.user.0
+        ));
+        out.push(format!(
+            "  namespaces {}",
+            s.namespaces
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        for m in s.mounts.iter().filter(|m| {
+            m.destination == BOX_WORK
+                || m.destination == BOX_SPOOL
+                || m.destination == "/tmp"
+                || m.source.ends_with("/objects")
+        }) {
+            out.push(format!(
+                "  mount     {} {} ({})",
+                m.destination,
+                m.kind,
+                m.options.join(",")
+            ));
+        }
+    }
+    let objects = sb.manifest.store.join("objects");
+    let diff = mismatches(&ev, &objects);
+    out.push(if diff.is_empty() {
+        "  matches the policy: yes".to_string()
+    } else {
+        format!("  matches the policy: NO: {}", diff.join("; "))
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec() -> serde_json::Value {
+        json!({
+            "root": {"path": "/x", "readonly": true},
+            "process": {
+                "user": {"uid": 1001, "gid": 1001},
+                "env": ["PATH=/bin", "ANTHROPIC_API_KEY=dummy-secret"],
+                "noNewPrivileges": true,
+                "capabilities": {"bounding": [], "effective": []}
+            },
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc", "options": []},
+                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=256m", "nosuid", "nodev"]},
+                {"destination": "/work", "type": "bind", "source": "/ws", "options": ["rbind", "rw"]},
+                {"destination": "/r/.git/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
+                {"destination": "/.h5i/spool", "type": "bind", "source": "/s", "options": ["rbind", "rw"]}
+            ],
+            "annotations": {"h5i.landlock": "{}", "h5i.seccomp": "h5i-v1", "h5i.net.unix": "false", "io.podman.x": "y"},
+            "linux": {
+                "namespaces": [{"type": "user"}, {"type": "network"}, {"type": "ipc"}, {"type": "pid"}, {"type": "mount"}],
+                "uidMappings": [{"containerID": 0, "hostID": 1, "size": 1001}, {"containerID": 1001, "hostID": 0, "size": 1}],
+                "cgroupsPath": "/own/h5i/r/c/libpod-1",
+                "seccomp": {"defaultAction": "SCMP_ACT_ERRNO"}
+            }
+        })
+    }
+
+    fn evidence(v: serde_json::Value) -> RunEvidence {
+        RunEvidence {
+            runtime: RuntimeUsed::H5iRunc("/usr/bin/h5i-runc".into()),
+            engine_user: "u".into(),
+            image: PinnedImage {
+                name: "localhost/i".into(),
+                id: "sha256:ab".into(),
+                digest: None,
+            },
+            cgroup_parent: None,
+            limits_unheld: None,
+            argv_flags: vec![],
+            spec: Some(summarize(&v)),
+        }
+    }
+
+    #[test]
+    fn the_articles_spec_matches() {
+        let ev = evidence(spec());
+        assert_eq!(
+            mismatches(&ev, Path::new("/r/.git/objects")),
+            Vec::<String>::new()
+        );
+        let s = ev.spec.unwrap();
+        // Names only: the dummy's value is never kept.
+        assert_eq!(s.env_names, ["ANTHROPIC_API_KEY", "PATH"]);
+        assert!(!serde_json::to_string(&s).unwrap().contains("dummy-secret"));
+        assert!(!s.annotations.contains_key("io.podman.x"));
+    }
+
+    #[test]
+    fn each_departure_is_named() {
+        let mut v = spec();
+        v["root"]["readonly"] = json!(false);
+        v["process"]["capabilities"]["effective"] = json!(["CAP_NET_RAW"]);
+        v["process"]["noNewPrivileges"] = json!(false);
+        v["linux"]["namespaces"][1] = json!({"type": "network", "path": "/proc/1/ns/net"});
+        v["mounts"].as_array_mut().unwrap().push(json!(
+            {"destination": "/run/podman/podman.sock", "type": "bind", "source": "/run/podman/podman.sock", "options": ["rbind"]}
+        ));
+        v["mounts"].as_array_mut().unwrap().push(json!(
+            {"destination": "/home", "type": "bind", "source": "/home", "options": ["rbind"]}
+        ));
+        let m = mismatches(&evidence(v), Path::new("/r/.git/objects")).join("\n");
+        for want in [
+            "image root is writable",
+            "CAP_NET_RAW",
+            "noNewPrivileges is off",
+            "network namespace is joined",
+            "Podman socket",
+            "unplanned mount at /home",
+        ] {
+            assert!(m.contains(want), "missing {want} in\n{m}");
+        }
+    }
+
+    #[test]
+    fn an_uncaptured_spec_is_never_a_match() {
+        let mut ev = evidence(spec());
+        ev.spec = None;
+        assert_eq!(mismatches(&ev, Path::new("/o")).len(), 1);
+    }
+}

@@ -1,0 +1,146 @@
+//! The image a container box runs: looked up in the engine user's Podman storage (never
+//! pulled) and pinned by id the first time the box uses it.
+//!
+//! Owns `<box>/container-image.json` (host-written; no grant of the box reaches its
+//! directory): the name the policy gave, the image id and its digest. Every run names the
+//! pinned id, so re-tagging the name later cannot change what a box runs, and the run's
+//! evidence names the image without asking Podman again. Must never: pull, or run an image
+//! other than the pinned one.
+//!
+//! Guarded by `tests/container_tier.rs`.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use serde::{Deserialize, Serialize};
+
+use super::engine::Engine;
+use crate::error::BoxError;
+use crate::store::StoredBox;
+
+/// The file, beside the box's manifest.
+pub const PIN_FILE: &str = "container-image.json";
+
+/// An image as Podman's storage holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedImage {
+    /// The reference the policy names.
+    pub name: String,
+    /// Podman's image id (`sha256:` hex).
+    pub id: String,
+    /// The manifest digest, when Podman knows one (`sha256:...`).
+    pub digest: Option<String>,
+}
+
+/// Look `name` up in the engine's storage: `Ok(None)` when it is not there.
+pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxError> {
+    let out = engine
+        .podman()
+        .args([
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}} {{.Digest}}",
+            "--",
+            name,
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| BoxError::BadRequest {
+            what: format!("cannot run podman as `{}`: {e}", engine.user),
+            mend: "install Podman (apt-get install podman) and make sure it is on PATH".into(),
+        })?;
+    if !out.status.success() {
+        return Ok(None);
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut words = text.split_whitespace();
+    let Some(id) = words
+        .next()
+        .filter(|id| id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    else {
+        return Ok(None);
+    };
+    let digest = words
+        .next()
+        .filter(|d| d.starts_with("sha256:") && d.len() > 7)
+        .map(str::to_owned);
+    Ok(Some(PinnedImage {
+        name: name.to_owned(),
+        id: format!("sha256:{id}"),
+        digest,
+    }))
+}
+
+/// The refusal for an image the engine does not hold.
+pub fn missing(engine: &Engine, name: &str) -> BoxError {
+    BoxError::BadRequest {
+        what: format!(
+            "image `{name}` is not in {}'s Podman storage, and container-tier runs never pull",
+            engine.user
+        ),
+        mend: format!(
+            "build or import it as that user (`make images`, or `podman load`/`podman import`), then retry; `runuser -u {0} -- podman images` lists what is there",
+            engine.user
+        ),
+    }
+}
+
+/// The box's pinned image: the stored pin, or `name` looked up and pinned now.
+pub fn pinned(engine: &Engine, sb: &StoredBox, name: &str) -> Result<PinnedImage, BoxError> {
+    let path = sb.paths.dir.join(PIN_FILE);
+    if let Some(pin) = read_pin(&path)? {
+        if pin.name == name {
+            return Ok(pin);
+        }
+    }
+    let pin = inspect(engine, name)?.ok_or_else(|| missing(engine, name))?;
+    write_pin(&sb.paths.dir, &pin)?;
+    Ok(pin)
+}
+
+/// Store `pin` in the box directory `dir`.
+pub fn write_pin(dir: &Path, pin: &PinnedImage) -> Result<(), BoxError> {
+    let path = dir.join(PIN_FILE);
+    let text = serde_json::to_vec_pretty(pin).map_err(|e| BoxError::Corrupt {
+        path: path.clone(),
+        what: e.to_string(),
+    })?;
+    crate::store::write_atomic(&path, &text)
+}
+
+/// The stored pin, if any.
+pub fn read_pin(path: &Path) -> Result<Option<PinnedImage>, BoxError> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| BoxError::Corrupt {
+                path: path.to_path_buf(),
+                what: e.to_string(),
+            }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(BoxError::io(path, e)),
+    }
+}
+
+/// The images the engine holds (`repository:tag`), for `box probe`.
+pub fn present(engine: &Engine) -> Result<Vec<String>, String> {
+    let out = engine
+        .podman()
+        .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_owned());
+    }
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("<none>"))
+        .map(str::to_owned)
+        .collect();
+    v.sort();
+    v.dedup();
+    Ok(v)
+}

@@ -1,0 +1,512 @@
+//! The container tier: a box run as a rootless Podman container of the box's pinned image.
+//!
+//! Owns the order of one run:
+//! 1. the engine (rootless Podman as the caller, or as the configured user when h5i is root:
+//!    [`engine`]) and the pinned image ([`image`]);
+//! 2. the run directory under the engine's runtime directory: the per-run hooks directory
+//!    ([`hooks_dir`]), the listener sockets, and — for root — the box's paths attached in the
+//!    engine's mount namespace ([`engine_ns`]);
+//! 3. the resource cage (mem/procs, under h5i's own cgroup, handed to the engine when root made
+//!    it) given to Podman as the container's cgroup parent; a host that cannot make one runs
+//!    without and `status` marks the limits `*`;
+//! 4. the broker: the egress proxy ([`egress`]) and the credential proxies, each on a listener
+//!    a createContainer hook binds on the box's own loopback and hands over;
+//! 5. `podman run` ([`podman_args`]: the article's flags) supervised on a pidfd, its exit code
+//!    passed through; the wall clock kills every process in the cage (or the container by
+//!    name when there is none);
+//! 6. the evidence: the OCI spec Podman handed the runtime, captured by h5i-runc
+//!    ([`evidence`]), the cage's OOM count (Podman's own OOMKilled flag misses a v1 OOM), the
+//!    proxies' tallies; then everything of the run is removed.
+//!
+//! Must never: run rootful Podman, mount a host path the plan does not name, give the box a
+//! network device (`--network none`: the proxy listener is its only way out), or leave a
+//! mount, socket, cgroup or container behind.
+//!
+//! Guarded by `tests/container_tier.rs`.
+
+pub mod egress;
+pub mod engine;
+pub mod engine_ns;
+pub mod evidence;
+pub mod hooks_dir;
+pub mod image;
+pub mod podman_args;
+pub mod probe;
+
+use std::ffi::OsString;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use h5i_policy::receipt::{EgressTally, OomReport};
+use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
+use h5i_runtime::cage::ResourceCage;
+use h5i_runtime::supervise::ChildReport;
+
+use crate::credentials::HandoffPlace;
+use crate::error::BoxError;
+use crate::store::{now_ms, StoredBox};
+use engine::Engine;
+use podman_args::{Bind, PodmanRun, BOX_SPOOL, BOX_WORK};
+
+/// The box's `HOME`: its private `/tmp`.
+pub const BOX_HOME: &str = "/tmp";
+
+/// What one container-tier run observed.
+#[derive(Debug)]
+pub struct ContainerRun {
+    /// Podman's exit, as the supervisor saw it (the container's code passes through).
+    pub child: ChildReport,
+    /// OOM evidence from the cage.
+    pub oom: Option<OomReport>,
+    /// The proxies' counts (egress and credential), when any proxy ran.
+    pub egress: Option<EgressTally>,
+    /// Why mem/procs were not held for this run, when they were not.
+    pub limits_unheld: Option<String>,
+}
+
+/// Everything a run needs beyond the box and its policy.
+pub struct RunInputs<'a> {
+    /// Command and arguments.
+    pub argv: &'a [OsString],
+    /// The wall clock.
+    pub wall: Option<Duration>,
+    /// Resolved secrets (env injection only at this tier).
+    pub secrets: &'a [h5i_broker::secrets::ResolvedSecret],
+    /// The credential grants, prepared (fail-closed) before anything started.
+    pub creds: Option<crate::credentials::Prepared>,
+    /// A pty of the container's own (`box shell` on a terminal).
+    pub tty: bool,
+}
+
+fn refuse(what: impl Into<String>, mend: impl Into<String>) -> BoxError {
+    BoxError::BadRequest {
+        what: what.into(),
+        mend: mend.into(),
+    }
+}
+
+/// The run directory: made for this run (0700, the engine's), removed by [`RunDir::drop`].
+struct RunDir {
+    path: PathBuf,
+    /// Entries to remove in order (files, then directories), never recursively.
+    files: Vec<PathBuf>,
+    dirs: Vec<PathBuf>,
+}
+
+impl RunDir {
+    fn create(engine: &Engine, id: &str) -> Result<RunDir, BoxError> {
+        let path = engine.run_dir(id);
+        let parent = path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        for d in [&parent, &path] {
+            match std::fs::DirBuilder::new().mode(0o700).create(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && *d == parent => {}
+                Err(e) => return Err(BoxError::io(d, e)),
+            }
+            if engine.switches_user {
+                std::os::unix::fs::chown(d, Some(engine.uid), Some(engine.gid))
+                    .map_err(|e| BoxError::io(d, e))?;
+            }
+        }
+        Ok(RunDir {
+            dirs: vec![path.clone()],
+            path,
+            files: Vec::new(),
+        })
+    }
+
+    fn dir(&mut self, name: &str) -> Result<PathBuf, BoxError> {
+        let d = self.path.join(name);
+        std::fs::create_dir(&d).map_err(|e| BoxError::io(&d, e))?;
+        self.dirs.push(d.clone());
+        Ok(d)
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        // Plain removals of the entries h5i made: a directory that still held something
+        // (a mount that failed to detach shows only in the engine's namespace, never here)
+        // is left rather than descended into.
+        if let Ok(entries) = std::fs::read_dir(self.path.join("hooks")) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// Root's attachments in the engine namespace, detached on drop.
+struct Attached<'a> {
+    ns: &'a engine_ns::EngineNamespace,
+    targets: Vec<PathBuf>,
+}
+
+impl Drop for Attached<'_> {
+    fn drop(&mut self) {
+        engine_ns::detach_all(self.ns, &self.targets);
+    }
+}
+
+/// Where the run's binaries and host paths are, as Podman will see them.
+struct Sources {
+    runc: PathBuf,
+    hook: PathBuf,
+    work: PathBuf,
+    spool: PathBuf,
+    objects: PathBuf,
+}
+
+/// At `box create`: the image a container box will run, looked up in the engine's storage
+/// (refused when missing: runs never pull). `None` at every other tier.
+pub fn image_for_create(policy: &ResolvedPolicy) -> Result<Option<image::PinnedImage>, BoxError> {
+    if policy.tier != h5i_policy::Tier::Container {
+        return Ok(None);
+    }
+    let Some(name) = &policy.image else {
+        return Ok(None);
+    };
+    let engine = engine_for_run()?;
+    image::inspect(&engine, name)?
+        .map(Some)
+        .ok_or_else(|| image::missing(&engine, name))
+}
+
+fn engine_for_run() -> Result<Engine, BoxError> {
+    Engine::for_caller().map_err(|e| {
+        let text = e.to_string();
+        let text = text.strip_prefix("refusing: ").unwrap_or(&text).to_owned();
+        let (what, mend) = text
+            .split_once("; to fix: ")
+            .unwrap_or((&text, "see h5i box probe"));
+        refuse(what, mend)
+    })
+}
+
+/// Run `inputs.argv` in `sb` at the container tier.
+pub fn run(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    inputs: RunInputs<'_>,
+) -> Result<ContainerRun, BoxError> {
+    if policy.net.mode == NetMode::Host {
+        return Err(refuse(
+            format!(
+                "box `{}` asks for net.mode = \"host\", and the container tier gives a box no network of its own: its only way out is the egress proxy",
+                sb.manifest.name
+            ),
+            "use net.mode = \"deny\" with net.egress for the hosts it needs, or isolation process for the host's network",
+        ));
+    }
+    let image_name = policy.image.clone().ok_or_else(|| {
+        refuse(
+            format!(
+                "box `{}` is a container box without an image",
+                sb.manifest.name
+            ),
+            "recreate it with --image",
+        )
+    })?;
+    let engine = engine_for_run()?;
+    let image = image::pinned(&engine, sb, &image_name)?;
+    let runc = crate::process::runc_binary().ok_or_else(|| {
+        refuse(
+            "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH",
+            "build it (`make build`) or put h5i-runc on PATH",
+        )
+    })?;
+    let hook = crate::process::hook_binary().ok_or_else(|| {
+        refuse(
+            "h5i-hook (which brings up the box's loopback and hands in the proxy listeners) is not beside h5i or on PATH",
+            "build it (`make build`) or put h5i-hook on PATH",
+        )
+    })?;
+    for s in inputs.secrets {
+        if s.inject != h5i_policy::SecretInject::Env {
+            return Err(refuse(
+                format!(
+                    "secret `{}` asks for inject = \"{}\", which only the workspace tier supports",
+                    s.name,
+                    s.inject.as_str()
+                ),
+                "use inject = \"env\" at the container tier",
+            ));
+        }
+    }
+    let egress_plan = egress::plan_for(policy)?;
+
+    let id = format!(
+        "{}-{}-{}",
+        sb.manifest.name,
+        std::process::id(),
+        now_ms() % 100_000
+    );
+    let mut run_dir = RunDir::create(&engine, &id)?;
+    let hooks_path = run_dir.dir("hooks")?;
+
+    // Root: the box's paths and h5i's binaries, attached where the engine can reach them.
+    let ns;
+    let mut attached = None;
+    let runc_path = runc.clone();
+    let sources = if engine.switches_user {
+        ns = engine_ns::engine_namespace(&engine).map_err(|e| refuse_from(&e))?;
+        let bin = run_dir.dir("bin")?;
+        let plan = vec![
+            (runc.clone(), bin.join("h5i-runc"), true, false),
+            (hook.clone(), bin.join("h5i-hook"), true, false),
+            (sb.paths.workspace(), run_dir.path.join("work"), false, true),
+            (sb.paths.spool(), run_dir.path.join("spool"), false, true),
+            (
+                sb.manifest.store.join("objects"),
+                run_dir.path.join("objects"),
+                false,
+                false,
+            ),
+        ];
+        let mut attach = Vec::new();
+        for (source, target, file, idmapped) in plan {
+            engine_ns::mount_point(&target, file).map_err(|e| refuse_from(&e))?;
+            if file {
+                run_dir.files.push(target.clone());
+            } else {
+                run_dir.dirs.push(target.clone());
+            }
+            attach.push(engine_ns::Attach {
+                readonly: !idmapped,
+                source,
+                target,
+                idmapped,
+            });
+        }
+        engine_ns::attach_all(&ns, &attach).map_err(|e| refuse_from(&e))?;
+        attached = Some(Attached {
+            ns: &ns,
+            targets: attach.iter().map(|a| a.target.clone()).collect(),
+        });
+        Sources {
+            runc: bin.join("h5i-runc"),
+            hook: bin.join("h5i-hook"),
+            work: run_dir.path.join("work"),
+            spool: run_dir.path.join("spool"),
+            objects: run_dir.path.join("objects"),
+        }
+    } else {
+        Sources {
+            runc,
+            hook,
+            work: sb.paths.workspace(),
+            spool: sb.paths.spool(),
+            objects: sb.manifest.store.join("objects"),
+        }
+    };
+
+    // The cage: mem/procs, under h5i's own cgroup; handed to the engine when root made it.
+    let (cage, limits_unheld) =
+        match ResourceCage::create(&id, policy.resources.mem_bytes, policy.resources.procs)
+            .and_then(|mut c| {
+                if engine.switches_user {
+                    c.delegate_to(engine.uid, engine.gid)?;
+                }
+                Ok(c)
+            }) {
+            Ok(c) => (Some(c), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+
+    // The box's environment: plain values in argv, anything secret by name only.
+    let mut env: Vec<(String, String)> = vec![
+        ("HOME".into(), BOX_HOME.into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("H5I_ENV_ID".into(), sb.manifest.name.clone()),
+        (
+            "H5I_ENV_POLICY_DIGEST".into(),
+            sb.manifest.policy_digest.clone(),
+        ),
+        ("H5I_ENV_CAPTURE_SPOOL".into(), BOX_SPOOL.into()),
+    ];
+    for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    let mut by_name: Vec<(String, String)> = inputs
+        .secrets
+        .iter()
+        .map(|s| (s.name.clone(), s.value().to_owned()))
+        .collect();
+    let place = HandoffPlace {
+        dir: run_dir.path.clone(),
+        owner: engine.switches_user.then_some((engine.uid, engine.gid)),
+        hook: sources.hook.clone(),
+    };
+    let mut hooks = vec![vec![
+        sources.hook.display().to_string(),
+        "loopback".to_string(),
+        "--inside".to_string(),
+    ]];
+    let mut egress_serving = None;
+    if let Some(plan) = egress_plan {
+        let (hook_argv, serving) = egress::attach(plan, &place, &id)?;
+        run_dir
+            .files
+            .push(place.dir.join(format!("egress-{id}.sock")));
+        hooks.push(hook_argv);
+        env.extend(egress::proxy_env());
+        egress_serving = Some(serving);
+    }
+    let mut cred_serving = None;
+    if let Some(creds) = inputs.creds {
+        let mut cred_env = Vec::new();
+        let serving = creds.attach_parts(&mut cred_env, &mut hooks, false, &place)?;
+        for kv in cred_env {
+            if let Some((k, v)) = kv.split_once('=') {
+                by_name.push((k.to_owned(), v.to_owned()));
+            }
+        }
+        cred_serving = Some(serving);
+    }
+    hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
+
+    let container_name = format!("h5i-{id}");
+    let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
+    let podman_run = PodmanRun {
+        runtime: (!host_default).then(|| sources.runc.clone()),
+        hooks_dir: Some(hooks_path.clone()),
+        name: container_name.clone(),
+        run_id: id.clone(),
+        image: image.id.clone(),
+        argv: inputs.argv.to_vec(),
+        work: Bind {
+            source: sources.work.clone(),
+            dest: BOX_WORK.into(),
+            readonly: false,
+        },
+        binds: vec![
+            Bind {
+                source: sources.objects.clone(),
+                dest: sb.manifest.store.join("objects"),
+                readonly: true,
+            },
+            Bind {
+                source: sources.spool.clone(),
+                dest: BOX_SPOOL.into(),
+                readonly: false,
+            },
+        ],
+        env,
+        env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
+        cgroup_parent: cage.as_ref().map(ResourceCage::path),
+        annotations: annotations(policy, &run_dir.path, &id),
+        tty: inputs.tty,
+    };
+    let evidence_file = evidence::file_for(&run_dir.path, &id);
+    run_dir.files.push(evidence_file.clone());
+    let mut cmd = engine.podman();
+    cmd.args(podman_run.args());
+    for (k, v) in &by_name {
+        cmd.env(k, v);
+    }
+    let mut on_wall = || match &cage {
+        Some(c) => {
+            for pid in c.member_pids() {
+                // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            true
+        }
+        None => engine
+            .podman()
+            .args(["kill", "--signal", "KILL", &container_name])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+    };
+    let child = h5i_runtime::supervise::run_supervised_with(cmd, inputs.wall, &mut on_wall);
+
+    let egress_report = egress_serving.and_then(egress::EgressServing::finish);
+    let cred_reports = cred_serving.map(crate::credentials::Serving::finish);
+    let oom = cage.as_ref().and_then(|c| c.report().oom);
+    let captured = evidence::read_capture(&evidence_file);
+    drop(cage);
+    let stale_namespace = attached
+        .as_ref()
+        .is_some_and(|a| !a.ns.still_current(&engine));
+    drop(attached);
+    let child = child?;
+    if stale_namespace {
+        return Err(refuse(
+            "the engine's rootless Podman pause process was replaced during the run, so the box ran without its workspace attached (nothing it wrote landed)",
+            "run it again; if it repeats, stop whatever restarts Podman's pause process (podman system migrate)",
+        ));
+    }
+    evidence::record(
+        sb,
+        &evidence::RunEvidence {
+            runtime: if host_default {
+                evidence::RuntimeUsed::HostDefault(
+                    probe::podman_facts(&engine)
+                        .map(|f| f.runtime)
+                        .unwrap_or_else(|_| "Podman's default".into()),
+                )
+            } else {
+                evidence::RuntimeUsed::H5iRunc(runc_path.display().to_string())
+            },
+            engine_user: engine.user.clone(),
+            image: image.clone(),
+            cgroup_parent: podman_run.cgroup_parent.clone(),
+            limits_unheld: limits_unheld.clone(),
+            argv_flags: podman_args::confinement_flags(),
+            spec: captured,
+        },
+    )?;
+    let cred_tally = cred_reports.as_deref().and_then(crate::credentials::tally);
+    let tally = match egress_report {
+        Some(r) => Some(crate::run::merge_tallies(r.tally, cred_tally)),
+        None => cred_tally,
+    };
+    drop(run_dir);
+    Ok(ContainerRun {
+        child,
+        oom,
+        egress: tally,
+        limits_unheld,
+    })
+}
+
+/// h5i-runc's confinement annotations for the box, and the evidence capture.
+fn annotations(policy: &ResolvedPolicy, run_dir: &Path, id: &str) -> Vec<(String, String)> {
+    let landlock = serde_json::json!({
+        "read": ["/"],
+        "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
+    });
+    vec![
+        ("h5i.landlock".into(), landlock.to_string()),
+        ("h5i.seccomp".into(), "h5i-v1".into()),
+        (
+            "h5i.net.unix".into(),
+            if policy.net.unix { "true" } else { "false" }.into(),
+        ),
+        (
+            evidence::CAPTURE_ANNOTATION.into(),
+            evidence::file_for(run_dir, id).display().to_string(),
+        ),
+    ]
+}
+
+fn refuse_from(e: &engine_ns::EngineNsError) -> BoxError {
+    let text = e.to_string();
+    let text = text.strip_prefix("refusing: ").unwrap_or(&text).to_owned();
+    let (what, mend) = text
+        .split_once("; to fix: ")
+        .unwrap_or((&text, "see h5i box probe"));
+    refuse(what, mend)
+}

@@ -1,0 +1,280 @@
+//! The `podman run` command line of a container-tier run, as data (pure: unit-tested flag by
+//! flag, and the same list `make bench` runs without h5i).
+//!
+//! Owns the article's configuration in one place: the workspace read-write at `/work` and
+//! nothing else of the host but the workspace's object store (read-only, at its host path, so
+//! the box's git finds the base it borrows) and the box's spool (`/.h5i/spool`); a read-only
+//! image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable tmpfs; every
+//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
+//! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
+//! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
+//! annotations. Secrets are passed by name (`-e NAME`, the value in Podman's environment),
+//! never in argv.
+//!
+//! Must never: mount the Podman socket or any host path the plan does not name, or let an
+//! image pull happen at run time.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// Where the workspace appears in the box.
+pub const BOX_WORK: &str = "/work";
+/// Where the spool appears in the box.
+pub const BOX_SPOOL: &str = "/.h5i/spool";
+/// The private `/tmp`'s size.
+pub const TMP_SIZE: &str = "256m";
+/// The annotation the per-run hooks match on.
+pub const RUN_ANNOTATION: &str = "h5i.run";
+
+/// One bind mount: host (or engine-namespace) source -> box path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// Source path as Podman sees it.
+    pub source: PathBuf,
+    /// Path in the box.
+    pub dest: PathBuf,
+    /// Read-only.
+    pub readonly: bool,
+}
+
+/// Everything one `podman run` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodmanRun {
+    /// The OCI runtime Podman runs (`--runtime`): h5i-runc's path, or `None` for the host's
+    /// default (only when the profile asks for it).
+    pub runtime: Option<PathBuf>,
+    /// Per-run hooks directory (`--hooks-dir`), replacing the system's.
+    pub hooks_dir: Option<PathBuf>,
+    /// The container's name.
+    pub name: String,
+    /// The run id (the hooks match on it).
+    pub run_id: String,
+    /// The image reference (a pinned image id).
+    pub image: String,
+    /// Command and arguments.
+    pub argv: Vec<OsString>,
+    /// The workspace (read-write at `/work`).
+    pub work: Bind,
+    /// Other binds (the object store read-only; the spool read-write).
+    pub binds: Vec<Bind>,
+    /// Environment `KEY=VALUE` pairs that hold no secret.
+    pub env: Vec<(String, String)>,
+    /// Names of variables Podman passes from its own environment (secrets, dummies).
+    pub env_by_name: Vec<String>,
+    /// The cage (`--cgroup-parent`), when one holds the limits.
+    pub cgroup_parent: Option<String>,
+    /// h5i-runc's annotations (`h5i.landlock`, `h5i.seccomp`, `h5i.net.unix`).
+    pub annotations: Vec<(String, String)>,
+    /// `-t`: a pty of the container's own (`box shell`).
+    pub tty: bool,
+}
+
+/// The flags that make the article's configuration, in order (shared with `make bench`'s
+/// baseline so both sides run the same container).
+pub fn confinement_flags() -> Vec<String> {
+    vec![
+        "--rm".into(),
+        "--pull=never".into(),
+        "--network".into(),
+        "none".into(),
+        "--read-only".into(),
+        "--read-only-tmpfs=false".into(),
+        "--tmpfs".into(),
+        format!("/tmp:rw,size={TMP_SIZE},nosuid,nodev,notmpcopyup"),
+        "--cap-drop=ALL".into(),
+        "--security-opt".into(),
+        "no-new-privileges".into(),
+        "--ipc".into(),
+        "private".into(),
+        "--userns=keep-id".into(),
+    ]
+}
+
+/// CSV-quote one `--annotation` value (Podman parses the flag's value as CSV).
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+fn volume(b: &Bind) -> OsString {
+    let mut v = b.source.clone().into_os_string();
+    v.push(":");
+    v.push(&b.dest);
+    v.push(if b.readonly { ":ro" } else { ":rw" });
+    v
+}
+
+impl PodmanRun {
+    /// The full argument list after `podman`.
+    pub fn args(&self) -> Vec<OsString> {
+        let mut a: Vec<OsString> = Vec::new();
+        if let Some(r) = &self.runtime {
+            a.push("--runtime".into());
+            a.push(r.clone().into());
+        }
+        if let Some(h) = &self.hooks_dir {
+            a.push("--hooks-dir".into());
+            a.push(h.clone().into());
+        }
+        a.push("run".into());
+        a.extend(confinement_flags().into_iter().map(OsString::from));
+        a.push("--name".into());
+        a.push(self.name.clone().into());
+        a.push("-i".into());
+        if self.tty {
+            a.push("-t".into());
+        }
+        if let Some(p) = &self.cgroup_parent {
+            // The container's group goes inside the cage; conmon stays outside it, so the
+            // box's limits count only the box.
+            a.push("--cgroup-parent".into());
+            a.push(p.into());
+            a.push("--cgroups=no-conmon".into());
+        }
+        a.push("--annotation".into());
+        a.push(format!("{RUN_ANNOTATION}={}", self.run_id).into());
+        for (k, v) in &self.annotations {
+            a.push("--annotation".into());
+            a.push(csv_field(&format!("{k}={v}")).into());
+        }
+        a.push("-v".into());
+        a.push(volume(&self.work));
+        for b in &self.binds {
+            a.push("-v".into());
+            a.push(volume(b));
+        }
+        a.push("-w".into());
+        a.push(BOX_WORK.into());
+        for (k, v) in &self.env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        for k in &self.env_by_name {
+            a.push("-e".into());
+            a.push(k.into());
+        }
+        a.push(self.image.clone().into());
+        a.extend(self.argv.iter().cloned());
+        a
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run() -> PodmanRun {
+        PodmanRun {
+            runtime: Some("/usr/bin/h5i-runc".into()),
+            hooks_dir: Some("/run/user/1001/h5i/run-x/hooks".into()),
+            name: "h5i-b-x".into(),
+            run_id: "x".into(),
+            image: "sha256:abc".into(),
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            work: Bind {
+                source: "/repo/.git/.h5i/env/none/b/workspace".into(),
+                dest: BOX_WORK.into(),
+                readonly: false,
+            },
+            binds: vec![Bind {
+                source: "/repo/.git/objects".into(),
+                dest: "/repo/.git/objects".into(),
+                readonly: true,
+            }],
+            env: vec![("HOME".into(), "/tmp".into())],
+            env_by_name: vec!["DEPLOY_KEY".into()],
+            cgroup_parent: Some("/own/h5i/x".into()),
+            annotations: vec![
+                (
+                    "h5i.landlock".into(),
+                    r#"{"read":["/"],"write":["/work"]}"#.into(),
+                ),
+                ("h5i.seccomp".into(), "h5i-v1".into()),
+            ],
+            tty: false,
+        }
+    }
+
+    fn text(r: &PodmanRun) -> Vec<String> {
+        r.args()
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn the_articles_flags_are_all_there() {
+        let a = text(&run());
+        let joined = a.join(" ");
+        for want in [
+            "--rm",
+            "--pull=never",
+            "--network none",
+            "--read-only",
+            "--read-only-tmpfs=false",
+            "--tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+            "--cap-drop=ALL",
+            "--security-opt no-new-privileges",
+            "--ipc private",
+            "--userns=keep-id",
+            "--cgroup-parent /own/h5i/x",
+            "--runtime /usr/bin/h5i-runc",
+            "-w /work",
+        ] {
+            assert!(joined.contains(want), "missing `{want}` in {joined}");
+        }
+        // Global flags come before the verb.
+        let verb = a.iter().position(|x| x == "run").unwrap();
+        assert!(a.iter().position(|x| x == "--runtime").unwrap() < verb);
+        assert!(a.iter().position(|x| x == "--hooks-dir").unwrap() < verb);
+        // The image, then the command, last.
+        assert_eq!(&a[a.len() - 4..], ["sha256:abc", "sh", "-c", "echo hi"]);
+    }
+
+    #[test]
+    fn only_the_planned_host_paths_are_mounted() {
+        let a = text(&run());
+        let volumes: Vec<&String> = a
+            .iter()
+            .zip(a.iter().skip(1))
+            .filter(|(f, _)| *f == "-v" || *f == "--volume" || *f == "--mount")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(
+            volumes,
+            [
+                "/repo/.git/.h5i/env/none/b/workspace:/work:rw",
+                "/repo/.git/objects:/repo/.git/objects:ro"
+            ]
+        );
+        assert!(!a
+            .iter()
+            .any(|x| x.contains("podman.sock") || x.contains("/var/run")));
+    }
+
+    #[test]
+    fn secrets_are_passed_by_name_and_annotations_are_csv_quoted() {
+        let a = text(&run());
+        let joined = a.join(" ");
+        assert!(joined.contains("-e DEPLOY_KEY "), "{joined}");
+        assert!(joined.contains("-e HOME=/tmp"));
+        assert!(
+            a.contains(&r#""h5i.landlock={""read"":[""/""],""write"":[""/work""]}""#.to_string()),
+            "{joined}"
+        );
+        assert!(a.contains(&"h5i.seccomp=h5i-v1".to_string()));
+        assert!(a.contains(&"h5i.run=x".to_string()));
+    }
+
+    #[test]
+    fn the_host_default_runtime_is_only_used_when_asked() {
+        let mut r = run();
+        r.runtime = None;
+        assert!(!text(&r).contains(&"--runtime".to_string()));
+        r.tty = true;
+        assert!(text(&r).contains(&"-t".to_string()));
+    }
+}

@@ -1,0 +1,691 @@
+//! The container tier, asserted from inside real rootless Podman containers: exit codes pass
+//! through; `/work` writes land in the workspace and in `box diff` and `box export`; the image
+//! root is read-only and the box holds no capability; the only way out of the box's own
+//! network namespace is the egress proxy on its loopback, which reaches the allowed test host
+//! and refuses (and counts) the other; the credential proxy serves a container box; mem and
+//! procs hold and an OOM kill is reported; no Podman socket is in the box; `status` shows the
+//! spec Podman handed the runtime and that it matches.
+//!
+//! Run as root (CI), h5i runs rootless Podman as the test user (`H5I_CONTAINER_USER=h5i-test`,
+//! made by `make setup`), with the box's paths attached in that user's mount namespace; one
+//! test runs h5i itself as the test user. The image is the registry-free
+//! `localhost/h5i-busybox` (scripts/make-test-image.sh). Every destination is one of this
+//! test's own hosts (tests/common/testnet.rs) or loopback.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "../broker/tests/support/mod.rs"]
+mod support;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use common::testnet::TestHosts;
+use common::{stderr, stdout, Repo};
+
+const IMAGE: &str = "localhost/h5i-busybox:latest";
+const USER: &str = "h5i-test";
+
+/// Root, the test user and its image, or a loud skip.
+fn ready(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: {test}: needs root (h5i runs rootless Podman as {USER} for root)");
+        return false;
+    }
+    static IMAGE_READY: OnceLock<Result<(), String>> = OnceLock::new();
+    let ok = IMAGE_READY.get_or_init(|| {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-test-image.sh");
+        let out = Command::new("bash")
+            .arg(script)
+            .arg("--user")
+            .env("H5I_TEST_USER", USER)
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    });
+    if let Err(e) = ok {
+        panic!("{test}: the test image for {USER} cannot be made (run `make setup`): {e}");
+    }
+    true
+}
+
+fn user_uid() -> u32 {
+    stdout(&Command::new("id").args(["-u", USER]).output().unwrap())
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// `podman ARGS` as the engine user.
+fn podman_as_user(args: &[&str]) -> Output {
+    Command::new("runuser")
+        .args(["-u", USER, "--", "env"])
+        .arg(format!("XDG_RUNTIME_DIR=/run/user/{}", user_uid()))
+        .arg("podman")
+        .args(args)
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
+/// h5i with the engine user named.
+fn h5i(r: &Repo, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut all = vec![("H5I_CONTAINER_USER", USER), ("H5I_NO_PROBE_CACHE", "1")];
+    all.extend_from_slice(env);
+    r.h5i_env(args, &all)
+}
+
+fn create(r: &Repo, name: &str, profile: &str, env: &[(&str, &str)]) {
+    let out = h5i(r, &["box", "create", name, "--profile", profile], env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+fn policy(extra: &str) -> String {
+    format!("[profile.c]\nisolation = \"container\"\n[profile.c.container]\nimage = \"{IMAGE}\"\n{extra}")
+}
+
+fn run(r: &Repo, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend_from_slice(argv);
+    h5i(r, &args, env)
+}
+
+fn last_run(r: &Repo, name: &str) -> serde_json::Value {
+    r.receipts(name)
+        .into_iter()
+        .rev()
+        .find(|rec| rec["lane"] == "host-env-run")
+        .unwrap()
+}
+
+#[test]
+fn the_exit_code_passes_through_and_work_writes_land_in_the_workspace() {
+    if !ready("the_exit_code_passes_through_and_work_writes_land_in_the_workspace") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "c", "c", &[]);
+    let out = run(
+        &r,
+        "c",
+        &[
+            "sh",
+            "-c",
+            "pwd; echo made-in-box > made.txt; echo more >> README.md; exit 7",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(7), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "/work\n");
+    let ws = r.workspace("c");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "made-in-box\n"
+    );
+    // Root made the box: what the box wrote is root's on disk, like the rest of the workspace.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(ws.join("made.txt")).unwrap().uid(), 0);
+    let diff = h5i(&r, &["box", "diff", "c"], &[]);
+    let diff = stdout(&diff);
+    assert!(
+        diff.contains("+made-in-box") && diff.contains("+more"),
+        "{diff}"
+    );
+    let rec = last_run(&r, "c");
+    assert_eq!(rec["tier"], "container");
+    assert_eq!(rec["exit"]["code"], 7);
+    // The run left no container, run directory or cgroup behind.
+    let ps = podman_as_user(&["ps", "-a", "--format", "{{.Names}}"]);
+    assert!(!stdout(&ps).contains("h5i-c-"), "{}", stdout(&ps));
+}
+
+#[test]
+fn the_image_root_is_read_only_and_the_box_holds_no_capability() {
+    if !ready("the_image_root_is_read_only_and_the_box_holds_no_capability") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "ro", "c", &[]);
+    let out = run(
+        &r,
+        "ro",
+        &[
+            "sh",
+            "-c",
+            "touch /etc/h5i-x 2>&1; touch /usr/h5i-x 2>&1; touch /tmp/ok && echo tmp=ok; \
+             grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)' /proc/self/status; \
+             mount | grep ' /tmp '",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert_eq!(text.matches("Read-only file system").count(), 2, "{text}");
+    assert!(text.contains("tmp=ok"), "{text}");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(
+            text.contains(&format!("{set}:\t0000000000000000")),
+            "{set} is not empty:\n{text}"
+        );
+    }
+    assert!(text.contains("NoNewPrivs:\t1"), "{text}");
+    let tmp = text.lines().find(|l| l.contains(" /tmp ")).unwrap();
+    assert!(
+        tmp.contains("tmpfs")
+            && tmp.contains("nosuid")
+            && tmp.contains("nodev")
+            && tmp.contains("size=262144k"),
+        "{tmp}"
+    );
+}
+
+#[test]
+fn no_podman_socket_and_no_host_path_but_the_workspace_is_in_the_box() {
+    if !ready("no_podman_socket_and_no_host_path_but_the_workspace_is_in_the_box") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "sock", "c", &[]);
+    let out = run(
+        &r,
+        "sock",
+        &[
+            "sh",
+            "-c",
+            "for p in /var/run/podman /run/podman /run/user /var/run/docker.sock /run/docker.sock; do \
+               test -e $p && echo present:$p; done; \
+             find / -xdev -type s 2>/dev/null; \
+             cat /proc/self/mountinfo | awk '{print $5}'",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(!text.contains("present:"), "{text}");
+    assert!(!text.contains(".sock"), "{text}");
+    // Binds from the host: /work, the spool, the object store the workspace borrows (ro).
+    let objects = r.path().join(".git/objects");
+    for want in ["/work", "/.h5i/spool", objects.to_str().unwrap()] {
+        assert!(
+            text.lines().any(|l| l == want),
+            "{want} not mounted:\n{text}"
+        );
+    }
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("/home") || l.starts_with("/root")),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_host_loopback_is_unreachable_except_the_proxy_endpoint() {
+    if !ready("the_host_loopback_is_unreachable_except_the_proxy_endpoint") {
+        return;
+    }
+    let mut hosts = TestHosts::up(
+        "the_host_loopback_is_unreachable_except_the_proxy_endpoint",
+        &[8443],
+        &[],
+    )
+    .unwrap();
+    let r = Repo::new();
+    r.write_policy(&policy(
+        "[profile.c.net]\negress = [\"allowed.test:8443\"]\n",
+    ));
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    create(&r, "lo", "c", &[("H5I_TEST_HOSTS", &pin)]);
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let first = hosts.first.to_string();
+    let out = run(
+        &r,
+        "lo",
+        &[
+            "sh",
+            "-c",
+            "nc -w 3 127.0.0.1 $1 </dev/null 2>&1; echo host-lo-rc=$?; \
+             nc -w 3 $2 8443 </dev/null 2>&1; echo direct-rc=$?; \
+             printf 'GET http://allowed.test:8443/ HTTP/1.1\r\nHost: allowed.test:8443\r\n\r\n' \
+               | nc -w 3 127.0.0.1 3128 | head -c 12; echo; echo proxy-rc=$?; \
+             ip -o link | cut -d: -f2",
+            "sh",
+            &port,
+            &first,
+        ],
+        &[("H5I_TEST_HOSTS", &pin)],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    // The box's 127.0.0.1 is its own: the host's listener is refused and never accepts.
+    assert!(text.contains("Connection refused"), "{text}");
+    assert!(text.contains("host-lo-rc=1"), "{text}");
+    assert!(
+        listener.accept().is_err(),
+        "the host listener accepted a box connection"
+    );
+    // No route anywhere but the proxy.
+    assert!(text.contains("Network is unreachable"), "{text}");
+    // The proxy endpoint answers (the greeter speaks no HTTP: a 502 from the proxy itself).
+    assert!(text.contains("HTTP/1.1"), "{text}");
+    let links: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains('=') && !l.contains("nc:") && !l.contains("HTTP/"))
+        .map(str::trim)
+        .collect();
+    assert_eq!(links, ["lo"], "{text}");
+    // The test host saw the proxy's one connection, never the box's direct attempt.
+    assert_eq!(hosts.log(), [format!("tcp {}:8443", hosts.first)]);
+}
+
+#[test]
+fn egress_reaches_the_allowed_test_host_and_refuses_and_counts_the_other() {
+    if !ready("egress_reaches_the_allowed_test_host_and_refuses_and_counts_the_other") {
+        return;
+    }
+    let mut hosts = TestHosts::up(
+        "egress_reaches_the_allowed_test_host_and_refuses_and_counts_the_other",
+        &[8443],
+        &[],
+    )
+    .unwrap();
+    let r = Repo::new();
+    r.write_policy(&policy(
+        "[profile.c.net]\negress = [\"allowed.test:8443\"]\n",
+    ));
+    let pin = hosts.pin(&[("allowed.test", hosts.first), ("denied.test", hosts.second)]);
+    create(&r, "eg", "c", &[("H5I_TEST_HOSTS", &pin)]);
+    // CONNECT through the proxy on the box's loopback, by name, as any client would.
+    let connect = |host: &str| {
+        format!(
+            "printf 'CONNECT {host}:8443 HTTP/1.1\\r\\nHost: {host}:8443\\r\\n\\r\\n' | nc -w 5 127.0.0.1 3128 | head -c 300; echo"
+        )
+    };
+    let script = format!(
+        "echo proxy=$HTTPS_PROXY; {}; echo ---; {}",
+        connect("allowed.test"),
+        connect("denied.test"),
+    );
+    let out = run(
+        &r,
+        "eg",
+        &["sh", "-c", &script],
+        &[("H5I_TEST_HOSTS", &pin)],
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("proxy=http://127.0.0.1:3128"), "{text}");
+    let (allowed, denied) = text.split_once("---").unwrap();
+    assert!(allowed.contains("200"), "{allowed}");
+    assert!(
+        allowed.contains(&format!("hello {}:8443", hosts.first)),
+        "{allowed}"
+    );
+    assert!(denied.contains("403"), "{denied}");
+    assert!(!denied.contains("hello"), "{denied}");
+    // The allowed host was reached once; the other never.
+    assert_eq!(hosts.log(), [format!("tcp {}:8443", hosts.first)]);
+    let rec = last_run(&r, "eg");
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8443"], 1, "{rec}");
+    assert_eq!(rec["egress"]["denied"]["denied.test:8443"], 1, "{rec}");
+}
+
+#[test]
+fn the_credential_proxy_serves_a_container_box_that_never_holds_the_key() {
+    if !ready("the_credential_proxy_serves_a_container_box_that_never_holds_the_key") {
+        return;
+    }
+    const REAL: &str = "sk-ant-REAL-container-host-only-77c1";
+    let ca = support::TestCa::new();
+    let upstream = support::TlsUpstream::start(
+        ca.server_config(&["api.anthropic.test"]),
+        support::Answer::Json,
+    );
+    let ca_dir = tempfile::tempdir().unwrap();
+    let ca_file = ca_dir.path().join("ca.der");
+    std::fs::write(&ca_file, &ca.ca_der).unwrap();
+    let hosts = format!("api.anthropic.test={}", upstream.addr);
+    let env = [
+        ("H5I_TEST_HOSTS", hosts.as_str()),
+        ("H5I_TEST_CA_FILE", ca_file.to_str().unwrap()),
+        ("H5I_TEST_ANTHROPIC_KEY", REAL),
+    ];
+    let r = Repo::new();
+    r.write_policy(&policy(
+        "[[profile.c.auth]]\nhost = \"api.anthropic.test\"\ncredential_env = \"H5I_TEST_ANTHROPIC_KEY\"\n\
+         base_url_var = \"ANTHROPIC_BASE_URL\"\ntoken_var = \"ANTHROPIC_API_KEY\"\n",
+    ));
+    create(&r, "ai", "c", &[]);
+    let (a, b) = REAL.split_at(10);
+    let script = r#"
+        post() { wget -q -O- --header "x-api-key: $1" --header 'anthropic-version: 2023-06-01' \
+                 --header 'content-type: application/json' \
+                 --post-data '{"model":"claude-x","max_tokens":8,"messages":[]}' \
+                 "$ANTHROPIC_BASE_URL/v1/messages" 2>&1; }
+        echo "ok=$(post "$ANTHROPIC_API_KEY")"
+        echo "wrong=$(post sk-ant-guessed-wrong)"
+        echo "dummy=$ANTHROPIC_API_KEY"
+        echo "hits=$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c "$1$2")"
+    "#;
+    let out = run(&r, "ai", &["sh", "-c", script, "sh", a, b], &env);
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(r#"ok={"ok":true,"api":"anthropic"}"#),
+        "{text}"
+    );
+    assert!(text.contains("wrong=") && text.contains("403"), "{text}");
+    assert!(text.contains("hits=0"), "{text}");
+    let dummy = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dummy="))
+        .unwrap()
+        .to_owned();
+    assert!(dummy.starts_with("h5i-dummy-"), "{dummy}");
+    let seen = upstream.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].header("x-api-key"), Some(REAL));
+    assert!(!seen[0].all_text().contains(&dummy));
+    let dir = r.box_dir("ai");
+    assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
+    let rec = last_run(&r, "ai");
+    assert_eq!(
+        rec["egress"]["allowed"]["api.anthropic.test:443"], 1,
+        "{rec}"
+    );
+}
+
+#[test]
+fn mem_and_procs_hold_and_an_oom_kill_is_reported() {
+    if !ready("mem_and_procs_hold_and_an_oom_kill_is_reported") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(
+        "[profile.c.resources]\nmem = \"64M\"\nprocs = 16\n",
+    ));
+    create(&r, "lim", "c", &[]);
+    // procs: the 17th task cannot be made.
+    let out = run(
+        &r,
+        "lim",
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 40); do sleep 5 & done 2>&1; wait",
+        ],
+        &[],
+    );
+    assert!(
+        stdout(&out).contains("can't fork") || stderr(&out).contains("can't fork"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    // mem: a 200 MB string in a 64 MiB cage is OOM-killed; Podman's flag misses a v1 OOM, the
+    // cage's count does not.
+    let out = run(
+        &r,
+        "lim",
+        &[
+            "sh",
+            "-c",
+            "x=$(head -c 200000000 /dev/zero | tr '\\0' a); echo ${#x}",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    let rec = last_run(&r, "lim");
+    assert_eq!(rec["exit"]["oom_killed"], true, "{rec}");
+    assert!(rec["oom"]["kill_count"].as_u64().unwrap() >= 1, "{rec}");
+    assert_eq!(rec["oom"]["limit_bytes"], 64 << 20, "{rec}");
+    // status calls both held (no `*`), and the evidence names the cage.
+    let status = stdout(&h5i(&r, &["box", "status", "lim"], &[]));
+    let line = |k: &str| {
+        status
+            .lines()
+            .find(|l| l.trim_start().starts_with(k))
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        !line("mem").contains('*') && !line("procs").contains('*'),
+        "{status}"
+    );
+    assert!(status.contains("mem and procs held there"), "{status}");
+}
+
+#[test]
+fn the_wall_clock_ends_a_container_run_with_124() {
+    if !ready("the_wall_clock_ends_a_container_run_with_124") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy("[profile.c.resources]\nwall = \"2s\"\n"));
+    create(&r, "wall", "c", &[]);
+    let out = run(&r, "wall", &["sleep", "600"], &[]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    assert_eq!(last_run(&r, "wall")["exit"]["timed_out"], true);
+}
+
+#[test]
+fn status_shows_the_spec_podman_handed_the_runtime_and_that_it_matches() {
+    if !ready("status_shows_the_spec_podman_handed_the_runtime_and_that_it_matches") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "ev", "c", &[]);
+    let before = stdout(&h5i(&r, &["box", "status", "ev"], &[]));
+    assert!(
+        before.contains("container evidence: no run yet"),
+        "{before}"
+    );
+    let out = run(&r, "ev", &["true"], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status = stdout(&h5i(&r, &["box", "status", "ev"], &[]));
+    let id = podman_as_user(&["image", "inspect", "--format", "{{.Id}}", IMAGE]);
+    let id = stdout(&id).trim().to_owned();
+    assert!(!id.is_empty());
+    for want in [
+        "runtime   h5i-runc (",
+        &format!("= sha256:{id}"),
+        "--read-only",
+        "--cap-drop=ALL",
+        "--userns=keep-id",
+        "root read-only; capabilities none; no-new-privileges on",
+        "network=new",
+        "mount     /work bind",
+        "matches the policy: yes",
+    ] {
+        assert!(status.contains(want), "missing `{want}` in:\n{status}");
+    }
+}
+
+#[test]
+fn an_explicit_container_box_fails_closed_without_its_image_or_a_rootless_engine() {
+    if !ready("an_explicit_container_box_fails_closed_without_its_image_or_a_rootless_engine") {
+        return;
+    }
+    let r = Repo::new();
+    let out = h5i(
+        &r,
+        &[
+            "box",
+            "create",
+            "x",
+            "--isolation",
+            "container",
+            "--image",
+            "localhost/h5i-no-such-image:1",
+        ],
+        &[],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("localhost/h5i-no-such-image:1")
+            && err.contains("never pull")
+            && err.contains("to fix:"),
+        "{err}"
+    );
+    assert!(!r.h5i_dir().join("env/none/x").exists());
+    // Root with root as the engine: refused, never rootful.
+    let out = r.h5i_env(
+        &[
+            "box",
+            "create",
+            "y",
+            "--isolation",
+            "container",
+            "--image",
+            IMAGE,
+        ],
+        &[("H5I_CONTAINER_USER", "root"), ("H5I_NO_PROBE_CACHE", "1")],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(err.contains("rootful") && err.contains("to fix:"), "{err}");
+    assert!(!r.h5i_dir().join("env/none/y").exists());
+}
+
+#[test]
+fn probe_reports_rootless_podman_its_runtime_limits_and_images() {
+    if !ready("probe_reports_rootless_podman_its_runtime_limits_and_images") {
+        return;
+    }
+    let r = Repo::new();
+    let text = stdout(&h5i(&r, &["box", "probe"], &[]));
+    for want in [
+        "tier container= available",
+        "container engine= rootless Podman 4.",
+        &format!("as {USER} (Host.Security.Rootless = true)"),
+        "container runtime= h5i-runc",
+        "container limits= cgroup v",
+        "mem and procs are held by a cage",
+        "container images= ",
+        IMAGE,
+    ] {
+        assert!(text.contains(want), "missing `{want}` in:\n{text}");
+    }
+}
+
+#[test]
+fn export_of_a_container_box_applies() {
+    if !ready("export_of_a_container_box_applies") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "ex", "c", &[]);
+    let out = run(
+        &r,
+        "ex",
+        &[
+            "sh",
+            "-c",
+            "mkdir -p docs && echo from-the-box > docs/new.md && echo edited >> src/lib.txt",
+        ],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let review = tempfile::tempdir().unwrap();
+    let dest = review.path().join("review");
+    let out = h5i(
+        &r,
+        &["box", "export", "ex", "--out", dest.to_str().unwrap()],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let checkout = review.path().join("checkout");
+    common::git(
+        r.path(),
+        &["worktree", "add", "-q", checkout.to_str().unwrap(), "HEAD"],
+    );
+    common::git(
+        &checkout,
+        &["apply", "--3way", dest.join("patch.diff").to_str().unwrap()],
+    );
+    assert_eq!(
+        std::fs::read_to_string(checkout.join("docs/new.md")).unwrap(),
+        "from-the-box\n"
+    );
+    assert!(std::fs::read_to_string(checkout.join("src/lib.txt"))
+        .unwrap()
+        .ends_with("three\nedited\n"));
+    let receipt = std::fs::read_to_string(dest.join("receipt.json")).unwrap();
+    assert!(receipt.contains("\"container\""), "{receipt}");
+}
+
+#[test]
+fn an_unprivileged_user_runs_a_container_box() {
+    if !ready("an_unprivileged_user_runs_a_container_box") {
+        return;
+    }
+    let uid = user_uid();
+    common::delegate_cgroup_to(uid);
+    let dir = tempfile::Builder::new()
+        .prefix("h5i-ct-user")
+        .tempdir_in("/tmp")
+        .unwrap();
+    // The build tree may sit where the user cannot reach (CI clones under /root).
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let built = Path::new(common::H5I).parent().unwrap();
+    for b in ["h5i", "h5i-runc", "h5i-hook"] {
+        std::fs::copy(built.join(b), bin.join(b)).unwrap();
+    }
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    let st = Command::new("chown")
+        .args(["-R", &format!("{USER}:{USER}")])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let h5i_bin: PathBuf = bin.join("h5i");
+    let script = format!(
+        r#"set -e
+        cd {repo}
+        git init -q -b main .
+        echo hi > f
+        git add f
+        git -c user.name=u -c user.email=u@x commit -qm i
+        {h5i} box create u --isolation container --image {IMAGE} >/dev/null
+        {h5i} box run u -- sh -c 'id -u; grep CapEff /proc/self/status; echo w > by-box; touch /etc/x 2>&1 || true' || true
+        set +e
+        {h5i} box run u -- sh -c 'exit 9'
+        echo rc=$?
+        stat -c owner=%u .git/.h5i/env/none/u/workspace/by-box
+        "#,
+        repo = repo.display(),
+        h5i = h5i_bin.display(),
+    );
+    let out = Command::new("runuser")
+        .args(["-u", USER, "--", "env"])
+        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+        .args(["HOME=/tmp", "H5I_NO_PROBE_CACHE=1", "bash", "-c", &script])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.lines().any(|l| l == uid.to_string()), "{text}");
+    assert!(text.contains("CapEff:\t0000000000000000"), "{text}");
+    assert!(text.contains("Read-only file system"), "{text}");
+    assert!(text.contains("rc=9"), "{text}");
+    assert!(text.contains(&format!("owner={uid}")), "{text}");
+}
