@@ -5,10 +5,13 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 report="${BENCH_REPORT:-$root/BENCHMARKS.md}"
+# The 1/5/15-minute load averages before the run: on a small shared host the wall-clock ratio
+# moves with them (the per-pair spread in the output shows by how much).
+load="$(cut -d' ' -f1-3 /proc/loadavg)"
 out="$(cd "$root" && cargo bench -q -p h5i-broker --bench proxy 2>/dev/null)"
 begin='<!-- proxy-bench:begin -->'
 end='<!-- proxy-bench:end -->'
-section="$(printf '%s\n## broker-proxy\n\nThe egress proxy (CONNECT tunnel, plain HTTP) against the same traffic with no proxy, on loopback, measured in one run by `cargo bench -p h5i-broker --bench proxy` on %s. Targets: throughput >= 0.9x direct; added p50 <= 0.5 ms.\n\n```\n%s\n```\n%s' "$begin" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$out" "$end")"
+section="$(printf '%s\n## broker-proxy\n\nThe egress proxy (CONNECT tunnel, plain HTTP) against the same traffic with no proxy, on loopback, measured in one run by `cargo bench -p h5i-broker --bench proxy` on %s, load average %s before it. Targets: throughput >= 0.9x direct; added p50 <= 0.5 ms.\n\n```\n%s\n```\n%s' "$begin" "$(date -u '+%Y-%m-%d %H:%M UTC')" "$load" "$out" "$end")"
 touch "$report"
 python3 - "$report" "$section" "$begin" "$end" <<'PY'
 import sys

@@ -224,6 +224,33 @@ if write_if_differs "$storage_conf" 644 "$uid:$gid" "$want_storage"; then
     changed "wrote $storage_conf"
 fi
 
+# ---------------------------------------------------------------- supervised network hooks
+# Podman injects the supervised tier's hooks from hooks.d entries matching the annotation
+# h5i.net=supervised (hooks/oci/*.json, which run /usr/local/libexec/h5i/h5i-hook). Measured on
+# Podman 4.3.1 here: rootful and rootless both read only /usr/share/containers/oci/hooks.d by
+# default (an entry in /etc/containers/oci/hooks.d was ignored). The binary is installed from
+# this tree's release build when there is one; `make test` builds after setup, and the tests
+# pass their own --hooks-dir pointing at the fresh build, so they never depend on this copy.
+REPO_DIR="$(cd "$SCRIPTS_DIR/.." && pwd)"
+HOOKS_D=/usr/share/containers/oci/hooks.d
+HOOK_BIN=/usr/local/libexec/h5i/h5i-hook
+for entry in "$REPO_DIR"/hooks/oci/*.json; do
+    if write_if_differs "$HOOKS_D/$(basename "$entry")" 644 root:root "$(cat "$entry")"; then
+        changed "installed $HOOKS_D/$(basename "$entry")"
+    fi
+done
+built_hook="$REPO_DIR/target/release/h5i-hook"
+if [ -x "$built_hook" ]; then
+    if ! cmp -s "$built_hook" "$HOOK_BIN"; then
+        install -D -m 755 -o root -g root "$built_hook" "$HOOK_BIN.h5i-tmp" &&
+            mv -f "$HOOK_BIN.h5i-tmp" "$HOOK_BIN" ||
+            die "cannot install $HOOK_BIN"
+        changed "installed $HOOK_BIN from $built_hook"
+    fi
+elif [ ! -x "$HOOK_BIN" ]; then
+    echo "setup: note: $HOOK_BIN is not installed yet (no release build); run 'make build' then 'make setup'"
+fi
+
 # ---------------------------------------------------------------- test images
 # localhost/h5i-busybox:latest in root's and the test user's storage (idempotent).
 imported="$(H5I_TEST_USER="$TEST_USER" "$SCRIPTS_DIR/make-test-image.sh" --all)" ||

@@ -119,6 +119,8 @@ pub fn create(
     for d in [paths.spool(), paths.payloads(), paths.scratch()] {
         fs::create_dir(&d).map_err(|e| BoxError::io(&d, e))?;
     }
+    let host_home = std::env::var_os("HOME").map(PathBuf::from);
+    let home_seed = crate::box_home::create(&paths, &policy, host_home.as_deref())?;
     if let Some(pin) = &image_pin {
         crate::container::image::write_pin(&paths.dir, pin)?;
     }
@@ -261,6 +263,9 @@ pub fn create(
             ),
         ),
     )?;
+    if let Some(made) = &home_seed {
+        events::append(&paths, &Event::new("home", made.describe()))?;
+    }
     fs::rename(&paths.dir, &final_dir).map_err(|e| BoxError::io(&final_dir, e))?;
     cleanup.disarm();
     Ok(StoredBox {

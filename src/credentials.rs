@@ -26,6 +26,9 @@
 //! Must never: put the real credential in the box's environment while the proxy is on, leave a
 //! run's listener or socket behind, or start a box whose grant cannot be served.
 //!
+//! [`ForRun`] is the one entry every process-tier verb uses (`box run`, `box shell`, and a
+//! service's supervisor, whose proxies live as long as the service does).
+//!
 //! Guarded by `tests/credentials.rs`.
 
 use std::io;
@@ -443,6 +446,59 @@ impl Serving {
             }
         }
         reports
+    }
+}
+
+/// The credential proxies of one process-tier run (`box run`, `box shell`, a service's
+/// supervisor), from before its plan exists until it has ended.
+#[derive(Debug)]
+pub struct ForRun {
+    prepared: Option<Prepared>,
+    scrub: Vec<SecretValue>,
+}
+
+impl ForRun {
+    /// Resolve the policy's grants when the run is at a kernel tier whose box has a network of
+    /// its own to serve them on (process, supervised); refuse before anything starts when a
+    /// grant cannot be served.
+    pub fn prepare(policy: &ResolvedPolicy) -> Result<ForRun, BoxError> {
+        let prepared = match policy.tier {
+            h5i_policy::Tier::Process
+            | h5i_policy::Tier::Supervised
+            | h5i_policy::Tier::Container => Some(prepare(policy)?),
+            _ => None,
+        };
+        let scrub = prepared
+            .as_ref()
+            .map(Prepared::redactions)
+            .unwrap_or_default();
+        Ok(ForRun { prepared, scrub })
+    }
+
+    /// Every value the run's records must never hold.
+    pub fn redactions(&self) -> Vec<SecretValue> {
+        self.scrub.clone()
+    }
+
+    /// The resolved grants, for a tier that attaches them itself (the container tier hands
+    /// them to its engine's hooks).
+    pub fn into_prepared(self) -> Option<Prepared> {
+        self.prepared
+    }
+
+    /// Attach the proxies to `plan`, run it with `run`, and stop them once `run` returns: they
+    /// serve exactly as long as the box runs. Returns `run`'s result and the proxies' tally.
+    pub fn serve_during<T>(
+        self,
+        mut plan: BundlePlan,
+        run: impl FnOnce(BundlePlan) -> T,
+    ) -> Result<(T, Option<EgressTally>), BoxError> {
+        let Some(prepared) = self.prepared else {
+            return Ok((run(plan), None));
+        };
+        let serving = prepared.attach(&mut plan)?;
+        let out = run(plan);
+        Ok((out, tally(&serving.finish())))
     }
 }
 

@@ -12,6 +12,7 @@
 pub mod allow;
 pub mod apply;
 pub mod beneath;
+pub mod box_home;
 pub mod container;
 pub mod create;
 pub mod credentials;

@@ -2,7 +2,7 @@
 //! [`BundlePlan`] and run it through `h5i-runc`.
 //!
 //! Owns the mapping of policy words to host paths: `$WORK` is the box's workspace, `$HOME` is the
-//! box's private per-run home under its scratch `/tmp` (never the user's), the object store the
+//! box's own HOME `<box>/home` (seeded at create, never the user's), the object store the
 //! workspace borrows from is granted read-only and nothing else of the parent's `.git` is. Must
 //! never: grant the parent repository's refs, config or hooks, or the user's home directory.
 
@@ -21,8 +21,6 @@ use crate::store::{now_ms, StoredBox};
 pub const MAX_FILE_BYTES: u64 = 8 << 30;
 /// Size of the box's private `/tmp`.
 pub const TMP_BYTES: u64 = 1 << 30;
-/// The box's `HOME`: inside its private `/tmp`, so nothing of the user's home is reachable.
-pub const BOX_HOME: &str = "/tmp";
 
 /// Where one of h5i's own binaries is: beside this `h5i` binary, else on PATH.
 fn own_binary(name: &str) -> Option<PathBuf> {
@@ -100,7 +98,7 @@ fn expand(p: &str, workspace: &Path) -> Option<PathBuf> {
         return Some(workspace.join(rest.trim_start_matches('/')));
     }
     if p.starts_with("$HOME") {
-        // Covered by the box's private /tmp, where its HOME lives.
+        // Covered by the box's own HOME (`box_home`), granted whole.
         return None;
     }
     Some(PathBuf::from(p))
@@ -120,12 +118,13 @@ pub fn plan(
         .filter_map(|p| expand(p, &ws))
         .collect();
     read.push(sb.manifest.store.join("objects"));
-    let mut write = vec![ws.clone()];
+    let (home, home_env) = crate::box_home::for_run(sb)?;
+    let mut write = vec![ws.clone(), home];
     write.extend(policy.fs.write.iter().filter_map(|p| expand(p, &ws)));
     write.dedup();
     let mut env = vec![
         "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
-        format!("HOME={BOX_HOME}"),
+        home_env,
         "TMPDIR=/tmp".to_string(),
         format!("H5I_ENV_ID={}", sb.manifest.name),
         format!("H5I_ENV_POLICY_DIGEST={}", sb.manifest.policy_digest),
@@ -234,30 +233,6 @@ pub fn write_bundle_for(
         .and_then(|l| h5i_runtime::runc::cgroup::anchor_from(&own, l).ok());
     plan.cgroups_path = anchor.map(|a| a.join("h5i").join(&plan.id).display().to_string());
     h5i_runtime::bundle::write_bundle(&plan, out).map_err(|e| BoxError::io(out, e))
-}
-
-/// Run `argv` in `sb` at the process tier.
-pub fn run(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    wall: Option<Duration>,
-    secrets: &[h5i_broker::secrets::ResolvedSecret],
-) -> Result<ProcessRunReport, BoxError> {
-    run_with_console(sb, policy, argv, wall, secrets, None)
-}
-
-/// [`run`], with the box's own terminal when `console` is given (`box shell`).
-pub fn run_with_console(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    wall: Option<Duration>,
-    secrets: &[h5i_broker::secrets::ResolvedSecret],
-    console: Option<h5i_runtime::process_tier::Console<'_>>,
-) -> Result<ProcessRunReport, BoxError> {
-    let plan = plan(sb, policy, argv)?;
-    run_plan(policy, plan, wall, secrets, console)
 }
 
 /// Run a prepared `plan` (from [`plan`], perhaps adjusted by [`join_network_of`]) at the

@@ -45,20 +45,12 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
     // Fail closed before anything starts: every auth grant must be servable.
-    let creds = match policy.tier {
-        Tier::Process | Tier::Supervised | Tier::Container => {
-            Some(crate::credentials::prepare(&policy)?)
-        }
-        _ => None,
-    };
+    let creds = crate::credentials::ForRun::prepare(&policy)?;
     let pinned = match policy.tier {
         Tier::Supervised => Some(crate::supervised::pin_egress(&policy)?),
         _ => None,
     };
-    let scrub = creds
-        .as_ref()
-        .map(crate::credentials::Prepared::redactions)
-        .unwrap_or_default();
+    let scrub = creds.redactions();
     let started_ms = now_ms();
 
     let mut oom = None;
@@ -77,14 +69,10 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             if let Some(pid) = crate::service::live_network_pid(&sb) {
                 crate::process::join_network_of(&mut plan, pid);
             }
-            let serving = match creds {
-                Some(c) => Some(c.attach(&mut plan)?),
-                None => None,
-            };
-            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None);
-            if let Some(s) = serving {
-                egress = crate::credentials::tally(&s.finish());
-            }
+            let (run, tally) = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(&policy, plan, wall, &secrets, None)
+            })?;
+            egress = tally;
             let run = run?;
             oom = run.cage.oom;
             run.child
@@ -97,7 +85,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
                     argv,
                     wall,
                     secrets: &secrets,
-                    creds,
+                    creds: creds.into_prepared(),
                     tty: false,
                 },
             )?;
@@ -108,27 +96,11 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         Tier::Supervised => {
             let mut plan = crate::process::plan(&sb, &policy, argv)?;
             let net = crate::supervised::attach(&mut plan, pinned.unwrap_or_default())?;
-            let serving = match creds {
-                Some(c) => Some(c.attach(&mut plan)?),
-                None => None,
-            };
-            let run = crate::process::run_plan(&policy, plan, wall, &secrets, None);
-            let cred_tally = serving.and_then(|s| crate::credentials::tally(&s.finish()));
-            let net = net.finish();
+            let (run, cred_tally) = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(&policy, plan, wall, &secrets, None)
+            })?;
+            (egress, socket_gate) = crate::supervised::settle(&sb, Some(net), cred_tally)?;
             let run = run?;
-            match net {
-                Ok(t) => {
-                    crate::supervised::remember_table(&sb, &t.table)?;
-                    egress = Some(merge_tallies(t.egress, cred_tally));
-                    socket_gate = Some(Box::new(t.socket_gate));
-                }
-                Err(why) => {
-                    egress = cred_tally;
-                    eprintln!(
-                        "h5i: warning: the supervised network left no tally ({why}); this run's receipt carries no egress or socket-gate counts"
-                    );
-                }
-            }
             oom = run.cage.oom;
             run.child
         }
@@ -200,29 +172,8 @@ pub(crate) fn tier_not_built(name: &str, tier: Tier) -> BoxError {
 }
 
 /// Write the host-observed record of a finished run (`event` names the verb in the box log),
-/// then ingest what the box staged in its spool.
-pub(crate) fn record(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    argv: &[OsString],
-    started_ms: u64,
-    report: &ChildReport,
-    oom: Option<OomReport>,
-    event: &str,
-) -> Result<RunOutcome, BoxError> {
-    record_with(
-        sb,
-        policy,
-        argv,
-        started_ms,
-        report,
-        oom,
-        event,
-        RunExtras::default(),
-    )
-}
-
-/// [`record`], with the run's extra scrub values and egress counts.
+/// with the run's extra scrub values and egress counts, then ingest what the box staged in its
+/// spool.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn record_with(
     sb: &StoredBox,

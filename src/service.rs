@@ -585,6 +585,11 @@ fn supervise_inner(
     save(&sb.paths, &state)?;
     let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), decl.command.clone().into()];
     let secrets = crate::secrets::resolve_for_run(&policy)?;
+    // Every auth grant servable, or the service does not start. The proxies run in this
+    // supervisor, for as long as the service does.
+    let creds = crate::credentials::ForRun::prepare(&policy)?;
+    let scrub = creds.redactions();
+    let mut egress = None;
     eprintln!(
         "h5i: service {service} of box {name}: starting `{}` at the {} tier",
         decl.command,
@@ -634,9 +639,13 @@ fn supervise_inner(
             // h5i-runc and the container inherit this process's stdout: the pipe, for the run.
             dup2(&out_w, libc::STDOUT_FILENO).map_err(|e| BoxError::io(Path::new("stdout"), e))?;
             drop(out_w);
-            let run = crate::process::run_plan(&policy, plan, None, &secrets, None);
+            let run = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(&policy, plan, None, &secrets, None)
+            });
             // Back to the log, which closes this process's end of the pipe.
             let _ = dup2(&log, libc::STDOUT_FILENO);
+            let (run, tally) = run?;
+            egress = tally;
             let run = run?;
             (run.child, run.cage.oom, drained)
         }
@@ -661,7 +670,20 @@ fn supervise_inner(
     // that escaped the box's end and still holds the pipe does not hold the record up).
     let _ = drained.recv_timeout(Duration::from_secs(5));
     let started_ms = lock(&state).started_ms;
-    let outcome = crate::run::record(&sb, &policy, &argv, started_ms, &report, oom, "service")?;
+    let outcome = crate::run::record_with(
+        &sb,
+        &policy,
+        &argv,
+        started_ms,
+        &report,
+        oom,
+        "service",
+        crate::run::RunExtras {
+            scrub,
+            egress,
+            socket_gate: None,
+        },
+    )?;
     {
         let mut st = lock(&state);
         st.exit = Some(outcome.exit.clone());

@@ -80,9 +80,18 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
     }
     let wall = policy.resources.wall_secs.map(Duration::from_secs);
     let secrets = secrets::resolve_for_run(&policy)?;
+    // Fail closed before anything starts, as `box run` does: every auth grant must be servable.
+    let creds = crate::credentials::ForRun::prepare(&policy)?;
+    let scrub = creds.redactions();
     let started_ms = now_ms();
 
+    let pinned = match policy.tier {
+        Tier::Supervised => Some(crate::supervised::pin_egress(&policy)?),
+        _ => None,
+    };
     let mut oom = None;
+    let mut egress = None;
+    let mut socket_gate = None;
     let report = match policy.tier {
         Tier::Workspace => {
             let pair = PtyPair::open(pty::window_size(0).as_ref())?;
@@ -99,7 +108,7 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
             drop(proxy);
             r.map_err(BoxError::from)?
         }
-        Tier::Process => {
+        Tier::Process | Tier::Supervised => {
             let socket = ConsoleSocket::bind()?;
             let socket_path = socket.path().to_path_buf();
             let tmp = std::env::temp_dir();
@@ -109,18 +118,24 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
                 .try_clone()
                 .map_err(|e| BoxError::io(&tmp, e))?;
             let mut proxy = PtyProxy::with_console_socket(socket)?;
-            let r = crate::process::run_with_console(
-                &sb,
-                &policy,
-                &argv,
-                wall,
-                &secrets,
-                Some(Console {
-                    socket: &socket_path,
-                    companion: &mut proxy,
-                    runtime_stderr: for_runtime,
-                }),
-            );
+            let mut plan = crate::process::plan(&sb, &policy, &argv)?;
+            let net = match pinned {
+                Some(rules) => Some(crate::supervised::attach(&mut plan, rules)?),
+                None => None,
+            };
+            let (r, tally) = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(
+                    &policy,
+                    plan,
+                    wall,
+                    &secrets,
+                    Some(Console {
+                        socket: &socket_path,
+                        companion: &mut proxy,
+                        runtime_stderr: for_runtime,
+                    }),
+                )
+            })?;
             let refused = proxy.refused().map(str::to_string);
             drop(proxy);
             let mut said = String::new();
@@ -133,6 +148,8 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
                 // Only when the runtime said nothing itself: its own error is the cause.
                 eprintln!("h5i: box {name}: no terminal for the session: {why}");
             }
+            // After the terminal is restored: settling may warn on stderr.
+            (egress, socket_gate) = crate::supervised::settle(&sb, net, tally)?;
             let run = r?;
             oom = run.cage.oom;
             run.child
@@ -147,18 +164,30 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
                     argv: &argv,
                     wall,
                     secrets: &secrets,
-                    creds: Some(crate::credentials::prepare(&policy)?),
+                    creds: creds.into_prepared(),
                     tty: true,
                 },
             )?;
             oom = run.oom;
+            egress = run.egress;
             run.child
         }
         other => return Err(crate::run::tier_not_built(name, other).into()),
     };
 
     // The same host-observed record `box run` writes, argv being the session's command.
-    Ok(crate::run::record(
-        &sb, &policy, &argv, started_ms, &report, oom, "shell",
+    Ok(crate::run::record_with(
+        &sb,
+        &policy,
+        &argv,
+        started_ms,
+        &report,
+        oom,
+        "shell",
+        crate::run::RunExtras {
+            scrub,
+            egress,
+            socket_gate,
+        },
     )?)
 }

@@ -166,6 +166,10 @@ impl BoxPaths {
     pub fn base_git(&self) -> PathBuf {
         self.dir.join("base.git")
     }
+    /// `home/`: the box's own HOME (see `box_home`).
+    pub fn home(&self) -> PathBuf {
+        self.dir.join("home")
+    }
     /// `scratch/`.
     pub fn scratch(&self) -> PathBuf {
         self.dir.join("scratch")

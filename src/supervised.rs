@@ -20,7 +20,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use h5i_broker::pin::{pin, AddressRules, MapResolver, Pinned, Resolver, SystemResolver};
-use h5i_policy::receipt::{LoadedEgressTable, NetTally, PinnedRule};
+use h5i_policy::receipt::{EgressTally, LoadedEgressTable, NetTally, PinnedRule, SocketGateTally};
 use h5i_policy::ResolvedPolicy;
 use h5i_runtime::bundle::BundlePlan;
 
@@ -37,19 +37,26 @@ pub const NET_EGRESS_ANNOTATION: &str = "h5i.net.egress";
 /// Pin every `net.egress` destination for one run, or refuse naming the one that cannot be.
 ///
 /// With the `H5I_TEST_HOSTS` seam set, names resolve through that map only (tests never ask
-/// the system resolver); the address rules are production's either way.
+/// the system resolver). A loopback answer there is a credential stand-in on the host's
+/// loopback, which the box reaches only through the credential proxy: such a destination is
+/// left out of the table (the sentry refuses loopback rules, and the box's `127.0.0.1` is its
+/// own anyway), never widened to the host.
 pub fn pin_egress(policy: &ResolvedPolicy) -> Result<Vec<PinnedRule>, BoxError> {
     if policy.net.egress.is_empty() {
         return Ok(Vec::new());
     }
-    let rules = AddressRules::production().map_err(|e| BoxError::BadRequest {
-        what: format!("cannot list this host's addresses to pin net.egress: {e}"),
-        mend: "check `ip addr` works on the host".into(),
-    })?;
     let seam = match std::env::var_os(crate::credentials::TEST_HOSTS_VAR) {
         Some(v) => Some(crate::credentials::parse_test_hosts(v)?),
         None => None,
     };
+    let rules = match seam {
+        Some(_) => AddressRules::allowing_loopback(),
+        None => AddressRules::production().map_err(|e| BoxError::BadRequest {
+            what: format!("cannot list this host's addresses to pin net.egress: {e}"),
+            mend: "check `ip addr` works on the host".into(),
+        })?,
+    };
+    let seamed = seam.is_some();
     let map = MapResolver::new();
     let resolver: &dyn Resolver = match &seam {
         Some(entries) => {
@@ -65,7 +72,17 @@ pub fn pin_egress(policy: &ResolvedPolicy) -> Result<Vec<PinnedRule>, BoxError> 
         }
         None => &SystemResolver,
     };
-    pin_with(&policy.net.egress, resolver, &rules)
+    let mut pinned = pin_with(&policy.net.egress, resolver, &rules)?;
+    if seamed {
+        for r in &mut pinned {
+            r.addrs.retain(|a| {
+                a.parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| !ip.is_loopback())
+            });
+        }
+        pinned.retain(|r| !r.addrs.is_empty());
+    }
+    Ok(pinned)
 }
 
 fn pin_with(
@@ -221,6 +238,41 @@ impl SupervisedNet {
             });
         let _ = std::fs::remove_dir_all(&self.dir);
         got
+    }
+}
+
+/// What a kernel-tier run's receipt says about its network: the egress counts (the sentry's
+/// table merged with the credential proxy's) and the socket gate's decisions. For a supervised
+/// run (`net` given) the loaded table is also kept for `status`; a sentry that left no tally is
+/// said on stderr, and the receipt then carries only what the credential proxy counted.
+pub fn settle(
+    sb: &StoredBox,
+    net: Option<SupervisedNet>,
+    credential_tally: Option<EgressTally>,
+) -> Result<(Option<EgressTally>, Option<Box<SocketGateTally>>), BoxError> {
+    let Some(net) = net else {
+        return Ok((credential_tally, None));
+    };
+    match net.finish() {
+        Ok(t) => {
+            remember_table(sb, &t.table)?;
+            let mut egress = t.egress;
+            if let Some(c) = credential_tally {
+                for (k, n) in c.allowed {
+                    *egress.allowed.entry(k).or_default() += n;
+                }
+                for (k, n) in c.denied {
+                    *egress.denied.entry(k).or_default() += n;
+                }
+            }
+            Ok((Some(egress), Some(Box::new(t.socket_gate))))
+        }
+        Err(why) => {
+            eprintln!(
+                "h5i: warning: the supervised network left no tally ({why}); this run's receipt carries no egress or socket-gate counts"
+            );
+            Ok((credential_tally, None))
+        }
     }
 }
 

@@ -254,3 +254,287 @@ fn with_the_proxy_off_the_box_gets_the_real_credential_and_no_base_url() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out), format!("{REAL}|unset"));
 }
+
+/// `h5i ARGS` on a fresh pseudo-terminal (its stdin, stdout, stderr and controlling terminal),
+/// so `box shell` takes its interactive path. Returns the exit code and everything shown.
+/// Bounded: gives up (and kills h5i) after 60 s.
+fn on_a_terminal(r: &Repo, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    // SAFETY: test helper; each call returns a new descriptor or -1, checked.
+    let (master, slave) = unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::unlockpt(m), 0);
+        let s = libc::ioctl(
+            m,
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(s >= 0, "TIOCGPTPEER: {}", std::io::Error::last_os_error());
+        (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s))
+    };
+    let mut cmd = std::process::Command::new(common::H5I);
+    cmd.args(args)
+        .current_dir(r.path())
+        .env("TERM", "dumb")
+        .env_remove("H5I_AGENT")
+        .env_remove("H5I_DEFAULT_ISOLATION")
+        .env_remove("H5I_CREDENTIAL_PROXY")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave.try_clone().unwrap());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    drop(slave);
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let read_ready = |ms: i32, seen: &mut Vec<u8>| -> bool {
+        let mut p = libc::pollfd {
+            fd: master.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the call.
+        if unsafe { libc::poll(&mut p, 1, ms) } <= 0 || p.revents & libc::POLLIN == 0 {
+            return false;
+        }
+        let mut buf = [0u8; 4096];
+        // SAFETY: buf is writable for its length.
+        let n = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return false;
+        }
+        seen.extend_from_slice(&buf[..n as usize]);
+        true
+    };
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            while read_ready(0, &mut seen) {}
+            break st.code().unwrap_or(-1);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "h5i {args:?} did not exit: {}",
+                String::from_utf8_lossy(&seen)
+            );
+        }
+        read_ready(100, &mut seen);
+    };
+    (code, String::from_utf8_lossy(&seen).into_owned())
+}
+
+#[test]
+fn a_shell_session_reaches_the_upstream_through_the_proxy_and_never_holds_the_key() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[]);
+    let up = upstreams();
+    let (a, b) = REAL.split_at(12);
+    let (code, shown) = on_a_terminal(
+        &r,
+        &["box", "shell", "ai", "--", "python3", "-c", SCRIPT, a, b],
+        &up.env(),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let line = shown
+        .lines()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line in the session: {shown}"));
+    let seen: serde_json::Value = serde_json::from_str(line.trim()).unwrap();
+    assert_eq!(seen["ok"][0], 200, "{seen}");
+    assert_eq!(seen["wrong"], 403, "{seen}");
+    assert_eq!(seen["other_host"], 421, "{seen}");
+    assert_eq!(seen["other_token"], 403, "{seen}");
+    assert_eq!(seen["hits"], serde_json::json!([]), "{seen}");
+    let dummy = seen["dummy"].as_str().unwrap().to_owned();
+    assert!(dummy.starts_with("h5i-dummy-"), "{dummy}");
+
+    let got = up.anthropic.seen();
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].header("x-api-key"), Some(REAL));
+    assert!(!got[0].all_text().contains(&dummy));
+    assert_eq!(up.other.connections(), 0);
+
+    let dir = r.box_dir("ai");
+    assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
+    let recs = r.receipts("ai");
+    let run = recs.iter().find(|x| x["kind"] == "run").unwrap();
+    assert_eq!(
+        run["egress"]["allowed"]["api.anthropic.test:443"], 1,
+        "{run}"
+    );
+    assert_eq!(
+        run["egress"]["denied"]["api.anthropic.test:443"], 3,
+        "{run}"
+    );
+}
+
+#[test]
+fn a_shell_session_with_an_unset_credential_is_refused_before_the_box_starts() {
+    let r = Repo::new();
+    ai_box(&r, "ai", &[]);
+    let up = upstreams();
+    let mut env = up.env();
+    env.retain(|(k, _)| *k != "H5I_TEST_ANTHROPIC_KEY");
+    let (code, shown) = on_a_terminal(&r, &["box", "shell", "ai", "--", "touch", "ran"], &env);
+    assert_ne!(code, 0, "{shown}");
+    assert!(
+        shown.contains("H5I_TEST_ANTHROPIC_KEY") && shown.contains("to fix:"),
+        "{shown}"
+    );
+    assert!(!r.workspace("ai").join("ran").exists());
+    assert!(r.receipts("ai").is_empty());
+}
+
+/// The box port the service test's server listens on (in the box's own namespace).
+const SERVICE_PORT: u16 = 8766;
+
+/// A service in the box: an HTTP server that, for every GET, calls the upstream through the
+/// credential proxy with its dummy and with a wrong one, looks for the real key everywhere it
+/// can read, and answers with what it saw. The real key is in this file only in two halves.
+fn service_script() -> String {
+    let (a, b) = REAL.split_at(12);
+    format!(
+        r#"import http.server, json, os, urllib.request, urllib.error
+real = "{a}" + "{b}"
+def post(key):
+    req = urllib.request.Request(os.environ["ANTHROPIC_BASE_URL"] + "/v1/messages",
+        data=b'{{"model":"claude-x","max_tokens":8,"messages":[]}}', method="POST")
+    req.add_header("x-api-key", key)
+    req.add_header("content-type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+def hits():
+    out = [k for k, v in os.environ.items() if real in v]
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if real.encode() in open("/proc/%s/environ" % p, "rb").read():
+                    out.append(p)
+            except OSError:
+                pass
+    return out
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        tok = os.environ["ANTHROPIC_API_KEY"]
+        body = json.dumps({{"ok": post(tok), "wrong": post("sk-ant-guessed-wrong"),
+            "hits": hits(), "dummy": tok}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+http.server.HTTPServer(("127.0.0.1", {SERVICE_PORT}), H).serve_forever()
+"#
+    )
+}
+
+/// One GET on the host's loopback `port`, retried while the service starts (at most 100
+/// tries, 50 ms apart); the response body.
+fn get_json(port: u16) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut last = String::new();
+    for _ in 0..100 {
+        let attempt = (|| -> std::io::Result<String> {
+            let mut s = std::net::TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                std::time::Duration::from_secs(2),
+            )?;
+            s.set_read_timeout(Some(std::time::Duration::from_secs(40)))?;
+            s.write_all(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+            let mut text = String::new();
+            s.read_to_string(&mut text)?;
+            Ok(text)
+        })();
+        match attempt {
+            Ok(t) if t.starts_with("HTTP/") => {
+                let body = t.split_once("\r\n\r\n").map(|x| x.1).unwrap_or("");
+                return serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {t}"));
+            }
+            Ok(t) => last = t,
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("127.0.0.1:{port} never answered: {last}");
+}
+
+#[test]
+fn a_service_reaches_the_upstream_through_a_proxy_that_lives_as_long_as_its_supervisor() {
+    let r = Repo::new();
+    r.write_policy(&format!(
+        "{POLICY}\n[service.api]\ncommand = \"exec python3 svc.py\"\nport = {SERVICE_PORT}\n"
+    ));
+    std::fs::write(r.path().join("svc.py"), service_script()).unwrap();
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "svc"]);
+    let out = r.h5i(&["box", "create", "ai", "--profile", "ai"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let up = upstreams();
+    let out = r.h5i_env(&["box", "service", "start", "ai", "api"], &up.env());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // `service start` has exited: whatever answers now is served by the supervisor.
+    let ports = r.ok(&["box", "ports", "ai"]);
+    let port: u16 = ports
+        .lines()
+        .find_map(|l| {
+            let (host, rest) = l.split_once(" -> ")?;
+            (rest.split_whitespace().next()? == SERVICE_PORT.to_string())
+                .then(|| host.strip_prefix("127.0.0.1:")?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no host port for {SERVICE_PORT}: {ports}"));
+    let first = get_json(port);
+    // A run of the box in between, then the service again: its proxy still serves.
+    let out = r.h5i_env(&["box", "run", "ai", "--", "true"], &up.env());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let second = get_json(port);
+    for seen in [&first, &second] {
+        assert_eq!(seen["ok"], 200, "{seen}");
+        assert_eq!(seen["wrong"], 403, "{seen}");
+        assert_eq!(seen["hits"], serde_json::json!([]), "{seen}");
+    }
+    let dummy = first["dummy"].as_str().unwrap().to_owned();
+    assert!(dummy.starts_with("h5i-dummy-"), "{dummy}");
+
+    let got = up.anthropic.seen();
+    assert_eq!(got.len(), 2, "{got:?}");
+    for g in &got {
+        assert_eq!(g.header("x-api-key"), Some(REAL));
+        assert!(!g.all_text().contains(&dummy));
+    }
+
+    let stopped = r.ok(&["box", "service", "stop", "ai", "api"]);
+    assert!(stopped.contains("exit"), "{stopped}");
+    let recs = r.receipts("ai");
+    let svc = recs
+        .iter()
+        .find(|x| x["kind"] == "run" && x["argv"][2] == "exec python3 svc.py")
+        .unwrap_or_else(|| panic!("no service record: {recs:?}"));
+    assert_eq!(
+        svc["egress"]["allowed"]["api.anthropic.test:443"], 2,
+        "{svc}"
+    );
+    assert_eq!(
+        svc["egress"]["denied"]["api.anthropic.test:443"], 2,
+        "{svc}"
+    );
+    let dir = r.box_dir("ai");
+    assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
+    assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
+}

@@ -96,6 +96,102 @@ fn a_secret_reaches_a_process_run_and_no_file() {
     secret_reaches_the_run_and_no_file("process");
 }
 
+fn file_policy(tier: &str) -> String {
+    policy(tier).replace("inject = \"env\"", "inject = \"file\"")
+}
+
+#[test]
+fn a_file_secret_reaches_a_workspace_run_through_a_file_outside_the_box_that_is_gone_after() {
+    let r = Repo::new();
+    r.write_policy(&file_policy("workspace"));
+    r.ok(&["box", "create", "s", "--profile", "deploy"]);
+    let env = [("H5I_SECRET_DEPLOY_KEY", VALUE)];
+    let out = r.h5i_env(
+        &[
+            "box",
+            "run",
+            "s",
+            "--",
+            "sh",
+            "-c",
+            "cat \"$H5I_SECRET_FILE_DEPLOY_KEY\" > seen.txt; stat -c '%a' \"$H5I_SECRET_FILE_DEPLOY_KEY\"; printf '%s|%s\\n' \"$H5I_SECRET_FILE_DEPLOY_KEY\" \"${DEPLOY_KEY-unset}\"",
+        ],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("600"), "{text}");
+    let (file, as_env) = lines.next().unwrap().split_once('|').unwrap();
+    // The run read the value from its file; no variable carried it.
+    assert_eq!(as_env, "unset");
+    assert_eq!(
+        std::fs::read_to_string(r.workspace("s").join("seen.txt")).unwrap(),
+        VALUE
+    );
+    // The file lived outside the box directory and is gone with the run.
+    let dir = r.box_dir("s");
+    assert!(!Path::new(file).starts_with(&dir), "{file}");
+    assert!(!Path::new(file).exists(), "{file} outlived the run");
+
+    // Under the box directory only the file the run wrote on purpose holds the value.
+    let hits = common::files_containing(&dir, VALUE.as_bytes());
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert!(hits[0].ends_with("workspace/seen.txt"), "{hits:?}");
+    std::fs::rename(
+        r.workspace("s").join("seen.txt"),
+        r.workspace("s").join("leak.txt"),
+    )
+    .unwrap();
+    std::fs::write(r.workspace("s").join("fine.txt"), "ok\n").unwrap();
+
+    // The export bundle holds it nowhere; the receipt log and the policy never did.
+    let out_dir = tempfile::tempdir().unwrap();
+    let review = out_dir.path().join("review");
+    let out = r.h5i_env(
+        &["box", "export", "s", "--out", review.to_str().unwrap()],
+        &env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(common::files_containing(&review, VALUE.as_bytes()).is_empty());
+    assert!(std::fs::read_to_string(review.join("patch.diff"))
+        .unwrap()
+        .contains("fine.txt"));
+    std::fs::remove_file(r.workspace("s").join("leak.txt")).unwrap();
+    assert!(common::files_containing(&dir, VALUE.as_bytes()).is_empty());
+}
+
+#[test]
+fn a_file_secret_at_the_process_tier_is_refused_at_create_and_leaves_nothing() {
+    let r = Repo::new();
+    r.write_policy(&file_policy("process"));
+    let out = r.h5i_env(
+        &["box", "create", "s", "--profile", "deploy"],
+        &[("H5I_SECRET_DEPLOY_KEY", VALUE)],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let e = stderr(&out);
+    assert!(
+        e.contains("workspace-tier only") && e.contains("to fix:"),
+        "{e}"
+    );
+    // No box, staged or final, under any agent directory.
+    let env_root = r.h5i_dir().join("env");
+    let left: Vec<_> = std::fs::read_dir(&env_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .flat_map(|agent| {
+            std::fs::read_dir(agent.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|e| e.path())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn an_unresolvable_secret_refuses_the_run_before_it_starts() {
     let r = Repo::new();

@@ -3,6 +3,8 @@
 //! tally matches what the box attempted; `status` and `capabilities` show the table loaded.
 //! Every destination is one of this test's own hosts (tests/common/testnet.rs).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::process::Output;

@@ -9,8 +9,9 @@
 //!
 //! The proxies are libraries over listeners the caller hands in (`std::net::TcpListener`, so the
 //! caller can make them inside a box's network namespace); each connection runs on its own
-//! thread with blocking IO, and each proxy stops with its `shutdown`, returning what it saw. No
-//! async runtime, and nothing here forks.
+//! thread with blocking IO (a CONNECT tunnel pumps both directions on that thread, under
+//! `poll`), and each proxy stops with its `shutdown`, returning what it saw. No async runtime,
+//! and nothing here forks.
 //!
 //! - [`receipt_log`], [`redact`], [`secrets`]: evidence and secret values.
 //! - [`pin`]: the resolver seam and the address rules behind every pinned destination.

@@ -34,8 +34,9 @@ const READY_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long the sentry may take to load the table and bring the uplink up (each step inside
 /// is bounded at 10 s).
 const ATTACH_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long the sentry may take to read its counters, write the tally and exit.
-const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the sentry may take to answer `stop` (read its counters, write the tally), and
+/// again to exit: together inside the hooks.d entry's 30 s.
+const STOP_TIMEOUT: Duration = Duration::from_secs(12);
 
 /// Why a network hook failed (the container then does not start, or its end is reported).
 #[derive(Debug, thiserror::Error)]

@@ -20,6 +20,8 @@ use std::process::{Command, Stdio};
 
 /// Where `nft` is looked for (hooks run with a cleared environment: no `PATH`).
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
+/// How long one `nft` run may take.
+const NFT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why the namespaces could not be held or used.
 #[derive(Debug, thiserror::Error)]
@@ -171,10 +173,27 @@ impl BoxNamespaces {
             });
         }
         let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
+        let pidfd = crate::sys::pidfd_open(child.id() as i32).map_err(NetnsError::Spawn)?;
         if let Some(mut input) = child.stdin.take() {
             input.write_all(stdin).map_err(NetnsError::Spawn)?;
         }
-        let out = child.wait_with_output().map_err(NetnsError::Spawn)?;
+        // Its output is read while it runs (a listing can outgrow a pipe), on a thread, so the
+        // wait can be bounded.
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        let out = match rx.recv_timeout(NFT_TIMEOUT) {
+            Ok(out) => out.map_err(NetnsError::Spawn)?,
+            Err(_) => {
+                let _ = crate::sys::pidfd_kill(&pidfd);
+                return Err(NetnsError::Failed {
+                    args: args.join(" "),
+                    code: None,
+                    stderr: format!("no answer within {}s; killed", NFT_TIMEOUT.as_secs()),
+                });
+            }
+        };
         if !out.status.success() {
             return Err(NetnsError::Failed {
                 args: args.join(" "),

@@ -152,8 +152,10 @@ impl Uplink {
         .collect();
         let out = log.try_clone().map_err(UplinkError::Spawn)?;
         let err = log.try_clone().map_err(UplinkError::Spawn)?;
+        let argv = args(ipv6, can_sandbox(), user_src.is_some());
+        eprintln!("h5i sentry: uplink: {} {}", slirp.display(), argv.join(" "));
         let mut cmd = Command::new(slirp);
-        cmd.args(args(ipv6, can_sandbox(), user_src.is_some()))
+        cmd.args(&argv)
             .env_clear()
             .stdin(Stdio::null())
             .stdout(out)

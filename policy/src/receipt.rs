@@ -161,9 +161,6 @@ pub struct NetTally {
 }
 
 /// What a record is about.
-// A run record is the common case and lives a moment (read, written, dropped); boxing its
-// fields would only add indirection to every use.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
 pub enum RecordBody {

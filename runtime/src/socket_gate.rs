@@ -12,6 +12,8 @@
 //!   plus the `h5i.net.gate = on` annotation and, when absent, `h5i.seccomp = h5i-v1` (its
 //!   io_uring denial keeps sockets from being made around the gate).
 //!
+//! - [`notify_program`]: the same rule as BPF, for exec'd processes (see `confine`).
+//!
 //! Pure: JSON and `oci_spec` values in, values out; writing files is the caller's. Must never:
 //! report a spec as gated when any socket/socketpair call could reach the kernel without the
 //! listener, or take over a listener or notify rule the spec already gives someone else.
@@ -50,6 +52,52 @@ pub enum GateSpecError {
     #[error("refusing: the spec's seccomp defaultAction is SCMP_ACT_NOTIFY; to fix: use another default action")]
     NotifyDefault,
 }
+
+/// The notify rule as a BPF program, for an exec'd process that gets no `linux.seccomp` from
+/// libcontainer (the executor installs it with a new listener and hands that to the gate):
+/// a native-architecture `socket` or `socketpair` -> `USER_NOTIF`; a foreign architecture ->
+/// kill (as libseccomp's bad-arch default); everything else allowed (h5i-v1 filters follow).
+pub fn notify_program() -> seccompiler::BpfProgram {
+    use seccompiler::sock_filter;
+    let load = |k: u32| sock_filter {
+        code: BPF_LD_W_ABS,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let ret = |k: u32| sock_filter {
+        code: BPF_RET_K,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| sock_filter {
+        code: BPF_JMP_JEQ_K,
+        jt,
+        jf,
+        k,
+    };
+    vec![
+        load(SECCOMP_DATA_ARCH),                // 0
+        jeq(AUDIT_ARCH_NATIVE, 1, 0),           // 1: native -> 3
+        ret(libc::SECCOMP_RET_KILL_PROCESS),    // 2
+        load(SECCOMP_DATA_NR),                  // 3
+        jeq(libc::SYS_socket as u32, 2, 0),     // 4: -> 7
+        jeq(libc::SYS_socketpair as u32, 1, 0), // 5: -> 7
+        ret(libc::SECCOMP_RET_ALLOW),           // 6
+        ret(libc::SECCOMP_RET_USER_NOTIF),      // 7
+    ]
+}
+
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_RET_K: u16 = 0x06;
+const SECCOMP_DATA_NR: u32 = 0;
+const SECCOMP_DATA_ARCH: u32 = 4;
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH_NATIVE: u32 = 0xC000_003E; // AUDIT_ARCH_X86_64
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH_NATIVE: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
 
 /// `linux.seccomp` for an h5i bundle whose gate listens at `listener`.
 pub fn notify_section(listener: &Path) -> Value {
@@ -327,6 +375,42 @@ mod tests {
         assert_eq!(
             inject(&mut c, Path::new("/run/g.sock")),
             Err(GateSpecError::NoLinux)
+        );
+    }
+    #[test]
+    fn the_exec_program_notifies_exactly_socket_and_socketpair() {
+        use crate::confine::seccomp::eval::{run, Call};
+        let program = notify_program();
+        let call = |nr: i64, arch: u32| Call {
+            nr: nr as i32,
+            arch,
+            args: [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0],
+        };
+        let native = AUDIT_ARCH_NATIVE;
+        assert_eq!(
+            run(&program, &call(libc::SYS_socket, native)),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        assert_eq!(
+            run(&program, &call(libc::SYS_socketpair, native)),
+            libc::SECCOMP_RET_USER_NOTIF
+        );
+        for nr in [
+            libc::SYS_connect,
+            libc::SYS_read,
+            libc::SYS_sendmsg,
+            libc::SYS_execve,
+        ] {
+            assert_eq!(
+                run(&program, &call(nr, native)),
+                libc::SECCOMP_RET_ALLOW,
+                "{nr}"
+            );
+        }
+        assert_eq!(
+            run(&program, &call(libc::SYS_socket, 0x4000_0003)),
+            libc::SECCOMP_RET_KILL_PROCESS,
+            "i386"
         );
     }
 }

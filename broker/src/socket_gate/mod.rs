@@ -33,6 +33,13 @@
 //! filter then has no listener and the kernel fails its `socket()` calls with `ENOSYS`. The same
 //! happens when the gate stops or dies.
 //!
+//! One thread serves everything: the listener, hand-offs in progress, and every notification
+//! descriptor (the box's init, plus one per process h5i-runc `exec`s into it). A notification
+//! is received only after `poll` reported it; should its caller die in between, the receive
+//! returns at once on kernels that still count it, else at the next notification or when the
+//! filter's last process is gone (the kernel wakes receivers then), so `stop` is bounded by
+//! the box's life, never by a timer.
+//!
 //! Kernel calls live in `kernel.rs`. Must never: answer CONTINUE for a call `decide` refused,
 //! panic on anything a peer sends, keep a refused descriptor open, or sleep-poll (the thread
 //! waits in `poll(2)` on the listener, the hand-offs, the notification descriptors and a wake

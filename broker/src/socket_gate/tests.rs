@@ -300,6 +300,11 @@ fn state_json(fds: &[&str]) -> Vec<u8> {
     .into_bytes()
 }
 
+fn unsafe_zeroed_sockaddr() -> libc::sockaddr_un {
+    // SAFETY: plain old data; all-zero is a valid (empty) address.
+    unsafe { std::mem::zeroed() }
+}
+
 /// `sendmsg` of `data` with `fds` as SCM_RIGHTS on `sock`.
 fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
     let mut control = [0u64; 16];
@@ -507,12 +512,15 @@ fn notify_program() -> Vec<libc::sock_filter> {
 /// result (0 or the errno) as an i32. Everything the child does after `fork` is a raw syscall
 /// on memory prepared before it (the test process has other threads).
 fn run_filtered_child(gate_path: &Path, probes: &[Probe]) -> Vec<i32> {
-    run_filtered_child_with(gate_path, probes, |_| {})
+    run_filtered_child_with(gate_path, probes, None, |_| {})
 }
 
+/// As [`run_filtered_child`]; the child first becomes `as_uid` (uid and gid) when given, and
+/// `on_pause` runs at each [`Probe::Pause`].
 fn run_filtered_child_with(
     gate_path: &Path,
     probes: &[Probe],
+    as_uid: Option<u32>,
     mut on_pause: impl FnMut(usize),
 ) -> Vec<i32> {
     let program = notify_program();
@@ -524,10 +532,21 @@ fn run_filtered_child_with(
     let (results_read, results_write) = pipe();
     let (control_read, control_write) = pipe();
     let (resume_read, resume_write) = pipe();
-    // Connected before fork: a socket() after the filter would wait on a gate that has no
-    // listener yet.
-    let sock = UnixStream::connect(gate_path).unwrap();
-    let sock_fd = sock.as_raw_fd();
+    // Connected before the filter: a socket() after it would wait on a gate that has no
+    // listener yet. SO_PEERCRED records the credentials at connect time, so a child that is to
+    // connect as another uid connects itself, after switching.
+    let sock = match as_uid {
+        None => Some(UnixStream::connect(gate_path).unwrap()),
+        Some(_) => None,
+    };
+    let sock_fd = sock.as_ref().map_or(-1, |s| s.as_raw_fd());
+    let mut addr: libc::sockaddr_un = unsafe_zeroed_sockaddr();
+    let path_bytes = gate_path.as_os_str().as_encoded_bytes();
+    assert!(path_bytes.len() < addr.sun_path.len());
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, s) in addr.sun_path.iter_mut().zip(path_bytes) {
+        *d = *s as libc::c_char;
+    }
     let (rw, cw, rr) = (
         results_write.as_raw_fd(),
         control_write.as_raw_fd(),
@@ -548,6 +567,23 @@ fn run_filtered_child_with(
         // SAFETY: (child) raw syscalls on live memory; every path ends in _exit.
         unsafe {
             let fail = |code: i32| -> ! { libc::_exit(code) };
+            if let Some(uid) = as_uid {
+                if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                    || libc::syscall(libc::SYS_setresgid, uid, uid, uid) != 0
+                    || libc::syscall(libc::SYS_setresuid, uid, uid, uid) != 0
+                {
+                    fail(9);
+                }
+            }
+            let mut sock_fd = sock_fd;
+            if sock_fd < 0 {
+                sock_fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+                let sa = (&addr as *const libc::sockaddr_un).cast::<libc::sockaddr>();
+                if sock_fd < 0 || libc::connect(sock_fd, sa, len) != 0 {
+                    fail(8);
+                }
+            }
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 fail(10);
             }
@@ -574,7 +610,12 @@ fn run_filtered_child_with(
             (*cmsg).cmsg_type = libc::SCM_RIGHTS;
             (*cmsg).cmsg_len = cmsg_len as _;
             std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), notify);
-            if libc::sendmsg(sock_fd, &msg, 0) != message.len() as isize {
+            // A gate that refuses this peer may close the connection before the message is
+            // sent (it checks the peer's uid at accept): then the send fails, which is the
+            // refusal this caller is testing, not a broken child.
+            if libc::sendmsg(sock_fd, &msg, libc::MSG_NOSIGNAL) != message.len() as isize
+                && as_uid.is_none()
+            {
                 fail(12);
             }
             libc::close(sock_fd);
@@ -720,8 +761,29 @@ fn a_stopped_gate_fails_the_callers_socket_calls_closed() {
         Probe::Socket(libc::AF_INET, libc::SOCK_STREAM),
         Probe::Socketpair(libc::AF_UNIX, libc::SOCK_STREAM),
     ];
-    let out = run_filtered_child_with(&path, &probes, |_| gate.handle.stop());
+    let out = run_filtered_child_with(&path, &probes, None, |_| gate.handle.stop());
     // With no listener left the kernel answers ENOSYS: nothing gets through.
     assert_eq!(out, vec![0, libc::ENOSYS, libc::ENOSYS]);
     assert_eq!(gate.handle.tally().allowed.get("inet"), Some(&1));
+}
+
+#[test]
+fn a_handoff_from_another_uid_is_refused_and_its_callers_sockets_fail_closed() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: a_handoff_from_another_uid_is_refused...: needs root to switch uid");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let gate = TestGate::start(OFF);
+    // Let the other uid reach the socket: only the gate's own check stands in its way.
+    std::fs::set_permissions(gate.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(gate.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let probes = [
+        Probe::Socket(libc::AF_INET, libc::SOCK_STREAM),
+        Probe::Socket(libc::AF_PACKET, libc::SOCK_RAW),
+    ];
+    let out = run_filtered_child_with(&gate.path(), &probes, Some(65_534), |_| {});
+    assert_eq!(out, vec![libc::ENOSYS, libc::ENOSYS]);
+    assert_eq!(gate.handle.tally(), SocketGateTally::default());
 }

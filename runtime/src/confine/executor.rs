@@ -10,20 +10,27 @@ use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::workload::{default, Executor, ExecutorError, ExecutorValidationError};
 
 use super::kernel::{ConfinementKernel, LinuxKernel};
-use super::ConfinementPlan;
+use super::{ConfinementPlan, GateHandoff};
 
 /// The executor `h5i-runc` hands libcontainer for init and exec'd processes.
 #[derive(Debug, Clone, Default)]
-pub struct H5iExecutor;
+pub struct H5iExecutor {
+    /// `exec` into a gated box: h5i-runc's connection to the gate (see `GateHandoff`).
+    pub gate_handoff: Option<GateHandoff>,
+}
 
-fn plan(spec: &Spec) -> Result<ConfinementPlan, super::ConfineError> {
-    let kernel = LinuxKernel;
-    ConfinementPlan::from_spec(spec, || kernel.landlock_abi())
+impl H5iExecutor {
+    fn plan(&self, spec: &Spec) -> Result<ConfinementPlan, super::ConfineError> {
+        let kernel = LinuxKernel;
+        ConfinementPlan::from_spec(spec, self.gate_handoff.as_ref(), || kernel.landlock_abi())
+    }
 }
 
 impl Executor for H5iExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        let plan = plan(spec).map_err(|e| ExecutorError::Other(e.to_string()))?;
+        let plan = self
+            .plan(spec)
+            .map_err(|e| ExecutorError::Other(e.to_string()))?;
         plan.apply(&mut LinuxKernel).map_err(|e| {
             tracing::error!(error = %e, "h5i confinement failed; not executing the payload");
             ExecutorError::Other(e.to_string())
@@ -33,7 +40,8 @@ impl Executor for H5iExecutor {
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         default::get_executor().validate(spec)?;
-        plan(spec).map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
+        self.plan(spec)
+            .map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
         Ok(())
     }
 }

@@ -1,12 +1,15 @@
 //! The narrow seam between confinement plans and the kernel.
 //!
-//! Owns the four kernel operations the Executor performs before `exec`: probing the Landlock
-//! ABI, `PR_SET_NO_NEW_PRIVS`, Landlock `restrict_self`, and installing seccomp programs. The
+//! Owns the kernel operations the Executor performs before `exec`: probing the Landlock ABI,
+//! `PR_SET_NO_NEW_PRIVS`, Landlock `restrict_self`, installing seccomp programs, and, for an
+//! exec'd process of a gated box, installing the socket gate's notify filter and handing its
+//! listener to the gate. The
 //! real implementation (`LinuxKernel`) runs inside the container's init (after `pivot_root`);
 //! unit tests use `RecordingKernel` to check order and fail-closed behaviour without root.
 //! Must never: report success for a partially enforced ruleset.
 
 use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use landlock::{
     CompatLevel, Compatible, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
@@ -39,6 +42,9 @@ pub enum KernelError {
     /// Installing a seccomp program failed.
     #[error("refusing to run: installing the h5i seccomp filter failed: {0}; to fix: check that the spec's seccomp profile allows seccomp(2)/prctl(PR_SET_SECCOMP)")]
     Seccomp(String),
+    /// The socket gate's notify filter could not be installed or handed to the gate.
+    #[error("refusing to run: handing the socket gate its listener failed: {0}; to fix: check that the box's network sentry is running")]
+    GateHandoff(io::Error),
 }
 
 /// The kernel operations confinement needs.
@@ -52,6 +58,16 @@ pub trait ConfinementKernel {
     fn restrict_landlock(&mut self, plan: &LandlockPlan) -> Result<(), KernelError>;
     /// Install one seccomp program on the calling thread.
     fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError>;
+    /// Install `program` with a new user-notification listener and send that listener, with
+    /// `message`, as `SCM_RIGHTS` on the connected socket `to` (inherited from h5i-runc's
+    /// `exec`, owned by nothing else in this process); both descriptors are closed afterwards,
+    /// whatever happened.
+    fn hand_off_notify_filter(
+        &mut self,
+        program: &BpfProgram,
+        to: RawFd,
+        message: &[u8],
+    ) -> Result<(), KernelError>;
 }
 
 /// The real kernel.
@@ -141,6 +157,86 @@ impl ConfinementKernel for LinuxKernel {
     fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError> {
         seccompiler::apply_filter(program).map_err(|e| KernelError::Seccomp(e.to_string()))
     }
+
+    fn hand_off_notify_filter(
+        &mut self,
+        program: &BpfProgram,
+        to: RawFd,
+        message: &[u8],
+    ) -> Result<(), KernelError> {
+        // SAFETY: per the trait's contract `to` is this process's copy of the socket h5i-runc
+        // connected before forking the exec'd process, and nothing else here owns or uses it;
+        // taking ownership closes it when this call returns.
+        let to = unsafe { OwnedFd::from_raw_fd(to) };
+        let listener = install_with_listener(program).map_err(KernelError::GateHandoff)?;
+        send_with_fd(to.as_fd(), message, listener.as_fd()).map_err(KernelError::GateHandoff)
+    }
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, program)`: the
+/// listener descriptor (close-on-exec, as the kernel makes it).
+fn install_with_listener(program: &BpfProgram) -> io::Result<OwnedFd> {
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `program`'s instructions (alive for the call, `len` of them;
+    // seccompiler's sock_filter has libc's layout); the kernel copies them and returns a new
+    // descriptor or -1. No-new-privs is set before this (the plan applies it first).
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just installed this descriptor for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// One `sendmsg` of `message` with `fd` as `SCM_RIGHTS` on the connected stream `sock`.
+fn send_with_fd(sock: BorrowedFd<'_>, message: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
+    // u64 elements keep the control buffer aligned for `cmsghdr`.
+    let mut control = [0u64; 4];
+    let fd_bytes = std::mem::size_of::<RawFd>() as u32;
+    let mut iov = libc::iovec {
+        iov_base: message.as_ptr() as *mut libc::c_void,
+        iov_len: message.len(),
+    };
+    // SAFETY: `msghdr` is plain old data; all-zero is a valid empty header.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE is a pure size computation (24 bytes for one fd: fits `control`).
+    msg.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as _;
+    // SAFETY: the control buffer is aligned and holds one cmsghdr plus one int (see above);
+    // CMSG_FIRSTHDR/CMSG_DATA point inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
+        libc::CMSG_DATA(cmsg)
+            .cast::<RawFd>()
+            .write_unaligned(fd.as_raw_fd());
+    }
+    // SAFETY: `sock` is live; `msg` points at `iov` (over `message`) and `control`, both alive
+    // for the call and sized as declared.
+    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != message.len() {
+        return Err(io::Error::new(io::ErrorKind::WriteZero, "short hand-off"));
+    }
+    Ok(())
 }
 
 /// A test double that records the calls in order.
@@ -176,6 +272,19 @@ impl ConfinementKernel for RecordingKernel {
     }
     fn install_seccomp(&mut self, program: &BpfProgram) -> Result<(), KernelError> {
         self.calls.push(format!("seccomp({} insns)", program.len()));
+        Ok(())
+    }
+    fn hand_off_notify_filter(
+        &mut self,
+        program: &BpfProgram,
+        to: RawFd,
+        message: &[u8],
+    ) -> Result<(), KernelError> {
+        self.calls.push(format!(
+            "gate_handoff(fd {to}, {} insns, {} bytes)",
+            program.len(),
+            message.len()
+        ));
         Ok(())
     }
 }

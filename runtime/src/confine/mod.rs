@@ -16,6 +16,12 @@
 //! With no `h5i.*` annotation the executor is plain OCI. With any, the order inside the
 //! container's init is: `PR_SET_NO_NEW_PRIVS`, Landlock `restrict_self`, seccomp, `execvp`.
 //!
+//! An exec'd process of a gated box gets no `linux.seccomp` from libcontainer 0.7 (it rebuilds
+//! `linux` for exec'd processes), so h5i-runc's `exec` connects to the gate's listener on the
+//! host and hands the executor that socket ([`GateHandoff`]); the executor then installs the
+//! same notify rule itself (`crate::socket_gate::notify_program`) and sends its listener to
+//! the gate, before h5i's own filters. Without a hand-off such a process is refused.
+//!
 //! libcontainer applies the spec's own `linux.seccomp` *before* calling the executor, so a spec
 //! profile used together with these annotations must allow `landlock_create_ruleset`,
 //! `landlock_add_rule`, `landlock_restrict_self`, `prctl` and `seccomp`.
@@ -32,6 +38,7 @@ pub mod landlock;
 pub mod seccomp;
 
 use std::collections::HashMap;
+use std::os::fd::RawFd;
 
 use libcontainer::oci_spec::runtime::Spec;
 use seccompiler::BpfProgram;
@@ -69,6 +76,10 @@ pub enum ConfineError {
     /// `h5i.net.gate` has a value other than "on".
     #[error("refusing: annotation h5i.net.gate is {0:?}; to fix: use \"on\" or drop it")]
     NetGateValue(String),
+    /// `h5i.net.gate = "on"` and the spec has no `linux.seccomp` at all: what libcontainer 0.7
+    /// hands the executor for an exec'd process (it rebuilds `linux` without seccomp).
+    #[error("refusing: h5i.net.gate=on but this process has no seccomp profile of its own (libcontainer leaves it out of exec'd processes) and no connection to the socket gate was handed over, so its socket calls would bypass the gate; to fix: exec with h5i-runc, which connects it")]
+    NetGateNoProfile,
     /// `h5i.net.gate = "on"` but the spec does not route every socket call to a listener.
     #[error("refusing: h5i.net.gate=on but the spec's linux.seccomp does not send socket and socketpair to a listener (one unconditional SCMP_ACT_NOTIFY rule each, absolute listenerPath); to fix: add that rule, or drop h5i.net.gate")]
     NetGateNotInSpec,
@@ -87,21 +98,49 @@ pub struct ConfinementPlan {
     pub landlock: Option<LandlockPlan>,
     /// Seccomp programs in install order, if asked for.
     pub seccomp: Option<(SeccompProfile, Vec<BpfProgram>)>,
+    /// For an exec'd process of a gated box: the socket gate's notify filter, installed here
+    /// and its listener handed to the gate.
+    pub gate_handoff: Option<GateHandoff>,
+}
+
+/// What an exec'd process needs to give the socket gate its listener.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GateHandoff {
+    /// A unix stream h5i-runc connected to the gate's `listenerPath` (close-on-exec, inherited
+    /// across the fork into the exec'd process).
+    pub socket: RawFd,
+    /// The OCI `ContainerProcessState` JSON to send with the listener.
+    pub message: Vec<u8>,
 }
 
 impl ConfinementPlan {
     /// Plan for a parsed spec: its annotations, and whether its own `linux.seccomp` routes
     /// socket calls to a listener.
+    /// `handoff` is h5i-runc `exec`'s connection to the gate, when it made one: used only when
+    /// the spec asks for the gate but carries no seccomp profile (an exec'd process).
     pub fn from_spec(
         spec: &Spec,
+        handoff: Option<&GateHandoff>,
         landlock_abi: impl FnOnce() -> i32,
     ) -> Result<Self, ConfineError> {
-        let gate_in_spec = spec
-            .linux()
+        let seccomp = spec.linux().as_ref().and_then(|l| l.seccomp().as_ref());
+        let gate_asked = spec
+            .annotations()
             .as_ref()
-            .and_then(|l| l.seccomp().as_ref())
-            .is_some_and(crate::socket_gate::routes_sockets_to_listener);
-        Self::from_annotations(spec.annotations().as_ref(), gate_in_spec, landlock_abi)
+            .is_some_and(|a| a.contains_key(ANNOTATION_NET_GATE));
+        let (gate_in_spec, handoff) = match (seccomp, handoff) {
+            (Some(profile), _) => (
+                crate::socket_gate::routes_sockets_to_listener(profile),
+                None,
+            ),
+            (None, Some(h)) if gate_asked => (true, Some(h.clone())),
+            (None, None) if gate_asked => return Err(ConfineError::NetGateNoProfile),
+            (None, _) => (false, None),
+        };
+        let mut plan =
+            Self::from_annotations(spec.annotations().as_ref(), gate_in_spec, landlock_abi)?;
+        plan.gate_handoff = handoff;
+        Ok(plan)
     }
 
     /// Plan from the spec's annotations; `gate_in_spec` says whether the spec's seccomp
@@ -142,15 +181,20 @@ impl ConfinementPlan {
             None if !net_unix => return Err(ConfineError::NetUnixWithoutSeccomp),
             None => None,
         };
-        Ok(Self { landlock, seccomp })
+        Ok(Self {
+            landlock,
+            seccomp,
+            gate_handoff: None,
+        })
     }
 
     /// True when the bundle asked for nothing (plain OCI behaviour).
     pub fn is_empty(&self) -> bool {
-        self.landlock.is_none() && self.seccomp.is_none()
+        self.landlock.is_none() && self.seccomp.is_none() && self.gate_handoff.is_none()
     }
 
-    /// Apply in order: no_new_privs, Landlock, seccomp. Stops at the first failure.
+    /// Apply in order: no_new_privs, Landlock, the gate hand-off, seccomp. Stops at the first
+    /// failure.
     pub fn apply(&self, kernel: &mut dyn ConfinementKernel) -> Result<(), ConfineError> {
         if self.is_empty() {
             return Ok(());
@@ -158,6 +202,10 @@ impl ConfinementPlan {
         kernel.set_no_new_privs()?;
         if let Some(plan) = &self.landlock {
             kernel.restrict_landlock(plan)?;
+        }
+        if let Some(h) = &self.gate_handoff {
+            let program = crate::socket_gate::notify_program();
+            kernel.hand_off_notify_filter(&program, h.socket, &h.message)?;
         }
         if let Some((_, programs)) = &self.seccomp {
             for program in programs {
@@ -304,11 +352,37 @@ mod tests {
             .unwrap()
         };
         let gated = crate::socket_gate::notify_section(std::path::Path::new("/run/g.sock"));
-        let plan = ConfinementPlan::from_spec(&spec_with(gated), || 7).unwrap();
+        let plan = ConfinementPlan::from_spec(&spec_with(gated), None, || 7).unwrap();
         assert!(plan.seccomp.unwrap().0.socket_gate);
         let allow_all =
             serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW", "listenerPath": "/run/g.sock"});
-        let e = ConfinementPlan::from_spec(&spec_with(allow_all), || 7).unwrap_err();
+        let e = ConfinementPlan::from_spec(&spec_with(allow_all), None, || 7).unwrap_err();
         assert!(matches!(e, ConfineError::NetGateNotInSpec));
+        // An exec'd process: libcontainer rebuilt `linux` without any seccomp.
+        let mut exec_spec = spec_with(serde_json::json!({"defaultAction": "SCMP_ACT_ALLOW"}));
+        exec_spec.set_linux(Some(Default::default()));
+        let e = ConfinementPlan::from_spec(&exec_spec, None, || 7).unwrap_err();
+        assert!(matches!(e, ConfineError::NetGateNoProfile));
+        // With h5i-runc exec's connection to the gate, the executor installs the rule itself:
+        // hand-off first, then h5i-v1 without its socket entries.
+        let handoff = GateHandoff {
+            socket: 9,
+            message: b"{}".to_vec(),
+        };
+        let plan = ConfinementPlan::from_spec(&exec_spec, Some(&handoff), || 7).unwrap();
+        assert!(plan.seccomp.as_ref().unwrap().0.socket_gate);
+        let mut k = RecordingKernel::default();
+        plan.apply(&mut k).unwrap();
+        assert_eq!(k.calls[0], "no_new_privs");
+        assert!(
+            k.calls[1].starts_with("gate_handoff(fd 9, "),
+            "{:?}",
+            k.calls
+        );
+        assert!(k.calls[2..].iter().all(|c| c.starts_with("seccomp(")));
+        // A spec that carries its own profile never uses a hand-off.
+        let gated = crate::socket_gate::notify_section(std::path::Path::new("/run/g.sock"));
+        let plan = ConfinementPlan::from_spec(&spec_with(gated), Some(&handoff), || 7).unwrap();
+        assert!(plan.gate_handoff.is_none());
     }
 }

@@ -5,9 +5,10 @@
 //! wording (Podman matches on it), the cgroup placement rule (never a `:youki:<id>` at the top of
 //! a hierarchy: `cgroup.rs`), holding a read-only cgroup mount libcontainer leaves writable on
 //! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the supervised network's directory
-//! for specs that name none (`net_dir.rs`), the sealed re-exec (`seal.rs`), and logging. Every
-//! container gets `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and
-//! is plain OCI without them.
+//! for specs that name none (`net_dir.rs`) and the socket gate merged into them (`gate.rs`),
+//! the sealed re-exec (`seal.rs`), and logging. Every container gets
+//! `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and is plain OCI
+//! without them.
 //!
 //! Must never: touch a container before running from the sealed copy (the binary does that
 //! first), create a cgroup outside the caller's own cgroup unless the spec names one, or leave
@@ -138,6 +139,14 @@ pub enum RuncError {
     /// The supervised network's socket gate could not be put into the bundle.
     #[error(transparent)]
     Gate(#[from] gate::GateInjectError),
+    /// `exec` into a container with the socket gate could not reach the gate.
+    #[error("refusing: exec into container {id}: {reason}; to fix: check that the box's network sentry is running (its socket gate must serve the exec'd process)")]
+    GateExec {
+        /// The container id.
+        id: String,
+        /// What failed.
+        reason: String,
+    },
     /// Listing a container's processes failed.
     #[error("container {id}: cannot list processes: {reason}")]
     Ps {

@@ -8,6 +8,10 @@
  *   probe read PATH       open(PATH, O_RDONLY)
  *   probe bind PORT       bind a TCP socket to 0.0.0.0:PORT
  *   probe unix            socket(AF_UNIX) and socketpair(AF_UNIX)
+ *   probe inet            socket(AF_INET, SOCK_STREAM)
+ *   probe gate            every family the socket gate rules on, then whether this process
+ *                         holds a seccomp listener descriptor (notify_fd=FOUND|NONE)
+ *   probe wait            block in pause() until a signal ends it (an image with no shell)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -30,6 +34,9 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <linux/netlink.h>
+#include <linux/vm_sockets.h>
 
 static void report(const char *name, long rc) {
     if (rc >= 0)
@@ -105,6 +112,40 @@ static void syscalls(void) {
     report("socket_inet_stream", socket(AF_INET, SOCK_STREAM, 0));
 }
 
+static void gate(void) {
+    int sv[2];
+    report("inet_stream", socket(AF_INET, SOCK_STREAM, 0));
+    report("inet_dgram", socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP));
+    report("inet6_stream", socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, IPPROTO_TCP));
+    report("inet6_dgram", socket(AF_INET6, SOCK_DGRAM, 0));
+    report("inet_raw", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP));
+    report("inet6_raw", socket(AF_INET6, SOCK_RAW, IPPROTO_ICMPV6));
+    report("inet_icmp_dgram", socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP));
+    report("packet", socket(AF_PACKET, SOCK_RAW, 0));
+    report("netlink", socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE));
+    report("vsock", socket(AF_VSOCK, SOCK_STREAM, 0));
+    report("family_45", socket(45, SOCK_STREAM, 0));
+    report("unix", socket(AF_UNIX, SOCK_STREAM, 0));
+    report("socketpair_unix", socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    report("socketpair_inet", socketpair(AF_INET, SOCK_STREAM, 0, sv));
+
+    /* A seccomp listener inside the box could answer its own notifications. */
+    int found = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char link[64], target[256];
+        snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+        ssize_t n = readlink(link, target, sizeof target - 1);
+        if (n > 0) {
+            target[n] = 0;
+            if (strstr(target, "seccomp notify")) found = 1;
+        }
+    }
+    if (d) closedir(d);
+    printf("notify_fd=%s\n", d ? (found ? "FOUND" : "NONE") : "UNKNOWN");
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "syscalls") == 0) {
         syscalls();
@@ -123,8 +164,14 @@ int main(int argc, char **argv) {
         int sv[2];
         report("socket_unix", socket(AF_UNIX, SOCK_STREAM, 0));
         report("socketpair_unix", socketpair(AF_UNIX, SOCK_STREAM, 0, sv));
+    } else if (argc >= 2 && strcmp(argv[1], "inet") == 0) {
+        report("inet_stream", socket(AF_INET, SOCK_STREAM, 0));
+    } else if (argc >= 2 && strcmp(argv[1], "gate") == 0) {
+        gate();
+    } else if (argc >= 2 && strcmp(argv[1], "wait") == 0) {
+        pause();
     } else {
-        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix\n");
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait\n");
         return 2;
     }
     return 0;
