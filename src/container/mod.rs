@@ -195,14 +195,14 @@ impl Drop for RunDir {
 }
 
 /// Root's attachments in the engine namespace, detached on drop.
-struct Attached<'a> {
-    ns: &'a engine_ns::EngineNamespace,
+struct Attached {
+    ns: engine_ns::EngineNamespace,
     targets: Vec<PathBuf>,
 }
 
-impl Drop for Attached<'_> {
+impl Drop for Attached {
     fn drop(&mut self) {
-        engine_ns::detach_all(self.ns, &self.targets);
+        engine_ns::detach_all(&self.ns, &self.targets);
     }
 }
 
@@ -302,91 +302,10 @@ pub fn run(
     let mut run_dir = RunDir::create(&engine, &id)?;
     let hooks_path = run_dir.dir("hooks")?;
 
-    // Root: the box's paths and h5i's binaries, attached where the engine can reach them.
-    let ns;
-    let mut attached = None;
-    let runc_path = runc.clone();
-    let sources = if engine.switches_user {
-        ns = engine_ns::engine_namespace(&engine).map_err(|e| refuse_from(&e))?;
-        let bin = run_dir.dir("bin")?;
-        let plan = vec![
-            (runc.clone(), bin.join("h5i-runc"), true, false),
-            (hook.clone(), bin.join("h5i-hook"), true, false),
-            (sb.paths.workspace(), run_dir.path.join("work"), false, true),
-            (sb.paths.spool(), run_dir.path.join("spool"), false, true),
-            (
-                sb.manifest.store.join("objects"),
-                run_dir.path.join("objects"),
-                false,
-                false,
-            ),
-        ];
-        let mut attach = Vec::new();
-        for (source, target, file, idmapped) in plan {
-            engine_ns::mount_point(&target, file).map_err(|e| refuse_from(&e))?;
-            if file {
-                run_dir.files.push(target.clone());
-            } else {
-                run_dir.dirs.push(target.clone());
-            }
-            attach.push(engine_ns::Attach {
-                readonly: !idmapped,
-                source,
-                target,
-                idmapped,
-            });
-        }
-        engine_ns::attach_all(&ns, &attach).map_err(|e| refuse_from(&e))?;
-        attached = Some(Attached {
-            ns: &ns,
-            targets: attach.iter().map(|a| a.target.clone()).collect(),
-        });
-        Sources {
-            runc: bin.join("h5i-runc"),
-            hook: bin.join("h5i-hook"),
-            work: run_dir.path.join("work"),
-            spool: run_dir.path.join("spool"),
-            objects: run_dir.path.join("objects"),
-        }
-    } else {
-        Sources {
-            runc,
-            hook,
-            work: sb.paths.workspace(),
-            spool: sb.paths.spool(),
-            objects: sb.manifest.store.join("objects"),
-        }
-    };
-
-    // The cage: mem/procs, under h5i's own cgroup; handed to the engine when root made it.
-    let (cage, limits_unheld) =
-        match ResourceCage::create(&id, policy.resources.mem_bytes, policy.resources.procs)
-            .and_then(|mut c| {
-                if engine.switches_user {
-                    c.delegate_to(engine.uid, engine.gid)?;
-                }
-                Ok(c)
-            }) {
-            Ok(c) => (Some(c), None),
-            Err(e) => (None, Some(e.to_string())),
-        };
-
+    let (sources, attached) = attach_sources(&engine, sb, &mut run_dir, &runc, &hook)?;
+    let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
-    let mut env: Vec<(String, String)> = vec![
-        ("HOME".into(), BOX_HOME.into()),
-        ("TMPDIR".into(), "/tmp".into()),
-        ("H5I_ENV_ID".into(), sb.manifest.name.clone()),
-        (
-            "H5I_ENV_POLICY_DIGEST".into(),
-            sb.manifest.policy_digest.clone(),
-        ),
-        ("H5I_ENV_CAPTURE_SPOOL".into(), BOX_SPOOL.into()),
-    ];
-    for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
-        if let Ok(v) = std::env::var(k) {
-            env.push((k.into(), v));
-        }
-    }
+    let mut env = box_env(sb);
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -397,32 +316,16 @@ pub fn run(
         owner: engine.switches_user.then_some((engine.uid, engine.gid)),
         hook: sources.hook.clone(),
     };
-    let mut hooks = vec![vec![
+    let broker = Broker::start(egress_plan, inputs.creds, &place, &id, &mut run_dir)?;
+    env.extend(broker.env.iter().cloned());
+    by_name.extend(broker.by_name.iter().cloned());
+    let hooks: Vec<Vec<String>> = std::iter::once(vec![
         sources.hook.display().to_string(),
         "loopback".to_string(),
         "--inside".to_string(),
-    ]];
-    let mut egress_serving = None;
-    if let Some(plan) = egress_plan {
-        let (hook_argv, serving) = egress::attach(plan, &place, &id)?;
-        run_dir
-            .files
-            .push(place.dir.join(format!("egress-{id}.sock")));
-        hooks.push(hook_argv);
-        env.extend(egress::proxy_env());
-        egress_serving = Some(serving);
-    }
-    let mut cred_serving = None;
-    if let Some(creds) = inputs.creds {
-        let mut cred_env = Vec::new();
-        let serving = creds.attach_parts(&mut cred_env, &mut hooks, false, &place)?;
-        for kv in cred_env {
-            if let Some((k, v)) = kv.split_once('=') {
-                by_name.push((k.to_owned(), v.to_owned()));
-            }
-        }
-        cred_serving = Some(serving);
-    }
+    ])
+    .chain(broker.hooks.iter().cloned())
+    .collect();
     let hook_files =
         hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
     run_dir.files.extend(hook_files);
@@ -485,8 +388,7 @@ pub fn run(
     };
     let child = h5i_runtime::supervise::run_supervised_with(cmd, inputs.wall, &mut on_wall);
 
-    let egress_report = egress_serving.and_then(egress::EgressServing::finish);
-    let cred_reports = cred_serving.map(crate::credentials::Serving::finish);
+    let tally = broker.finish();
     let oom = cage.as_ref().and_then(|c| c.report().oom);
     let captured = evidence::read_capture(&evidence_file, engine.uid);
     drop(cage);
@@ -511,7 +413,7 @@ pub fn run(
                         .unwrap_or_else(|_| "Podman's default".into()),
                 )
             } else {
-                evidence::RuntimeUsed::H5iRunc(runc_path.display().to_string())
+                evidence::RuntimeUsed::H5iRunc(runc.display().to_string())
             },
             engine_user: engine.user.clone(),
             image: image.clone(),
@@ -521,11 +423,6 @@ pub fn run(
             spec: captured,
         },
     )?;
-    let cred_tally = cred_reports.as_deref().and_then(crate::credentials::tally);
-    let tally = match egress_report {
-        Some(r) => Some(crate::run::merge_tallies(r.tally, cred_tally)),
-        None => cred_tally,
-    };
     drop(run_dir);
     Ok(ContainerRun {
         child,
@@ -533,6 +430,173 @@ pub fn run(
         egress: tally,
         limits_unheld,
     })
+}
+
+/// The run's share of the broker: the egress proxy and the credential proxies, each waiting
+/// for the listener its createContainer hook hands over from the box's loopback.
+struct Broker {
+    /// Hook argvs to declare after `loopback`.
+    hooks: Vec<Vec<String>>,
+    /// Plain variables (the proxy addresses).
+    env: Vec<(String, String)>,
+    /// Variables passed by name only (base URLs and per-run dummies).
+    by_name: Vec<(String, String)>,
+    egress: Option<egress::EgressServing>,
+    creds: Option<crate::credentials::Serving>,
+}
+
+impl Broker {
+    fn start(
+        egress_plan: Option<h5i_broker::egress::EgressPlan>,
+        creds: Option<crate::credentials::Prepared>,
+        place: &HandoffPlace,
+        id: &str,
+        run_dir: &mut RunDir,
+    ) -> Result<Broker, BoxError> {
+        let mut b = Broker {
+            hooks: Vec::new(),
+            env: Vec::new(),
+            by_name: Vec::new(),
+            egress: None,
+            creds: None,
+        };
+        if let Some(plan) = egress_plan {
+            let (hook_argv, serving) = egress::attach(plan, place, id)?;
+            run_dir
+                .files
+                .push(place.dir.join(format!("egress-{id}.sock")));
+            b.hooks.push(hook_argv);
+            b.env.extend(egress::proxy_env());
+            b.egress = Some(serving);
+        }
+        if let Some(creds) = creds {
+            let mut cred_env = Vec::new();
+            b.creds = Some(creds.attach_parts(&mut cred_env, &mut b.hooks, false, place)?);
+            b.by_name.extend(cred_env.into_iter().filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            }));
+        }
+        Ok(b)
+    }
+
+    /// Stop every proxy; their counts as one tally (`None` when no proxy ran).
+    fn finish(self) -> Option<EgressTally> {
+        let egress = self.egress.and_then(egress::EgressServing::finish);
+        let creds = self
+            .creds
+            .map(crate::credentials::Serving::finish)
+            .and_then(|r| crate::credentials::tally(&r));
+        match egress {
+            Some(r) => Some(crate::run::merge_tallies(r.tally, creds)),
+            None => creds,
+        }
+    }
+}
+
+/// Where Podman finds h5i's binaries and the box's paths. Unprivileged: where they are. As
+/// root: attached under the run directory in the engine's mount namespace (`engine_ns`), the
+/// workspace and spool idmapped so the engine user (the box's user) can write them.
+fn attach_sources(
+    engine: &Engine,
+    sb: &StoredBox,
+    run_dir: &mut RunDir,
+    runc: &Path,
+    hook: &Path,
+) -> Result<(Sources, Option<Attached>), BoxError> {
+    if !engine.switches_user {
+        let sources = Sources {
+            runc: runc.to_path_buf(),
+            hook: hook.to_path_buf(),
+            work: sb.paths.workspace(),
+            spool: sb.paths.spool(),
+            objects: sb.manifest.store.join("objects"),
+        };
+        return Ok((sources, None));
+    }
+    let ns = engine_ns::engine_namespace(engine).map_err(|e| refuse_from(&e))?;
+    let bin = run_dir.dir("bin")?;
+    let sources = Sources {
+        runc: bin.join("h5i-runc"),
+        hook: bin.join("h5i-hook"),
+        work: run_dir.path.join("work"),
+        spool: run_dir.path.join("spool"),
+        objects: run_dir.path.join("objects"),
+    };
+    // (host path, mount point, a file, idmapped and writable)
+    let plan = [
+        (runc.to_path_buf(), sources.runc.clone(), true, false),
+        (hook.to_path_buf(), sources.hook.clone(), true, false),
+        (sb.paths.workspace(), sources.work.clone(), false, true),
+        (sb.paths.spool(), sources.spool.clone(), false, true),
+        (
+            sb.manifest.store.join("objects"),
+            sources.objects.clone(),
+            false,
+            false,
+        ),
+    ];
+    let mut attach = Vec::new();
+    for (source, target, file, idmapped) in plan {
+        engine_ns::mount_point(&target, file).map_err(|e| refuse_from(&e))?;
+        if file {
+            run_dir.files.push(target.clone());
+        } else {
+            run_dir.dirs.push(target.clone());
+        }
+        attach.push(engine_ns::Attach {
+            readonly: !idmapped,
+            source,
+            target,
+            idmapped,
+        });
+    }
+    engine_ns::attach_all(&ns, &attach).map_err(|e| refuse_from(&e))?;
+    let attached = Attached {
+        ns,
+        targets: attach.into_iter().map(|a| a.target).collect(),
+    };
+    Ok((sources, Some(attached)))
+}
+
+/// The cage holding mem/procs under h5i's own cgroup, handed to the engine when root made it;
+/// or, when none can be made here, the reason (the run goes ahead; `status` marks the limits).
+fn cage_for(
+    id: &str,
+    policy: &ResolvedPolicy,
+    engine: &Engine,
+) -> (Option<ResourceCage>, Option<String>) {
+    let made = ResourceCage::create(id, policy.resources.mem_bytes, policy.resources.procs)
+        .and_then(|mut c| {
+            if engine.switches_user {
+                c.delegate_to(engine.uid, engine.gid)?;
+            }
+            Ok(c)
+        });
+    match made {
+        Ok(c) => (Some(c), None),
+        Err(e) => (None, Some(e.to_string())),
+    }
+}
+
+/// The box's plain variables (none secret: these go on Podman's command line).
+fn box_env(sb: &StoredBox) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("HOME".into(), BOX_HOME.into()),
+        ("TMPDIR".into(), "/tmp".into()),
+        ("H5I_ENV_ID".into(), sb.manifest.name.clone()),
+        (
+            "H5I_ENV_POLICY_DIGEST".into(),
+            sb.manifest.policy_digest.clone(),
+        ),
+        ("H5I_ENV_CAPTURE_SPOOL".into(), BOX_SPOOL.into()),
+    ];
+    for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push((k.into(), v));
+        }
+    }
+    env
 }
 
 /// h5i-runc's confinement annotations for the box, and the evidence capture (into `out`).
