@@ -3,8 +3,9 @@
 //! and manager, its storage driver, and which images it holds.
 //!
 //! `podman info` costs tens of milliseconds and every `box create` asks, so its answer is
-//! cached per host in `$XDG_CACHE_HOME/h5i/container-probe.json` (else `~/.cache/h5i/`),
-//! keyed by everything that could change it: h5i's version, the podman binary (path, size,
+//! cached per host in h5i's private runtime directory (`/run/h5i/container-probe.json` as root,
+//! `$XDG_RUNTIME_DIR/h5i/` otherwise: a tmpfs, so a reboot also invalidates it, and never the
+//! user's home, which h5i does not write), keyed by everything that could change it: h5i's version, the podman binary (path, size,
 //! mtime), the kernel release, the engine user, and the mtimes of the containers.conf and
 //! storage.conf files that apply. Any difference re-probes; `H5I_NO_PROBE_CACHE=1` always
 //! does. The image list is never cached (it changes with every build), and neither is an
@@ -114,16 +115,9 @@ fn cache_key(engine: &Engine) -> String {
 }
 
 fn cache_file() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".cache"))
-        })?;
-    Some(base.join("h5i").join("container-probe.json"))
+    crate::process::runtime_dir()
+        .ok()
+        .map(|d| d.join("container-probe.json"))
 }
 
 fn read_cache(path: &Path, key: &str) -> Option<PodmanFacts> {
