@@ -515,18 +515,15 @@ fn attach_sources(
         return Ok((sources, None));
     }
     let ns = engine_ns::engine_namespace(engine).map_err(|e| refuse_from(&e))?;
-    let bin = run_dir.dir("bin")?;
-    let sources = Sources {
-        runc: bin.join("h5i-runc"),
-        hook: bin.join("h5i-hook"),
+    let mut sources = Sources {
+        runc: run_dir.path.join("bin/h5i-runc"),
+        hook: run_dir.path.join("bin/h5i-hook"),
         work: run_dir.path.join("work"),
         spool: run_dir.path.join("spool"),
         objects: run_dir.path.join("objects"),
     };
     // (host path, mount point, a file, idmapped and writable)
-    let plan = [
-        (runc.to_path_buf(), sources.runc.clone(), true, false),
-        (hook.to_path_buf(), sources.hook.clone(), true, false),
+    let mut plan = vec![
         (sb.paths.workspace(), sources.work.clone(), false, true),
         (sb.paths.spool(), sources.spool.clone(), false, true),
         (
@@ -536,6 +533,20 @@ fn attach_sources(
             false,
         ),
     ];
+    // h5i's binaries: used where they are when the engine user can reach and run them there
+    // (an install under /usr/local), else attached too (a build tree under /root).
+    let mut binaries = Vec::new();
+    for (binary, at) in [(runc, &mut sources.runc), (hook, &mut sources.hook)] {
+        if executable_by(binary, engine.uid, engine.gid) {
+            *at = binary.to_path_buf();
+        } else {
+            binaries.push((binary.to_path_buf(), at.clone(), true, false));
+        }
+    }
+    if !binaries.is_empty() {
+        run_dir.dir("bin")?;
+        plan.extend(binaries);
+    }
     let mut attach = Vec::new();
     for (source, target, file, idmapped) in plan {
         engine_ns::mount_point(&target, file).map_err(|e| refuse_from(&e))?;
@@ -557,6 +568,30 @@ fn attach_sources(
         targets: attach.into_iter().map(|a| a.target).collect(),
     };
     Ok((sources, Some(attached)))
+}
+
+/// Whether the user `uid`/`gid` (no supplementary groups) can reach and execute `path`: every
+/// ancestor searchable by it and the file executable by it, from the permission bits alone.
+fn executable_by(path: &Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let allows = |m: &std::fs::Metadata| {
+        let mode = m.mode();
+        if m.uid() == uid {
+            mode & 0o100 != 0
+        } else if m.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        }
+    };
+    let Ok(real) = std::fs::canonicalize(path) else {
+        return false;
+    };
+    std::fs::metadata(&real).is_ok_and(|m| m.is_file() && allows(&m))
+        && real
+            .ancestors()
+            .skip(1)
+            .all(|d| std::fs::metadata(d).is_ok_and(|m| allows(&m)))
 }
 
 /// The cage holding mem/procs under h5i's own cgroup, handed to the engine when root made it;
@@ -626,4 +661,38 @@ fn refuse_from(e: &engine_ns::EngineNsError) -> BoxError {
         .split_once("; to fix: ")
         .unwrap_or((&text, "see h5i box probe"));
     refuse(what, mend)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_binary_is_used_in_place_only_when_the_engine_user_can_reach_and_run_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("bin");
+        std::fs::create_dir(&sub).unwrap();
+        let bin = sub.join("h5i-runc");
+        std::fs::write(&bin, b"#!/bin/sh\n").unwrap();
+        let set = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        set(dir.path(), 0o755);
+        set(&sub, 0o755);
+        set(&bin, 0o755);
+        // A uid and gid that own nothing here: only the "other" bits count for it.
+        let (uid, gid) = (4_000_123, 4_000_123);
+        // Every ancestor up to / must be searchable too; /tmp and / are.
+        assert!(executable_by(&bin, uid, gid));
+        set(&bin, 0o750);
+        assert!(!executable_by(&bin, uid, gid), "not executable by others");
+        set(&bin, 0o755);
+        set(&sub, 0o700);
+        assert!(
+            !executable_by(&bin, uid, gid),
+            "an ancestor it cannot search"
+        );
+        assert!(!executable_by(&dir.path().join("missing"), uid, gid));
+    }
 }
