@@ -137,6 +137,27 @@ pub(crate) fn parse_test_hosts(
     Ok(out)
 }
 
+/// The `H5I_TEST_HOSTS` seam as a resolver for `egress` (each name at the destination's own
+/// port), or `None` when the seam is unset and the system resolver applies.
+pub(crate) fn test_hosts_resolver(
+    egress: &[h5i_policy::values::HostPort],
+) -> Result<Option<MapResolver>, BoxError> {
+    let Some(v) = std::env::var_os(TEST_HOSTS_VAR) else {
+        return Ok(None);
+    };
+    let entries = parse_test_hosts(v)?;
+    let map = MapResolver::new();
+    for hp in egress {
+        let addrs: Vec<SocketAddr> = entries
+            .iter()
+            .filter(|(n, _)| *n == hp.host)
+            .map(|(_, a)| SocketAddr::new(a.ip(), hp.port))
+            .collect();
+        map.insert(&hp.host, hp.port, addrs);
+    }
+    Ok(Some(map))
+}
+
 /// Resolve the policy's grants for one run, or refuse before anything starts.
 pub fn prepare(policy: &ResolvedPolicy) -> Result<Prepared, BoxError> {
     let lookup = |var: &str| std::env::var(var).ok();

@@ -16,10 +16,9 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use h5i_broker::pin::{pin, AddressRules, MapResolver, Pinned, Resolver, SystemResolver};
+use h5i_broker::pin::{pin, AddressRules, Pinned, Resolver, SystemResolver};
 use h5i_policy::receipt::{EgressTally, LoadedEgressTable, NetTally, PinnedRule, SocketGateTally};
 use h5i_policy::ResolvedPolicy;
 use h5i_runtime::bundle::BundlePlan;
@@ -45,10 +44,7 @@ pub fn pin_egress(policy: &ResolvedPolicy) -> Result<Vec<PinnedRule>, BoxError> 
     if policy.net.egress.is_empty() {
         return Ok(Vec::new());
     }
-    let seam = match std::env::var_os(crate::credentials::TEST_HOSTS_VAR) {
-        Some(v) => Some(crate::credentials::parse_test_hosts(v)?),
-        None => None,
-    };
+    let seam = crate::credentials::test_hosts_resolver(&policy.net.egress)?;
     let rules = match seam {
         Some(_) => AddressRules::allowing_loopback(),
         None => AddressRules::production().map_err(|e| BoxError::BadRequest {
@@ -57,19 +53,8 @@ pub fn pin_egress(policy: &ResolvedPolicy) -> Result<Vec<PinnedRule>, BoxError> 
         })?,
     };
     let seamed = seam.is_some();
-    let map = MapResolver::new();
     let resolver: &dyn Resolver = match &seam {
-        Some(entries) => {
-            for hp in &policy.net.egress {
-                let addrs: Vec<SocketAddr> = entries
-                    .iter()
-                    .filter(|(n, _)| *n == hp.host)
-                    .map(|(_, a)| SocketAddr::new(a.ip(), hp.port))
-                    .collect();
-                map.insert(&hp.host, hp.port, addrs);
-            }
-            &map
-        }
+        Some(map) => map,
         None => &SystemResolver,
     };
     let mut pinned = pin_with(&policy.net.egress, resolver, &rules)?;
@@ -256,15 +241,7 @@ pub fn settle(
     match net.finish() {
         Ok(t) => {
             remember_table(sb, &t.table)?;
-            let mut egress = t.egress;
-            if let Some(c) = credential_tally {
-                for (k, n) in c.allowed {
-                    *egress.allowed.entry(k).or_default() += n;
-                }
-                for (k, n) in c.denied {
-                    *egress.denied.entry(k).or_default() += n;
-                }
-            }
+            let egress = crate::run::merge_tallies(t.egress, credential_tally);
             Ok((Some(egress), Some(Box::new(t.socket_gate))))
         }
         Err(why) => {
@@ -298,7 +275,9 @@ pub fn last_table(sb: &StoredBox) -> Option<LoadedEgressTable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use h5i_broker::pin::MapResolver;
     use h5i_policy::values::HostPort;
+    use std::net::SocketAddr;
 
     fn hp(h: &str, p: u16) -> HostPort {
         HostPort {

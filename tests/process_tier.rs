@@ -386,15 +386,7 @@ fn a_repository_under_tmp_is_visible_in_the_box_despite_the_private_tmp() {
 fn auto_picks_the_process_tier_when_supervised_cannot_run() {
     // No slirp4netns on PATH: the supervised tier's uplink cannot be made, so `auto` takes the
     // next strongest tier this host runs.
-    let bin = tempfile::tempdir().unwrap();
-    for tool in ["git", "nft"] {
-        let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
-            .iter()
-            .map(|d| Path::new(d).join(tool))
-            .find(|p| p.exists())
-            .unwrap();
-        std::os::unix::fs::symlink(found, bin.path().join(tool)).unwrap();
-    }
+    let bin = common::path_with_only(&["git", "nft"]);
     let path = bin.path().display().to_string();
     let r = Repo::new();
     let out = r.h5i_env(&["box", "create", "auto"], &[("PATH", &path)]);

@@ -284,15 +284,7 @@ fn unix_sockets_pass_the_gate_when_the_profile_allows_them() {
 #[test]
 fn an_explicit_supervised_tier_fails_closed_naming_a_missing_prerequisite() {
     // A PATH with git but no slirp4netns: the uplink cannot be made, so the tier is refused.
-    let bin = tempfile::tempdir().unwrap();
-    for tool in ["git", "nft"] {
-        let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
-            .iter()
-            .map(|d| std::path::Path::new(d).join(tool))
-            .find(|p| p.exists())
-            .unwrap();
-        std::os::unix::fs::symlink(found, bin.path().join(tool)).unwrap();
-    }
+    let bin = common::path_with_only(&["git", "nft"]);
     let r = Repo::new();
     let path = bin.path().display().to_string();
     let out = r.h5i_env(

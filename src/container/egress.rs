@@ -23,7 +23,7 @@ use std::thread::JoinHandle;
 use h5i_broker::egress::{
     merge_user_allowlist, EgressOptions, EgressPlan, EgressProxy, EgressReport,
 };
-use h5i_broker::pin::{AddressRules, MapResolver, Resolver, SystemResolver};
+use h5i_broker::pin::{AddressRules, SystemResolver};
 use h5i_policy::{HostPort, ResolvedPolicy};
 
 use crate::credentials::HandoffPlace;
@@ -47,24 +47,9 @@ pub fn plan_for(policy: &ResolvedPolicy) -> Result<Option<EgressPlan>, BoxError>
         what: format!("cannot list this host's addresses for the egress proxy: {e}"),
         mend: "check `ip addr` works on the host".into(),
     })?;
-    let plan = match std::env::var_os(crate::credentials::TEST_HOSTS_VAR) {
-        Some(v) => {
-            let entries = crate::credentials::parse_test_hosts(v)?;
-            let map = MapResolver::new();
-            for hp in &merged {
-                let addrs: Vec<SocketAddr> = entries
-                    .iter()
-                    .filter(|(n, _)| *n == hp.host)
-                    .map(|(_, a)| SocketAddr::new(a.ip(), hp.port))
-                    .collect();
-                map.insert(&hp.host, hp.port, addrs);
-            }
-            EgressPlan::build(&merged, &map, &rules)
-        }
-        None => {
-            let resolver: &dyn Resolver = &SystemResolver;
-            EgressPlan::build(&merged, resolver, &rules)
-        }
+    let plan = match crate::credentials::test_hosts_resolver(&merged)? {
+        Some(map) => EgressPlan::build(&merged, &map, &rules),
+        None => EgressPlan::build(&merged, &SystemResolver, &rules),
     };
     Ok(Some(plan))
 }

@@ -136,6 +136,21 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// A directory of symlinks to exactly `tools` (found in the system bin dirs), to run h5i with
+/// as its whole PATH: a host that lacks everything else.
+pub fn path_with_only(tools: &[&str]) -> tempfile::TempDir {
+    let bin = tempfile::tempdir().unwrap();
+    for tool in tools {
+        let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+            .iter()
+            .map(|d| Path::new(d).join(tool))
+            .find(|p| p.exists())
+            .unwrap();
+        std::os::unix::fs::symlink(found, bin.path().join(tool)).unwrap();
+    }
+    bin
+}
+
 /// Every file under `dir` whose bytes contain `needle`.
 pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
     let mut hits = Vec::new();
