@@ -7,6 +7,8 @@
 //!
 //! Must never: start the command when the cage or the bundle could not be made as planned.
 
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -96,6 +98,17 @@ pub fn run_with_console(
     console: Option<Console<'_>>,
 ) -> Result<ProcessRunReport, ProcessTierError> {
     plan.terminal = console.is_some();
+    // The sealed copy of h5i-runc is made beside the cage and the bundle (a second thread, on a
+    // second core) and the runtime is exec'd from it: h5i-runc finds itself sealed and skips
+    // its own copy-and-re-exec (see runc::seal), which otherwise sits on every run's path.
+    let sealing = std::thread::spawn({
+        let binary = runc.binary.clone();
+        move || {
+            std::fs::File::open(&binary)
+                .ok()
+                .map(|f| crate::runc::seal::sealed_copy_of(&f))
+        }
+    });
     // A host that cannot give h5i a cgroup cannot hold mem/procs: the run goes ahead and the
     // reason is carried out for `status` to mark the limits `*` (the manual's rule), never
     // listed as enforced.
@@ -110,7 +123,19 @@ pub fn run_with_console(
     })?;
     notes.limits_unheld = unheld;
     let pid_file = bundle_dir.join("init.pid");
-    let mut cmd = Command::new(&runc.binary);
+    // Without a sealed copy (it could not be made here), h5i-runc makes its own and refuses
+    // to run unsealed: the guarantee is h5i-runc's, this is only where the copy happens.
+    let sealed = sealing.join().ok().flatten().and_then(Result::ok);
+    let mut cmd = match &sealed {
+        Some(memfd) => {
+            // The child opens /proc/self/fd/N before exec closes N (CLOEXEC); argv[0] stays
+            // the real path for messages.
+            let mut c = Command::new(format!("/proc/self/fd/{}", memfd.as_raw_fd()));
+            c.arg0(&runc.binary);
+            c
+        }
+        None => Command::new(&runc.binary),
+    };
     if let Some(root) = &runc.root {
         cmd.arg("--root").arg(root);
     }

@@ -82,6 +82,14 @@ pub fn ensure_sealed() -> Result<(), SealError> {
 
 /// Copy `/proc/self/exe` into a new memfd and seal it.
 pub fn sealed_copy() -> Result<File, SealError> {
+    let exe = File::open("/proc/self/exe").map_err(step("open /proc/self/exe"))?;
+    sealed_copy_of(&exe)
+}
+
+/// Copy the ELF image of `exe` into a new memfd and seal it. A launcher (h5i) uses this to
+/// start h5i-runc from a sealed copy directly (exec `/proc/self/fd/N`): the copy then finds
+/// its seals in place and skips its own re-exec.
+pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
     let name = c"h5i-runc";
     // SAFETY: `name` is a valid NUL-terminated string; memfd_create returns a new fd or -1.
     let fd =
@@ -91,10 +99,9 @@ pub fn sealed_copy() -> Result<File, SealError> {
     }
     // SAFETY: fd was just returned by memfd_create and is owned by nothing else.
     let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    let exe = File::open("/proc/self/exe").map_err(step("open /proc/self/exe"))?;
-    let len = exe.metadata().map_err(step("stat /proc/self/exe"))?.len();
-    let image = elf_image_len(&exe, len).unwrap_or(len);
-    let copied = io::copy(&mut (&exe).take(image), &mut memfd).map_err(step("copy binary"))?;
+    let len = exe.metadata().map_err(step("stat the binary"))?.len();
+    let image = elf_image_len(exe, len).unwrap_or(len);
+    let copied = io::copy(&mut exe.take(image), &mut memfd).map_err(step("copy binary"))?;
     if copied != image {
         return Err(step("copy binary")(io::Error::new(
             io::ErrorKind::UnexpectedEof,
