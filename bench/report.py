@@ -103,9 +103,27 @@ def machine_facts():
         facts.append(("OS", pretty.strip('"')))
     except OSError:
         pass
+    facts.append(("cgroups", cgroup_fact()))
     facts.append(("git", run(["git", "--version"])))
     facts.append(("hyperfine", run(["hyperfine", "--version"])))
     return facts
+
+
+def cgroup_fact():
+    """v1/hybrid/v2, and whether the cgroup2 mount has favordynmods (make setup sets it): it
+    decides what a cgroup migration costs on every box run's path."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            mounts = [ln.split(" - ", 1)[1].split() for ln in f if " - " in ln]
+    except OSError:
+        return "unknown"
+    v1 = any(m[0] == "cgroup" for m in mounts)
+    v2 = [m for m in mounts if m[0] == "cgroup2"]
+    layout = "v1 hybrid" if v1 and v2 else "v1" if v1 else "v2" if v2 else "none"
+    if v2:
+        opts = v2[0][2].split(",") if len(v2[0]) > 2 else []
+        layout += ", cgroup2 " + ("with" if "favordynmods" in opts else "without") + " favordynmods"
+    return layout
 
 
 def load(path):
