@@ -262,6 +262,13 @@ pub fn probe_lines() -> Vec<ProbeLine> {
             (layout, Err(e)) => format!("{layout}; mem and procs cannot be held here: {e}"),
         },
     ));
+    out.push(line(
+        "cgroup migrations",
+        migrations_line(
+            &std::fs::read_to_string("/sys/kernel/cgroup/features").unwrap_or_default(),
+            &std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+        ),
+    ));
     out.extend(
         crate::container::probe::lines(&container, &f.cgroups.1)
             .into_iter()
@@ -283,6 +290,33 @@ pub fn probe_lines() -> Vec<ProbeLine> {
     out
 }
 
+/// What joining a box run's cgroup costs here. Every run moves its first process into its
+/// cgroup, which takes the kernel's global threadgroup lock for writing; unless the cgroup2 mount
+/// has `favordynmods`, that write first waits out an RCU grace period (10-15 ms measured on the
+/// reference host, and most of the process tier's run-to-run spread). From the kernel's cgroup
+/// `features` file and `mountinfo`.
+fn migrations_line(features: &str, mountinfo: &str) -> String {
+    if !features.lines().any(|l| l.trim() == "favordynmods") {
+        return "each box run waits out an RCU grace period to join its cgroup (this kernel has no favordynmods option)".into();
+    }
+    let cgroup2 = mountinfo.lines().find_map(|l| {
+        let (mount, fs) = l.split_once(" - ")?;
+        let mut fs = fs.split_whitespace();
+        (fs.next()? == "cgroup2").then(|| {
+            let point = mount.split_whitespace().nth(4).unwrap_or("?").to_string();
+            let opts = fs.nth(1).unwrap_or("").to_string();
+            (point, opts)
+        })
+    });
+    match cgroup2 {
+        Some((_, opts)) if opts.split(',').any(|o| o == "favordynmods") => {
+            "fast (cgroup2 is mounted with favordynmods)".into()
+        }
+        Some((point, _)) => format!("each box run waits out an RCU grace period to join its cgroup; to speed up: mount -o remount,favordynmods {point} (as root; `make setup` does it, keeping the mount's other options)"),
+        None => "each box run waits out an RCU grace period to join its cgroup (no cgroup2 mount to set favordynmods on)".into(),
+    }
+}
+
 /// The manual's tty-injection line. `box shell` never shares the user's terminal: the box gets
 /// a pty of its own at every tier, so TIOCSTI from the box reaches only that pty. `box run`
 /// passes the caller's terminal through as stdio: there h5i's seccomp filter refuses
@@ -298,6 +332,24 @@ fn tty_injection_line(sysctl: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MOUNTINFO: &str = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 OPTS\n";
+
+    #[test]
+    fn the_migrations_line_follows_the_cgroup2_mount_options() {
+        let features = "nsdelegate\nfavordynmods\nmemory_localevents\n";
+        let fast = migrations_line(features, &MOUNTINFO.replace("OPTS", "rw,favordynmods"));
+        assert!(fast.starts_with("fast"), "{fast}");
+        let slow = migrations_line(features, &MOUNTINFO.replace("OPTS", "rw,nsdelegate"));
+        assert!(
+            slow.contains("mount -o remount,favordynmods /sys/fs/cgroup/unified"),
+            "{slow}"
+        );
+        let old_kernel = migrations_line("nsdelegate\n", &MOUNTINFO.replace("OPTS", "rw"));
+        assert!(old_kernel.contains("no favordynmods"), "{old_kernel}");
+        let v1_only = migrations_line(features, MOUNTINFO.lines().next().unwrap());
+        assert!(v1_only.contains("no cgroup2 mount"), "{v1_only}");
+    }
 
     #[test]
     fn the_tty_injection_line_follows_the_kernel_setting() {
