@@ -3,8 +3,10 @@
 //! root is read-only and the box holds no capability; the only way out of the box's own
 //! network namespace is the egress proxy on its loopback, which reaches the allowed test host
 //! and refuses (and counts) the other; the credential proxy serves a container box; mem and
-//! procs hold and an OOM kill is reported; no Podman socket is in the box; `status` shows the
-//! spec Podman handed the runtime and that it matches.
+//! procs hold and an OOM kill is reported; no Podman socket is in the box; `socket(AF_UNIX)` is
+//! refused with EPERM unless `net.unix` allows it (h5i-runc's deny list, from the
+//! `h5i.net.unix` annotation); `status` shows the spec Podman handed the runtime and that it
+//! matches.
 //!
 //! Run as root (CI), h5i runs rootless Podman as the test user (`H5I_CONTAINER_USER=h5i-test`,
 //! made by `make setup`), with the box's paths attached in that user's mount namespace; one
@@ -749,5 +751,58 @@ fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
     assert_eq!(
         std::fs::read_to_string(ws.join("landed")).unwrap(),
         "real\n"
+    );
+}
+
+/// The static `netprobe` (hooks/tests/support/netprobe.c), built once per test binary.
+fn netprobe() -> &'static Path {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/tests/support/netprobe.c");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("h5i-ct-netprobe-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-static", "-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc must be installed to build the netprobe helper");
+        assert!(st.success(), "building netprobe failed");
+        out
+    })
+}
+
+/// `net.unix` decides `socket(AF_UNIX)` inside a container box, asked of the kernel from
+/// inside: refused with EPERM by default, made when the profile grants it. A private
+/// `socketpair(AF_UNIX)` and an inet socket are made either way, so the refusal is AF_UNIX's.
+#[test]
+fn a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them() {
+    if !ready("a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&format!(
+        "{}[profile.u]\nisolation = \"container\"\n[profile.u.container]\nimage = \"{IMAGE}\"\n\
+         [profile.u.net]\nunix = true\n",
+        policy("")
+    ));
+    let probes = "./netprobe socket 1 1 0; ./netprobe socket 1 2 0; ./netprobe socketpair; \
+                  ./netprobe socket 2 1 0";
+    let mut seen = Vec::new();
+    for (name, profile) in [("nounix", "c"), ("unix", "u")] {
+        create(&r, name, profile, &[]);
+        let probe = r.workspace(name).join("netprobe");
+        std::fs::copy(netprobe(), &probe).unwrap();
+        let out = run(&r, name, &["sh", "-c", probes], &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        seen.push(stdout(&out));
+    }
+    assert_eq!(
+        seen[0], "socket 1 1 0=EPERM\nsocket 1 2 0=EPERM\nsocketpair=OK\nsocket 2 1 0=OK\n",
+        "net.unix unset"
+    );
+    assert_eq!(
+        seen[1], "socket 1 1 0=OK\nsocket 1 2 0=OK\nsocketpair=OK\nsocket 2 1 0=OK\n",
+        "net.unix = true"
     );
 }
