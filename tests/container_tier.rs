@@ -806,3 +806,46 @@ fn a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them() {
         "net.unix = true"
     );
 }
+
+/// The receipt's resource figures are the box's own, read from the cage: a box that burns a
+/// second of CPU (by its own kernel account, `/proc/self/stat`) gets a CPU figure of about
+/// that, not the few milliseconds of the Podman client h5i supervises; the client's `wait4`
+/// rusage is left out rather than passed off as the box's.
+#[test]
+fn a_container_receipt_counts_the_boxs_own_cpu_time() {
+    if !ready("a_container_receipt_counts_the_boxs_own_cpu_time") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "cpu", "c", &[]);
+    // Builtins only (no fork): spin until this shell has used 100 ticks (1 s) of CPU, bounded
+    // by an iteration cap.
+    let script = r#"n=0; t=0
+        while [ "$t" -lt 100 ] && [ "$n" -lt 20000000 ]; do
+            read -r line < /proc/$$/stat; set -- $line; t=$((${14} + ${15})); n=$((n + 1))
+        done
+        echo ticks=$t"#;
+    let out = run(&r, "cpu", &["sh", "-c", script], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ticks: u64 = stdout(&out)
+        .trim()
+        .strip_prefix("ticks=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    assert!(
+        ticks >= 100,
+        "the box did not burn its second: {ticks} ticks"
+    );
+    let rec = last_run(&r, "cpu");
+    assert!(rec["rusage"].is_null(), "Podman's client figures: {rec}");
+    let usage = &rec["cgroup_usage"];
+    let cpu_us = usage["cpu_us"].as_u64().unwrap_or_else(|| panic!("{rec}"));
+    assert!(
+        cpu_us >= 900_000,
+        "{cpu_us} µs of CPU for a box that used 1 s: {rec}"
+    );
+    let split = usage["user_us"].as_u64().unwrap() + usage["sys_us"].as_u64().unwrap();
+    assert!(split >= 900_000, "{rec}");
+    assert!(usage["mem_peak_bytes"].as_u64().unwrap() > 0, "{rec}");
+}

@@ -15,8 +15,10 @@
 //!    passed through; the wall clock kills every process in the cage (or the container by
 //!    name when there is none);
 //! 6. the evidence: the OCI spec Podman handed the runtime, captured by h5i-runc
-//!    ([`evidence`]), the cage's OOM count (Podman's own OOMKilled flag misses a v1 OOM), the
-//!    proxies' tallies; then everything of the run is removed.
+//!    ([`evidence`]), the cage's OOM count (Podman's own OOMKilled flag misses a v1 OOM) and
+//!    the box's CPU time and memory peak (the supervisor reaps Podman's client, never the box,
+//!    so the receipt's figures come from the cage), the proxies' tallies; then everything of
+//!    the run is removed.
 //!
 //! Must never: run rootful Podman, mount a host path the plan does not name, give the box a
 //! network device (`--network none`: the proxy listener is its only way out), or leave a
@@ -38,7 +40,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use h5i_policy::receipt::{EgressTally, OomReport};
+use h5i_policy::receipt::{CgroupUsage, EgressTally, OomReport};
 use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
 use h5i_runtime::cage::ResourceCage;
 use h5i_runtime::supervise::ChildReport;
@@ -59,6 +61,9 @@ pub struct ContainerRun {
     pub child: ChildReport,
     /// OOM evidence from the cage.
     pub oom: Option<OomReport>,
+    /// The box's own CPU time and memory peak, read from the cage (the supervised child is
+    /// Podman's client, whose `wait4` figures are its own); `None` without a cage.
+    pub usage: Option<CgroupUsage>,
     /// The proxies' counts (egress and credential), when any proxy ran.
     pub egress: Option<EgressTally>,
     /// Why mem/procs were not held for this run, when they were not.
@@ -389,7 +394,9 @@ pub fn run(
     let child = h5i_runtime::supervise::run_supervised_with(cmd, inputs.wall, &mut on_wall);
 
     let tally = broker.finish();
-    let oom = cage.as_ref().and_then(|c| c.report().oom);
+    let cage_report = cage.as_ref().map(ResourceCage::report);
+    let oom = cage_report.as_ref().and_then(|r| r.oom.clone());
+    let usage = cage_report.map(|r| r.usage);
     let captured = evidence::read_capture(&evidence_file, engine.uid);
     drop(cage);
     let stale_namespace = attached
@@ -427,6 +434,7 @@ pub fn run(
     Ok(ContainerRun {
         child,
         oom,
+        usage,
         egress: tally,
         limits_unheld,
     })
