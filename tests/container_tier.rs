@@ -849,3 +849,29 @@ fn a_container_receipt_counts_the_boxs_own_cpu_time() {
     assert!(split >= 900_000, "{rec}");
     assert!(usage["mem_peak_bytes"].as_u64().unwrap() > 0, "{rec}");
 }
+
+/// `runtime = "host-default"` runs none of h5i-runc's layers, so nothing there refuses
+/// `socket(AF_UNIX)`: a profile with `net.unix` off is refused at create, before any state;
+/// one that grants it is accepted.
+#[test]
+fn the_host_default_runtime_is_refused_unless_the_profile_grants_af_unix() {
+    if !ready("the_host_default_runtime_is_refused_unless_the_profile_grants_af_unix") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&format!(
+        "{}runtime = \"host-default\"\n[profile.u]\nisolation = \"container\"\n\
+         [profile.u.container]\nimage = \"{IMAGE}\"\nruntime = \"host-default\"\n\
+         [profile.u.net]\nunix = true\n",
+        policy("")
+    ));
+    let out = h5i(&r, &["box", "create", "hd", "--profile", "c"], &[]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("host-default") && err.contains("AF_UNIX") && err.contains("to fix:"),
+        "{err}"
+    );
+    assert!(!r.h5i_dir().join("env/none/hd").exists());
+    create(&r, "hdu", "u", &[]);
+}

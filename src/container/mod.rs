@@ -21,8 +21,9 @@
 //!    the run is removed.
 //!
 //! Must never: run rootful Podman, mount a host path the plan does not name, give the box a
-//! network device (`--network none`: the proxy listener is its only way out), or leave a
-//! mount, socket, cgroup or container behind.
+//! network device (`--network none`: the proxy listener is its only way out), run a policy with
+//! `net.unix` off on a runtime that cannot refuse `socket(AF_UNIX)` (`host-default`), or leave
+//! a mount, socket, cgroup or container behind.
 //!
 //! Guarded by `tests/container_tier.rs`.
 
@@ -226,6 +227,7 @@ pub fn image_for_create(policy: &ResolvedPolicy) -> Result<Option<image::PinnedI
     if policy.tier != h5i_policy::Tier::Container {
         return Ok(None);
     }
+    check_runtime_holds(policy, &format!("profile `{}`", policy.profile))?;
     let Some(name) = &policy.image else {
         return Ok(None);
     };
@@ -233,6 +235,22 @@ pub fn image_for_create(policy: &ResolvedPolicy) -> Result<Option<image::PinnedI
     image::inspect(&engine, name)?
         .map(Some)
         .ok_or_else(|| image::missing(&engine, name))
+}
+
+/// Refuse a policy the box's OCI runtime would not keep. `runtime = "host-default"` runs none
+/// of h5i-runc's layers, so nothing refuses `socket(AF_UNIX)` there: with `net.unix` off (the
+/// default) the box would hold what its policy denies. Checked at create (before any state)
+/// and again at every run (a box made before this check).
+fn check_runtime_holds(policy: &ResolvedPolicy, who: &str) -> Result<(), BoxError> {
+    if policy.container_runtime == Some(ContainerRuntime::HostDefault) && !policy.net.unix {
+        return Err(refuse(
+            format!(
+                "{who} asks for runtime = \"host-default\", which has no socket(AF_UNIX) gate (none of h5i-runc's layers), and its net.unix is off"
+            ),
+            "set unix = true in the profile's [net] to let the box make AF_UNIX sockets, or drop runtime = \"host-default\" (h5i-runc refuses them)",
+        ));
+    }
+    Ok(())
 }
 
 fn engine_for_run() -> Result<Engine, BoxError> {
@@ -261,6 +279,7 @@ pub fn run(
             "use net.mode = \"deny\" with net.egress for the hosts it needs, or isolation process for the host's network",
         ));
     }
+    check_runtime_holds(policy, &format!("box `{}`", sb.manifest.name))?;
     let image_name = policy.image.clone().ok_or_else(|| {
         refuse(
             format!(
