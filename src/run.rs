@@ -56,6 +56,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let mut oom = None;
     let mut egress = None;
     let mut socket_gate = None;
+    let mut usage = Usage::Supervisor;
     let report = match policy.tier {
         Tier::Workspace => {
             let mut cmd = workspace_command(&sb, program, &argv[1..]);
@@ -91,6 +92,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             )?;
             oom = run.oom;
             egress = run.egress;
+            usage = Usage::Cgroup(run.usage);
             run.child
         }
         Tier::Supervised => {
@@ -118,6 +120,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             scrub,
             egress,
             socket_gate,
+            usage,
         },
     )
 }
@@ -147,6 +150,19 @@ pub(crate) struct RunExtras {
     pub egress: Option<h5i_policy::receipt::EgressTally>,
     /// The socket() gate's decisions (supervised tier).
     pub socket_gate: Option<Box<h5i_policy::receipt::SocketGateTally>>,
+    /// Where the resource figures come from.
+    pub usage: Usage,
+}
+
+/// Where a run record's resource figures come from.
+#[derive(Debug, Default)]
+pub(crate) enum Usage {
+    /// The supervisor reaped the box itself: its `wait4` rusage.
+    #[default]
+    Supervisor,
+    /// The supervisor's child was not the box (the container tier: Podman's client, whose
+    /// rusage is its own): no rusage, and the box's cgroup figures when a cage held it.
+    Cgroup(Option<h5i_policy::receipt::CgroupUsage>),
 }
 
 /// The command for a workspace-tier run: in the workspace, with the box's variables.
@@ -186,6 +202,10 @@ pub(crate) fn record_with(
     extras: RunExtras,
 ) -> Result<RunOutcome, BoxError> {
     let digest = sb.manifest.policy_digest.clone();
+    let (rusage, cgroup_usage) = match extras.usage {
+        Usage::Supervisor => (Some(Box::new(report.rusage.clone())), None),
+        Usage::Cgroup(usage) => (None, usage.map(Box::new)),
+    };
 
     let mut exit = report.exit.clone();
     exit.oom_killed = oom.is_some()
@@ -214,7 +234,8 @@ pub(crate) fn record_with(
             argv: argv_text,
             tier: policy.tier.as_str().to_string(),
             exit: exit.clone(),
-            rusage: Some(report.rusage.clone()),
+            rusage,
+            cgroup_usage,
             wall_ms: report.wall.as_millis() as u64,
             oom: oom.clone(),
             egress: extras.egress,

@@ -682,6 +682,7 @@ fn supervise_inner(
             scrub,
             egress,
             socket_gate: None,
+            usage: crate::run::Usage::Supervisor,
         },
     )?;
     {

@@ -92,6 +92,7 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
     let mut oom = None;
     let mut egress = None;
     let mut socket_gate = None;
+    let mut usage = crate::run::Usage::Supervisor;
     let report = match policy.tier {
         Tier::Workspace => {
             let pair = PtyPair::open(pty::window_size(0).as_ref())?;
@@ -170,6 +171,7 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
             )?;
             oom = run.oom;
             egress = run.egress;
+            usage = crate::run::Usage::Cgroup(run.usage);
             run.child
         }
         other => return Err(crate::run::tier_not_built(name, other).into()),
@@ -188,6 +190,7 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
             scrub,
             egress,
             socket_gate,
+            usage,
         },
     )?)
 }

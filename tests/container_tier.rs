@@ -3,8 +3,10 @@
 //! root is read-only and the box holds no capability; the only way out of the box's own
 //! network namespace is the egress proxy on its loopback, which reaches the allowed test host
 //! and refuses (and counts) the other; the credential proxy serves a container box; mem and
-//! procs hold and an OOM kill is reported; no Podman socket is in the box; `status` shows the
-//! spec Podman handed the runtime and that it matches.
+//! procs hold and an OOM kill is reported; no Podman socket is in the box; `socket(AF_UNIX)` is
+//! refused with EPERM unless `net.unix` allows it (h5i-runc's deny list, from the
+//! `h5i.net.unix` annotation); `status` shows the spec Podman handed the runtime and that it
+//! matches.
 //!
 //! Run as root (CI), h5i runs rootless Podman as the test user (`H5I_CONTAINER_USER=h5i-test`,
 //! made by `make setup`), with the box's paths attached in that user's mount namespace; one
@@ -750,4 +752,126 @@ fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
         std::fs::read_to_string(ws.join("landed")).unwrap(),
         "real\n"
     );
+}
+
+/// The static `netprobe` (hooks/tests/support/netprobe.c), built once per test binary.
+fn netprobe() -> &'static Path {
+    static PROBE: OnceLock<PathBuf> = OnceLock::new();
+    PROBE.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/tests/support/netprobe.c");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("h5i-ct-netprobe-{}", std::process::id()));
+        let st = Command::new("cc")
+            .args(["-static", "-O1", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .expect("cc must be installed to build the netprobe helper");
+        assert!(st.success(), "building netprobe failed");
+        out
+    })
+}
+
+/// `net.unix` decides `socket(AF_UNIX)` inside a container box, asked of the kernel from
+/// inside: refused with EPERM by default, made when the profile grants it. A private
+/// `socketpair(AF_UNIX)` and an inet socket are made either way, so the refusal is AF_UNIX's.
+#[test]
+fn a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them() {
+    if !ready("a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&format!(
+        "{}[profile.u]\nisolation = \"container\"\n[profile.u.container]\nimage = \"{IMAGE}\"\n\
+         [profile.u.net]\nunix = true\n",
+        policy("")
+    ));
+    let probes = "./netprobe socket 1 1 0; ./netprobe socket 1 2 0; ./netprobe socketpair; \
+                  ./netprobe socket 2 1 0";
+    let mut seen = Vec::new();
+    for (name, profile) in [("nounix", "c"), ("unix", "u")] {
+        create(&r, name, profile, &[]);
+        let probe = r.workspace(name).join("netprobe");
+        std::fs::copy(netprobe(), &probe).unwrap();
+        let out = run(&r, name, &["sh", "-c", probes], &[]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        seen.push(stdout(&out));
+    }
+    assert_eq!(
+        seen[0], "socket 1 1 0=EPERM\nsocket 1 2 0=EPERM\nsocketpair=OK\nsocket 2 1 0=OK\n",
+        "net.unix unset"
+    );
+    assert_eq!(
+        seen[1], "socket 1 1 0=OK\nsocket 1 2 0=OK\nsocketpair=OK\nsocket 2 1 0=OK\n",
+        "net.unix = true"
+    );
+}
+
+/// The receipt's resource figures are the box's own, read from the cage: a box that burns a
+/// second of CPU (by its own kernel account, `/proc/self/stat`) gets a CPU figure of about
+/// that, not the few milliseconds of the Podman client h5i supervises; the client's `wait4`
+/// rusage is left out rather than passed off as the box's.
+#[test]
+fn a_container_receipt_counts_the_boxs_own_cpu_time() {
+    if !ready("a_container_receipt_counts_the_boxs_own_cpu_time") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "cpu", "c", &[]);
+    // Builtins only (no fork): spin until this shell has used 100 ticks (1 s) of CPU, bounded
+    // by an iteration cap.
+    let script = r#"n=0; t=0
+        while [ "$t" -lt 100 ] && [ "$n" -lt 20000000 ]; do
+            read -r line < /proc/$$/stat; set -- $line; t=$((${14} + ${15})); n=$((n + 1))
+        done
+        echo ticks=$t"#;
+    let out = run(&r, "cpu", &["sh", "-c", script], &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let ticks: u64 = stdout(&out)
+        .trim()
+        .strip_prefix("ticks=")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    assert!(
+        ticks >= 100,
+        "the box did not burn its second: {ticks} ticks"
+    );
+    let rec = last_run(&r, "cpu");
+    assert!(rec["rusage"].is_null(), "Podman's client figures: {rec}");
+    let usage = &rec["cgroup_usage"];
+    let cpu_us = usage["cpu_us"].as_u64().unwrap_or_else(|| panic!("{rec}"));
+    assert!(
+        cpu_us >= 900_000,
+        "{cpu_us} µs of CPU for a box that used 1 s: {rec}"
+    );
+    let split = usage["user_us"].as_u64().unwrap() + usage["sys_us"].as_u64().unwrap();
+    assert!(split >= 900_000, "{rec}");
+    assert!(usage["mem_peak_bytes"].as_u64().unwrap() > 0, "{rec}");
+}
+
+/// `runtime = "host-default"` runs none of h5i-runc's layers, so nothing there refuses
+/// `socket(AF_UNIX)`: a profile with `net.unix` off is refused at create, before any state;
+/// one that grants it is accepted.
+#[test]
+fn the_host_default_runtime_is_refused_unless_the_profile_grants_af_unix() {
+    if !ready("the_host_default_runtime_is_refused_unless_the_profile_grants_af_unix") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&format!(
+        "{}runtime = \"host-default\"\n[profile.u]\nisolation = \"container\"\n\
+         [profile.u.container]\nimage = \"{IMAGE}\"\nruntime = \"host-default\"\n\
+         [profile.u.net]\nunix = true\n",
+        policy("")
+    ));
+    let out = h5i(&r, &["box", "create", "hd", "--profile", "c"], &[]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("host-default") && err.contains("AF_UNIX") && err.contains("to fix:"),
+        "{err}"
+    );
+    assert!(!r.h5i_dir().join("env/none/hd").exists());
+    create(&r, "hdu", "u", &[]);
 }

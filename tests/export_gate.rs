@@ -196,6 +196,7 @@ fn run_record(
                 oom_killed: false,
             },
             rusage: None,
+            cgroup_usage: None,
             wall_ms: 12,
             oom: None,
             egress,

@@ -211,6 +211,7 @@ mod tests {
                     oom_killed: false,
                 },
                 rusage: None,
+                cgroup_usage: None,
                 wall_ms: 1,
                 oom: None,
                 egress: None,

@@ -13,8 +13,8 @@
 //! (`nft.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
 //! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) and only
 //! then starts the slirp4netns uplink (`uplink.rs`); `net-down` (poststop) has it write the
-//! tally. The spec's `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook
-//! verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.
+//! tally, and ends a net directory h5i-runc made for the run (`net_end.rs`). The spec's
+//! `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.
 //!
 //! Must never: act on a pid the state did not name, trust a field outside the closed set, or
 //! touch the host's own network namespace.
@@ -25,6 +25,7 @@
 pub mod egress;
 pub mod listen;
 pub mod loopback;
+pub mod net_end;
 pub mod net_hooks;
 pub mod net_spec;
 pub mod netns;

@@ -10,7 +10,8 @@
 //!   own network and user namespaces to the sentry (`attach`), and waits, bounded, for `ok`,
 //!   which the sentry gives only once the table is loaded and the uplink is up.
 //! - `net-down` asks the sentry to finish (`stop`), waits (bounded) until it has answered and
-//!   exited, and succeeds only if `tally.json` exists; it removes what the sentry left.
+//!   exited, and succeeds only if `tally.json` exists; it removes what the sentry left, and a
+//!   net directory h5i-runc made for the run goes whatever the outcome (`net_end`).
 //!
 //! Must never: start a box whose table or uplink did not come up, wait without a bound, or
 //! report success for a run without a tally.
@@ -50,6 +51,9 @@ pub enum NetHookError {
     /// `lo` could not be brought up.
     #[error(transparent)]
     Loopback(#[from] crate::loopback::LoopbackError),
+    /// The net directory h5i-runc made could not be removed.
+    #[error(transparent)]
+    End(#[from] crate::net_end::NetEndError),
     /// A step failed with an OS error.
     #[error("refusing: {what} {path}: {source}; to fix: {mend}")]
     Io {
@@ -268,11 +272,25 @@ pub fn net_inside() -> Result<(), NetHookError> {
     }
 }
 
-/// `net-down`: ask the sentry to finish, wait until it has, check the tally exists.
+/// `net-down`: ask the sentry to finish, wait until it has, check the tally exists; then end a
+/// net directory h5i-runc made (its tally and log kept in the bundle).
 pub fn net_down() -> Result<(), NetHookError> {
     let state = read_state()?;
-    let config = net_spec::read_config(state.bundle()?)?;
-    let dir = net_spec::net_dir(&config)?;
+    let bundle = state.bundle()?;
+    let config = net_spec::read_config(bundle)?;
+    let stopped = stop_sentry(&config);
+    match (crate::net_end::finish(&config, &state.id, bundle), stopped) {
+        (
+            Ok(crate::net_end::Finished::Removed { log: Some(log) }),
+            Err(NetHookError::Sentry { answer, .. }),
+        ) => Err(NetHookError::Sentry { answer, log }),
+        (Err(e), Ok(())) => Err(e.into()),
+        (_, stopped) => stopped,
+    }
+}
+
+fn stop_sentry(config: &serde_json::Value) -> Result<(), NetHookError> {
+    let dir = net_spec::net_dir(config)?;
     let sentry = std::fs::read_to_string(dir.join(SENTRY_PID))
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())

@@ -364,20 +364,26 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
             .arg(&id),
     );
     remove_cgroup(&cgroup);
-    let log = sentry_log(&net_dir);
+    // The directory h5i-runc made went with the run (net-down, run by h5i-runc's delete); its
+    // tally and log are kept in the bundle.
+    let log = std::fs::read_to_string(b.join(h5i_hook::net_end::KEPT_LOG)).unwrap_or_default();
     assert!(
         out.status.success(),
         "h5i-runc run as h5i-test: {:?}\n{}\nsentry log:\n{log}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        !outlived(&net_dir),
+        "{} outlived the run",
+        net_dir.display()
+    );
     check_results(&out, &expect, &log);
     // An unprivileged sentry outside any user namespace cannot sandbox slirp4netns.
     assert_sandboxed(&log, false);
-    let t = tally(&net_dir);
+    let t = tally_kept_in(&b);
     check_tally(&t, &hosts);
     check_gate_tally(&t);
-    assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -407,12 +413,12 @@ fn hooks_dir(dir: &Path, hook: &Path) {
     assert_eq!(n, 3, "three hooks.d entries ship in hooks/oci");
 }
 
-/// `--annotation` values: Podman parses them as CSV, so the JSON is quoted.
+/// `--annotation` values: Podman parses them as CSV, so the JSON is quoted. No `--rm`: the
+/// caller reads the tally kept in the container's bundle, then removes the container.
 fn podman_net_args(hosts: &TestHosts, cidfile: &Path) -> Vec<String> {
     let egress = egress(hosts).replace('"', "\"\"");
     vec![
         "run".into(),
-        "--rm".into(),
         "--network".into(),
         "none".into(),
         "--cidfile".into(),
@@ -483,34 +489,69 @@ fn unmount_under(dir: &Path) {
     }
 }
 
-#[test]
-fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
-    let test = "podman_with_the_shipped_hooks_gives_a_supervised_box";
-    if !require_root(test) || !have_podman(test) {
-        return;
-    }
-    let hosts = TestHosts::new();
-    let tmp = tempfile::Builder::new()
-        .prefix("h5i-net-podman")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    let p = tmp.path().to_path_buf();
-    hooks_dir(&p.join("hooks.d"), &hook_bin());
-    std::fs::write(
-        p.join("containers.conf"),
-        format!(
-            "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
-             [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\ntmp_dir = \"{}\"\n",
-            p.join("tmp").display()
-        ),
-    )
-    .unwrap();
-    let cgroup_parent = format!(
-        "{}/h5i-net-podman-{}",
-        own_cgroup().trim_end_matches('/'),
-        std::process::id()
+/// Whether the run's net directory outlived the run; removed here either way, so a failing
+/// assertion leaves nothing behind.
+fn outlived(net_dir: &Path) -> bool {
+    let left = std::fs::symlink_metadata(net_dir).is_ok();
+    let _ = std::fs::remove_dir_all(net_dir);
+    left
+}
+
+/// The container's bundle (Podman's `StaticDir`), where net-down keeps the tally and the log.
+fn bundle_of(podman: &dyn Fn(&[String]) -> std::process::Output, cid: &str) -> PathBuf {
+    let out = podman(&[
+        "inspect".into(),
+        "--format".into(),
+        "{{.StaticDir}}".into(),
+        cid.into(),
+    ]);
+    assert!(
+        out.status.success(),
+        "podman inspect: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    let podman = |args: &[String]| {
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// Rootful Podman on private storage under /var/tmp, with h5i-runc, the shipped hooks.d
+/// entries (running the hook under test) and a cgroup parent under this test's own cgroup.
+/// Every container, image, mount and cgroup it made goes on drop.
+struct RootfulPodman {
+    dir: tempfile::TempDir,
+    cgroup_parent: String,
+}
+
+impl RootfulPodman {
+    fn new(name: &str) -> RootfulPodman {
+        let dir = tempfile::Builder::new()
+            .prefix(name)
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        let p = dir.path();
+        hooks_dir(&p.join("hooks.d"), &hook_bin());
+        std::fs::write(
+            p.join("containers.conf"),
+            format!(
+                "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\
+                 [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\ntmp_dir = \"{}\"\n",
+                p.join("tmp").display()
+            ),
+        )
+        .unwrap();
+        let podman = RootfulPodman {
+            cgroup_parent: format!(
+                "{}/{name}-{}",
+                own_cgroup().trim_end_matches('/'),
+                std::process::id()
+            ),
+            dir,
+        };
+        import_image(&|a: &[String]| podman.podman(a), podman.dir.path(), 0);
+        podman
+    }
+
+    fn podman(&self, args: &[String]) -> std::process::Output {
+        let p = self.dir.path();
         run_to_files(
             Command::new("podman")
                 .env("CONTAINERS_CONF", p.join("containers.conf"))
@@ -524,35 +565,51 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
                 .arg(p.join("hooks.d"))
                 .args(args),
         )
-    };
-    import_image(&podman, &p, 0);
-    let cidfile = p.join("cid");
-    let expect = box_script(&hosts, false);
-    let mut args = podman_net_args(&hosts, &cidfile);
-    args.extend(
-        [
-            "--cgroup-parent",
-            &cgroup_parent,
-            IMAGE,
-            "sh",
-            "-c",
-            &expect.script,
-        ]
-        .map(String::from),
-    );
-    let out = podman(&args);
-    let net_dir = PathBuf::from("/run/h5i-net").join(&read_cid(&cidfile)[..16]);
-    let log = sentry_log(&net_dir);
-    // Read what the run left, then remove its directory before any assertion can fail.
-    let left = leftovers(&net_dir);
-    let tally_text = std::fs::read_to_string(net_dir.join("tally.json"));
-    std::fs::remove_dir_all(&net_dir).unwrap();
-    let _ = podman(&["rm".into(), "--all".into(), "--force".into()]);
-    let _ = podman(&["rmi".into(), "--all".into(), "--force".into()]);
-    unmount_under(&p);
-    for suffix in ["/conmon", ""] {
-        remove_cgroup(&format!("{cgroup_parent}{suffix}"));
     }
+
+    /// `podman run` with `args` before the image and `cmd` after it, the cgroup parent placed.
+    fn run(&self, args: &[String], cmd: &[&str]) -> std::process::Output {
+        let mut all = args.to_vec();
+        all.extend(["--cgroup-parent", &self.cgroup_parent, IMAGE].map(String::from));
+        all.extend(cmd.iter().map(|s| s.to_string()));
+        self.podman(&all)
+    }
+}
+
+impl Drop for RootfulPodman {
+    fn drop(&mut self) {
+        let _ = self.podman(&["rm".into(), "--all".into(), "--force".into()]);
+        let _ = self.podman(&["rmi".into(), "--all".into(), "--force".into()]);
+        unmount_under(self.dir.path());
+        for suffix in ["/conmon", ""] {
+            remove_cgroup(&format!("{}{suffix}", self.cgroup_parent));
+        }
+    }
+}
+
+#[test]
+fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
+    let test = "podman_with_the_shipped_hooks_gives_a_supervised_box";
+    if !require_root(test) || !have_podman(test) {
+        return;
+    }
+    let hosts = TestHosts::new();
+    let podman = RootfulPodman::new("h5i-net-podman");
+    let cidfile = podman.dir.path().join("cid");
+    let expect = box_script(&hosts, false);
+    let out = podman.run(
+        &podman_net_args(&hosts, &cidfile),
+        &["sh", "-c", &expect.script],
+    );
+    let cid = read_cid(&cidfile);
+    let net_dir = PathBuf::from("/run/h5i-net").join(&cid[..16]);
+    let bundle = bundle_of(&|a: &[String]| podman.podman(a), &cid);
+    let log = std::fs::read_to_string(bundle.join(h5i_hook::net_end::KEPT_LOG)).unwrap_or_default();
+    assert!(
+        !outlived(&net_dir),
+        "{} outlived the run",
+        net_dir.display()
+    );
     assert!(
         out.status.success(),
         "podman run: {:?}\n{}\nsentry log:\n{log}",
@@ -561,9 +618,94 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
     );
     check_results(&out, &expect, &log);
     assert_sandboxed(&log, true);
-    let t: NetTally = serde_json::from_str(&tally_text.unwrap()).unwrap();
+    let t = tally_kept_in(&bundle);
     check_tally(&t, &hosts);
-    assert_eq!(left, ["sentry.log", "tally.json"]);
+    // The kept files live as long as the container: `podman rm` takes them with it.
+    let rm = podman.podman(&["rm".into(), cid]);
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    assert!(
+        !bundle.exists(),
+        "{} outlived the container",
+        bundle.display()
+    );
+}
+
+fn tally_kept_in(bundle: &Path) -> NetTally {
+    let path = bundle.join(h5i_hook::net_end::KEPT_TALLY);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The net directory h5i-runc made goes however the run ends: a normal exit under `--rm`
+/// (poststop), `podman rm -f` of a running box (poststop after the kill), and a create the
+/// network hooks refuse (no poststop: h5i-runc removes it itself).
+#[test]
+fn podman_leaves_no_net_directory_however_the_run_ends() {
+    let test = "podman_leaves_no_net_directory_however_the_run_ends";
+    if !require_root(test) || !have_podman(test) {
+        return;
+    }
+    let hosts = TestHosts::new();
+    let podman = RootfulPodman::new("h5i-net-ends");
+    let p = podman.dir.path().to_path_buf();
+    let net_dir = |cidfile: &Path| PathBuf::from("/run/h5i-net").join(&read_cid(cidfile)[..16]);
+    let with = |cidfile: &Path, extra: &[&str]| {
+        let mut a = podman_net_args(&hosts, cidfile);
+        a.extend(extra.iter().map(|s| s.to_string()));
+        a
+    };
+
+    // A normal (failing) exit, removed with the container.
+    let cid = p.join("cid-exit");
+    let out = podman.run(&with(&cid, &["--rm"]), &["sh", "-c", "exit 3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = net_dir(&cid);
+    assert!(!outlived(&d), "{} outlived a normal exit", d.display());
+
+    // Killed while running.
+    let cid = p.join("cid-kill");
+    let out = podman.run(&with(&cid, &["-d"]), &["sleep", "600"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = net_dir(&cid);
+    assert!(d.is_dir(), "the running box has its net directory");
+    let rm = podman.podman(&[
+        "rm".into(),
+        "-f".into(),
+        "-t".into(),
+        "0".into(),
+        read_cid(&cid),
+    ]);
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    assert!(!outlived(&d), "{} outlived podman rm -f", d.display());
+
+    // Refused at create (net-up: CAP_NET_ADMIN would let the box rewrite its table).
+    let cid = p.join("cid-refused");
+    let out = podman.run(&with(&cid, &["--rm", "--cap-add", "NET_ADMIN"]), &["true"]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CAP_NET_ADMIN"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d = net_dir(&cid);
+    assert!(!outlived(&d), "{} outlived a refused create", d.display());
 }
 
 /// Rootless Podman as h5i-test: h5i-runc runs as uid 0 in Podman's user namespace (which the
@@ -616,10 +758,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
         let d = PathBuf::from(format!("{}{rel}", h.display()));
         std::fs::create_dir_all(&d).unwrap();
         if d.join("cpuset.cpus").exists() {
-            let parent = d.parent().unwrap();
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                std::fs::write(d.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
-            }
+            fill_cpuset_down(&h, &rel);
         }
         for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
             let q = if f.is_empty() { d.clone() } else { d.join(f) };
@@ -665,7 +804,10 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     let out = podman(&args);
     let cid = read_cid(&cidfile);
     let net_dir = xdg.join("h5i-net").join(&cid[..16]);
-    let log = sentry_log(&net_dir);
+    let bundle = bundle_of(&podman, &cid);
+    let log = std::fs::read_to_string(bundle.join(h5i_hook::net_end::KEPT_LOG)).unwrap_or_default();
+    let tally = std::fs::read_to_string(bundle.join(h5i_hook::net_end::KEPT_TALLY));
+    let dir_outlived = outlived(&net_dir);
     let _ = podman(&["rm".into(), "--all".into(), "--force".into()]);
     let _ = podman(&["rmi".into(), "--all".into(), "--force".into()]);
     // Our own pause process (its own XDG_RUNTIME_DIR, so never another test's).
@@ -693,12 +835,30 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(!dir_outlived, "{} outlived the run", net_dir.display());
     check_results(&out, &expect, &log);
     // The sentry holds CAP_SYS_ADMIN in Podman's user namespace: slirp4netns is sandboxed.
     assert_sandboxed(&log, true);
-    let t = tally(&net_dir);
+    let t: NetTally = serde_json::from_str(&tally.unwrap()).unwrap();
     check_tally(&t, &hosts);
-    assert_eq!(leftovers(&net_dir), ["sentry.log", "tally.json"]);
+}
+
+/// Fill empty `cpuset.cpus`/`cpuset.mems` down `rel` under the cpuset hierarchy `root`, each
+/// from its parent (a new cpuset group is empty, and the user could not fill it).
+fn fill_cpuset_down(root: &Path, rel: &str) {
+    for file in ["cpuset.cpus", "cpuset.mems"] {
+        let mut cur = root.to_path_buf();
+        let mut value = std::fs::read_to_string(cur.join(file)).unwrap();
+        for comp in Path::new(rel.trim_start_matches('/')).components() {
+            cur.push(comp);
+            let here = std::fs::read_to_string(cur.join(file)).unwrap();
+            if here.trim().is_empty() {
+                std::fs::write(cur.join(file), value.trim()).unwrap();
+            } else {
+                value = here;
+            }
+        }
+    }
 }
 
 /// A box whose network cannot be supervised never starts: the hooks refuse, say why, and

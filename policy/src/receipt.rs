@@ -93,6 +93,25 @@ pub struct Rusage {
     pub nivcsw: u64,
 }
 
+/// What the box's own cgroup counted over a run whose supervised child is not the box (the
+/// container tier: that child is Podman's client, and its `wait4` figures are the client's).
+/// Read from h5i's cage, the container's cgroup parent, after the run. A figure the host's
+/// cgroups cannot give, or that nothing in the cage ever charged (the box was not placed there
+/// in that hierarchy), is absent, never zero.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupUsage {
+    /// CPU time of everything in the cage, microseconds (v1 `cpuacct.usage`, v2 `cpu.stat`
+    /// `usage_usec`).
+    pub cpu_us: Option<u64>,
+    /// Of which user time (v1 `cpuacct.usage_user`, v2 `user_usec`).
+    pub user_us: Option<u64>,
+    /// Of which system time (v1 `cpuacct.usage_sys`, v2 `system_usec`).
+    pub sys_us: Option<u64>,
+    /// Peak memory charged to the cage, bytes: resident memory and page cache together (v1
+    /// `memory.max_usage_in_bytes`, v2 `memory.peak`).
+    pub mem_peak_bytes: Option<u64>,
+}
+
 /// What the memory controller said about an OOM kill.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OomReport {
@@ -172,8 +191,12 @@ pub enum RecordBody {
         tier: String,
         /// How it ended.
         exit: ExitOutcome,
-        /// `wait4` resource usage, when the supervisor reaped it itself.
-        rusage: Option<Rusage>,
+        /// `wait4` resource usage, when the supervisor reaped the box itself (absent at the
+        /// container tier, whose supervised child is Podman's client: see `cgroup_usage`).
+        rusage: Option<Box<Rusage>>,
+        /// The box's own cgroup figures, when the supervisor did not reap the box itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cgroup_usage: Option<Box<CgroupUsage>>,
         /// Wall time, milliseconds.
         wall_ms: u64,
         /// OOM evidence from the memory controller, when it killed.
@@ -324,7 +347,8 @@ mod tests {
                     timed_out: false,
                     oom_killed: false,
                 },
-                rusage: Some(Rusage::default()),
+                rusage: Some(Box::default()),
+                cgroup_usage: None,
                 wall_ms: 2,
                 oom: None,
                 egress: None,

@@ -3,8 +3,11 @@
 //!
 //! Owning the parent group (rather than letting the runtime make and delete the container's own)
 //! is what lets h5i read the evidence after the run: the OOM kill count, the peak and the limit
-//! (v1 `memory.oom_control` / `memory.max_usage_in_bytes`, v2 `memory.events` / `memory.peak`)
-//! and `pids.events`. Works on cgroup v2 and on v1 (hybrid included); on v1 every controller
+//! (v1 `memory.oom_control` / `memory.max_usage_in_bytes`, v2 `memory.events` / `memory.peak`),
+//! `pids.events`, and the box's own CPU time and memory peak for a tier whose supervised child
+//! is not the box ([`CageReport::usage`]: v1 `cpuacct.usage*` at the cage's path in the cpuacct
+//! hierarchy, v2 `cpu.stat`). A parent's counters include every descendant's, also after the
+//! runtime removed the container's own group. Works on cgroup v2 and on v1 (hybrid included); on v1 every controller
 //! gets the same relative path, since libcontainer places a container at one path in all of them.
 //!
 //! On v1 the `oom_kill` counter is local to the victim's own group (the container's, which the
@@ -20,9 +23,9 @@ use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use h5i_policy::receipt::OomReport;
+use h5i_policy::receipt::{CgroupUsage, OomReport};
 
-use crate::runc::cgroup::{anchor_from, detect_layout, Layout};
+use crate::runc::cgroup::{anchor_from, detect_layout, v1_controller_root, Layout};
 
 /// Why a cage could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,9 @@ pub struct CageReport {
     pub oom: Option<OomReport>,
     /// How many forks the pids limit refused.
     pub pids_refused: u64,
+    /// The CPU time and memory peak charged to the cage (each absent when unreadable, or when
+    /// nothing was ever charged there: a box that ran always used some).
+    pub usage: CgroupUsage,
 }
 
 /// One run's cgroup.
@@ -265,6 +271,18 @@ impl ResourceCage {
             Layout::V1 => self.dir_for(1),
         };
         let pids_refused = field(&read(pids_dir.join("pids.events")), "max ").unwrap_or(0);
+        let cpu_dir = match self.layout {
+            Layout::V2 => Some(self.dir_for(0)),
+            Layout::V1 => v1_controller_root(
+                &fs::read_to_string("/proc/self/mountinfo").unwrap_or_default(),
+                "cpuacct",
+            )
+            .map(|root| root.join(&self.relative)),
+        };
+        let mut usage = cpu_dir
+            .map(|d| cpu_usage(self.layout, &d))
+            .unwrap_or_default();
+        usage.mem_peak_bytes = peak.filter(|p| *p > 0);
         CageReport {
             oom: (kills > 0).then(|| OomReport {
                 limit_bytes: self.mem_limit.unwrap_or(0),
@@ -272,7 +290,50 @@ impl ResourceCage {
                 kill_count: kills,
             }),
             pids_refused,
+            usage,
         }
+    }
+}
+
+/// The CPU figures of the cgroup at `dir`, microseconds; each absent when its file is
+/// missing or unparsable, all absent when the total is zero (nothing ever ran there, so the
+/// box was not placed in this hierarchy and the numbers are not its own).
+fn cpu_usage(layout: Layout, dir: &Path) -> CgroupUsage {
+    let read = |name: &str| fs::read_to_string(dir.join(name)).ok();
+    let (cpu, user, sys) = match layout {
+        Layout::V1 => {
+            let us = |name: &str| {
+                read(name)
+                    .and_then(|t| t.trim().parse::<u64>().ok())
+                    .map(|ns| ns / 1000)
+            };
+            (
+                us("cpuacct.usage"),
+                us("cpuacct.usage_user"),
+                us("cpuacct.usage_sys"),
+            )
+        }
+        Layout::V2 => {
+            let stat = read("cpu.stat").unwrap_or_default();
+            let key = |k: &str| {
+                stat.lines().find_map(|l| {
+                    let (name, value) = l.split_once(' ')?;
+                    (name == k)
+                        .then(|| value.trim().parse::<u64>().ok())
+                        .flatten()
+                })
+            };
+            (key("usage_usec"), key("user_usec"), key("system_usec"))
+        }
+    };
+    if cpu.unwrap_or(0) == 0 {
+        return CgroupUsage::default();
+    }
+    CgroupUsage {
+        cpu_us: cpu,
+        user_us: user,
+        sys_us: sys,
+        mem_peak_bytes: None,
     }
 }
 
@@ -359,5 +420,58 @@ impl Drop for ResourceCage {
         for d in self.created.iter().rev() {
             let _ = fs::remove_dir(d);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn v1_cpu_figures_are_read_in_microseconds_from_cpuacct() {
+        let d = tempfile::tempdir().unwrap();
+        for (f, v) in [
+            ("cpuacct.usage", "1500000123\n"),
+            ("cpuacct.usage_user", "1200000000\n"),
+            ("cpuacct.usage_sys", "300000123\n"),
+        ] {
+            fs::write(d.path().join(f), v).unwrap();
+        }
+        let u = cpu_usage(Layout::V1, d.path());
+        assert_eq!(
+            (u.cpu_us, u.user_us, u.sys_us),
+            (Some(1_500_000), Some(1_200_000), Some(300_000))
+        );
+    }
+
+    #[test]
+    fn v2_cpu_figures_are_read_from_cpu_stat() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(
+            d.path().join("cpu.stat"),
+            "usage_usec 2000\nuser_usec 1500\nsystem_usec 500\nnr_periods 0\n",
+        )
+        .unwrap();
+        let u = cpu_usage(Layout::V2, d.path());
+        assert_eq!(
+            (u.cpu_us, u.user_us, u.sys_us),
+            (Some(2000), Some(1500), Some(500))
+        );
+    }
+
+    #[test]
+    fn a_cgroup_nothing_ran_in_or_that_cannot_be_read_gives_no_figures() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(cpu_usage(Layout::V1, d.path()), CgroupUsage::default());
+        assert_eq!(cpu_usage(Layout::V2, d.path()), CgroupUsage::default());
+        fs::write(d.path().join("cpuacct.usage"), "0\n").unwrap();
+        fs::write(d.path().join("cpuacct.usage_user"), "0\n").unwrap();
+        assert_eq!(cpu_usage(Layout::V1, d.path()), CgroupUsage::default());
+        fs::write(d.path().join("cpu.stat"), "usage_usec 0\nuser_usec 0\n").unwrap();
+        assert_eq!(cpu_usage(Layout::V2, d.path()), CgroupUsage::default());
+        // A partial read keeps what it has and leaves the rest absent.
+        fs::write(d.path().join("cpuacct.usage"), "5000\n").unwrap();
+        let u = cpu_usage(Layout::V1, d.path());
+        assert_eq!((u.cpu_us, u.user_us, u.sys_us), (Some(5), Some(0), None));
     }
 }

@@ -604,6 +604,19 @@ fn features_and_version_print_without_state() {
     assert!(v["annotations"]["h5i.landlock"].is_string());
     let list = v["h5i"]["seccomp"]["h5i-v1"].as_array().unwrap();
     assert!(list.iter().any(|e| e["syscall"] == "unshare"));
+    // The socket gate h5i-runc puts into supervised specs is declared, in OCI form.
+    let actions = v["linux"]["seccomp"]["actions"].as_array().unwrap();
+    assert!(
+        actions.iter().any(|a| a == "SCMP_ACT_NOTIFY"),
+        "{actions:?}"
+    );
+    let gate = v["annotations"]["org.h5i.socket-gate"].as_str().unwrap();
+    assert!(
+        gate.contains("h5i.net=supervised") && gate.contains("SCMP_ACT_NOTIFY"),
+        "{gate}"
+    );
+    assert!(v["annotations"]["org.h5i.net-dir"].is_string());
+    assert!(v["annotations"]["io.github.seccomp.libseccomp.version"].is_string());
     let out = std::process::Command::new(bin())
         .arg("--version")
         .output()

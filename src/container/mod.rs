@@ -15,12 +15,15 @@
 //!    passed through; the wall clock kills every process in the cage (or the container by
 //!    name when there is none);
 //! 6. the evidence: the OCI spec Podman handed the runtime, captured by h5i-runc
-//!    ([`evidence`]), the cage's OOM count (Podman's own OOMKilled flag misses a v1 OOM), the
-//!    proxies' tallies; then everything of the run is removed.
+//!    ([`evidence`]), the cage's OOM count (Podman's own OOMKilled flag misses a v1 OOM) and
+//!    the box's CPU time and memory peak (the supervisor reaps Podman's client, never the box,
+//!    so the receipt's figures come from the cage), the proxies' tallies; then everything of
+//!    the run is removed.
 //!
 //! Must never: run rootful Podman, mount a host path the plan does not name, give the box a
-//! network device (`--network none`: the proxy listener is its only way out), or leave a
-//! mount, socket, cgroup or container behind.
+//! network device (`--network none`: the proxy listener is its only way out), run a policy with
+//! `net.unix` off on a runtime that cannot refuse `socket(AF_UNIX)` (`host-default`), or leave
+//! a mount, socket, cgroup or container behind.
 //!
 //! Guarded by `tests/container_tier.rs`.
 
@@ -38,7 +41,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use h5i_policy::receipt::{EgressTally, OomReport};
+use h5i_policy::receipt::{CgroupUsage, EgressTally, OomReport};
 use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
 use h5i_runtime::cage::ResourceCage;
 use h5i_runtime::supervise::ChildReport;
@@ -59,6 +62,9 @@ pub struct ContainerRun {
     pub child: ChildReport,
     /// OOM evidence from the cage.
     pub oom: Option<OomReport>,
+    /// The box's own CPU time and memory peak, read from the cage (the supervised child is
+    /// Podman's client, whose `wait4` figures are its own); `None` without a cage.
+    pub usage: Option<CgroupUsage>,
     /// The proxies' counts (egress and credential), when any proxy ran.
     pub egress: Option<EgressTally>,
     /// Why mem/procs were not held for this run, when they were not.
@@ -221,6 +227,7 @@ pub fn image_for_create(policy: &ResolvedPolicy) -> Result<Option<image::PinnedI
     if policy.tier != h5i_policy::Tier::Container {
         return Ok(None);
     }
+    check_runtime_holds(policy, &format!("profile `{}`", policy.profile))?;
     let Some(name) = &policy.image else {
         return Ok(None);
     };
@@ -228,6 +235,22 @@ pub fn image_for_create(policy: &ResolvedPolicy) -> Result<Option<image::PinnedI
     image::inspect(&engine, name)?
         .map(Some)
         .ok_or_else(|| image::missing(&engine, name))
+}
+
+/// Refuse a policy the box's OCI runtime would not keep. `runtime = "host-default"` runs none
+/// of h5i-runc's layers, so nothing refuses `socket(AF_UNIX)` there: with `net.unix` off (the
+/// default) the box would hold what its policy denies. Checked at create (before any state)
+/// and again at every run (a box made before this check).
+fn check_runtime_holds(policy: &ResolvedPolicy, who: &str) -> Result<(), BoxError> {
+    if policy.container_runtime == Some(ContainerRuntime::HostDefault) && !policy.net.unix {
+        return Err(refuse(
+            format!(
+                "{who} asks for runtime = \"host-default\", which has no socket(AF_UNIX) gate (none of h5i-runc's layers), and its net.unix is off"
+            ),
+            "set unix = true in the profile's [net] to let the box make AF_UNIX sockets, or drop runtime = \"host-default\" (h5i-runc refuses them)",
+        ));
+    }
+    Ok(())
 }
 
 fn engine_for_run() -> Result<Engine, BoxError> {
@@ -256,6 +279,7 @@ pub fn run(
             "use net.mode = \"deny\" with net.egress for the hosts it needs, or isolation process for the host's network",
         ));
     }
+    check_runtime_holds(policy, &format!("box `{}`", sb.manifest.name))?;
     let image_name = policy.image.clone().ok_or_else(|| {
         refuse(
             format!(
@@ -389,7 +413,9 @@ pub fn run(
     let child = h5i_runtime::supervise::run_supervised_with(cmd, inputs.wall, &mut on_wall);
 
     let tally = broker.finish();
-    let oom = cage.as_ref().and_then(|c| c.report().oom);
+    let cage_report = cage.as_ref().map(ResourceCage::report);
+    let oom = cage_report.as_ref().and_then(|r| r.oom.clone());
+    let usage = cage_report.map(|r| r.usage);
     let captured = evidence::read_capture(&evidence_file, engine.uid);
     drop(cage);
     let stale_namespace = attached
@@ -427,6 +453,7 @@ pub fn run(
     Ok(ContainerRun {
         child,
         oom,
+        usage,
         egress: tally,
         limits_unheld,
     })

@@ -632,6 +632,7 @@ mod tests {
                     oom_killed: false,
                 },
                 rusage: None,
+                cgroup_usage: None,
                 wall_ms: 7,
                 oom: None,
                 egress,

@@ -111,6 +111,20 @@ pub fn hierarchy_roots(mountinfo: &str, layout: Layout) -> Vec<PathBuf> {
     roots
 }
 
+/// The mount point of the v1 hierarchy that holds `controller` (its super options name it, as
+/// in `cpu,cpuacct`), from `/proc/self/mountinfo` text.
+pub fn v1_controller_root(mountinfo: &str, controller: &str) -> Option<PathBuf> {
+    mountinfo.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut fields = right.split_whitespace();
+        let (fstype, _source, options) = (fields.next()?, fields.next()?, fields.next()?);
+        (fstype == "cgroup" && options.split(',').any(|o| o == controller))
+            .then(|| left.split_whitespace().nth(4).map(unescape_mountinfo))
+            .flatten()
+            .map(PathBuf::from)
+    })
+}
+
 fn unescape_mountinfo(s: &str) -> String {
     s.replace("\\040", " ")
         .replace("\\011", "\t")
@@ -239,6 +253,25 @@ mod tests {
             hierarchy_roots(mi, Layout::V2),
             vec![PathBuf::from("/sys/fs/cgroup/unified")]
         );
+    }
+
+    #[test]
+    fn a_v1_controller_is_found_by_its_mount_options() {
+        let mi = "\
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+        assert_eq!(
+            v1_controller_root(mi, "cpuacct"),
+            Some(PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"))
+        );
+        assert_eq!(
+            v1_controller_root(mi, "memory"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory"))
+        );
+        assert_eq!(v1_controller_root(mi, "pids"), None);
+        assert_eq!(v1_controller_root(mi, "cpu,"), None);
     }
 
     #[test]

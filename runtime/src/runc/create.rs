@@ -6,8 +6,8 @@
 //! bundle's `config.json`), place the cgroup when the spec has none (`sidecar::prepare`), then
 //! libcontainer's init builder with `H5iExecutor` (whose
 //! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
-//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container and the sidecar are
-//! removed again. Also the first half of `run`.
+//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container, the sidecar and a
+//! network directory `net_dir` assigned are removed again. Also the first half of `run`.
 
 use std::path::{Path, PathBuf};
 
@@ -51,9 +51,24 @@ pub fn create(ctx: &Context, opts: &CreateOptions) -> Result<Container, RuncErro
     let bundle = std::fs::canonicalize(&opts.bundle)
         .map_err(RuncError::io("cannot open bundle", &opts.bundle))?;
     spec_copy::copy_if_asked(&bundle)?;
-    net_dir::ensure(&bundle, &opts.id)?;
-    gate::inject_into_bundle(&bundle)?;
-    let prepared = sidecar::prepare(&ctx.root, &opts.id, &bundle)?;
+    let net_dir = net_dir::ensure(&bundle, &opts.id)?;
+    let built = gate::inject_into_bundle(&bundle)
+        .map_err(RuncError::from)
+        .and_then(|()| create_prepared(ctx, opts, &bundle));
+    if let (Err(_), Some(dir)) = (&built, &net_dir) {
+        // The run never reaches its poststop hooks (Podman runs none after a failed create).
+        net_dir::remove_assigned(dir);
+    }
+    built
+}
+
+/// The steps after the bundle's spec is final: sidecar, libcontainer, read-only cgroup.
+fn create_prepared(
+    ctx: &Context,
+    opts: &CreateOptions,
+    bundle: &Path,
+) -> Result<Container, RuncError> {
+    let prepared = sidecar::prepare(&ctx.root, &opts.id, bundle)?;
     let built = use_idmap_helpers(ctx, &opts.id, &prepared.bundle)
         .and_then(|()| build(ctx, opts, prepared.bundle.clone()))
         .and_then(
