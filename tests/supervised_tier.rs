@@ -387,3 +387,44 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
     assert_eq!(rec["socket_gate"]["denied"]["packet"], 1, "{rec}");
 }
+
+/// The uplink's sandbox detaches its old root inside a mount namespace of its own; started from
+/// the host's namespace with shared mounts, that detach once propagated back and unmounted every
+/// `/run/netns/*` name on the host. A host netns name made before the run must still be mounted,
+/// and usable, after it.
+#[test]
+fn a_supervised_run_leaves_the_hosts_shared_mounts_mounted() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: host mounts: naming a network namespace on the host needs root");
+        return;
+    }
+    let ns = format!("h5i-mnt{}", std::process::id());
+    let ip = |args: &[&str]| {
+        std::process::Command::new("ip")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let add = ip(&["netns", "add", &ns]);
+    assert!(add.status.success(), "{}", stderr(&add));
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == Some(&format!("/run/netns/{ns}")))
+    };
+    assert!(mounted(), "ip netns add made no mount");
+    let r = Repo::new();
+    r.write_policy("[profile.sup]\nisolation = \"supervised\"\n");
+    r.ok(&["box", "create", "mnt", "--profile", "sup"]);
+    r.ok(&["box", "run", "mnt", "--", "true"]);
+    let still = mounted();
+    let used = ip(&["-n", &ns, "link", "show", "lo"]);
+    let _ = ip(&["netns", "del", &ns]);
+    assert!(
+        still,
+        "a supervised run unmounted the host's /run/netns/{ns}"
+    );
+    assert!(used.status.success(), "{}", stderr(&used));
+}

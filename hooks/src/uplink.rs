@@ -16,6 +16,13 @@
 //! that capability (root, or rootless Podman's namespace); `--enable-seccomp` works everywhere.
 //! Ready in 3–10 ms.
 //!
+//! The sandbox makes its own mount namespace but marks only `/` private before it pivots and
+//! detaches the old root; every shared mount below `/` (here `/run`, which holds
+//! `/run/netns/*`) then propagates that detach back to the host, and `ip netns` names on the host
+//! stop working ("setting the network namespace ... failed: Invalid argument"). So a sandboxed
+//! uplink is started in a mount namespace of its own whose mounts are all private first; nothing
+//! it does there can reach the host's mounts.
+//!
 //! Must never: start before the table is loaded (the sentry's order), or outlive the sentry
 //! (`--exit-fd` ends it when the sentry's end of the pipe closes; `PR_SET_PDEATHSIG` too).
 
@@ -152,7 +159,8 @@ impl Uplink {
         .collect();
         let out = log.try_clone().map_err(UplinkError::Spawn)?;
         let err = log.try_clone().map_err(UplinkError::Spawn)?;
-        let argv = args(ipv6, can_sandbox(), user_src.is_some());
+        let sandbox = can_sandbox();
+        let argv = args(ipv6, sandbox, user_src.is_some());
         eprintln!("h5i sentry: uplink: {} {}", slirp.display(), argv.join(" "));
         let mut cmd = Command::new(slirp);
         cmd.args(&argv)
@@ -160,12 +168,29 @@ impl Uplink {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: runs in the forked child before exec, calling only dup2 and prctl
-        // (async-signal-safe); `plan` was built before the fork and is only read.
+        // SAFETY: runs in the forked child before exec, calling only dup2, unshare, mount and
+        // prctl (async-signal-safe system calls); `plan` was built before the fork and is only
+        // read, and the mount arguments are static C strings or null.
         unsafe {
             cmd.pre_exec(move || {
                 for (src, dst) in &plan {
                     if libc::dup2(*src, *dst) < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                }
+                if sandbox {
+                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    let root = c"/";
+                    if libc::mount(
+                        std::ptr::null(),
+                        root.as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) != 0
+                    {
                         return Err(io::Error::last_os_error());
                     }
                 }
