@@ -56,7 +56,7 @@ pub fn listen_inside(port: u16, send: &Path) -> Result<(), ListenError> {
     if port == 0 {
         return Err(ListenError::ZeroPort);
     }
-    if crate::loopback::same_ns("/proc/self/ns/net", "/proc/1/ns/net") {
+    if crate::loopback::in_pid1_netns() {
         return Err(ListenError::HostNamespace);
     }
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port))

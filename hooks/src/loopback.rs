@@ -36,15 +36,30 @@ pub enum LoopbackError {
     Ioctl(io::Error),
 }
 
-/// Whether two namespace paths name the same namespace.
-pub(crate) fn same_ns(a: &str, b: &str) -> bool {
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => {
-            use std::os::unix::fs::MetadataExt;
-            x.ino() == y.ino() && x.dev() == y.dev()
+/// The identity (device, inode) of a path's target, if it can be read.
+fn identity(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Whether this process shares the network namespace of pid 1 (as its /proc sees it): the
+/// host's, for a hook that should be in a box's own.
+///
+/// The namespace links are the direct answer, but reading pid 1's needs ptrace rights over it,
+/// which a rootless hook never has and root may not have either (seen here: pid 1 holds a
+/// capability root's shell lacks, and the link answers EACCES). Each network namespace has its
+/// own `/proc/<pid>/net` entries, readable without those rights, so `net/dev`'s identity answers
+/// then. When neither can be read the answer is "shared": the caller refuses.
+pub(crate) fn in_pid1_netns() -> bool {
+    for (mine, init) in [
+        ("/proc/self/ns/net", "/proc/1/ns/net"),
+        ("/proc/self/net/dev", "/proc/1/net/dev"),
+    ] {
+        if let (Some(a), Some(b)) = (identity(mine), identity(init)) {
+            return a == b;
         }
-        _ => false,
     }
+    true
 }
 
 fn enter(pid: i64, ns: &'static str, flag: libc::c_int) -> Result<(), LoopbackError> {
@@ -71,7 +86,7 @@ pub fn bring_up(pid: i64) -> Result<(), LoopbackError> {
 /// Set `lo` up in this process's own network namespace (a createContainer hook), refusing when
 /// that namespace is the host's.
 pub fn bring_up_inside() -> Result<(), LoopbackError> {
-    if same_ns("/proc/self/ns/net", "/proc/1/ns/net") {
+    if in_pid1_netns() {
         return Err(LoopbackError::HostNamespace);
     }
     set_lo_up()
