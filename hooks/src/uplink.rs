@@ -9,6 +9,11 @@
 //! the uplink exists). `--disable-host-loopback` keeps the gateway 10.0.2.2 from reaching the
 //! host's 127.0.0.1 (the table refuses 10.0.2.2 as well).
 //!
+//! `tap0` already exists when slirp4netns starts: `net-inside` made it persistent (`tap.rs`).
+//! slirp4netns attaches to it by name and configures it as it would a device of its own
+//! (measured with 1.2.0: rootful, unprivileged through `--userns-path`, rootless Podman); on
+//! exit it only detaches, which is what saves its teardown on the run's end.
+//!
 //! Measured here (slirp4netns 1.2.0): the fd paths work rootful and rootless; `--userns-path`
 //! equal to the caller's own user namespace is accepted; `--enable-sandbox` needs
 //! `CAP_SYS_ADMIN` in the uplink's own user namespace (it fails with "setegid(0)" for an
