@@ -8,8 +8,11 @@
 //!    table; bind `net.sock` and `gate.sock`, start the socket gate on the latter, write
 //!    `sentry.pid`, and answer `ready` (or the refusal) on the ready pipe;
 //! 3. serve `net.sock`: `attach` (from `net-inside`, with the box's network and user namespace
-//!    fds) loads the table inside the box's network namespace FIRST, then starts the uplink, and
-//!    answers `ok` only when both are done; `stop` (from `net-down`) ends the run;
+//!    fds) starts the table's load inside the box's network namespace and, while nft runs,
+//!    starts the uplink; it answers `ok` only when both succeeded (if either fails, the other
+//!    is stopped and the attach refused). That overlap is safe because the box's init is held
+//!    inside `net-inside` until the answer: no process of the box exists to send a packet
+//!    before the table is in force; `stop` (from `net-down`) ends the run;
 //! 4. when the init exits or `stop` arrives: read the counters (`nft -j list table inet h5i`
 //!    in the box's namespaces, which the held fd keeps alive), stop the uplink and the gate,
 //!    write `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the
@@ -19,9 +22,10 @@
 //! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
 //! only one `attach` per run.
 //!
-//! Must never: start the uplink before the table is loaded, answer `ok` to an attach it did not
-//! complete, write a tally whose counters it could not read (it then writes none and exits
-//! non-zero, so `net-down` fails rather than the receipt claiming zero), or outlive the box.
+//! Must never: let the box run (answer `ok`) before the table is loaded, answer `ok` to an attach
+//! it did not complete, write a tally whose counters it could not read (it then writes none and
+//! exits non-zero, so `net-down` fails rather than the receipt claiming zero), or outlive the
+//! box.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -361,10 +365,17 @@ impl Sentry {
             return Err("refusing: attach needs two fds".into());
         };
         let ns = BoxNamespaces::new(net, user).map_err(|e| e.to_string())?;
-        ns.nft(&["-f", "-"], self.script.as_bytes())
+        // The load and the uplink's start overlap (the box is held until this returns); a load
+        // dropped unwaited is killed, and nft applies a script as one transaction or not at all.
+        let load = ns
+            .spawn_nft(&["-f", "-"], self.script.as_bytes().to_vec())
             .map_err(|e| e.to_string())?;
-        let uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
+        let mut uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
             .map_err(|e| e.to_string())?;
+        if let Err(e) = load.wait() {
+            uplink.stop();
+            return Err(e.to_string());
+        }
         self.attached = Some(Attached { ns, uplink });
         Ok(())
     }
