@@ -4,8 +4,9 @@
 //! Owns [`BoxNamespaces`] (the network namespace fd the box's inside hook sent, and its user
 //! namespace fd unless that is the sentry's own), their validation (each fd really is a
 //! namespace of the claimed type; the network namespace is not the sentry's own), and
-//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NftRun`] waited for later
-//! (the table's load runs while the uplink starts). Entering a user namespace needs a
+//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NftRun`] given its input
+//! now or, held, one request later, and waited for later (the table's load runs while the
+//! uplink starts; the counter reader waits through the run). Entering a user namespace needs a
 //! single-threaded process: the sentry is not (the socket gate runs on a thread), so the child
 //! is forked and enters the namespaces between fork and exec, where only async-signal-safe
 //! calls are made.
@@ -147,13 +148,14 @@ impl BoxNamespaces {
 
     /// Run `nft ARGS` inside the box's namespaces with `stdin` as its input; its stdout.
     pub fn nft(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
-        self.spawn_nft(args, stdin.to_vec())?.wait()
+        self.spawn_nft(args, NftInput::Now(stdin.to_vec()))?.wait()
     }
 
-    /// Start `nft ARGS` inside the box's namespaces without waiting for it, its whole `input`
-    /// written (and stdin closed) on a thread. Its output is read on a thread as it comes, so
-    /// [`NftRun::wait`] is bounded. Killed if dropped before it was waited for.
-    pub fn spawn_nft(&self, args: &[&str], input: Vec<u8>) -> Result<NftRun, NetnsError> {
+    /// Start `nft ARGS` inside the box's namespaces without waiting for it: with its whole
+    /// input written (and stdin closed) on a thread, or with stdin held for one small
+    /// [`NftRun::request`] later. Its output is read on a thread as it comes, so [`NftRun::wait`]
+    /// is bounded. Killed if dropped before it was waited for.
+    pub fn spawn_nft(&self, args: &[&str], input: NftInput) -> Result<NftRun, NetnsError> {
         let nft = NFT_PATHS
             .iter()
             .map(Path::new)
@@ -191,35 +193,77 @@ impl BoxNamespaces {
                 return Err(NetnsError::Spawn(e));
             }
         };
-        let stdin = child.stdin.take();
+        let mut stdin = child.stdin.take();
+        let now = match input {
+            NftInput::Now(bytes) => stdin.take().map(|s| (s, bytes)),
+            NftInput::Later => None,
+        };
         // The input is written on the thread too, so a script larger than a pipe cannot block
         // the caller; a failed write (nft gone) fails the run even if nft exited 0.
         let (tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let written = stdin.map_or(Ok(()), |mut s| s.write_all(&input));
+            let written = now.map_or(Ok(()), |(mut s, bytes)| s.write_all(&bytes));
             let out = child.wait_with_output();
             let _ = tx.send(written.and(out));
         });
         Ok(NftRun {
             args: args.join(" "),
             pidfd,
+            stdin,
             done: Some(done),
         })
     }
 }
+
+/// What an [`NftRun`] reads on stdin.
+#[derive(Debug)]
+pub enum NftInput {
+    /// All of it, now (stdin is then closed).
+    Now(Vec<u8>),
+    /// One [`NftRun::request`] later; until then nft waits on its stdin.
+    Later,
+}
+
+/// The most one [`NftRun::request`] may send: a pipe takes a write this size at once
+/// (`PIPE_BUF`), so sending cannot block.
+const MAX_REQUEST: usize = 4096;
 
 /// An `nft` started in the box's namespaces by [`BoxNamespaces::spawn_nft`].
 #[derive(Debug)]
 pub struct NftRun {
     args: String,
     pidfd: OwnedFd,
+    stdin: Option<std::process::ChildStdin>,
     /// The thread's result; taken when waited for.
     done: Option<Receiver<io::Result<Output>>>,
 }
 
 impl NftRun {
-    /// Wait, at most [`NFT_TIMEOUT`], for it to end; its stdout when it succeeded.
+    /// Whether it is still running (a held-back nft waiting for its request).
+    pub fn alive(&self) -> bool {
+        matches!(
+            crate::sys::wait_pidfd(&self.pidfd, std::time::Duration::ZERO),
+            Ok(false)
+        )
+    }
+
+    /// Send the request an [`NftInput::Later`] run waits for and close its stdin. Fails when
+    /// the request is too large to send without blocking, or nft is gone (`EPIPE`).
+    pub fn request(&mut self, input: &[u8]) -> io::Result<()> {
+        if input.len() > MAX_REQUEST {
+            return Err(io::Error::other("request larger than one pipe write"));
+        }
+        let mut stdin = self
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("nft's stdin is already closed"))?;
+        stdin.write_all(input)
+    }
+
+    /// Close its stdin (if still held) and wait, at most [`NFT_TIMEOUT`], for it to end; its
+    /// stdout when it succeeded.
     pub fn wait(mut self) -> Result<Vec<u8>, NetnsError> {
+        self.stdin.take();
         let Some(done) = self.done.take() else {
             return Err(NetnsError::Spawn(io::Error::other(
                 "nft was already waited for",

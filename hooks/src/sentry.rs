@@ -12,11 +12,14 @@
 //!    starts the uplink; it answers `ok` only when both succeeded (if either fails, the other
 //!    is stopped and the attach refused). That overlap is safe because the box's init is held
 //!    inside `net-inside` until the answer: no process of the box exists to send a packet
-//!    before the table is in force; `stop` (from `net-down`) ends the run;
-//! 4. when the init exits or `stop` arrives: read the counters (`nft -j list table inet h5i`
-//!    in the box's namespaces, which the held fd keeps alive), stop the uplink and the gate,
-//!    write `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the
-//!    sockets and the pid file, exit.
+//!    before the table is in force. Once `ok` is sent, an `nft -j -f -` is started in the box's
+//!    namespaces to wait on its stdin (the counter reader), so the run's end does not pay for
+//!    starting one; `stop` (from `net-down`) ends the run;
+//! 4. when the init exits or `stop` arrives: read the counters (the counter reader is sent
+//!    `nft::list_request`; if it had exited, a new `nft -j list table inet h5i` runs in the
+//!    box's namespaces, which the held fd keeps alive), stop the uplink and the gate, write
+//!    `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the sockets
+//!    and the pid file, exit.
 //!
 //! Requests are one line each: `attach\n` (with exactly two fds: net, user) or `stop\n`; the
 //! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
@@ -41,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::egress::{self, EgressRequest};
 use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
-use crate::netns::BoxNamespaces;
+use crate::netns::{BoxNamespaces, NftInput, NftRun};
 use crate::sys::{self, AsFdBorrowed};
 use crate::uplink::Uplink;
 use crate::{nft, sys::poll_readable};
@@ -119,6 +122,8 @@ struct Sentry {
 struct Attached {
     ns: BoxNamespaces,
     uplink: Uplink,
+    /// An `nft -j -f -` waiting in the box's namespaces for [`nft::list_request`].
+    counter_reader: Option<NftRun>,
 }
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
@@ -346,6 +351,10 @@ impl Sentry {
                         }
                     };
                     let _ = writeln!(conn, "{answer}");
+                    // net-inside reads to the end: closing lets the box start now, and the
+                    // counter reader starts off the box's start path.
+                    drop(conn);
+                    self.start_counter_reader();
                 }
                 Err(e) => {
                     eprintln!("h5i sentry: {e}");
@@ -368,7 +377,7 @@ impl Sentry {
         // The load and the uplink's start overlap (the box is held until this returns); a load
         // dropped unwaited is killed, and nft applies a script as one transaction or not at all.
         let load = ns
-            .spawn_nft(&["-f", "-"], self.script.as_bytes().to_vec())
+            .spawn_nft(&["-f", "-"], NftInput::Now(self.script.as_bytes().to_vec()))
             .map_err(|e| e.to_string())?;
         let mut uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
             .map_err(|e| e.to_string())?;
@@ -376,14 +385,30 @@ impl Sentry {
             uplink.stop();
             return Err(e.to_string());
         }
-        self.attached = Some(Attached { ns, uplink });
+        self.attached = Some(Attached {
+            ns,
+            uplink,
+            counter_reader: None,
+        });
         Ok(())
+    }
+
+    /// Start the counter reader for an attached box. Best effort: without one, [`Self::finish`]
+    /// starts a new nft.
+    fn start_counter_reader(&mut self) {
+        let Some(a) = self.attached.as_mut() else {
+            return;
+        };
+        match a.ns.spawn_nft(&["-j", "-f", "-"], NftInput::Later) {
+            Ok(run) => a.counter_reader = Some(run),
+            Err(e) => eprintln!("h5i sentry: cannot pre-start the counter reader: {e}"),
+        }
     }
 
     /// Read the counters, stop the uplink and the gate, write the tally.
     fn finish(&mut self) -> Result<(), SentryError> {
-        let counters = self.attached.as_ref().map(|a| {
-            a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
+        let counters = self.attached.as_mut().map(|a| {
+            read_counters(a)
                 .map_err(|e| SentryError::Tally(e.to_string()))
                 .and_then(|json| {
                     nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))
@@ -422,4 +447,17 @@ impl Sentry {
             let _ = std::fs::remove_file(self.plan.dir.join(name));
         }
     }
+}
+
+/// The table's listing: from the counter reader when it is still waiting, else (it exited, or
+/// took the request's pipe down with it) from a new nft. Whatever the reader answers once it has
+/// the request is final: a failure is not retried, so the stop stays inside its bound.
+fn read_counters(a: &mut Attached) -> Result<Vec<u8>, crate::netns::NetnsError> {
+    if let Some(mut reader) = a.counter_reader.take() {
+        if reader.alive() && reader.request(nft::list_request().as_bytes()).is_ok() {
+            return reader.wait();
+        }
+        eprintln!("h5i sentry: the counter reader had exited; listing the table with a new nft");
+    }
+    a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
 }
