@@ -11,8 +11,9 @@
 //! The supervised tier's network: `net-up` (createRuntime) starts the per-run `sentry`
 //! (`sentry.rs`), which pins the egress request (`egress.rs`), renders the nftables table
 //! (`nft.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
-//! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) and only
-//! then starts the slirp4netns uplink (`uplink.rs`); `net-down` (poststop) has it write the
+//! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) while it
+//! starts the slirp4netns uplink (`uplink.rs`) on the tap device `net-inside` made (`tap.rs`),
+//! and lets the box run only once both are up; `net-down` (poststop) has it write the
 //! tally, and ends a net directory h5i-runc made for the run (`net_end.rs`). The spec's
 //! `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.
 //!
@@ -34,4 +35,5 @@ pub mod sentry;
 pub mod spool;
 pub mod state;
 pub mod sys;
+pub mod tap;
 pub mod uplink;

@@ -6,9 +6,11 @@
 //! - `net-up` checks the spec (`net_spec::load`), clears the last run's tally, starts the
 //!   sentry detached (own session, stdio: the plan, the ready pipe, `sentry.log`), and waits,
 //!   bounded, for its `ready` on the pipe; anything else fails the container before it starts.
-//! - `net-inside` runs inside the box before `pivot_root`: brings `lo` up, sends the fds of its
-//!   own network and user namespaces to the sentry (`attach`), and waits, bounded, for `ok`,
-//!   which the sentry gives only once the table is loaded and the uplink is up.
+//! - `net-inside` runs inside the box before `pivot_root`: brings `lo` up, makes the uplink's
+//!   persistent tap device (`tap.rs`), sends the fds of its own network and user namespaces to
+//!   the sentry (`attach`), and waits, bounded, for `ok`, which the sentry gives only once the
+//!   table is loaded and the uplink is up. Until then the box's init is held here: no process of
+//!   the box has run yet.
 //! - `net-down` asks the sentry to finish (`stop`), waits (bounded) until it has answered and
 //!   exited, and succeeds only if `tally.json` exists; it removes what the sentry left, and a
 //!   net directory h5i-runc made for the run goes whatever the outcome (`net_end`).
@@ -51,6 +53,9 @@ pub enum NetHookError {
     /// `lo` could not be brought up.
     #[error(transparent)]
     Loopback(#[from] crate::loopback::LoopbackError),
+    /// The uplink's tap device could not be made.
+    #[error(transparent)]
+    Tap(#[from] crate::tap::TapError),
     /// The net directory h5i-runc made could not be removed.
     #[error(transparent)]
     End(#[from] crate::net_end::NetEndError),
@@ -244,12 +249,15 @@ pub fn net_up() -> Result<(), NetHookError> {
     }
 }
 
-/// `net-inside`: bring `lo` up, hand the box's namespaces to the sentry, wait for `ok`.
+/// `net-inside`: bring `lo` up, make the uplink's tap device, hand the box's namespaces to the
+/// sentry, wait for `ok`.
 pub fn net_inside() -> Result<(), NetHookError> {
     let state = read_state()?;
     let config = net_spec::read_config(state.bundle()?)?;
     let dir = net_spec::net_dir(&config)?;
+    // Refuses the host's network namespace, so the tap below is always the box's.
     crate::loopback::bring_up_inside()?;
+    crate::tap::make_persistent(crate::uplink::DEVICE)?;
     let sock = dir.join(NET_SOCK);
     let io_err = |what, source| NetHookError::Io {
         what,

@@ -4,9 +4,12 @@
 //! Owns [`BoxNamespaces`] (the network namespace fd the box's inside hook sent, and its user
 //! namespace fd unless that is the sentry's own), their validation (each fd really is a
 //! namespace of the claimed type; the network namespace is not the sentry's own), and
-//! [`BoxNamespaces::nft`]. Entering a user namespace needs a single-threaded process: the
-//! sentry is not (the socket gate runs on a thread), so the child is forked and enters the
-//! namespaces between fork and exec, where only async-signal-safe calls are made.
+//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NftRun`] given its input
+//! now or, held, one request later, and waited for later (the table's load runs while the
+//! uplink starts; the counter reader waits through the run). Entering a user namespace needs a
+//! single-threaded process: the sentry is not (the socket gate runs on a thread), so the child
+//! is forked and enters the namespaces between fork and exec, where only async-signal-safe
+//! calls are made.
 //!
 //! Must never: run `nft` in the sentry's own network namespace, or accept an fd that is not a
 //! namespace. Guarded by the unit tests below and `hooks/tests/supervised_net.rs`.
@@ -16,7 +19,8 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 /// Where `nft` is looked for (hooks run with a cleared environment: no `PATH`).
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
@@ -144,6 +148,14 @@ impl BoxNamespaces {
 
     /// Run `nft ARGS` inside the box's namespaces with `stdin` as its input; its stdout.
     pub fn nft(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
+        self.spawn_nft(args, NftInput::Now(stdin.to_vec()))?.wait()
+    }
+
+    /// Start `nft ARGS` inside the box's namespaces without waiting for it: with its whole
+    /// input written (and stdin closed) on a thread, or with stdin held for one small
+    /// [`NftRun::request`] later. Its output is read on a thread as it comes, so [`NftRun::wait`]
+    /// is bounded. Killed if dropped before it was waited for.
+    pub fn spawn_nft(&self, args: &[&str], input: NftInput) -> Result<NftRun, NetnsError> {
         let nft = NFT_PATHS
             .iter()
             .map(Path::new)
@@ -173,35 +185,126 @@ impl BoxNamespaces {
             });
         }
         let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
-        let pidfd = crate::sys::pidfd_open(child.id() as i32).map_err(NetnsError::Spawn)?;
-        if let Some(mut input) = child.stdin.take() {
-            input.write_all(stdin).map_err(NetnsError::Spawn)?;
-        }
-        // Its output is read while it runs (a listing can outgrow a pipe), on a thread, so the
-        // wait can be bounded.
-        let (tx, rx) = std::sync::mpsc::channel();
+        let pidfd = match crate::sys::pidfd_open(child.id() as i32) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(NetnsError::Spawn(e));
+            }
+        };
+        let mut stdin = child.stdin.take();
+        let now = match input {
+            NftInput::Now(bytes) => stdin.take().map(|s| (s, bytes)),
+            NftInput::Later => None,
+        };
+        // The input is written on the thread too, so a script larger than a pipe cannot block
+        // the caller; a failed write (nft gone) fails the run even if nft exited 0.
+        let (tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            let _ = tx.send(child.wait_with_output());
+            let written = now.map_or(Ok(()), |(mut s, bytes)| s.write_all(&bytes));
+            let out = child.wait_with_output();
+            let _ = tx.send(written.and(out));
         });
-        let out = match rx.recv_timeout(NFT_TIMEOUT) {
+        Ok(NftRun {
+            args: args.join(" "),
+            pidfd,
+            stdin,
+            done: Some(done),
+        })
+    }
+}
+
+/// What an [`NftRun`] reads on stdin.
+#[derive(Debug)]
+pub enum NftInput {
+    /// All of it, now (stdin is then closed).
+    Now(Vec<u8>),
+    /// One [`NftRun::request`] later; until then nft waits on its stdin.
+    Later,
+}
+
+/// The most one [`NftRun::request`] may send: a pipe takes a write this size at once
+/// (`PIPE_BUF`), so sending cannot block.
+const MAX_REQUEST: usize = 4096;
+
+/// An `nft` started in the box's namespaces by [`BoxNamespaces::spawn_nft`].
+#[derive(Debug)]
+pub struct NftRun {
+    args: String,
+    pidfd: OwnedFd,
+    stdin: Option<std::process::ChildStdin>,
+    /// The thread's result; taken when waited for.
+    done: Option<Receiver<io::Result<Output>>>,
+}
+
+impl NftRun {
+    /// Whether it is still running (a held-back nft waiting for its request).
+    pub fn alive(&self) -> bool {
+        matches!(
+            crate::sys::wait_pidfd(&self.pidfd, std::time::Duration::ZERO),
+            Ok(false)
+        )
+    }
+
+    /// Send the request an [`NftInput::Later`] run waits for and close its stdin. Fails when
+    /// the request is too large to send without blocking, or nft is gone (`EPIPE`).
+    pub fn request(&mut self, input: &[u8]) -> io::Result<()> {
+        if input.len() > MAX_REQUEST {
+            return Err(io::Error::other("request larger than one pipe write"));
+        }
+        let mut stdin = self
+            .stdin
+            .take()
+            .ok_or_else(|| io::Error::other("nft's stdin is already closed"))?;
+        stdin.write_all(input)
+    }
+
+    /// Close its stdin (if still held) and wait, at most [`NFT_TIMEOUT`], for it to end; its
+    /// stdout when it succeeded.
+    pub fn wait(mut self) -> Result<Vec<u8>, NetnsError> {
+        self.stdin.take();
+        let Some(done) = self.done.take() else {
+            return Err(NetnsError::Spawn(io::Error::other(
+                "nft was already waited for",
+            )));
+        };
+        let out = match done.recv_timeout(NFT_TIMEOUT) {
             Ok(out) => out.map_err(NetnsError::Spawn)?,
-            Err(_) => {
-                let _ = crate::sys::pidfd_kill(&pidfd);
+            Err(e) => {
+                let _ = crate::sys::pidfd_kill(&self.pidfd);
+                let why = match e {
+                    RecvTimeoutError::Timeout => {
+                        format!("no answer within {}s; killed", NFT_TIMEOUT.as_secs())
+                    }
+                    RecvTimeoutError::Disconnected => "its reader thread failed; killed".into(),
+                };
                 return Err(NetnsError::Failed {
-                    args: args.join(" "),
+                    args: self.args.clone(),
                     code: None,
-                    stderr: format!("no answer within {}s; killed", NFT_TIMEOUT.as_secs()),
+                    stderr: why,
                 });
             }
         };
         if !out.status.success() {
             return Err(NetnsError::Failed {
-                args: args.join(" "),
+                args: self.args.clone(),
                 code: out.status.code(),
                 stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
             });
         }
         Ok(out.stdout)
+    }
+}
+
+impl Drop for NftRun {
+    /// One never waited for is killed, so a refused attach leaves no nft running in the box's
+    /// namespaces (a load it cut short never applied: nft loads a script as one transaction);
+    /// the thread reaps it.
+    fn drop(&mut self) {
+        if self.done.is_some() {
+            let _ = crate::sys::pidfd_kill(&self.pidfd);
+        }
     }
 }
 

@@ -37,6 +37,10 @@ use serde_json::Value;
 
 /// The table's family and name, as `nft` spells them.
 pub const TABLE: &str = "inet h5i";
+/// [`TABLE`]'s family, alone (nft's JSON names the two apart).
+const TABLE_FAMILY: &str = "inet";
+/// [`TABLE`]'s name, alone.
+const TABLE_NAME: &str = "h5i";
 /// Distinct denied keys kept per address family.
 pub const DENIED_SET_SIZE: u32 = 4096;
 /// The denied-tally key for refusals the sets had no room to key.
@@ -115,6 +119,17 @@ pub fn render(rules: &[PinnedRule]) -> String {
     );
     s.push_str("  }\n}\n");
     s
+}
+
+/// The JSON request for what `nft -j list table inet h5i` prints, for an `nft -j -f -` that was
+/// started earlier and waits on its stdin (the sentry's counter reader).
+///
+/// JSON, not the text command: nftables 1.0.6 with `-j -f -` hands stdin to its JSON parser
+/// first, which consumes it; a text command then reaches the text parser as an empty input, and
+/// nft exits 0 having printed nothing (measured). [`tally`] refuses an empty listing either way.
+pub fn list_request() -> String {
+    serde_json::json!({"nftables": [{"list": {"table": {"family": TABLE_FAMILY, "name": TABLE_NAME}}}]})
+        .to_string()
 }
 
 /// `sha256:<hex>` of the script as loaded.
@@ -330,6 +345,22 @@ mod tests {
                 (UNRECORDED_KEY.into(), 2),
             ])
         );
+    }
+
+    #[test]
+    fn the_list_request_names_the_table_in_nfts_json_grammar() {
+        let v: Value = serde_json::from_str(&list_request()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"nftables": [{"list": {"table": {"family": "inet", "name": "h5i"}}}]})
+        );
+        assert_eq!(TABLE, format!("{TABLE_FAMILY} {TABLE_NAME}"));
+        assert!(list_request().len() < 4096, "one pipe write");
+    }
+
+    #[test]
+    fn an_empty_listing_is_refused() {
+        assert!(tally(b"", &rules()).is_err());
     }
 
     #[test]

@@ -8,20 +8,27 @@
 //!    table; bind `net.sock` and `gate.sock`, start the socket gate on the latter, write
 //!    `sentry.pid`, and answer `ready` (or the refusal) on the ready pipe;
 //! 3. serve `net.sock`: `attach` (from `net-inside`, with the box's network and user namespace
-//!    fds) loads the table inside the box's network namespace FIRST, then starts the uplink, and
-//!    answers `ok` only when both are done; `stop` (from `net-down`) ends the run;
-//! 4. when the init exits or `stop` arrives: read the counters (`nft -j list table inet h5i`
-//!    in the box's namespaces, which the held fd keeps alive), stop the uplink and the gate,
-//!    write `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the
-//!    sockets and the pid file, exit.
+//!    fds) starts the table's load inside the box's network namespace and, while nft runs,
+//!    starts the uplink; it answers `ok` only when both succeeded (if either fails, the other
+//!    is stopped and the attach refused). That overlap is safe because the box's init is held
+//!    inside `net-inside` until the answer: no process of the box exists to send a packet
+//!    before the table is in force. Once `ok` is sent, an `nft -j -f -` is started in the box's
+//!    namespaces to wait on its stdin (the counter reader), so the run's end does not pay for
+//!    starting one; `stop` (from `net-down`) ends the run;
+//! 4. when the init exits or `stop` arrives: read the counters (the counter reader is sent
+//!    `nft::list_request`; if it had exited, a new `nft -j list table inet h5i` runs in the
+//!    box's namespaces, which the held fd keeps alive), stop the uplink and the gate, write
+//!    `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the sockets
+//!    and the pid file, exit.
 //!
 //! Requests are one line each: `attach\n` (with exactly two fds: net, user) or `stop\n`; the
 //! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
 //! only one `attach` per run.
 //!
-//! Must never: start the uplink before the table is loaded, answer `ok` to an attach it did not
-//! complete, write a tally whose counters it could not read (it then writes none and exits
-//! non-zero, so `net-down` fails rather than the receipt claiming zero), or outlive the box.
+//! Must never: let the box run (answer `ok`) before the table is loaded, answer `ok` to an attach
+//! it did not complete, write a tally whose counters it could not read (it then writes none and
+//! exits non-zero, so `net-down` fails rather than the receipt claiming zero), or outlive the
+//! box.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -37,7 +44,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::egress::{self, EgressRequest};
 use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
-use crate::netns::BoxNamespaces;
+use crate::netns::{BoxNamespaces, NftInput, NftRun};
 use crate::sys::{self, AsFdBorrowed};
 use crate::uplink::Uplink;
 use crate::{nft, sys::poll_readable};
@@ -115,6 +122,8 @@ struct Sentry {
 struct Attached {
     ns: BoxNamespaces,
     uplink: Uplink,
+    /// An `nft -j -f -` waiting in the box's namespaces for [`nft::list_request`].
+    counter_reader: Option<NftRun>,
 }
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
@@ -342,6 +351,10 @@ impl Sentry {
                         }
                     };
                     let _ = writeln!(conn, "{answer}");
+                    // net-inside reads to the end: closing lets the box start now, and the
+                    // counter reader starts off the box's start path.
+                    drop(conn);
+                    self.start_counter_reader();
                 }
                 Err(e) => {
                     eprintln!("h5i sentry: {e}");
@@ -361,18 +374,41 @@ impl Sentry {
             return Err("refusing: attach needs two fds".into());
         };
         let ns = BoxNamespaces::new(net, user).map_err(|e| e.to_string())?;
-        ns.nft(&["-f", "-"], self.script.as_bytes())
+        // The load and the uplink's start overlap (the box is held until this returns); a load
+        // dropped unwaited is killed, and nft applies a script as one transaction or not at all.
+        let load = ns
+            .spawn_nft(&["-f", "-"], NftInput::Now(self.script.as_bytes().to_vec()))
             .map_err(|e| e.to_string())?;
-        let uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
+        let mut uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
             .map_err(|e| e.to_string())?;
-        self.attached = Some(Attached { ns, uplink });
+        if let Err(e) = load.wait() {
+            uplink.stop();
+            return Err(e.to_string());
+        }
+        self.attached = Some(Attached {
+            ns,
+            uplink,
+            counter_reader: None,
+        });
         Ok(())
+    }
+
+    /// Start the counter reader for an attached box. Best effort: without one, [`Self::finish`]
+    /// starts a new nft.
+    fn start_counter_reader(&mut self) {
+        let Some(a) = self.attached.as_mut() else {
+            return;
+        };
+        match a.ns.spawn_nft(&["-j", "-f", "-"], NftInput::Later) {
+            Ok(run) => a.counter_reader = Some(run),
+            Err(e) => eprintln!("h5i sentry: cannot pre-start the counter reader: {e}"),
+        }
     }
 
     /// Read the counters, stop the uplink and the gate, write the tally.
     fn finish(&mut self) -> Result<(), SentryError> {
-        let counters = self.attached.as_ref().map(|a| {
-            a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
+        let counters = self.attached.as_mut().map(|a| {
+            read_counters(a)
                 .map_err(|e| SentryError::Tally(e.to_string()))
                 .and_then(|json| {
                     nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))
@@ -411,4 +447,17 @@ impl Sentry {
             let _ = std::fs::remove_file(self.plan.dir.join(name));
         }
     }
+}
+
+/// The table's listing: from the counter reader when it is still waiting, else (it exited, or
+/// took the request's pipe down with it) from a new nft. Whatever the reader answers once it has
+/// the request is final: a failure is not retried, so the stop stays inside its bound.
+fn read_counters(a: &mut Attached) -> Result<Vec<u8>, crate::netns::NetnsError> {
+    if let Some(mut reader) = a.counter_reader.take() {
+        if reader.alive() && reader.request(nft::list_request().as_bytes()).is_ok() {
+            return reader.wait();
+        }
+        eprintln!("h5i sentry: the counter reader had exited; listing the table with a new nft");
+    }
+    a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
 }

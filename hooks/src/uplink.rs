@@ -5,9 +5,15 @@
 //! --ready-fd=3 --exit-fd=4 [--userns-path=/proc/self/fd/6] --netns-type=path /proc/self/fd/5
 //! tap0`, with the namespace fds the sentry holds inherited at fixed numbers. slirp4netns runs in
 //! the sentry's network namespace and dials out as an ordinary host process, so the box reaches
-//! exactly what the host reaches, filtered first by the box's own nftables table (loaded before
-//! the uplink exists). `--disable-host-loopback` keeps the gateway 10.0.2.2 from reaching the
-//! host's 127.0.0.1 (the table refuses 10.0.2.2 as well).
+//! exactly what the host reaches, filtered first by the box's own nftables table (its load runs
+//! alongside the uplink's start, and the box is held until both are done: nothing in the box
+//! sends before the table is in force). `--disable-host-loopback` keeps the gateway 10.0.2.2
+//! from reaching the host's 127.0.0.1 (the table refuses 10.0.2.2 as well).
+//!
+//! `tap0` already exists when slirp4netns starts: `net-inside` made it persistent (`tap.rs`).
+//! slirp4netns attaches to it by name and configures it as it would a device of its own
+//! (measured with 1.2.0: rootful, unprivileged through `--userns-path`, rootless Podman); on
+//! exit it only detaches, which is what saves its teardown on the run's end.
 //!
 //! Measured here (slirp4netns 1.2.0): the fd paths work rootful and rootless; `--userns-path`
 //! equal to the caller's own user namespace is accepted; `--enable-sandbox` needs
@@ -23,8 +29,9 @@
 //! uplink is started in a mount namespace of its own whose mounts are all private first; nothing
 //! it does there can reach the host's mounts.
 //!
-//! Must never: start before the table is loaded (the sentry's order), or outlive the sentry
-//! (`--exit-fd` ends it when the sentry's end of the pipe closes; `PR_SET_PDEATHSIG` too).
+//! Must never: carry a packet of the box's before the table is loaded (the sentry lets the box
+//! run only once both are up), or outlive the sentry (`--exit-fd` ends it when the sentry's end
+//! of the pipe closes; `PR_SET_PDEATHSIG` too).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};

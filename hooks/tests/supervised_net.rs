@@ -18,9 +18,14 @@ use support::*;
 
 /// The probes every box runs, in order, and what each must answer. `{A2}`/`{A3}` are the
 /// allowed and the second test host, `{LO}` the host-loopback listener's port.
+///
+/// The first is the box's first packet, and a refused one: {A2}:9090 greets whoever reaches it,
+/// so `EHOSTUNREACH` there proves the table was in force from the box's first instruction (the
+/// sentry loads it while the uplink starts, and holds the box until both are done); the second
+/// proves the uplink was up by then.
 const PROBES: &[(&str, &str)] = &[
-    ("tcp {A2} 8080", "OK host {A2}:8080"),
     ("tcp {A2} 9090", "EHOSTUNREACH"),
+    ("tcp {A2} 8080", "OK host {A2}:8080"),
     ("tcp {A3} 8080", "EHOSTUNREACH"),
     ("udp {A2} 5353", "EPERM"),
     ("tcp 10.0.2.2 {LO}", "EHOSTUNREACH"),
