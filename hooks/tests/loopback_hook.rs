@@ -76,14 +76,7 @@ fn the_hosts_namespace_is_refused_from_a_user_namespace() {
     if !require_root(test) {
         return;
     }
-    let id = Command::new("id")
-        .args(["-u", "h5i-test"])
-        .output()
-        .unwrap();
-    assert!(
-        id.status.success(),
-        "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
-    );
+    test_user_uid();
     // The build tree may sit where h5i-test cannot reach: the user runs its own copy.
     let tmp = tempfile::Builder::new()
         .prefix("h5i-lo")

@@ -298,11 +298,6 @@ fn delegate_cgroup_to(uid: u32) -> String {
     rel
 }
 
-fn user_uid(name: &str) -> Option<u32> {
-    let out = Command::new("id").args(["-u", name]).output().ok()?;
-    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
-}
-
 /// The same box as the unprivileged `h5i-test` user: its own user namespace (box 0 -> 1001),
 /// the sentry and slirp4netns run as 1001, and h5i-runc picks the net directory
 /// (`$XDG_RUNTIME_DIR/h5i-net/<id>`), since the spec names none.
@@ -312,8 +307,7 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     if !require_root(test) {
         return;
     }
-    let uid = user_uid("h5i-test")
-        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)");
+    let uid = test_user_uid();
     let hosts = TestHosts::new();
     let tmp = tempfile::Builder::new()
         .prefix("h5i-net-user")
@@ -723,8 +717,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     if !require_root(test) || !have_podman(test) {
         return;
     }
-    let uid = user_uid("h5i-test")
-        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)");
+    let uid = test_user_uid();
     let hosts = TestHosts::new();
     let tmp = tempfile::Builder::new()
         .prefix("h5i-net-rootless")

@@ -34,6 +34,18 @@ pub fn runc_bin() -> PathBuf {
 }
 
 /// True when the test can run; prints a loud skip line otherwise.
+/// The unprivileged test user's uid; `make setup` (scripts/setup-host.sh) makes the user.
+pub fn test_user_uid() -> u32 {
+    let out = Command::new("id")
+        .args(["-u", "h5i-test"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)")
+}
+
 pub fn require_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
