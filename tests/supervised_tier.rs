@@ -400,14 +400,7 @@ fn a_supervised_run_leaves_the_hosts_shared_mounts_mounted() {
         return;
     }
     let ns = format!("h5i-mnt{}", std::process::id());
-    let ip = |args: &[&str]| {
-        std::process::Command::new("ip")
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let add = ip(&["netns", "add", &ns]);
-    assert!(add.status.success(), "{}", stderr(&add));
+    common::testnet::ip(&["netns", "add", &ns]).unwrap();
     let mounted = || {
         std::fs::read_to_string("/proc/self/mountinfo")
             .unwrap()
@@ -420,11 +413,11 @@ fn a_supervised_run_leaves_the_hosts_shared_mounts_mounted() {
     r.ok(&["box", "create", "mnt", "--profile", "sup"]);
     r.ok(&["box", "run", "mnt", "--", "true"]);
     let still = mounted();
-    let used = ip(&["-n", &ns, "link", "show", "lo"]);
-    let _ = ip(&["netns", "del", &ns]);
+    let used = common::testnet::ip(&["-n", &ns, "link", "show", "lo"]);
+    let _ = common::testnet::ip(&["netns", "del", &ns]);
     assert!(
         still,
         "a supervised run unmounted the host's /run/netns/{ns}"
     );
-    assert!(used.status.success(), "{}", stderr(&used));
+    used.unwrap();
 }

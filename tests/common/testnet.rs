@@ -47,7 +47,8 @@ pub struct TestHosts {
     pub gateway: Ipv4Addr,
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
+/// Run `ip ARGS`; its stderr when it fails.
+pub fn ip(args: &[&str]) -> Result<(), String> {
     let out = Command::new("ip")
         .args(args)
         .output()
