@@ -348,16 +348,7 @@ fn podman_annotation_seccomp_denies_unshare_and_bad_annotations_fail_closed() {
 struct Rootless {
     dir: tempfile::TempDir,
     user: String,
-    uid: u32,
-    delegated: Vec<PathBuf>,
-    cgroup_rel: String,
-}
-
-fn lookup_user(name: &str) -> Option<(u32, u32)> {
-    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
-    let line = passwd.lines().find(|l| l.split(':').next() == Some(name))?;
-    let f: Vec<&str> = line.split(':').collect();
-    Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?))
+    cgroups: Delegated,
 }
 
 fn chown(path: &Path, uid: u32, gid: u32) {
@@ -373,11 +364,7 @@ impl Rootless {
             eprintln!("skipped: {test}: podman is not installed");
             return None;
         }
-        let user = std::env::var("H5I_TEST_USER").unwrap_or_else(|_| "h5i-test".into());
-        let Some((uid, gid)) = lookup_user(&user) else {
-            eprintln!("skipped: {test}: no user {user} (scripts/setup-host.sh creates it)");
-            return None;
-        };
+        let (user, uid, gid) = test_user(test)?;
         let subuid = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
         if !subuid.lines().any(|l| l.starts_with(&format!("{user}:"))) {
             eprintln!("skipped: {test}: {user} has no /etc/subuid range");
@@ -419,57 +406,8 @@ impl Rootless {
         );
         std::fs::write(dir.path().join("containers.conf"), conf).unwrap();
 
-        // Delegate a cgroup at the same relative path in every hierarchy.
-        let cgroup_rel = format!(
-            "{}/h5i-runc-rootless-{}",
-            own_cgroup().trim_end_matches('/'),
-            std::process::id()
-        );
-        let mut delegated = Vec::new();
-        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-        let hierarchies: Vec<PathBuf> = if v2 {
-            vec![PathBuf::from("/sys/fs/cgroup")]
-        } else {
-            std::fs::read_dir("/sys/fs/cgroup")
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
-                .collect()
-        };
-        for h in hierarchies {
-            let d = PathBuf::from(format!("{}{cgroup_rel}", h.display()));
-            std::fs::create_dir_all(&d).unwrap();
-            if d.join("cpuset.cpus").exists() {
-                let parent = d.parent().unwrap();
-                std::fs::write(
-                    d.join("cpuset.cpus"),
-                    std::fs::read(parent.join("cpuset.cpus")).unwrap(),
-                )
-                .unwrap();
-                std::fs::write(
-                    d.join("cpuset.mems"),
-                    std::fs::read(parent.join("cpuset.mems")).unwrap(),
-                )
-                .unwrap();
-            }
-            for f in [d.clone(), d.join("cgroup.procs")] {
-                chown(&f, uid, gid);
-            }
-            for f in ["tasks", "cgroup.subtree_control"] {
-                if d.join(f).exists() {
-                    chown(&d.join(f), uid, gid);
-                }
-            }
-            delegated.push(d);
-        }
-        let r = Rootless {
-            dir,
-            user,
-            uid,
-            delegated,
-            cgroup_rel,
-        };
+        let cgroups = Delegated::new("h5i-runc-rootless", uid, gid);
+        let r = Rootless { dir, user, cgroups };
         let rootfs = r.dir.path().join("image-rootfs");
         for d in ["bin", "etc", "tmp"] {
             std::fs::create_dir_all(rootfs.join(d)).unwrap();
@@ -496,45 +434,25 @@ impl Rootless {
 
     /// `podman ARGS` as the test user, inside the delegated cgroup.
     fn run(&self, args: &[&str]) -> Output {
-        let procs: Vec<String> = self
-            .delegated
-            .iter()
-            .map(|d| d.join("cgroup.procs").display().to_string())
-            .collect();
-        // Root moves this shell into the delegated cgroups, then becomes the user.
-        let script = format!(
-            "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
-            procs.join(" ")
-        );
         let p = self.dir.path();
-        let mut cmd = Command::new("sh");
-        cmd.args([
-            "-c", &script, "sh", "runuser", "-u", &self.user, "--", "env",
-        ])
-        .arg(format!("XDG_RUNTIME_DIR={}", p.join("xdg").display()))
-        .arg(format!(
-            "CONTAINERS_CONF={}",
-            p.join("containers.conf").display()
-        ))
-        .arg(format!("HOME={}", p.join("xdg").display()))
-        .args(["podman", "--root"])
-        .arg(p.join("storage"))
-        .arg("--runroot")
-        .arg(p.join("run"))
-        .args(["--runtime", "h5i-runc"])
-        .args(args);
+        let mut cmd = self.cgroups.command_as(&self.user);
+        cmd.arg(format!("XDG_RUNTIME_DIR={}", p.join("xdg").display()))
+            .arg(format!(
+                "CONTAINERS_CONF={}",
+                p.join("containers.conf").display()
+            ))
+            .arg(format!("HOME={}", p.join("xdg").display()))
+            .args(["podman", "--root"])
+            .arg(p.join("storage"))
+            .arg("--runroot")
+            .arg(p.join("run"))
+            .args(["--runtime", "h5i-runc"])
+            .args(args);
         run_to_files(&mut cmd)
     }
 
     fn ok(&self, args: &[&str]) -> String {
-        let out = self.run(args);
-        assert!(
-            out.status.success(),
-            "rootless podman {args:?} failed ({:?}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        success_stdout("rootless podman", args, self.run(args))
     }
 }
 
@@ -554,11 +472,6 @@ impl Drop for Rootless {
                 wait_exit(pid, std::time::Duration::from_secs(5));
             }
         }
-        for d in &self.delegated {
-            let _ = std::fs::remove_dir(d.join("h5i-runc"));
-            let _ = std::fs::remove_dir(d);
-        }
-        let _ = (self.uid, &self.cgroup_rel);
     }
 }
 
@@ -609,7 +522,7 @@ fn podman_rootless_run_exec_and_annotations() {
         .find(|l| l.contains(":memory:") || l.starts_with("0::"))
         .unwrap();
     assert!(
-        mem.contains(&format!("{}/h5i-runc/", r.cgroup_rel)),
+        mem.contains(&format!("{}/h5i-runc/", r.cgroups.rel)),
         "{out}"
     );
 

@@ -54,8 +54,11 @@ fn create_start_state_transitions_created_running_stopped() {
 
     rt.ok(&["start", &id]);
     assert_eq!(rt.status(&id), "running");
-    // Starting twice is refused.
-    assert!(!rt.run(&["start", &id]).status.success());
+    // Starting twice is refused, and the refusal says it is an error.
+    let again = rt.run(&["start", &id]);
+    assert!(!again.status.success());
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("error") && err.contains("status"), "{err}");
 
     rt.ok(&["kill", &id, "KILL"]);
     assert!(wait_exit(pid, WAIT), "init did not exit after SIGKILL");
@@ -132,6 +135,8 @@ fn missing_container_says_does_not_exist() {
             err.contains("container nope does not exist"),
             "{verb:?}: {err}"
         );
+        // Tools that scan a runtime's stderr look for "error" (runc: `level=error`).
+        assert!(err.contains("error"), "{verb:?}: {err}");
     }
 }
 
@@ -1002,5 +1007,570 @@ fn run_forwards_signals_to_the_container() {
     assert!(
         !rt.run(&["state", &id]).status.success(),
         "run did not clean up"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conformance (issue 20): each found with a plain bundle against runc.
+
+fn cgroup_v1() -> bool {
+    !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// Mount points of every cgroup hierarchy (v1 and the hybrid's cgroup2).
+fn cgroup_hierarchies() -> Vec<String> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mi.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            matches!(fstype, "cgroup" | "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(str::to_string))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Mounts at or under `dir` in this process's mount table that are read-only.
+fn readonly_mounts_under(mountinfo: &str, dir: &str) -> Vec<String> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (point, opts) = (*f.get(4)?, *f.get(5)?);
+            let under = point == dir || point.starts_with(&format!("{dir}/"));
+            (under && opts.split(',').any(|o| o == "ro")).then(|| point.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable() {
+    if !require_root("no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable") {
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("nomntns");
+    let mut b = Bundle::new(&["true"], Some(test_cgroup(&id)));
+    b.without_namespace("mount");
+    // Without a mount namespace libcontainer refuses masked and read-only paths (as runc).
+    b.config["linux"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "maskedPaths" && k != "readonlyPaths");
+    b.config["mounts"] = serde_json::json!([
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+         "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}
+    ]);
+    b.save();
+    // The runtime shares its caller's mount namespace here: run it in a private one made for
+    // this test, so a regression remounts that copy of /sys/fs/cgroup, not the machine's.
+    let rootfs = b.rootfs().canonicalize().unwrap();
+    let script = format!(
+        "set -e; {bin} --root {root} create --bundle {bundle} {id}; \
+         echo ---; cat /proc/self/mountinfo; echo ---; \
+         {bin} --root {root} start {id}; \
+         {bin} --root {root} delete --force {id}; echo deleted",
+        bin = bin(),
+        root = rt.root.path().display(),
+        bundle = b.path().display(),
+    );
+    let out = run_to_files(
+        std::process::Command::new("unshare")
+            .args(["-m", "--propagation", "private", "sh", "-c"])
+            .arg(&script),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let mountinfo = stdout.split("---").nth(1).unwrap();
+    let host_ro = readonly_mounts_under(mountinfo, "/sys/fs/cgroup");
+    assert!(
+        host_ro.is_empty(),
+        "the runtime's own cgroup mounts were remounted read-only: {host_ro:?}"
+    );
+    // The container's cgroup mount (under its rootfs, in the shared namespace) is read-only
+    // as its spec asks.
+    let inside = format!("{}/sys/fs/cgroup", rootfs.display());
+    let ro = readonly_mounts_under(mountinfo, &inside);
+    assert!(ro.contains(&inside), "{inside} is not read-only: {ro:?}");
+    assert!(stdout.trim_end().ends_with("deleted"), "{stdout}\n{stderr}");
+    assert!(!rt.root.path().join(&id).exists(), "state left behind");
+}
+
+#[test]
+fn no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup() {
+    if !require_root("no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup") {
+        return;
+    }
+    if !cgroup_v1() {
+        eprintln!("skipped: no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup: needs cgroup v1 (the emulated cgroup mount)");
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("nopidns");
+    // No cgroupsPath: placed under the caller's memory cgroup, which is not the hierarchy root.
+    let mut b = Bundle::new(
+        &[
+            "sh",
+            "-c",
+            "echo pid=$$; cat /sys/fs/cgroup/memory/cgroup.procs",
+        ],
+        None,
+    );
+    b.without_namespace("pid");
+    b.without_namespace("cgroup");
+    b.config["mounts"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+            "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]
+        }));
+    b.save();
+    let out = rt.run(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The memory mount is the container's own cgroup: it lists the container's process.
+    let pid = stdout.lines().find_map(|l| l.strip_prefix("pid=")).unwrap();
+    assert!(
+        stdout.lines().skip(1).any(|l| l == pid),
+        "/sys/fs/cgroup/memory is not the container's cgroup: {stdout}"
+    );
+}
+
+#[test]
+fn relative_cgroups_path_stays_under_the_callers_memory_cgroup() {
+    if !require_root("relative_cgroups_path_stays_under_the_callers_memory_cgroup") {
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("relcg");
+    let rel = format!("h5i-rel-{}/{id}", std::process::id());
+    let mut b = Bundle::new(&["cat", "/proc/self/cgroup"], Some(rel.clone()));
+    // Without a cgroup namespace the container sees its cgroup as the host names it.
+    b.without_namespace("cgroup");
+    let out = rt.ok(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+    let mem = out
+        .lines()
+        .find(|l| l.contains(":memory:") || l.starts_with("0::"))
+        .unwrap();
+    let want = format!("{}/{rel}", own_cgroup().trim_end_matches('/'));
+    assert!(
+        mem.ends_with(&format!(":{want}")),
+        "memory cgroup {mem} is not under the caller's ({want}): it escapes the caller's limit"
+    );
+    // Everything made for it is gone again, under the caller and at the top.
+    let top = format!("h5i-rel-{}", std::process::id());
+    for h in cgroup_hierarchies() {
+        for dir in [
+            format!("{h}/{top}"),
+            format!("{h}{}/{top}", own_cgroup().trim_end_matches('/')),
+        ] {
+            assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+        }
+    }
+}
+
+#[test]
+fn overlapping_containers_leave_no_cgroup_directories_behind() {
+    if !require_root("overlapping_containers_leave_no_cgroup_directories_behind") {
+        return;
+    }
+    let rt = Runtime::new();
+    // Both under one level that the first container's create makes in every hierarchy.
+    let shared = format!("h5i-overlap-{}", std::process::id());
+    let (a, b) = (id("overlap-a"), id("overlap-b"));
+    let ba = Bundle::new(&["sleep", "600"], Some(format!("{shared}/{a}")));
+    let bb = Bundle::new(&["sleep", "600"], Some(format!("{shared}/{b}")));
+    rt.ok(&["create", "--bundle", ba.path().to_str().unwrap(), &a]);
+    rt.ok(&["create", "--bundle", bb.path().to_str().unwrap(), &b]);
+    // h5i-runc nests relative paths under the caller's memory cgroup in every hierarchy.
+    let own = own_cgroup();
+    let level: Vec<String> = cgroup_hierarchies()
+        .iter()
+        .map(|h| format!("{h}{}/{shared}", own.trim_end_matches('/')))
+        .filter(|d| std::path::Path::new(d).exists())
+        .collect();
+    assert!(
+        !level.is_empty(),
+        "the shared level was not made under the caller's cgroup"
+    );
+    // The first one goes while the second still lives under the shared level ...
+    rt.ok(&["delete", "--force", &a]);
+    // ... and the second one's delete takes the shared level away with it.
+    rt.ok(&["delete", "--force", &b]);
+    let left: Vec<&String> = level
+        .iter()
+        .filter(|d| std::path::Path::new(d).exists())
+        .collect();
+    assert!(left.is_empty(), "cgroup directories left behind: {left:?}");
+    for h in cgroup_hierarchies() {
+        let top = format!("{h}/{shared}");
+        assert!(
+            !std::path::Path::new(&top).exists(),
+            "{top} made at the top"
+        );
+    }
+}
+
+/// A hook that writes its stdin (the OCI state) to `out`.
+fn state_hook(sh: &str, out: &str) -> serde_json::Value {
+    serde_json::json!({"path": sh, "args": ["sh", "-c", format!("cat > {out}")]})
+}
+
+#[test]
+fn hooks_get_the_callers_bundle_and_the_status_the_spec_names() {
+    if !require_root("hooks_get_the_callers_bundle_and_the_status_the_spec_names") {
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("hookstate");
+    // No cgroupsPath: h5i-runc runs the container from its own adjusted copy of the spec.
+    let mut b = Bundle::new(&["true"], None);
+    let tmp = b.rootfs().canonicalize().unwrap().join("tmp");
+    let host = |name: &str| state_hook("/bin/sh", tmp.join(name).to_str().unwrap());
+    b.config["hooks"] = serde_json::json!({
+        "prestart": [host("prestart")],
+        "createRuntime": [host("createRuntime")],
+        "createContainer": [host("createContainer")],
+        // Runs in the container after pivot_root: its paths are the container's.
+        "startContainer": [state_hook("/bin/sh", "/tmp/startContainer")],
+        "poststart": [host("poststart")],
+        "poststop": [host("poststop")],
+    });
+    b.annotate("org.h5i.test", "hook state");
+    rt.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+    let pid = rt.pid(&id);
+    rt.ok(&["start", &id]);
+    assert!(wait_exit(pid, WAIT));
+    rt.ok(&["delete", &id]);
+    let bundle = b.path().canonicalize().unwrap();
+    // runtime-spec: created after the create operation built the container (prestart,
+    // createRuntime, createContainer, startContainer), running once the program runs
+    // (poststart), stopped after delete (poststop); pid required while created or running,
+    // as the container sees it for hooks run in its namespaces (pid 1 in its pid namespace).
+    for (hook, status, want_pid) in [
+        ("prestart", "created", Some(pid)),
+        ("createRuntime", "created", Some(pid)),
+        ("createContainer", "created", Some(1)),
+        ("startContainer", "created", Some(1)),
+        ("poststart", "running", Some(pid)),
+        ("poststop", "stopped", None),
+    ] {
+        let text = std::fs::read_to_string(tmp.join(hook))
+            .unwrap_or_else(|e| panic!("{hook} hook left no state: {e}"));
+        let st: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(st["bundle"], bundle.to_str().unwrap(), "{hook}: {text}");
+        assert_eq!(st["status"], status, "{hook}: {text}");
+        assert_eq!(st["id"], id.as_str(), "{hook}: {text}");
+        assert_eq!(
+            st["annotations"]["org.h5i.test"], "hook state",
+            "{hook}: {text}"
+        );
+        match want_pid {
+            Some(p) => assert_eq!(st["pid"], p, "{hook}: {text}"),
+            None => assert!(st.get("pid").is_none(), "{hook}: {text}"),
+        }
+    }
+}
+
+#[test]
+fn failing_poststop_hook_is_a_warning_and_delete_finishes() {
+    if !require_root("failing_poststop_hook_is_a_warning_and_delete_finishes") {
+        return;
+    }
+    let rt = Runtime::new();
+    let id = id("poststop");
+    let mut b = Bundle::new(&["true"], Some(test_cgroup(&id)));
+    let after = b.rootfs().canonicalize().unwrap().join("tmp/after-failure");
+    b.config["hooks"] = serde_json::json!({
+        "poststop": [
+            {"path": "/bin/false"},
+            state_hook("/bin/sh", after.to_str().unwrap()),
+        ]
+    });
+    b.save();
+    rt.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+    let pid = rt.pid(&id);
+    rt.ok(&["start", &id]);
+    assert!(wait_exit(pid, WAIT));
+    let out = rt.run(&["delete", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "delete failed: {err}");
+    assert!(
+        err.contains("warn") && err.contains("poststop hook failed"),
+        "{err}"
+    );
+    assert!(!rt.root.path().join(&id).exists(), "state left behind");
+    // The hook after the failing one still ran.
+    let st: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&after).unwrap()).unwrap();
+    assert_eq!(st["status"], "stopped");
+
+    // A hook that lives in a bundle that is gone: `delete -f` still finishes.
+    let id = format!("{id}-gone");
+    let mut b = Bundle::new(&["sleep", "600"], Some(test_cgroup(&id)));
+    let hook = b.path().canonicalize().unwrap().join("hook.sh");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    b.config["hooks"] = serde_json::json!({"poststop": [{"path": hook}]});
+    b.save();
+    rt.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+    rt.ok(&["start", &id]);
+    drop(b);
+    let out = rt.run(&["delete", "--force", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "delete -f failed: {err}");
+    assert!(err.contains("poststop hook failed"), "{err}");
+    assert!(!rt.run(&["state", &id]).status.success());
+}
+
+#[test]
+fn disable_oom_killer_is_held_on_cgroup_v1() {
+    if !require_root("disable_oom_killer_is_held_on_cgroup_v1") {
+        return;
+    }
+    if !cgroup_v1() {
+        eprintln!("skipped: disable_oom_killer_is_held_on_cgroup_v1: memory.oom_control is cgroup v1 only");
+        return;
+    }
+    let rt = Runtime::new();
+    let mut seen = Vec::new();
+    for off in [false, true] {
+        let id = id(&format!("oom-{off}"));
+        let cg = test_cgroup(&id);
+        let mut b = Bundle::new(&["sleep", "600"], Some(cg.clone()));
+        b.config["linux"]["resources"]["memory"] =
+            serde_json::json!({"limit": 64 * 1024 * 1024, "disableOOMKiller": off});
+        b.save();
+        rt.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+        let ctl = std::fs::read_to_string(format!("/sys/fs/cgroup/memory{cg}/memory.oom_control"))
+            .unwrap();
+        seen.push(ctl.lines().next().unwrap().to_string());
+        rt.ok(&["delete", "--force", &id]);
+    }
+    assert_eq!(seen, ["oom_kill_disable 0", "oom_kill_disable 1"]);
+}
+
+#[test]
+fn create_errors_name_their_cause() {
+    if !require_root("create_errors_name_their_cause") {
+        return;
+    }
+    let rt = Runtime::new();
+    // capset: this machine's root lacks CAP_SYS_RESOURCE (HOST.md), so granting it fails in
+    // the container's init.
+    let id_caps = id("cause-caps");
+    let mut b = Bundle::new(&["true"], Some(test_cgroup(&id_caps)));
+    b.add_caps(&["CAP_SYS_RESOURCE"]);
+    let caps_err = rt.run(&["create", "--bundle", b.path().to_str().unwrap(), &id_caps]);
+    // proc mounted on a file.
+    let id_proc = id("cause-proc");
+    let b2 = Bundle::new(&["true"], Some(test_cgroup(&id_proc)));
+    std::fs::remove_dir(b2.rootfs().join("proc")).unwrap();
+    std::fs::write(b2.rootfs().join("proc"), "").unwrap();
+    let proc_err = rt.run(&["create", "--bundle", b2.path().to_str().unwrap(), &id_proc]);
+
+    let have_cap = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .map(|h| u64::from_str_radix(h.trim(), 16).unwrap() & (1 << 24) != 0)
+        .unwrap();
+    if have_cap {
+        eprintln!("create_errors_name_their_cause: CAP_SYS_RESOURCE is held here; capset case not checked");
+    } else {
+        let err = String::from_utf8_lossy(&caps_err.stderr);
+        assert!(!caps_err.status.success(), "{err}");
+        assert!(
+            err.contains("error")
+                && err.contains("capset")
+                && err.contains("Operation not permitted"),
+            "{err}"
+        );
+    }
+    let err = String::from_utf8_lossy(&proc_err.stderr);
+    assert!(!proc_err.status.success(), "{err}");
+    assert!(
+        err.contains("error") && err.contains("proc must be mounted on ordinary directory"),
+        "{err}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rootless: h5i-runc run directly by the unprivileged test user, with a user namespace in the
+// spec, inside cgroups root delegated to the user (`support::Delegated`, as tests/podman.rs
+// does for rootless Podman).
+
+struct RootlessRunc {
+    dir: tempfile::TempDir,
+    user: String,
+    uid: u32,
+    gid: u32,
+    cgroups: Delegated,
+    bin: std::path::PathBuf,
+}
+
+impl RootlessRunc {
+    fn new(test: &str) -> Option<RootlessRunc> {
+        use std::os::unix::fs::PermissionsExt;
+        if !require_root(test) {
+            return None;
+        }
+        let (user, uid, gid) = test_user(test)?;
+        let dir = tempfile::Builder::new()
+            .prefix("h5i-runc-rootless")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(dir.path().join("state")).unwrap();
+        std::os::unix::fs::chown(dir.path().join("state"), Some(uid), Some(gid)).unwrap();
+        // The build tree may sit where the user cannot reach: the user runs a copy.
+        let bin_copy = dir.path().join("h5i-runc");
+        std::fs::copy(bin(), &bin_copy).unwrap();
+        std::fs::set_permissions(&bin_copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let cgroups = Delegated::new("h5i-runc-direct-rootless", uid, gid);
+        Some(RootlessRunc {
+            dir,
+            user,
+            uid,
+            gid,
+            cgroups,
+            bin: bin_copy,
+        })
+    }
+
+    /// A bundle the user can run: a user namespace mapping container root to the user, no
+    /// resources (v1 device rules need real root), the bundle and its /tmp the user's.
+    fn bundle(&self, args: &[&str], cgroup: Option<String>) -> Bundle {
+        use std::os::unix::fs::PermissionsExt;
+        let mut b = Bundle::new(args, cgroup);
+        let linux = b.config["linux"].as_object_mut().unwrap();
+        linux.remove("resources");
+        linux["namespaces"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({"type": "user"}));
+        linux.insert(
+            "uidMappings".into(),
+            serde_json::json!([{"containerID": 0, "hostID": self.uid, "size": 1}]),
+        );
+        linux.insert(
+            "gidMappings".into(),
+            serde_json::json!([{"containerID": 0, "hostID": self.gid, "size": 1}]),
+        );
+        b.save();
+        std::fs::set_permissions(b.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for p in [b.path().to_path_buf(), b.rootfs().join("tmp")] {
+            std::os::unix::fs::chown(&p, Some(self.uid), Some(self.gid)).unwrap();
+        }
+        b
+    }
+
+    /// `h5i-runc ARGS` as the user, inside the delegated cgroups.
+    fn run(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = self.cgroups.command_as(&self.user);
+        cmd.arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
+            .arg(&self.bin)
+            .arg("--root")
+            .arg(self.dir.path().join("state"))
+            .args(args);
+        run_to_files(&mut cmd)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        success_stdout("rootless h5i-runc", args, self.run(args))
+    }
+}
+
+impl Drop for RootlessRunc {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(self.dir.path().join("state")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') {
+                    let _ = self.run(&["delete", "--force", &name]);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rootless_relative_cgroup_hook_state_poststop_failure_and_error_word() {
+    let Some(r) =
+        RootlessRunc::new("rootless_relative_cgroup_hook_state_poststop_failure_and_error_word")
+    else {
+        return;
+    };
+    let id = id("rootless");
+    let rel = format!("rel-{}/{id}", std::process::id());
+    let mut b = r.bundle(&["true"], Some(rel.clone()));
+    let tmp = b.rootfs().canonicalize().unwrap().join("tmp");
+    let host = |name: &str| state_hook("/bin/sh", tmp.join(name).to_str().unwrap());
+    b.config["hooks"] = serde_json::json!({
+        "prestart": [host("prestart")],
+        "createContainer": [host("createContainer")],
+        "startContainer": [state_hook("/bin/sh", "/tmp/startContainer")],
+        "poststart": [host("poststart")],
+        "poststop": [{"path": "/bin/false"}, host("poststop")],
+    });
+    b.save();
+    r.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+    // The relative path is nested in the delegated memory cgroup (the caller's), not made at
+    // the top where it would escape the caller's limit (and the user could not even write).
+    let memory = r
+        .cgroups
+        .dirs
+        .iter()
+        .find(|d| d.starts_with("/sys/fs/cgroup/memory") || !cgroup_v1())
+        .unwrap();
+    let leaf = memory.join(&rel);
+    assert!(leaf.is_dir(), "{} not made", leaf.display());
+    let st: serde_json::Value = serde_json::from_str(&r.ok(&["state", &id])).unwrap();
+    let pid = st["pid"].as_i64().unwrap() as i32;
+    r.ok(&["start", &id]);
+    assert!(wait_exit(pid, WAIT));
+    let out = r.run(&["delete", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "delete failed: {err}");
+    assert!(err.contains("poststop hook failed"), "{err}");
+
+    let bundle = b.path().canonicalize().unwrap();
+    for (hook, status) in [
+        ("prestart", "created"),
+        ("createContainer", "created"),
+        ("startContainer", "created"),
+        ("poststart", "running"),
+        ("poststop", "stopped"),
+    ] {
+        let text = std::fs::read_to_string(tmp.join(hook))
+            .unwrap_or_else(|e| panic!("{hook} hook left no state: {e}"));
+        let st: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(st["bundle"], bundle.to_str().unwrap(), "{hook}: {text}");
+        assert_eq!(st["status"], status, "{hook}: {text}");
+    }
+    for d in &r.cgroups.dirs {
+        let made = d.join(format!("rel-{}", std::process::id()));
+        assert!(!made.exists(), "{} left behind", made.display());
+    }
+    for h in cgroup_hierarchies() {
+        let top = format!("{h}/rel-{}", std::process::id());
+        assert!(
+            !std::path::Path::new(&top).exists(),
+            "{top} made at the top"
+        );
+    }
+    let out = r.run(&["state", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("error") && err.contains("does not exist"),
+        "{err}"
     );
 }

@@ -75,7 +75,7 @@ fn main() -> ExitCode {
         return match runc::idmap::run_helper(kind, &argv[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("h5i-runc: {e}");
+                eprintln!("h5i-runc: error: {e}");
                 ExitCode::from(1)
             }
         };
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
     if !matches!(cli.cmd, Cmd::Features(_)) {
         // Before any container is touched (see runc::seal).
         if let Err(e) = seal::ensure_sealed() {
-            eprintln!("h5i-runc: {e}");
+            eprintln!("h5i-runc: error: {e}");
             return ExitCode::from(1);
         }
     }
@@ -92,29 +92,16 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
-            let msg = render(&e);
+            let msg = runc::error_chain(e.as_ref());
             if log_to_file {
                 tracing::error!("{msg}");
             }
-            eprintln!("h5i-runc: {msg}");
+            // "error" is what tools scanning a runtime's stderr look for (runc prints
+            // `level=error`); the message keeps runc's "does not exist" wording.
+            eprintln!("h5i-runc: error: {msg}");
             ExitCode::from(1)
         }
     }
-}
-
-/// The error chain without repeats: libcontainer's messages often embed their source's text.
-fn render(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let s = cause.to_string();
-        if !out.contains(&s) {
-            if !out.is_empty() {
-                out.push_str(": ");
-            }
-            out.push_str(&s);
-        }
-    }
-    out
 }
 
 fn dispatch(cli: Cli) -> Result<i32> {

@@ -4,8 +4,12 @@
 //! hierarchy. h5i-runc instead places it under the caller's own cgroup: on cgroup v2 the
 //! `0::` path of `/proc/self/cgroup`; on v1 (and hybrid) the memory controller's path, which is
 //! the one a host's management delegates (libcontainer uses one path for all v1 controllers).
-//! The result is `<anchor>/h5i-runc/<id>`. Directories that did not exist before the create are
-//! recorded (in the sidecar) and removed again on delete, deepest first, only if empty.
+//! The result is `<anchor>/h5i-runc/<id>`; a relative `linux.cgroupsPath` goes under the anchor
+//! too (runc's rule: libcontainer would put it at the top of each hierarchy, outside the
+//! caller's memory limit). Directories that did not exist before the create are recorded (in
+//! the sidecar) and removed again on delete, deepest first, only if empty; one still in use by a
+//! later container (overlapping lifetimes share the `<anchor>` levels in hierarchies where the
+//! caller sits at the root) goes to a ledger and is removed by the delete that empties it.
 //!
 //! Parsing is pure (`anchor_from`, `hierarchy_roots`), so unit tests cover both layouts on a
 //! v1 machine. Must never: fall back to the top of a hierarchy, or remove a directory it did not
@@ -47,6 +51,22 @@ pub enum CgroupError {
         /// The OS error.
         source: io::Error,
     },
+    /// `disableOOMKiller` could not be held on cgroup v1.
+    #[error("refusing: the spec sets disableOOMKiller but {path} could not be written: {source}; to fix: drop disableOOMKiller or give the container a memory cgroup h5i-runc may write")]
+    OomControl {
+        /// The `memory.oom_control` file.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The ledger of cgroup directories left for later removal could not be used.
+    #[error("cannot update {path}: {source}")]
+    Ledger {
+        /// The ledger or its lock.
+        path: PathBuf,
+        /// The OS error.
+        source: io::Error,
+    },
 }
 
 /// Detect the layout the way libcontainer will.
@@ -80,6 +100,20 @@ pub fn anchor_from(proc_self_cgroup: &str, layout: Layout) -> Result<PathBuf, Cg
             Layout::V2 => "cgroup v2 (0::)",
         },
     })
+}
+
+/// Where a spec's `cgroupsPath` puts the container: an absolute path as given; a relative one
+/// under the caller's own cgroup (runc's rule), never at the top of a hierarchy, where
+/// libcontainer would put it (outside the caller's memory cgroup and so its limit).
+pub fn resolve_named(anchor: &Path, named: &Path) -> PathBuf {
+    if named.is_absolute() {
+        return named.to_path_buf();
+    }
+    let inner: PathBuf = named
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    Path::new("/").join(anchor).join(inner)
 }
 
 /// `<anchor>/h5i-runc/<id>`.
@@ -158,26 +192,99 @@ pub fn dirs_to_clean(
     out
 }
 
-/// Remove recorded directories, deepest first; a directory that is gone, busy or not empty is
-/// left alone (another container may be using it).
-pub fn remove_dirs(dirs: &[PathBuf]) {
+/// Remove recorded directories, deepest first; a directory that is gone is done with, one that
+/// is busy or not empty (another container lives beneath it) is returned, to be retried once
+/// that container is gone (`settle`).
+pub fn remove_dirs(dirs: &[PathBuf]) -> Vec<PathBuf> {
     let mut dirs = dirs.to_vec();
     dirs.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     dirs.dedup();
+    let mut busy = Vec::new();
     for dir in dirs {
         match std::fs::remove_dir(&dir) {
             Ok(()) => tracing::debug!(?dir, "removed cgroup directory"),
             Err(e) => match e.raw_os_error() {
-                Some(libc::ENOENT | libc::ENOTEMPTY | libc::EBUSY) => {}
+                Some(libc::ENOENT) => {}
+                Some(libc::ENOTEMPTY | libc::EBUSY) => busy.push(dir),
                 _ => tracing::warn!(?dir, error = %e, "could not remove cgroup directory"),
             },
         }
     }
+    busy
 }
 
-/// The placement for a spec without a cgroups path, the directories to clean later, and the
-/// layout it was made for.
-pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>, Layout), CgroupError> {
+/// File under the sidecar directory listing cgroup directories h5i-runc made that were still in
+/// use when their container was deleted (a later container of the same state root lived under
+/// them: the shared `<anchor>` levels in hierarchies where the caller sits at the root).
+pub const LEDGER_NAME: &str = "cgroup-pending.json";
+
+/// Remove `dirs` (one container's), then retry every directory left pending by earlier
+/// deletes, keeping in the ledger only what is still in use. Serialized by an exclusive lock
+/// on the ledger's directory, so two deletes cannot drop each other's entries.
+pub fn settle(sidecars: &Path, dirs: &[PathBuf]) -> Result<(), CgroupError> {
+    use std::os::fd::AsRawFd;
+    let ledger_err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CgroupError::Ledger { path, source }
+    };
+    std::fs::create_dir_all(sidecars).map_err(ledger_err(sidecars))?;
+    let lock = std::fs::File::open(sidecars).map_err(ledger_err(sidecars))?;
+    // SAFETY: flock on an fd we own; it is released when `lock` is dropped.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(ledger_err(sidecars)(io::Error::last_os_error()));
+    }
+    let ledger = sidecars.join(LEDGER_NAME);
+    let mut all: Vec<PathBuf> = match std::fs::read(&ledger) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(ledger_err(&ledger)(e)),
+    };
+    all.extend_from_slice(dirs);
+    let pending = remove_dirs(&all);
+    if pending.is_empty() {
+        return match std::fs::remove_file(&ledger) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ledger_err(&ledger)(e)),
+            _ => Ok(()),
+        };
+    }
+    let text = serde_json::to_vec(&pending)
+        .map_err(|e| ledger_err(&ledger)(io::Error::new(io::ErrorKind::InvalidData, e)))?;
+    let tmp = sidecars.join(format!("{LEDGER_NAME}.tmp"));
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &ledger))
+        .map_err(ledger_err(&ledger))
+}
+
+/// Hold `disableOOMKiller` on cgroup v1, which libcontainer 0.7 never writes: set
+/// `memory.oom_control` of the container's memory cgroup. A no-op on cgroup v2 (the kernel
+/// has no such switch there; runc ignores it too).
+pub fn disable_oom_killer(cgroup_path: &Path) -> Result<(), CgroupError> {
+    if detect_layout()? != Layout::V1 {
+        return Ok(());
+    }
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| CgroupError::Read {
+            path: "/proc/self/mountinfo",
+            source,
+        })?;
+    let root = v1_controller_root(&mountinfo, "memory").ok_or(CgroupError::Detect(
+        "no cgroup v1 memory hierarchy is mounted".into(),
+    ))?;
+    let inner: PathBuf = cgroup_path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    let path = root.join(inner).join("memory.oom_control");
+    std::fs::write(&path, "1").map_err(|source| CgroupError::OomControl { path, source })
+}
+
+/// The placement for a spec without a cgroups path (`named` None: `<anchor>/h5i-runc/<id>`) or
+/// with a relative one (under the anchor), the directories to clean later, and the layout it
+/// was made for.
+pub fn place(
+    id: &str,
+    named: Option<&Path>,
+) -> Result<(PathBuf, Vec<PathBuf>, Layout), CgroupError> {
     let layout = detect_layout()?;
     let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|source| CgroupError::Read {
         path: "/proc/self/cgroup",
@@ -188,7 +295,11 @@ pub fn place(id: &str) -> Result<(PathBuf, Vec<PathBuf>, Layout), CgroupError> {
             path: "/proc/self/mountinfo",
             source,
         })?;
-    let path = default_path(&anchor_from(&own, layout)?, id);
+    let anchor = anchor_from(&own, layout)?;
+    let path = match named {
+        Some(named) => resolve_named(&anchor, named),
+        None => default_path(&anchor, id),
+    };
     let roots = hierarchy_roots(&mountinfo, layout);
     let clean = dirs_to_clean(&roots, &path, |p| p.exists());
     Ok((path, clean, layout))
@@ -225,6 +336,24 @@ mod tests {
         assert_eq!(
             default_path(Path::new("/"), "c1"),
             PathBuf::from("/h5i-runc/c1")
+        );
+    }
+
+    #[test]
+    fn a_relative_cgroups_path_nests_under_the_anchor_and_an_absolute_one_is_kept() {
+        let a = Path::new("/process_api/df3f");
+        assert_eq!(
+            resolve_named(a, Path::new("box/c1")),
+            PathBuf::from("/process_api/df3f/box/c1")
+        );
+        // `..` cannot climb out of the anchor.
+        assert_eq!(
+            resolve_named(a, Path::new("../../c1")),
+            PathBuf::from("/process_api/df3f/c1")
+        );
+        assert_eq!(
+            resolve_named(a, Path::new("/elsewhere/c1")),
+            PathBuf::from("/elsewhere/c1")
         );
     }
 
@@ -272,6 +401,26 @@ mod tests {
         );
         assert_eq!(v1_controller_root(mi, "pids"), None);
         assert_eq!(v1_controller_root(mi, "cpu,"), None);
+    }
+
+    #[test]
+    fn a_level_still_in_use_waits_in_the_ledger_for_the_delete_that_empties_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let sidecars = tmp.path().join(".h5i");
+        let shared = tmp.path().join("shared");
+        let (a, b) = (shared.join("a"), shared.join("b"));
+        std::fs::create_dir_all(&a).unwrap();
+        std::fs::create_dir_all(&b).unwrap();
+        // The first container made `shared` and `a`; `b` (the second) still lives there.
+        settle(&sidecars, &[shared.clone(), a.clone()]).unwrap();
+        assert!(!a.exists() && shared.exists());
+        let ledger: Vec<PathBuf> =
+            serde_json::from_slice(&std::fs::read(sidecars.join(LEDGER_NAME)).unwrap()).unwrap();
+        assert_eq!(ledger, vec![shared.clone()]);
+        // The second records only its own leaf; its delete empties and removes `shared` too.
+        settle(&sidecars, std::slice::from_ref(&b)).unwrap();
+        assert!(!shared.exists());
+        assert!(!sidecars.join(LEDGER_NAME).exists());
     }
 
     #[test]

@@ -6,11 +6,14 @@
 //! namespace and past `pivot_root`), h5i-runc forks a child that joins that mount namespace and
 //! makes the cgroup mount and everything beneath it read-only with one recursive
 //! `mount_setattr(MOUNT_ATTR_RDONLY)`. Paths resolve inside the container's root, never the
-//! host's. A failure fails `create`.
+//! host's: a container without a mount namespace shares h5i-runc's, and its cgroup mount is
+//! then the one libcontainer made under its rootfs (h5i-runc once remounted the host's
+//! `/sys/fs/cgroup` read-only there). A failure fails `create`.
 //!
 //! Must never: make a cgroup mount the spec asked to be read-write read-only, or touch a mount
 //! of the host's namespace. Guarded by `tests/runc.rs`
-//! (`cgroup_mount_marked_ro_is_read_only_inside`) and `tests/podman.rs`.
+//! (`cgroup_mount_marked_ro_is_read_only_inside`,
+//! `no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable`) and `tests/podman.rs`.
 
 use std::ffi::CString;
 use std::io;
@@ -57,22 +60,53 @@ pub fn readonly_cgroup_mount(spec: &Spec) -> Option<PathBuf> {
     })
 }
 
-/// Make `dest` and every mount beneath it read-only inside `init_pid`'s mount namespace.
-pub fn enforce(init_pid: i32, dest: &Path) -> Result<(), CgroupRoError> {
+/// `mount_setattr(MOUNT_ATTR_RDONLY)` on `path` and every mount beneath it, without following
+/// a symlink at `path`. Makes no allocation, so it may run in a forked child.
+fn setattr_readonly(path: &CString, attr: &MountAttr) -> libc::c_long {
+    // SAFETY: path is a valid C string and attr a valid mount_attr of the size passed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    }
+}
+
+/// Make `dest` and every mount beneath it read-only inside `init_pid`'s mount namespace. A
+/// container without a mount namespace of its own shares ours: its cgroup mount is then
+/// `dest` under its root file system `rootfs` (where libcontainer mounted it), never the
+/// host's `dest`.
+pub fn enforce(init_pid: i32, dest: &Path, rootfs: &Path) -> Result<(), CgroupRoError> {
     let step = |step: &'static str| {
         let dest = dest.to_path_buf();
         move |source: io::Error| CgroupRoError::Step { dest, step, source }
     };
-    let ns =
-        std::fs::File::open(format!("/proc/{init_pid}/ns/mnt")).map_err(step("open mnt ns"))?;
-    let path = CString::new(dest.as_os_str().as_bytes())
-        .map_err(|e| step("path")(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
     let attr = MountAttr {
         attr_set: MOUNT_ATTR_RDONLY,
         attr_clr: 0,
         propagation: 0,
         userns_fd: 0,
     };
+    let ns =
+        std::fs::File::open(format!("/proc/{init_pid}/ns/mnt")).map_err(step("open mnt ns"))?;
+    let own = std::fs::metadata("/proc/self/ns/mnt").map_err(step("stat own mnt ns"))?;
+    let theirs = ns.metadata().map_err(step("stat mnt ns"))?;
+    use std::os::unix::fs::MetadataExt;
+    if (own.dev(), own.ino()) == (theirs.dev(), theirs.ino()) {
+        let inside = in_rootfs(rootfs, dest).map_err(step("resolve inside the rootfs"))?;
+        let path = CString::new(inside.as_os_str().as_bytes())
+            .map_err(|e| step("path")(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+        if setattr_readonly(&path, &attr) != 0 {
+            return Err(step("mount_setattr")(io::Error::last_os_error()));
+        }
+        return Ok(());
+    }
+    let path = CString::new(dest.as_os_str().as_bytes())
+        .map_err(|e| step("path")(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
     use std::os::fd::AsRawFd;
     let ns_fd = ns.as_raw_fd();
 
@@ -88,15 +122,7 @@ pub fn enforce(init_pid: i32, dest: &Path) -> Result<(), CgroupRoError> {
             if libc::setns(ns_fd, libc::CLONE_NEWNS) != 0 {
                 libc::_exit(10);
             }
-            let rc = libc::syscall(
-                libc::SYS_mount_setattr,
-                libc::AT_FDCWD,
-                path.as_ptr(),
-                (libc::AT_RECURSIVE | libc::AT_SYMLINK_NOFOLLOW) as libc::c_uint,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            );
-            if rc != 0 {
+            if setattr_readonly(&path, &attr) != 0 {
                 let errno = *libc::__errno_location();
                 libc::_exit(20 + errno.clamp(0, 200));
             }
@@ -121,6 +147,21 @@ pub fn enforce(init_pid: i32, dest: &Path) -> Result<(), CgroupRoError> {
             "helper ended with status {status:#x}"
         )))),
     }
+}
+
+/// `dest` resolved under `rootfs`, refused when a symlink leads it out of the rootfs (it would
+/// name a mount of the host's).
+fn in_rootfs(rootfs: &Path, dest: &Path) -> io::Result<PathBuf> {
+    let root = std::fs::canonicalize(rootfs)?;
+    let inner = dest.strip_prefix("/").unwrap_or(dest);
+    let resolved = std::fs::canonicalize(root.join(inner))?;
+    if !resolved.starts_with(&root) {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} leads outside the rootfs", resolved.display()),
+        ));
+    }
+    Ok(resolved)
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 //! when it names none (`net_dir::ensure`), merge the socket gate into it (`gate`: rewrites the
 //! bundle's `config.json`), place the cgroup when the spec has none (`sidecar::prepare`), then
 //! libcontainer's init builder with `H5iExecutor` (whose
-//! `validate` refuses bad `h5i.*` annotations here, before `start`), then hold a read-only
-//! cgroup mount the spec asked for (`cgroup_ro`). On failure the container, the sidecar and a
+//! `validate` refuses bad `h5i.*` annotations here, before `start`; the spec comes from the
+//! shadow when there is one, the bundle reported to hooks and `state` stays the caller's),
+//! then hold what libcontainer leaves undone: a read-only cgroup mount the spec asked for
+//! (`cgroup_ro`) and `disableOOMKiller` on cgroup v1 (`cgroup`). On failure the container, the sidecar and a
 //! network directory `net_dir` assigned are removed again. Also the first half of `run`.
 
 use std::path::{Path, PathBuf};
@@ -16,7 +18,9 @@ use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, validate_id, Context, RuncError};
+use super::{
+    cgroup, cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, validate_id, Context, RuncError,
+};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -69,17 +73,17 @@ fn create_prepared(
     bundle: &Path,
 ) -> Result<Container, RuncError> {
     let prepared = sidecar::prepare(&ctx.root, &opts.id, bundle)?;
+    let config = prepared.bundle.join("config.json");
+    let shadow = prepared.shadowed.then(|| config.clone());
     let built = use_idmap_helpers(ctx, &opts.id, &prepared.bundle)
-        .and_then(|()| build(ctx, opts, prepared.bundle.clone()))
-        .and_then(
-            |mut container| match hold_readonly_cgroup(&prepared.bundle, &container) {
-                Ok(()) => Ok(container),
-                Err(e) => {
-                    let _ = container.delete(true);
-                    Err(e)
-                }
-            },
-        );
+        .and_then(|()| build(ctx, opts, bundle, shadow))
+        .and_then(|mut container| match hold_spec(&config, &container) {
+            Ok(()) => Ok(container),
+            Err(e) => {
+                let _ = container.delete(true);
+                Err(e)
+            }
+        });
     if built.is_err() {
         sidecar::cleanup(&ctx.root, &opts.id);
     }
@@ -105,24 +109,48 @@ fn use_idmap_helpers(ctx: &Context, id: &str, bundle: &Path) -> Result<(), RuncE
     Ok(())
 }
 
-/// Make the cgroup mount read-only when the spec says so (see `cgroup_ro`).
-fn hold_readonly_cgroup(bundle: &Path, container: &Container) -> Result<(), RuncError> {
-    let config = bundle.join("config.json");
-    let spec = Spec::load(&config).map_err(|source| RuncError::Spec {
-        path: config,
+/// What the spec asks that libcontainer 0.7 leaves undone: a read-only cgroup mount
+/// (`cgroup_ro`) and, on cgroup v1, `disableOOMKiller` (`cgroup::disable_oom_killer`).
+fn hold_spec(config: &Path, container: &Container) -> Result<(), RuncError> {
+    let spec = Spec::load(config).map_err(|source| RuncError::Spec {
+        path: config.to_path_buf(),
         source,
     })?;
-    let Some(dest) = cgroup_ro::readonly_cgroup_mount(&spec) else {
-        return Ok(());
-    };
     let Some(pid) = container.pid() else {
         return Ok(());
     };
-    cgroup_ro::enforce(pid.as_raw(), &dest)?;
+    if let Some(dest) = cgroup_ro::readonly_cgroup_mount(&spec) {
+        let rootfs = spec
+            .root()
+            .as_ref()
+            .map(|r| container.bundle().join(r.path()))
+            .unwrap_or_default();
+        cgroup_ro::enforce(pid.as_raw(), &dest, &rootfs)?;
+    }
+    let oom_killer_off = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.memory().as_ref())
+        .and_then(|m| m.disable_oom_killer())
+        .unwrap_or(false);
+    if oom_killer_off {
+        let cgroup_path = container
+            .spec()
+            .map_err(RuncError::container(container.id()))?;
+        cgroup::disable_oom_killer(&cgroup_path.cgroup_path)?;
+    }
     Ok(())
 }
 
-fn build(ctx: &Context, opts: &CreateOptions, bundle: PathBuf) -> Result<Container, RuncError> {
+/// libcontainer's init builder for `bundle`, reading the spec from `shadow` when h5i-runc
+/// adjusted it (the state, and so every hook, still names the caller's bundle).
+fn build(
+    ctx: &Context,
+    opts: &CreateOptions,
+    bundle: &Path,
+    shadow: Option<PathBuf>,
+) -> Result<Container, RuncError> {
     let err = RuncError::container(&opts.id);
     ContainerBuilder::new(opts.id.clone(), SyscallType::default())
         .with_executor(H5iExecutor::default())
@@ -132,8 +160,12 @@ fn build(ctx: &Context, opts: &CreateOptions, bundle: PathBuf) -> Result<Contain
         .map(|b| b.with_preserved_fds(opts.preserve_fds))
         .and_then(|b| b.validate_id())
         .and_then(|b| {
-            b.as_init(bundle)
-                .with_systemd(false)
+            let init = b.as_init(bundle);
+            let init = match shadow {
+                Some(config) => init.with_config(config),
+                None => init,
+            };
+            init.with_systemd(false)
                 // libcontainer 0.7 accepts a console socket only when "detached", a flag it
                 // uses for nothing else; an attached `run --console-socket` (runc allows it,
                 // `box shell` uses it) is otherwise refused.

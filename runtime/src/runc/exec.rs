@@ -74,7 +74,7 @@ pub fn exec(ctx: &Context, args: liboci_cli::Exec) -> Result<i32, RuncError> {
 /// For a gated container: a close-on-exec connection to the gate's listener and the
 /// `ContainerProcessState` to send with the exec'd process's listener. `None` otherwise.
 fn connect_gate(container: &Container) -> Result<Option<(OwnedFd, Vec<u8>)>, RuncError> {
-    let config = container.bundle().join("config.json");
+    let config = super::spec_path(container);
     let spec = Spec::load(&config).map_err(|source| RuncError::Spec {
         path: config.clone(),
         source,

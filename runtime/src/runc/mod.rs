@@ -220,6 +220,34 @@ impl Context {
     }
 }
 
+/// An error and its causes in one line (`a: b: c`), skipping a cause whose text is already
+/// there (libcontainer's messages often embed their source's).
+pub fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = String::new();
+    let mut next = Some(err);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
+}
+
+/// The config.json a container was created from: h5i-runc's shadow when it adjusted the spec
+/// (see `sidecar`), else the bundle's own. Its bundle stays the caller's either way.
+pub fn spec_path(container: &Container) -> PathBuf {
+    container
+        .state
+        .config
+        .clone()
+        .unwrap_or_else(|| container.bundle().join("config.json"))
+}
+
 /// The default state directory: `/run/h5i-runc` for root outside a user namespace, else
 /// `$XDG_RUNTIME_DIR/h5i-runc` (rootless Podman runs us as uid 0 inside its user namespace).
 pub fn default_root(

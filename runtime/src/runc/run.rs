@@ -2,7 +2,7 @@
 //! payload's exit status through (128 + signal when killed) and delete the container.
 
 use super::create::{create, CreateOptions};
-use super::{foreground, sidecar, Context, RuncError};
+use super::{delete, foreground, Context, RuncError};
 
 /// Run a container; returns the exit code to exit with.
 pub fn run(ctx: &Context, opts: &CreateOptions, keep: bool) -> Result<i32, RuncError> {
@@ -15,8 +15,7 @@ pub fn run(ctx: &Context, opts: &CreateOptions, keep: bool) -> Result<i32, RuncE
         })?;
     }
     if let Err(e) = container.start() {
-        let _ = container.delete(true);
-        sidecar::cleanup(&ctx.root, &id);
+        let _ = delete::remove(ctx, &mut container, true);
         return Err(RuncError::Container { id, source: e });
     }
     if opts.detach {
@@ -31,10 +30,9 @@ pub fn run(ctx: &Context, opts: &CreateOptions, keep: bool) -> Result<i32, RuncE
     let code = foreground::wait_forwarding(pid);
     if !keep {
         // A cleanup failure must not replace the payload's exit status; log it.
-        if let Err(e) = container.delete(true) {
+        if let Err(e) = delete::remove(ctx, &mut container, true) {
             tracing::error!(id, error = %e, "failed to delete container after run");
         }
-        sidecar::cleanup(&ctx.root, &id);
     }
     code.map_err(|source| RuncError::Wait { id, source })
 }

@@ -1,13 +1,14 @@
 //! h5i-runc's own per-container state, beside libcontainer's: `<root>/.h5i/<id>/`.
 //!
-//! libcontainer reads `config.json` straight from the bundle and offers no way to change the
-//! cgroups path, so for a spec *without* `linux.cgroupsPath` h5i-runc writes a shadow bundle:
+//! libcontainer offers no way to change the cgroups path, so for a spec *without*
+//! `linux.cgroupsPath`, or with a relative one, h5i-runc writes a shadow spec:
 //! `<root>/.h5i/<id>/bundle/config.json` (the same spec with the placed cgroups path and an
-//! absolute `root.path`) plus a symlink for every other entry of the original bundle, so hooks
-//! that read bundle files still find them. `record.json` keeps the original bundle (reported
-//! by `state`) and the cgroup directories to remove on delete. A spec that names its cgroups
-//! path (Podman's, h5i's) is used in place, unless one of the rootless adjustments below
-//! applies to it (then it gets a shadow with its own path kept and nothing to clean).
+//! absolute `root.path`), which libcontainer reads (patched: `with_config`) while the
+//! container's bundle, as hooks and `state` see it, stays the caller's. `record.json` keeps the
+//! original bundle and the cgroup directories to remove on delete. A spec that names an
+//! absolute cgroups path (Podman's, h5i's) is used in place, unless one of the rootless
+//! adjustments below applies to it (then it gets a shadow with its own path kept and nothing
+//! to clean).
 //!
 //! Rootless on cgroup v1 (rootless Podman: uid 0 in its user namespace, `resources {}`):
 //! libcontainer writes default device rules whenever `linux.resources` is present, and v1's
@@ -83,18 +84,19 @@ pub fn prepare(root: &Path, id: &str, bundle: &Path) -> Result<Prepared, RuncErr
     let rootless = super::in_user_namespace() || nix_euid() != 0;
     let drop_groups = rootless && only_primary_gid(&spec);
     let named_path = linux.cgroups_path().clone();
+    let absolute = named_path.as_ref().is_some_and(|p| p.is_absolute());
     let layout = cgroup::detect_layout()?;
     let rootless_v1 = layout == cgroup::Layout::V1 && super::in_user_namespace();
-    if named_path.is_some() && !drop_groups && !(rootless_v1 && linux.resources().is_some()) {
+    if absolute && !drop_groups && !(rootless_v1 && linux.resources().is_some()) {
         return Ok(Prepared {
             bundle: bundle.to_path_buf(),
             shadowed: false,
         });
     }
     let (cgroup_path, cgroup_dirs) = match named_path {
-        Some(p) => (p, Vec::new()),
-        None => {
-            let (p, dirs, _) = cgroup::place(id)?;
+        Some(p) if absolute => (p, Vec::new()),
+        named => {
+            let (p, dirs, _) = cgroup::place(id, named.as_deref())?;
             (p, dirs)
         }
     };
@@ -167,16 +169,6 @@ fn write_shadow(
         path: config.clone(),
         source,
     })?;
-    let entries = std::fs::read_dir(bundle).map_err(RuncError::io("cannot read bundle", bundle))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if name == "config.json" {
-            continue;
-        }
-        let target = shadow.join(&name);
-        std::os::unix::fs::symlink(entry.path(), &target)
-            .map_err(RuncError::io("cannot link bundle entry", &target))?;
-    }
     Ok(())
 }
 
@@ -209,11 +201,13 @@ pub fn limitless(resources: &libcontainer::oci_spec::runtime::LinuxResources) ->
     })
 }
 
-/// Remove the sidecar and the cgroup directories it recorded. Idempotent.
+/// Remove the sidecar and the cgroup directories it recorded (those still in use wait in the
+/// ledger for the delete that empties them: `cgroup::settle`). Idempotent.
 pub fn cleanup(root: &Path, id: &str) {
     let sidecar = dir(root, id);
-    if let Some(record) = load(root, id) {
-        cgroup::remove_dirs(&record.cgroup_dirs);
+    let dirs = load(root, id).map(|r| r.cgroup_dirs).unwrap_or_default();
+    if let Err(e) = cgroup::settle(&root.join(SIDECAR_DIR), &dirs) {
+        tracing::warn!(error = %e, "cgroup directories may be left behind");
     }
     match std::fs::remove_dir_all(&sidecar) {
         Ok(()) => {}

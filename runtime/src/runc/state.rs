@@ -1,6 +1,6 @@
 //! `state`: print a container's OCI state as JSON (runc's field set; Podman parses it).
 //!
-//! `bundle` is the bundle the caller passed, even when h5i-runc runs it from a shadow bundle
+//! `bundle` is the bundle the caller passed, even when h5i-runc created it from a shadow spec
 //! (see `sidecar`); `pid` is 0 once the container has stopped, as runc reports it.
 
 use std::collections::HashMap;
@@ -52,13 +52,14 @@ pub fn status_word(status: ContainerStatus) -> &'static str {
 /// Build the report for a loaded container.
 pub fn report(ctx: &Context, container: &Container) -> StateReport {
     let status = container.status();
-    let effective_bundle = container.bundle().clone();
+    // A container created before h5i-runc kept its spec apart from the bundle has the shadow
+    // as its bundle; the sidecar still names the caller's.
     let bundle = sidecar::load(&ctx.root, container.id())
         .map(|r| r.bundle)
-        .unwrap_or_else(|| effective_bundle.clone());
-    let rootfs = Spec::load(effective_bundle.join("config.json"))
+        .unwrap_or_else(|| container.bundle().clone());
+    let rootfs = Spec::load(super::spec_path(container))
         .ok()
-        .and_then(|s| s.root().as_ref().map(|r| effective_bundle.join(r.path())))
+        .and_then(|s| s.root().as_ref().map(|r| bundle.join(r.path())))
         .unwrap_or_default();
     let pid = match status {
         ContainerStatus::Stopped => 0,

@@ -343,3 +343,110 @@ pub fn result_of<'a>(results: &'a [(String, String)], name: &str) -> &'a str {
         .map(|(_, r)| r.as_str())
         .unwrap_or_else(|| panic!("probe printed no {name}: {results:?}"))
 }
+
+/// The unprivileged test user (`H5I_TEST_USER`, default `h5i-test`) as (name, uid, gid), or
+/// None after a loud skip line when it does not exist.
+pub fn test_user(test: &str) -> Option<(String, u32, u32)> {
+    let user = std::env::var("H5I_TEST_USER").unwrap_or_else(|_| "h5i-test".into());
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let found = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&user.as_str()))
+            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))
+            .flatten()
+    });
+    match found {
+        Some((uid, gid)) => Some((user, uid, gid)),
+        None => {
+            eprintln!("skipped: {test}: no user {user} (scripts/setup-host.sh creates it)");
+            None
+        }
+    }
+}
+
+/// Cgroups root delegates to a user: `<own>/<name>-<pid>` in every hierarchy (on cgroup v1 an
+/// unprivileged user can only make cgroups in a directory root delegated), removed on drop.
+pub struct Delegated {
+    /// The path relative to each hierarchy's root.
+    pub rel: String,
+    /// The delegated directory in each hierarchy.
+    pub dirs: Vec<PathBuf>,
+}
+
+impl Delegated {
+    pub fn new(name: &str, uid: u32, gid: u32) -> Delegated {
+        let rel = format!(
+            "{}/{name}-{}",
+            own_cgroup().trim_end_matches('/'),
+            std::process::id()
+        );
+        let hierarchies: Vec<PathBuf> = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+            vec![PathBuf::from("/sys/fs/cgroup")]
+        } else {
+            std::fs::read_dir("/sys/fs/cgroup")
+                .unwrap()
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
+                .collect()
+        };
+        let mut dirs = Vec::new();
+        for h in hierarchies {
+            let d = PathBuf::from(format!("{}{rel}", h.display()));
+            std::fs::create_dir_all(&d).unwrap();
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                if d.join(f).exists() {
+                    let parent = std::fs::read(d.parent().unwrap().join(f)).unwrap();
+                    std::fs::write(d.join(f), parent).unwrap();
+                }
+            }
+            for f in [d.clone(), d.join("cgroup.procs")] {
+                std::os::unix::fs::chown(&f, Some(uid), Some(gid)).unwrap();
+            }
+            for f in ["tasks", "cgroup.subtree_control"] {
+                if d.join(f).exists() {
+                    std::os::unix::fs::chown(d.join(f), Some(uid), Some(gid)).unwrap();
+                }
+            }
+            dirs.push(d);
+        }
+        Delegated { rel, dirs }
+    }
+
+    /// `runuser -u USER -- env ...` started by a root shell that first moves itself into the
+    /// delegated cgroups; append the environment and the command.
+    pub fn command_as(&self, user: &str) -> Command {
+        let procs: Vec<String> = self
+            .dirs
+            .iter()
+            .map(|d| d.join("cgroup.procs").display().to_string())
+            .collect();
+        let script = format!(
+            "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
+            procs.join(" ")
+        );
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &script, "sh", "runuser", "-u", user, "--", "env"]);
+        cmd
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for d in &self.dirs {
+            let _ = std::fs::remove_dir(d.join("h5i-runc"));
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+/// stdout of a command that must have succeeded; `what` names it in the failure.
+pub fn success_stdout(what: &str, args: &[&str], out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what} {args:?} failed ({:?}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

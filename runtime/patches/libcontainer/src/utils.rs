@@ -148,6 +148,24 @@ pub fn get_user_home(uid: u32) -> Option<PathBuf> {
 }
 
 /// If None, it will generate a default path for cgroups.
+/// h5i patch: an error with its whole source chain, for errors that cross a process boundary
+/// as text (the init and intermediate processes report to the runtime this way); `to_string`
+/// alone drops the cause ("failed syscall" without "capset: EPERM"). Links whose text the
+/// message so far already contains are skipped.
+pub fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = cause.source();
+    }
+    out
+}
+
 pub fn get_cgroup_path(cgroups_path: &Option<PathBuf>, container_id: &str) -> PathBuf {
     match cgroups_path {
         Some(cpath) => cpath.clone(),

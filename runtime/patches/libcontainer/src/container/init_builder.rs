@@ -21,6 +21,7 @@ use crate::{apparmor, tty, user_ns, utils};
 pub struct InitContainerBuilder {
     base: ContainerBuilder,
     bundle: PathBuf,
+    config: Option<PathBuf>,
     use_systemd: bool,
     detached: bool,
     no_pivot: bool,
@@ -34,6 +35,7 @@ impl InitContainerBuilder {
         Self {
             base: builder,
             bundle,
+            config: None,
             use_systemd: true,
             detached: true,
             no_pivot: false,
@@ -69,6 +71,14 @@ impl InitContainerBuilder {
     /// Replaces the bundle set by [`ContainerBuilder::as_init`].  
     pub fn with_bundle<P: Into<PathBuf>>(mut self, bundle: P) -> Self {
         self.bundle = bundle.into();
+        self
+    }
+
+    /// h5i patch: load the spec from `config` instead of `<bundle>/config.json`, while the
+    /// container's state (and so every hook) keeps reporting the bundle. A relative
+    /// `root.path` in it still resolves against the bundle.
+    pub fn with_config<P: Into<PathBuf>>(mut self, config: P) -> Self {
+        self.config = Some(config.into());
         self
     }
 
@@ -164,7 +174,10 @@ impl InitContainerBuilder {
     }
 
     fn load_spec(&self) -> Result<Spec, LibcontainerError> {
-        let source_spec_path = self.bundle.join("config.json");
+        let source_spec_path = self
+            .config
+            .clone()
+            .unwrap_or_else(|| self.bundle.join("config.json"));
         let mut spec = Spec::load(source_spec_path)?;
         Self::validate_spec(&spec)?;
 
@@ -219,13 +232,14 @@ impl InitContainerBuilder {
     }
 
     fn create_container_state(&self, container_dir: &Path) -> Result<Container, LibcontainerError> {
-        let container = Container::new(
+        let mut container = Container::new(
             &self.base.container_id,
             ContainerStatus::Creating,
             None,
             &self.bundle,
             container_dir,
         )?;
+        container.state.config = self.config.clone();
         container.save()?;
         Ok(container)
     }

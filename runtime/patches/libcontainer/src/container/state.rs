@@ -108,6 +108,11 @@ pub struct State {
     pub pid: Option<i32>,
     // Bundle is the path to the container's bundle directory.
     pub bundle: PathBuf,
+    /// h5i patch: the config.json the container was created from when it is not
+    /// `<bundle>/config.json` (a runtime that adjusts the spec without touching the caller's
+    /// bundle). Hooks and `state` still report `bundle`; exec reads this spec.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<PathBuf>,
     // Annotations are key values associated with the container.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub annotations: Option<HashMap<String, String>>,
@@ -149,6 +154,7 @@ impl State {
             status,
             pid,
             bundle,
+            config: None,
             annotations: Some(HashMap::default()),
             created: None,
             creator: None,

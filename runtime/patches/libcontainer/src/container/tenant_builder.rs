@@ -334,7 +334,12 @@ impl TenantContainerBuilder {
     }
 
     fn load_init_spec(&self, container: &Container) -> Result<Spec, LibcontainerError> {
-        let spec_path = container.bundle().join("config.json");
+        // h5i patch: the spec the container was created from (see `State::config`).
+        let spec_path = container
+            .state
+            .config
+            .clone()
+            .unwrap_or_else(|| container.bundle().join("config.json"));
 
         let mut spec = Spec::load(&spec_path).map_err(|err| {
             tracing::error!(path = ?spec_path, ?err, "failed to load spec");

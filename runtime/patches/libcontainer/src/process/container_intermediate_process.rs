@@ -179,11 +179,11 @@ pub fn container_intermediate_process(
                 Ok(_) => 0,
                 Err(e) => {
                     tracing::error!("failed to initialize container process: {e}");
-                    if let Err(err) = init_main_sender.exec_failed(e.to_string()) {
+                    if let Err(err) = init_main_sender.exec_failed(crate::utils::error_chain(&e)) {
                         tracing::error!(?err, "failed sending error to main sender");
                     }
                     if let ContainerType::TenantContainer { exec_notify_fd } = args.container_type {
-                        let buf = format!("{e}");
+                        let buf = crate::utils::error_chain(&e);
                         let exec_notify_fd =
                             unsafe { std::os::fd::OwnedFd::from_raw_fd(exec_notify_fd) };
                         if let Err(err) = write(&exec_notify_fd, buf.as_bytes()) {

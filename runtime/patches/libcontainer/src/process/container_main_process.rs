@@ -77,7 +77,7 @@ pub fn container_main_process(container_args: &ContainerArgs) -> Result<Pid> {
                 Ok(_) => 0,
                 Err(err) => {
                     tracing::error!("failed to run intermediate process {}", err);
-                    match intermediate_main_sender.send_error(err.to_string()) {
+                    match intermediate_main_sender.send_error(crate::utils::error_chain(&err)) {
                         Ok(_) => {}
                         Err(e) => {
                             tracing::error!(
@@ -175,9 +175,13 @@ pub fn container_main_process(container_args: &ContainerArgs) -> Result<Pid> {
         if let Some(hooks) = container_args.spec.hooks() {
             init_main_receiver.wait_for_hook_request()?;
             if let Some(container_for_hooks) = &container_args.container {
+                // h5i patch: these hooks run after the create operation built the container
+                // (runtime-spec lifecycle steps 3-4), so the state they get says `created`.
+                let mut hook_state = container_for_hooks.state.clone();
+                hook_state.status = crate::container::ContainerStatus::Created;
                 hooks::run_hooks(
                     hooks.prestart().as_ref(),
-                    Some(&container_for_hooks.state),
+                    Some(&hook_state),
                     None,
                     Some(init_pid),
                     None,
@@ -189,7 +193,7 @@ pub fn container_main_process(container_args: &ContainerArgs) -> Result<Pid> {
 
                 hooks::run_hooks(
                     hooks.create_runtime().as_ref(),
-                    Some(&container_for_hooks.state),
+                    Some(&hook_state),
                     None,
                     Some(init_pid),
                     None,

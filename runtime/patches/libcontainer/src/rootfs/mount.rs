@@ -278,10 +278,11 @@ impl Mount {
         tracing::debug!("cgroup mounts: {:?}", host_mounts);
 
         // get process cgroups
-        let ppid = std::os::unix::process::parent_id();
-        // The non-zero ppid means that the PID Namespace is not separated.
-        let ppid = if ppid == 0 { std::process::id() } else { ppid };
-        let root_cgroups = Process::new(ppid as i32)?.cgroups()?.0;
+        // h5i patch: the cgroups to strip are those of pid 1 of the runtime's pid namespace
+        // (this /proc is still the runtime's), whether or not the container has its own pid
+        // namespace. Upstream used the parent's cgroups without one: the runtime's own cgroup,
+        // which strips the caller's prefix and leaves a bind source that does not exist.
+        let root_cgroups = Process::new(1)?.cgroups()?.0;
         let process_cgroups: HashMap<String, String> =
             ProcessCGroups::from_read(ProcfsHandle::new()?.open(
                 ProcfsBase::ProcSelf,

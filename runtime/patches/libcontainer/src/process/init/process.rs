@@ -106,7 +106,7 @@ pub fn container_init_process(
             // before pivot_root is called. This runs in the container namespaces.
             hooks::run_hooks(
                 hooks.create_container().as_ref(),
-                ctx.container.map(|c| &c.state),
+                container_hook_state(ctx.container).as_ref(),
                 None,
                 None,
                 None,
@@ -462,7 +462,7 @@ pub fn container_init_process(
         if let Some(hooks) = ctx.hooks {
             hooks::run_hooks(
                 hooks.start_container().as_ref(),
-                ctx.container.map(|c| &c.state),
+                container_hook_state(ctx.container).as_ref(),
                 None,
                 None,
                 Some(&start_container_env),
@@ -1472,4 +1472,17 @@ mod tests {
         set_home_from_path(&mut envs, &invalid_path);
         assert_eq!(envs.get("HOME"), None);
     }
+}
+
+/// h5i patch: the state for createContainer and startContainer hooks, which run in the
+/// container's namespaces after the create operation built it: status `created` and the init's
+/// pid as the container sees it (runtime-spec: pid is required while `created`; for hooks in
+/// the container namespace it is the pid seen there). Upstream passed `creating` and no pid.
+fn container_hook_state(
+    container: Option<&crate::container::Container>,
+) -> Option<crate::container::State> {
+    let mut state = container?.state.clone();
+    state.status = crate::container::ContainerStatus::Created;
+    state.pid = Some(nix::unistd::getpid().as_raw());
+    Some(state)
 }
