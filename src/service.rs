@@ -440,6 +440,14 @@ pub fn stop(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState,
     Ok(read_state(&sb.paths, service).unwrap_or(st))
 }
 
+/// Every service of `sb` running now (what `freeze::hold` holds still).
+pub fn live(sb: &StoredBox) -> Vec<ServiceState> {
+    all_states(&sb.paths)
+        .into_iter()
+        .filter(ServiceState::alive)
+        .collect()
+}
+
 /// Stop every live service of `sb` (`box abort`, `box rm`), waiting for each supervisor.
 pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
     for st in all_states(&sb.paths) {

@@ -164,6 +164,8 @@ impl Fixture {
             tier: "workspace",
             policy_digest: "sha256:feed",
             proposal: None,
+            box_profile: "default",
+            unchecked_secrets: &[],
         }
     }
 }
@@ -841,6 +843,8 @@ fn crash_child_helper() {
         tier: "workspace",
         policy_digest: "sha256:feed",
         proposal: None,
+        box_profile: "default",
+        unchecked_secrets: &[],
     };
     let _ = export_with_hook(&req, &mut |name| {
         if name == "patch.diff" {

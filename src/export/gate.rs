@@ -228,7 +228,12 @@ impl<'r> ExportGate<'r> {
     ) -> Result<Snapshot, ExportError> {
         let (mut found, skip) = walk_workspace(workspace)?;
         let mut inspected = HashSet::new();
+        let mut setid: Vec<String> = Vec::new();
         let mut inspect = |seen: Seen<'_>| -> Verdict {
+            if let Seen::SetId { path, .. } = seen {
+                setid.push(display_text(self.redactor, path));
+                return Verdict::Skip;
+            }
             match self.judge(workspace, seen) {
                 Judged::Keep(sha) => {
                     if let Some(sha) = sha {
@@ -252,6 +257,9 @@ impl<'r> ExportGate<'r> {
                 .max_file_size(self.caps.per_file)
                 .inspect(&mut inspect),
         )?;
+        if !setid.is_empty() {
+            return Err(ExportError::SetId { paths: setid });
+        }
         *self.memo.borrow_mut() = Memo {
             walked: true,
             inspected,
@@ -449,6 +457,13 @@ impl<'r> ExportGate<'r> {
                 ExclusionReason::Gitlink {
                     detail:
                         "a nested repository the box created (git would record it as a gitlink)",
+                },
+            ),
+            // `take` refuses the whole snapshot before a set-id file could reach here.
+            Seen::SetId { path, .. } => out(
+                path,
+                ExclusionReason::NotAFile {
+                    what: "set-id file",
                 },
             ),
             Seen::GitlinkReplaced { path } => out(
