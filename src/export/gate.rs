@@ -13,8 +13,12 @@
 //! and, if it still matches, the export is refused naming rule ids only; a patch over
 //! [`ExportCaps::patch`] is refused too.
 //!
+//! A set-id file anywhere in the workspace (found by the walk, or by the snapshot's `fstat`)
+//! refuses the whole export, naming every one: the host would run it as its owner.
+//!
 //! Must never: let a value the redactor knows reach an exclusion, an error or the patch; follow a
-//! symlink out of the workspace while resolving one; drop a path without reporting it.
+//! symlink out of the workspace while resolving one; drop a path without reporting it; let a
+//! set-id file through.
 //!
 //! Guarded by the unit tests below and the hostile-tree table in `tests/export_gate.rs`.
 
@@ -226,9 +230,12 @@ impl<'r> ExportGate<'r> {
         base: &str,
         objects: SnapshotObjects,
     ) -> Result<Snapshot, ExportError> {
-        let (mut found, skip) = walk_workspace(workspace)?;
+        let (mut found, skip, walked_setid) = walk_workspace(workspace)?;
         let mut inspected = HashSet::new();
-        let mut setid: Vec<String> = Vec::new();
+        let mut setid: Vec<String> = walked_setid
+            .iter()
+            .map(|p| display_text(self.redactor, p))
+            .collect();
         let mut inspect = |seen: Seen<'_>| -> Verdict {
             if let Seen::SetId { path, .. } = seen {
                 setid.push(display_text(self.redactor, path));
@@ -258,6 +265,8 @@ impl<'r> ExportGate<'r> {
                 .inspect(&mut inspect),
         )?;
         if !setid.is_empty() {
+            setid.sort();
+            setid.dedup();
             return Err(ExportError::SetId { paths: setid });
         }
         *self.memo.borrow_mut() = Memo {
@@ -280,7 +289,16 @@ impl<'r> ExportGate<'r> {
         let memo = self.memo.take();
         let mut found = memo.found;
         if !memo.walked {
-            found.extend(walk_workspace(workspace)?.0);
+            let (more, _, setid) = walk_workspace(workspace)?;
+            if !setid.is_empty() {
+                return Err(ExportError::SetId {
+                    paths: setid
+                        .iter()
+                        .map(|p| display_text(self.redactor, p))
+                        .collect(),
+                });
+            }
+            found.extend(more);
         }
         let changes = snap.changes_against(base)?;
         let mut exclude: Vec<Vec<u8>> = Vec::new();
@@ -485,11 +503,13 @@ enum Judged {
 }
 
 /// Walk the whole workspace (every directory, ignored or not; never following a symlink) for
-/// nested `.git` entries and names that must not be written elsewhere. Returns what it found and
-/// the paths the snapshot must leave at base.
-fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError> {
+/// nested `.git` entries, names that must not be written elsewhere, and set-id files. Returns
+/// what it found, the paths the snapshot must leave at base, and the set-id files.
+fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>, Vec<Vec<u8>>), ExportError> {
+    use std::os::unix::fs::MetadataExt;
     let mut found = Vec::new();
     let mut skip = Vec::new();
+    let mut setid = Vec::new();
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = stack.pop() {
         let dir = if rel.is_empty() {
@@ -523,6 +543,14 @@ fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError
             let Ok(ft) = entry.file_type() else {
                 continue;
             };
+            // `DirEntry::metadata` is an lstat: a symlink is never followed to its target's mode.
+            if ft.is_file()
+                && entry
+                    .metadata()
+                    .is_ok_and(|m| m.mode() & (libc::S_ISUID | libc::S_ISGID) != 0)
+            {
+                setid.push(child.clone());
+            }
             if name == b".git" {
                 if !rel.is_empty() {
                     let entry = if ft.is_dir() {
@@ -547,7 +575,7 @@ fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError
             }
         }
     }
-    Ok((found, skip))
+    Ok((found, skip, setid))
 }
 
 /// What is wrong with a whole path, if anything.
