@@ -301,9 +301,8 @@ impl Dir {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd was just returned by open and is owned here.
-        Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Dir { fd })
     }
 
     /// Open `rel` beneath this directory with `flags`, following no symlink at any component
@@ -385,7 +384,7 @@ impl Dir {
         let fd = match openat_raw(
             self.fd.as_raw_fd(),
             name,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
         ) {
             Ok(fd) => fd,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {

@@ -497,6 +497,9 @@ impl<'r> ExportGate<'r> {
 /// Paths kept out, with why.
 type Found = Vec<(Vec<u8>, ExclusionReason)>;
 
+/// What the workspace walk found: paths kept out, paths the snapshot must skip, set-id files.
+type Walked = (Found, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 enum Judged {
     Keep(Option<String>),
     Exclude(Vec<u8>, ExclusionReason),
@@ -505,7 +508,7 @@ enum Judged {
 /// Walk the whole workspace (every directory, ignored or not; never following a symlink) for
 /// nested `.git` entries, names that must not be written elsewhere, and set-id files. Returns
 /// what it found, the paths the snapshot must leave at base, and the set-id files.
-fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>, Vec<Vec<u8>>), ExportError> {
+fn walk_workspace(workspace: &Path) -> Result<Walked, ExportError> {
     use std::os::unix::fs::MetadataExt;
     let mut found = Vec::new();
     let mut skip = Vec::new();
