@@ -110,6 +110,20 @@ pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
     Ok(frozen)
 }
 
+/// Let a service go if a hold was left on it (h5i killed mid-verb leaves the group frozen, and a
+/// frozen task cannot act on `SIGKILL`): `box service stop` calls this before it signals.
+pub fn release(st: &service::ServiceState) {
+    let Some(pid) = st.pid.filter(|p| p.alive()) else {
+        return;
+    };
+    if st.tier == h5i_policy::Tier::Workspace.as_str() {
+        // SAFETY: kill(2) of the group the re-identified service leads; no memory involved.
+        unsafe { libc::kill(-pid.pid, libc::SIGCONT) };
+    } else if let Ok((control, _, thaw, _)) = freezer_of(pid.pid) {
+        let _ = fs::write(control, thaw);
+    }
+}
+
 /// A freezer check: whether the group is frozen now.
 type FrozenCheck = fn(&Path) -> bool;
 

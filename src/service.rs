@@ -460,6 +460,7 @@ pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
 
 fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let sup = st.supervisor.pidfd();
+    crate::freeze::release(st);
     let first = if st.tier == Tier::Process.as_str() {
         // The container init is pid 1 of its namespace and ignores what it has no handler
         // for; killing it ends the namespace, and h5i-runc then deletes the container.
