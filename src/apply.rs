@@ -122,11 +122,12 @@ pub fn apply(store: &BoxStore, name: &str, opts: ApplyOptions) -> Result<Applied
     if let Some(change) = crate::export::policy_change::detect(&snap, &base, &policy.profile)? {
         if !opts.allow_policy_change {
             return Err(BoxError::BadRequest {
-                what: format!(
+                // Box-written text (paths, profile names, service commands) through the escaper.
+                what: crate::export::gate::escape_controls(&format!(
                     "box `{name}` changes the clone's policy ({}): {}",
                     change.paths.join(", "),
                     change.summary()
-                ),
+                )),
                 mend: format!("review it in report.md (`h5i box export {name} --out DIR`), then `h5i box apply {name} --allow-policy-change` to land it"),
             });
         }

@@ -443,10 +443,14 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             )?;
             println!("exported box {name} to {}", out.display());
             if let Some(change) = &s.policy_change {
+                // Box-written text (paths, profile names, service commands) through the escaper.
                 println!(
-                    "  POLICY CHANGE {} ({}); report.md lists it first",
-                    change.paths.join(", "),
-                    change.summary()
+                    "  POLICY CHANGE {}; report.md lists it first",
+                    h5i::export::gate::escape_controls(&format!(
+                        "{} ({})",
+                        change.paths.join(", "),
+                        change.summary()
+                    ))
                 );
             }
             println!("  patch.diff   {} file(s) changed", s.files_changed);
