@@ -1,10 +1,14 @@
 //! `h5i box apply NAME`: land a worktree box's changes on its parent branch, a human's step on
 //! the host.
 //!
-//! Owns the checks before anything moves (a worktree box, the parent on its branch and clean, the
-//! export gate passing with nothing excluded, no conflict) and the landing itself: one commit on
-//! top of the pinned base, merged into the parent branch. Must never: move any ref but the
-//! parent branch, land a path the export gate would exclude, or leave a half-merged parent.
+//! Owns the checks before anything moves (a worktree box, the parent on its branch and clean,
+//! every granted secret resolvable so it can be scanned for, the box's services held still,
+//! the export gate passing with nothing excluded and no set-id file, no change to the clone's
+//! `.h5i/` policy unless `--allow-policy-change`, no conflict) and the landing itself: one commit
+//! on top of the pinned base, made in the snapshot's scratch object directory, published into
+//! the parent's store only after every check, then merged into the parent branch. Must never:
+//! move any ref but the parent branch, land a path the export gate would exclude, write an
+//! object into the parent before every check passed, or leave a half-merged parent.
 
 use crate::error::BoxError;
 use crate::events::{self, Event};
@@ -50,8 +54,18 @@ pub fn parent_branch(sb: &StoredBox, verb: &'static str) -> Result<String, BoxEr
     }
 }
 
+/// What a human allowed `apply` to do beyond the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApplyOptions {
+    /// Land a patch that changes the clone's `.h5i/` policy (`--allow-policy-change`).
+    pub allow_policy_change: bool,
+    /// Go ahead although a granted secret cannot be resolved in this shell, so it is not
+    /// scanned for (`--skip-secret-check`).
+    pub skip_secret_check: bool,
+}
+
 /// Apply the box called `name` onto its parent branch.
-pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
+pub fn apply(store: &BoxStore, name: &str, opts: ApplyOptions) -> Result<Applied, BoxError> {
     let mut sb = store.find(name)?;
     let _lock = BoxLock::take(&sb.paths, name)?;
     require_active(&sb, "apply")?;
@@ -78,17 +92,20 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
         });
     }
     let policy = load_policy(&sb)?;
-    let redactor = secrets::redactor_for(&policy);
+    let redactor = secrets::redactor_for_export(&policy, opts.skip_secret_check, "apply")?.redactor;
     let base = sb.manifest.base.clone();
-    // The gate takes the snapshot itself, so a path it excludes never has its blob written into
-    // the parent's object store.
+    // The box's services are held still while the tree is read (dropped, so thawed, on every
+    // way out of this function).
+    let _frozen = crate::freeze::hold(&sb)?;
+    // The gate takes the snapshot itself, in scratch: nothing reaches the parent's object store
+    // until every check below has passed.
     let gate = ExportGate::new(&redactor, Default::default());
     let snap = gate.take(
         &sb.manifest.store,
         &sb.paths.workspace(),
         &sb.paths.scratch(),
         &base,
-        SnapshotObjects::Store,
+        SnapshotObjects::Scratch,
     )?;
     let gated = gate.check(&snap, &sb.paths.workspace(), &base)?;
     if !gated.excluded.is_empty() {
@@ -102,6 +119,19 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
             mend: format!("review them with `h5i box export {name} --out DIR`; apply lands only a tree the gate passes whole"),
         });
     }
+    if let Some(change) = crate::export::policy_change::detect(&snap, &base, &policy.profile)? {
+        if !opts.allow_policy_change {
+            return Err(BoxError::BadRequest {
+                // Box-written text (paths, profile names, service commands) through the escaper.
+                what: crate::export::gate::escape_controls(&format!(
+                    "box `{name}` changes the clone's policy ({}): {}",
+                    change.paths.join(", "),
+                    change.summary()
+                )),
+                mend: format!("review it in report.md (`h5i box export {name} --out DIR`), then `h5i box apply {name} --allow-policy-change` to land it"),
+            });
+        }
+    }
     let tree = snap.write_tree()?;
     let base_tree = Git::at(&store.common_dir)
         .args(["rev-parse", &format!("{base}^{{tree}}")])
@@ -112,7 +142,8 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
             mend: "nothing to apply".into(),
         });
     }
-    let commit = Git::at(&store.common_dir)
+    let commit = snap
+        .git_objects()
         .args([
             "commit-tree",
             &tree,
@@ -126,7 +157,8 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
         .args(["rev-parse", &format!("refs/heads/{branch}")])
         .text()?;
     if tip != base {
-        let clean = Git::at(&store.common_dir)
+        let clean = snap
+            .git_objects()
             .args(["merge-tree", "--write-tree", "--name-only", &tip, &commit])
             .output();
         if let Err(e) = clean {
@@ -136,6 +168,8 @@ pub fn apply(store: &BoxStore, name: &str) -> Result<Applied, BoxError> {
             });
         }
     }
+    // Everything is validated: only now do the snapshot's objects enter the parent's store.
+    snap.publish_objects()?;
     Git::at(&store.common_dir)
         .work_tree(&store.repo_root)
         .current_dir(&store.repo_root)

@@ -1,17 +1,22 @@
-//! Writing a file inside a tree a box controls, without following anything the box planted.
+//! Reading and writing inside a tree a box controls, without following anything the box planted.
 //!
-//! Owns one operation: walk `root/rel` one component at a time with `openat(O_NOFOLLOW |
-//! O_DIRECTORY)`, then write the file through a temporary name and `renameat` it into place.
-//! A symlink anywhere on the path is refused. Must never: resolve a path through a symlink, or
-//! write outside `root`.
+//! Owns two things. Writing: walk `root/rel` one component at a time with `openat(O_NOFOLLOW |
+//! O_DIRECTORY)`, then write the file through a temporary name and `renameat` it into place
+//! ([`write_file`]). Reading: [`Dir`], a directory held open, beneath which every path is
+//! resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (a
+//! per-component `O_NOFOLLOW` walk where the kernel has no `openat2`), and a file is read only
+//! after `fstat` on the open descriptor says it is a regular file, never past a limit.
+//! A symlink anywhere on the path is refused. Must never: resolve a path through a symlink,
+//! read or write outside `root`, open a fifo or device for reading, or trust a check made
+//! before the open.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
-fn cstr(s: &std::ffi::OsStr) -> io::Result<CString> {
+fn cstr(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }
@@ -107,6 +112,317 @@ pub fn write_file(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// A directory of a tree a box controls, held open: every read beneath it is resolved relative
+/// to this descriptor, with no symlink followed anywhere on the way (not a planted one, not a
+/// `..`, not a `/proc` magic link), so a rename inside the tree between two reads can never
+/// steer a read outside it.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+}
+
+/// What [`Dir::stat_at`] found at a path.
+#[derive(Debug, Clone, Copy)]
+pub struct Found {
+    /// `st_mode` (type and permission bits).
+    pub mode: u32,
+    /// Size in bytes.
+    pub size: u64,
+    /// Device and inode, to tell a swapped file from the one looked at.
+    pub dev_ino: (u64, u64),
+    /// The raw `stat`, for callers that key a cache on all of it.
+    pub stat: libc::stat,
+}
+
+impl Found {
+    fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+
+    /// A regular file.
+    pub fn is_file(&self) -> bool {
+        self.kind() == libc::S_IFREG
+    }
+
+    /// A symbolic link.
+    pub fn is_symlink(&self) -> bool {
+        self.kind() == libc::S_IFLNK
+    }
+
+    /// A directory.
+    pub fn is_dir(&self) -> bool {
+        self.kind() == libc::S_IFDIR
+    }
+
+    /// Set-user-id or set-group-id on a regular file: a file the host would run with its
+    /// owner's identity.
+    pub fn is_setid_file(&self) -> bool {
+        self.is_file() && self.mode & (libc::S_ISUID | libc::S_ISGID) != 0
+    }
+
+    /// What a non-file, non-link, non-directory is, for messages.
+    pub fn special_kind(&self) -> &'static str {
+        match self.kind() {
+            libc::S_IFIFO => "fifo",
+            libc::S_IFSOCK => "socket",
+            libc::S_IFCHR | libc::S_IFBLK => "device",
+            _ => "special file",
+        }
+    }
+}
+
+/// What [`Dir::read_file`] read.
+#[derive(Debug)]
+pub enum FileBytes {
+    /// The whole file, and what `fstat` said about the descriptor it was read from.
+    Read(Vec<u8>, Found),
+    /// By the time it was opened it was no longer a regular file (a symlink, fifo or directory
+    /// was swapped in): nothing was read.
+    NotAFile,
+    /// It is (or grew) bigger than the limit: nothing past the limit was read.
+    TooLarge(u64),
+}
+
+fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
+    // SAFETY: zeroed is a valid bit pattern for the plain-data stat struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is an open descriptor owned by the caller; st is a valid out-pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn found(st: libc::stat) -> Found {
+    Found {
+        mode: st.st_mode,
+        size: st.st_size as u64,
+        dev_ino: (st.st_dev, st.st_ino),
+        stat: st,
+    }
+}
+
+/// Whether the kernel lacks `openat2` (answered once per process).
+fn openat2_missing() -> &'static std::sync::atomic::AtomicBool {
+    static MISSING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    &MISSING
+}
+
+/// `openat2(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
+fn openat2_beneath(dirfd: libc::c_int, rel: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: open_how is plain data; zero is the documented "no option" value of each field.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    loop {
+        // SAFETY: rel is a valid C string, how a valid open_how of the size passed; the
+        // returned descriptor (if any) is owned below.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dirfd,
+                rel.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
+        }
+        let e = io::Error::last_os_error();
+        // openat2 with RESOLVE_BENEATH answers EAGAIN when a concurrent rename may have moved
+        // something across the root during resolution: retry, as the man page says.
+        if e.raw_os_error() != Some(libc::EAGAIN) {
+            return Err(e);
+        }
+    }
+}
+
+/// The fallback where `openat2` is missing: one `openat(O_NOFOLLOW)` per component, each
+/// directory opened `O_PATH | O_DIRECTORY` from the one before.
+fn walk_nofollow(dirfd: libc::c_int, parts: &[&[u8]], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let Some((last, dirs)) = parts.split_last() else {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
+    };
+    let mut held: Option<OwnedFd> = None;
+    for d in dirs {
+        let at = held.as_ref().map_or(dirfd, |f| f.as_raw_fd());
+        held = Some(openat_raw(
+            at,
+            d,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        )?);
+    }
+    let at = held.as_ref().map_or(dirfd, |f| f.as_raw_fd());
+    openat_raw(at, last, flags | libc::O_NOFOLLOW)
+}
+
+fn openat_raw(dirfd: libc::c_int, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let c = cstr(OsStr::from_bytes(name))?;
+    // SAFETY: c is a valid C string; the flags carry O_NOFOLLOW from every caller.
+    let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just returned by openat and is owned here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Split a relative path into plain components, refusing `.`, `..`, empty components and a
+/// leading `/` (no caller has a reason to send one).
+fn plain_parts(rel: &[u8]) -> io::Result<Vec<&[u8]>> {
+    let parts: Vec<&[u8]> = rel.split(|b| *b == b'/').collect();
+    if parts
+        .iter()
+        .any(|p| p.is_empty() || *p == b"." || *p == b"..")
+    {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "path must be relative and plain",
+        ));
+    }
+    Ok(parts)
+}
+
+impl Dir {
+    /// Hold `path` open as the root of every read. `path` is h5i's own (a box's workspace under
+    /// the store): its last component is not followed if it is a symlink.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        let c = cstr(path.as_os_str())?;
+        // SAFETY: c is a valid C string; the descriptor is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by open and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Dir { fd })
+    }
+
+    /// Open `rel` beneath this directory with `flags`, following no symlink at any component
+    /// (`ELOOP` when there is one, `ENOTDIR` when a parent is not a directory).
+    pub fn open_at(&self, rel: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+        let parts = plain_parts(rel)?;
+        let missing = openat2_missing();
+        if !missing.load(std::sync::atomic::Ordering::Relaxed) {
+            let c = cstr(OsStr::from_bytes(rel))?;
+            match openat2_beneath(self.fd.as_raw_fd(), &c, flags) {
+                Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                    missing.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+        walk_nofollow(self.fd.as_raw_fd(), &parts, flags)
+    }
+
+    /// The directory `rel` beneath this one, held open (no symlink followed on the way).
+    pub fn subdir(&self, rel: &[u8]) -> io::Result<Dir> {
+        if rel.is_empty() {
+            return Ok(Dir {
+                fd: self.fd.try_clone()?,
+            });
+        }
+        Ok(Dir {
+            fd: self.open_at(rel, libc::O_PATH | libc::O_DIRECTORY)?,
+        })
+    }
+
+    /// `fstatat(name, AT_SYMLINK_NOFOLLOW)` of one entry of this directory.
+    pub fn stat_at(&self, name: &[u8]) -> io::Result<Found> {
+        single(name)?;
+        let c = cstr(OsStr::from_bytes(name))?;
+        // SAFETY: zeroed is a valid bit pattern for the plain-data stat struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: c is a valid C string relative to our descriptor; st a valid out-pointer.
+        let r = unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(found(st))
+    }
+
+    /// The target of the symlink `name` in this directory.
+    pub fn readlink_at(&self, name: &[u8]) -> io::Result<Vec<u8>> {
+        single(name)?;
+        let c = cstr(OsStr::from_bytes(name))?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: c is a valid C string; buf is writable for its whole length.
+        let n = unsafe {
+            libc::readlinkat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    /// Read the regular file `name` of this directory: opened `O_NOFOLLOW | O_NONBLOCK`, checked
+    /// with `fstat` after the open (a fifo, device, directory or symlink swapped in is never
+    /// read), and never more than `limit` bytes.
+    pub fn read_file(&self, name: &[u8], limit: u64) -> io::Result<FileBytes> {
+        single(name)?;
+        let fd = match openat_raw(
+            self.fd.as_raw_fd(),
+            name,
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
+        ) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {
+                return Ok(FileBytes::NotAFile)
+            }
+            Err(e) => return Err(e),
+        };
+        let st = found(fstat(fd.as_raw_fd())?);
+        if !st.is_file() {
+            return Ok(FileBytes::NotAFile);
+        }
+        if st.size > limit {
+            return Ok(FileBytes::TooLarge(st.size));
+        }
+        let mut file = std::fs::File::from(fd);
+        let mut bytes = Vec::with_capacity(st.size as usize);
+        io::Read::read_to_end(
+            &mut io::Read::take(&mut file, limit.saturating_add(1)),
+            &mut bytes,
+        )?;
+        if bytes.len() as u64 > limit {
+            return Ok(FileBytes::TooLarge(bytes.len() as u64));
+        }
+        Ok(FileBytes::Read(bytes, st))
+    }
+}
+
+/// Refuse anything but one plain path component.
+fn single(name: &[u8]) -> io::Result<()> {
+    if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a single path component",
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +460,83 @@ mod tests {
     fn refuses_dotdot() {
         let d = tempfile::tempdir().unwrap();
         assert!(write_file(d.path(), Path::new("../x"), b"x").is_err());
+    }
+
+    #[test]
+    fn reads_a_regular_file_beneath_plain_directories() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        std::fs::write(d.path().join("a/b/c"), b"bytes").unwrap();
+        let root = Dir::open(d.path()).unwrap();
+        let dir = root.subdir(b"a/b").unwrap();
+        assert!(dir.stat_at(b"c").unwrap().is_file());
+        match dir.read_file(b"c", 100).unwrap() {
+            FileBytes::Read(b, st) => {
+                assert_eq!(b, b"bytes");
+                assert!(st.is_file());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            dir.read_file(b"c", 3).unwrap(),
+            FileBytes::TooLarge(5)
+        ));
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_is_never_read_through() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("canary"), b"secret").unwrap();
+        std::os::unix::fs::symlink(outside.path(), d.path().join("d")).unwrap();
+        let root = Dir::open(d.path()).unwrap();
+        let e = root.subdir(b"d").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        let e = root.open_at(b"d/canary", libc::O_RDONLY).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{e}");
+        assert!(root.subdir(b"../x").is_err());
+        // The fallback walk refuses the same way.
+        let parts = plain_parts(b"d/canary").unwrap();
+        let e = walk_nofollow(root.fd.as_raw_fd(), &parts, libc::O_RDONLY).unwrap_err();
+        assert!(
+            matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_fifo_or_symlink_in_place_of_a_file_is_not_opened() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+        // SAFETY: c is a valid C string for the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        std::os::unix::fs::symlink("/etc/hostname", d.path().join("l")).unwrap();
+        let root = Dir::open(d.path()).unwrap();
+        assert!(matches!(
+            root.read_file(b"f", 100).unwrap(),
+            FileBytes::NotAFile
+        ));
+        assert!(matches!(
+            root.read_file(b"l", 100).unwrap(),
+            FileBytes::NotAFile
+        ));
+        assert_eq!(root.stat_at(b"f").unwrap().special_kind(), "fifo");
+        assert_eq!(root.readlink_at(b"l").unwrap(), b"/etc/hostname");
+    }
+
+    #[test]
+    fn set_id_bits_on_a_file_are_seen() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("s");
+        std::fs::write(&p, b"x").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let root = Dir::open(d.path()).unwrap();
+        assert!(root.stat_at(b"s").unwrap().is_setid_file());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o2755)).unwrap();
+        assert!(root.stat_at(b"s").unwrap().is_setid_file());
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(!root.stat_at(b"s").unwrap().is_setid_file());
     }
 }

@@ -123,6 +123,21 @@ pub enum BoxError {
     /// Taking a snapshot of the workspace failed.
     #[error(transparent)]
     Snapshot(#[from] crate::snapshot::SnapshotError),
+    /// A service of the box could not be held still while its tree was read.
+    #[error(transparent)]
+    Freeze(#[from] crate::freeze::FreezeError),
+    /// A granted secret cannot be resolved in this shell, so nothing could be checked for it.
+    #[error("refusing: {verb} cannot check the patch for secret `{name}`: its source {source_desc} is not set in this shell; to fix: export {var}=... (the value the box was given) and {verb} again, or pass --skip-secret-check to go ahead without scanning for it (report.md says so in its first lines)")]
+    SecretUnchecked {
+        /// The verb.
+        verb: &'static str,
+        /// The grant.
+        name: String,
+        /// `env:VAR`.
+        source_desc: String,
+        /// The variable to set.
+        var: String,
+    },
 }
 
 impl BoxError {

@@ -21,6 +21,7 @@ pub mod doctor;
 pub mod error;
 pub mod events;
 pub mod export;
+pub mod freeze;
 pub mod git;
 pub mod lifecycle;
 pub mod probe;

@@ -49,6 +49,8 @@ pub fn has_changes(sb: &StoredBox) -> Result<bool, BoxError> {
 pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     let sb = store.find(name)?;
     let lock = BoxLock::take(&sb.paths, name)?;
+    // Held still while the has-changes check reads the tree; thawed before the services stop.
+    let frozen = crate::freeze::hold(&sb)?;
     if !force && sb.manifest.state == BoxState::Active && has_changes(&sb)? {
         return Err(BoxError::WrongState {
             name: name.to_string(),
@@ -59,6 +61,7 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
             ),
         });
     }
+    drop(frozen);
     crate::service::stop_all(&sb)?;
     if !sb.manifest.source.is_detached() {
         // Only this box's own pin; compare-and-delete so a reused ref name is never removed.

@@ -1,9 +1,11 @@
 //! `h5i box rebase NAME`: re-pin a worktree box onto its parent branch's current tip, carrying
 //! the box's changes across with a three-way merge.
 //!
-//! Owns the re-pin: the merge is computed first (`git merge-tree`), and only a clean result moves
+//! Owns the re-pin: the merge is computed first (`git merge-tree`, in the snapshot's scratch
+//! object directory, with the box's services held still), and only a clean result moves
 //! anything — the workspace files, the box's own branch and index, then the pin ref and the
-//! manifest. Must never: leave the workspace half-merged, or move the pin without the manifest.
+//! manifest. Must never: leave the workspace half-merged, move the pin without the manifest, or
+//! write an object of the box's into the parent's store.
 
 use crate::apply::parent_branch;
 use crate::error::BoxError;
@@ -43,17 +45,20 @@ pub fn rebase(store: &BoxStore, name: &str) -> Result<Rebased, BoxError> {
             mend: "nothing to rebase".into(),
         });
     }
-    // Carrying the box's tree across writes its blobs into the parent's store: only a tree the
-    // export gate passes whole is carried, so nothing it would exclude lands there.
+    // Only a tree the export gate passes whole is carried. The box's services are held still
+    // while the tree is read and rewritten (thawed on every way out), and every object the
+    // carry makes stays in the snapshot's scratch: the new base is the parent's own commit, so
+    // nothing of the box's ever needs to enter the parent's store.
     let policy = crate::store::load_policy(&sb)?;
     let redactor = crate::secrets::redactor_for(&policy);
+    let _frozen = crate::freeze::hold(&sb)?;
     let gate = ExportGate::new(&redactor, Default::default());
     let snap = gate.take(
         &sb.manifest.store,
         &sb.paths.workspace(),
         &sb.paths.scratch(),
         &base,
-        SnapshotObjects::Store,
+        SnapshotObjects::Scratch,
     )?;
     let gated = gate.check(&snap, &sb.paths.workspace(), &base)?;
     if !gated.excluded.is_empty() {
@@ -66,7 +71,8 @@ pub fn rebase(store: &BoxStore, name: &str) -> Result<Rebased, BoxError> {
         });
     }
     let work_tree = snap.write_tree()?;
-    let work_commit = git()
+    let work_commit = snap
+        .git_objects()
         .args([
             "commit-tree",
             &work_tree,
@@ -76,7 +82,8 @@ pub fn rebase(store: &BoxStore, name: &str) -> Result<Rebased, BoxError> {
             &format!("h5i: box {name} before rebase"),
         ])
         .text()?;
-    let merged = git()
+    let merged = snap
+        .git_objects()
         .args([
             "merge-tree",
             "--write-tree",

@@ -63,6 +63,47 @@ pub fn redactor_for(policy: &ResolvedPolicy) -> Redactor {
     redactor_with(policy, Vec::new())
 }
 
+/// The redactor an export (or apply) scans with, and the grants it could not scan for.
+#[derive(Debug)]
+pub struct ExportRedactor {
+    /// Every resolvable granted secret and credential, literal and encoded.
+    pub redactor: Redactor,
+    /// Grants skipped under `--skip-secret-check` (`NAME (env:VAR)`), for report.md's first
+    /// lines. Empty unless skipping was asked for.
+    pub unchecked: Vec<String>,
+}
+
+/// Resolve every granted secret in this shell for an export, refusing (naming the variable)
+/// when one is unset unless `skip_unresolved`; then the redactor over all of them. The scan is
+/// only as good as the values it has: a grant exported from a shell that lacks it would
+/// otherwise pass the box's copy of it through.
+pub fn redactor_for_export(
+    policy: &ResolvedPolicy,
+    skip_unresolved: bool,
+    verb: &'static str,
+) -> Result<ExportRedactor, BoxError> {
+    let mut unchecked = Vec::new();
+    for grant in &policy.secrets {
+        let h5i_policy::SecretSource::Env(var) = &grant.source;
+        if host_env(var).is_some_and(|v| !v.is_empty()) {
+            continue;
+        }
+        if !skip_unresolved {
+            return Err(BoxError::SecretUnchecked {
+                verb,
+                name: grant.name.clone(),
+                source_desc: grant.source.to_string(),
+                var: var.clone(),
+            });
+        }
+        unchecked.push(format!("{} ({})", grant.name, grant.source));
+    }
+    Ok(ExportRedactor {
+        redactor: redactor_for(policy),
+        unchecked,
+    })
+}
+
 /// [`redactor_for`], plus `extra` values (a run's credential-proxy dummies).
 pub fn redactor_with(policy: &ResolvedPolicy, extra: Vec<SecretValue>) -> Redactor {
     let mut values = extra;

@@ -440,6 +440,14 @@ pub fn stop(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState,
     Ok(read_state(&sb.paths, service).unwrap_or(st))
 }
 
+/// Every service of `sb` running now (what `freeze::hold` holds still).
+pub fn live(sb: &StoredBox) -> Vec<ServiceState> {
+    all_states(&sb.paths)
+        .into_iter()
+        .filter(ServiceState::alive)
+        .collect()
+}
+
 /// Stop every live service of `sb` (`box abort`, `box rm`), waiting for each supervisor.
 pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
     for st in all_states(&sb.paths) {
@@ -452,6 +460,7 @@ pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
 
 fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let sup = st.supervisor.pidfd();
+    crate::freeze::release(st);
     let first = if st.tier == Tier::Process.as_str() {
         // The container init is pid 1 of its namespace and ignores what it has no handler
         // for; killing it ends the namespace, and h5i-runc then deletes the container.

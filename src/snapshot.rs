@@ -2,23 +2,29 @@
 //!
 //! Owns turning the files under a box's workspace into a temporary index over the pinned base:
 //! `git read-tree <base>`, then every path git would take (`git ls-files` for the tracked set and
-//! the untracked set under the workspace's `.gitignore`) whose bytes or mode differ from the base
-//! is hashed here, its blob streamed into one pack (`git fast-import`), and the index updated with
-//! `git update-index --add --remove` on exactly those paths. The result is what `git add -A` would
-//! stage, in a handful of git processes whatever the number of changed files (and without
-//! rehashing files whose bytes match the base). Then: the entries, the changes and the patch
+//! the untracked set under the workspace's `.gitignore`) is read here, beneath the workspace's
+//! directory descriptor ([`beneath::Dir`]: `openat2` with no symlink followed, `fstat` after
+//! open, regular files only); what differs from the base is hashed, its blob streamed into one
+//! pack (`git fast-import`), and the index written with `git update-index --index-info` from
+//! those ids. git never reads a workspace file to stage it: what is staged is exactly what h5i
+//! read and inspected. The result is what `git add -A` would stage (bytes as written: a base
+//! `.gitattributes` asking for end-of-line conversion is not applied), in a handful of git
+//! processes whatever the number of changed files. Then: the entries, the changes and the patch
 //! against the base, the tree, exclusions (a path reset to its base entry), and a checkout of
 //! another tree for `box rebase`.
 //!
-//! Where the objects go is [`SnapshotObjects`]: `Scratch` writes new blobs into a private object
-//! directory that borrows the store's objects as an alternate (nothing lands in the parent; used by
-//! `box diff` and `box export`); `Store` writes them into the store (`box apply`, `box rebase`).
+//! Every object a snapshot makes (blobs, trees, and the commits a verb writes through
+//! [`Snapshot::git_objects`]) goes into a private object directory that borrows the store's
+//! objects as an alternate ([`SnapshotObjects::Scratch`]). Nothing lands in the parent until a
+//! verb has validated the whole snapshot and calls [`Snapshot::publish_objects`] (`box apply`,
+//! just before it moves the branch).
 //!
 //! Must never: run git with the box's own `.git` as `GIT_DIR` or read its index or config; follow
-//! a symlink the box planted when reading a file (every file is opened `O_NOFOLLOW` beneath
-//! directories checked to be real); let box-written `.gitattributes` steer a host git (attributes
-//! come from the pinned base, `GIT_ATTR_SOURCE`); add a nested repository as a gitlink; or leave
-//! its scratch behind (dropping a snapshot removes it).
+//! a symlink the box planted when reading a file, or act on a check made before the open; read a
+//! set-id file (it is refused, named); let box-written `.gitattributes` steer a host git
+//! (attributes come from the pinned base, `GIT_ATTR_SOURCE`); add a nested repository as a
+//! gitlink; write into the store's objects before [`Snapshot::publish_objects`]; or leave its
+//! scratch behind (dropping a snapshot removes it).
 //!
 //! Guarded by the unit tests below and `tests/export_gate.rs`.
 
@@ -26,23 +32,21 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{self, Read};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::beneath;
 use crate::git::{Git, GitError};
 
-/// Where a snapshot writes the blobs it creates.
+/// Where a snapshot writes the objects it creates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SnapshotObjects {
     /// Into `<scratch>/…/objects`, with the store's objects as an alternate: the parent is never
-    /// written. For `box diff` and `box export`.
+    /// written until [`Snapshot::publish_objects`]. The only place a snapshot writes: there is
+    /// deliberately no variant that writes the store directly.
     Scratch,
-    /// Into the store itself, so a tree written from the snapshot can be committed there. For
-    /// `box apply` and `box rebase`.
-    Store,
 }
 
 /// A snapshot could not be taken or read.
@@ -85,6 +89,14 @@ pub enum SnapshotError {
         path: String,
         /// The OS error.
         source: io::Error,
+    },
+    /// A set-id file in the workspace: the host would run it as its owner.
+    #[error("refusing: {path} in the workspace is set-user-id or set-group-id (mode {mode:o}), which would run as its owner on the host; to fix: `chmod ug-s` it in the box (or remove it), then retry")]
+    SetId {
+        /// The path, as text.
+        path: String,
+        /// Its `st_mode`.
+        mode: u32,
     },
     /// A file is not a regular file, symlink or directory, and nobody was asked about it.
     #[error("refusing: {path} in the workspace is a {kind}, which git cannot hold; to fix: remove it from the box")]
@@ -163,6 +175,13 @@ pub enum Seen<'a> {
     GitlinkReplaced {
         /// Path relative to the workspace.
         path: &'a [u8],
+    },
+    /// A regular file with the set-user-id or set-group-id bit: never read, and never staged.
+    SetId {
+        /// Path relative to the workspace.
+        path: &'a [u8],
+        /// Its `st_mode`.
+        mode: u32,
     },
 }
 
@@ -358,27 +377,78 @@ impl Snapshot {
                 base: None,
             });
         }
-        let mut stager = Stager::new(&snap, &mut opts, &cache);
+        let root = beneath::Dir::open(workspace).map_err(|source| SnapshotError::Workspace {
+            path: workspace.display().to_string(),
+            source,
+        })?;
+        let mut stager = Stager::new(&snap, &root, &mut opts, &cache);
         for chunk in candidates.chunks(PROBE_CHUNK) {
             stager.chunk(chunk)?;
         }
         let Stager {
-            paths,
-            force_remove,
+            mut removals,
+            additions,
             pending,
             learnt,
             ..
         } = stager;
         stat_cache::save(scratch_dir, base, started, &learnt);
         snap.fast_import(&pending)?;
-        snap.update_index(&["--force-remove"], &force_remove)?;
-        snap.update_index(&["--add", "--remove", "--replace"], &paths)?;
+        // Removals first, so a file that became a directory (or the reverse) is replaced.
+        removals.extend_from_slice(&additions);
+        snap.index_info(
+            &removals,
+            "stage the workspace's changes in the scratch index",
+        )?;
         Ok(snap)
     }
 
     /// The base this snapshot was taken over.
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// git against the store, writing new objects into this snapshot's private object
+    /// directory (no index, no work tree): for the commits and merges a verb makes from the
+    /// snapshot's tree before it has validated everything.
+    pub fn git_objects(&self) -> Git {
+        Git::at(&self.store).objects_into(&self.dir.join("objects"), &self.store.join("objects"))
+    }
+
+    /// Move every object this snapshot (and [`Snapshot::git_objects`]) wrote into the store:
+    /// loose objects first, then packs, each `.pack` before its `.idx` so git never sees an
+    /// index without its pack. Call only once the whole snapshot has been validated.
+    pub fn publish_objects(&self) -> Result<(), SnapshotError> {
+        let from = self.dir.join("objects");
+        let to = self.store.join("objects");
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SnapshotError::Scratch { path, source }
+        };
+        for entry in fs::read_dir(&from).map_err(err(&from))? {
+            let entry = entry.map_err(err(&from))?;
+            let name = entry.file_name();
+            let fan_out = name.len() == 2 && name.as_bytes().iter().all(u8::is_ascii_hexdigit);
+            if !fan_out {
+                continue;
+            }
+            for obj in fs::read_dir(entry.path()).map_err(err(&entry.path()))? {
+                let obj = obj.map_err(err(&entry.path()))?;
+                move_object(&obj.path(), &to.join(&name).join(obj.file_name()))?;
+            }
+        }
+        let packs = from.join("pack");
+        let mut files: Vec<PathBuf> = fs::read_dir(&packs)
+            .map_err(err(&packs))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        files.sort_by_key(|p| (p.extension() == Some(OsStr::new("idx")), p.clone()));
+        for f in files {
+            if let Some(name) = f.file_name() {
+                move_object(&f, &to.join("pack").join(name))?;
+            }
+        }
+        Ok(())
     }
 
     /// git against the store, with this snapshot's index, work tree and object directory.
@@ -391,28 +461,22 @@ impl Snapshot {
             SnapshotObjects::Scratch => {
                 g.objects_into(&self.dir.join("objects"), &self.store.join("objects"))
             }
-            SnapshotObjects::Store => g,
         }
     }
 
-    /// `git update-index <flags> -z --stdin` over `paths` (nothing when there are none).
-    fn update_index(&self, flags: &[&str], paths: &[Vec<u8>]) -> Result<(), SnapshotError> {
-        if paths.is_empty() {
+    /// `git update-index --add --replace -z --index-info` with `records` (`<mode> SP <id> TAB
+    /// <path> NUL`; mode 0 removes): the index is written from what h5i read and hashed itself,
+    /// so git never reads a workspace file to stage it.
+    fn index_info(&self, records: &[u8], step: &'static str) -> Result<(), SnapshotError> {
+        if records.is_empty() {
             return Ok(());
-        }
-        let mut input = Vec::new();
-        for p in paths {
-            input.extend_from_slice(p);
-            input.push(0);
         }
         self.git()
             .env("GLIBC_TUNABLES", MALLOC_TUNING)
-            .args(["-c", "core.safecrlf=false", "update-index"])
-            .args(flags)
-            .args(["-z", "--stdin"])
-            .output_with_input(&input)
+            .args(["update-index", "--add", "--replace", "-z", "--index-info"])
+            .output_with_input(records)
             .map_err(|source| SnapshotError::Git {
-                step: "stage the workspace's changes in the scratch index",
+                step,
                 source,
                 mend: MEND_SCRATCH,
             })?;
@@ -577,15 +641,7 @@ impl Snapshot {
         }
         removals.extend_from_slice(&restores);
         *self.changes.borrow_mut() = None;
-        self.git()
-            .args(["update-index", "--add", "--replace", "-z", "--index-info"])
-            .output_with_input(&removals)
-            .map_err(|source| SnapshotError::Git {
-                step: "reset excluded paths in the scratch index",
-                source,
-                mend: MEND_SCRATCH,
-            })?;
-        Ok(())
+        self.index_info(&removals, "reset excluded paths in the scratch index")
     }
 
     /// Write the snapshot's tree (into scratch or the store, as taken) and return its id.
@@ -682,8 +738,8 @@ struct Candidate<'a> {
 enum Probe {
     /// Nothing (or a directory where a file was): a deletion for a tracked entry.
     Gone,
-    /// A directory above it is a symlink or not a directory now: git refuses to look through it,
-    /// so a tracked entry is removed outright.
+    /// A directory above it is missing, a symlink or not a directory now: nothing beneath it
+    /// is read, and a tracked entry is removed.
     BeyondLink,
     /// A directory: a gitlink of the base is still in place.
     Dir,
@@ -693,8 +749,10 @@ enum Probe {
     TooLarge(u64),
     /// It could not be looked at.
     Unreadable(io::Error),
-    /// Swapped for something else while it was being read: left to git.
+    /// Swapped for something else between its `fstatat` and its open: never read.
     Swapped,
+    /// A regular file with set-user-id or set-group-id (its `st_mode`): never read.
+    SetId(u32),
     /// The same mode and bytes as the base.
     Unchanged,
     /// Different from the base.
@@ -706,12 +764,17 @@ enum Probe {
 }
 
 /// Reads candidates from the workspace, hashing them as git would.
+///
+/// Every look is made afresh relative to the workspace's directory descriptor: the parent
+/// directory is opened beneath it with no symlink followed (`openat2`), the entry is `fstatat`ed
+/// and opened from that descriptor with `O_NOFOLLOW`, and a file is only read after `fstat` on
+/// the open descriptor says it is a regular file. Nothing learnt about a directory is kept from
+/// one path to the next, so a directory swapped for a symlink between two looks is met as a
+/// symlink by the second.
 struct Prober<'w> {
-    workspace: &'w Path,
+    root: &'w beneath::Dir,
     max_file_size: Option<u64>,
     sha256: bool,
-    /// Directory (relative) -> whether it is a real directory, not a symlink.
-    real_dirs: HashMap<Vec<u8>, bool>,
     /// Tracked paths known to hold the base's bytes while their `lstat` is unchanged.
     cache: &'w HashMap<Vec<u8>, stat_cache::StatKey>,
     /// Tracked paths found to hold the base's bytes this time, for the next snapshot.
@@ -719,36 +782,20 @@ struct Prober<'w> {
 }
 
 impl Prober<'_> {
-    /// Whether every directory above `path` is a real directory in the workspace.
-    fn parents_real(&mut self, path: &[u8]) -> bool {
-        let mut end = 0;
-        while let Some(p) = path[end..].iter().position(|b| *b == b'/') {
-            let dir = &path[..end + p];
-            let ok = match self.real_dirs.get(dir) {
-                Some(ok) => *ok,
-                None => {
-                    let full = self.workspace.join(OsStr::from_bytes(dir));
-                    let ok = fs::symlink_metadata(&full)
-                        .map(|m| m.file_type().is_dir())
-                        .unwrap_or(false);
-                    self.real_dirs.insert(dir.to_vec(), ok);
-                    ok
-                }
-            };
-            if !ok {
-                return false;
-            }
-            end += p + 1;
-        }
-        true
-    }
-
     fn probe(&mut self, c: &Candidate<'_>) -> Probe {
-        if !self.parents_real(c.path) {
-            return Probe::BeyondLink;
-        }
-        let full = self.workspace.join(OsStr::from_bytes(c.path));
-        let meta = match fs::symlink_metadata(&full) {
+        let (dir, name) = match c.path.iter().rposition(|b| *b == b'/') {
+            Some(i) => (&c.path[..i], &c.path[i + 1..]),
+            None => (&c.path[..0], c.path),
+        };
+        let parent = match self.root.subdir(dir) {
+            Ok(d) => d,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
+                return Probe::BeyondLink
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::BeyondLink,
+            Err(e) => return Probe::Unreadable(e),
+        };
+        let meta = match parent.stat_at(name) {
             Ok(m) => m,
             Err(e)
                 if e.kind() == io::ErrorKind::NotFound
@@ -758,46 +805,51 @@ impl Prober<'_> {
             }
             Err(e) => return Probe::Unreadable(e),
         };
-        let ft = meta.file_type();
         if c.base.is_some_and(|(m, _)| m == mode::GITLINK) {
-            return if ft.is_dir() { Probe::Dir } else { Probe::Gone };
+            return if meta.is_dir() {
+                Probe::Dir
+            } else {
+                Probe::Gone
+            };
         }
-        let key = stat_cache::StatKey::of(&meta);
+        if meta.is_setid_file() {
+            return Probe::SetId(meta.mode);
+        }
+        let key = stat_cache::StatKey::of(&meta.stat);
         if c.base.is_some() && self.cache.get(c.path) == Some(&key) {
             self.learnt.push((c.path.to_vec(), key));
             return Probe::Unchanged;
         }
-        let (git_mode, bytes) = if ft.is_file() {
-            let size = meta.len();
-            if self.max_file_size.is_some_and(|max| size > max) {
-                return Probe::TooLarge(size);
+        let (git_mode, bytes) = if meta.is_file() {
+            let limit = self.max_file_size.unwrap_or(u64::MAX);
+            if meta.size > limit {
+                return Probe::TooLarge(meta.size);
             }
-            let exec = if meta.mode() & 0o100 != 0 {
-                mode::EXECUTABLE
-            } else {
-                mode::FILE
-            };
-            match read_nofollow(&full, size) {
-                Ok(FileRead::Bytes(b)) => (exec, b),
-                Ok(FileRead::NotAFile) => return Probe::Swapped,
+            match parent.read_file(name, limit) {
+                Ok(beneath::FileBytes::Read(b, st)) => {
+                    if st.is_setid_file() {
+                        return Probe::SetId(st.mode);
+                    }
+                    let exec = if st.mode & 0o100 != 0 {
+                        mode::EXECUTABLE
+                    } else {
+                        mode::FILE
+                    };
+                    (exec, b)
+                }
+                Ok(beneath::FileBytes::TooLarge(size)) => return Probe::TooLarge(size),
+                Ok(beneath::FileBytes::NotAFile) => return Probe::Swapped,
                 Err(e) => return Probe::Unreadable(e),
             }
-        } else if ft.is_symlink() {
-            match fs::read_link(&full) {
-                Ok(t) => (mode::SYMLINK, t.into_os_string().into_vec()),
+        } else if meta.is_symlink() {
+            match parent.readlink_at(name) {
+                Ok(t) => (mode::SYMLINK, t),
                 Err(e) => return Probe::Unreadable(e),
             }
-        } else if ft.is_dir() {
+        } else if meta.is_dir() {
             return Probe::Gone;
         } else {
-            use std::os::unix::fs::FileTypeExt;
-            return Probe::Special(if ft.is_fifo() {
-                "fifo"
-            } else if ft.is_socket() {
-                "socket"
-            } else {
-                "device"
-            });
+            return Probe::Special(meta.special_kind());
         };
         let sha = if self.sha256 {
             digest::blob_sha256(&bytes)
@@ -820,11 +872,13 @@ impl Prober<'_> {
 /// collects what to stage.
 struct Stager<'s, 'o, 'i> {
     snap: &'s Snapshot,
+    /// The workspace, held open: every read is beneath it.
+    root: &'s beneath::Dir,
     opts: &'o mut TakeOptions<'i>,
-    /// Paths for `update-index --add --remove`.
-    paths: Vec<Vec<u8>>,
-    /// Paths for `update-index --force-remove`.
-    force_remove: Vec<Vec<u8>>,
+    /// `update-index --index-info` records removing a tracked entry.
+    removals: Vec<u8>,
+    /// `update-index --index-info` records staging what was read.
+    additions: Vec<u8>,
     /// Blobs for `fast-import`.
     pending: Vec<Vec<u8>>,
     pending_ids: HashSet<String>,
@@ -836,6 +890,7 @@ struct Stager<'s, 'o, 'i> {
 impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
     fn new(
         snap: &'s Snapshot,
+        root: &'s beneath::Dir,
         opts: &'o mut TakeOptions<'i>,
         cache: &'s HashMap<Vec<u8>, stat_cache::StatKey>,
     ) -> Self {
@@ -845,9 +900,10 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             .clamp(1, 8);
         Stager {
             snap,
+            root,
             opts,
-            paths: Vec::new(),
-            force_remove: Vec::new(),
+            removals: Vec::new(),
+            additions: Vec::new(),
             pending: Vec::new(),
             pending_ids: HashSet::new(),
             threads,
@@ -864,6 +920,10 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             Seen::File { .. } | Seen::Symlink { .. } => Ok(Verdict::Keep),
             Seen::NestedRepository { .. } | Seen::GitlinkReplaced { .. } => Ok(Verdict::Skip),
             Seen::TooLarge { .. } => Ok(Verdict::Skip),
+            Seen::SetId { path, mode } => Err(SnapshotError::SetId {
+                path: String::from_utf8_lossy(path).into_owned(),
+                mode,
+            }),
             Seen::Special { path, kind } => Err(SnapshotError::Special {
                 path: String::from_utf8_lossy(path).into_owned(),
                 kind,
@@ -922,15 +982,14 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
     }
 
     fn probe_all(&mut self, todo: &[&Candidate<'_>]) -> Result<Vec<Probe>, SnapshotError> {
-        let workspace = self.snap.workspace.as_path();
+        let root = self.root;
         let max_file_size = self.opts.max_file_size;
         let sha256 = self.snap.base.len() == 64;
         let cache = self.cache;
         let prober = || Prober {
-            workspace,
+            root,
             max_file_size,
             sha256,
-            real_dirs: HashMap::new(),
             cache,
             learnt: Vec::new(),
         };
@@ -977,15 +1036,27 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             Probe::Gone if c.base.is_some_and(|(m, _)| m == mode::GITLINK) => {
                 self.ask(Seen::GitlinkReplaced { path })?;
             }
-            Probe::Gone | Probe::Swapped => {
+            Probe::Gone | Probe::BeyondLink => {
                 if tracked {
-                    self.paths.push(path.to_vec());
+                    let zero = "0".repeat(self.snap.base.len());
+                    self.removals
+                        .extend_from_slice(format!("0 {zero}\t").as_bytes());
+                    self.removals.extend_from_slice(path);
+                    self.removals.push(0);
                 }
             }
-            Probe::BeyondLink => {
-                if tracked {
-                    self.force_remove.push(path.to_vec());
-                }
+            Probe::Swapped => {
+                let error = io::Error::other("it was replaced while h5i was reading it");
+                self.ask(Seen::Unreadable {
+                    path,
+                    error: &error,
+                })?;
+            }
+            Probe::SetId(st_mode) => {
+                self.ask(Seen::SetId {
+                    path,
+                    mode: st_mode,
+                })?;
             }
             Probe::Special(kind) => {
                 self.ask(Seen::Special { path, kind })?;
@@ -1021,56 +1092,17 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                 if verdict == Verdict::Skip {
                     return Ok(());
                 }
+                self.additions
+                    .extend_from_slice(format!("{git_mode:o} {sha}\t").as_bytes());
+                self.additions.extend_from_slice(path);
+                self.additions.push(0);
                 if c.base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
                     self.pending.push(bytes);
                 }
-                self.paths.push(path.to_vec());
             }
         }
         Ok(())
     }
-}
-
-enum FileRead {
-    Bytes(Vec<u8>),
-    NotAFile,
-}
-
-/// Read a regular file of `size` bytes (as `lstat` just said) without following a symlink at its
-/// last component (its parents were checked to be real directories) and without blocking on a
-/// fifo swapped in. Reads at most `size` bytes: a file that changed since the `lstat` gives bytes
-/// whose id will not match the one git stages, so git's own bytes are read back and inspected.
-fn read_nofollow(path: &Path, size: u64) -> io::Result<FileRead> {
-    if size == 0 {
-        return Ok(FileRead::Bytes(Vec::new()));
-    }
-    let mut f = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-    {
-        Ok(f) => f,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {
-            return Ok(FileRead::NotAFile)
-        }
-        Err(e) => return Err(e),
-    };
-    let len = usize::try_from(size).map_err(|_| io::Error::from(io::ErrorKind::OutOfMemory))?;
-    let mut buf = vec![0u8; len];
-    let mut got = 0;
-    while got < len {
-        match f.read(&mut buf[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EISDIR) | Some(libc::EAGAIN)) => {
-                return Ok(FileRead::NotAFile)
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    buf.truncate(got);
-    Ok(FileRead::Bytes(buf))
 }
 
 /// Make a private directory for one snapshot under `scratch`, clearing ones that dead processes
@@ -1109,7 +1141,8 @@ fn make_scratch(scratch: &Path, objects: SnapshotObjects) -> Result<PathBuf, Sna
         .mode(0o700)
         .create(&dir)
         .map_err(err(&dir))?;
-    if objects == SnapshotObjects::Scratch {
+    {
+        let SnapshotObjects::Scratch = objects;
         let o = dir.join("objects");
         fs::DirBuilder::new()
             .recursive(true)
@@ -1119,6 +1152,39 @@ fn make_scratch(scratch: &Path, objects: SnapshotObjects) -> Result<PathBuf, Sna
         fs::create_dir(o.join("info")).map_err(err(&o))?;
     }
     Ok(dir)
+}
+
+/// Move one object file into the store (copy then rename where the store is on another
+/// filesystem). An object already there is left as it is: same name, same bytes.
+fn move_object(src: &Path, dst: &Path) -> Result<(), SnapshotError> {
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| SnapshotError::Scratch { path, source }
+    };
+    if fs::symlink_metadata(dst).is_ok() {
+        return Ok(());
+    }
+    if let Some(dir) = dst.parent() {
+        match fs::create_dir(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(err(dir)(e)),
+        }
+    }
+    match fs::rename(src, dst) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            let tmp = dst.with_extension(format!("h5i-tmp-{}", std::process::id()));
+            fs::copy(src, &tmp)
+                .and_then(|_| fs::File::open(&tmp)?.sync_all())
+                .and_then(|()| fs::rename(&tmp, dst))
+                .map_err(|e| {
+                    let _ = fs::remove_file(&tmp);
+                    err(dst)(e)
+                })
+        }
+        Err(e) => Err(err(dst)(e)),
+    }
 }
 
 fn process_alive(pid: i32) -> bool {
@@ -1265,7 +1331,7 @@ mod stat_cache {
     use std::collections::HashMap;
     use std::fs;
     use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     use std::path::Path;
 
     const FILE: &str = "stat-cache";
@@ -1285,16 +1351,16 @@ mod stat_cache {
     }
 
     impl StatKey {
-        pub fn of(m: &fs::Metadata) -> Self {
+        pub fn of(m: &libc::stat) -> Self {
             StatKey {
-                dev: m.dev(),
-                ino: m.ino(),
-                mode: m.mode(),
-                size: m.size(),
-                mtime: m.mtime(),
-                mtime_ns: m.mtime_nsec(),
-                ctime: m.ctime(),
-                ctime_ns: m.ctime_nsec(),
+                dev: m.st_dev,
+                ino: m.st_ino,
+                mode: m.st_mode,
+                size: m.st_size as u64,
+                mtime: m.st_mtime,
+                mtime_ns: m.st_mtime_nsec,
+                ctime: m.st_ctime,
+                ctime_ns: m.st_ctime_nsec,
             }
         }
     }

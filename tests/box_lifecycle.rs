@@ -630,3 +630,126 @@ fn doctor_passes_a_healthy_box_and_names_each_broken_part() {
         "{torn"
     );
 }
+
+/// The first section of report.md: everything before the first `## ` heading.
+fn first_section(report: &str) -> &str {
+    report.split("\n## ").next().unwrap_or_default()
+}
+
+#[test]
+fn a_box_widening_its_policy_is_flagged_by_export_and_refused_by_apply_without_the_flag() {
+    let r = Repo::new();
+    r.write_policy("[profile.dev]\nisolation = \"process\"\n");
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "policy"]);
+    r.ok(&["box", "create", "w", "--isolation=workspace"]);
+    let widened = "[profile.dev]\nisolation = \"workspace\"\n[profile.dev.net]\nmode = \"host\"\n[profile.dev.fs]\nwrite = [\"/\"]\n";
+    std::fs::write(r.workspace("w").join(".h5i/env.toml"), widened).unwrap();
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let review = out_dir.path().join("review");
+    let printed = r.ok(&["box", "export", "w", "--out", review.to_str().unwrap()]);
+    assert!(printed.contains("POLICY CHANGE"), "{printed}");
+    let report = std::fs::read_to_string(review.join("report.md")).unwrap();
+    let first = first_section(&report);
+    for needle in [
+        "POLICY CHANGE",
+        ".h5i/env.toml",
+        "profile `dev`: policy digest before sha256:",
+        "after sha256:",
+        "isolation process -> workspace",
+        "network deny -> host",
+        "fs.write + /",
+    ] {
+        assert!(
+            first.contains(needle),
+            "`{needle}` not in the first section:\n{first}"
+        );
+    }
+
+    let head = r.git(&["rev-parse", "HEAD"]);
+    let out = r.h5i(&["box", "apply", "w"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("refusing:")
+            && err.contains(".h5i/env.toml")
+            && err.contains("--allow-policy-change"),
+        "{err}"
+    );
+    assert!(err.contains("network deny -> host"), "{err}");
+    assert_eq!(
+        r.git(&["rev-parse", "HEAD"]),
+        head,
+        "the refused apply moved the branch"
+    );
+    let widened_blob = {
+        let p = out_dir.path().join("widened");
+        std::fs::write(&p, widened).unwrap();
+        r.git(&["hash-object", p.to_str().unwrap()])
+    };
+    let present = std::process::Command::new("git")
+        .args(["cat-file", "-e", &widened_blob])
+        .current_dir(r.path())
+        .status()
+        .unwrap();
+    assert!(
+        !present.success(),
+        "a refused apply wrote the box's blob into the parent"
+    );
+
+    r.ok(&["box", "apply", "w", "--allow-policy-change"]);
+    assert_eq!(r.git(&["show", "HEAD:.h5i/env.toml"]), widened.trim_end());
+}
+
+#[test]
+fn export_and_apply_refuse_a_set_id_file_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let r = Repo::new();
+    r.ok(&["box", "create", "s", "--isolation=workspace"]);
+    let ws = r.workspace("s");
+    let planted = ws.join("tool\x1b]0;x\x07");
+    std::fs::write(&planted, "#!/bin/sh\nid\n").unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // A tracked file chmod'ed set-gid keeps its bytes and its git mode: still refused.
+    std::fs::set_permissions(
+        ws.join("README.md"),
+        std::fs::Permissions::from_mode(0o2644),
+    )
+    .unwrap();
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let review = out_dir.path().join("review");
+    let out = r.h5i(&["box", "export", "s", "--out", review.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("refusing:") && err.contains("set-user-id or set-group-id"),
+        "{err}"
+    );
+    assert!(
+        err.contains("README.md") && err.contains("tool\\x1b]0;x\\x07"),
+        "{err}"
+    );
+    assert!(err.contains("chmod ug-s"), "{err}");
+    assert!(
+        !err.contains('\x1b'),
+        "a box-chosen name reached the terminal raw: {err:?}"
+    );
+    assert!(!review.exists(), "a refused export wrote its bundle");
+
+    let head = r.git(&["rev-parse", "HEAD"]);
+    let out = r.h5i(&["box", "apply", "s"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("set-user-id or set-group-id") && err.contains("chmod ug-s"),
+        "{err}"
+    );
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), head);
+
+    // Mended, both go through.
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(ws.join("README.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    r.ok(&["box", "export", "s", "--out", review.to_str().unwrap()]);
+}

@@ -164,6 +164,8 @@ impl Fixture {
             tier: "workspace",
             policy_digest: "sha256:feed",
             proposal: None,
+            box_profile: "default",
+            unchecked_secrets: &[],
         }
     }
 }
@@ -841,6 +843,8 @@ fn crash_child_helper() {
         tier: "workspace",
         policy_digest: "sha256:feed",
         proposal: None,
+        box_profile: "default",
+        unchecked_secrets: &[],
     };
     let _ = export_with_hook(&req, &mut |name| {
         if name == "patch.diff" {
@@ -1142,7 +1146,7 @@ fn box_attributes_cannot_invoke_a_filter_the_host_configured() {
 }
 
 #[test]
-fn apply_wiring_gate_take_in_store_mode_never_writes_an_excluded_blob_to_the_parent() {
+fn apply_wiring_nothing_reaches_the_parent_before_publish_and_an_excluded_blob_never() {
     use h5i::export::ExportGate;
     use h5i::snapshot::SnapshotObjects;
     let fx = Fixture::new();
@@ -1173,22 +1177,45 @@ fn apply_wiring_gate_take_in_store_mode_never_writes_an_excluded_blob_to_the_par
             &fx.ws,
             &fx.scratch,
             &fx.base,
-            SnapshotObjects::Store,
+            SnapshotObjects::Scratch,
         )
         .unwrap();
     let gated = gate.check(&snap, &fx.ws, &fx.base).unwrap();
     assert_eq!(gated.excluded.len(), 1, "{:?}", gated.excluded);
     let tree = snap.write_tree().unwrap();
+    let commit = String::from_utf8(
+        snap.git_objects()
+            .args(["commit-tree", &tree, "-p", &fx.base, "-m", "t"])
+            .output()
+            .unwrap(),
+    )
+    .unwrap()
+    .trim()
+    .to_string();
     let repo = fx.store.parent().unwrap();
-    // The tree is whole in the store: every blob it names is there.
+    let in_parent = |id: &str| {
+        git_cmd(repo)
+            .args(["cat-file", "-e", id])
+            .status()
+            .unwrap()
+            .success()
+    };
+    // Until the verb has validated everything, the parent holds none of it.
+    assert!(
+        !in_parent(&tree),
+        "the tree reached the parent before publish"
+    );
+    assert!(
+        !in_parent(&commit),
+        "the commit reached the parent before publish"
+    );
+    snap.publish_objects().unwrap();
+    // Published, the commit and its tree are whole in the store: every blob it names is there.
+    assert!(in_parent(&commit));
     git(repo, &["ls-tree", "-r", &tree]);
     assert!(git(repo, &["cat-file", "-e", &format!("{tree}:src/new.rs")]).is_empty());
-    let has = git_cmd(repo)
-        .args(["cat-file", "-e", &secret_blob])
-        .status()
-        .unwrap();
     assert!(
-        !has.success(),
+        !in_parent(&secret_blob),
         "the excluded blob was written into the parent"
     );
 }

@@ -26,6 +26,146 @@ pub const BUILTIN_RULES: &[PatternRule] = &[PatternRule {
     why: "a PEM private key (RSA, EC, OpenSSH, PKCS#8) is a credential wherever it appears",
 }];
 
+/// The encodings a declared value is also looked for in, besides its literal bytes: the ones an
+/// agent reaches for first to carry a value past a literal match. Reviewed data: a match under
+/// one is recorded as `<rule id>/<name>` (never the value). A value transformed any other way
+/// (split, compressed, encrypted, encoded twice, base64 wrapped across lines) is not detected.
+pub const ENCODINGS: &[Encoding] = &[
+    Encoding {
+        name: "base64@0",
+        encode: |v| base64_core(v, 0, B64),
+        why: "base64 of bytes where the value starts at an offset that is 0 mod 3 (`base64 file`)",
+    },
+    Encoding {
+        name: "base64@1",
+        encode: |v| base64_core(v, 1, B64),
+        why: "base64 of bytes where the value starts 1 mod 3 in: its characters differ entirely",
+    },
+    Encoding {
+        name: "base64@2",
+        encode: |v| base64_core(v, 2, B64),
+        why: "base64 of bytes where the value starts 2 mod 3 in",
+    },
+    Encoding {
+        name: "base64url@0",
+        encode: |v| base64_core(v, 0, B64URL),
+        why: "the URL- and filename-safe alphabet (`-_` for `+/`), each alignment",
+    },
+    Encoding {
+        name: "base64url@1",
+        encode: |v| base64_core(v, 1, B64URL),
+        why: "as base64url@0, value 1 mod 3 in",
+    },
+    Encoding {
+        name: "base64url@2",
+        encode: |v| base64_core(v, 2, B64URL),
+        why: "as base64url@0, value 2 mod 3 in",
+    },
+    Encoding {
+        name: "hex",
+        encode: |v| hex(v, LOWER),
+        why: "lower-case hex of the bytes (`xxd -p`, `od`, most languages' hex())",
+    },
+    Encoding {
+        name: "HEX",
+        encode: |v| hex(v, UPPER),
+        why: "upper-case hex of the bytes",
+    },
+    Encoding {
+        name: "url",
+        encode: |v| percent(v, UPPER),
+        why: "percent-encoding of every byte outside RFC 3986's unreserved set, upper-case hex",
+    },
+    Encoding {
+        name: "url-lower",
+        encode: |v| percent(v, LOWER),
+        why: "the same with lower-case hex, which decoders accept too",
+    },
+    Encoding {
+        name: "reversed",
+        encode: |v| v.iter().rev().copied().collect(),
+        why: "the value's bytes in reverse order (`rev`)",
+    },
+];
+
+/// One entry of [`ENCODINGS`].
+pub struct Encoding {
+    /// The suffix recorded after the value's rule id.
+    pub name: &'static str,
+    /// The form of a value it looks for.
+    pub encode: fn(&[u8]) -> Vec<u8>,
+    /// Why it is on the list.
+    pub why: &'static str,
+}
+
+/// Encoded forms shorter than this are not looked for: they would match ordinary text.
+const MIN_ENCODED_LEN: usize = 6;
+
+const B64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const B64URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const LOWER: &[u8; 16] = b"0123456789abcdef";
+const UPPER: &[u8; 16] = b"0123456789ABCDEF";
+
+/// The base64 characters that depend only on `value` when it sits `offset` (0, 1 or 2) bytes
+/// into a 3-byte group: the characters covering earlier or later bytes are dropped, so the
+/// result is found wherever the value was embedded in a stream at that alignment.
+fn base64_core(value: &[u8], offset: usize, alphabet: &[u8; 64]) -> Vec<u8> {
+    let mut bytes = vec![0u8; offset];
+    bytes.extend_from_slice(value);
+    let bits = bytes.len() * 8;
+    let mut chars = Vec::with_capacity(bits / 6 + 1);
+    for i in 0..bits / 6 {
+        let mut v = 0u8;
+        for b in 0..6 {
+            let bit = i * 6 + b;
+            let set = bytes[bit / 8] >> (7 - bit % 8) & 1;
+            v = v << 1 | set;
+        }
+        chars.push(alphabet[usize::from(v)]);
+    }
+    let start = (offset * 8).div_ceil(6);
+    chars.get(start..).map(<[u8]>::to_vec).unwrap_or_default()
+}
+
+fn hex(value: &[u8], digits: &[u8; 16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() * 2);
+    for b in value {
+        out.push(digits[usize::from(b >> 4)]);
+        out.push(digits[usize::from(b & 0xf)]);
+    }
+    out
+}
+
+fn percent(value: &[u8], digits: &[u8; 16]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len() * 3);
+    for b in value {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(*b);
+        } else {
+            out.push(b'%');
+            out.push(digits[usize::from(b >> 4)]);
+            out.push(digits[usize::from(b & 0xf)]);
+        }
+    }
+    out
+}
+
+/// Every form of `value` the redactor looks for: the literal (suffix `None`), then each
+/// [`ENCODINGS`] entry that differs from every form before it and is long enough to be telling
+/// (the reversed form is as telling as the literal, whatever its length).
+fn forms(value: &[u8]) -> Vec<(Option<&'static str>, Vec<u8>)> {
+    let mut out: Vec<(Option<&'static str>, Vec<u8>)> = vec![(None, value.to_vec())];
+    for enc in ENCODINGS {
+        let form = (enc.encode)(value);
+        let telling = form.len() >= MIN_ENCODED_LEN || enc.name == "reversed";
+        if form.is_empty() || !telling || out.iter().any(|(_, f)| *f == form) {
+            continue;
+        }
+        out.push((Some(enc.name), form));
+    }
+    out
+}
+
 /// A secret value the redactor scrubs, with the id it is recorded under.
 #[derive(Clone)]
 pub struct SecretValue {
@@ -50,28 +190,52 @@ impl std::fmt::Debug for SecretValue {
     }
 }
 
-/// Scrubs declared secret values and built-in credential markers.
-#[derive(Debug, Clone, Default)]
+/// One form of a declared value: what is looked for, and the rule id recorded when it is found.
+#[derive(Clone)]
+struct Needle {
+    rule_id: String,
+    bytes: Vec<u8>,
+}
+
+/// Scrubs declared secret values (and their [`ENCODINGS`]) and built-in credential markers.
+#[derive(Clone, Default)]
 pub struct Redactor {
-    secrets: Vec<SecretValue>,
+    needles: Vec<Needle>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids: Vec<&str> = self.needles.iter().map(|n| n.rule_id.as_str()).collect();
+        write!(f, "Redactor({ids:?})")
+    }
 }
 
 impl Redactor {
-    /// A redactor for these values (longest first, so a value containing another is scrubbed
-    /// whole).
-    pub fn new(mut secrets: Vec<SecretValue>) -> Self {
-        secrets.retain(|s| !s.value.is_empty());
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.value.len()));
-        Redactor { secrets }
+    /// A redactor for these values and their encoded forms (longest first, so a value
+    /// containing another is scrubbed whole). The literal is recorded under the value's rule
+    /// id, an encoded form under `<rule id>/<encoding>`.
+    pub fn new(secrets: Vec<SecretValue>) -> Self {
+        let mut needles = Vec::new();
+        for s in secrets.iter().filter(|s| !s.value.is_empty()) {
+            for (enc, bytes) in forms(s.value.as_bytes()) {
+                let rule_id = match enc {
+                    None => s.rule_id.clone(),
+                    Some(e) => format!("{}/{e}", s.rule_id),
+                };
+                needles.push(Needle { rule_id, bytes });
+            }
+        }
+        needles.sort_by_key(|n| std::cmp::Reverse(n.bytes.len()));
+        Redactor { needles }
     }
 
     /// The rule ids that match anywhere in `bytes` (sorted, deduplicated).
     pub fn matches(&self, bytes: &[u8]) -> Vec<String> {
         let mut ids: Vec<String> = self
-            .secrets
+            .needles
             .iter()
-            .filter(|s| contains(bytes, s.value.as_bytes()))
-            .map(|s| s.rule_id.clone())
+            .filter(|n| contains(bytes, &n.bytes))
+            .map(|n| n.rule_id.clone())
             .collect();
         for rule in BUILTIN_RULES {
             if find_marker(bytes, rule).is_some() {
@@ -87,10 +251,14 @@ impl Redactor {
     pub fn redact(&self, text: &str) -> (String, Vec<String>) {
         let mut out = text.to_string();
         let mut ids = Vec::new();
-        for s in &self.secrets {
-            if out.contains(&s.value) {
-                out = out.replace(&s.value, &format!("[REDACTED:{}]", s.rule_id));
-                ids.push(s.rule_id.clone());
+        for n in &self.needles {
+            // A form that is not UTF-8 (a reversed multi-byte value) cannot be in a `str`.
+            let Ok(form) = std::str::from_utf8(&n.bytes) else {
+                continue;
+            };
+            if out.contains(form) {
+                out = out.replace(form, &format!("[REDACTED:{}]", n.rule_id));
+                ids.push(n.rule_id.clone());
             }
         }
         for rule in BUILTIN_RULES {
@@ -173,5 +341,72 @@ mod tests {
     fn empty_values_match_nothing() {
         let r = Redactor::new(vec![SecretValue::new("secret:E", "")]);
         assert!(r.matches(b"anything").is_empty());
+    }
+
+    /// `secret` embedded at each offset of a stream, base64-encoded whole.
+    fn embedded_b64(secret: &[u8], offset: usize, alphabet: &[u8; 64]) -> Vec<u8> {
+        let mut stream = b"xyz".to_vec();
+        stream.truncate(offset);
+        stream.extend_from_slice(secret);
+        stream.extend_from_slice(b"-trailing-bytes");
+        let mut out = Vec::new();
+        for chunk in stream.chunks(3) {
+            let mut b = [0u8; 3];
+            b[..chunk.len()].copy_from_slice(chunk);
+            let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+            for i in 0..=chunk.len() {
+                out.push(alphabet[((n >> (18 - 6 * i)) & 63) as usize]);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn each_encoding_is_caught_and_named() {
+        let secret = "s3cr3t+/value?&=with spaces";
+        let r = Redactor::new(vec![SecretValue::new("secret:K", secret)]);
+        let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+        for off in 0..3 {
+            cases.push((
+                format!("secret:K/base64@{off}"),
+                embedded_b64(secret.as_bytes(), off, B64),
+            ));
+            cases.push((
+                format!("secret:K/base64url@{off}"),
+                embedded_b64(secret.as_bytes(), off, B64URL),
+            ));
+        }
+        cases.push(("secret:K/hex".into(), hex(secret.as_bytes(), LOWER)));
+        cases.push(("secret:K/HEX".into(), hex(secret.as_bytes(), UPPER)));
+        cases.push(("secret:K/url".into(), percent(secret.as_bytes(), UPPER)));
+        cases.push((
+            "secret:K/url-lower".into(),
+            percent(secret.as_bytes(), LOWER),
+        ));
+        cases.push(("secret:K/reversed".into(), secret.bytes().rev().collect()));
+        for (rule, encoded) in cases {
+            let mut hay = b"prefix ".to_vec();
+            hay.extend_from_slice(&encoded);
+            hay.extend_from_slice(b" suffix\n");
+            let ids = r.matches(&hay);
+            // Where the URL-safe alphabet changes no character, the form is base64's own.
+            let rule = if ids.contains(&rule) {
+                rule
+            } else {
+                rule.replace("base64url", "base64")
+            };
+            assert!(ids.contains(&rule), "{rule} not in {ids:?}");
+            assert!(!ids.contains(&"secret:K".to_string()), "{rule}: literal?");
+            let (out, fired) = r.redact(&String::from_utf8(hay).unwrap());
+            assert!(fired.contains(&rule), "{rule} did not redact: {out}");
+            assert!(r.matches(out.as_bytes()).is_empty(), "{rule} left: {out}");
+        }
+    }
+
+    #[test]
+    fn short_encoded_forms_that_would_match_ordinary_text_are_not_looked_for() {
+        let r = Redactor::new(vec![SecretValue::new("secret:S", "ab")]);
+        assert!(r.matches(b"plain words, no secret").is_empty());
+        assert_eq!(r.matches(b"xx ba xx"), vec!["secret:S/reversed"]);
     }
 }

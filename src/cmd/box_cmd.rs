@@ -122,11 +122,22 @@ enum BoxVerb {
         /// Replace a non-empty --out.
         #[arg(long)]
         force: bool,
+        /// Export although a granted secret is not set in this shell, so the patch is not
+        /// scanned for it (report.md says so in its first lines).
+        #[arg(long)]
+        skip_secret_check: bool,
     },
     /// Land a worktree box's changes on its parent branch.
     Apply {
         /// The box.
         name: String,
+        /// Land a patch that changes the clone's .h5i/ policy (review report.md first).
+        #[arg(long)]
+        allow_policy_change: bool,
+        /// Apply although a granted secret is not set in this shell, so the tree is not
+        /// scanned for it.
+        #[arg(long)]
+        skip_secret_check: bool,
     },
     /// Re-pin the box onto its parent branch's current tip.
     Rebase {
@@ -415,9 +426,33 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             print_log(&store()?, &name)?;
             Ok(0)
         }
-        BoxVerb::Export { name, out, force } => {
-            let s = h5i::export::export_box(&store()?, &name, &out, force)?;
+        BoxVerb::Export {
+            name,
+            out,
+            force,
+            skip_secret_check,
+        } => {
+            let s = h5i::export::export_box(
+                &store()?,
+                &name,
+                &out,
+                h5i::export::ExportOptions {
+                    force,
+                    skip_secret_check,
+                },
+            )?;
             println!("exported box {name} to {}", out.display());
+            if let Some(change) = &s.policy_change {
+                // Box-written text (paths, profile names, service commands) through the escaper.
+                println!(
+                    "  POLICY CHANGE {}; report.md lists it first",
+                    h5i::export::gate::escape_controls(&format!(
+                        "{} ({})",
+                        change.paths.join(", "),
+                        change.summary()
+                    ))
+                );
+            }
             println!("  patch.diff   {} file(s) changed", s.files_changed);
             for e in &s.excluded {
                 println!("  excluded     {} ({})", e.path, e.reason);
@@ -427,8 +462,19 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             println!("apply with: git apply --3way {}/patch.diff", out.display());
             Ok(0)
         }
-        BoxVerb::Apply { name } => {
-            let a = h5i::apply::apply(&store()?, &name)?;
+        BoxVerb::Apply {
+            name,
+            allow_policy_change,
+            skip_secret_check,
+        } => {
+            let a = h5i::apply::apply(
+                &store()?,
+                &name,
+                h5i::apply::ApplyOptions {
+                    allow_policy_change,
+                    skip_secret_check,
+                },
+            )?;
             println!(
                 "applied box {name}: commit {} merged into {}",
                 a.commit, a.branch

@@ -13,8 +13,12 @@
 //! and, if it still matches, the export is refused naming rule ids only; a patch over
 //! [`ExportCaps::patch`] is refused too.
 //!
+//! A set-id file anywhere in the workspace (found by the walk, or by the snapshot's `fstat`)
+//! refuses the whole export, naming every one: the host would run it as its owner.
+//!
 //! Must never: let a value the redactor knows reach an exclusion, an error or the patch; follow a
-//! symlink out of the workspace while resolving one; drop a path without reporting it.
+//! symlink out of the workspace while resolving one; drop a path without reporting it; let a
+//! set-id file through.
 //!
 //! Guarded by the unit tests below and the hostile-tree table in `tests/export_gate.rs`.
 
@@ -226,9 +230,17 @@ impl<'r> ExportGate<'r> {
         base: &str,
         objects: SnapshotObjects,
     ) -> Result<Snapshot, ExportError> {
-        let (mut found, skip) = walk_workspace(workspace)?;
+        let (mut found, skip, walked_setid) = walk_workspace(workspace)?;
         let mut inspected = HashSet::new();
+        let mut setid: Vec<String> = walked_setid
+            .iter()
+            .map(|p| display_text(self.redactor, p))
+            .collect();
         let mut inspect = |seen: Seen<'_>| -> Verdict {
+            if let Seen::SetId { path, .. } = seen {
+                setid.push(display_text(self.redactor, path));
+                return Verdict::Skip;
+            }
             match self.judge(workspace, seen) {
                 Judged::Keep(sha) => {
                     if let Some(sha) = sha {
@@ -252,6 +264,11 @@ impl<'r> ExportGate<'r> {
                 .max_file_size(self.caps.per_file)
                 .inspect(&mut inspect),
         )?;
+        if !setid.is_empty() {
+            setid.sort();
+            setid.dedup();
+            return Err(ExportError::SetId { paths: setid });
+        }
         *self.memo.borrow_mut() = Memo {
             walked: true,
             inspected,
@@ -272,7 +289,16 @@ impl<'r> ExportGate<'r> {
         let memo = self.memo.take();
         let mut found = memo.found;
         if !memo.walked {
-            found.extend(walk_workspace(workspace)?.0);
+            let (more, _, setid) = walk_workspace(workspace)?;
+            if !setid.is_empty() {
+                return Err(ExportError::SetId {
+                    paths: setid
+                        .iter()
+                        .map(|p| display_text(self.redactor, p))
+                        .collect(),
+                });
+            }
+            found.extend(more);
         }
         let changes = snap.changes_against(base)?;
         let mut exclude: Vec<Vec<u8>> = Vec::new();
@@ -451,6 +477,13 @@ impl<'r> ExportGate<'r> {
                         "a nested repository the box created (git would record it as a gitlink)",
                 },
             ),
+            // `take` refuses the whole snapshot before a set-id file could reach here.
+            Seen::SetId { path, .. } => out(
+                path,
+                ExclusionReason::NotAFile {
+                    what: "set-id file",
+                },
+            ),
             Seen::GitlinkReplaced { path } => out(
                 path,
                 ExclusionReason::Gitlink {
@@ -464,17 +497,22 @@ impl<'r> ExportGate<'r> {
 /// Paths kept out, with why.
 type Found = Vec<(Vec<u8>, ExclusionReason)>;
 
+/// What the workspace walk found: paths kept out, paths the snapshot must skip, set-id files.
+type Walked = (Found, Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 enum Judged {
     Keep(Option<String>),
     Exclude(Vec<u8>, ExclusionReason),
 }
 
 /// Walk the whole workspace (every directory, ignored or not; never following a symlink) for
-/// nested `.git` entries and names that must not be written elsewhere. Returns what it found and
-/// the paths the snapshot must leave at base.
-fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError> {
+/// nested `.git` entries, names that must not be written elsewhere, and set-id files. Returns
+/// what it found, the paths the snapshot must leave at base, and the set-id files.
+fn walk_workspace(workspace: &Path) -> Result<Walked, ExportError> {
+    use std::os::unix::fs::MetadataExt;
     let mut found = Vec::new();
     let mut skip = Vec::new();
+    let mut setid = Vec::new();
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = stack.pop() {
         let dir = if rel.is_empty() {
@@ -508,6 +546,14 @@ fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError
             let Ok(ft) = entry.file_type() else {
                 continue;
             };
+            // `DirEntry::metadata` is an lstat: a symlink is never followed to its target's mode.
+            if ft.is_file()
+                && entry
+                    .metadata()
+                    .is_ok_and(|m| m.mode() & (libc::S_ISUID | libc::S_ISGID) != 0)
+            {
+                setid.push(child.clone());
+            }
             if name == b".git" {
                 if !rel.is_empty() {
                     let entry = if ft.is_dir() {
@@ -532,7 +578,7 @@ fn walk_workspace(workspace: &Path) -> Result<(Found, Vec<Vec<u8>>), ExportError
             }
         }
     }
-    Ok((found, skip))
+    Ok((found, skip, setid))
 }
 
 /// What is wrong with a whole path, if anything.

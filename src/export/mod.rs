@@ -13,6 +13,7 @@
 
 pub mod bundle;
 pub mod gate;
+pub mod policy_change;
 pub mod report;
 
 use std::io;
@@ -22,7 +23,7 @@ use h5i_broker::receipt_log::{ReceiptLog, ReceiptReadout};
 use h5i_broker::redact::Redactor;
 
 use crate::error::BoxError;
-use crate::snapshot::{digest, SnapshotError};
+use crate::snapshot::{digest, SnapshotError, SnapshotObjects};
 
 pub use bundle::BundleError;
 pub use gate::{Exclusion, ExclusionReason, ExportCaps, ExportGate, GatedPatch};
@@ -82,6 +83,12 @@ pub enum ExportError {
         /// The rule ids.
         rules: Vec<String>,
     },
+    /// The workspace holds set-id files.
+    #[error("refusing: set-user-id or set-group-id file(s) in the workspace, which would run as their owner on the host: {}; to fix: `chmod ug-s` them in the box (or remove them), then retry", .paths.join(", "))]
+    SetId {
+        /// The paths, for display (redacted, control characters escaped).
+        paths: Vec<String>,
+    },
     /// `receipt.json` could not be encoded.
     #[error("refusing: receipt.json could not be encoded: {0}; to fix: report this as an h5i bug")]
     Encode(serde_json::Error),
@@ -116,6 +123,10 @@ pub struct ExportRequest<'a> {
     pub policy_digest: &'a str,
     /// The agent's proposal (box-claimed), when one was staged.
     pub proposal: Option<String>,
+    /// The profile the box was resolved from (whose policy a `.h5i/` change is compared on).
+    pub box_profile: &'a str,
+    /// Granted secrets not scanned for (`--skip-secret-check`), `NAME (env:VAR)`.
+    pub unchecked_secrets: &'a [String],
 }
 
 /// What an export wrote.
@@ -141,6 +152,8 @@ pub struct ExportSummary {
     pub patch_sha256: String,
     /// Whether the agent's proposal was cut to fit `report.md`'s cap.
     pub proposal_truncated: bool,
+    /// What the patch changes in the clone's `.h5i/` policy, if anything.
+    pub policy_change: Option<policy_change::PolicyChange>,
 }
 
 /// Export a box: gate, render, write atomically.
@@ -156,13 +169,19 @@ pub fn export_with_hook(
     after_file: &mut dyn FnMut(&str) -> io::Result<()>,
 ) -> Result<ExportSummary, ExportError> {
     bundle::preflight(req.out, req.force)?;
-    let gated = ExportGate::new(req.redactor, req.caps).run(
+    let gate = ExportGate::new(req.redactor, req.caps);
+    let snap = gate.take(
         req.store_git_dir,
         req.workspace,
         req.scratch,
         req.base_sha,
+        SnapshotObjects::Scratch,
     )?;
+    let gated = gate.check(&snap, req.workspace, req.base_sha)?;
+    let policy_change = policy_change::detect(&snap, req.base_sha, req.box_profile)?;
+    drop(snap);
     let patch_sha256 = digest::sha256_hex(&gated.patch);
+    let notices = notices(req.unchecked_secrets, policy_change.as_ref());
     let input = report::ReportInput {
         box_name: req.box_name,
         tier: req.tier,
@@ -173,6 +192,7 @@ pub fn export_with_hook(
         proposal: req.proposal.as_deref(),
         gated: &gated,
         patch_sha256: &patch_sha256,
+        notices: &notices,
     };
     let rendered = report::render_report(&input, req.redactor, req.caps.report)?;
     let receipt = report::render_receipt(&input, req.redactor, req.caps.receipt)?;
@@ -197,7 +217,24 @@ pub fn export_with_hook(
         damaged_lines: req.receipts.damaged.len(),
         patch_sha256,
         proposal_truncated: rendered.proposal_truncated,
+        policy_change,
     })
+}
+
+/// What report.md must say before anything else: a secret scan that was skipped, and a change
+/// to the clone's policy. Box-written text in them is escaped when the report renders them.
+fn notices(unchecked: &[String], change: Option<&policy_change::PolicyChange>) -> Vec<String> {
+    let mut out = Vec::new();
+    if !unchecked.is_empty() {
+        out.push(format!(
+            "SECRET CHECK SKIPPED (--skip-secret-check): granted secret(s) {} could not be resolved in the exporting shell, so the patch, report and receipt were NOT scanned for them",
+            unchecked.join(", ")
+        ));
+    }
+    if let Some(c) = change {
+        out.extend(c.lines());
+    }
+    out
 }
 
 /// Largest proposal the box may stage, bytes.
@@ -243,17 +280,29 @@ fn read_proposal(spool: &Path) -> Result<Option<String>, BoxError> {
     Ok(Some(text))
 }
 
+/// What a human asked `box export` for beyond the default.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ExportOptions {
+    /// Replace a non-empty `--out`.
+    pub force: bool,
+    /// Export although a granted secret cannot be resolved in this shell (`--skip-secret-check`);
+    /// report.md says so in its first lines.
+    pub skip_secret_check: bool,
+}
+
 /// `h5i box export NAME --out DIR`: gather the box's request from its store and export it.
 pub fn export_box(
     store: &crate::store::BoxStore,
     name: &str,
     out: &Path,
-    force: bool,
+    opts: ExportOptions,
 ) -> Result<ExportSummary, BoxError> {
     let sb = store.find(name)?;
     let _lock = crate::store::BoxLock::take(&sb.paths, name)?;
     let policy = crate::store::load_policy(&sb)?;
-    let redactor = crate::secrets::redactor_for(&policy);
+    let scan = crate::secrets::redactor_for_export(&policy, opts.skip_secret_check, "export")?;
+    // The box's services are held still while the tree is read; thawed when this returns.
+    let _frozen = crate::freeze::hold(&sb)?;
     let receipts = ReceiptLog::at(sb.paths.receipts()).read()?;
     let workspace = sb.paths.workspace();
     let scratch = sb.paths.scratch();
@@ -264,13 +313,15 @@ pub fn export_box(
         workspace: &workspace,
         scratch: &scratch,
         out,
-        force,
+        force: opts.force,
         caps: ExportCaps::default(),
-        redactor: &redactor,
+        redactor: &scan.redactor,
         receipts: &receipts,
         tier: &sb.manifest.tier,
         policy_digest: &sb.manifest.policy_digest,
         proposal: read_proposal(&sb.paths.spool())?,
+        box_profile: &policy.profile,
+        unchecked_secrets: &scan.unchecked,
     })?;
     crate::events::append(
         &sb.paths,

@@ -36,6 +36,13 @@ pub const SECTIONS: [&str; 7] = [
     "## Evidence problems",
 ];
 
+/// What the secret scan covers, stated plainly in every report.
+const SECRET_SCAN_LIMITS: &str = "Secret scan: each granted secret h5i could resolve was looked \
+     for literally and as base64 (all three alignments), base64url, hex (lower and upper case), \
+     URL-encoding and reversed, in the patch, this report and the receipt. A secret transformed \
+     any other way (split, compressed, encrypted, encoded twice, base64 wrapped across lines) is \
+     not detected.\n\n";
+
 /// Longest box-claimed record shown inline, in characters.
 const CLAIM_SHOWN: usize = 400;
 
@@ -60,6 +67,9 @@ pub struct ReportInput<'a> {
     pub gated: &'a GatedPatch,
     /// SHA-256 of `patch.diff`.
     pub patch_sha256: &'a str,
+    /// Lines the reader must see before anything else (a skipped secret scan, a policy
+    /// change); rendered through the report's escaper.
+    pub notices: &'a [String],
 }
 
 /// A rendered `report.md`.
@@ -278,6 +288,9 @@ fn header(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String)
         .count();
     let g = input.gated;
     let _ = writeln!(out, "# h5i export: box {}\n", code(&c(input.box_name)));
+    for n in input.notices {
+        let _ = writeln!(out, "**{}**\n", c(n));
+    }
     let _ = writeln!(out, "- Box: {}", code(&c(input.box_name)));
     let _ = writeln!(out, "- Tier: {}", code(&c(input.tier)));
     let _ = writeln!(out, "- Base: {}", code(&c(input.base)));
@@ -310,6 +323,7 @@ fn header(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String)
         "Read this before `git apply --3way patch.diff`. `host-observed` evidence is what h5i saw \
          itself; `box-claimed` evidence is the box's own account.\n\n",
     );
+    out.push_str(SECRET_SCAN_LIMITS);
 }
 
 fn lane_label(r: &ReceiptRecord) -> String {
@@ -668,6 +682,7 @@ mod tests {
             proposal,
             gated: g,
             patch_sha256: "ff",
+            notices: &[],
         }
     }
 
