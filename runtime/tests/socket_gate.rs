@@ -40,7 +40,7 @@ impl TestGate {
             .tempdir()
             .unwrap();
         let listener = UnixListener::bind(dir.path().join("gate.sock")).unwrap();
-        let handle = serve(listener, GateRules { unix }).unwrap();
+        let handle = serve(listener, GateRules::for_policy(unix, &[])).unwrap();
         TestGate { dir, handle }
     }
 
