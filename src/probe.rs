@@ -140,7 +140,26 @@ pub fn host_tiers() -> HostTiers {
     let f = kernel_facts();
     let mut t = tiers_from(&f);
     let _ = crate::container::probe::set_availability(&mut t, &f.cgroups.1);
+    if let Some(bytes) = memory_total() {
+        t.set_memory_bytes(bytes);
+    }
     t
+}
+
+/// The host's physical memory (`MemTotal` in /proc/meminfo), which sizes the protective memory
+/// ceiling (`h5i_policy::builtin::protective_ceilings`). `None` when unreadable: resolution
+/// then uses its fixed fallback.
+fn memory_total() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line
+        .trim_start_matches("MemTotal:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
 }
 
 fn tiers_from(f: &KernelFacts) -> HostTiers {

@@ -22,6 +22,19 @@ pub const MAX_FILE_BYTES: u64 = 8 << 30;
 /// Size of the box's private `/tmp`.
 pub const TMP_BYTES: u64 = 1 << 30;
 
+/// The `h5i.net.families` annotation for a policy that grants families (none otherwise, so a
+/// policy without grants gives exactly the bundle it gave before the key existed).
+pub fn family_grants(policy: &ResolvedPolicy) -> std::collections::BTreeMap<String, String> {
+    let mut ann = std::collections::BTreeMap::new();
+    if !policy.net.families.is_empty() {
+        ann.insert(
+            h5i_runtime::confine::ANNOTATION_NET_FAMILIES.to_owned(),
+            policy.net.families.join(","),
+        );
+    }
+    ann
+}
+
 /// Where one of h5i's own binaries is: beside this `h5i` binary, else on PATH.
 fn own_binary(name: &str) -> Option<PathBuf> {
     let sibling = std::env::current_exe()
@@ -177,7 +190,7 @@ pub fn plan(
         create_container_hooks,
         create_runtime_hooks: Vec::new(),
         poststop_hooks: Vec::new(),
-        extra_annotations: Default::default(),
+        extra_annotations: family_grants(policy),
         file_binds: Vec::new(),
         terminal: false,
         netns_path: None,

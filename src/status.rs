@@ -5,8 +5,9 @@
 //! it. Must never: call a limit enforced because the policy asked for it.
 
 use h5i_broker::receipt_log::ReceiptLog;
+use h5i_policy::families::FamilySet;
 use h5i_policy::receipt::RecordBody;
-use h5i_policy::{ResolvedPolicy, Tier};
+use h5i_policy::{ContainerRuntime, ResolvedPolicy, Tier};
 
 use crate::error::BoxError;
 use crate::git::Git;
@@ -21,6 +22,9 @@ pub struct Enforcement {
     pub asked: String,
     /// Whether this tier holds it.
     pub enforced: bool,
+    /// Why a row is not enforced when its reason is its own (shown under it as `* what: note`);
+    /// rows without one share the report's `unenforced_reason`.
+    pub note: Option<String>,
 }
 
 /// Everything `status` prints.
@@ -121,16 +125,19 @@ pub fn enforcement_of(
             what: "filesystem",
             asked: fs,
             enforced: confined,
+            note: None,
         },
         Enforcement {
             what: "network",
             asked: net,
             enforced: confined,
+            note: None,
         },
         Enforcement {
             what: "unix sockets",
             asked: if policy.net.unix { "allowed" } else { "denied" }.into(),
             enforced: confined,
+            note: None,
         },
     ];
     if let Some(m) = policy.resources.mem_bytes {
@@ -138,6 +145,7 @@ pub fn enforcement_of(
             what: "mem",
             asked: format!("{} MiB", m / (1024 * 1024)),
             enforced: held,
+            note: None,
         });
     }
     if let Some(p) = policy.resources.procs {
@@ -145,6 +153,7 @@ pub fn enforcement_of(
             what: "procs",
             asked: p.to_string(),
             enforced: held,
+            note: None,
         });
     }
     if let Some(w) = policy.resources.wall_secs {
@@ -152,11 +161,13 @@ pub fn enforcement_of(
             what: "wall",
             asked: format!("{w}s (exit 124 when it fires)"),
             enforced: true,
+            note: None,
         });
     }
+    rows.extend(confinement_rows(policy, confined));
     let reason = if !confined {
         Some("not enforced at the workspace tier: it is a separate worktree with no confinement by design; create the box with --isolation process (or stronger) to hold these".to_string())
-    } else if rows.iter().any(|r| !r.enforced) {
+    } else if rows.iter().any(|r| !r.enforced && r.note.is_none()) {
         limits
             .as_ref()
             .err()
@@ -165,6 +176,71 @@ pub fn enforcement_of(
         None
     };
     (rows, reason)
+}
+
+/// The address-family decision for `capabilities --json`: each family allowed or refused, with
+/// the table's reason.
+fn families_json(policy: &ResolvedPolicy) -> serde_json::Value {
+    let set = FamilySet::allowed(policy.net.unix, &policy.net.families);
+    let row = |f: &h5i_policy::families::AddressFamily| serde_json::json!({"family": f.name, "number": f.number, "why": f.why});
+    let (allowed, refused): (Vec<_>, Vec<_>) = h5i_policy::families::ADDRESS_FAMILIES
+        .iter()
+        .partition(|f| set.contains(f.number));
+    serde_json::json!({
+        "granted": policy.net.families,
+        "allowed": allowed.into_iter().map(row).collect::<Vec<_>>(),
+        "refused": refused.into_iter().map(row).collect::<Vec<_>>(),
+    })
+}
+
+/// The set-id, address-family and disk rows: what h5i-runc's seccomp list holds at the kernel
+/// tiers (and at the container tier, whose OCI runtime is h5i-runc unless the profile asks for
+/// the host's default, which runs none of its layers), and the disk ceiling there is not.
+fn confinement_rows(policy: &ResolvedPolicy, confined: bool) -> Vec<Enforcement> {
+    let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
+    let held = confined && !host_default;
+    let not_held = (confined && host_default).then(|| {
+        "runtime = \"host-default\" runs none of h5i-runc's seccomp layers; drop it from the profile's [container] to hold this".to_string()
+    });
+    let families = FamilySet::allowed(policy.net.unix, &policy.net.families);
+    let allowed: Vec<&str> = families
+        .numbers()
+        .filter_map(|n| h5i_policy::families::by_number(n).map(|f| f.name))
+        .collect();
+    let refused = families.refused_names().len();
+    let tmp = match policy.tier {
+        Tier::Container => format!("{} tmpfs", crate::container::podman_args::TMP_SIZE),
+        _ => format!(
+            "{} MiB tmpfs, files up to {} MiB (RLIMIT_FSIZE)",
+            crate::process::TMP_BYTES >> 20,
+            crate::process::MAX_FILE_BYTES >> 20
+        ),
+    };
+    vec![
+        Enforcement {
+            what: "set-id files",
+            asked: "refused (chmod/open/creat/mkdir/mknod with S_ISUID|S_ISGID: EPERM; openat2: ENOSYS)".into(),
+            enforced: held,
+            note: not_held.clone(),
+        },
+        Enforcement {
+            what: "families",
+            asked: format!(
+                "socket() allowed for {}; the other {refused} address families refused (EPERM)",
+                allowed.join(",")
+            ),
+            enforced: held,
+            note: not_held,
+        },
+        Enforcement {
+            what: "disk",
+            asked: format!("none for $WORK; /tmp {tmp}"),
+            enforced: false,
+            note: confined.then(|| {
+                "no per-box disk ceiling for $WORK: it shares its host filesystem (h5i sets no project quota); /tmp is bounded by its size and by mem".to_string()
+            }),
+        },
+    ]
 }
 
 /// `h5i box capabilities NAME --json`: what this box actually got, as one JSON document: the
@@ -176,7 +252,7 @@ pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = report
         .enforcement
         .iter()
-        .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced}))
+        .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced, "note": e.note}))
         .collect();
     json!({
         "box": report.sb.manifest.name,
@@ -190,6 +266,7 @@ pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
             "mode": report.policy.net.mode.as_str(),
             "egress": report.policy.net.egress.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
             "unix": report.policy.net.unix,
+            "families": families_json(&report.policy),
         },
     })
 }

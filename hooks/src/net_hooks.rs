@@ -170,6 +170,7 @@ pub fn net_up() -> Result<(), NetHookError> {
         init_pid: pid,
         egress: spec.egress,
         unix: spec.unix,
+        families: spec.families,
     };
     let plan = serde_json::to_vec(&plan).map_err(|e| {
         io_err(

@@ -76,6 +76,8 @@ pub struct NetSpec {
     pub egress: Vec<EgressRequest>,
     /// Whether `socket(AF_UNIX)` is allowed (`h5i.net.unix=true`).
     pub unix: bool,
+    /// Address families granted (`h5i.net.families`, comma-separated names).
+    pub families: Vec<String>,
 }
 
 /// Read `<bundle>/config.json`.
@@ -152,6 +154,13 @@ pub fn load(config: &Value) -> Result<NetSpec, NetSpecError> {
         dir,
         egress,
         unix: annotation(config, "h5i.net.unix") == Some("true"),
+        families: annotation(config, "h5i.net.families")
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect(),
     })
 }
 

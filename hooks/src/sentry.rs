@@ -66,6 +66,9 @@ pub struct SentryPlan {
     pub egress: Vec<EgressRequest>,
     /// `socket(AF_UNIX)` allowed.
     pub unix: bool,
+    /// Address families the policy grants (`h5i.net.families`); absent in older plans.
+    #[serde(default)]
+    pub families: Vec<String>,
 }
 
 /// Why the sentry could not start or run.
@@ -225,8 +228,11 @@ fn start_with(plan: SentryPlan, created: &mut Vec<PathBuf>) -> Result<Sentry, Se
     let gate_path = plan.dir.join(GATE_SOCK);
     let net_listener = bind(&net_path, created)?;
     let gate_listener = bind(&gate_path, created)?;
-    let gate = socket_gate::serve(gate_listener, GateRules { unix: plan.unix })
-        .map_err(io_err("cannot serve the socket gate on", &gate_path))?;
+    let gate = socket_gate::serve(
+        gate_listener,
+        GateRules::for_policy(plan.unix, &plan.families),
+    )
+    .map_err(io_err("cannot serve the socket gate on", &gate_path))?;
     let pid_path = plan.dir.join(SENTRY_PID);
     created.push(pid_path.clone());
     write_atomic(&pid_path, format!("{}\n", std::process::id()).as_bytes())?;

@@ -12,6 +12,7 @@
 use crate::error::{Location, PolicyError};
 use crate::profile::{Located, ProfilePolicy};
 use crate::resolved::{AgentRuntime, AuthGrant, NetMode, Resources};
+
 use crate::values::{normalize_fs_path, HostPort};
 
 /// What a built-in profile starts from before adding its own grants.
@@ -147,6 +148,34 @@ pub const BUILTIN_PROFILES: &[BuiltinProfile] = &[
     },
 ];
 
+/// The ceilings every box gets unless its profile sets its own (`[profile.X.resources]` in
+/// env.toml overrides each one): they protect the host, not the box's work.
+///
+/// - `mem`: half the host's memory (at least 1 GiB; 4 GiB when the caller did not say how much
+///   the host has). A runaway allocation in one box is OOM-killed inside its cage while the
+///   host and its other work keep the other half; a build that needs more says so in env.toml.
+/// - `procs`: 4096 tasks (threads count: the pids controller counts tasks). A parallel build on
+///   a large machine stays far below it; a fork bomb stops there instead of at the host's
+///   pid_max, where it would starve every other process.
+/// - `wall`: 24 hours per run. Long agent sessions and full test suites fit; a forgotten run
+///   that never ends is stopped (exit 124) within a day.
+pub fn protective_ceilings(host_memory_bytes: Option<u64>) -> Resources {
+    const MIB: u64 = 1 << 20;
+    const FLOOR: u64 = 1 << 30;
+    const UNKNOWN_HOST: u64 = 4 << 30;
+    let mem = host_memory_bytes.map_or(UNKNOWN_HOST, |total| (total / 2).max(FLOOR));
+    Resources {
+        mem_bytes: Some(mem / MIB * MIB),
+        procs: Some(PROTECTIVE_PROCS),
+        wall_secs: Some(PROTECTIVE_WALL_SECS),
+    }
+}
+
+/// The protective process ceiling (see [`protective_ceilings`]).
+pub const PROTECTIVE_PROCS: u64 = 4096;
+/// The protective wall clock per run, seconds (see [`protective_ceilings`]).
+pub const PROTECTIVE_WALL_SECS: u64 = 24 * 60 * 60;
+
 /// The built-in profile named `name`, if there is one.
 pub fn builtin(name: &str) -> Option<&'static BuiltinProfile> {
     BUILTIN_PROFILES.iter().find(|p| p.name == name)
@@ -222,6 +251,7 @@ fn empty(name: &str) -> ProfilePolicy {
         egress: Located::new(Vec::new(), Location::builtin(name, "net.egress")),
         unix: false,
         loopback: Vec::new(),
+        families: Vec::new(),
         resources: Resources::default(),
         secrets: Vec::new(),
         auth: Located::new(Vec::new(), Location::builtin(name, "auth")),

@@ -31,6 +31,9 @@ use crate::schema::{
     RawNetMode, RawProfile, RawResources, RawService,
 };
 use crate::tier::Tier;
+/// The mend for a `net.families` entry that cannot be granted.
+const FAMILIES_MEND: &str = "name only refused families such as \"vsock\" or \"alg\" (the table is in h5i box capabilities --json); AF_UNIX is net.unix";
+
 use crate::units::{mem_from_int, parse_mem, parse_wall, MAX_LIMIT, MEM_MEND, WALL_MEND};
 use crate::values::{
     check_image, is_env_var_name, is_profile_name, is_service_name, normalize_fs_path,
@@ -355,6 +358,17 @@ impl Cx<'_> {
                 .map(|port| {
                     port_from_int(*port.get_ref())
                         .map_err(|e| self.invalid(port.span(), k.clone(), e))
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(families) = &net.families {
+            let k = format!("{key}.net.families");
+            p.families = families
+                .get_ref()
+                .iter()
+                .map(|f| match crate::families::grant_problem(f.get_ref()) {
+                    None => Ok(f.get_ref().clone()),
+                    Some(what) => Err(self.invalid_msg(f.span(), k.clone(), what, FAMILIES_MEND)),
                 })
                 .collect::<Result<_, _>>()?;
         }
@@ -1093,5 +1107,16 @@ image = "localhost/review:1"
             2,
             "profile.r.net.loopback",
         );
+    }
+
+    #[test]
+    fn net_families_grants_a_refused_family_and_nothing_else() {
+        let f = parse("[profile.r.net]\nfamilies = [\"vsock\", \"alg\"]\n").unwrap();
+        assert_eq!(f.profile("r").unwrap().families, ["vsock", "alg"]);
+        for bad in ["unix", "inet", "packet", "wifi"] {
+            let text = format!("[profile.r.net]\nfamilies = [\"{bad}\"]\n");
+            let e = refused(&text, 2, "profile.r.net.families");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
     }
 }

@@ -25,6 +25,7 @@
 pub mod builtin;
 pub mod envfile;
 pub mod error;
+pub mod families;
 mod profile;
 pub mod receipt;
 pub mod resolve;

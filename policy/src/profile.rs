@@ -54,6 +54,8 @@ pub(crate) struct ProfilePolicy {
     pub egress: Located<Vec<HostPort>>,
     pub unix: bool,
     pub loopback: Vec<u16>,
+    /// `net.families`: grantable address-family names, checked against the table.
+    pub families: Vec<String>,
     pub resources: Resources,
     pub secrets: Vec<Located<SecretGrant>>,
     pub auth: Located<Vec<AuthGrant>>,

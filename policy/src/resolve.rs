@@ -18,7 +18,7 @@
 //!
 //! Guarded by the tests below (tier selection, built-in walk, digest stability, refusals).
 
-use crate::builtin::{builtin_policy, BUILTIN_PROFILES};
+use crate::builtin::{builtin_policy, protective_ceilings, BUILTIN_PROFILES};
 use crate::envfile::EnvFile;
 use crate::error::PolicyError;
 use crate::profile::{IsolationRequest, Located, ProfilePolicy};
@@ -147,8 +147,9 @@ pub fn resolve(
             egress: profile.egress.value.clone(),
             unix: profile.unix,
             loopback: profile.loopback.clone(),
+            families: profile.families.clone(),
         },
-        resources: profile.resources,
+        resources: protective_ceilings(host.memory_bytes()).under(profile.resources),
         secrets: profile.secrets.iter().map(|s| s.value.clone()).collect(),
         auth: profile.auth.value.clone(),
         services: env_file.map(|f| f.services().clone()).unwrap_or_default(),
@@ -1053,5 +1054,47 @@ secret.DEPLOY_KEY = {}
         let with_image = format!("[container]\nimage = \"x:1\"\n{REVIEW_A}");
         let b = resolve(Some(&env(&with_image)), &req("review"), &host).unwrap();
         assert_eq!(a.digest(), b.digest());
+    }
+
+    #[test]
+    fn every_profile_gets_protective_ceilings_sized_from_the_host_unless_it_sets_its_own() {
+        let mut host = HostTiers::all_available();
+        host.set_memory_bytes(24 << 30);
+        for name in ["default", "agent-claude", "agent-codex", "agent", "browser"] {
+            let mut r = req(name);
+            r.h5i_agent = Some("claude".to_owned());
+            let p = resolve(None, &r, &host).unwrap();
+            assert_eq!(p.resources.mem_bytes, Some(12 << 30), "{name}");
+            assert_eq!(p.resources.procs, Some(4096), "{name}");
+            assert_eq!(p.resources.wall_secs, Some(24 * 3600), "{name}");
+        }
+        // A small host keeps at least 1 GiB; an unknown one gets 4 GiB.
+        let mut small = HostTiers::all_available();
+        small.set_memory_bytes(1 << 30);
+        let p = resolve(None, &req("default"), &small).unwrap();
+        assert_eq!(p.resources.mem_bytes, Some(1 << 30));
+        let p = resolve(None, &req("default"), &HostTiers::all_available()).unwrap();
+        assert_eq!(p.resources.mem_bytes, Some(4 << 30));
+        // env.toml overrides each one, and the others keep their defaults.
+        let f = env("[profile.big.resources]\nmem = \"30G\"\nwall = \"48h\"\n");
+        let p = resolve(Some(&f), &req("big"), &host).unwrap();
+        assert_eq!(p.resources.mem_bytes, Some(30 << 30));
+        assert_eq!(p.resources.wall_secs, Some(48 * 3600));
+        assert_eq!(p.resources.procs, Some(4096));
+    }
+
+    #[test]
+    fn net_families_reaches_the_policy_and_leaves_other_digests_alone() {
+        let host = HostTiers::all_available();
+        let plain = resolve(Some(&env(REVIEW_A)), &req("review"), &host).unwrap();
+        assert!(plain.net.families.is_empty());
+        assert!(!plain.to_canonical_toml().contains("families"));
+        let granted = REVIEW_A.replace(
+            "loopback = [3000, 8080]\n",
+            "loopback = [3000, 8080]\nfamilies = [\"vsock\", \"vsock\"]\n",
+        );
+        let p = resolve(Some(&env(&granted)), &req("review"), &host).unwrap();
+        assert_eq!(p.net.families, ["vsock"]);
+        assert_ne!(p.digest(), plain.digest());
     }
 }

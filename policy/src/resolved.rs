@@ -143,6 +143,11 @@ pub struct NetPolicy {
     pub unix: bool,
     /// Loopback ports the box may reach (macOS; sorted, deduplicated).
     pub loopback: Vec<u16>,
+    /// Address families granted beyond the always-allowed ones (`net.families`; names from
+    /// [`crate::families::ADDRESS_FAMILIES`], sorted, deduplicated). Left out of the canonical
+    /// text when empty, so policies that grant none keep the digest they had before the key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<String>,
 }
 
 impl Default for NetPolicy {
@@ -152,6 +157,7 @@ impl Default for NetPolicy {
             egress: Vec::new(),
             unix: false,
             loopback: Vec::new(),
+            families: Vec::new(),
         }
     }
 }
@@ -166,6 +172,17 @@ pub struct Resources {
     pub procs: Option<u64>,
     /// Wall-clock limit per run, seconds.
     pub wall_secs: Option<u64>,
+}
+
+impl Resources {
+    /// `asked`, with each limit it leaves unset taken from `self` (the protective defaults).
+    pub fn under(self, asked: Resources) -> Resources {
+        Resources {
+            mem_bytes: asked.mem_bytes.or(self.mem_bytes),
+            procs: asked.procs.or(self.procs),
+            wall_secs: asked.wall_secs.or(self.wall_secs),
+        }
+    }
 }
 
 /// Where a secret's value comes from on the host. Never the value itself.
@@ -440,6 +457,8 @@ impl ResolvedPolicy {
         self.net.egress.dedup();
         self.net.loopback.sort_unstable();
         self.net.loopback.dedup();
+        self.net.families.sort();
+        self.net.families.dedup();
         self.secrets.sort_by(|a, b| a.name.cmp(&b.name));
         self.auth.sort_by(|a, b| a.host.cmp(&b.host));
     }
@@ -473,6 +492,7 @@ mod tests {
                 egress: vec!["api.github.com".parse().unwrap()],
                 unix: false,
                 loopback: vec![3000],
+                families: Vec::new(),
             },
             resources: Resources {
                 mem_bytes: Some(4 << 30),

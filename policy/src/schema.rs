@@ -101,6 +101,7 @@ pub(crate) struct RawNet {
     pub egress: Option<Spanned<Vec<Spanned<String>>>>,
     pub unix: Option<Spanned<bool>>,
     pub loopback: Option<Spanned<Vec<Spanned<i64>>>>,
+    pub families: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 /// `mem = "4G"` or `mem = 4294967296`.

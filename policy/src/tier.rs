@@ -106,6 +106,9 @@ pub enum TierAvailability {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostTiers {
     tiers: BTreeMap<Tier, TierAvailability>,
+    /// The host's physical memory in bytes (`MemTotal`), when the caller read it: the
+    /// protective default ceilings are sized from it (`crate::builtin::protective_ceilings`).
+    memory_bytes: Option<u64>,
 }
 
 impl HostTiers {
@@ -134,6 +137,17 @@ impl HostTiers {
         self.tiers
             .insert(tier, TierAvailability::Unavailable(reason.into()));
         self
+    }
+
+    /// Record the host's physical memory, bytes.
+    pub fn set_memory_bytes(&mut self, bytes: u64) -> &mut Self {
+        self.memory_bytes = Some(bytes);
+        self
+    }
+
+    /// The host's physical memory, bytes, if the caller recorded it.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        self.memory_bytes
     }
 
     /// Whether the host runs `tier`.

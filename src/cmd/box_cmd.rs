@@ -699,6 +699,11 @@ fn print_status(s: &h5i::status::StatusReport) {
     if let Some(why) = &s.unenforced_reason {
         println!("  * {why}");
     }
+    for e in s.enforcement.iter().filter(|e| !e.enforced) {
+        if let Some(note) = &e.note {
+            println!("  * {}: {note}", e.what);
+        }
+    }
     if let Some(t) = &s.egress_table {
         println!(
             "egress table loaded by the last supervised run ({})",

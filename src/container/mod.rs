@@ -667,7 +667,7 @@ fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, St
         "read": ["/"],
         "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
     });
-    vec![
+    let mut annotations = vec![
         ("h5i.landlock".into(), landlock.to_string()),
         ("h5i.seccomp".into(), "h5i-v1".into()),
         (
@@ -678,7 +678,9 @@ fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, St
             evidence::CAPTURE_ANNOTATION.into(),
             evidence::file_for(out, id).display().to_string(),
         ),
-    ]
+    ];
+    annotations.extend(crate::process::family_grants(policy));
+    annotations
 }
 
 fn refuse_from(e: &engine_ns::EngineNsError) -> BoxError {

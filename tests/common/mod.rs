@@ -234,3 +234,54 @@ pub fn delegate_cgroup_to(uid: u32) {
         }
     }
 }
+
+/// A static C helper from this repository (`src`, relative to the workspace root) built with
+/// `cc -static` into the test target dir as `name`.
+pub fn static_helper(src: &str, name: &str) -> PathBuf {
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
+    let st = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("cc must be installed to build the test helpers");
+    assert!(st.success(), "building {} failed", src.display());
+    out
+}
+
+/// A tree the unprivileged `user` owns, for running h5i as that user: `repo/` (empty),
+/// `bin/` with its own copies of h5i and its sibling binaries (the build tree may sit where
+/// the user cannot reach, e.g. under /root in CI), and the `extra` files copied in beside
+/// them. Also delegates this test's cgroup to the user, as `make setup` does. Returns the
+/// tree and the user's uid.
+pub fn unprivileged_tree(user: &str, extra: &[(&Path, &str)]) -> (tempfile::TempDir, u32) {
+    let id = Command::new("id").args(["-u", user]).output().unwrap();
+    assert!(
+        id.status.success(),
+        "the {user} user is missing: run `make setup` (scripts/setup-host.sh)"
+    );
+    let uid: u32 = stdout(&id).trim().parse().unwrap();
+    delegate_cgroup_to(uid);
+    let dir = tempfile::Builder::new()
+        .prefix("h5i-user")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::create_dir(dir.path().join("repo")).unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let built = Path::new(H5I).parent().unwrap();
+    for b in ["h5i", "h5i-runc", "h5i-hook"] {
+        std::fs::copy(built.join(b), bin.join(b)).unwrap();
+    }
+    for (from, to) in extra {
+        std::fs::copy(from, dir.path().join(to)).unwrap();
+    }
+    let chown = Command::new("chown")
+        .args(["-R", &format!("{user}:{user}")])
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    (dir, uid)
+}

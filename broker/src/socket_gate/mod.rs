@@ -17,7 +17,11 @@
 //!   protocol there (SCTP, MPTCP, ICMP "ping" sockets, `SOCK_SEQPACKET`, DCCP):
 //!   `inet-other`/`inet6-other`, refused.
 //! - `socket(AF_UNIX)`: allowed only with [`GateRules::unix`] (`net.unix = true`).
-//! - `AF_NETLINK`, `AF_PACKET`, `AF_VSOCK`, every other family: refused.
+//! - a family the policy grants by `net.families` ([`GateRules::granted`]; only families
+//!   `h5i_policy::families` lists as grantable): allowed.
+//! - `AF_NETLINK` (allowed at the process tier; here the box's netns is the sentry's and
+//!   nothing in a build needs its routing table), `AF_PACKET`, `AF_VSOCK` and every other
+//!   family: refused.
 //! - `socketpair(AF_UNIX)`: always allowed (a private pair reaches nothing), counted as
 //!   `unix-pair`; `socketpair` of any other family: refused, counted as `<family>-pair`.
 //! - A notification for any other syscall, or from a foreign architecture (x32 numbers, i386):
@@ -54,6 +58,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+pub use h5i_policy::families::FamilySet;
 pub use h5i_policy::receipt::SocketGateTally;
 
 /// What the policy lets through the gate beyond plain TCP/UDP.
@@ -61,6 +66,21 @@ pub use h5i_policy::receipt::SocketGateTally;
 pub struct GateRules {
     /// `socket(AF_UNIX)` allowed (`net.unix = true`).
     pub unix: bool,
+    /// Families the policy grants by `net.families` (`h5i_policy::families`), allowed as-is.
+    /// Families outside the table's allowlist and not granted here are refused, as by
+    /// h5i-runc's seccomp list at the process tier.
+    pub granted: FamilySet,
+}
+
+impl GateRules {
+    /// The rules for a policy's `net.unix` and `net.families` (names that cannot be granted
+    /// are left out: the policy refused them when it was parsed).
+    pub fn for_policy(unix: bool, families: &[String]) -> Self {
+        // Only the grants: the table's always-allowed families keep the gate's narrower rules
+        // (plain TCP/UDP on inet; netlink refused in the supervised netns).
+        let granted = FamilySet::granted_only(families);
+        GateRules { unix, granted }
+    }
 }
 
 /// The two syscalls the gate sees.
@@ -150,6 +170,7 @@ pub fn decide(
                 _ => deny(format!("{name}-other")),
             },
             libc::AF_UNIX if rules.unix => allow(name),
+            _ if rules.granted.contains(family) => allow(name),
             _ => deny(name),
         },
     }

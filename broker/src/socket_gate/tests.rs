@@ -9,8 +9,14 @@ use std::time::Duration;
 
 use super::*;
 
-const OFF: GateRules = GateRules { unix: false };
-const ON: GateRules = GateRules { unix: true };
+const OFF: GateRules = GateRules {
+    unix: false,
+    granted: FamilySet::EMPTY,
+};
+const ON: GateRules = GateRules {
+    unix: true,
+    granted: FamilySet::EMPTY,
+};
 
 fn socket(family: i32, ty: i32, protocol: i32, rules: &GateRules) -> GateDecision {
     decide(
@@ -157,6 +163,27 @@ fn netlink_packet_vsock_and_unknown_families_are_denied() {
             }
         }
     }
+}
+
+#[test]
+fn every_family_the_policy_table_refuses_is_denied_and_a_grant_allows_exactly_it() {
+    use h5i_policy::families::{FamilyVerdict, ADDRESS_FAMILIES};
+    for f in ADDRESS_FAMILIES {
+        if matches!(f.verdict, FamilyVerdict::Refused | FamilyVerdict::Never) {
+            for rules in [OFF, ON] {
+                let d = socket(f.number as i32, libc::SOCK_STREAM, 0, &rules);
+                assert!(!d.allow, "{} allowed", f.name);
+            }
+        }
+    }
+    let vsock = GateRules::for_policy(false, &["vsock".to_owned()]);
+    assert!(socket(libc::AF_VSOCK, libc::SOCK_STREAM, 0, &vsock).allow);
+    assert!(!socket(libc::AF_ALG, libc::SOCK_SEQPACKET, 0, &vsock).allow);
+    assert!(!socket(libc::AF_UNIX, libc::SOCK_STREAM, 0, &vsock).allow);
+    // A name no policy may grant stays refused even if it reaches the gate.
+    let bad = GateRules::for_policy(false, &["packet".to_owned(), "netlink".to_owned()]);
+    assert!(!socket(libc::AF_PACKET, libc::SOCK_RAW, 0, &bad).allow);
+    assert!(!socket(libc::AF_NETLINK, libc::SOCK_RAW, 0, &bad).allow);
 }
 
 #[test]

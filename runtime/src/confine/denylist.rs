@@ -139,6 +139,20 @@ const fn arg0_is(value: libc::c_int) -> [Cond; 1] {
     }]
 }
 
+/// `fchmodat2` (Linux 6.6). The generic syscall table and x86_64 share the number.
+pub const SYS_FCHMODAT2: libc::c_long = 452;
+
+// The legacy path calls x86_64 keeps beside their `*at` forms (aarch64 has only the latter;
+// there the `*at` entries cover everything).
+#[cfg(target_arch = "x86_64")]
+const SYS_OPEN: libc::c_long = libc::SYS_open;
+#[cfg(target_arch = "x86_64")]
+const SYS_CREAT: libc::c_long = libc::SYS_creat;
+#[cfg(target_arch = "x86_64")]
+const SYS_MKDIR: libc::c_long = libc::SYS_mkdir;
+#[cfg(target_arch = "x86_64")]
+const SYS_MKNOD: libc::c_long = libc::SYS_mknod;
+
 /// `SOCK_TYPE_MASK` in the kernel: the low nibble of socket()'s `type` is the type proper; the
 /// rest is `SOCK_NONBLOCK | SOCK_CLOEXEC`.
 const SOCK_TYPE_MASK: u32 = 0xf;
@@ -160,6 +174,53 @@ const fn family_and_type(family: libc::c_int, ty: libc::c_int) -> [Cond; 2] {
         },
     ]
 }
+
+/// `S_ISUID` and `S_ISGID`: the mode bits that make a file run as its owner or group.
+const S_ISUID: u32 = libc::S_ISUID;
+const S_ISGID: u32 = libc::S_ISGID;
+
+/// Argument `arg` (a `mode_t`, an `unsigned int` in the kernel) has `bit` set.
+const fn mode_has(arg: u8, bit: u32) -> Cond {
+    Cond {
+        arg,
+        op: Op::MaskedEq {
+            mask: bit,
+            value: bit,
+        },
+    }
+}
+
+/// Argument `arg` (open's `int flags`) has every bit of `flags` set.
+const fn flags_have(arg: u8, flags: libc::c_int) -> Cond {
+    Cond {
+        arg,
+        op: Op::MaskedEq {
+            mask: flags as u32,
+            value: flags as u32,
+        },
+    }
+}
+
+/// The mode argument (index 1 for chmod/fchmod/creat/mkdir/mknod, 2 for the `*at` forms).
+const MODE1_SUID: [Cond; 1] = [mode_has(1, S_ISUID)];
+const MODE1_SGID: [Cond; 1] = [mode_has(1, S_ISGID)];
+const MODE2_SUID: [Cond; 1] = [mode_has(2, S_ISUID)];
+const MODE2_SGID: [Cond; 1] = [mode_has(2, S_ISGID)];
+/// open(path, flags, mode) / openat(dfd, path, flags, mode): the mode counts only when the call
+/// creates a file (`O_CREAT`, or `O_TMPFILE`, whose nameless file `linkat` can later name).
+const OPEN_CREAT_SUID: [Cond; 2] = [flags_have(1, libc::O_CREAT), mode_has(2, S_ISUID)];
+const OPEN_CREAT_SGID: [Cond; 2] = [flags_have(1, libc::O_CREAT), mode_has(2, S_ISGID)];
+const OPEN_TMPFILE_SUID: [Cond; 2] = [flags_have(1, libc::O_TMPFILE), mode_has(2, S_ISUID)];
+const OPEN_TMPFILE_SGID: [Cond; 2] = [flags_have(1, libc::O_TMPFILE), mode_has(2, S_ISGID)];
+const OPENAT_CREAT_SUID: [Cond; 2] = [flags_have(2, libc::O_CREAT), mode_has(3, S_ISUID)];
+const OPENAT_CREAT_SGID: [Cond; 2] = [flags_have(2, libc::O_CREAT), mode_has(3, S_ISGID)];
+const OPENAT_TMPFILE_SUID: [Cond; 2] = [flags_have(2, libc::O_TMPFILE), mode_has(3, S_ISUID)];
+const OPENAT_TMPFILE_SGID: [Cond; 2] = [flags_have(2, libc::O_TMPFILE), mode_has(3, S_ISGID)];
+/// socketpair(family, ...) of any family but AF_UNIX.
+const SOCKETPAIR_NOT_UNIX: [Cond; 1] = [Cond {
+    arg: 0,
+    op: Op::Ne(libc::AF_UNIX as u32),
+}];
 
 const CLONE_NEWNS: [Cond; 1] = flag(libc::CLONE_NEWNS);
 const CLONE_NEWCGROUP: [Cond; 1] = flag(libc::CLONE_NEWCGROUP);
@@ -462,6 +523,171 @@ pub const H5I_V1: &[DenyEntry] = &[
         &SOCKET_INET6_PACKET,
         "obsolete SOCK_PACKET on AF_INET6",
     ),
+    // --- set-id files ------------------------------------------------------------------------
+    // A file the box makes in its workspace is owned on the host by the box's identity, and an
+    // owner may set S_ISUID/S_ISGID without any capability: a set-id program planted there runs
+    // as that identity for any host user who executes it. Every call that sets a mode is
+    // refused when the mode carries either bit (one entry per bit: entries are OR-ed). Plain
+    // modes (755, 644, sticky 1777) stay allowed.
+    when(
+        "chmod",
+        libc::SYS_chmod,
+        &MODE1_SUID,
+        "chmod to a setuid mode",
+    ),
+    when(
+        "chmod",
+        libc::SYS_chmod,
+        &MODE1_SGID,
+        "chmod to a setgid mode",
+    ),
+    when(
+        "fchmod",
+        libc::SYS_fchmod,
+        &MODE1_SUID,
+        "fchmod to a setuid mode",
+    ),
+    when(
+        "fchmod",
+        libc::SYS_fchmod,
+        &MODE1_SGID,
+        "fchmod to a setgid mode",
+    ),
+    when(
+        "fchmodat",
+        libc::SYS_fchmodat,
+        &MODE2_SUID,
+        "fchmodat to a setuid mode",
+    ),
+    when(
+        "fchmodat",
+        libc::SYS_fchmodat,
+        &MODE2_SGID,
+        "fchmodat to a setgid mode",
+    ),
+    // fchmodat2 (Linux 6.6, syscall 452 on x86_64 and the generic table): same mode argument.
+    when(
+        "fchmodat2",
+        SYS_FCHMODAT2,
+        &MODE2_SUID,
+        "fchmodat2 to a setuid mode",
+    ),
+    when(
+        "fchmodat2",
+        SYS_FCHMODAT2,
+        &MODE2_SGID,
+        "fchmodat2 to a setgid mode",
+    ),
+    when(
+        "open",
+        SYS_OPEN,
+        &OPEN_CREAT_SUID,
+        "create a file with a setuid mode",
+    ),
+    when(
+        "open",
+        SYS_OPEN,
+        &OPEN_CREAT_SGID,
+        "create a file with a setgid mode",
+    ),
+    when(
+        "open",
+        SYS_OPEN,
+        &OPEN_TMPFILE_SUID,
+        "O_TMPFILE with a setuid mode",
+    ),
+    when(
+        "open",
+        SYS_OPEN,
+        &OPEN_TMPFILE_SGID,
+        "O_TMPFILE with a setgid mode",
+    ),
+    when(
+        "openat",
+        libc::SYS_openat,
+        &OPENAT_CREAT_SUID,
+        "create a file with a setuid mode",
+    ),
+    when(
+        "openat",
+        libc::SYS_openat,
+        &OPENAT_CREAT_SGID,
+        "create a file with a setgid mode",
+    ),
+    when(
+        "openat",
+        libc::SYS_openat,
+        &OPENAT_TMPFILE_SUID,
+        "O_TMPFILE with a setuid mode",
+    ),
+    when(
+        "openat",
+        libc::SYS_openat,
+        &OPENAT_TMPFILE_SGID,
+        "O_TMPFILE with a setgid mode",
+    ),
+    when(
+        "creat",
+        SYS_CREAT,
+        &MODE1_SUID,
+        "create a file with a setuid mode",
+    ),
+    when(
+        "creat",
+        SYS_CREAT,
+        &MODE1_SGID,
+        "create a file with a setgid mode",
+    ),
+    // mkdir strips both bits itself today; refused anyway so no kernel change can reopen it.
+    when("mkdir", SYS_MKDIR, &MODE1_SUID, "mkdir with a setuid mode"),
+    when("mkdir", SYS_MKDIR, &MODE1_SGID, "mkdir with a setgid mode"),
+    when(
+        "mkdirat",
+        libc::SYS_mkdirat,
+        &MODE2_SUID,
+        "mkdirat with a setuid mode",
+    ),
+    when(
+        "mkdirat",
+        libc::SYS_mkdirat,
+        &MODE2_SGID,
+        "mkdirat with a setgid mode",
+    ),
+    when("mknod", SYS_MKNOD, &MODE1_SUID, "mknod of a setuid file"),
+    when("mknod", SYS_MKNOD, &MODE1_SGID, "mknod of a setgid file"),
+    when(
+        "mknodat",
+        libc::SYS_mknodat,
+        &MODE2_SUID,
+        "mknodat of a setuid file",
+    ),
+    when(
+        "mknodat",
+        libc::SYS_mknodat,
+        &MODE2_SGID,
+        "mknodat of a setgid file",
+    ),
+    // openat2's mode lives in a struct in user memory, which seccomp cannot read. ENOSYS (not
+    // EPERM) makes callers fall back to openat(2), whose mode the entries above check.
+    DenyEntry {
+        name: "openat2",
+        nr: libc::SYS_openat2,
+        when: When::Always,
+        denial: Denial::Enosys,
+        gate: Gate::Base,
+        why: "mode unreadable by seccomp; ENOSYS makes callers fall back to openat(2)",
+    },
+    // --- address families ------------------------------------------------------------------
+    // socket() of a family outside h5i_policy::families' allowlist is refused by a rule
+    // `seccomp.rs` builds from that table (the grants are per box). socketpair only makes
+    // sense for AF_UNIX (a private pair); any other family would load and exercise a protocol
+    // module the table refuses.
+    when(
+        "socketpair",
+        libc::SYS_socketpair,
+        &SOCKETPAIR_NOT_UNIX,
+        "socketpair of a family other than AF_UNIX",
+    ),
     // --- net.unix = false ----------------------------------------------------------------------
     // socket(AF_UNIX) can reach listeners outside the box (Docker's socket, an agent's) and
     // receive descriptors from them. socketpair(AF_UNIX) only makes a private pair and is not
@@ -579,7 +805,48 @@ mod tests {
     }
 
     #[test]
-    fn socketpair_is_never_listed() {
-        assert!(H5I_V1.iter().all(|e| e.nr != libc::SYS_socketpair));
+    fn socketpair_of_af_unix_is_never_listed() {
+        for e in H5I_V1.iter().filter(|e| e.nr == libc::SYS_socketpair) {
+            let When::AllOf(conds) = e.when else {
+                panic!("socketpair listed unconditionally");
+            };
+            assert_eq!(
+                conds,
+                &[Cond {
+                    arg: 0,
+                    op: Op::Ne(libc::AF_UNIX as u32)
+                }],
+                "only the not-AF_UNIX entry"
+            );
+        }
+    }
+
+    #[test]
+    fn every_mode_setting_call_is_listed_for_both_setid_bits() {
+        for name in [
+            "chmod",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "open",
+            "openat",
+            "creat",
+            "mkdir",
+            "mkdirat",
+            "mknod",
+            "mknodat",
+        ] {
+            for bit in [libc::S_ISUID, libc::S_ISGID] {
+                let listed = H5I_V1.iter().any(|e| {
+                    e.name == name
+                        && matches!(e.when, When::AllOf(c) if c.iter().any(|c| c.op
+                            == Op::MaskedEq { mask: bit, value: bit }))
+                });
+                assert!(listed, "{name} with {bit:o} missing");
+            }
+        }
+        assert!(H5I_V1
+            .iter()
+            .any(|e| e.name == "openat2" && e.denial == Denial::Enosys));
     }
 }

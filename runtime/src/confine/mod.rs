@@ -6,6 +6,9 @@
 //! - `h5i.seccomp`: `"h5i-v1"` selects h5i's deny list (`denylist.rs`), installed last;
 //! - `h5i.net.unix`: `"true"` (default) or `"false"`; `false` adds the `socket(AF_UNIX)` entry
 //!   and requires `h5i.seccomp`;
+//! - `h5i.net.families`: comma-separated address-family names the policy grants
+//!   (`net.families`); every family `h5i_policy::families` does not allow, and that is not
+//!   named here, answers `EPERM` from `socket()`. A name that cannot be granted is refused;
 //! - `h5i.net.gate`: `"on"` says the spec's own `linux.seccomp` routes `socket`/`socketpair` to
 //!   the socket gate's listener. Believed only when the spec really does
 //!   (`crate::socket_gate::routes_sockets_to_listener`), else refused; requires `h5i.seccomp`.
@@ -53,6 +56,9 @@ pub const ANNOTATION_LANDLOCK: &str = "h5i.landlock";
 pub const ANNOTATION_SECCOMP: &str = "h5i.seccomp";
 /// Annotation for the policy's `net.unix` switch.
 pub const ANNOTATION_NET_UNIX: &str = "h5i.net.unix";
+/// Annotation granting address families beyond the always-allowed ones (comma-separated
+/// names from `h5i_policy::families`; the policy's `net.families`).
+pub const ANNOTATION_NET_FAMILIES: &str = "h5i.net.families";
 /// Annotation saying the spec carries the socket gate.
 pub const ANNOTATION_NET_GATE: &str = "h5i.net.gate";
 /// The only value `h5i.net.gate` takes.
@@ -174,7 +180,10 @@ impl ConfinementPlan {
         };
         let seccomp = match ann.get(ANNOTATION_SECCOMP) {
             Some(name) => {
-                let profile = SeccompProfile::named(name, net_unix, socket_gate)?;
+                let mut profile = SeccompProfile::named(name, net_unix, socket_gate)?;
+                if let Some(granted) = ann.get(ANNOTATION_NET_FAMILIES) {
+                    profile = profile.with_granted_families(granted)?;
+                }
                 let programs = profile.compile()?;
                 Some((profile, programs))
             }
@@ -321,6 +330,28 @@ mod tests {
         assert!(matches!(e, ConfineError::NetGateNotInSpec));
         let plan = ConfinementPlan::from_annotations(Some(&a), true, || 7).unwrap();
         assert!(plan.seccomp.unwrap().0.socket_gate);
+    }
+
+    #[test]
+    fn net_families_grants_reach_the_profile_and_bad_names_are_refused() {
+        let a = ann(&[
+            (ANNOTATION_SECCOMP, "h5i-v1"),
+            (ANNOTATION_NET_FAMILIES, "vsock,alg"),
+        ]);
+        let plan = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap();
+        let families = plan.seccomp.unwrap().0.families;
+        assert!(families.contains(libc::AF_VSOCK as u32));
+        assert!(families.contains(libc::AF_ALG as u32));
+        assert!(!families.contains(libc::AF_CAN as u32));
+        let a = ann(&[
+            (ANNOTATION_SECCOMP, "h5i-v1"),
+            (ANNOTATION_NET_FAMILIES, "packet"),
+        ]);
+        let e = ConfinementPlan::from_annotations(Some(&a), false, || 7).unwrap_err();
+        assert!(matches!(
+            e,
+            ConfineError::Seccomp(SeccompError::Families(_))
+        ));
     }
 
     #[test]

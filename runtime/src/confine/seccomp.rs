@@ -21,7 +21,15 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use h5i_policy::families::{grant_problem, FamilySet};
+
 use super::denylist::{Cond, Denial, DenyEntry, Gate, Op, When, H5I_V1};
+
+/// The calls a verified socket gate answers itself (an `ERRNO` rule would outrank its
+/// `USER_NOTIF` and hide them from it).
+fn is_gated(nr: libc::c_long) -> bool {
+    nr == libc::SYS_socket || nr == libc::SYS_socketpair
+}
 
 /// The only profile name `h5i.seccomp` accepts today.
 pub const PROFILE_H5I_V1: &str = "h5i-v1";
@@ -41,6 +49,9 @@ pub enum SeccompError {
     /// The annotation named a profile this binary does not ship.
     #[error("refusing: unknown seccomp profile {0:?} in annotation h5i.seccomp; to fix: use \"h5i-v1\" or drop the annotation")]
     UnknownProfile(String),
+    /// `h5i.net.families` names a family that cannot be granted.
+    #[error("refusing: annotation h5i.net.families: {0}; to fix: name only families the policy's net.families accepts, e.g. \"vsock\"")]
+    Families(String),
     /// seccompiler rejected the generated filter (a bug in the list or the translation).
     #[error("refusing: could not compile the h5i seccomp filter: {0}")]
     Compile(#[from] seccompiler::BackendError),
@@ -55,8 +66,11 @@ pub struct SeccompProfile {
     /// Whether `socket(AF_UNIX)` stays allowed (`h5i.net.unix`, default true).
     pub net_unix: bool,
     /// Whether the spec's verified socket gate answers `socket()` (`h5i.net.gate`): the
-    /// list's `socket` entries are then left to the gate.
+    /// list's `socket` and `socketpair` entries are then left to the gate.
     pub socket_gate: bool,
+    /// The address families `socket()` may open (`h5i_policy::families`, with the grants of
+    /// `h5i.net.families`); every other family answers `EPERM`.
+    pub families: FamilySet,
 }
 
 impl SeccompProfile {
@@ -66,10 +80,26 @@ impl SeccompProfile {
             Ok(Self {
                 net_unix,
                 socket_gate,
+                families: FamilySet::allowed(net_unix, &[]),
             })
         } else {
             Err(SeccompError::UnknownProfile(name.to_string()))
         }
+    }
+
+    /// Grant the families named in `h5i.net.families` (comma-separated table names).
+    pub fn with_granted_families(mut self, granted: &str) -> Result<Self, SeccompError> {
+        let names: Vec<String> = granted
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if let Some(problem) = names.iter().find_map(|n| grant_problem(n)) {
+            return Err(SeccompError::Families(problem));
+        }
+        self.families = FamilySet::allowed(self.net_unix, &names);
+        Ok(self)
     }
 
     /// The deny-list entries this profile enforces.
@@ -80,7 +110,25 @@ impl SeccompProfile {
                 Gate::Base => true,
                 Gate::NetUnixOff => !self.net_unix,
             })
-            .filter(move |e| !(self.socket_gate && e.nr == libc::SYS_socket))
+            .filter(move |e| !(self.socket_gate && is_gated(e.nr)))
+    }
+
+    /// The family allowlist as one rule: `socket(family, ...)` with `family` none of the
+    /// allowed numbers. `None` when the gate answers `socket()` (it consults the same table).
+    fn family_rule(&self) -> Result<Option<SeccompRule>, SeccompError> {
+        if self.socket_gate {
+            return Ok(None);
+        }
+        let conditions = self
+            .families
+            .numbers()
+            .map(|n| {
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, u64::from(n))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        // The table always allows inet; should an edit ever empty the set, seccompiler refuses
+        // the empty rule and the box does not start (never an allow-all).
+        Ok(Some(SeccompRule::new(conditions)?))
     }
 
     /// Compile to BPF programs, in install order.
@@ -96,6 +144,11 @@ impl SeccompProfile {
                 }
                 // `When::Always` leaves the chain empty, which seccompiler reads as
                 // "match unconditionally" (the registry test forbids mixing the two).
+            }
+            if denial == Denial::Eperm {
+                if let Some(rule) = self.family_rule()? {
+                    rules.entry(libc::SYS_socket).or_default().push(rule);
+                }
             }
             if rules.is_empty() {
                 continue;
@@ -260,12 +313,10 @@ mod tests {
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 
     fn programs(net_unix: bool) -> Vec<BpfProgram> {
-        SeccompProfile {
-            net_unix,
-            socket_gate: false,
-        }
-        .compile()
-        .unwrap()
+        SeccompProfile::named(PROFILE_H5I_V1, net_unix, false)
+            .unwrap()
+            .compile()
+            .unwrap()
     }
 
     fn call(nr: libc::c_long, args: &[u64]) -> Call {
@@ -283,12 +334,10 @@ mod tests {
     }
 
     fn gated_verdict(net_unix: bool, nr: libc::c_long, args: &[u64]) -> u32 {
-        let programs = SeccompProfile {
-            net_unix,
-            socket_gate: true,
-        }
-        .compile()
-        .unwrap();
+        let programs = SeccompProfile::named(PROFILE_H5I_V1, net_unix, true)
+            .unwrap()
+            .compile()
+            .unwrap();
         decide(&programs, &call(nr, args))
     }
 
@@ -486,26 +535,202 @@ mod tests {
                 );
             }
         }
-        let gated: Vec<_> = SeccompProfile {
-            net_unix: false,
-            socket_gate: true,
-        }
-        .entries()
-        .map(|e| (e.name, e.when))
-        .collect();
-        let plain: Vec<_> = SeccompProfile {
-            net_unix: false,
-            socket_gate: false,
-        }
-        .entries()
-        .filter(|e| e.nr != libc::SYS_socket)
-        .map(|e| (e.name, e.when))
-        .collect();
-        assert_eq!(gated, plain, "only the socket entries differ");
+        let gated: Vec<_> = SeccompProfile::named(PROFILE_H5I_V1, false, true)
+            .unwrap()
+            .entries()
+            .map(|e| (e.name, e.when))
+            .collect();
+        let plain: Vec<_> = SeccompProfile::named(PROFILE_H5I_V1, false, false)
+            .unwrap()
+            .entries()
+            .filter(|e| !is_gated(e.nr))
+            .map(|e| (e.name, e.when))
+            .collect();
+        assert_eq!(
+            gated, plain,
+            "only the socket and socketpair entries differ"
+        );
+        // The family allowlist is the gate's too: no ERRNO for vsock, the gate answers it.
+        assert_eq!(
+            gated_verdict(true, s, &[libc::AF_VSOCK as u64, libc::SOCK_STREAM as u64]),
+            ALLOW
+        );
         assert_eq!(gated_verdict(true, libc::SYS_unshare, &[0]), EPERM);
         assert_eq!(
             gated_verdict(true, libc::SYS_io_uring_setup, &[1, 0]),
             EPERM
         );
+    }
+
+    /// (syscall, index of the mode argument) for every call that sets a mode outright.
+    const MODE_SETTERS: [(libc::c_long, usize); 8] = [
+        (libc::SYS_chmod, 1),
+        (libc::SYS_fchmod, 1),
+        (libc::SYS_fchmodat, 2),
+        (super::super::denylist::SYS_FCHMODAT2, 2),
+        (libc::SYS_creat, 1),
+        (libc::SYS_mkdir, 1),
+        (libc::SYS_mkdirat, 2),
+        (libc::SYS_mknodat, 2),
+    ];
+
+    fn with_mode(index: usize, mode: u64) -> Vec<u64> {
+        let mut args = vec![3u64; 4];
+        args[index] = mode;
+        args
+    }
+
+    #[test]
+    fn setting_a_setuid_or_setgid_mode_is_refused_by_every_mode_setter() {
+        let mut setters = MODE_SETTERS.to_vec();
+        setters.push((libc::SYS_mknod, 1));
+        for (nr, index) in setters {
+            for mode in [
+                0o4755,
+                0o2755,
+                0o6755,
+                0o4000,
+                0o2000,
+                0o104755,
+                0o6755 | (1 << 32),
+            ] {
+                assert_eq!(
+                    verdict(true, nr, &with_mode(index, mode)),
+                    EPERM,
+                    "{nr} {mode:o}"
+                );
+            }
+            for mode in [0o755, 0o644, 0o1777, 0o777, 0o100644, 0] {
+                assert_eq!(
+                    verdict(true, nr, &with_mode(index, mode)),
+                    ALLOW,
+                    "{nr} {mode:o}"
+                );
+            }
+            // The other arguments never decide: a set-id bit in a path pointer or dirfd is not
+            // a mode.
+            let mut args = vec![0o6755u64; 4];
+            args[index] = 0o755;
+            assert_eq!(
+                verdict(true, nr, &args),
+                ALLOW,
+                "{nr}: wrong argument tested"
+            );
+        }
+    }
+
+    #[test]
+    fn open_with_a_setid_mode_is_refused_only_when_it_creates() {
+        let creat = libc::O_CREAT as u64 | libc::O_WRONLY as u64;
+        let tmpfile = libc::O_TMPFILE as u64 | libc::O_RDWR as u64;
+        for (nr, flags_at, mode_at) in [(libc::SYS_open, 1, 2), (libc::SYS_openat, 2, 3)] {
+            let call = |flags: u64, mode: u64| {
+                let mut args = vec![3u64; 4];
+                args[flags_at] = flags;
+                args[mode_at] = mode;
+                verdict(true, nr, &args)
+            };
+            for mode in [0o4755, 0o2755, 0o6755] {
+                assert_eq!(call(creat, mode), EPERM, "{nr} creat {mode:o}");
+                assert_eq!(call(tmpfile, mode), EPERM, "{nr} tmpfile {mode:o}");
+                // Without O_CREAT/O_TMPFILE the kernel ignores the mode.
+                assert_eq!(
+                    call(libc::O_RDONLY as u64, mode),
+                    ALLOW,
+                    "{nr} read {mode:o}"
+                );
+            }
+            assert_eq!(call(creat, 0o644), ALLOW);
+            assert_eq!(call(creat | libc::O_EXCL as u64, 0o755), ALLOW);
+        }
+    }
+
+    #[test]
+    fn openat2_answers_enosys_so_callers_fall_back() {
+        assert_eq!(verdict(true, libc::SYS_openat2, &[3, 0, 0, 24]), ENOSYS);
+    }
+
+    #[test]
+    fn every_family_the_table_refuses_is_refused_and_a_grant_opens_exactly_it() {
+        use h5i_policy::families::{FamilyVerdict, ADDRESS_FAMILIES};
+        let stream = libc::SOCK_STREAM as u64;
+        for net_unix in [true, false] {
+            for f in ADDRESS_FAMILIES {
+                let want = match f.verdict {
+                    FamilyVerdict::Allowed => ALLOW,
+                    FamilyVerdict::NetUnix if net_unix => ALLOW,
+                    _ => EPERM,
+                };
+                let got = verdict(net_unix, libc::SYS_socket, &[u64::from(f.number), stream]);
+                assert_eq!(got, want, "{} (net.unix {net_unix})", f.name);
+                // High bits never turn a refused family into an allowed one, or back.
+                let high = u64::from(f.number) | (0x7fff_0000 << 32);
+                assert_eq!(verdict(net_unix, libc::SYS_socket, &[high, stream]), want);
+            }
+            // Numbers beyond the table (future families) are refused too.
+            for n in [46u64, 63, 64, 0xffff_ffff] {
+                assert_eq!(verdict(net_unix, libc::SYS_socket, &[n, stream]), EPERM);
+            }
+        }
+        let granted = SeccompProfile::named(PROFILE_H5I_V1, false, false)
+            .unwrap()
+            .with_granted_families("vsock")
+            .unwrap()
+            .compile()
+            .unwrap();
+        let vsock = call(libc::SYS_socket, &[libc::AF_VSOCK as u64, stream]);
+        assert_eq!(decide(&granted, &vsock), ALLOW);
+        let alg = call(libc::SYS_socket, &[libc::AF_ALG as u64, 5]);
+        assert_eq!(decide(&granted, &alg), EPERM);
+        for bad in ["packet", "unix", "inet", "nope"] {
+            assert!(matches!(
+                SeccompProfile::named(PROFILE_H5I_V1, false, false)
+                    .unwrap()
+                    .with_granted_families(bad),
+                Err(SeccompError::Families(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn the_family_table_numbers_are_the_kernels() {
+        use h5i_policy::families::by_name;
+        for (name, af) in [
+            ("unix", libc::AF_UNIX),
+            ("inet", libc::AF_INET),
+            ("inet6", libc::AF_INET6),
+            ("netlink", libc::AF_NETLINK),
+            ("packet", libc::AF_PACKET),
+            ("can", libc::AF_CAN),
+            ("tipc", libc::AF_TIPC),
+            ("bluetooth", libc::AF_BLUETOOTH),
+            ("alg", libc::AF_ALG),
+            ("vsock", libc::AF_VSOCK),
+            ("xdp", libc::AF_XDP),
+            ("key", libc::AF_KEY),
+            ("rds", libc::AF_RDS),
+            ("rxrpc", libc::AF_RXRPC),
+            ("nfc", libc::AF_NFC),
+        ] {
+            assert_eq!(by_name(name).unwrap().number, af as u32, "{name}");
+        }
+    }
+
+    #[test]
+    fn socketpair_is_refused_for_every_family_but_unix() {
+        let stream = libc::SOCK_STREAM as u64;
+        for net_unix in [true, false] {
+            let unix = libc::AF_UNIX as u64;
+            assert_eq!(
+                verdict(net_unix, libc::SYS_socketpair, &[unix, stream]),
+                ALLOW
+            );
+            for fam in [libc::AF_TIPC, libc::AF_VSOCK, libc::AF_INET] {
+                assert_eq!(
+                    verdict(net_unix, libc::SYS_socketpair, &[fam as u64, stream]),
+                    EPERM
+                );
+            }
+        }
     }
 }

@@ -19,9 +19,11 @@ use super::{gate, net_dir};
 use crate::confine::denylist::{Denial, Gate, Op, When};
 use crate::confine::seccomp::{SeccompProfile, PROFILE_H5I_V1};
 use crate::confine::{
-    ANNOTATION_LANDLOCK, ANNOTATION_NET_GATE, ANNOTATION_NET_UNIX, ANNOTATION_SECCOMP, NET_GATE_ON,
+    ANNOTATION_LANDLOCK, ANNOTATION_NET_FAMILIES, ANNOTATION_NET_GATE, ANNOTATION_NET_UNIX,
+    ANNOTATION_SECCOMP, NET_GATE_ON,
 };
 use crate::socket_gate::GATED_SYSCALLS;
+use h5i_policy::families::{FamilySet, FamilyVerdict, ADDRESS_FAMILIES};
 
 /// The seccomp actions libcontainer 0.7 translates for a spec (all of the OCI set).
 const SECCOMP_ACTIONS: [LinuxSeccompAction; 9] = [
@@ -162,12 +164,14 @@ pub fn features() -> Value {
     let gated = SeccompProfile {
         net_unix: false,
         socket_gate: true,
+        families: FamilySet::allowed(false, &[]),
     };
-    let denylist: Vec<Value> = SeccompProfile {
-        net_unix: false,
+    let plain = SeccompProfile {
         socket_gate: false,
-    }
-    .entries()
+        ..gated.clone()
+    };
+    let denylist: Vec<Value> = plain
+        .entries()
     .map(|e| {
         let kept_under_gate = gated.entries().any(|g| std::ptr::eq(g, e));
         json!({
@@ -198,8 +202,24 @@ pub fn features() -> Value {
             "selinux": { "enabled": false },
         },
         "annotations": annotations(),
-        "h5i": { "seccomp": { "h5i-v1": denylist } },
+        "h5i": { "seccomp": { "h5i-v1": denylist }, "address_families": address_families() },
     })
+}
+
+/// The address-family table `socket()` is held to (h5i_policy::families), row by row.
+fn address_families() -> Value {
+    ADDRESS_FAMILIES
+        .iter()
+        .map(|f| {
+            let verdict = match f.verdict {
+                FamilyVerdict::Allowed => "allowed",
+                FamilyVerdict::NetUnix => "allowed with h5i.net.unix=true",
+                FamilyVerdict::Refused => "EPERM unless named in h5i.net.families",
+                FamilyVerdict::Never => "EPERM",
+            };
+            json!({"family": f.name, "number": f.number, "socket": verdict, "why": f.why})
+        })
+        .collect()
 }
 
 /// The `annotations` entry (see the module doc for its two kinds).
@@ -207,6 +227,7 @@ fn annotations() -> Value {
     let mut ann = json!({
             ANNOTATION_LANDLOCK: "JSON {\"read\":[paths],\"write\":[paths],\"exec\":[paths]?,\"connect_tcp\":[ports]?,\"bind_tcp\":[ports]?}; container paths; enforced fully (Landlock ABI >= 3, >= 4 with ports) or the container does not run",
             ANNOTATION_SECCOMP: "\"h5i-v1\": h5i's seccomp deny list (see h5i.seccomp.h5i-v1), installed after Landlock, just before exec",
+            ANNOTATION_NET_FAMILIES: "comma-separated address-family names (see h5i.address_families) whose socket() h5i.seccomp then allows; a name no policy may grant (packet, unix, an allowed family) is refused at create",
             ANNOTATION_NET_UNIX: "\"true\" or \"false\": whether socket(AF_UNIX) is allowed (socketpair always is). Without h5i.net=supervised, h5i.seccomp's deny list holds it (default \"true\"; \"false\" needs h5i.seccomp); with it, the socket gate does (default \"false\": see org.h5i.socket-gate)",
             super::spec_copy::ANNOTATION: "absolute path of a new file: at create, the spec as handed to the runtime is copied there (evidence for the caller)",
             "h5i.net": "\"supervised\": the supervised network: h5i-runc assigns h5i.net.dir when absent (org.h5i.net-dir) and merges the socket gate (org.h5i.socket-gate); h5i-hook's hooks.d entries (hooks/oci) match on it and give the box its egress table and uplink",
@@ -319,10 +340,7 @@ mod tests {
 
     #[test]
     fn deny_list_entries_the_gate_takes_over_say_so_and_no_others() {
-        let gated = SeccompProfile {
-            net_unix: false,
-            socket_gate: true,
-        };
+        let gated = SeccompProfile::named(PROFILE_H5I_V1, false, true).unwrap();
         let f = features();
         let listed = f["h5i"]["seccomp"]["h5i-v1"].as_array().unwrap();
         let taken = listed

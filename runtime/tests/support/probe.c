@@ -12,6 +12,13 @@
  *   probe gate            every family the socket gate rules on, then whether this process
  *                         holds a seccomp listener descriptor (notify_fd=FOUND|NONE)
  *   probe wait            block in pause() until a signal ends it (an image with no shell)
+ *   probe setid DIR       every way to make a set-id file in DIR, each by its raw syscall
+ *                         (umask 0, so only a filter can strip the bits), then openat2, then
+ *                         the plain modes that must keep working
+ *   probe families        socket(N, type, 0) for every family number 0..63 and the four
+ *                         common types: "family_N=<stream>,<dgram>,<seqpacket>,<raw>"
+ *   probe forkloop MAX    fork children that wait, until fork fails or MAX; prints
+ *                         forked=N and fork=<ERRNO|OK>, then kills and reaps them
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +44,8 @@
 #include <dirent.h>
 #include <linux/netlink.h>
 #include <linux/vm_sockets.h>
+#include <linux/openat2.h>
+#include <sys/stat.h>
 
 static void report(const char *name, long rc) {
     if (rc >= 0)
@@ -146,6 +155,106 @@ static void gate(void) {
     printf("notify_fd=%s\n", d ? (found ? "FOUND" : "NONE") : "UNKNOWN");
 }
 
+#ifndef SYS_fchmodat2
+#define SYS_fchmodat2 452
+#endif
+
+static void fresh(char *out, size_t len, const char *dir, const char *name) {
+    snprintf(out, len, "%s/%s", dir, name);
+    int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) close(fd);
+}
+
+static void setid(const char *dir) {
+    char p[4096];
+    umask(0);
+    fresh(p, sizeof p, dir, "chmod6755");
+    report("chmod_6755", syscall(SYS_chmod, p, 06755));
+    fresh(p, sizeof p, dir, "chmod4755");
+    report("chmod_u+s", syscall(SYS_chmod, p, 04755));
+    fresh(p, sizeof p, dir, "chmod2755");
+    report("chmod_g+s", syscall(SYS_chmod, p, 02755));
+    fresh(p, sizeof p, dir, "chmod_highbits");
+    report("chmod_highbits", syscall(SYS_chmod, p, 04755UL | (1UL << 32)));
+    fresh(p, sizeof p, dir, "fchmod");
+    {
+        int fd = open(p, O_RDONLY);
+        report("fchmod_4755", syscall(SYS_fchmod, fd, 04755));
+        if (fd >= 0) close(fd);
+    }
+    fresh(p, sizeof p, dir, "fchmodat");
+    report("fchmodat_2755", syscall(SYS_fchmodat, AT_FDCWD, p, 02755));
+    fresh(p, sizeof p, dir, "fchmodat2");
+    report("fchmodat2_6755", syscall(SYS_fchmodat2, AT_FDCWD, p, 06755, 0));
+    snprintf(p, sizeof p, "%s/open", dir);
+    report("open_creat_4755", syscall(SYS_open, p, O_CREAT | O_WRONLY, 04755));
+    snprintf(p, sizeof p, "%s/openat", dir);
+    report("openat_creat_2755", syscall(SYS_openat, AT_FDCWD, p, O_CREAT | O_WRONLY, 02755));
+    snprintf(p, sizeof p, "%s/creat", dir);
+    report("creat_6755", syscall(SYS_creat, p, 06755));
+    report("openat_tmpfile_4755", syscall(SYS_openat, AT_FDCWD, dir, O_TMPFILE | O_WRONLY, 04755));
+    snprintf(p, sizeof p, "%s/mkdir", dir);
+    report("mkdir_2755", syscall(SYS_mkdir, p, 02755));
+    snprintf(p, sizeof p, "%s/mkdirat", dir);
+    report("mkdirat_6755", syscall(SYS_mkdirat, AT_FDCWD, p, 06755));
+    snprintf(p, sizeof p, "%s/mknod", dir);
+    report("mknod_4755", syscall(SYS_mknod, p, S_IFREG | 04755, 0));
+    snprintf(p, sizeof p, "%s/mknodat", dir);
+    report("mknodat_2755", syscall(SYS_mknodat, AT_FDCWD, p, S_IFREG | 02755, 0));
+    {
+        struct open_how how;
+        memset(&how, 0, sizeof how);
+        how.flags = O_CREAT | O_WRONLY;
+        how.mode = 04755;
+        snprintf(p, sizeof p, "%s/openat2", dir);
+        report("openat2", syscall(SYS_openat2, AT_FDCWD, p, &how, sizeof how));
+    }
+    fresh(p, sizeof p, dir, "plain");
+    report("chmod_755", syscall(SYS_chmod, p, 0755));
+    report("chmod_1777", syscall(SYS_chmod, p, 01777));
+    snprintf(p, sizeof p, "%s/plain-open", dir);
+    report("open_creat_644", syscall(SYS_openat, AT_FDCWD, p, O_CREAT | O_WRONLY, 0644));
+    snprintf(p, sizeof p, "%s/plain-dir", dir);
+    report("mkdir_755", syscall(SYS_mkdir, p, 0755));
+}
+
+static void families(void) {
+    static const int types[4] = {SOCK_STREAM, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_RAW};
+    for (int n = 0; n < 64; n++) {
+        printf("family_%d=", n);
+        for (int i = 0; i < 4; i++) {
+            int s = socket(n, types[i], 0);
+            printf("%s%s", i ? "," : "", s >= 0 ? "OK" : strerrorname_np(errno));
+            if (s >= 0) close(s);
+        }
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static void forkloop(long max) {
+    static pid_t kids[65536];
+    long n = 0;
+    if (max > 65536) max = 65536;
+    long rc = 0;
+    while (n < max) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            pause();
+            _exit(0);
+        }
+        if (pid < 0) {
+            rc = -1;
+            break;
+        }
+        kids[n++] = pid;
+    }
+    printf("forked=%ld\n", n);
+    report("fork", rc);
+    for (long i = 0; i < n; i++) kill(kids[i], SIGKILL);
+    for (long i = 0; i < n; i++) waitpid(kids[i], NULL, 0);
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "syscalls") == 0) {
         syscalls();
@@ -170,8 +279,14 @@ int main(int argc, char **argv) {
         gate();
     } else if (argc >= 2 && strcmp(argv[1], "wait") == 0) {
         pause();
+    } else if (argc >= 3 && strcmp(argv[1], "setid") == 0) {
+        setid(argv[2]);
+    } else if (argc >= 2 && strcmp(argv[1], "families") == 0) {
+        families();
+    } else if (argc >= 3 && strcmp(argv[1], "forkloop") == 0) {
+        forkloop(atol(argv[2]));
     } else {
-        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait\n");
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|setid DIR|families|forkloop MAX\n");
         return 2;
     }
     return 0;
