@@ -56,7 +56,6 @@ pub fn append(paths: &BoxPaths, ev: &Event) -> Result<(), BoxError> {
 const EVENTS_CAP: u64 = 64 << 20;
 
 /// Every event, in order; lines that do not parse are returned as text so nothing is hidden.
-
 pub fn read(paths: &BoxPaths) -> Result<Vec<Result<Event, String>>, BoxError> {
     let text = match crate::bounded::read_beneath(
         &paths.dir,

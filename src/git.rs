@@ -108,18 +108,23 @@ pub struct Git {
 impl Git {
     /// git against the host-controlled repository at `git_dir`.
     pub fn at(git_dir: &Path) -> Self {
-        let mut g = Git::bare_env(OFFLINE);
+        let mut g = Git::detached();
         g.cmd.env("GIT_DIR", git_dir);
         g
     }
 
     /// git with no repository (for `init`).
     pub fn detached() -> Self {
-        Git::bare_env(OFFLINE)
+        let mut g = Git::bare_env(OFFLINE);
+        // Outside every work tree: run from inside a workspace, git would otherwise limit every
+        // listing and diff to the caller's subdirectory of it.
+        g.cmd.current_dir("/");
+        g
     }
 
     /// git that may fetch from the remote a person named (`box create --clone/--pr`), at
-    /// `git_dir` (or with no repository): [`HARDENING`] holds, [`OFFLINE`] does not.
+    /// `git_dir` (or with no repository): [`HARDENING`] holds, [`OFFLINE`] does not, and it
+    /// runs in the caller's directory (a remote may be a relative path).
     pub fn fetching(git_dir: Option<&Path>) -> Self {
         let mut g = Git::bare_env(&[]);
         if let Some(d) = git_dir {

@@ -105,7 +105,6 @@ fn hostile_sequences_never_reach_the_terminal_through_any_printing_verb() {
     let mut m: serde_json::Value = serde_json::from_slice(&std::fs::read(&mpath).unwrap()).unwrap();
     m["source"] =
         serde_json::json!({"kind": "clone", "url": format!("https://example.test/{evil}")});
-    m["agent"] = serde_json::Value::String(format!("none{evil}"));
     std::fs::write(&mpath, serde_json::to_vec(&m).unwrap()).unwrap();
 
     let verbs: &[(&[&str], &[&str])] = &[
@@ -123,7 +122,10 @@ fn hostile_sequences_never_reach_the_terminal_through_any_printing_verb() {
         (&["box", "doctor", "ho"], &["suid\\x1b]0;pwned-title"]),
         (
             &["box", "log", "ho"],
-            &["\\x1b]52;c;aGk=\\x07", "not json \\x1b[2J"],
+            &[
+                "\\x1b]52;c;aGk=\\x07",
+                "(unreadable event line: not json \\x1b]0;pwned-title",
+            ],
         ),
         (&["box", "ports", "ho"], &[]),
         (&["box", "service", "status", "ho"], &[]),

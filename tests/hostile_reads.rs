@@ -297,9 +297,9 @@ fn discovery_from_inside_a_workspace(c: &Caller) {
         git config diff.x.textconv "{run}"
         git config merge.x.driver "{run}"
         git config core.fsmonitor "{run}"
-        printf '[filter "y"]\n\tclean = {run}\n' > evil.cfg
+        git config -f evil.cfg filter.y.clean "{run}"
         git config include.path "$PWD/evil.cfg"
-        printf '* filter=x diff=x merge=x\n' > .gitattributes
+        printf '* filter=x diff=x merge=x\nREADME.md filter=y\n' > .gitattributes
         mkdir -p .git/info {fake}/workspace {fake}/scratch
         printf '* filter=x diff=x merge=x\n' > .git/info/attributes
         echo changed >> README.md
@@ -321,6 +321,7 @@ EOM
         ] {
             let out = c.h5i_in(&cwd, verb).output().unwrap();
             let text = format!("{}{}", stdout(&out), stderr(&out));
+            eprintln!("h5i {verb:?} from {}:\n{text}", cwd.display());
             assert!(
                 !marker.exists(),
                 "h5i {verb:?} from {} ran the box's planted program:\n{text}",
@@ -336,7 +337,12 @@ EOM
                 );
             }
             if verb[1] == "rm" {
-                assert_eq!(out.status.code(), Some(1), "rm must refuse: {text}");
+                assert_eq!(
+                    out.status.code(),
+                    Some(1),
+                    "rm from {} must refuse: {text}",
+                    cwd.display()
+                );
             }
         }
     }
