@@ -164,7 +164,7 @@ pub fn create(
             };
             let bare = paths.base_git();
             init_bare(&bare)?;
-            Git::at(&bare)
+            Git::fetching(Some(&bare))
                 .args(["fetch", "--quiet", "--no-tags", "--end-of-options", &remote])
                 .args([format!("+refs/pull/{number}/head:{pin_ref}")])
                 .output()
@@ -177,7 +177,7 @@ pub fn create(
         }
         ParsedSource::Clone { url } => {
             let bare = paths.base_git();
-            Git::detached()
+            Git::fetching(None)
                 .args([
                     "clone",
                     "--quiet",

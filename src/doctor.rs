@@ -1,15 +1,22 @@
 //! `h5i box doctor NAME`: can the box still enforce its claim, and are its refs intact?
 //!
 //! Owns a read-only checkup: every check looks, none repairs (a tampered policy is refused, never
-//! fixed; the mend is the user's). Must never: write to the box, its store or the parent.
+//! fixed; the mend is the user's). Workspace bytes are read only through `crate::bounded`
+//! (the `alternates` file, a scan for set-id files). Must never: write to the box, its store or
+//! the parent; follow a symlink or open a fifo the box planted.
 //!
 //! Guarded by `tests/box_lifecycle.rs` (`doctor_*`).
 
 use h5i_broker::receipt_log::ReceiptLog;
 use h5i_policy::{Tier, TierAvailability};
 
+use crate::bounded::Finding;
+use crate::export::ExportCaps;
 use crate::git::Git;
 use crate::store::{load_policy, BoxSource, BoxStore};
+
+/// The largest `alternates` file doctor reads: a few paths, never more.
+const ALTERNATES_CAP: u64 = 64 << 10;
 
 /// One check and what it found.
 #[derive(Debug, Clone)]
@@ -87,23 +94,60 @@ pub fn doctor(store: &BoxStore, name: &str) -> Result<Vec<Check>, crate::error::
     );
 
     let ws = sb.paths.workspace();
-    let alternates =
-        std::fs::read_to_string(ws.join(".git/objects/info/alternates")).unwrap_or_default();
     let want = m.store.join("objects");
-    let borrows = alternates
-        .lines()
-        .any(|l| std::path::Path::new(l.trim()) == want);
-    check(
-        "workspace",
-        !ws.exists() || borrows,
-        if !ws.exists() {
-            "reclaimed (gc); manifest and receipts kept".to_string()
-        } else if borrows {
-            format!("its repository borrows {}", want.display())
-        } else {
-            format!("its .git/objects/info/alternates does not name {}; to fix: the box rewrote it — export, then recreate the box", want.display())
-        },
+    let alternates = crate::bounded::read_beneath(
+        &ws,
+        std::path::Path::new(".git/objects/info/alternates"),
+        ALTERNATES_CAP,
     );
+    let (ok, detail) = match &alternates {
+        _ if !ws.exists() => (true, "reclaimed (gc); manifest and receipts kept".to_string()),
+        Ok(text) if String::from_utf8_lossy(text)
+            .lines()
+            .any(|l| std::path::Path::new(l.trim()) == want) =>
+        {
+            (true, format!("its repository borrows {}", want.display()))
+        }
+        Ok(_) => (false, format!("its .git/objects/info/alternates does not name {}; to fix: the box rewrote it — export, then recreate the box", want.display())),
+        Err(skip) => (false, format!("its .git/objects/info/alternates is {skip}, so h5i did not read it; to fix: the box replaced it — export, then recreate the box")),
+    };
+    check("workspace", ok, detail);
+
+    if ws.exists() {
+        let (ok, detail) = match crate::bounded::scan_tree(&ws, ExportCaps::default().per_file) {
+            Ok(scan) => {
+                let setid: Vec<String> = scan
+                    .setid()
+                    .map(|f| format!("{} ({})", crate::escape::bytes(&f.path), f.what))
+                    .collect();
+                let mut rest: Vec<String> = scan
+                    .found
+                    .iter()
+                    .filter(|f| !matches!(f.what, Finding::SetId { .. }))
+                    .map(|f| format!("{}: {}", crate::escape::bytes(&f.path), f.what))
+                    .collect();
+                rest.extend(scan.stopped.iter().cloned());
+                let rest = if rest.is_empty() {
+                    String::new()
+                } else {
+                    format!("; also not read: {}", rest.join("; "))
+                };
+                if setid.is_empty() {
+                    (
+                        true,
+                        format!("no set-id file among {} entries{rest}", scan.entries),
+                    )
+                } else {
+                    (false, format!("set-id file(s) in the workspace: {}; anyone who can reach them runs them as their owner; to fix: `chmod ug-s` them (or `h5i box rm --force {name}`), and never run them{rest}", setid.join(", ")))
+                }
+            }
+            Err(skip) => (
+                false,
+                format!("the workspace is {skip}; nothing in it was read"),
+            ),
+        };
+        check("set-id", ok, detail);
+    }
 
     if let BoxSource::Worktree {
         parent_branch: Some(b),

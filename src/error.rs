@@ -13,6 +13,30 @@ pub enum BoxError {
         /// Where h5i was run.
         cwd: PathBuf,
     },
+    /// The directory is inside a box store whose owner is not a repository's `.git`.
+    #[error("refusing: {} is inside a box store, but {} is not a repository's .git directory h5i can trust, so nothing there is read; to fix: run h5i from the repository's own work tree (outside .git)", crate::escape::path(.cwd), crate::escape::path(.owner))]
+    UntrustedStore {
+        /// Where h5i was run.
+        cwd: PathBuf,
+        /// What would own the store.
+        owner: PathBuf,
+    },
+    /// The workspace holds something a host verb will not hand to git.
+    #[error("refusing: box `{name}`'s workspace holds {what}, which git would block on or read whole; nothing was read; to fix: remove it (`h5i box run {name} -- rm PATH`), or `h5i box rm --force {name}`")]
+    HostileWorkspace {
+        /// The box.
+        name: String,
+        /// The path and what it is (escaped).
+        what: String,
+    },
+    /// The box holds changes nobody exported.
+    #[error("refusing: box `{name}` holds changes nobody exported{detail}; to fix: `h5i box export {name} --out DIR` first, or `h5i box rm --force {name}` to discard them")]
+    Unexported {
+        /// The box.
+        name: String,
+        /// What was found and what was not read (escaped), or empty.
+        detail: String,
+    },
     /// No box has that name.
     #[error("refusing: no box named `{name}`; to fix: `h5i box ls` lists the boxes of this clone")]
     NoSuchBox {

@@ -52,13 +52,24 @@ pub fn append(paths: &BoxPaths, ev: &Event) -> Result<(), BoxError> {
     f.write_all(&line).map_err(|e| BoxError::io(&p, e))
 }
 
+/// The largest event log `read` takes (through the bounded reader).
+const EVENTS_CAP: u64 = 64 << 20;
+
 /// Every event, in order; lines that do not parse are returned as text so nothing is hidden.
 pub fn read(paths: &BoxPaths) -> Result<Vec<Result<Event, String>>, BoxError> {
-    let p = paths.events();
-    let text = match std::fs::read_to_string(&p) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(BoxError::io(&p, e)),
+    let text = match crate::bounded::read_beneath(
+        &paths.dir,
+        std::path::Path::new("events.jsonl"),
+        EVENTS_CAP,
+    ) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(crate::bounded::Skip::Missing) => String::new(),
+        Err(skip) => {
+            return Err(BoxError::Corrupt {
+                path: paths.events(),
+                what: format!("it is {skip}"),
+            })
+        }
     };
     Ok(text
         .lines()

@@ -12,6 +12,7 @@
 pub mod allow;
 pub mod apply;
 pub mod beneath;
+pub mod bounded;
 pub mod box_home;
 pub mod container;
 pub mod create;
@@ -19,6 +20,7 @@ pub mod credentials;
 pub mod diff;
 pub mod doctor;
 pub mod error;
+pub mod escape;
 pub mod events;
 pub mod export;
 pub mod freeze;

@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 use crate::error::BoxError;
 use crate::events::{self, Event};
 use crate::git::Git;
-use crate::snapshot::{Snapshot, SnapshotObjects};
 use crate::store::{require_active, write_manifest, BoxLock, BoxState, BoxStore, StoredBox};
 
 /// Stop a box: no further runs; its manifest and workspace stay for forensics.
@@ -30,19 +29,25 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     Ok(sb)
 }
 
-/// Whether the box's tree differs from its pinned base.
-pub fn has_changes(sb: &StoredBox) -> Result<bool, BoxError> {
+/// Why the box's tree cannot be removed without `--force`: empty when it matches its pinned
+/// base and holds nothing h5i could not read. Reads the workspace through the bounded snapshot
+/// ([`crate::diff::snapshot_bounded`]): a file over the cap, a fifo, a set-id file or a
+/// `.gitignore` git would block on is named, never read, and counts as a change.
+pub fn unexported(sb: &StoredBox) -> Result<Vec<String>, BoxError> {
     if !sb.paths.workspace().is_dir() {
-        return Ok(false);
+        return Ok(Vec::new());
     }
-    let snap = Snapshot::take(
-        &sb.manifest.store,
-        &sb.paths.workspace(),
-        &sb.paths.scratch(),
-        &sb.manifest.base,
-        SnapshotObjects::Scratch,
-    )?;
-    Ok(!snap.changes_against(&sb.manifest.base)?.is_empty())
+    let (snap, unread) = match crate::diff::snapshot_bounded(sb) {
+        Ok(s) => s,
+        Err(BoxError::HostileWorkspace { what, .. }) => return Ok(vec![what]),
+        Err(e) => return Err(e),
+    };
+    let mut why = unread.lines();
+    let changed = snap.changes_against(&sb.manifest.base)?.len();
+    if changed > 0 {
+        why.insert(0, format!("{changed} changed path(s)"));
+    }
+    Ok(why)
 }
 
 /// Remove a box entirely. An active box with unexported changes needs `force`.
@@ -51,15 +56,14 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     let lock = BoxLock::take(&sb.paths, name)?;
     // Held still while the has-changes check reads the tree; thawed before the services stop.
     let frozen = crate::freeze::hold(&sb)?;
-    if !force && sb.manifest.state == BoxState::Active && has_changes(&sb)? {
-        return Err(BoxError::WrongState {
-            name: name.to_string(),
-            state: "holding changes",
-            verb: "rm",
-            mend: format!(
-                "`h5i box export {name} --out DIR` first, or `h5i box rm --force {name}` to discard them"
-            ),
-        });
+    if !force && sb.manifest.state == BoxState::Active {
+        let why = unexported(&sb)?;
+        if !why.is_empty() {
+            return Err(BoxError::Unexported {
+                name: name.to_string(),
+                detail: format!(" ({})", why.join("; ")),
+            });
+        }
     }
     drop(frozen);
     crate::service::stop_all(&sb)?;

@@ -2,7 +2,9 @@
 //!
 //! Owns the claim a box makes about itself, so it is conservative: a limit is listed as enforced
 //! only when this tier's backend holds it; everything else is marked `*` with the reason under
-//! it. Must never: call a limit enforced because the policy asked for it.
+//! it. It also names what a bounded scan of the workspace finds there (set-id files, fifos,
+//! devices): the box made them, and they sit on the host. Must never: call a limit enforced
+//! because the policy asked for it, or read a workspace file's bytes.
 
 use h5i_broker::receipt_log::ReceiptLog;
 use h5i_policy::families::FamilySet;
@@ -46,6 +48,9 @@ pub struct StatusReport {
     pub drift: Option<(String, u64)>,
     /// The egress table the last supervised run actually loaded (the sentry's own account).
     pub egress_table: Option<h5i_policy::receipt::LoadedEgressTable>,
+    /// What a bounded scan of the workspace found (set-id files, fifos, devices), or why it
+    /// could not look; `None` when the workspace was reclaimed.
+    pub workspace: Option<Result<crate::bounded::TreeScan, String>>,
 }
 
 /// Gather a box's status.
@@ -86,7 +91,13 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
             .map(|n| (b.clone(), n)),
         _ => None,
     };
+    let ws = sb.paths.workspace();
+    let workspace = ws.exists().then(|| {
+        crate::bounded::scan_tree(&ws, crate::export::ExportCaps::default().per_file)
+            .map_err(|skip| skip.to_string())
+    });
     Ok(StatusReport {
+        workspace,
         egress_table: crate::supervised::last_table(&sb),
         evidence: (host, readout.records.len() - host, readout.damaged.len()),
         sb,

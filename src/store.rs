@@ -205,12 +205,20 @@ pub struct BoxStore {
 const PARTIAL_PREFIX: &str = ".creating-";
 
 impl BoxStore {
-    /// The store of the repository containing `cwd`.
+    /// The store of the repository containing `cwd`. A `cwd` inside a box (or anywhere under
+    /// `.git/.h5i/`) gives the store of the parent that owns it, found by path: nothing the box
+    /// wrote is read (see [`crate::git::find_common_dir`]).
     pub fn discover(cwd: &Path) -> Result<Self, BoxError> {
-        let (repo_root, common_dir) =
-            crate::git::find_common_dir(cwd).ok_or_else(|| BoxError::NotARepo {
+        use crate::git::Discovery;
+        let (repo_root, common_dir) = crate::git::find_common_dir(cwd).map_err(|d| match d {
+            Discovery::NotARepo => BoxError::NotARepo {
                 cwd: cwd.to_path_buf(),
-            })?;
+            },
+            Discovery::UntrustedOwner { owner } => BoxError::UntrustedStore {
+                cwd: cwd.to_path_buf(),
+                owner,
+            },
+        })?;
         Ok(BoxStore {
             repo_root,
             common_dir,

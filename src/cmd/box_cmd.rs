@@ -1,4 +1,7 @@
 //! `h5i box ...`: parse, call the library, print.
+//!
+//! Every line printed here passes through `h5i::escape` (`say!`, `warn!`): names, paths,
+//! manifest fields, argv, service output and git's words can all be a box's choice.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,6 +12,23 @@ use clap::{Args, Subcommand};
 use h5i::create::{CreateRequest, SourceRequest};
 use h5i::store::BoxStore;
 use h5i_policy::ResolveRequest;
+
+/// The longest log line shown as one line; longer lines continue on the next.
+const LOG_LINE_MAX: usize = 16 << 10;
+
+/// Print one line to stdout through the one escaper.
+macro_rules! say {
+    ($($t:tt)*) => {
+        println!("{}", h5i::escape::escape_controls(&format!($($t)*)))
+    };
+}
+
+/// Print one line to stderr through the one escaper.
+macro_rules! warn {
+    ($($t:tt)*) => {
+        eprintln!("{}", h5i::escape::escape_controls(&format!($($t)*)))
+    };
+}
 
 /// A refusal of `box run` before the command started (exit 125, so it cannot be mistaken for the
 /// command's own exit code).
@@ -224,12 +244,17 @@ enum ServiceVerb {
         /// The box.
         name: String,
     },
-    /// A service's stdout and stderr.
+    /// A service's stdout and stderr, with control characters and escape sequences shown as
+    /// text (the box wrote them).
     Logs {
         /// The box.
         name: String,
         /// The service.
         service: String,
+        /// Copy the log's bytes as they are, escape sequences included (they reach your
+        /// terminal: a box can set its title, write its clipboard, clear it).
+        #[arg(long)]
+        raw: bool,
     },
     /// Stop a running service; returns once its exit is recorded.
     Stop {
@@ -285,15 +310,15 @@ fn do_create(req: CreateRequest) -> anyhow::Result<i32> {
     let store = store()?;
     let sb = h5i::create::create(&store, &req, &h5i::probe::host_tiers())?;
     let m = &sb.manifest;
-    println!(
+    say!(
         "created box {} ({}, tier {})",
         m.name,
         m.source.label(),
         m.tier
     );
-    println!("  base      {} (pinned as {})", m.base, m.base_ref);
-    println!("  policy    {}", m.policy_digest);
-    println!("  workspace {}", sb.paths.workspace().display());
+    say!("  base      {} (pinned as {})", m.base, m.base_ref);
+    say!("  policy    {}", m.policy_digest);
+    say!("  workspace {}", sb.paths.workspace().display());
     Ok(0)
 }
 
@@ -317,11 +342,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         BoxVerb::Ls => {
             let boxes = store()?.list()?;
             if boxes.is_empty() {
-                println!("no boxes on this clone (create one with `h5i box .`)");
+                say!("no boxes on this clone (create one with `h5i box .`)");
             }
             for sb in boxes {
                 let m = &sb.manifest;
-                println!(
+                say!(
                     "{:<24} {:<8} {:<10} {:<8} {} {}",
                     m.name,
                     m.state.as_str(),
@@ -339,24 +364,22 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             print_status(&report);
             if report.policy.tier == h5i_policy::Tier::Container {
                 for line in h5i::container::evidence::status_lines(&report.sb) {
-                    println!("{line}");
+                    say!("{line}");
                 }
             }
             let services = h5i::service::status(&store, &name)?;
             if !services.is_empty() {
-                println!("services");
+                say!("services");
                 for s in &services {
-                    println!("  {}", service_line(s));
+                    say!("  {}", service_line(s));
                 }
             }
             Ok(0)
         }
         BoxVerb::Capabilities { name, json: _ } => {
             let report = h5i::status::status(&store()?, &name)?;
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&h5i::status::capabilities_json(&report))?
-            );
+            let json = serde_json::to_string_pretty(&h5i::status::capabilities_json(&report))?;
+            println!("{}", h5i::escape::json(&json));
             Ok(0)
         }
         BoxVerb::Run { name, argv } => {
@@ -367,7 +390,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             match h5i::run::run(&store, &name, &argv) {
                 Ok(outcome) => {
                     if outcome.exit.timed_out {
-                        eprintln!(
+                        warn!(
                             "h5i: box {name}: the wall-clock limit killed the command (receipt {})",
                             outcome.receipt_seq
                         );
@@ -377,7 +400,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 Err(h5i::error::BoxError::Supervise(
                     h5i_runtime::supervise::SuperviseError::Spawn { program, source },
                 )) => {
-                    eprintln!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
+                    warn!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
                     Ok(if source.kind() == std::io::ErrorKind::NotFound {
                         127
                     } else {
@@ -393,7 +416,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             match h5i::shell::shell(&store()?, &name, &argv) {
                 Ok(outcome) => {
                     if outcome.exit.timed_out {
-                        eprintln!(
+                        warn!(
                             "h5i: box {name}: the wall-clock limit ended the session (receipt {})",
                             outcome.receipt_seq
                         );
@@ -404,7 +427,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     program,
                     source,
                 }))) => {
-                    eprintln!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
+                    warn!("h5i: refusing: could not start `{program}` in box {name}: {source}; to fix: check the command exists inside the box");
                     Ok(if source.kind() == std::io::ErrorKind::NotFound {
                         127
                     } else {
@@ -413,7 +436,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 }
                 Err(ShellError::Box(e)) => Err(RunRefused(e).into()),
                 Err(e @ ShellError::Pty(_)) => {
-                    eprintln!("h5i: {e}");
+                    warn!("h5i: {e}");
                     Ok(125)
                 }
             }
@@ -441,25 +464,21 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     skip_secret_check,
                 },
             )?;
-            println!("exported box {name} to {}", out.display());
+            say!("exported box {name} to {}", out.display());
             if let Some(change) = &s.policy_change {
-                // Box-written text (paths, profile names, service commands) through the escaper.
-                println!(
-                    "  POLICY CHANGE {}; report.md lists it first",
-                    h5i::export::gate::escape_controls(&format!(
-                        "{} ({})",
-                        change.paths.join(", "),
-                        change.summary()
-                    ))
+                say!(
+                    "  POLICY CHANGE {} ({}); report.md lists it first",
+                    change.paths.join(", "),
+                    change.summary()
                 );
             }
-            println!("  patch.diff   {} file(s) changed", s.files_changed);
+            say!("  patch.diff   {} file(s) changed", s.files_changed);
             for e in &s.excluded {
-                println!("  excluded     {} ({})", e.path, e.reason);
+                say!("  excluded     {} ({})", e.path, e.reason);
             }
-            println!("  report.md    read it before applying");
-            println!("  receipt.json {} record(s)", s.records);
-            println!("apply with: git apply --3way {}/patch.diff", out.display());
+            say!("  report.md    read it before applying");
+            say!("  receipt.json {} record(s)", s.records);
+            say!("apply with: git apply --3way {}/patch.diff", out.display());
             Ok(0)
         }
         BoxVerb::Apply {
@@ -475,33 +494,34 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     skip_secret_check,
                 },
             )?;
-            println!(
+            say!(
                 "applied box {name}: commit {} merged into {}",
-                a.commit, a.branch
+                a.commit,
+                a.branch
             );
             Ok(0)
         }
         BoxVerb::Rebase { name } => {
             let r = h5i::rebase::rebase(&store()?, &name)?;
-            println!("rebased box {name}: base {} -> {}", r.from, r.to);
+            say!("rebased box {name}: base {} -> {}", r.from, r.to);
             Ok(0)
         }
         BoxVerb::Abort { name } => {
             h5i::lifecycle::abort(&store()?, &name)?;
-            println!("aborted box {name}; its manifest, receipts and workspace are kept (h5i box rm {name} removes them)");
+            say!("aborted box {name}; its manifest, receipts and workspace are kept (h5i box rm {name} removes them)");
             Ok(0)
         }
         BoxVerb::Rm { name, force } => {
             h5i::lifecycle::rm(&store()?, &name, force)?;
-            println!("removed box {name}");
+            say!("removed box {name}");
             Ok(0)
         }
         BoxVerb::Gc => {
             let r = h5i::lifecycle::gc(&store()?)?;
             for n in &r.reclaimed {
-                println!("reclaimed the workspace of {n}");
+                say!("reclaimed the workspace of {n}");
             }
-            println!(
+            say!(
                 "gc: {} workspace(s) reclaimed, {} leftover(s) of interrupted commands removed",
                 r.reclaimed.len(),
                 r.leftovers
@@ -510,9 +530,9 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Bundle { name, out, argv } => {
             let notes = h5i::process::write_bundle_for(&store()?, &name, &argv, &out)?;
-            println!("wrote {}/config.json and an empty rootfs/", out.display());
+            say!("wrote {}/config.json and an empty rootfs/", out.display());
             for m in notes.missing {
-                println!("  not mounted (missing on this host): {}", m.display());
+                say!("  not mounted (missing on this host): {}", m.display());
             }
             Ok(0)
         }
@@ -522,20 +542,24 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             let policy = h5i::store::load_policy(&sb)?;
             let checks = h5i::secrets::dry_run(&sb, &policy)?;
             if checks.is_empty() {
-                println!("box {name} declares no secrets");
+                say!("box {name} declares no secrets");
             }
             let mut missing = 0;
             for c in &checks {
                 match &c.fingerprint {
-                    Some(fp) => println!(
+                    Some(fp) => say!(
                         "{:<24} {:<32} inject={:<5} resolves  {fp}",
-                        c.name, c.source, c.inject
+                        c.name,
+                        c.source,
+                        c.inject
                     ),
                     None => {
                         missing += 1;
-                        println!(
+                        say!(
                             "{:<24} {:<32} inject={:<5} UNRESOLVED: a run would be refused",
-                            c.name, c.source, c.inject
+                            c.name,
+                            c.source,
+                            c.inject
                         )
                     }
                 }
@@ -550,21 +574,21 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 None => {
                     let entries = h5i::allow::list(&path)?;
                     if entries.is_empty() {
-                        println!(
+                        say!(
                             "no entries in {} (add one with `h5i box allow HOST`)",
                             path.display()
                         );
                     }
                     for e in entries {
-                        println!("{e}");
+                        say!("{e}");
                     }
                 }
                 Some(h) => match h5i::allow::add(&path, &h)? {
-                    (hp, true) => println!(
+                    (hp, true) => say!(
                         "allowed {hp} for boxes whose profile already sets net.egress ({})",
                         path.display()
                     ),
-                    (hp, false) => println!("{hp} is already allowed ({})", path.display()),
+                    (hp, false) => say!("{hp} is already allowed ({})", path.display()),
                 },
             }
             Ok(0)
@@ -573,15 +597,17 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         BoxVerb::Ports { name } => {
             let lines = h5i::service::ports(&store()?, &name)?;
             if lines.is_empty() {
-                println!("box {name} has no live service with a port (h5i box service start {name} SERVICE)");
+                say!("box {name} has no live service with a port (h5i box service start {name} SERVICE)");
             }
             for l in lines {
                 match l.host_port {
-                    Some(h) => println!(
+                    Some(h) => say!(
                         "127.0.0.1:{h} -> {}  ({}: {})",
-                        l.box_port, l.service, l.note
+                        l.box_port,
+                        l.service,
+                        l.note
                     ),
-                    None => println!("(none) -> {}  ({}: {})", l.box_port, l.service, l.note),
+                    None => say!("(none) -> {}  ({}: {})", l.box_port, l.service, l.note),
                 }
             }
             Ok(0)
@@ -592,7 +618,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         BoxVerb::Doctor { name } => {
             let checks = h5i::doctor::doctor(&store()?, &name)?;
             for c in &checks {
-                println!(
+                say!(
                     "{:<10} {:<4} {}",
                     c.what,
                     if c.ok { "ok" } else { "FAIL" },
@@ -603,7 +629,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Probe => {
             for line in h5i::probe::probe_lines() {
-                println!("  {}= {}", line.what, line.answer);
+                say!("  {}= {}", line.what, line.answer);
             }
             Ok(0)
         }
@@ -615,57 +641,69 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
         ServiceVerb::Start { name, service } => {
             let st = h5i::service::start(&store()?, &name, &service)?;
             let pid = st.pid.map(|p| p.pid).unwrap_or(0);
-            println!(
+            say!(
                 "started service {service} of box {name} (pid {pid}, tier {})",
                 st.tier
             );
             if let (Some(p), Some(h)) = (st.port, st.host_port) {
-                println!("  127.0.0.1:{h} -> {p}");
+                say!("  127.0.0.1:{h} -> {p}");
             }
             if let Some(n) = &st.port_note {
-                println!("  port: {n}");
+                say!("  port: {n}");
             }
-            println!("  logs: h5i box service logs {name} {service}");
+            say!("  logs: h5i box service logs {name} {service}");
             Ok(0)
         }
         ServiceVerb::Status { name } => {
             let all = h5i::service::status(&store()?, &name)?;
             if all.is_empty() {
-                println!("box {name} declares no services");
+                say!("box {name} declares no services");
             }
             for s in all {
-                println!("{}", service_line(&s));
+                say!("{}", service_line(&s));
             }
             Ok(0)
         }
-        ServiceVerb::Logs { name, service } => {
+        ServiceVerb::Logs { name, service, raw } => {
             let path = h5i::service::logs(&store()?, &name, &service)?;
-            match std::fs::File::open(&path) {
-                Ok(mut f) => {
-                    std::io::copy(&mut f, &mut std::io::stdout().lock())
-                        .with_context(|| format!("refusing: cannot read {}", path.display()))?;
+            let (dir, file) = (
+                path.parent().unwrap_or(std::path::Path::new("/")),
+                path.file_name().unwrap_or_default(),
+            );
+            match h5i::bounded::open_regular(dir, std::path::Path::new(file), u64::MAX) {
+                Ok((f, _)) => {
+                    let mut out = std::io::stdout().lock();
+                    let copied = if raw {
+                        warn!("h5i: warning: --raw copies the service's bytes as they are: escape sequences in them reach your terminal");
+                        std::io::copy(&mut { f }, &mut out).map(|_| ())
+                    } else {
+                        h5i::escape::stream(f, &mut out, LOG_LINE_MAX).map(|_| ())
+                    };
+                    copied.with_context(|| {
+                        format!("refusing: cannot read {}", path.display())
+                    })?;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    println!("service {service} of box {name} has not run yet (no log)");
+                Err(h5i::bounded::Skip::Missing) => {
+                    say!("service {service} of box {name} has not run yet (no log)");
                 }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e)
-                        .context(format!("refusing: cannot read {}", path.display())))
-                }
+                Err(skip) => anyhow::bail!(
+                    "refusing: the log {} is {skip}; to fix: `h5i box service stop {name} {service}` and start it again",
+                    path.display()
+                ),
             }
             Ok(0)
         }
         ServiceVerb::Stop { name, service } => {
             let st = h5i::service::stop(&store()?, &name, &service)?;
             match &st.exit {
-                Some(e) => println!(
+                Some(e) => say!(
                     "stopped service {service} of box {name}: exit {}{}",
                     e.passthrough_code(),
                     st.receipt_seq
                         .map(|q| format!(" (receipt {q})"))
                         .unwrap_or_default()
                 ),
-                None => println!("stopped service {service} of box {name}"),
+                None => say!("stopped service {service} of box {name}"),
             }
             Ok(0)
         }
@@ -674,22 +712,23 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
 
 fn print_status(s: &h5i::status::StatusReport) {
     let m = &s.sb.manifest;
-    println!("box        {} ({})", m.name, m.state.as_str());
-    println!("source     {}", m.source.label());
-    println!("base       {} (pinned as {})", m.base, m.base_ref);
+    say!("box        {} ({})", m.name, m.state.as_str());
+    say!("source     {}", m.source.label());
+    say!("base       {} (pinned as {})", m.base, m.base_ref);
     let how = if s.policy.tier_choice.auto {
         "auto: the strongest tier this host could run for this policy"
     } else {
         s.policy.tier_choice.source.as_str()
     };
-    println!("tier       {} (chosen by {how})", m.tier);
-    println!(
+    say!("tier       {} (chosen by {how})", m.tier);
+    say!(
         "policy     {} profile {} (verified against policy.digest)",
-        m.policy_digest, s.policy.profile
+        m.policy_digest,
+        s.policy.profile
     );
-    println!("enforced");
+    say!("enforced");
     for e in &s.enforcement {
-        println!(
+        say!(
             "  {:<13}{}{}",
             e.what,
             e.asked,
@@ -697,37 +736,57 @@ fn print_status(s: &h5i::status::StatusReport) {
         );
     }
     if let Some(why) = &s.unenforced_reason {
-        println!("  * {why}");
+        say!("  * {why}");
     }
     for e in s.enforcement.iter().filter(|e| !e.enforced) {
         if let Some(note) = &e.note {
-            println!("  * {}: {note}", e.what);
+            say!("  * {}: {note}", e.what);
         }
     }
     if let Some(t) = &s.egress_table {
-        println!(
+        say!(
             "egress table loaded by the last supervised run ({})",
             t.digest
         );
         if t.rules.is_empty() {
-            println!("  (none: every destination refused)");
+            say!("  (none: every destination refused)");
         }
         for r in &t.rules {
-            println!("  {}:{} -> {}", r.host, r.port, r.addrs.join(", "));
+            say!("  {}:{} -> {}", r.host, r.port, r.addrs.join(", "));
         }
     }
     let (host, claimed, damaged) = s.evidence;
-    println!("evidence   {host} host-observed, {claimed} box-claimed record(s), {damaged} damaged line(s)");
+    say!("evidence   {host} host-observed, {claimed} box-claimed record(s), {damaged} damaged line(s)");
     if let Some((seq, argv, code)) = &s.last_run {
-        println!("last run   #{seq} `{}` exit {code}", argv.join(" "));
+        say!("last run   #{seq} `{}` exit {code}", argv.join(" "));
+    }
+    match &s.workspace {
+        None => say!("workspace  reclaimed"),
+        Some(Err(why)) => say!("workspace  not scanned: it is {why}"),
+        Some(Ok(scan)) if scan.found.is_empty() && scan.stopped.is_empty() => say!(
+            "workspace  no set-id, fifo, socket or device file ({} entries scanned)",
+            scan.entries
+        ),
+        Some(Ok(scan)) => {
+            say!(
+                "workspace  {} entries scanned; found (never opened):",
+                scan.entries
+            );
+            for line in scan.lines() {
+                say!("  {line}");
+            }
+            if scan.setid().next().is_some() {
+                say!("  * a set-id file runs as its owner for anyone who can reach it; to fix: `chmod ug-s` it, and never run it");
+            }
+        }
     }
     match &s.drift {
-        Some((b, 0)) => println!("base drift none: `{b}` is at the pinned base"),
-        Some((b, n)) => println!(
+        Some((b, 0)) => say!("base drift none: `{b}` is at the pinned base"),
+        Some((b, n)) => say!(
             "base drift `{b}` is {n} commit(s) ahead of the pinned base (h5i box rebase {})",
             m.name
         ),
-        None => println!("base drift n/a (no parent branch)"),
+        None => say!("base drift n/a (no parent branch)"),
     }
 }
 
@@ -735,8 +794,8 @@ fn print_log(store: &BoxStore, name: &str) -> anyhow::Result<()> {
     let sb = store.find(name)?;
     for ev in h5i::events::read(&sb.paths)? {
         match ev {
-            Ok(e) => println!("{} {:<9} {}", e.at_ms, e.event, e.detail),
-            Err(line) => println!("(unreadable event line: {})", line.escape_debug()),
+            Ok(e) => say!("{} {:<9} {}", e.at_ms, e.event, e.detail),
+            Err(line) => say!("(unreadable event line: {line})"),
         }
     }
     let readout = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts()).read()?;
@@ -748,18 +807,18 @@ fn print_log(store: &BoxStore, name: &str) -> anyhow::Result<()> {
             ..
         } = &r.body
         {
-            println!(
+            say!(
                 "receipt #{} [{}] `{}` exit {} ({} ms)",
                 r.seq,
                 r.lane.as_str(),
-                argv.join(" ").escape_debug(),
+                argv.join(" "),
                 exit.passthrough_code(),
                 wall_ms
             );
         }
     }
     for d in &readout.damaged {
-        println!("receipt log line {}: {}", d.line, d.problem);
+        say!("receipt log line {}: {}", d.line, d.problem);
     }
     Ok(())
 }

@@ -34,6 +34,8 @@ use h5i_broker::redact::Redactor;
 use serde::Serialize;
 
 use super::ExportError;
+pub use crate::escape::escape_controls;
+use crate::escape::is_control;
 use crate::snapshot::{mode, Seen, Snapshot, SnapshotObjects, TakeOptions, Verdict};
 
 /// How many symlinks a target may pass through before it is called a loop (Linux's own limit).
@@ -628,11 +630,6 @@ pub fn name_problem(name: &[u8], symlink: bool) -> Option<&'static str> {
 }
 
 /// Control characters a terminal acts on, and the Unicode ones that reorder or hide text.
-fn is_control(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-}
-
 fn has_control(bytes: &[u8]) -> bool {
     bytes.iter().any(|b| *b < 0x20 || *b == 0x7f)
         || String::from_utf8_lossy(bytes).chars().any(is_control)
@@ -736,25 +733,6 @@ fn symlink_problem(
 pub fn display_text(redactor: &Redactor, bytes: &[u8]) -> String {
     let (redacted, _) = redactor.redact(&String::from_utf8_lossy(bytes));
     escape_controls(&redacted)
-}
-
-/// Replace every control character (and Unicode reordering mark) with a visible escape.
-pub fn escape_controls(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        if is_control(c) {
-            match c {
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
-                c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-                c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 struct PatchCounts {

@@ -1,0 +1,526 @@
+//! Host verbs never trust what a box wrote (issue 13, findings 1 and 3; issue 12's set-id
+//! report), asserted with real process-tier boxes, as root and as the unprivileged `h5i-test`:
+//!
+//! - discovery: run from inside a workspace where the box planted a fake store (a config with
+//!   a `filter.x.clean` driver, attributes applying it, forged manifests full of escape
+//!   sequences), `h5i box diff/ls/status/rm/doctor` resolve to the parent's store: the planted
+//!   program never runs (its marker file stays absent) and nothing forged is printed raw;
+//! - bounded reads: two sparse 2 GiB files, a `/dev/zero` symlink, fifos (over a tracked file,
+//!   at `.git/objects/info/alternates`, as a `.gitignore`) under `diff`, `status`, `doctor`,
+//!   `rm` and `log`: each returns within 60 s (a child killed on timeout) with its peak RSS (the
+//!   kernel's `wait4` account, git children included) under 200 MB, and names what it skipped;
+//! - a set-id file the box holds is named by `status`, `doctor`, `diff` and `rm`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use common::{stderr, stdout, Repo};
+
+const TIMEOUT_MS: i32 = 60_000;
+const RSS_CEILING_KB: i64 = 200 * 1024;
+
+/// What one bounded run of a verb gave.
+struct Bounded {
+    code: Option<i32>,
+    out: String,
+    peak_rss_kb: i64,
+    timed_out: bool,
+}
+
+/// Run `cmd` (stdout and stderr to files, so a full pipe cannot stall it) and wait for it on a
+/// pidfd with a timeout; on timeout it is killed. The peak RSS is `wait4`'s `ru_maxrss`, which
+/// covers the child and every descendant it waited for (the git processes h5i runs).
+fn run_bounded(mut cmd: Command) -> Bounded {
+    let out = tempfile::tempfile().unwrap();
+    let err = out.try_clone().unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err);
+    // Its own process group, so a timeout kills h5i and its git children together.
+    cmd.process_group(0);
+    let child = cmd.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    assert!(raw >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+    // SAFETY: raw was just returned by pidfd_open and is owned here.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut pfd = libc::pollfd {
+        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: pfd is one valid pollfd.
+    let ready = unsafe { libc::poll(&mut pfd, 1, TIMEOUT_MS) };
+    let timed_out = ready == 0;
+    if timed_out {
+        // SAFETY: signalling the child's own process group.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our unwaited child; status and usage point to writable memory.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    std::mem::forget(child);
+    let mut text = String::new();
+    let mut f = out;
+    std::io::Seek::rewind(&mut f).unwrap();
+    std::io::Read::read_to_string(&mut f, &mut text).unwrap();
+    Bounded {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        out: text,
+        peak_rss_kb: usage.ru_maxrss,
+        timed_out,
+    }
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Who runs h5i: root in the test's own repository, or `h5i-test` in a repository it owns,
+/// with its own copies of the binaries (the build tree may be out of its reach).
+enum Caller {
+    Root(Repo),
+    User {
+        _dir: tempfile::TempDir,
+        repo: PathBuf,
+        h5i: PathBuf,
+        uid: u32,
+    },
+}
+
+impl Caller {
+    fn root() -> Caller {
+        Caller::Root(Repo::new())
+    }
+
+    fn user() -> Caller {
+        let id = Command::new("id")
+            .args(["-u", "h5i-test"])
+            .output()
+            .unwrap();
+        assert!(
+            id.status.success(),
+            "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
+        );
+        let uid: u32 = stdout(&id).trim().parse().unwrap();
+        common::delegate_cgroup_to(uid);
+        let dir = tempfile::Builder::new()
+            .prefix("h5i-hostile")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let built = Path::new(common::H5I).parent().unwrap();
+        for b in ["h5i", "h5i-runc", "h5i-hook"] {
+            std::fs::copy(built.join(b), bin.join(b)).unwrap();
+        }
+        let repo = dir.path().join("repo");
+        std::fs::create_dir(&repo).unwrap();
+        let c = Caller::User {
+            h5i: bin.join("h5i"),
+            repo,
+            uid,
+            _dir: dir,
+        };
+        let Caller::User { _dir, .. } = &c else {
+            unreachable!()
+        };
+        assert!(Command::new("chown")
+            .args(["-R", "h5i-test:h5i-test"])
+            .arg(_dir.path())
+            .status()
+            .unwrap()
+            .success());
+        let out = c
+            .sh("git init -q -b main . && echo hello > README.md && mkdir src && echo one > src/lib.txt \
+                 && git add -A && git -c user.name=u -c user.email=u@example.invalid commit -qm initial")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        c
+    }
+
+    fn repo(&self) -> &Path {
+        match self {
+            Caller::Root(r) => r.path(),
+            Caller::User { repo, .. } => repo,
+        }
+    }
+
+    /// `sh -c script` in `dir` as the caller.
+    fn sh_in(&self, dir: &Path, script: &str) -> Command {
+        match self {
+            Caller::Root(_) => {
+                let mut c = Command::new("sh");
+                c.args(["-c", script]).current_dir(dir);
+                c
+            }
+            Caller::User { uid, .. } => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "h5i-test", "--", "env"])
+                    .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+                    .args(["HOME=/tmp", "sh", "-c", script])
+                    .current_dir(dir);
+                c
+            }
+        }
+    }
+
+    fn sh(&self, script: &str) -> Command {
+        self.sh_in(self.repo(), script)
+    }
+
+    /// `h5i args...` in `dir` as the caller.
+    fn h5i_in(&self, dir: &Path, args: &[&str]) -> Command {
+        let h5i = match self {
+            Caller::Root(_) => PathBuf::from(common::H5I),
+            Caller::User { h5i, .. } => h5i.clone(),
+        };
+        let mut c = match self {
+            Caller::Root(_) => Command::new(h5i),
+            Caller::User { uid, .. } => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", "h5i-test", "--", "env"])
+                    .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+                    .arg("HOME=/tmp")
+                    .arg(h5i);
+                c
+            }
+        };
+        for k in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
+            c.env_remove(k);
+        }
+        c.args(args).current_dir(dir);
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.h5i_in(self.repo(), args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "h5i {args:?}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        stdout(&out)
+    }
+
+    /// `sh -c script` inside the box.
+    fn in_box(&self, name: &str, script: &str) {
+        let out = self
+            .h5i_in(self.repo(), &["box", "run", name, "--", "sh", "-c", script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "in box {name}: {script}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+    }
+
+    fn box_dir(&self, name: &str) -> PathBuf {
+        self.repo().join(".git/.h5i/env/none").join(name)
+    }
+
+    fn workspace(&self, name: &str) -> PathBuf {
+        self.box_dir(name).join("workspace")
+    }
+
+    fn base(&self, name: &str) -> String {
+        let m: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(self.box_dir(name).join("manifest.json")).unwrap(),
+        )
+        .unwrap();
+        m["base"].as_str().unwrap().to_string()
+    }
+}
+
+/// Bytes that must never reach a terminal raw: ESC, BEL, the C1 CSI/OSC (as UTF-8), RLO.
+fn assert_nothing_raw(what: &str, text: &str) {
+    for bad in ['\u{1b}', '\u{7}', '\u{9b}', '\u{9d}', '\u{202e}'] {
+        assert!(
+            !text.contains(bad),
+            "{what}: printed U+{:04X} raw:\n{}",
+            bad as u32,
+            text.escape_debug()
+        );
+    }
+}
+
+fn discovery_from_inside_a_workspace(c: &Caller) {
+    c.ok(&["box", "create", "p1", "--isolation", "process"]);
+    let ws = c.workspace("p1");
+    let base = c.base("p1");
+    let marker_dir = tempfile::Builder::new()
+        .prefix("h5i-marker")
+        .tempdir_in("/tmp")
+        .unwrap();
+    // The planted program, run as whoever runs h5i, would leave this behind.
+    let marker = marker_dir.path().join("RAN");
+    std::fs::set_permissions(
+        marker_dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let run = format!("sh -c 'touch {}; cat'", marker.display());
+    let manifest = serde_json::json!({
+        "v": 1,
+        "name": "p1\u{1b}]0;pwned\u{7}",
+        "agent": "none\u{1b}[2J",
+        "created_ms": 1,
+        "source": {"kind": "clone", "url": "\u{1b}]52;c;aGk=\u{7}\u{9b}31m\u{202e}"},
+        "base": base,
+        "base_ref": "refs/h5i/boxes/p1/base",
+        "store": ws.join(".git"),
+        "branch": "h5i/p1",
+        "state": "active",
+        "tier": "process\u{1b}[31m",
+        "policy_digest": "sha256:\u{1b}[1A",
+    });
+    let fake = ".git/.h5i/env/none/p1";
+    let script = format!(
+        r#"set -e
+        git config filter.x.clean "{run}"
+        git config filter.x.smudge "{run}"
+        git config filter.x.required true
+        git config diff.x.textconv "{run}"
+        git config merge.x.driver "{run}"
+        git config core.fsmonitor "{run}"
+        git config -f evil.cfg filter.y.clean "{run}"
+        git config include.path "$PWD/evil.cfg"
+        printf '* filter=x diff=x merge=x\nREADME.md filter=y\n' > .gitattributes
+        mkdir -p .git/info {fake}/workspace {fake}/scratch
+        printf '* filter=x diff=x merge=x\n' > .git/info/attributes
+        echo changed >> README.md
+        echo new > {fake}/workspace/f
+        cat > {fake}/manifest.json <<'EOM'
+{manifest}
+EOM
+        "#
+    );
+    c.in_box("p1", &script);
+    let deep = ws.join(fake);
+    for cwd in [ws.clone(), deep.clone(), c.box_dir("p1")] {
+        for verb in [
+            &["box", "diff", "p1"][..],
+            &["box", "ls"],
+            &["box", "status", "p1"],
+            &["box", "doctor", "p1"],
+            &["box", "rm", "p1"],
+        ] {
+            let out = c.h5i_in(&cwd, verb).output().unwrap();
+            let text = format!("{}{}", stdout(&out), stderr(&out));
+            eprintln!("h5i {verb:?} from {}:\n{text}", cwd.display());
+            assert!(
+                !marker.exists(),
+                "h5i {verb:?} from {} ran the box's planted program:\n{text}",
+                cwd.display()
+            );
+            assert_nothing_raw(&format!("h5i {verb:?} from {}", cwd.display()), &text);
+            if verb[1] == "ls" {
+                // The parent's store: its one box, by its real name.
+                assert!(
+                    text.lines()
+                        .any(|l| l.split_whitespace().next() == Some("p1")),
+                    "{text}"
+                );
+            }
+            if verb[1] == "rm" {
+                assert_eq!(
+                    out.status.code(),
+                    Some(1),
+                    "rm from {} must refuse: {text}",
+                    cwd.display()
+                );
+            }
+        }
+    }
+    // The real box's diff shows the box's change, through the parent's store.
+    let out = c.h5i_in(&ws, &["box", "diff", "p1"]).output().unwrap();
+    assert!(
+        stdout(&out).contains("+changed"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(!marker.exists());
+}
+
+#[test]
+fn discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing() {
+    if !is_root() {
+        eprintln!("skipped: discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing needs root (process tier as root)");
+        return;
+    }
+    discovery_from_inside_a_workspace(&Caller::root());
+}
+
+#[test]
+fn discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing_as_the_test_user() {
+    if !is_root() {
+        eprintln!("skipped: ..._as_the_test_user needs root to switch to h5i-test");
+        return;
+    }
+    discovery_from_inside_a_workspace(&Caller::user());
+}
+
+/// Every verb that reads a workspace, bounded; `expect` names what each one's output must
+/// mention.
+fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
+    for (verb, needles) in expect {
+        let args: Vec<&str> = match *verb {
+            "diff" | "status" | "doctor" | "log" | "rm" => vec!["box", verb, name],
+            other => panic!("{other}"),
+        };
+        let b = run_bounded(c.h5i_in(c.repo(), &args));
+        assert!(
+            !b.timed_out,
+            "h5i box {verb} hung (killed after 60 s):\n{}",
+            b.out
+        );
+        assert!(
+            b.peak_rss_kb < RSS_CEILING_KB,
+            "h5i box {verb}: peak RSS {} MB (ceiling {} MB)\n{}",
+            b.peak_rss_kb / 1024,
+            RSS_CEILING_KB / 1024,
+            b.out
+        );
+        assert!(
+            b.code.is_some(),
+            "h5i box {verb} died by a signal:\n{}",
+            b.out
+        );
+        eprintln!(
+            "h5i box {verb}: exit {:?}, peak RSS {} KB",
+            b.code, b.peak_rss_kb
+        );
+        for n in *needles {
+            assert!(
+                b.out.contains(n),
+                "h5i box {verb} does not name `{n}`:\n{}",
+                b.out
+            );
+        }
+        assert_nothing_raw(&format!("h5i box {verb}"), &b.out);
+        if *verb == "rm" {
+            assert_eq!(
+                b.code,
+                Some(1),
+                "rm must refuse a box holding unread changes:\n{}",
+                b.out
+            );
+            assert!(c.box_dir(name).exists());
+        }
+    }
+}
+
+fn sparse_giants_dev_zero_and_fifos(c: &Caller) {
+    c.ok(&["box", "create", "hb", "--isolation", "process"]);
+    c.in_box(
+        "hb",
+        "set -e; truncate -s 2G big1 big2; ln -s /dev/zero zero; rm README.md; mkfifo README.md fifo",
+    );
+    // A set-id copy of a program, as a box on an older h5i (or a container tier) could leave.
+    let ws = c.workspace("hb");
+    let out = c
+        .sh_in(&ws, "cp /bin/true suid-true && chmod 6755 suid-true")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    every_verb_bounded(
+        c,
+        "hb",
+        &[
+            (
+                "diff",
+                &[
+                    "big1: 2147483648 bytes, over the",
+                    "README.md: a fifo",
+                    "suid-true: set-id file (mode 6755)",
+                ],
+            ),
+            (
+                "status",
+                &[
+                    "suid-true: set-id file (mode 6755)",
+                    "README.md: a fifo",
+                    "fifo: a fifo",
+                ],
+            ),
+            ("doctor", &["set-id", "suid-true"]),
+            ("rm", &["big2: 2147483648 bytes", "suid-true: set-id"]),
+            ("log", &[]),
+        ],
+    );
+
+    // alternates: a symlink to /dev/zero, then a fifo; then a fifo where git reads ignore rules.
+    c.in_box(
+        "hb",
+        "set -e; rm .git/objects/info/alternates; ln -s /dev/zero .git/objects/info/alternates",
+    );
+    every_verb_bounded(
+        c,
+        "hb",
+        &[
+            (
+                "doctor",
+                &["alternates is a symbolic link (never followed)"],
+            ),
+            ("diff", &["big1"]),
+            ("status", &["suid-true"]),
+            ("rm", &["big1"]),
+            ("log", &[]),
+        ],
+    );
+    c.in_box(
+        "hb",
+        "set -e; rm .git/objects/info/alternates; mkfifo .git/objects/info/alternates .gitignore",
+    );
+    every_verb_bounded(
+        c,
+        "hb",
+        &[
+            ("doctor", &["alternates is a fifo, not a regular file"]),
+            ("diff", &[".gitignore: a file git reads, but a fifo"]),
+            (
+                "status",
+                &[
+                    ".gitignore: a file git reads, but a fifo",
+                    ".git/objects/info/alternates: a fifo",
+                ],
+            ),
+            ("rm", &[".gitignore"]),
+            ("log", &[]),
+        ],
+    );
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_under_every_verb() {
+    if !is_root() {
+        eprintln!("skipped: sparse_giants_..._under_every_verb needs root (process tier as root)");
+        return;
+    }
+    sparse_giants_dev_zero_and_fifos(&Caller::root());
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_as_the_test_user() {
+    if !is_root() {
+        eprintln!("skipped: ..._as_the_test_user needs root to switch to h5i-test");
+        return;
+    }
+    sparse_giants_dev_zero_and_fifos(&Caller::user());
+}
