@@ -64,6 +64,10 @@ pub fn snapshot_bounded(sb: &StoredBox) -> Result<(Snapshot, Unread), BoxError> 
                 format!("{size} bytes, over the {cap} byte cap (never read)"),
             ),
             Seen::Special { path, kind } => (path, format!("a {kind} (never opened)")),
+            Seen::SetId { path, mode } => (
+                path,
+                format!("set-user-id or set-group-id, mode {mode:o} (never read)"),
+            ),
             Seen::Unreadable { path, error } => (path, format!("unreadable: {error}")),
             Seen::NestedRepository { path } => {
                 (path, "a nested repository (never staged)".to_string())

@@ -378,9 +378,13 @@ fn discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing_as_the_te
 /// Every verb that reads a workspace, bounded; `expect` names what each one's output must
 /// mention.
 fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
+    let out = c.repo().join("hostile-export").display().to_string();
     for (verb, needles) in expect {
         let args: Vec<&str> = match *verb {
-            "diff" | "status" | "doctor" | "log" | "rm" => vec!["box", verb, name],
+            "diff" | "status" | "doctor" | "log" | "rm" | "apply" | "rebase" => {
+                vec!["box", verb, name]
+            }
+            "export" => vec!["box", "export", name, "--out", &out],
             other => panic!("{other}"),
         };
         let b = run_bounded(c.h5i_in(c.repo(), &args));
@@ -421,6 +425,14 @@ fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
                 b.out
             );
             assert!(c.box_dir(name).exists());
+        }
+        if matches!(*verb, "export" | "apply" | "rebase") {
+            assert_eq!(
+                b.code,
+                Some(1),
+                "{verb} must refuse a tree git would block on:\n{}",
+                b.out
+            );
         }
     }
 }
@@ -503,6 +515,9 @@ fn sparse_giants_dev_zero_and_fifos(c: &Caller) {
             ),
             ("rm", &[".gitignore"]),
             ("log", &[]),
+            ("export", &[".gitignore: a file git reads, but a fifo"]),
+            ("apply", &[".gitignore: a file git reads, but a fifo"]),
+            ("rebase", &[".gitignore: a file git reads, but a fifo"]),
         ],
     );
 }

@@ -232,6 +232,15 @@ impl<'r> ExportGate<'r> {
         base: &str,
         objects: SnapshotObjects,
     ) -> Result<Snapshot, ExportError> {
+        // git reads .gitignore and friends itself while listing the tree; a fifo there would
+        // hang it, so those are checked from directory fds before git starts.
+        if let Ok(scan) = crate::bounded::scan_tree(workspace, self.caps.per_file) {
+            if let Some(f) = scan.blocks_git().next() {
+                return Err(ExportError::GitWouldBlock {
+                    what: format!("{}: {}", crate::escape::bytes(&f.path), f.what),
+                });
+            }
+        }
         let (mut found, skip, walked_setid) = walk_workspace(workspace)?;
         let mut inspected = HashSet::new();
         let mut setid: Vec<String> = walked_setid

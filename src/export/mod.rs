@@ -89,6 +89,14 @@ pub enum ExportError {
         /// The paths, for display (redacted, control characters escaped).
         paths: Vec<String>,
     },
+    /// A file git itself reads while listing the tree (`.gitignore`, `.gitattributes`,
+    /// `.gitmodules`) is not a plain file within the cap: git would block on a fifo or read a
+    /// giant whole, so the snapshot is never started.
+    #[error("refusing: {what}, which git reads while listing the tree; to fix: replace it in the box with a plain file (or remove it), then retry")]
+    GitWouldBlock {
+        /// The path and what it is, escaped.
+        what: String,
+    },
     /// `receipt.json` could not be encoded.
     #[error("refusing: receipt.json could not be encoded: {0}; to fix: report this as an h5i bug")]
     Encode(serde_json::Error),
