@@ -22,6 +22,7 @@ pub mod error;
 pub mod events;
 pub mod export;
 pub mod git;
+pub mod identity;
 pub mod lifecycle;
 pub mod probe;
 pub mod process;

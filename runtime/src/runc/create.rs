@@ -16,7 +16,9 @@ use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
-use super::{cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, validate_id, Context, RuncError};
+use super::{
+    cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, stage, validate_id, Context, RuncError,
+};
 use crate::confine::executor::H5iExecutor;
 
 /// What `create` (and `run`) take.
@@ -69,10 +71,11 @@ fn create_prepared(
     bundle: &Path,
 ) -> Result<Container, RuncError> {
     let prepared = sidecar::prepare(&ctx.root, &opts.id, bundle)?;
-    let built = use_idmap_helpers(ctx, &opts.id, &prepared.bundle)
-        .and_then(|()| build(ctx, opts, prepared.bundle.clone()))
+    let built = stage_sources(ctx, &opts.id, &prepared.bundle)
+        .and_then(|bundle| use_idmap_helpers(ctx, &opts.id, &bundle).map(|()| bundle))
+        .and_then(|bundle| build(ctx, opts, bundle.clone()).map(|c| (c, bundle)))
         .and_then(
-            |mut container| match hold_readonly_cgroup(&prepared.bundle, &container) {
+            |(mut container, bundle)| match hold_readonly_cgroup(&bundle, &container) {
                 Ok(()) => Ok(container),
                 Err(e) => {
                     let _ = container.delete(true);
@@ -84,6 +87,24 @@ fn create_prepared(
         sidecar::cleanup(&ctx.root, &opts.id);
     }
     built
+}
+
+/// When the container's root is not host root (a user namespace, run by real root), reach its
+/// mount sources from here and name them by staged paths (see `stage`); returns the bundle
+/// libcontainer should read.
+fn stage_sources(ctx: &Context, id: &str, bundle: &Path) -> Result<PathBuf, RuncError> {
+    let config = bundle.join("config.json");
+    let mut spec = Spec::load(&config).map_err(|source| RuncError::Spec {
+        path: config,
+        source,
+    })?;
+    if !stage::needed(&spec, super::is_real_root()) {
+        return Ok(bundle.to_path_buf());
+    }
+    let entries = stage::plan(&mut spec, bundle, |p| p.exists());
+    let shadow = sidecar::write_staged(&ctx.root, id, bundle, &spec)?;
+    stage::enter(&entries)?;
+    Ok(shadow)
 }
 
 /// Put h5i-runc's own id-map helpers first on `PATH` when the spec needs them (see `idmap`).

@@ -167,6 +167,12 @@ fn write_shadow(
         path: config.clone(),
         source,
     })?;
+    link_entries(bundle, shadow)
+}
+
+/// Link every entry of `bundle` but `config.json` into `shadow`, so hooks that read bundle
+/// files still find them.
+fn link_entries(bundle: &Path, shadow: &Path) -> Result<(), RuncError> {
     let entries = std::fs::read_dir(bundle).map_err(RuncError::io("cannot read bundle", bundle))?;
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -178,6 +184,34 @@ fn write_shadow(
             .map_err(RuncError::io("cannot link bundle entry", &target))?;
     }
     Ok(())
+}
+
+/// Write `spec` (rewritten by `stage`) as the shadow bundle's `config.json` and return the
+/// shadow bundle. `bundle` is what `prepare` returned: the shadow itself (overwritten in
+/// place), or the caller's bundle (a shadow is made for it, removed with the sidecar).
+pub fn write_staged(
+    root: &Path,
+    id: &str,
+    bundle: &Path,
+    spec: &Spec,
+) -> Result<PathBuf, RuncError> {
+    let shadow = dir(root, id).join("bundle");
+    if bundle != shadow {
+        let sidecar = dir(root, id);
+        if sidecar.exists() {
+            std::fs::remove_dir_all(&sidecar)
+                .map_err(RuncError::io("cannot clear sidecar", &sidecar))?;
+        }
+        std::fs::create_dir_all(&shadow)
+            .map_err(RuncError::io("cannot create sidecar", &shadow))?;
+        link_entries(bundle, &shadow)?;
+    }
+    let config = shadow.join("config.json");
+    spec.save(&config).map_err(|source| RuncError::Spec {
+        path: config.clone(),
+        source,
+    })?;
+    Ok(shadow)
 }
 
 /// True when the process's supplementary groups are exactly its own primary gid.
