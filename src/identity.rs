@@ -288,6 +288,41 @@ fn unsafe_zeroed_passwd() -> libc::passwd {
     unsafe { std::mem::zeroed() }
 }
 
+/// Where a root caller's box hands a listener back to h5i (a createContainer hook that runs as
+/// the box's root, which cannot reach h5i's root-only runtime directory): `/run/h5i-handoff`
+/// (root's, 0711: traversable, not listable) / `<uid>` (the range's, 0700). Sockets in it are
+/// the range's, mode 0600 ([`crate::credentials::HandoffPlace`]). Only the box range's
+/// processes reach it, and those are boxes, which do not see `/run`.
+pub fn handoff_dir(uid: u32, gid: u32) -> Result<PathBuf, IdentityError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let top = Path::new("/run/h5i-handoff");
+    let dir = top.join(uid.to_string());
+    for (d, mode, owner) in [(top, 0o711, (0, 0)), (dir.as_path(), 0o700, (uid, gid))] {
+        let io_err = |what, source| IdentityError::Io {
+            what,
+            path: d.to_path_buf(),
+            source,
+        };
+        match std::fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => std::os::unix::fs::lchown(d, Some(owner.0), Some(owner.1))
+                .map_err(|e| io_err("give to the box's ids", e))?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io_err("create", e)),
+        }
+        let meta = std::fs::symlink_metadata(d).map_err(|e| io_err("inspect", e))?;
+        if !meta.is_dir() || meta.uid() != owner.0 || meta.mode() & 0o7777 != mode {
+            return Err(io_err(
+                "use",
+                io::Error::other(format!(
+                    "not a directory of uid {} with mode {mode:o}; remove it (h5i makes it again)",
+                    owner.0
+                )),
+            ));
+        }
+    }
+    Ok(dir)
+}
+
 /// What [`ensure`] changed, one line each (empty when nothing).
 pub type Changes = Vec<String>;
 
