@@ -407,3 +407,43 @@ fn a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files(
     let m = std::fs::metadata(r.box_dir("c")).unwrap();
     assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o700));
 }
+
+/// A box made before box identity (its trees root's, its directory 0755) is migrated at its
+/// next run: the workspace, HOME and spool are handed to the range, the directory made 0700,
+/// and the event log says so.
+#[test]
+fn a_box_made_before_box_identity_is_migrated_at_its_next_run() {
+    if !is_root() {
+        eprintln!("skipped: a_box_made_before_box_identity_is_migrated_at_its_next_run needs root");
+        return;
+    }
+    let (uid, gid, _) = range();
+    let r = Repo::new();
+    r.ok(&["box", "create", "old", "--isolation", "process"]);
+    let box_dir = r.box_dir("old");
+    for dir in ["workspace", "home", "spool"] {
+        let st = Command::new("chown")
+            .args(["-R", "0:0"])
+            .arg(box_dir.join(dir))
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    std::fs::set_permissions(&box_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(&r, "old", &["sh", "-c", "echo again > README.md"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for p in [
+        "workspace",
+        "workspace/README.md",
+        "workspace/.git/HEAD",
+        "home",
+        "spool",
+    ] {
+        let m = std::fs::symlink_metadata(box_dir.join(p)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (uid, gid), "{p}");
+    }
+    let m = std::fs::metadata(&box_dir).unwrap();
+    assert_eq!(m.mode() & 0o7777, 0o700);
+    let events = std::fs::read_to_string(box_dir.join("events.jsonl")).unwrap();
+    assert!(events.contains("made before box identity"), "{events}");
+}
