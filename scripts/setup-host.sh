@@ -123,6 +123,27 @@ for f in /etc/subuid /etc/subgid; do
     fi
 done
 
+# ---------------------------------------------------------------- box identity (h5i-box)
+# When h5i runs as root, a box's users map to this system user's subordinate range, never to
+# host root (src/identity.rs; `h5i host setup` does the same). No login, no home: it owns
+# nothing but what boxes write. Its range is the first free 65536 ids above every existing
+# range, so it overlaps no other user's (nor the test user's above).
+BOX_USER=h5i-box
+if ! getent passwd "$BOX_USER" >/dev/null; then
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+        -K SUB_UID_COUNT=0 -K SUB_GID_COUNT=0 "$BOX_USER"
+    changed "created system user $BOX_USER"
+fi
+for f in /etc/subuid /etc/subgid; do
+    [ -f "$f" ] || { touch "$f"; chmod 644 "$f"; }
+    if ! grep -q "^$BOX_USER:" "$f"; then
+        start="$(awk -F: 'BEGIN { m = 100000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' "$f")"
+        echo "$BOX_USER:$start:65536" >>"$f"
+        changed "added $BOX_USER:$start:65536 to $f"
+    fi
+done
+# ---------------------------------------------------------------- end of box identity
+
 # XDG_RUNTIME_DIR: no logind makes /run/user/<uid>.
 rundir="/run/user/$uid"
 if [ ! -d "$rundir" ]; then

@@ -82,6 +82,14 @@ pub fn create(
     let policy = resolve_policy(store, &req.policy, host)?;
     // An image tier fails closed on an image the engine does not hold, before any state.
     let image_pin = crate::container::image_for_create(&policy)?;
+    // Who the box is on the host, before any state: a root caller without `h5i-box`'s range
+    // is refused here. The workspace tier runs on the host as the caller and has no box
+    // identity.
+    let ids = if policy.tier == h5i_policy::Tier::Workspace {
+        None
+    } else {
+        Some(crate::identity::Mapping::for_caller()?)
+    };
     let name = match &req.name {
         Some(n) => {
             validate_name(n)?;
@@ -101,13 +109,16 @@ pub fn create(
     let parent = staging.parent().unwrap_or(Path::new("/")).to_path_buf();
     fs::create_dir_all(&parent).map_err(|e| BoxError::io(&parent, e))?;
     // create_dir (not _all) is the claim on the name: a concurrent create of the same name fails.
-    fs::create_dir(&staging).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AlreadyExists {
-            BoxError::BoxExists { name: name.clone() }
-        } else {
-            BoxError::io(&staging, e)
-        }
-    })?;
+    // 0700: no other host user reaches the workspace (or anything else of the box) through it.
+    std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
+        .create(&staging)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                BoxError::BoxExists { name: name.clone() }
+            } else {
+                BoxError::io(&staging, e)
+            }
+        })?;
     let mut cleanup = Cleanup {
         staging: Some(staging.clone()),
         pin: None,
@@ -234,6 +245,16 @@ pub fn create(
     } else {
         store_dir
     };
+    // What the box may write is the box's on disk: a root caller's box is `h5i-box`'s range,
+    // which must own its workspace, HOME and spool (and nothing else of the host).
+    if let Some(ids) = ids {
+        ids.own(
+            &[paths.workspace(), paths.home(), paths.spool()]
+                .into_iter()
+                .filter(|p| p.exists())
+                .collect::<Vec<_>>(),
+        )?;
+    }
 
     let manifest = Manifest {
         v: MANIFEST_VERSION,

@@ -240,10 +240,20 @@ impl Prepared {
             }),
             None => PathBuf::new(),
         };
-        let place = HandoffPlace {
-            dir: crate::process::runtime_dir()?,
-            owner: None,
-            hook,
+        // SAFETY: geteuid has no preconditions.
+        let place = if plan.uid == unsafe { libc::geteuid() } {
+            HandoffPlace {
+                dir: crate::process::runtime_dir()?,
+                owner: None,
+                hook,
+            }
+        } else {
+            // A root caller's box root is h5i-box's range: the hook runs as it.
+            HandoffPlace {
+                dir: crate::identity::handoff_dir(plan.uid, plan.gid)?,
+                owner: Some((plan.uid, plan.gid)),
+                hook,
+            }
         };
         self.attach_parts(
             &mut plan.env,

@@ -129,6 +129,9 @@ pub enum BoxError {
     /// A git command failed.
     #[error(transparent)]
     Git(#[from] crate::git::GitError),
+    /// Who the box is on the host (`identity`).
+    #[error(transparent)]
+    Identity(#[from] crate::identity::IdentityError),
     /// Supervising the command failed.
     #[error(transparent)]
     Supervise(#[from] h5i_runtime::supervise::SuperviseError),

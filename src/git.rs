@@ -153,9 +153,15 @@ impl Git {
         }
     }
 
-    /// Look at the files under `tree` as the work tree.
+    /// Look at the files under `tree` as the work tree. A root caller's workspace is owned by
+    /// the box range (`identity`), so git's ownership check (`safe.directory`) is told about
+    /// this one tree by name (command-line scope, which git honours for it), never `*`.
     pub fn work_tree(mut self, tree: &Path) -> Self {
-        self.cmd.env("GIT_WORK_TREE", tree);
+        self.cmd
+            .env("GIT_WORK_TREE", tree)
+            .env("GIT_CONFIG_COUNT", "1")
+            .env("GIT_CONFIG_KEY_0", "safe.directory")
+            .env("GIT_CONFIG_VALUE_0", tree);
         self
     }
 

@@ -132,6 +132,21 @@ pub fn plan(
         .collect();
     read.push(sb.manifest.store.join("objects"));
     let (home, home_env) = crate::box_home::for_run(sb)?;
+    let ids = crate::identity::Mapping::for_caller()?;
+    if ids.hold(&sb.paths.dir, &[ws.clone(), home.clone(), sb.paths.spool()])? {
+        crate::events::append(
+            &sb.paths,
+            &crate::events::Event::new(
+                "identity",
+                format!(
+                    "re-owned the workspace, HOME and spool to {}'s range ({}:{}): made before box identity",
+                    crate::identity::BOX_USER,
+                    ids.uid,
+                    ids.gid
+                ),
+            ),
+        )?;
+    }
     let mut write = vec![ws.clone(), home];
     write.extend(policy.fs.write.iter().filter_map(|p| expand(p, &ws)));
     write.dedup();
@@ -148,8 +163,6 @@ pub fn plan(
             env.push(format!("{k}={v}"));
         }
     }
-    // SAFETY: getuid/getgid have no preconditions.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let host_network = policy.net.mode == NetMode::Host;
     let mut create_container_hooks = Vec::new();
     if !host_network {
@@ -182,8 +195,9 @@ pub fn plan(
         spool: sb.paths.spool(),
         host_network,
         unix_sockets: policy.net.unix,
-        uid,
-        gid,
+        uid: ids.uid,
+        gid: ids.gid,
+        id_count: ids.count,
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,

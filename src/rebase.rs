@@ -115,6 +115,11 @@ pub fn rebase(store: &BoxStore, name: &str) -> Result<Rebased, BoxError> {
         .map_err(|e| BoxError::io(&ws.join(&branch_ref), e))?;
     crate::beneath::write_file(&ws, std::path::Path::new(".git/index"), &index_bytes)
         .map_err(|e| BoxError::io(&ws.join(".git/index"), e))?;
+    // What root just wrote into a root caller's box is handed back to the box range, so the
+    // box can go on editing it (`identity`); the workspace tier has no box identity.
+    if sb.manifest.tier != h5i_policy::Tier::Workspace.as_str() {
+        crate::identity::Mapping::for_caller()?.own(std::slice::from_ref(&ws))?;
+    }
     git()
         .args(["update-ref", &sb.manifest.base_ref, &tip, &base])
         .output()?;

@@ -196,10 +196,18 @@ pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<Supervise
     // net-inside brings up lo itself: the loopback hook would be redundant.
     plan.create_container_hooks
         .retain(|argv| argv.get(1).map(String::as_str) != Some("loopback"));
-    plan.create_container_hooks
-        .insert(0, vec![hook.clone(), "net-inside".into()]);
-    plan.create_runtime_hooks
-        .push(vec![hook.clone(), "net-up".into()]);
+    // SAFETY: geteuid has no preconditions.
+    if plan.uid == unsafe { libc::geteuid() } {
+        plan.create_container_hooks
+            .insert(0, vec![hook.clone(), "net-inside".into()]);
+        plan.create_runtime_hooks
+            .push(vec![hook.clone(), "net-up".into()]);
+    } else {
+        // A root caller's box root is h5i-box's range, which cannot reach the root-only net
+        // directory from inside: net-up does net-inside's work from the host.
+        plan.create_runtime_hooks
+            .push(vec![hook.clone(), "net-up".into(), "--attach".into()]);
+    }
     plan.poststop_hooks.push(vec![hook, "net-down".into()]);
     Ok(net)
 }

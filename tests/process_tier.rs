@@ -245,7 +245,9 @@ fn the_parent_and_a_sibling_box_are_unchanged_whatever_the_box_does_to_git() {
     boxed(&r, "sib", &[]);
     boxed(&r, "attacker", &[]);
     let sib_ws = r.workspace("sib");
-    let sib_head = git(&sib_ws, &["rev-parse", "HEAD"]);
+    // As root the workspace is the box range's: the host's git needs it named as safe.
+    let safe = |ws: &Path| format!("safe.directory={}", ws.display());
+    let sib_head = git(&sib_ws, &["-c", &safe(&sib_ws), "rev-parse", "HEAD"]);
     let parent_git = r.path().join(".git");
     let parent_config = std::fs::read(parent_git.join("config")).unwrap();
     let script = format!(
@@ -284,7 +286,10 @@ fn the_parent_and_a_sibling_box_are_unchanged_whatever_the_box_does_to_git() {
         assert_ne!(res[k], "0", "{k} succeeded from inside the box");
     }
     assert_eq!(r.git(&["rev-parse", "refs/heads/main"]), main);
-    assert_eq!(git(&sib_ws, &["rev-parse", "HEAD"]), sib_head);
+    assert_eq!(
+        git(&sib_ws, &["-c", &safe(&sib_ws), "rev-parse", "HEAD"]),
+        sib_head
+    );
     assert!(!parent_git.join("objects/forged").exists());
     assert!(!parent_git.join("hooks/post-checkout").exists());
     assert_eq!(
@@ -294,7 +299,17 @@ fn the_parent_and_a_sibling_box_are_unchanged_whatever_the_box_does_to_git() {
     // The box's own commit is in its own repository, on its own branch.
     let aws = r.workspace("attacker");
     assert_eq!(
-        git(&aws, &["log", "-1", "--format=%s", "h5i/attacker"]),
+        git(
+            &aws,
+            &[
+                "-c",
+                &safe(&aws),
+                "log",
+                "-1",
+                "--format=%s",
+                "h5i/attacker"
+            ]
+        ),
         "box-commit"
     );
 }

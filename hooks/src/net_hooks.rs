@@ -11,6 +11,11 @@
 //!   the sentry (`attach`), and waits, bounded, for `ok`, which the sentry gives only once the
 //!   table is loaded and the uplink is up. Until then the box's init is held here: no process of
 //!   the box has run yet.
+//! - `net-up --attach` does `net-inside`'s work itself, once the sentry is ready, for a box whose
+//!   root is not host root (h5i as root maps it to an unprivileged range, which cannot reach the
+//!   root-only net directory or its spec): as root, a forked child enters the box's network
+//!   namespace by pid for `lo` and the tap, and the hook hands the namespaces over. h5i then
+//!   declares no `net-inside`.
 //! - `net-down` asks the sentry to finish (`stop`), waits (bounded) until it has answered and
 //!   exited, and succeeds only if `tally.json` exists; it removes what the sentry left, and a
 //!   net directory h5i-runc made for the run goes whatever the outcome (`net_end`).
@@ -119,9 +124,19 @@ fn read_answer(conn: &mut UnixStream, timeout: Duration) -> Result<String, Strin
     Ok(String::from_utf8_lossy(&buf).trim_end().to_string())
 }
 
-/// `net-up`: check the spec, start the sentry, wait for it to be ready.
-pub fn net_up() -> Result<(), NetHookError> {
+/// `net-up`: check the spec, start the sentry, wait for it to be ready; with `attach`, then do
+/// `net-inside`'s work from the host.
+pub fn net_up(attach: bool) -> Result<(), NetHookError> {
     let state = read_state()?;
+    let (dir, pid) = start_sentry(&state)?;
+    if attach {
+        attach_from_host(&dir, pid)?;
+    }
+    Ok(())
+}
+
+/// Start the sentry for the spec `state` names; returns its net directory and the box's pid.
+fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
     let pid = i32::try_from(state.runtime_pid()?).unwrap_or(0);
     let config = net_spec::read_config(state.bundle()?)?;
     let spec = net_spec::load(&config)?;
@@ -230,7 +245,7 @@ pub fn net_up() -> Result<(), NetHookError> {
         _ => Err("refusing: the sentry exited before reading its plan".to_string()),
     };
     match answer {
-        Ok(line) if line == "ready" => Ok(()),
+        Ok(line) if line == "ready" => Ok((dir, pid)),
         Ok(line) if line.is_empty() => {
             let _ = child.wait();
             Err(sentry_error(
@@ -259,6 +274,61 @@ pub fn net_inside() -> Result<(), NetHookError> {
     // Refuses the host's network namespace, so the tap below is always the box's.
     crate::loopback::bring_up_inside()?;
     crate::tap::make_persistent(crate::uplink::DEVICE)?;
+    let net = std::fs::File::open("/proc/self/ns/net");
+    let user = std::fs::File::open("/proc/self/ns/user");
+    hand_over(&dir, net, user)
+}
+
+/// `net-inside` from the host (root): `lo` and the tap in the network namespace of the box's
+/// init `pid`, made by a forked child that enters it (entering changes the caller's namespace),
+/// then the namespaces handed over by descriptor.
+fn attach_from_host(dir: &Path, pid: i32) -> Result<(), NetHookError> {
+    // SAFETY: fork in the hook, which is single-threaded (it spawns processes, never threads);
+    // the child enters the namespace, makes its changes and leaves with _exit.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return Err(sentry_error(
+            dir,
+            format!(
+                "refusing: cannot fork to enter the box's network namespace: {}",
+                io::Error::last_os_error()
+            ),
+        ));
+    }
+    if child == 0 {
+        let made = crate::loopback::bring_up(i64::from(pid))
+            .map_err(NetHookError::from)
+            .and_then(|()| crate::tap::make_persistent(crate::uplink::DEVICE).map_err(Into::into));
+        let code = match made {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("h5i-hook: {e}");
+                1
+            }
+        };
+        // SAFETY: _exit ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
+    if waited != child || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        return Err(sentry_error(
+            dir,
+            format!("refusing: bringing up lo and the uplink's tap in the network namespace of pid {pid} failed (status {status})"),
+        ));
+    }
+    let net = std::fs::File::open(format!("/proc/{pid}/ns/net"));
+    let user = std::fs::File::open(format!("/proc/{pid}/ns/user"));
+    hand_over(dir, net, user)
+}
+
+/// Send the box's network and user namespaces to the sentry in `dir`, wait for `ok`.
+fn hand_over(
+    dir: &Path,
+    net: io::Result<std::fs::File>,
+    user: io::Result<std::fs::File>,
+) -> Result<(), NetHookError> {
     let sock = dir.join(NET_SOCK);
     let io_err = |what, source| NetHookError::Io {
         what,
@@ -268,16 +338,14 @@ pub fn net_inside() -> Result<(), NetHookError> {
     };
     let mut conn =
         UnixStream::connect(&sock).map_err(|e| io_err("cannot reach the sentry at", e))?;
-    let net = std::fs::File::open("/proc/self/ns/net")
-        .map_err(|e| io_err("cannot open this box's network namespace for", e))?;
-    let user = std::fs::File::open("/proc/self/ns/user")
-        .map_err(|e| io_err("cannot open this box's user namespace for", e))?;
+    let net = net.map_err(|e| io_err("cannot open this box's network namespace for", e))?;
+    let user = user.map_err(|e| io_err("cannot open this box's user namespace for", e))?;
     sys::send_with_fds(&conn, b"attach\n", &[net.as_raw_fd(), user.as_raw_fd()])
         .map_err(|e| io_err("cannot send the namespaces to the sentry at", e))?;
     match read_answer(&mut conn, ATTACH_TIMEOUT) {
         Ok(line) if line == "ok" => Ok(()),
-        Ok(line) => Err(sentry_error(&dir, line)),
-        Err(e) => Err(sentry_error(&dir, e)),
+        Ok(line) => Err(sentry_error(dir, line)),
+        Err(e) => Err(sentry_error(dir, e)),
     }
 }
 

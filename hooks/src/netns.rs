@@ -99,10 +99,22 @@ fn expect_type(fd: &OwnedFd, want: libc::c_int, what: &'static str) -> Result<()
     }
 }
 
+/// Effective uid 0 in the initial user namespace.
+fn real_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    euid == 0
+        && std::fs::read_to_string("/proc/self/uid_map")
+            .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])
+}
+
 impl BoxNamespaces {
     /// Hold the fds the box sent, after checking what they are. A user namespace equal to the
     /// sentry's own is dropped (entering it again is `EINVAL`; rootful Podman boxes have none
-    /// of their own, rootless Podman boxes share Podman's, where the sentry also runs).
+    /// of their own, rootless Podman boxes share Podman's, where the sentry also runs), and so
+    /// is any for a sentry that is real root: root's capabilities over the box's network
+    /// namespace are its own already, and in a box whose root is an unprivileged range
+    /// (h5i as root) root is unmapped, so what it ran there would lose them at exec.
     pub fn new(net: OwnedFd, user: OwnedFd) -> Result<BoxNamespaces, NetnsError> {
         expect_type(&net, libc::CLONE_NEWNET, "network")?;
         expect_type(&user, libc::CLONE_NEWUSER, "user")?;
@@ -132,7 +144,7 @@ impl BoxNamespaces {
         };
         Ok(BoxNamespaces {
             net,
-            user: (!same_user).then_some(user),
+            user: (!same_user && !real_root()).then_some(user),
         })
     }
 

@@ -14,9 +14,12 @@
 //! - minimal `/dev`, its own `/proc` (pid namespace), no `/sys` at all (libcontainer would mount
 //!   cgroup controllers read-write on v1);
 //! - the spool as the only other write window;
-//! - a user namespace with one mapping, box uid/gid 0 -> the caller's (libcontainer needs
-//!   uid 0 mapped to set the box up, and an unprivileged caller can map only itself), empty
-//!   capability sets and `noNewPrivileges`, so "root" in the box holds nothing;
+//! - a user namespace with one mapping line, box uid/gid 0 -> `uid`/`gid` for `id_count` ids:
+//!   an unprivileged caller's own ids (it can map only itself), or for a root caller the
+//!   unprivileged range h5i owns (never host root; see `h5i::identity`); libcontainer needs
+//!   uid 0 mapped to set the box up. Empty capability sets and `noNewPrivileges`, so "root" in
+//!   the box holds nothing. The rootfs directory is owned by the mapped root, which makes the
+//!   mount points in it (h5i-runc's `stage` makes the sources reachable to it);
 //! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's;
 //!   a box with a live service joins that service's network namespace (and, so the join is
 //!   permitted, its user namespace, which has the same single mapping) by path;
@@ -55,10 +58,12 @@ pub struct BundlePlan {
     pub host_network: bool,
     /// Whether `socket(AF_UNIX)` is allowed.
     pub unix_sockets: bool,
-    /// uid and gid of the caller (the box's 0 maps to them).
+    /// Host uid the box's uid 0 maps to: the caller's, or a root caller's box range.
     pub uid: u32,
-    /// See `uid`.
+    /// Host gid the box's gid 0 maps to.
     pub gid: u32,
+    /// How many ids the map holds from there (1 for an unprivileged caller).
+    pub id_count: u32,
     /// `linux.cgroupsPath`, when a cage holds the limits.
     pub cgroups_path: Option<String>,
     /// Largest file the box may write, bytes (`RLIMIT_FSIZE`).
@@ -195,8 +200,8 @@ impl BundlePlan {
         }
         let mut linux = json!({
             "namespaces": namespaces,
-            "uidMappings": [{"containerID": 0, "hostID": self.uid, "size": 1}],
-            "gidMappings": [{"containerID": 0, "hostID": self.gid, "size": 1}],
+            "uidMappings": [{"containerID": 0, "hostID": self.uid, "size": self.id_count}],
+            "gidMappings": [{"containerID": 0, "hostID": self.gid, "size": self.id_count}],
             "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
                             "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
                             "/proc/sched_debug", "/proc/scsi"],
@@ -257,10 +262,13 @@ impl BundlePlan {
     }
 }
 
-/// Write `config.json` and an empty `rootfs/` into `dir`.
+/// Write `config.json` and an empty `rootfs/` owned by the box's root into `dir`.
 pub fn write_bundle(plan: &BundlePlan, dir: &Path) -> std::io::Result<BundleNotes> {
     let (config, notes) = plan.to_config(|p| p.exists());
-    std::fs::create_dir_all(dir.join("rootfs"))?;
+    let rootfs = dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs)?;
+    // The box's root makes the mount points in it from inside its user namespace.
+    std::os::unix::fs::lchown(&rootfs, Some(plan.uid), Some(plan.gid))?;
     let bytes = serde_json::to_vec_pretty(&config).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("config.json"), bytes)?;
     Ok(notes)
@@ -288,6 +296,7 @@ mod tests {
             unix_sockets: false,
             uid: 1000,
             gid: 1000,
+            id_count: 1,
             cgroups_path: Some("/x/h5i/b1/c".into()),
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
@@ -372,6 +381,20 @@ mod tests {
             .collect();
         for want in ["user", "pid", "mount", "network"] {
             assert!(ns.contains(&want.to_string()), "{want}");
+        }
+    }
+
+    #[test]
+    fn a_root_callers_range_is_mapped_whole_in_one_line() {
+        let mut p = plan();
+        (p.uid, p.gid, p.id_count) = (265_536, 265_536, 65_536);
+        let (v, _) = p.to_config(|_| true);
+        for key in ["uidMappings", "gidMappings"] {
+            assert_eq!(
+                v["linux"][key],
+                json!([{"containerID": 0, "hostID": 265_536, "size": 65_536}]),
+                "{key}"
+            );
         }
     }
 

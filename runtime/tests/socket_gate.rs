@@ -393,6 +393,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         unix_sockets: false,
         uid: 0,
         gid: 0,
+        id_count: 1,
         cgroups_path: Some(test_cgroup(&id)),
         max_file_bytes: None,
         tmp_bytes: 16 << 20,

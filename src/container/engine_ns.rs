@@ -9,10 +9,12 @@
 //! tree **in the host's mount namespace** (the engine user controls what its own namespace
 //! mounts over any path, so no source path is ever resolved there), then enters the engine's
 //! namespace and attaches the trees under the root-owned run directory:
-//! - the workspace and the spool through **idmapped** bind mounts whose map is the pause
-//!   process's own user namespace: files root owns on disk appear owned by the engine user
-//!   (which `--userns=keep-id` makes the box's user), and what the box writes lands owned by
-//!   root on disk, like everything else of a root-made box. Nothing is chowned;
+//! - the workspace and the spool through **idmapped** bind mounts whose map is a user
+//!   namespace of h5i's own with one line, the box range's first id (`h5i-box`, which owns the
+//!   box's trees on disk) -> the engine user: files the range owns appear owned by the engine
+//!   user (which `--userns=keep-id` makes the box's user), and what the box writes lands owned
+//!   by the range on disk, never by root; a file root owns on disk is unmapped there, so owner
+//!   bits refuse it to the box;
 //! - the workspace's object store and h5i's two binaries (`h5i-runc`, `h5i-hook`) as plain
 //!   read-only binds.
 //!
@@ -84,7 +86,7 @@ pub struct Attach {
     pub source: PathBuf,
     /// The mount point (under the run directory).
     pub target: PathBuf,
-    /// Idmapped through the pause process's user namespace (writable by the engine user).
+    /// Idmapped so the engine user writes it as the box range (see `map_disk_owner`).
     pub idmapped: bool,
     /// Read-only.
     pub readonly: bool,
@@ -155,6 +157,92 @@ impl EngineNamespace {
             == Some(self.pid)
             && owned_by(self.pid, engine.uid)
     }
+}
+
+impl EngineNamespace {
+    /// Idmap the writable attachments so that on-disk `disk` (the box range's first uid/gid,
+    /// which owns the box's workspace and spool) is seen as the engine user `engine`, and what
+    /// the engine user writes lands owned by `disk`, never by root. Replaces the pause
+    /// process's user namespace (whose map would store the engine user's writes as root).
+    pub fn map_disk_owner(
+        &mut self,
+        disk: (u32, u32),
+        engine: (u32, u32),
+    ) -> Result<(), EngineNsError> {
+        self.user = owner_namespace(disk, engine).map_err(|source| EngineNsError::Mount {
+            what: format!("the box's ids {}:{}", disk.0, disk.1),
+            step: "make an idmap user namespace",
+            source,
+        })?;
+        Ok(())
+    }
+}
+
+/// A user namespace whose only mapping is namespace id `disk` -> host id `engine` (uid and
+/// gid): as an idmapped mount's map it shows on-disk `disk` as `engine` and stores `engine`'s
+/// writes as `disk`. Made by a forked child that unshares a user namespace and waits; root
+/// writes both maps (one line each) and keeps a descriptor to the namespace; the child is then
+/// released and reaped.
+fn owner_namespace(disk: (u32, u32), engine: (u32, u32)) -> io::Result<OwnedFd> {
+    let pipe = || -> io::Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: pipe2 writes two fds into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both fds were just returned by pipe2 and are owned here.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    };
+    let (ready_r, ready_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let mut byte = [0u8; 1];
+        // SAFETY: close, unshare, write, read and _exit on descriptors this child holds; all
+        // async-signal-safe. The child's own copy of the write end is closed first, so the read
+        // returns when the parent closes its end.
+        unsafe {
+            libc::close(go_w.as_raw_fd());
+            libc::close(ready_r.as_raw_fd());
+            let code = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                0
+            } else {
+                1
+            };
+            byte[0] = code;
+            libc::write(ready_w.as_raw_fd(), byte.as_ptr().cast(), 1);
+            libc::read(go_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((ready_w, go_r));
+    let made = (|| -> io::Result<OwnedFd> {
+        let mut byte = [1u8; 1];
+        File::from(ready_r).read_exact(&mut byte)?;
+        if byte[0] != 0 {
+            return Err(io::Error::other(
+                "the helper could not unshare a user namespace",
+            ));
+        }
+        std::fs::write(
+            format!("/proc/{pid}/uid_map"),
+            format!("{} {} 1\n", disk.0, engine.0),
+        )?;
+        std::fs::write(
+            format!("/proc/{pid}/gid_map"),
+            format!("{} {} 1\n", disk.1, engine.1),
+        )?;
+        Ok(File::open(format!("/proc/{pid}/ns/user"))?.into())
+    })();
+    drop(go_w);
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, which exits once `go_w` is closed.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    made
 }
 
 /// `mount_attr` of mount_setattr(2).

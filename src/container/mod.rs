@@ -541,7 +541,13 @@ fn attach_sources(
         };
         return Ok((sources, None));
     }
-    let ns = engine_ns::engine_namespace(engine).map_err(|e| refuse_from(&e))?;
+    let mut ns = engine_ns::engine_namespace(engine).map_err(|e| refuse_from(&e))?;
+    // The box's trees are the box range's on disk (h5i-box: `identity`); the engine user sees
+    // them as its own and writes them as the range.
+    let ids = crate::identity::Mapping::for_caller()?;
+    ids.hold(&sb.paths.dir, &[sb.paths.workspace(), sb.paths.spool()])?;
+    ns.map_disk_owner((ids.uid, ids.gid), (engine.uid, engine.gid))
+        .map_err(|e| refuse_from(&e))?;
     let mut sources = Sources {
         runc: run_dir.path.join("bin/h5i-runc"),
         hook: run_dir.path.join("bin/h5i-hook"),

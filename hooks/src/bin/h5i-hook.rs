@@ -3,14 +3,17 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks)\n       h5i-hook sentry   (started by net-up; not for direct use)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)";
 
 fn main() {
     let arg = std::env::args().nth(1);
     let result = match arg.as_deref() {
         Some("loopback") => loopback(std::env::args().nth(2).as_deref() == Some("--inside")),
         Some("listen") => listen(&std::env::args().skip(2).collect::<Vec<_>>()),
-        Some("net-up") => h5i_hook::net_hooks::net_up().map_err(Into::into),
+        Some("net-up") => {
+            h5i_hook::net_hooks::net_up(std::env::args().nth(2).as_deref() == Some("--attach"))
+                .map_err(Into::into)
+        }
         Some("net-inside") => h5i_hook::net_hooks::net_inside().map_err(Into::into),
         Some("net-down") => h5i_hook::net_hooks::net_down().map_err(Into::into),
         Some("sentry") => std::process::exit(h5i_hook::sentry::main()),

@@ -19,7 +19,8 @@ use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
 use super::{
-    cgroup, cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, validate_id, Context, RuncError,
+    cgroup, cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, stage, validate_id, Context,
+    RuncError,
 };
 use crate::confine::executor::H5iExecutor;
 
@@ -74,9 +75,9 @@ fn create_prepared(
 ) -> Result<Container, RuncError> {
     let prepared = sidecar::prepare(&ctx.root, &opts.id, bundle)?;
     let config = prepared.bundle.join("config.json");
-    let shadow = prepared.shadowed.then(|| config.clone());
-    let built = use_idmap_helpers(ctx, &opts.id, &prepared.bundle)
-        .and_then(|()| build(ctx, opts, bundle, shadow))
+    let built = stage_sources(ctx, &opts.id, bundle, &config, prepared.shadowed)
+        .and_then(|shadow| use_idmap_helpers(ctx, &opts.id, &prepared.bundle).map(|()| shadow))
+        .and_then(|shadow| build(ctx, opts, bundle, shadow))
         .and_then(|mut container| match hold_spec(&config, &container) {
             Ok(()) => Ok(container),
             Err(e) => {
@@ -88,6 +89,30 @@ fn create_prepared(
         sidecar::cleanup(&ctx.root, &opts.id);
     }
     built
+}
+
+/// When the container's root is not host root (a user namespace, run by real root), reach its
+/// mount sources from here and name them by staged paths (see `stage`). Returns the spec file
+/// libcontainer should read in place of `<bundle>/config.json`, if any: the staged spec, else
+/// `config` when `prepare` shadowed it. Relative paths resolve against the caller's `bundle`.
+fn stage_sources(
+    ctx: &Context,
+    id: &str,
+    bundle: &Path,
+    config: &Path,
+    shadowed: bool,
+) -> Result<Option<PathBuf>, RuncError> {
+    let mut spec = Spec::load(config).map_err(|source| RuncError::Spec {
+        path: config.to_path_buf(),
+        source,
+    })?;
+    if !stage::needed(&spec, super::is_real_root()) {
+        return Ok(shadowed.then(|| config.to_path_buf()));
+    }
+    let entries = stage::plan(&mut spec, bundle, |p| p.exists());
+    let staged = sidecar::write_staged(&ctx.root, id, &spec)?;
+    stage::enter(&entries)?;
+    Ok(Some(staged))
 }
 
 /// Put h5i-runc's own id-map helpers first on `PATH` when the spec needs them (see `idmap`).

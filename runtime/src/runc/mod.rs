@@ -34,6 +34,7 @@ pub mod run;
 pub mod seal;
 pub mod sidecar;
 pub mod spec_copy;
+pub mod stage;
 pub mod start;
 pub mod state;
 
@@ -96,6 +97,9 @@ pub enum RuncError {
     /// Rootless on cgroup v1 with resource limits in the spec.
     #[error("refusing: rootless on cgroup v1 cannot hold the spec's resource limits (libcontainer also writes device rules, which need real root); to fix: drop the limits, run as root, or use cgroup v2")]
     RootlessV1Limits,
+    /// Staging mount sources for a container whose root is not host root failed.
+    #[error(transparent)]
+    Stage(#[from] stage::StageError),
     /// The spec's read-only cgroup mount could not be held.
     #[error(transparent)]
     CgroupRo(#[from] cgroup_ro::CgroupRoError),

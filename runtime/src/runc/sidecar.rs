@@ -172,6 +172,20 @@ fn write_shadow(
     Ok(())
 }
 
+/// Write `spec` (rewritten by `stage`) as the staged spec beside the shadow bundle's and return
+/// its path: libcontainer reads it while the state (and every hook) keeps the caller's bundle.
+/// Removed with the sidecar.
+pub fn write_staged(root: &Path, id: &str, spec: &Spec) -> Result<PathBuf, RuncError> {
+    let shadow = dir(root, id).join("bundle");
+    std::fs::create_dir_all(&shadow).map_err(RuncError::io("cannot create sidecar", &shadow))?;
+    let config = shadow.join("staged.json");
+    spec.save(&config).map_err(|source| RuncError::Spec {
+        path: config.clone(),
+        source,
+    })?;
+    Ok(config)
+}
+
 /// True when the process's supplementary groups are exactly its own primary gid.
 fn only_primary_gid(spec: &Spec) -> bool {
     spec.process().as_ref().is_some_and(|p| {
