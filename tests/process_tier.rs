@@ -380,9 +380,10 @@ fn auto_picks_the_process_tier_when_supervised_cannot_run() {
 /// The same core claims, as an unprivileged user.
 #[test]
 fn an_unprivileged_user_gets_the_same_confinement() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: an_unprivileged_user_gets_the_same_confinement needs root to switch to h5i-test");
+    if !common::require_root(
+        "an_unprivileged_user_gets_the_same_confinement",
+        "switching to h5i-test",
+    ) {
         return;
     }
     let id = Command::new("id")
