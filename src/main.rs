@@ -9,6 +9,12 @@ mod cmd;
 
 use clap::Parser;
 
+/// Records which standard descriptors were closed at exec, before Rust's runtime puts
+/// `/dev/null` on them, so a box's command gets them closed too (see h5i_runtime::stdio).
+#[used]
+#[link_section = ".init_array"]
+static RECORD_CLOSED_STDIO: extern "C" fn() = h5i_runtime::stdio::record_closed_at_start;
+
 fn main() {
     let cli = cmd::Cli::parse();
     let code = match cmd::dispatch(cli) {

@@ -61,6 +61,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
         Tier::Workspace => {
             let mut cmd = workspace_command(&sb, program, &argv[1..]);
             let _files = secrets::inject_workspace(&mut cmd, &secrets)?;
+            h5i_runtime::stdio::close_in_child(&mut cmd);
             h5i_runtime::supervise::run_supervised(cmd, wall)?
         }
         Tier::Process => {

@@ -10,34 +10,22 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Repo, H5I};
+use common::{with_controlling_terminal, Repo, H5I};
 
 /// Long enough for a process-tier box to start on a busy 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A pty pair, both ends close-on-exec (so no test's terminal leaks into another's child).
+/// A pty pair of the given size.
 fn pty_pair(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
-    // SAFETY: test helper; each call returns a new descriptor or -1, checked below.
-    unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::unlockpt(m), 0);
-        let s = libc::ioctl(
-            m,
-            libc::TIOCGPTPEER,
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        assert!(s >= 0, "TIOCGPTPEER: {}", std::io::Error::last_os_error());
-        let (master, slave) = (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s));
-        set_size(master.as_raw_fd(), rows, cols);
-        (master, slave)
-    }
+    let (master, slave) = common::pty_pair();
+    set_size(master.as_raw_fd(), rows, cols);
+    (master, slave)
 }
 
 fn set_size(fd: RawFd, rows: u16, cols: u16) {
@@ -57,19 +45,6 @@ fn termios(fd: RawFd) -> libc::termios {
         let mut t: libc::termios = std::mem::zeroed();
         assert_eq!(libc::tcgetattr(fd, &mut t), 0);
         t
-    }
-}
-
-/// Make the spawned process a session leader whose controlling terminal is its stdin.
-fn with_controlling_terminal(cmd: &mut Command) {
-    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
-    unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
     }
 }
 

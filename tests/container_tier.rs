@@ -32,9 +32,10 @@ const USER: &str = "h5i-test";
 
 /// Root, the test user and its image, or a loud skip.
 fn ready(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: {test}: needs root (h5i runs rootless Podman as {USER} for root)");
+    if !common::require_root(
+        test,
+        &format!("h5i runs rootless Podman as {USER} for root"),
+    ) {
         return false;
     }
     static IMAGE_READY: OnceLock<Result<(), String>> = OnceLock::new();

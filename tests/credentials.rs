@@ -259,21 +259,9 @@ fn with_the_proxy_off_the_box_gets_the_real_credential_and_no_base_url() {
 /// so `box shell` takes its interactive path. Returns the exit code and everything shown.
 /// Bounded: gives up (and kills h5i) after 60 s.
 fn on_a_terminal(r: &Repo, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
-    // SAFETY: test helper; each call returns a new descriptor or -1, checked.
-    let (master, slave) = unsafe {
-        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
-        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
-        assert_eq!(libc::unlockpt(m), 0);
-        let s = libc::ioctl(
-            m,
-            libc::TIOCGPTPEER,
-            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-        );
-        assert!(s >= 0, "TIOCGPTPEER: {}", std::io::Error::last_os_error());
-        (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s))
-    };
+    let (master, slave) = common::pty_pair();
     let mut cmd = std::process::Command::new(common::H5I);
     cmd.args(args)
         .current_dir(r.path())

@@ -9,31 +9,12 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
-use common::{git, stderr, stdout, Repo};
+use common::{git, probe, stderr, stdout, Repo};
 
 const PROC: &str = "--isolation=process";
-
-/// The static syscall probe (runtime/tests/support/probe.c), built once.
-fn probe() -> &'static Path {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let out = dir.join("h5i-probe");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/support/probe.c");
-        let st = Command::new("cc")
-            .args(["-static", "-O2", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building the probe failed");
-        out
-    })
-}
 
 /// A repository with a process-tier box called `name` that holds the probe.
 fn boxed(r: &Repo, name: &str, extra: &[&str]) {
@@ -414,9 +395,10 @@ fn auto_picks_the_process_tier_when_supervised_cannot_run() {
 /// The same core claims, as an unprivileged user.
 #[test]
 fn an_unprivileged_user_gets_the_same_confinement() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: an_unprivileged_user_gets_the_same_confinement needs root to switch to h5i-test");
+    if !common::require_root(
+        "an_unprivileged_user_gets_the_same_confinement",
+        "switching to h5i-test",
+    ) {
         return;
     }
     let id = Command::new("id")

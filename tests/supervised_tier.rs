@@ -394,9 +394,10 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
 /// and usable, after it.
 #[test]
 fn a_supervised_run_leaves_the_hosts_shared_mounts_mounted() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: host mounts: naming a network namespace on the host needs root");
+    if !common::require_root(
+        "a_supervised_run_leaves_the_hosts_shared_mounts_mounted",
+        "naming a network namespace on the host",
+    ) {
         return;
     }
     let ns = format!("h5i-mnt{}", std::process::id());

@@ -16,4 +16,5 @@ pub mod process_tier;
 pub mod pty;
 pub mod runc;
 pub mod socket_gate;
+pub mod stdio;
 pub mod supervise;

@@ -165,7 +165,10 @@ pub fn run_with_console(
         }
     };
     let child = match console {
-        None => run_supervised_with(cmd, wall, &mut on_wall)?,
+        None => {
+            crate::stdio::close_in_child(&mut cmd);
+            run_supervised_with(cmd, wall, &mut on_wall)?
+        }
         Some(c) => {
             new_session(&mut cmd);
             cmd.stdin(Stdio::null())

@@ -42,9 +42,13 @@ pub struct RunRefused(#[from] h5i::error::BoxError);
 pub struct BoxArgs {
     #[command(subcommand)]
     verb: Option<BoxVerb>,
-    /// Where the code comes from: `.` (this repository at HEAD) or a repository URL/path (a
-    /// detached box). Shorthand for `h5i box create`.
-    source: Option<String>,
+    /// Where the code comes from: `.` (this repository at HEAD), a repository URL, or a path
+    /// written as one (`./DIR`, `/DIR`, `~/DIR`) for a detached box. A bare word is a verb,
+    /// never a source. Shorthand for `h5i box create`.
+    // A list, so every word after `h5i box` meets the SOURCE rule (which names the nearest
+    // verb for a mistyped one); more than one SOURCE is refused in `dispatch`.
+    #[arg(value_parser = super::source_arg::SourceParser, value_name = "SOURCE", num_args = 0..)]
+    source: Vec<String>,
     /// Name the new box (default: derived from the source).
     #[arg(long)]
     name: Option<String>,
@@ -325,13 +329,17 @@ fn do_create(req: CreateRequest) -> anyhow::Result<i32> {
 /// Run a `h5i box` command.
 pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
     let Some(verb) = args.verb else {
-        if args.source.is_some()
-            && args.create.from.is_some()
-            && args.source.as_deref() != Some(".")
-        {
-            anyhow::bail!("refusing: --from picks a revision of this repository, not of {}; to fix: drop --from, or use `h5i box . --from REV`", args.source.unwrap_or_default());
+        if args.source.len() > 1 {
+            anyhow::bail!(
+                "refusing: one SOURCE at a time (got {}); to fix: `h5i box SOURCE`, then `h5i box ls`",
+                args.source.join(" ")
+            );
         }
-        let source = source_of(args.source, &args.create);
+        let source = args.source.into_iter().next();
+        if source.is_some() && args.create.from.is_some() && source.as_deref() != Some(".") {
+            anyhow::bail!("refusing: --from picks a revision of this repository, not of {}; to fix: drop --from, or use `h5i box . --from REV`", source.unwrap_or_default());
+        }
+        let source = source_of(source, &args.create);
         return do_create(create_request(args.name, source, args.create));
     };
     match verb {

@@ -9,6 +9,67 @@ use std::process::{Command, Output};
 
 pub const H5I: &str = env!("CARGO_BIN_EXE_h5i");
 
+/// The static syscall probe (runtime/tests/support/probe.c), built once per test binary.
+pub fn probe() -> &'static Path {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let out = dir.join(format!("h5i-probe-{}", std::process::id()));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/support/probe.c");
+        let st = Command::new("cc")
+            .args(["-static", "-O2", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success(), "building the probe failed");
+        out
+    })
+}
+
+/// A pty pair (master, slave), both ends close-on-exec (so no test's terminal leaks into
+/// another's child).
+pub fn pty_pair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: test helper; each call returns a new descriptor or -1, checked below.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::unlockpt(m), 0);
+        let s = libc::ioctl(
+            m,
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(s >= 0, "TIOCGPTPEER: {}", std::io::Error::last_os_error());
+        (OwnedFd::from_raw_fd(m), OwnedFd::from_raw_fd(s))
+    }
+}
+
+/// Make the spawned process a session leader whose controlling terminal is its stdin.
+pub fn with_controlling_terminal(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (setsid, ioctl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Whether this test runs as root; otherwise says `skipped: <test>: <why>` on stderr, loudly.
+pub fn require_root(test: &str, why: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return true;
+    }
+    eprintln!("skipped: {test}: needs root ({why})");
+    false
+}
+
 /// A scratch git repository with one commit on `main`.
 pub struct Repo {
     pub dir: tempfile::TempDir,

@@ -67,9 +67,7 @@ impl TestHosts {
     /// Bring the test hosts up, or `None` (after printing `skipped: <reason>`) when this test
     /// process cannot make network namespaces (not root).
     pub fn up(test: &str, tcp_ports: &[u16], udp_ports: &[u16]) -> Option<TestHosts> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("skipped: {test}: making test hosts needs root (network namespaces + veth)");
+        if !super::require_root(test, "making test hosts: network namespaces + veth") {
             return None;
         }
         let start = (std::process::id() as usize * 7) % 240;

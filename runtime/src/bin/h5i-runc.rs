@@ -68,6 +68,12 @@ enum Cmd {
     Features(liboci_cli::Features),
 }
 
+/// Records which standard descriptors were closed at exec, before Rust's runtime puts
+/// `/dev/null` on them, so a box's command gets them closed too (see h5i_runtime::stdio).
+#[used]
+#[link_section = ".init_array"]
+static RECORD_CLOSED_STDIO: extern "C" fn() = h5i_runtime::stdio::record_closed_at_start;
+
 fn main() -> ExitCode {
     // Called as `newuidmap`/`newgidmap` by libcontainer (see runc::idmap): write the map.
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();

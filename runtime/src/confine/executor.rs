@@ -3,7 +3,9 @@
 //! Owns the hand-off point: `validate` (runs in the container's init before `start`, so a bad
 //! annotation fails `create`, not the payload) plans confinement and probes the kernel;
 //! `exec` plans again, applies the plan through `LinuxKernel` and then does what
-//! libcontainer's default executor does (`execvp` of `process.args`).
+//! libcontainer's default executor does (`execvp` of `process.args`). Before confinement it
+//! gives the standard descriptors back the shape the caller handed `h5i-runc` (see
+//! `crate::stdio`: libcontainer's init reopens a `/dev/null` one read-only).
 //! Must never: exec the payload after any confinement step failed.
 
 use libcontainer::oci_spec::runtime::Spec;
@@ -11,12 +13,15 @@ use libcontainer::workload::{default, Executor, ExecutorError, ExecutorValidatio
 
 use super::kernel::{ConfinementKernel, LinuxKernel};
 use super::{ConfinementPlan, GateHandoff};
+use crate::stdio::StdioSnapshot;
 
 /// The executor `h5i-runc` hands libcontainer for init and exec'd processes.
 #[derive(Debug, Clone, Default)]
 pub struct H5iExecutor {
     /// `exec` into a gated box: h5i-runc's connection to the gate (see `GateHandoff`).
     pub gate_handoff: Option<GateHandoff>,
+    /// The standard descriptors as `h5i-runc` received them, restored before the exec.
+    pub stdio: StdioSnapshot,
 }
 
 impl H5iExecutor {
@@ -28,6 +33,15 @@ impl H5iExecutor {
 
 impl Executor for H5iExecutor {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        let terminal = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.terminal())
+            .unwrap_or(false);
+        self.stdio.restore(terminal).map_err(|e| {
+            tracing::error!(error = %e, "cannot restore the caller's stdio; not executing the payload");
+            ExecutorError::Other(format!("restoring the caller's standard descriptors: {e}"))
+        })?;
         let plan = self
             .plan(spec)
             .map_err(|e| ExecutorError::Other(e.to_string()))?;

@@ -178,7 +178,11 @@ fn build(
 ) -> Result<Container, RuncError> {
     let err = RuncError::container(&opts.id);
     ContainerBuilder::new(opts.id.clone(), SyscallType::default())
-        .with_executor(H5iExecutor::default())
+        // The caller's stdio is recorded here, before libcontainer forks the init.
+        .with_executor(H5iExecutor {
+            stdio: crate::stdio::StdioSnapshot::take(),
+            ..H5iExecutor::default()
+        })
         .with_root_path(&ctx.root)
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
         .map(|b| b.with_console_socket(opts.console_socket.as_ref()))

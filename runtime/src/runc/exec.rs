@@ -34,6 +34,7 @@ pub fn exec(ctx: &Context, args: liboci_cli::Exec) -> Result<i32, RuncError> {
             socket: socket.as_raw_fd(),
             message: message.clone(),
         }),
+        stdio: crate::stdio::StdioSnapshot::take(),
     };
     let user = args.user.map(|(u, _)| u);
     let group = args.user.and_then(|(_, g)| g);

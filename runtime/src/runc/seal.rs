@@ -186,6 +186,9 @@ fn reexec(memfd: &File) -> Result<(), SealError> {
     argv_ptrs.push(std::ptr::null());
     let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
     envp_ptrs.push(std::ptr::null());
+    // The copy must see the standard descriptors our caller closed as closed (see
+    // crate::stdio): Rust's runtime put /dev/null on them before main.
+    crate::stdio::closed_at_start().close_all();
     // SAFETY: argv/envp are NULL-terminated arrays of pointers into CStrings that outlive the
     // call; memfd is a valid fd of a sealed ELF copy. fexecve only returns on failure.
     unsafe { libc::fexecve(memfd.as_raw_fd(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr()) };

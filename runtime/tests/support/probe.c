@@ -19,6 +19,10 @@
  *                         common types: "family_N=<stream>,<dgram>,<seqpacket>,<raw>"
  *   probe forkloop MAX    fork children that wait, until fork fails or MAX; prints
  *                         forked=N and fork=<ERRNO|OK>, then kills and reaps them
+ *   probe stdio OUT       what fds 0, 1 and 2 are (type, device, access mode, tty) and what a
+ *                         one-byte write to each (and a non-blocking read of 0) gets, written
+ *                         to OUT only after every descriptor was examined (OUT's own open
+ *                         must not fill a closed standard descriptor first)
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,7 +37,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <poll.h>
 #include <sys/personality.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
@@ -253,6 +260,49 @@ static void forkloop(long max) {
     report("fork", rc);
     for (long i = 0; i < n; i++) kill(kids[i], SIGKILL);
     for (long i = 0; i < n; i++) waitpid(kids[i], NULL, 0);
+static void stdio_facts(const char *out_path) {
+    char buf[2048];
+    size_t n = 0;
+    for (int fd = 0; fd < 3; fd++) {
+        struct stat st;
+        const char *type = "closed";
+        char dev[32] = "-";
+        if (fstat(fd, &st) == 0) {
+            switch (st.st_mode & S_IFMT) {
+            case S_IFCHR: type = "chr"; break;
+            case S_IFIFO: type = "fifo"; break;
+            case S_IFREG: type = "reg"; break;
+            case S_IFSOCK: type = "sock"; break;
+            default: type = "other"; break;
+            }
+            if (S_ISCHR(st.st_mode))
+                snprintf(dev, sizeof dev, "%u:%u", major(st.st_rdev), minor(st.st_rdev));
+        }
+        int fl = fcntl(fd, F_GETFL);
+        const char *acc = fl < 0 ? strerrorname_np(errno)
+                          : (fl & O_ACCMODE) == O_RDONLY ? "r"
+                          : (fl & O_ACCMODE) == O_WRONLY ? "w" : "rw";
+        int tty = isatty(fd);
+        long w = write(fd, "x", 1);
+        const char *wr = w == 1 ? "OK" : strerrorname_np(errno);
+        const char *rd = "-";
+        if (fd == 0) {
+            struct pollfd p = { .fd = 0, .events = POLLIN };
+            char c;
+            if (poll(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLHUP)))
+                rd = "not-ready";
+            else {
+                long r = read(0, &c, 1);
+                rd = r == 1 ? "byte" : r == 0 ? "eof" : strerrorname_np(errno);
+            }
+        }
+        n += snprintf(buf + n, sizeof buf - n, "fd%d type=%s dev=%s acc=%s tty=%d write=%s read=%s\n",
+                      fd, type, dev, acc, tty, wr, rd);
+    }
+    int o = open(out_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (o < 0 || write(o, buf, n) != (long)n)
+        _exit(3);
+    close(o);
 }
 
 int main(int argc, char **argv) {
@@ -277,6 +327,9 @@ int main(int argc, char **argv) {
         report("inet_stream", socket(AF_INET, SOCK_STREAM, 0));
     } else if (argc >= 2 && strcmp(argv[1], "gate") == 0) {
         gate();
+    } else if (argc >= 3 && strcmp(argv[1], "stdio") == 0) {
+        stdio_facts(argv[2]);
+        _exit(0);
     } else if (argc >= 2 && strcmp(argv[1], "wait") == 0) {
         pause();
     } else if (argc >= 3 && strcmp(argv[1], "setid") == 0) {
@@ -287,6 +340,7 @@ int main(int argc, char **argv) {
         forkloop(atol(argv[2]));
     } else {
         fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|setid DIR|families|forkloop MAX\n");
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|stdio OUT\n");
         return 2;
     }
     return 0;
