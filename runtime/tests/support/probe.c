@@ -260,6 +260,8 @@ static void forkloop(long max) {
     report("fork", rc);
     for (long i = 0; i < n; i++) kill(kids[i], SIGKILL);
     for (long i = 0; i < n; i++) waitpid(kids[i], NULL, 0);
+}
+
 static void stdio_facts(const char *out_path) {
     char buf[2048];
     size_t n = 0;
