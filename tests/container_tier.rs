@@ -711,10 +711,13 @@ fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
     create(&r, "redir", "c", &[]);
     // Let the engine user reach the workspace path (a repository others can traverse).
     let ws = r.workspace("redir");
-    let mut p = ws.clone();
-    while p.pop() && p.starts_with(r.path().parent().unwrap()) && p != Path::new("/tmp") {
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
+    let open_path = || {
+        let mut p = ws.clone();
+        while p.pop() && p.starts_with(r.path().parent().unwrap()) && p != Path::new("/tmp") {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    };
+    open_path();
     let decoy = tempfile::Builder::new()
         .prefix("h5i-decoy")
         .tempdir_in("/tmp")
@@ -740,6 +743,9 @@ fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
         ],
         &[],
     );
+    // Each run puts the box directory back to 0700 (box identity), which shuts the engine user
+    // out of the path again: open it once more so the decoy can be taken down.
+    open_path();
     unshare(format!("umount {}", ws.display()));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(
