@@ -138,8 +138,7 @@ fn run_wired(mut cmd: Command, wiring: Wiring, scratch: &Path) -> (Option<i32>, 
 /// The probe run directly on the host with `wiring`: its report and stdout.
 fn on_host(wiring: Wiring) -> (String, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(probe(), dir.path().join("probe")).unwrap();
-    let mut cmd = Command::new("./probe");
+    let mut cmd = Command::new(probe());
     cmd.args(["stdio", "stdio.out"]).current_dir(dir.path());
     let (code, out) = run_wired(cmd, wiring, dir.path());
     assert_eq!(code, Some(0), "{wiring:?}: the probe failed on the host");
@@ -175,7 +174,7 @@ fn every_row_matches_the_host_at(tier: &str) {
     let name = "b";
     let out = r.h5i(&["box", "create", name, &format!("--isolation={tier}")]);
     assert!(out.status.success(), "create at {tier}: {}", stderr(&out));
-    std::fs::copy(probe(), r.workspace(name).join("probe")).unwrap();
+    common::copy_program(probe(), &r.workspace(name).join("probe"));
     let mut diffs = Vec::new();
     for wiring in ROWS {
         let (host, host_out) = on_host(wiring);

@@ -138,7 +138,7 @@ fn boxed(r: &Repo, name: &str, args: &[&str]) -> PathBuf {
     all.extend_from_slice(args);
     r.ok(&all);
     let ws = r.workspace(name);
-    std::fs::copy(probe(), ws.join("probe")).unwrap();
+    common::copy_program(probe(), &ws.join("probe"));
     ws
 }
 
@@ -339,7 +339,7 @@ fn the_container_tier_refuses_setid_files_and_unscoped_families() {
     let out = r.h5i_env(&["box", "create", "c", "--profile", "c"], &env);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let ws = r.workspace("c");
-    std::fs::copy(probe(), ws.join("probe")).unwrap();
+    common::copy_program(probe(), &ws.join("probe"));
     // The engine user must be able to write the workspace's new files' directory.
     let out = run(&r, "c", &["./probe", "setid", "."], &env);
     assert_no_setid_file_was_made("container", &out, &ws);

@@ -802,7 +802,7 @@ fn a_container_box_gets_af_unix_sockets_only_when_net_unix_allows_them() {
     for (name, profile) in [("nounix", "c"), ("unix", "u")] {
         create(&r, name, profile, &[]);
         let probe = r.workspace(name).join("netprobe");
-        std::fs::copy(netprobe(), &probe).unwrap();
+        common::copy_program(netprobe(), &probe);
         let out = run(&r, name, &["sh", "-c", probes], &[]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         seen.push(stdout(&out));

@@ -381,7 +381,7 @@ fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
     let out = c.repo().join("hostile-export").display().to_string();
     for (verb, needles) in expect {
         let args: Vec<&str> = match *verb {
-            "diff" | "status" | "doctor" | "log" | "rm" | "apply" | "rebase" => {
+            "diff" | "status" | "doctor" | "log" | "rm" | "apply" => {
                 vec!["box", verb, name]
             }
             "export" => vec!["box", "export", name, "--out", &out],
@@ -426,7 +426,7 @@ fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
             );
             assert!(c.box_dir(name).exists());
         }
-        if matches!(*verb, "export" | "apply" | "rebase") {
+        if matches!(*verb, "export" | "apply") {
             assert_eq!(
                 b.code,
                 Some(1),
@@ -517,7 +517,6 @@ fn sparse_giants_dev_zero_and_fifos(c: &Caller) {
             ("log", &[]),
             ("export", &[".gitignore: a file git reads, but a fifo"]),
             ("apply", &[".gitignore: a file git reads, but a fifo"]),
-            ("rebase", &[".gitignore: a file git reads, but a fifo"]),
         ],
     );
 }

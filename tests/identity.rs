@@ -124,7 +124,7 @@ fn root_box(r: &Repo, name: &str, tier: &str, grant: &Granted) {
         grant.dir.path().display()
     ));
     r.ok(&["box", "create", name, "--profile", "id"]);
-    std::fs::copy(probe(), r.workspace(name).join("probe")).unwrap();
+    common::copy_program(probe(), &r.workspace(name).join("probe"));
 }
 
 /// The refusals owner permission bits make once the box is not host root, at `tier`.
@@ -380,7 +380,7 @@ fn a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files(
     let out = r.h5i_env(&["box", "create", "c", "--profile", "c"], &env);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let ws = r.workspace("c");
-    std::fs::copy(probe(), ws.join("probe")).unwrap();
+    common::copy_program(probe(), &ws.join("probe"));
     // A root-only file the host put in the workspace: root's on disk, unmapped in the box.
     std::fs::write(ws.join("root-secret"), "root only\n").unwrap();
     std::fs::set_permissions(

@@ -21,7 +21,7 @@ fn boxed(r: &Repo, name: &str, extra: &[&str]) {
     let mut args = vec!["box", "create", name, PROC];
     args.extend_from_slice(extra);
     r.ok(&args);
-    std::fs::copy(probe(), r.workspace(name).join("probe")).unwrap();
+    common::copy_program(probe(), &r.workspace(name).join("probe"));
 }
 
 fn run(r: &Repo, name: &str, argv: &[&str]) -> std::process::Output {
@@ -417,7 +417,7 @@ fn an_unprivileged_user_gets_the_same_confinement() {
         .unwrap();
     let repo = dir.path().join("repo");
     std::fs::create_dir(&repo).unwrap();
-    std::fs::copy(probe(), dir.path().join("probe")).unwrap();
+    common::copy_program(probe(), &dir.path().join("probe"));
     // The build tree may sit where h5i-test cannot reach (CI clones under /root): the user runs
     // its own copies of h5i and its sibling binaries.
     let bin = dir.path().join("bin");

@@ -27,6 +27,19 @@ pub fn probe() -> &'static Path {
     })
 }
 
+/// Copy the program `src` to `dst` with `cp`, a child process: a write descriptor this
+/// (threaded) test process held on an executable could be inherited by another test's fork and
+/// make an exec of it fail with ETXTBSY.
+pub fn copy_program(src: &Path, dst: &Path) {
+    let st = Command::new("cp").arg(src).arg(dst).status().unwrap();
+    assert!(
+        st.success(),
+        "cp {} {} failed",
+        src.display(),
+        dst.display()
+    );
+}
+
 /// A pty pair (master, slave), both ends close-on-exec (so no test's terminal leaks into
 /// another's child).
 pub fn pty_pair() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
