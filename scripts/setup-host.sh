@@ -125,7 +125,7 @@ done
 
 # ---------------------------------------------------------------- box identity (h5i-box)
 # When h5i runs as root, a box's users map to this system user's subordinate range, never to
-# host root (src/identity.rs; `h5i host setup` does the same). No login, no home: it owns
+# host root (src/identity.rs, whose `ensure` does the same). No login, no home: it owns
 # nothing but what boxes write. Its range is the first free 65536 ids above every existing
 # range, so it overlaps no other user's (nor the test user's above).
 BOX_USER=h5i-box

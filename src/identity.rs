@@ -9,7 +9,7 @@
 //! nobody.
 //!
 //! Owns: reading the range ([`BoxIdentity::lookup`]), the mapping a run uses
-//! ([`Mapping::for_caller`]), making the user and range (`h5i host setup`: [`ensure`]), and
+//! ([`Mapping::for_caller`]), making the user and range ([`ensure`], which `make setup`'s script mirrors until `h5i host setup` calls it), and
 //! handing a tree to the range without following anything planted in it ([`own_tree`]).
 //!
 //! Must never: map a root caller's box to uid 0, guess a range that `/etc/subuid` does not
@@ -35,7 +35,7 @@ pub const SUBUID: &str = "/etc/subuid";
 pub const SUBGID: &str = "/etc/subgid";
 
 /// The mend every missing-identity refusal names.
-const SETUP_MEND: &str = "run `sudo h5i host setup` (or `make setup`)";
+const SETUP_MEND: &str = "as root, run `make setup` in h5i's source tree, or `useradd --system --no-create-home --shell /usr/sbin/nologin h5i-box` and give it a 65536-id range no other user has in /etc/subuid and /etc/subgid (`h5i-box:START:65536`)";
 
 /// Why the box identity is unusable.
 #[derive(Debug, thiserror::Error)]
