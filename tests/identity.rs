@@ -12,29 +12,10 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
-use common::{stderr, stdout, Repo};
-
-/// The static syscall probe (runtime/tests/support/probe.c): `probe read PATH` prints
-/// `read=OK` or `read=<ERRNO NAME>`, with no libc or shell of the box's in between.
-fn probe() -> &'static Path {
-    static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("h5i-identity-probe");
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/support/probe.c");
-        let st = Command::new("cc")
-            .args(["-static", "-O2", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building the probe failed");
-        out
-    })
-}
+use common::{probe, stderr, stdout, Repo};
 
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
