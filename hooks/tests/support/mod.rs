@@ -17,9 +17,21 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// The hook binary under test.
+/// The hook binary under test: `h5i-hook`, a binary of the root package (so `cargo install
+/// --path .` installs it), found in the profile directory above this test's `deps/`.
 pub fn hook_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_h5i-hook"))
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("h5i-hook");
+    assert!(
+        p.is_file(),
+        "{} is missing: build every binary first (cargo build --release --workspace --bins)",
+        p.display()
+    );
+    p
 }
 
 /// h5i-runc, built beside it (`cargo build --release --workspace --bins` first).
