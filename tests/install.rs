@@ -85,8 +85,12 @@ fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary
     );
 
     // The seam: a malformed H5I_TEST_HOSTS is refused by the test build (it reads it) and
-    // ignored by the installed one (it cannot).
-    r.write_policy("[profile.sup]\nisolation = \"supervised\"\n");
+    // ignored by the installed one (it cannot). The seam is read only when there is egress to
+    // pin; an address literal (a test-host address, never contacted by `true`) needs no
+    // resolver either way.
+    r.write_policy(
+        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"198.18.0.1:8080\"]\n",
+    );
     r.ok(&["box", "create", "s", "--profile", "sup"]);
     let seam = [("H5I_TEST_HOSTS", "not-a-host-map")];
     let tested = r.h5i_env(&["box", "run", "s", "--", "true"], &seam);
