@@ -2,20 +2,21 @@
 # Host preparation for h5i's test suite and demo (Debian 12, run as root), in two phases:
 #
 #   setup-host.sh packages   system packages and rustup components (what building h5i needs)
-#   setup-host.sh host       after the build: `h5i host setup --user $H5I_TEST_USER` (everything a
+#   setup-host.sh host       after the install: `h5i host setup --user $H5I_TEST_USER` (everything a
 #                            user's host needs: device nodes, the h5i-box identity, Podman config,
 #                            the supervised tier's hooks, and the test user's subordinate ids,
 #                            /run/user, delegated cgroup and rootless Podman config), then what
 #                            only the test suite adds: the test user itself, the container
 #                            tier's engine user for root, the test images, and a Podman check
 #
-# With no argument, both (the build must exist: `make setup` builds in between).
+# With no argument, both (the install must exist: `make setup` runs `make install` in between).
 # Prints one "setup: ..." line per thing it changed, or "setup: nothing to change".
 #
 # Environment knobs:
 #   H5I_TEST_USER     unprivileged test user (default h5i-test)
 #   H5I_SETUP_VERIFY  0 skips the final podman checks (default 1)
-#   H5I               the h5i binary to run (default: this tree's target/release/h5i)
+#   H5I               the h5i binary to run (default: target/install/bin/h5i, what `make install`
+#                     installs)
 set -euo pipefail
 
 SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -105,9 +106,10 @@ home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
 [ -d "$home" ] || { install -d -m 755 -o "$uid" -g "$gid" "$home"; changed "created $home"; }
 
 # ---------------------------------------------------------------- h5i host setup
-H5I="${H5I:-$REPO_DIR/target/release/h5i}"
-[ -x "$H5I" ] || die "$H5I not built: run 'make build' (or 'make setup', which builds) first"
-[ -x "$(dirname "$H5I")/h5i-hook" ] || die "no h5i-hook beside $H5I: build every binary (cargo build --release --workspace --bins)"
+H5I="${H5I:-$REPO_DIR/target/install/bin/h5i}"
+case "$H5I" in /*) ;; *) H5I="$REPO_DIR/$H5I" ;; esac
+[ -x "$H5I" ] || die "$H5I is not installed: run 'make install' (or 'make setup', which installs) first"
+[ -x "$(dirname "$H5I")/h5i-hook" ] || die "no h5i-hook beside $H5I: install with 'cargo install --path .' (it installs h5i-hook beside h5i)"
 host_out="$("$H5I" host setup --user "$TEST_USER")" || die "h5i host setup failed: $host_out"
 while IFS= read -r line; do
     case "$line" in "setup: nothing to change" | "") ;; *) changed "${line#setup: }" ;; esac

@@ -250,7 +250,7 @@ impl Prepared {
             Some(h) => h,
             None if needs_hook => return Err(BoxError::BadRequest {
                 what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
-                mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+                mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
             }),
             None => PathBuf::new(),
         };

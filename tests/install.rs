@@ -1,12 +1,13 @@
 //! One install, one setup (issue 14), tested on the installed artifact: `cargo install --path .
-//! --root TMP` (offline, reusing this build's target directory) installs `h5i`, `h5i-runc` and
-//! `h5i-hook`; `TMP/bin/h5i host setup` (as root, twice: the second run changes nothing) leaves
-//! `box probe` with the process and supervised tiers available; and that installed binary, built
-//! without the `test-seams` feature, ignores `H5I_TEST_HOSTS`, which the test build honours.
+//! --root TMP` installs `h5i`, `h5i-runc` and `h5i-hook`; `TMP/bin/h5i host setup` (as root,
+//! twice: the second run changes nothing) leaves `box probe` with the process and supervised
+//! tiers available; and that installed binary, built without the `test-seams` feature, ignores
+//! `H5I_TEST_HOSTS`, which the test build honours.
 //!
-//! The only test in this binary on purpose: `cargo install` re-links the target directory's
-//! top-level `h5i*` files without the test seams, so this test puts the test build's copies back
-//! before it returns, and nothing else may run meanwhile.
+//! The install builds in `target/install/build`, the directory `make install` (so `make setup`)
+//! builds in: after `make setup` it has nothing to compile, and on a developer's rerun only what
+//! changed. Never in `target/release`: cargo would replace the test build's `h5i*` binaries there
+//! (with the seams) while other test binaries run them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -18,29 +19,20 @@ use common::{require_root, stderr, stdout, Repo, H5I};
 
 const BINS: [&str; 3] = ["h5i", "h5i-runc", "h5i-hook"];
 
-/// `cargo install` into `root`, keeping the test build's binaries in place afterwards.
+/// `cargo install` into `root`, building in the workspace's `target/install/build`.
 fn cargo_install(root: &Path) {
-    let built = Path::new(H5I).parent().unwrap();
-    let target = built.parent().unwrap();
-    let saved = tempfile::tempdir().unwrap();
-    for b in BINS {
-        std::fs::copy(built.join(b), saved.path().join(b)).unwrap();
-    }
+    // CARGO_BIN_EXE_h5i is <target>/release/h5i.
+    let target = Path::new(H5I).parent().and_then(Path::parent).unwrap();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["install", "--offline", "--locked", "--path"])
         .arg(env!("CARGO_MANIFEST_DIR"))
         .arg("--root")
         .arg(root)
-        .env("CARGO_TARGET_DIR", target)
+        .arg("--target-dir")
+        .arg(target.join("install/build"))
         .output()
         .unwrap();
-    for b in BINS {
-        let dest = built.join(b);
-        let tmp = built.join(format!(".{b}.restoring"));
-        std::fs::copy(saved.path().join(b), &tmp).unwrap();
-        std::fs::rename(&tmp, &dest).unwrap();
-    }
     assert!(out.status.success(), "cargo install: {}", stderr(&out));
 }
 

@@ -61,7 +61,10 @@ fn unsafe_zeroed_passwd() -> libc::passwd {
 /// The user `name`, refused when missing or root.
 pub fn lookup(name: &str) -> Result<User, HostError> {
     let u = passwd_entry(name)
-        .map_err(HostError::io("look up the user in", Path::new("/etc/passwd")))?
+        .map_err(HostError::io(
+            "look up the user in",
+            Path::new("/etc/passwd"),
+        ))?
         .ok_or_else(|| HostError::NoSuchUser(name.to_string()))?;
     if u.uid == 0 {
         return Err(HostError::UserIsRoot(name.to_string()));

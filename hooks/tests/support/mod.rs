@@ -45,7 +45,6 @@ pub fn runc_bin() -> PathBuf {
     p
 }
 
-/// True when the test can run; prints a loud skip line otherwise.
 /// The unprivileged test user's uid; `make setup` (scripts/setup-host.sh) makes the user.
 pub fn test_user_uid() -> u32 {
     let out = Command::new("id")
@@ -58,6 +57,7 @@ pub fn test_user_uid() -> u32 {
         .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)")
 }
 
+/// True when the test can run; prints a loud skip line otherwise.
 pub fn require_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
