@@ -58,6 +58,9 @@ PACKAGES=(
     nftables busybox-static bubblewrap hyperfine libseccomp-dev iproute2 git tmux
     expect pkg-config debootstrap bc python3 curl
     catatonit netavark aardvark-dns containernetworking-plugins iptables
+    # Workloads tests/seccomp_base.rs runs under the default-deny seccomp base: a toolchain
+    # and a browser a box's identity can read (rustup's under /root is not).
+    cargo chromium
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
     awk '$2 == "ii" { print $1 }' || true)"

@@ -198,7 +198,10 @@ impl BundlePlan {
         let landlock = json!({"read": landlock_read, "write": landlock_write});
         let mut annotations = BTreeMap::new();
         annotations.insert("h5i.landlock".to_string(), landlock.to_string());
-        annotations.insert("h5i.seccomp".to_string(), "h5i-v1".to_string());
+        annotations.insert(
+            "h5i.seccomp".to_string(),
+            crate::confine::seccomp::PROFILE_H5I_V2.to_string(),
+        );
         annotations.insert(
             "h5i.net.unix".to_string(),
             if self.unix_sockets { "true" } else { "false" }.to_string(),
@@ -498,7 +501,7 @@ mod tests {
         assert!(etc < hosts);
         assert!(m[hosts].1.contains("\"ro\""));
         assert_eq!(v["annotations"]["h5i.net"], "supervised");
-        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v2");
     }
 
     #[test]
@@ -545,7 +548,7 @@ mod tests {
             .contains(&json!("/.h5i/objects")));
         assert!(!ll.to_string().contains("/tmp/repo"));
         assert!(!ll["write"].as_array().unwrap().contains(&json!("/usr")));
-        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v2");
         assert_eq!(v["annotations"]["h5i.net.unix"], "false");
     }
     #[test]
@@ -569,7 +572,7 @@ mod tests {
             })
         );
         assert_eq!(v["annotations"]["h5i.net.gate"], "on");
-        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
+        assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v2");
         // What h5i-runc's executor will check before trusting the annotation.
         let spec: libcontainer::oci_spec::runtime::Spec = serde_json::from_value(v).unwrap();
         let seccomp = spec.linux().as_ref().unwrap().seccomp().as_ref().unwrap();

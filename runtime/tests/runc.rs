@@ -824,6 +824,71 @@ fn seccomp_h5i_v1_denies_listed_syscalls_despite_capabilities() {
     assert_eq!(result_of(&control, "clone3"), "OK");
 }
 
+/// The default-deny base: a call h5i-v1 leaves alone answers ENOSYS under h5i-v2, while every
+/// deny-list entry keeps its own errno (EPERM) through the layering.
+#[test]
+fn seccomp_h5i_v2_answers_enosys_outside_its_base_and_keeps_the_deny_lists_eperm() {
+    if !require_root(
+        "seccomp_h5i_v2_answers_enosys_outside_its_base_and_keeps_the_deny_lists_eperm",
+    ) {
+        return;
+    }
+    let rt = Runtime::new();
+    let caps = [
+        "CAP_SYS_ADMIN",
+        "CAP_NET_RAW",
+        "CAP_SYS_PTRACE",
+        "CAP_SYSLOG",
+    ];
+    let mut answers = Vec::new();
+    for profile in ["h5i-v1", "h5i-v2"] {
+        let id = id(&format!("base-{profile}"));
+        let mut b = Bundle::new(&["probe", "unlisted"], Some(test_cgroup(&id)));
+        b.add_caps(&caps);
+        b.annotate("h5i.seccomp", profile);
+        answers.push(probe_results(&rt.ok(&[
+            "run",
+            "--bundle",
+            b.path().to_str().unwrap(),
+            &id,
+        ])));
+    }
+    let (v1, v2) = (&answers[0], &answers[1]);
+    // The control: without the base the kernel answers these itself.
+    assert_eq!(result_of(v1, "kcmp"), "OK", "{v1:?}");
+    assert_eq!(result_of(v1, "name_to_handle_at"), "EOVERFLOW", "{v1:?}");
+    assert_eq!(result_of(v1, "syslog"), "OK", "{v1:?}");
+    for call in ["kcmp", "name_to_handle_at", "syslog"] {
+        assert_eq!(result_of(v2, call), "ENOSYS", "{call}: {v2:?}");
+    }
+    assert_eq!(result_of(v1, "unshare"), "EPERM");
+    assert_eq!(
+        result_of(v2, "unshare"),
+        "EPERM",
+        "deny list's errno under the base"
+    );
+
+    let id = id("base-syscalls");
+    let mut b = Bundle::new(&["probe", "syscalls"], Some(test_cgroup(&id)));
+    b.add_caps(&caps);
+    b.annotate("h5i.seccomp", "h5i-v2");
+    let out = rt.ok(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+    let confined = probe_results(&out);
+    for (name, want) in [
+        ("ptrace", "EPERM"),
+        ("mount", "EPERM"),
+        ("bpf", "EPERM"),
+        ("io_uring_setup", "EPERM"),
+        ("clone_newuser", "EPERM"),
+        ("ioctl_tiocsti", "EPERM"),
+        ("clone3", "ENOSYS"),
+        ("clone_plain", "OK"),
+        ("socket_inet_stream", "OK"),
+    ] {
+        assert_eq!(result_of(&confined, name), want, "{name}:\n{out}");
+    }
+}
+
 #[test]
 fn seccomp_unshare_via_busybox_is_operation_not_permitted() {
     if !require_root("seccomp_unshare_via_busybox_is_operation_not_permitted") {

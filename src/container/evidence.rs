@@ -345,7 +345,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
         "container evidence (last run: the OCI spec Podman handed the runtime, captured by h5i-runc before the box's code ran)".to_string(),
     ];
     out.push(match &ev.runtime {
-        RuntimeUsed::H5iRunc(p) => format!("  runtime   h5i-runc ({p}): Landlock, h5i's seccomp deny-list"),
+        RuntimeUsed::H5iRunc(p) => format!("  runtime   h5i-runc ({p}): Landlock, h5i's default-deny seccomp base and deny-list"),
         RuntimeUsed::HostDefault(n) => format!(
             "  runtime   {n} (the host's default, as the profile asks): no h5i-runc layers, spec not captured"
         ),

@@ -44,6 +44,7 @@ use std::time::Duration;
 use h5i_policy::receipt::{CgroupUsage, EgressTally, OomReport};
 use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
 use h5i_runtime::cage::ResourceCage;
+use h5i_runtime::confine::seccomp::PROFILE_H5I_V2;
 use h5i_runtime::supervise::ChildReport;
 
 use crate::credentials::HandoffPlace;
@@ -675,7 +676,7 @@ fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, St
     });
     let mut annotations = vec![
         ("h5i.landlock".into(), landlock.to_string()),
-        ("h5i.seccomp".into(), "h5i-v1".into()),
+        ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
         (
             "h5i.net.unix".into(),
             if policy.net.unix { "true" } else { "false" }.into(),

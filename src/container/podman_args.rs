@@ -165,6 +165,7 @@ impl PodmanRun {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use h5i_runtime::confine::seccomp::PROFILE_H5I_V2;
 
     fn run() -> PodmanRun {
         PodmanRun {
@@ -192,7 +193,7 @@ mod tests {
                     "h5i.landlock".into(),
                     r#"{"read":["/"],"write":["/work"]}"#.into(),
                 ),
-                ("h5i.seccomp".into(), "h5i-v1".into()),
+                ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
             ],
             tty: false,
         }
@@ -265,7 +266,7 @@ mod tests {
             a.contains(&r#""h5i.landlock={""read"":[""/""],""write"":[""/work""]}""#.to_string()),
             "{joined}"
         );
-        assert!(a.contains(&"h5i.seccomp=h5i-v1".to_string()));
+        assert!(a.contains(&"h5i.seccomp=h5i-v2".to_string()));
         assert!(a.contains(&"h5i.run=x".to_string()));
     }
 

@@ -4,8 +4,11 @@
 //! entry carries the reason it is here (`why`), and a unit test walks the whole registry (no
 //! duplicates, every reason written, no syscall both unconditional and conditional).
 //!
-//! The default is *allow*: this list sits on top of the OCI spec's own `linux.seccomp` profile
-//! (which libcontainer applies first) and removes kernel surface a coding agent never needs.
+//! The default is *allow*: alone (profile `h5i-v1`) this list sits on top of the OCI spec's own
+//! `linux.seccomp` profile (which libcontainer applies first) and removes kernel surface a
+//! coding agent never needs; in `h5i-v2` it is the second layer over the default-deny base
+//! (`allowlist.rs`), narrowing calls the base allows by their arguments. Entries name their
+//! syscall; `syscalls.rs` gives its number on x86_64 and aarch64.
 //! Denials answer `EPERM` (tools then print "Operation not permitted" and can fall back), never
 //! kill, except `clone3`, which answers `ENOSYS` so libc falls back to `clone(2)`, whose flags
 //! *can* be inspected (clone3's live in user memory, out of seccomp's reach).
@@ -58,6 +61,9 @@ pub enum Op {
         /// Value those bits must have.
         value: u32,
     },
+    /// `((u32)arg & O_TMPFILE) == O_TMPFILE` with the target architecture's `O_TMPFILE`, which
+    /// includes `O_DIRECTORY`, whose bit differs between x86_64 and aarch64.
+    HasOTmpfile,
 }
 
 /// A comparison on argument `arg` (0-based).
@@ -81,10 +87,10 @@ pub enum When {
 /// One reviewed deny-list entry.
 #[derive(Debug, Clone, Copy)]
 pub struct DenyEntry {
-    /// Syscall name, for messages and the registry test.
+    /// Syscall name (`syscalls::TABLE`): the number comes from there, per architecture; an
+    /// entry for a call an architecture lacks (x86_64's `open`, `chmod`, ... on aarch64) is
+    /// skipped there, where the `*at` entries cover the same ground.
     pub name: &'static str,
-    /// Syscall number on the build architecture.
-    pub nr: libc::c_long,
     /// Which calls match.
     pub when: When,
     /// What a matching call gets.
@@ -95,10 +101,9 @@ pub struct DenyEntry {
     pub why: &'static str,
 }
 
-const fn always(name: &'static str, nr: libc::c_long, why: &'static str) -> DenyEntry {
+const fn always(name: &'static str, why: &'static str) -> DenyEntry {
     DenyEntry {
         name,
-        nr,
         when: When::Always,
         denial: Denial::Eperm,
         gate: Gate::Base,
@@ -106,15 +111,9 @@ const fn always(name: &'static str, nr: libc::c_long, why: &'static str) -> Deny
     }
 }
 
-const fn when(
-    name: &'static str,
-    nr: libc::c_long,
-    conds: &'static [Cond],
-    why: &'static str,
-) -> DenyEntry {
+const fn when(name: &'static str, conds: &'static [Cond], why: &'static str) -> DenyEntry {
     DenyEntry {
         name,
-        nr,
         when: When::AllOf(conds),
         denial: Denial::Eperm,
         gate: Gate::Base,
@@ -138,20 +137,6 @@ const fn arg0_is(value: libc::c_int) -> [Cond; 1] {
         op: Op::Eq(value as u32),
     }]
 }
-
-/// `fchmodat2` (Linux 6.6). The generic syscall table and x86_64 share the number.
-pub const SYS_FCHMODAT2: libc::c_long = 452;
-
-// The legacy path calls x86_64 keeps beside their `*at` forms (aarch64 has only the latter;
-// there the `*at` entries cover everything).
-#[cfg(target_arch = "x86_64")]
-const SYS_OPEN: libc::c_long = libc::SYS_open;
-#[cfg(target_arch = "x86_64")]
-const SYS_CREAT: libc::c_long = libc::SYS_creat;
-#[cfg(target_arch = "x86_64")]
-const SYS_MKDIR: libc::c_long = libc::SYS_mkdir;
-#[cfg(target_arch = "x86_64")]
-const SYS_MKNOD: libc::c_long = libc::SYS_mknod;
 
 /// `SOCK_TYPE_MASK` in the kernel: the low nibble of socket()'s `type` is the type proper; the
 /// rest is `SOCK_NONBLOCK | SOCK_CLOEXEC`.
@@ -201,6 +186,14 @@ const fn flags_have(arg: u8, flags: libc::c_int) -> Cond {
     }
 }
 
+/// Argument `arg` (open's `int flags`) asks for `O_TMPFILE`.
+const fn has_o_tmpfile(arg: u8) -> Cond {
+    Cond {
+        arg,
+        op: Op::HasOTmpfile,
+    }
+}
+
 /// The mode argument (index 1 for chmod/fchmod/creat/mkdir/mknod, 2 for the `*at` forms).
 const MODE1_SUID: [Cond; 1] = [mode_has(1, S_ISUID)];
 const MODE1_SGID: [Cond; 1] = [mode_has(1, S_ISGID)];
@@ -210,12 +203,12 @@ const MODE2_SGID: [Cond; 1] = [mode_has(2, S_ISGID)];
 /// creates a file (`O_CREAT`, or `O_TMPFILE`, whose nameless file `linkat` can later name).
 const OPEN_CREAT_SUID: [Cond; 2] = [flags_have(1, libc::O_CREAT), mode_has(2, S_ISUID)];
 const OPEN_CREAT_SGID: [Cond; 2] = [flags_have(1, libc::O_CREAT), mode_has(2, S_ISGID)];
-const OPEN_TMPFILE_SUID: [Cond; 2] = [flags_have(1, libc::O_TMPFILE), mode_has(2, S_ISUID)];
-const OPEN_TMPFILE_SGID: [Cond; 2] = [flags_have(1, libc::O_TMPFILE), mode_has(2, S_ISGID)];
+const OPEN_TMPFILE_SUID: [Cond; 2] = [has_o_tmpfile(1), mode_has(2, S_ISUID)];
+const OPEN_TMPFILE_SGID: [Cond; 2] = [has_o_tmpfile(1), mode_has(2, S_ISGID)];
 const OPENAT_CREAT_SUID: [Cond; 2] = [flags_have(2, libc::O_CREAT), mode_has(3, S_ISUID)];
 const OPENAT_CREAT_SGID: [Cond; 2] = [flags_have(2, libc::O_CREAT), mode_has(3, S_ISGID)];
-const OPENAT_TMPFILE_SUID: [Cond; 2] = [flags_have(2, libc::O_TMPFILE), mode_has(3, S_ISUID)];
-const OPENAT_TMPFILE_SGID: [Cond; 2] = [flags_have(2, libc::O_TMPFILE), mode_has(3, S_ISGID)];
+const OPENAT_TMPFILE_SUID: [Cond; 2] = [has_o_tmpfile(2), mode_has(3, S_ISUID)];
+const OPENAT_TMPFILE_SGID: [Cond; 2] = [has_o_tmpfile(2), mode_has(3, S_ISGID)];
 /// socketpair(family, ...) of any family but AF_UNIX.
 const SOCKETPAIR_NOT_UNIX: [Cond; 1] = [Cond {
     arg: 0,
@@ -261,82 +254,34 @@ pub const H5I_V1: &[DenyEntry] = &[
     // --- other processes' memory -------------------------------------------------------------
     // Reads/writes another process's registers and memory: the classic way to hijack a sibling
     // (or a host helper that entered the box) and to step around every other layer.
-    always(
-        "ptrace",
-        libc::SYS_ptrace,
-        "attach to and rewrite another process",
-    ),
+    always("ptrace", "attach to and rewrite another process"),
     // Cross-process memory copy without ptrace-attach: same reach as ptrace for data.
-    always(
-        "process_vm_readv",
-        libc::SYS_process_vm_readv,
-        "read another process's memory",
-    ),
+    always("process_vm_readv", "read another process's memory"),
     // Same, writing.
-    always(
-        "process_vm_writev",
-        libc::SYS_process_vm_writev,
-        "write another process's memory",
-    ),
+    always("process_vm_writev", "write another process's memory"),
     // --- namespaces ------------------------------------------------------------------------
     // A new user namespace hands out a full capability set over fresh namespaces: a large slice
     // of kernel attack surface (and a way to remount what the box made read-only).
-    always(
-        "unshare",
-        libc::SYS_unshare,
-        "create new namespaces (user ns => capabilities)",
-    ),
+    always("unshare", "create new namespaces (user ns => capabilities)"),
     // Joining a namespace through an inherited or /proc fd would leave the box's namespaces.
-    always("setns", libc::SYS_setns, "join another namespace"),
+    always("setns", "join another namespace"),
     // clone(2) with any namespace flag is unshare by another name; plain fork/thread clones
     // (no namespace bits) stay allowed. One entry per flag: entries are OR-ed.
+    when("clone", &CLONE_NEWNS, "clone into a new mount namespace"),
     when(
         "clone",
-        libc::SYS_clone,
-        &CLONE_NEWNS,
-        "clone into a new mount namespace",
-    ),
-    when(
-        "clone",
-        libc::SYS_clone,
         &CLONE_NEWCGROUP,
         "clone into a new cgroup namespace",
     ),
-    when(
-        "clone",
-        libc::SYS_clone,
-        &CLONE_NEWUTS,
-        "clone into a new UTS namespace",
-    ),
-    when(
-        "clone",
-        libc::SYS_clone,
-        &CLONE_NEWIPC,
-        "clone into a new IPC namespace",
-    ),
-    when(
-        "clone",
-        libc::SYS_clone,
-        &CLONE_NEWUSER,
-        "clone into a new user namespace",
-    ),
-    when(
-        "clone",
-        libc::SYS_clone,
-        &CLONE_NEWPID,
-        "clone into a new PID namespace",
-    ),
-    when(
-        "clone",
-        libc::SYS_clone,
-        &CLONE_NEWNET,
-        "clone into a new network namespace",
-    ),
+    when("clone", &CLONE_NEWUTS, "clone into a new UTS namespace"),
+    when("clone", &CLONE_NEWIPC, "clone into a new IPC namespace"),
+    when("clone", &CLONE_NEWUSER, "clone into a new user namespace"),
+    when("clone", &CLONE_NEWPID, "clone into a new PID namespace"),
+    when("clone", &CLONE_NEWNET, "clone into a new network namespace"),
     // clone3's flags live in a struct in user memory, which seccomp cannot read. ENOSYS (not
     // EPERM) makes glibc and musl fall back to clone(2), whose flags the entries above check.
     DenyEntry {
         name: "clone3",
-        nr: libc::SYS_clone3,
         when: When::Always,
         denial: Denial::Enosys,
         gate: Gate::Base,
@@ -345,130 +290,41 @@ pub const H5I_V1: &[DenyEntry] = &[
     // --- the mount table ---------------------------------------------------------------------
     // The box's filesystem view is set up once by the runtime; changing it from inside could
     // reveal or unhide host paths, or shadow what Landlock and read-only mounts promise.
-    always("mount", libc::SYS_mount, "change the mount table"),
-    always(
-        "umount2",
-        libc::SYS_umount2,
-        "unmount (could reveal what a mount hides)",
-    ),
-    always(
-        "pivot_root",
-        libc::SYS_pivot_root,
-        "change the root filesystem",
-    ),
-    always(
-        "move_mount",
-        libc::SYS_move_mount,
-        "new mount API: attach or move a mount",
-    ),
-    always(
-        "open_tree",
-        libc::SYS_open_tree,
-        "new mount API: clone a mount tree",
-    ),
-    always(
-        "fsopen",
-        libc::SYS_fsopen,
-        "new mount API: open a filesystem context",
-    ),
-    always(
-        "fsconfig",
-        libc::SYS_fsconfig,
-        "new mount API: configure a filesystem context",
-    ),
-    always(
-        "fsmount",
-        libc::SYS_fsmount,
-        "new mount API: create a mount",
-    ),
-    always(
-        "fspick",
-        libc::SYS_fspick,
-        "new mount API: reconfigure an existing mount",
-    ),
-    always(
-        "mount_setattr",
-        libc::SYS_mount_setattr,
-        "change mount flags (e.g. drop read-only)",
-    ),
+    always("mount", "change the mount table"),
+    always("umount2", "unmount (could reveal what a mount hides)"),
+    always("pivot_root", "change the root filesystem"),
+    always("move_mount", "new mount API: attach or move a mount"),
+    always("open_tree", "new mount API: clone a mount tree"),
+    always("fsopen", "new mount API: open a filesystem context"),
+    always("fsconfig", "new mount API: configure a filesystem context"),
+    always("fsmount", "new mount API: create a mount"),
+    always("fspick", "new mount API: reconfigure an existing mount"),
+    always("mount_setattr", "change mount flags (e.g. drop read-only)"),
     // Opens any file by handle, bypassing path walks (the "shocker" container escape).
-    always(
-        "open_by_handle_at",
-        libc::SYS_open_by_handle_at,
-        "open files by handle, around paths",
-    ),
+    always("open_by_handle_at", "open files by handle, around paths"),
     // --- kernel keyrings ---------------------------------------------------------------------
     // Keyrings are not namespaced: keys can leak between boxes and the host user's sessions.
-    always(
-        "keyctl",
-        libc::SYS_keyctl,
-        "kernel keyrings are not namespaced",
-    ),
-    always(
-        "add_key",
-        libc::SYS_add_key,
-        "kernel keyrings are not namespaced",
-    ),
-    always(
-        "request_key",
-        libc::SYS_request_key,
-        "kernel keyrings are not namespaced",
-    ),
+    always("keyctl", "kernel keyrings are not namespaced"),
+    always("add_key", "kernel keyrings are not namespaced"),
+    always("request_key", "kernel keyrings are not namespaced"),
     // --- large, frequently exploited kernel surface ---------------------------------------------
-    always("bpf", libc::SYS_bpf, "eBPF: large verifier attack surface"),
-    always(
-        "perf_event_open",
-        libc::SYS_perf_event_open,
-        "perf: side channels, kernel bugs",
-    ),
-    always(
-        "userfaultfd",
-        libc::SYS_userfaultfd,
-        "stalls kernel copies: exploit timing aid",
-    ),
-    always(
-        "io_uring_setup",
-        libc::SYS_io_uring_setup,
-        "io_uring: bypasses seccomp per-op",
-    ),
-    always(
-        "io_uring_enter",
-        libc::SYS_io_uring_enter,
-        "io_uring: bypasses seccomp per-op",
-    ),
-    always(
-        "io_uring_register",
-        libc::SYS_io_uring_register,
-        "io_uring: bypasses seccomp",
-    ),
+    always("bpf", "eBPF: large verifier attack surface"),
+    always("perf_event_open", "perf: side channels, kernel bugs"),
+    always("userfaultfd", "stalls kernel copies: exploit timing aid"),
+    always("io_uring_setup", "io_uring: bypasses seccomp per-op"),
+    always("io_uring_enter", "io_uring: bypasses seccomp per-op"),
+    always("io_uring_register", "io_uring: bypasses seccomp"),
     // --- loading code into the kernel ----------------------------------------------------------
-    always(
-        "kexec_load",
-        libc::SYS_kexec_load,
-        "replace the running kernel",
-    ),
-    always(
-        "kexec_file_load",
-        libc::SYS_kexec_file_load,
-        "replace the running kernel",
-    ),
-    always("init_module", libc::SYS_init_module, "load a kernel module"),
-    always(
-        "finit_module",
-        libc::SYS_finit_module,
-        "load a kernel module",
-    ),
-    always(
-        "delete_module",
-        libc::SYS_delete_module,
-        "unload a kernel module",
-    ),
+    always("kexec_load", "replace the running kernel"),
+    always("kexec_file_load", "replace the running kernel"),
+    always("init_module", "load a kernel module"),
+    always("finit_module", "load a kernel module"),
+    always("delete_module", "unload a kernel module"),
     // --- execution domain --------------------------------------------------------------------
     // Personas such as READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE weaken NX and ASLR for what runs
     // next; only PER_LINUX (0) and the query (0xffffffff) are allowed.
     when(
         "personality",
-        libc::SYS_personality,
         &PERSONALITY_NOT_LINUX_OR_QUERY,
         "only PER_LINUX and the query are allowed",
     ),
@@ -477,14 +333,12 @@ pub const H5I_V1: &[DenyEntry] = &[
     // when the box shares its terminal (legacy_tiocsti is on here).
     when(
         "ioctl",
-        libc::SYS_ioctl,
         &IOCTL_TIOCSTI,
         "TIOCSTI: inject input into a terminal",
     ),
     // TIOCLINUX subcommands paste the console selection into input (same injection).
     when(
         "ioctl",
-        libc::SYS_ioctl,
         &IOCTL_TIOCLINUX,
         "TIOCLINUX: console paste/injection",
     ),
@@ -493,33 +347,24 @@ pub const H5I_V1: &[DenyEntry] = &[
     // proxy and nftables rules.
     when(
         "socket",
-        libc::SYS_socket,
         &SOCKET_PACKET,
         "AF_PACKET: sniff and forge frames",
     ),
     // Raw IP sockets forge headers (spoofing, crafted packets past the proxy).
+    when("socket", &SOCKET_INET_RAW, "raw IPv4 socket: forge packets"),
     when(
         "socket",
-        libc::SYS_socket,
-        &SOCKET_INET_RAW,
-        "raw IPv4 socket: forge packets",
-    ),
-    when(
-        "socket",
-        libc::SYS_socket,
         &SOCKET_INET6_RAW,
         "raw IPv6 socket: forge packets",
     ),
     // SOCK_PACKET is the obsolete spelling of a packet socket on AF_INET/AF_INET6.
     when(
         "socket",
-        libc::SYS_socket,
         &SOCKET_INET_PACKET,
         "obsolete SOCK_PACKET on AF_INET",
     ),
     when(
         "socket",
-        libc::SYS_socket,
         &SOCKET_INET6_PACKET,
         "obsolete SOCK_PACKET on AF_INET6",
     ),
@@ -529,149 +374,54 @@ pub const H5I_V1: &[DenyEntry] = &[
     // as that identity for any host user who executes it. Every call that sets a mode is
     // refused when the mode carries either bit (one entry per bit: entries are OR-ed). Plain
     // modes (755, 644, sticky 1777) stay allowed.
-    when(
-        "chmod",
-        libc::SYS_chmod,
-        &MODE1_SUID,
-        "chmod to a setuid mode",
-    ),
-    when(
-        "chmod",
-        libc::SYS_chmod,
-        &MODE1_SGID,
-        "chmod to a setgid mode",
-    ),
-    when(
-        "fchmod",
-        libc::SYS_fchmod,
-        &MODE1_SUID,
-        "fchmod to a setuid mode",
-    ),
-    when(
-        "fchmod",
-        libc::SYS_fchmod,
-        &MODE1_SGID,
-        "fchmod to a setgid mode",
-    ),
-    when(
-        "fchmodat",
-        libc::SYS_fchmodat,
-        &MODE2_SUID,
-        "fchmodat to a setuid mode",
-    ),
-    when(
-        "fchmodat",
-        libc::SYS_fchmodat,
-        &MODE2_SGID,
-        "fchmodat to a setgid mode",
-    ),
+    when("chmod", &MODE1_SUID, "chmod to a setuid mode"),
+    when("chmod", &MODE1_SGID, "chmod to a setgid mode"),
+    when("fchmod", &MODE1_SUID, "fchmod to a setuid mode"),
+    when("fchmod", &MODE1_SGID, "fchmod to a setgid mode"),
+    when("fchmodat", &MODE2_SUID, "fchmodat to a setuid mode"),
+    when("fchmodat", &MODE2_SGID, "fchmodat to a setgid mode"),
     // fchmodat2 (Linux 6.6, syscall 452 on x86_64 and the generic table): same mode argument.
-    when(
-        "fchmodat2",
-        SYS_FCHMODAT2,
-        &MODE2_SUID,
-        "fchmodat2 to a setuid mode",
-    ),
-    when(
-        "fchmodat2",
-        SYS_FCHMODAT2,
-        &MODE2_SGID,
-        "fchmodat2 to a setgid mode",
-    ),
-    when(
-        "open",
-        SYS_OPEN,
-        &OPEN_CREAT_SUID,
-        "create a file with a setuid mode",
-    ),
-    when(
-        "open",
-        SYS_OPEN,
-        &OPEN_CREAT_SGID,
-        "create a file with a setgid mode",
-    ),
-    when(
-        "open",
-        SYS_OPEN,
-        &OPEN_TMPFILE_SUID,
-        "O_TMPFILE with a setuid mode",
-    ),
-    when(
-        "open",
-        SYS_OPEN,
-        &OPEN_TMPFILE_SGID,
-        "O_TMPFILE with a setgid mode",
-    ),
+    when("fchmodat2", &MODE2_SUID, "fchmodat2 to a setuid mode"),
+    when("fchmodat2", &MODE2_SGID, "fchmodat2 to a setgid mode"),
+    when("open", &OPEN_CREAT_SUID, "create a file with a setuid mode"),
+    when("open", &OPEN_CREAT_SGID, "create a file with a setgid mode"),
+    when("open", &OPEN_TMPFILE_SUID, "O_TMPFILE with a setuid mode"),
+    when("open", &OPEN_TMPFILE_SGID, "O_TMPFILE with a setgid mode"),
     when(
         "openat",
-        libc::SYS_openat,
         &OPENAT_CREAT_SUID,
         "create a file with a setuid mode",
     ),
     when(
         "openat",
-        libc::SYS_openat,
         &OPENAT_CREAT_SGID,
         "create a file with a setgid mode",
     ),
     when(
         "openat",
-        libc::SYS_openat,
         &OPENAT_TMPFILE_SUID,
         "O_TMPFILE with a setuid mode",
     ),
     when(
         "openat",
-        libc::SYS_openat,
         &OPENAT_TMPFILE_SGID,
         "O_TMPFILE with a setgid mode",
     ),
-    when(
-        "creat",
-        SYS_CREAT,
-        &MODE1_SUID,
-        "create a file with a setuid mode",
-    ),
-    when(
-        "creat",
-        SYS_CREAT,
-        &MODE1_SGID,
-        "create a file with a setgid mode",
-    ),
+    when("creat", &MODE1_SUID, "create a file with a setuid mode"),
+    when("creat", &MODE1_SGID, "create a file with a setgid mode"),
     // mkdir strips both bits itself today; refused anyway so no kernel change can reopen it.
-    when("mkdir", SYS_MKDIR, &MODE1_SUID, "mkdir with a setuid mode"),
-    when("mkdir", SYS_MKDIR, &MODE1_SGID, "mkdir with a setgid mode"),
-    when(
-        "mkdirat",
-        libc::SYS_mkdirat,
-        &MODE2_SUID,
-        "mkdirat with a setuid mode",
-    ),
-    when(
-        "mkdirat",
-        libc::SYS_mkdirat,
-        &MODE2_SGID,
-        "mkdirat with a setgid mode",
-    ),
-    when("mknod", SYS_MKNOD, &MODE1_SUID, "mknod of a setuid file"),
-    when("mknod", SYS_MKNOD, &MODE1_SGID, "mknod of a setgid file"),
-    when(
-        "mknodat",
-        libc::SYS_mknodat,
-        &MODE2_SUID,
-        "mknodat of a setuid file",
-    ),
-    when(
-        "mknodat",
-        libc::SYS_mknodat,
-        &MODE2_SGID,
-        "mknodat of a setgid file",
-    ),
+    when("mkdir", &MODE1_SUID, "mkdir with a setuid mode"),
+    when("mkdir", &MODE1_SGID, "mkdir with a setgid mode"),
+    when("mkdirat", &MODE2_SUID, "mkdirat with a setuid mode"),
+    when("mkdirat", &MODE2_SGID, "mkdirat with a setgid mode"),
+    when("mknod", &MODE1_SUID, "mknod of a setuid file"),
+    when("mknod", &MODE1_SGID, "mknod of a setgid file"),
+    when("mknodat", &MODE2_SUID, "mknodat of a setuid file"),
+    when("mknodat", &MODE2_SGID, "mknodat of a setgid file"),
     // openat2's mode lives in a struct in user memory, which seccomp cannot read. ENOSYS (not
     // EPERM) makes callers fall back to openat(2), whose mode the entries above check.
     DenyEntry {
         name: "openat2",
-        nr: libc::SYS_openat2,
         when: When::Always,
         denial: Denial::Enosys,
         gate: Gate::Base,
@@ -684,7 +434,6 @@ pub const H5I_V1: &[DenyEntry] = &[
     // module the table refuses.
     when(
         "socketpair",
-        libc::SYS_socketpair,
         &SOCKETPAIR_NOT_UNIX,
         "socketpair of a family other than AF_UNIX",
     ),
@@ -694,7 +443,6 @@ pub const H5I_V1: &[DenyEntry] = &[
     // listed: Node's child_process and Python's multiprocessing need it.
     DenyEntry {
         name: "socket",
-        nr: libc::SYS_socket,
         when: When::AllOf(&SOCKET_UNIX),
         denial: Denial::Eperm,
         gate: Gate::NetUnixOff,
@@ -710,7 +458,11 @@ mod tests {
     fn every_entry_says_why_and_is_well_formed() {
         for entry in H5I_V1 {
             assert!(!entry.why.trim().is_empty(), "{} has no reason", entry.name);
-            assert!(entry.nr >= 0, "{} has no syscall number", entry.name);
+            assert!(
+                super::super::syscalls::lookup(entry.name).is_some(),
+                "{} is not in the syscall table",
+                entry.name
+            );
             if let When::AllOf(conds) = entry.when {
                 assert!(!conds.is_empty(), "{}: AllOf with no condition", entry.name);
                 for cond in conds {
@@ -723,12 +475,7 @@ mod tests {
     #[test]
     fn no_syscall_is_both_unconditional_and_conditional() {
         for entry in H5I_V1 {
-            let same: Vec<_> = H5I_V1.iter().filter(|e| e.nr == entry.nr).collect();
-            assert!(
-                same.iter().all(|e| e.name == entry.name),
-                "{}: number reused",
-                entry.name
-            );
+            let same: Vec<_> = H5I_V1.iter().filter(|e| e.name == entry.name).collect();
             if entry.when == When::Always {
                 assert_eq!(
                     same.len(),
@@ -750,7 +497,7 @@ mod tests {
         for (i, a) in H5I_V1.iter().enumerate() {
             for b in &H5I_V1[i + 1..] {
                 assert!(
-                    !(a.nr == b.nr && a.when == b.when && a.gate == b.gate),
+                    !(a.name == b.name && a.when == b.when && a.gate == b.gate),
                     "duplicate entry for {}",
                     a.name
                 );
@@ -806,7 +553,7 @@ mod tests {
 
     #[test]
     fn socketpair_of_af_unix_is_never_listed() {
-        for e in H5I_V1.iter().filter(|e| e.nr == libc::SYS_socketpair) {
+        for e in H5I_V1.iter().filter(|e| e.name == "socketpair") {
             let When::AllOf(conds) = e.when else {
                 panic!("socketpair listed unconditionally");
             };

@@ -3,7 +3,9 @@
 //! Owns the `h5i.*` annotations and what they mean:
 //! - `h5i.landlock`: JSON Landlock request (format in `landlock.rs`), enforced fully or the
 //!   container does not run;
-//! - `h5i.seccomp`: `"h5i-v1"` selects h5i's deny list (`denylist.rs`), installed last;
+//! - `h5i.seccomp`: `"h5i-v2"` selects the default-deny base (`allowlist.rs`: unknown calls
+//!   answer `ENOSYS`) with h5i's deny list (`denylist.rs`) as its second layer; `"h5i-v1"` the
+//!   deny list alone. Installed last; `seccomp.rs` compiles both per architecture;
 //! - `h5i.net.unix`: `"true"` (default) or `"false"`; `false` adds the `socket(AF_UNIX)` entry
 //!   and requires `h5i.seccomp`;
 //! - `h5i.net.families`: comma-separated address-family names the policy grants
@@ -27,18 +29,22 @@
 //!
 //! libcontainer applies the spec's own `linux.seccomp` *before* calling the executor, so a spec
 //! profile used together with these annotations must allow `landlock_create_ruleset`,
-//! `landlock_add_rule`, `landlock_restrict_self`, `prctl` and `seccomp`.
+//! `landlock_add_rule`, `landlock_restrict_self`, `prctl` and `seccomp`. The h5i-v2 base is
+//! installed first of h5i's own programs, so it allows what the executor does after it:
+//! `seccomp` for the deny list's programs, then `execve`.
 //!
 //! Plans are pure (`ConfinementPlan::from_annotations`); the kernel sits behind
 //! `kernel::ConfinementKernel`. Guarded by the unit tests here and by `tests/runc.rs`
 //! (`landlock_annotation_*`, `seccomp_*`) and `tests/podman.rs`.
 //! Must never: run the payload partially confined, or confine a bundle that did not ask.
 
+pub mod allowlist;
 pub mod denylist;
 pub mod executor;
 pub mod kernel;
 pub mod landlock;
 pub mod seccomp;
+pub mod syscalls;
 
 use std::collections::HashMap;
 use std::os::fd::RawFd;

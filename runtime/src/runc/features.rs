@@ -16,8 +16,10 @@ use libcontainer::oci_spec::runtime::{LinuxSeccompAction, LinuxSeccompOperator};
 use serde_json::{json, Value};
 
 use super::{gate, net_dir};
+use crate::confine::allowlist::{BASE, LEFT_OUT};
 use crate::confine::denylist::{Denial, Gate, Op, When};
-use crate::confine::seccomp::{SeccompProfile, PROFILE_H5I_V1};
+use crate::confine::seccomp::{SeccompProfile, PROFILE_H5I_V1, PROFILE_H5I_V2};
+use crate::confine::syscalls::{number, Arch};
 use crate::confine::{
     ANNOTATION_LANDLOCK, ANNOTATION_NET_FAMILIES, ANNOTATION_NET_GATE, ANNOTATION_NET_UNIX,
     ANNOTATION_SECCOMP, NET_GATE_ON,
@@ -151,6 +153,12 @@ fn describe_when(when: When) -> Value {
                         Op::MaskedEq { mask, value } => {
                             format!("((u32)arg{} & {mask:#x}) == {value:#x}", c.arg)
                         }
+                        Op::HasOTmpfile => format!(
+                            "((u32)arg{a} & O_TMPFILE) == O_TMPFILE (x86_64 {x:#x}, aarch64 {y:#x})",
+                            a = c.arg,
+                            x = Arch::X86_64.o_tmpfile(),
+                            y = Arch::Aarch64.o_tmpfile()
+                        ),
                     };
                     Value::String(op)
                 })
@@ -162,6 +170,7 @@ fn describe_when(when: When) -> Value {
 /// The features document.
 pub fn features() -> Value {
     let gated = SeccompProfile {
+        base: false,
         net_unix: false,
         socket_gate: true,
         families: FamilySet::allowed(false, &[]),
@@ -202,7 +211,31 @@ pub fn features() -> Value {
             "selinux": { "enabled": false },
         },
         "annotations": annotations(),
-        "h5i": { "seccomp": { "h5i-v1": denylist }, "address_families": address_families() },
+        "h5i": { "seccomp": { PROFILE_H5I_V1: denylist, PROFILE_H5I_V2: base_description() }, "address_families": address_families() },
+    })
+}
+
+/// The h5i-v2 base, group by group, with the numbers for each architecture filters are built
+/// for.
+fn base_description() -> Value {
+    let numbered = |names: &[&str]| -> Value {
+        names
+            .iter()
+            .map(|n| {
+                let mut row = json!({ "syscall": n });
+                for arch in Arch::ALL {
+                    row[arch.name()] = json!(number(n, arch));
+                }
+                row
+            })
+            .collect()
+    };
+    json!({
+        "layers": format!("the allowlist below, then {PROFILE_H5I_V1} (whose errno a caller sees where both refuse)"),
+        "otherwise": "ENOSYS: what a kernel without the call answers, so callers take their fallback",
+        "foreign_arch": "killed",
+        "allowed": BASE.iter().map(|g| json!({"why": g.why, "syscalls": numbered(g.names)})).collect::<Vec<_>>(),
+        "left_out": LEFT_OUT.iter().map(|g| json!({"why": g.why, "syscalls": g.names})).collect::<Vec<_>>(),
     })
 }
 
@@ -226,7 +259,7 @@ fn address_families() -> Value {
 fn annotations() -> Value {
     let mut ann = json!({
             ANNOTATION_LANDLOCK: "JSON {\"read\":[paths],\"write\":[paths],\"exec\":[paths]?,\"connect_tcp\":[ports]?,\"bind_tcp\":[ports]?}; container paths; enforced fully (Landlock ABI >= 3, >= 4 with ports) or the container does not run",
-            ANNOTATION_SECCOMP: "\"h5i-v1\": h5i's seccomp deny list (see h5i.seccomp.h5i-v1), installed after Landlock, just before exec",
+            ANNOTATION_SECCOMP: "\"h5i-v2\": h5i's default-deny base (see h5i.seccomp.h5i-v2; any other syscall answers ENOSYS) with its deny list as the second layer; \"h5i-v1\": the deny list alone (see h5i.seccomp.h5i-v1). Installed after Landlock, just before exec",
             ANNOTATION_NET_FAMILIES: "comma-separated address-family names (see h5i.address_families) whose socket() h5i.seccomp then allows; a name no policy may grant (packet, unix, an allowed family) is refused at create",
             ANNOTATION_NET_UNIX: "\"true\" or \"false\": whether socket(AF_UNIX) is allowed (socketpair always is). Without h5i.net=supervised, h5i.seccomp's deny list holds it (default \"true\"; \"false\" needs h5i.seccomp); with it, the socket gate does (default \"false\": see org.h5i.socket-gate)",
             super::spec_copy::ANNOTATION: "absolute path of a new file: at create, the spec as handed to the runtime is copied there (evidence for the caller)",

@@ -19,6 +19,9 @@
  *                         common types: "family_N=<stream>,<dgram>,<seqpacket>,<raw>"
  *   probe forkloop MAX    fork children that wait, until fork fails or MAX; prints
  *                         forked=N and fork=<ERRNO|OK>, then kills and reaps them
+ *   probe unlisted        calls the h5i-v2 base leaves out, each one that an unfiltered kernel
+ *                         answers with something other than ENOSYS (kcmp and name_to_handle_at
+ *                         succeed or EOVERFLOW for anyone; syslog and modify_ldt read state)
  *   probe stdio OUT       what fds 0, 1 and 2 are (type, device, access mode, tty) and what a
  *                         one-byte write to each (and a non-blocking read of 0) gets, written
  *                         to OUT only after every descriptor was examined (OUT's own open
@@ -307,6 +310,27 @@ static void stdio_facts(const char *out_path) {
     close(o);
 }
 
+static void unlisted(void) {
+    /* kcmp(self, self, KCMP_FILE, 0, 0): 0 (same file) without a filter. */
+    report("kcmp", syscall(SYS_kcmp, getpid(), getpid(), 0, 0, 0));
+    {
+        /* A zero-sized handle: EOVERFLOW (with the size needed) without a filter. */
+        struct { unsigned int bytes; int type; } h = {0, 0};
+        int mount_id;
+        report("name_to_handle_at", syscall(SYS_name_to_handle_at, AT_FDCWD, "/", &h, &mount_id, 0));
+    }
+    /* SYSLOG_ACTION_SIZE_BUFFER (10): the ring size, or EPERM under dmesg_restrict. */
+    report("syslog", syscall(SYS_syslog, 10, NULL, 0));
+#ifdef SYS_modify_ldt
+    {
+        char ldt[16];
+        report("modify_ldt", syscall(SYS_modify_ldt, 0, ldt, sizeof ldt));
+    }
+#endif
+    /* The deny list's own answer survives the base: EPERM, not the base's ENOSYS. */
+    report("unshare", syscall(SYS_unshare, 0));
+}
+
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "syscalls") == 0) {
         syscalls();
@@ -336,13 +360,14 @@ int main(int argc, char **argv) {
         pause();
     } else if (argc >= 3 && strcmp(argv[1], "setid") == 0) {
         setid(argv[2]);
+    } else if (argc >= 2 && strcmp(argv[1], "unlisted") == 0) {
+        unlisted();
     } else if (argc >= 2 && strcmp(argv[1], "families") == 0) {
         families();
     } else if (argc >= 3 && strcmp(argv[1], "forkloop") == 0) {
         forkloop(atol(argv[2]));
     } else {
-        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|setid DIR|families|forkloop MAX\n");
-        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|stdio OUT\n");
+        fprintf(stderr, "usage: probe syscalls|write PATH|read PATH|bind PORT|unix|inet|gate|wait|setid DIR|families|forkloop MAX|unlisted|stdio OUT\n");
         return 2;
     }
     return 0;
