@@ -14,6 +14,7 @@ pub mod apply;
 pub mod beneath;
 pub mod bounded;
 pub mod box_home;
+pub mod cache;
 pub mod container;
 pub mod create;
 pub mod credentials;

@@ -211,6 +211,12 @@ enum BoxVerb {
         /// The box.
         name: String,
     },
+    /// Warm dependency caches: one per project and ecosystem, keyed by its lockfiles, mounted
+    /// read-only into process and supervised boxes, written only by `refresh`.
+    Cache {
+        #[command(subcommand)]
+        verb: super::cache_cmd::CacheVerb,
+    },
     /// Internal: the background supervisor `service start` launches.
     #[command(name = "__service-supervise", hide = true)]
     ServiceSupervise {
@@ -269,7 +275,7 @@ enum ServiceVerb {
     },
 }
 
-fn store() -> anyhow::Result<BoxStore> {
+pub(super) fn store() -> anyhow::Result<BoxStore> {
     let cwd = std::env::current_dir().context("refusing: cannot read the current directory")?;
     Ok(BoxStore::discover(&cwd)?)
 }
@@ -602,6 +608,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         BoxVerb::Service { verb } => service_verb(verb),
+        BoxVerb::Cache { verb } => super::cache_cmd::dispatch(verb),
         BoxVerb::Ports { name } => {
             let lines = h5i::service::ports(&store()?, &name)?;
             if lines.is_empty() {

@@ -2,6 +2,7 @@
 //! per command group; each parses, calls the library, and prints.
 
 mod box_cmd;
+mod cache_cmd;
 mod source_arg;
 
 use clap::{Parser, Subcommand};
