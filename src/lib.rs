@@ -27,6 +27,7 @@ pub mod export;
 pub mod freeze;
 pub mod git;
 pub mod identity;
+pub mod json_doc;
 pub mod lifecycle;
 pub mod probe;
 pub mod process;

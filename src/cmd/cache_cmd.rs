@@ -17,11 +17,18 @@ macro_rules! say {
 #[derive(Debug, Subcommand)]
 pub enum CacheVerb {
     /// Caches for this project, and whether they are stale.
-    Ls,
+    Ls {
+        /// Print the `h5i.box.cache-ls/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Exactly what a box would get (with NAME: that box, keyed by its own workspace).
     Mounts {
         /// The box (default: a box made from this working tree now).
         name: Option<String>,
+        /// Print the `h5i.box.cache-mounts/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Populate one ecosystem's cache, in a dedicated box with no agent in it; needs the
     /// project-declared profile `cache-<ECO>` whose egress is the registry hosts.
@@ -44,8 +51,14 @@ fn mib(bytes: u64) -> String {
 pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
     let store = super::box_cmd::store()?;
     match verb {
-        CacheVerb::Ls => {
+        CacheVerb::Ls { json } => {
             let all = h5i::cache::ls::list(&store)?;
+            if json {
+                return super::box_cmd::print_json(&h5i::json_doc::CacheLs {
+                    schema: h5i::json_doc::CACHE_LS,
+                    caches: all,
+                });
+            }
             if all.is_empty() {
                 say!("no caches on this clone (h5i box cache refresh ECO fills one)");
             }
@@ -68,12 +81,20 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        CacheVerb::Mounts { name } => {
+        CacheVerb::Mounts { name, json } => {
             let (root, project, who) = match &name {
                 Some(n) => {
                     let sb = store.find(n)?;
                     let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
                     if !h5i::cache::mounts::tier_mounts_caches(tier) {
+                        if json {
+                            return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
+                                schema: h5i::json_doc::CACHE_MOUNTS,
+                                name: name.clone(),
+                                tier_mounts_caches: false,
+                                offers: Vec::new(),
+                            });
+                        }
                         say!("box {n} runs at the {tier} tier, which gets no cache (it cannot be mounted read-only there)");
                         return Ok(0);
                     }
@@ -88,6 +109,14 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                 ),
             };
             let offers = h5i::cache::mounts::offers(&root, &project)?;
+            if json {
+                return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
+                    schema: h5i::json_doc::CACHE_MOUNTS,
+                    name,
+                    tier_mounts_caches: true,
+                    offers,
+                });
+            }
             if offers.is_empty() {
                 say!("{who} uses no ecosystem h5i caches (no lockfile found)");
             }
