@@ -110,7 +110,11 @@ fn walk(
             continue;
         };
         if !types.iter().any(|t| t == type_of(val)) {
-            problems.push(format!("{path}: {} is not {}", type_of(val), types.join("|")));
+            problems.push(format!(
+                "{path}: {} is not {}",
+                type_of(val),
+                types.join("|")
+            ));
             continue;
         }
         match val {
@@ -191,7 +195,11 @@ fn every_json_output_matches_its_documented_shape() {
         assert!(problems.is_empty(), "{problems:#?}\n{doc:#}");
         seen.insert(doc["schema"].as_str().unwrap().to_string());
     }
-    assert_eq!(seen.len(), h5i::json_doc::ALL.len(), "a schema went untested: {seen:?}");
+    assert_eq!(
+        seen.len(),
+        h5i::json_doc::ALL.len(),
+        "a schema went untested: {seen:?}"
+    );
     // The rows the shapes describe are really there (an empty array checks nothing).
     assert_eq!(docs[0]["boxes"][0]["name"], "j");
     assert_eq!(docs[5]["secrets"][0]["resolves"], false);
@@ -207,8 +215,16 @@ fn the_checker_catches_an_undocumented_field_and_a_wrong_type() {
     let shapes = documented();
     let doc = serde_json::json!({"schema": "h5i.box.probe/1", "facts": [{"what": "x", "answer": 3}], "extra": 1});
     let problems = check(&doc, &shapes);
-    assert!(problems.iter().any(|p| p.starts_with("extra: printed")), "{problems:?}");
-    assert!(problems.iter().any(|p| p.starts_with("facts[].answer: number")), "{problems:?}");
+    assert!(
+        problems.iter().any(|p| p.starts_with("extra: printed")),
+        "{problems:?}"
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("facts[].answer: number")),
+        "{problems:?}"
+    );
     let doc = serde_json::json!({"schema": "h5i.box.probe/1"});
     assert_eq!(check(&doc, &shapes), ["facts: documented, missing"]);
 }

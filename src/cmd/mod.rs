@@ -3,6 +3,8 @@
 
 mod box_cmd;
 mod cache_cmd;
+mod completion;
+mod man;
 mod source_arg;
 
 use clap::{Parser, Subcommand};
@@ -21,12 +23,27 @@ pub struct Cli {
 enum Command {
     /// Create, run, inspect and export boxes.
     #[command(alias = "dev", alias = "env")]
-    Box(box_cmd::BoxArgs),
+    Box(Box<box_cmd::BoxArgs>),
+    /// Shell completions, generated from the command definitions: `source <(h5i completion bash)`.
+    Completion {
+        /// The shell: bash, zsh, fish, elvish, powershell.
+        shell: clap_complete::Shell,
+    },
+    /// The man page (roff): `h5i man box | man -l -`, or every page with --out DIR.
+    Man {
+        /// The command whose page to print (`box`, `box cache`); none: h5i(1).
+        command: Vec<String>,
+        /// Write every page as DIR/<name>.1 instead.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// Run the parsed command; the value is the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Box(args) => box_cmd::dispatch(args),
+        Command::Box(args) => box_cmd::dispatch(*args),
+        Command::Completion { shell } => completion::run(shell),
+        Command::Man { command, out } => man::run(&command, out.as_deref()),
     }
 }
