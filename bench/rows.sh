@@ -231,3 +231,40 @@ add_row shell-pty-echo \
         [ "$n" -ge 1 ] || { echo "no box shell session was recorded for bench-shell"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-shell' \
     --target 'added_ms:median < 150'
+
+# Warm vs cold dependency install (issue 18: warm <= 20 s and >= 5x faster than cold). Both
+# boxes run at the supervised tier with the same egress; the cold one's lockfile gained a
+# trailing newline, so its key differs and the cache is stale for it (never mounted): it
+# fetches every tarball from the stand-in, while the warm one reads the refreshed cache.
+add_row box-cache-npm-warm-vs-cold \
+    --title 'npm ci of a 300-package project (about 20 KB per tarball, static registry stand-in on test host 198.19.251.2, own netns) in a supervised box: cold (no cache, every tarball fetched) vs warm (the refreshed cache mounted read-only)' \
+    --shell bash \
+    --setup '
+        mkdir -p "$ROW_DIR/reg" "$ROW_DIR/repo"
+        cd "$ROW_DIR/repo"
+        git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
+        python3 "$ROOT/bench/npm_fixture.py" "$ROW_DIR/reg" . 300 20000 http://198.19.251.2:8080
+        mkdir -p .h5i
+        printf "[profile.cache-npm]\nisolation = \"supervised\"\n[profile.cache-npm.net]\negress = [\"198.19.251.2:8080\"]\n[profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"198.19.251.2:8080\"]\n" > .h5i/env.toml
+        git add -A && git commit -qm bench-npm
+        "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
+        "$H5I" box cache refresh npm
+        "$H5I" box create bench-cold --profile dev
+        "$H5I" box run bench-cold -- sh -c "echo >> package-lock.json"
+        "$H5I" box create bench-warm --profile dev' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline '$H5I box run bench-cold -- sh -c "rm -rf node_modules \$HOME/.npm && npm ci --no-audit --no-fund >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && npm ci --no-audit --no-fund >/dev/null"' \
+    --check '
+        "$H5I" box cache mounts bench-warm | grep -q "mounted read-only" || { echo "the warm box got no cache"; exit 1; }
+        "$H5I" box cache mounts bench-cold | grep -q "(stale)" || { echo "the cold box is not stale"; exit 1; }
+        for b in bench-cold bench-warm; do
+            n="$("$H5I" box run "$b" -- sh -c "ls node_modules | wc -l")"
+            [ "$n" = 300 ] || { echo "$b installed ${n:-no} packages, not 300"; exit 1; }
+        done
+        rec="$(grep "\"host-env-run\"" .git/.h5i/env/*/bench-warm/receipts.jsonl | grep "npm ci" | tail -n 1)"
+        echo "$rec" | python3 -c "import json,sys; r=json.load(sys.stdin); a=sum(r[\"egress\"][\"allowed\"].values()); sys.exit(1 if a else 0)" \
+            || { echo "the warm install reached the network: $rec"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
+    --runs 5 \
+    --target 'ratio:median <= 0.2'

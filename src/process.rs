@@ -226,6 +226,8 @@ pub fn plan(
         format!("H5I_ENV_POLICY_DIGEST={}", sb.manifest.policy_digest),
         format!("H5I_ENV_CAPTURE_SPOOL={}", inbox::SPOOL),
     ];
+    // Warm dependency caches whose key matches this workspace's lockfiles, read-only.
+    crate::cache::mounts::grant(sb, &mut binds, &mut env);
     for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
         if let Ok(v) = std::env::var(k) {
             env.push(format!("{k}={v}"));

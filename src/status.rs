@@ -266,6 +266,7 @@ pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
         .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced, "note": e.note}))
         .collect();
     json!({
+        "schema": crate::json_doc::CAPABILITIES,
         "box": report.sb.manifest.name,
         "tier": report.sb.manifest.tier,
         "tier_chosen_by": if report.policy.tier_choice.auto { "auto" } else { report.policy.tier_choice.source.as_str() },

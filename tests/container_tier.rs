@@ -100,14 +100,6 @@ fn run(r: &Repo, name: &str, argv: &[&str], env: &[(&str, &str)]) -> Output {
     h5i(r, &args, env)
 }
 
-fn last_run(r: &Repo, name: &str) -> serde_json::Value {
-    r.receipts(name)
-        .into_iter()
-        .rev()
-        .find(|rec| rec["lane"] == "host-env-run")
-        .unwrap()
-}
-
 #[test]
 fn the_exit_code_passes_through_and_work_writes_land_in_the_workspace() {
     if !ready("the_exit_code_passes_through_and_work_writes_land_in_the_workspace") {
@@ -145,7 +137,7 @@ fn the_exit_code_passes_through_and_work_writes_land_in_the_workspace() {
         diff.contains("+made-in-box") && diff.contains("+more"),
         "{diff}"
     );
-    let rec = last_run(&r, "c");
+    let rec = r.last_run("c");
     assert_eq!(rec["tier"], "container");
     assert_eq!(rec["exit"]["code"], 7);
     // The run left no container, run directory or cgroup behind.
@@ -343,7 +335,7 @@ fn egress_reaches_the_allowed_test_host_and_refuses_and_counts_the_other() {
     assert!(!denied.contains("hello"), "{denied}");
     // The allowed host was reached once; the other never.
     assert_eq!(hosts.log(), [format!("tcp {}:8443", hosts.first)]);
-    let rec = last_run(&r, "eg");
+    let rec = r.last_run("eg");
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8443"], 1, "{rec}");
     assert_eq!(rec["egress"]["denied"]["denied.test:8443"], 1, "{rec}");
 }
@@ -407,7 +399,7 @@ fn the_credential_proxy_serves_a_container_box_that_never_holds_the_key() {
     let dir = r.box_dir("ai");
     assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
     assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
-    let rec = last_run(&r, "ai");
+    let rec = r.last_run("ai");
     assert_eq!(
         rec["egress"]["allowed"]["api.anthropic.test:443"], 1,
         "{rec}"
@@ -454,7 +446,7 @@ fn mem_and_procs_hold_and_an_oom_kill_is_reported() {
         &[],
     );
     assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
-    let rec = last_run(&r, "lim");
+    let rec = r.last_run("lim");
     assert_eq!(rec["exit"]["oom_killed"], true, "{rec}");
     assert!(rec["oom"]["kill_count"].as_u64().unwrap() >= 1, "{rec}");
     assert_eq!(rec["oom"]["limit_bytes"], 64 << 20, "{rec}");
@@ -484,7 +476,7 @@ fn the_wall_clock_ends_a_container_run_with_124() {
     create(&r, "wall", "c", &[]);
     let out = run(&r, "wall", &["sleep", "600"], &[]);
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
-    assert_eq!(last_run(&r, "wall")["exit"]["timed_out"], true);
+    assert_eq!(r.last_run("wall")["exit"]["timed_out"], true);
 }
 
 #[test]
@@ -847,7 +839,7 @@ fn a_container_receipt_counts_the_boxs_own_cpu_time() {
         ticks >= 100,
         "the box did not burn its second: {ticks} ticks"
     );
-    let rec = last_run(&r, "cpu");
+    let rec = r.last_run("cpu");
     assert!(rec["rusage"].is_null(), "Podman's client figures: {rec}");
     let usage = &rec["cgroup_usage"];
     let cpu_us = usage["cpu_us"].as_u64().unwrap_or_else(|| panic!("{rec}"));

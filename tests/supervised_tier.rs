@@ -83,14 +83,6 @@ fn run_in(r: &Repo, name: &str, pin: &str, argv: &[&str]) -> Output {
     r.h5i_env(&args, &[("H5I_TEST_HOSTS", pin)])
 }
 
-fn last_run(r: &Repo, name: &str) -> serde_json::Value {
-    r.receipts(name)
-        .into_iter()
-        .rev()
-        .find(|rec| rec["lane"] == "host-env-run")
-        .expect("a host-env-run receipt")
-}
-
 #[test]
 fn only_the_pinned_destination_is_reachable_and_the_tally_matches_the_attempts() {
     let Some(mut hosts) = TestHosts::up("supervised egress", &[8080, 9090], &[5353]) else {
@@ -144,7 +136,7 @@ fn only_the_pinned_destination_is_reachable_and_the_tally_matches_the_attempts()
         "the test hosts saw exactly the two allowed connections"
     );
 
-    let rec = last_run(&r, "sup");
+    let rec = r.last_run("sup");
     assert_eq!(rec["tier"], "supervised");
     let egress = &rec["egress"];
     assert_eq!(egress["allowed"]["allowed.test:8080"], 2, "{rec}");
@@ -223,7 +215,7 @@ fn the_socket_gate_refuses_and_counts_every_family_it_does_not_allow() {
         assert_eq!(got[denied], "err:EPERM", "{denied}: {got:?}");
     }
     assert_eq!(got["socketpair"], "ok", "{got:?}");
-    let gate = &last_run(&r, "gate")["socket_gate"];
+    let gate = &r.last_run("gate")["socket_gate"];
     for fam in ["inet-raw", "packet", "netlink", "unix"] {
         assert!(
             gate["denied"][fam].as_u64().unwrap_or(0) >= 1,
@@ -277,7 +269,7 @@ fn unix_sockets_pass_the_gate_when_the_profile_allows_them() {
         "{}",
         stderr(&out)
     );
-    let gate = &last_run(&r, "unix")["socket_gate"];
+    let gate = &r.last_run("unix")["socket_gate"];
     assert!(gate["allowed"]["unix"].as_u64().unwrap_or(0) >= 1, "{gate}");
 }
 

@@ -22,6 +22,14 @@ pub const SPOOL: &str = "/.h5i/spool";
 pub const OBJECTS: &str = "/.h5i/objects";
 /// The box's own HOME at the process and supervised tiers (`<box>/home` on the host).
 pub const HOME: &str = "/.h5i/home";
+/// Where warm dependency caches appear (read-only), one directory per ecosystem:
+/// `/.h5i/cache/npm` for a cache stored under the parent's `.git/.h5i/cache/npm/<key>/`.
+pub const CACHE: &str = "/.h5i/cache";
+
+/// The in-box directory of ecosystem `eco`'s cache.
+pub fn cache_dir(eco: &str) -> String {
+    format!("{CACHE}/{eco}")
+}
 
 /// The in-box path a policy grant `p` (already normalized) names, when it is rooted at
 /// `$WORK`: `$WORK/sub` is `/work/sub`. Other grants are not rewritten here.
@@ -67,7 +75,7 @@ mod tests {
 
     #[test]
     fn every_place_is_under_one_of_the_two_roots() {
-        for p in [SPOOL, OBJECTS, HOME] {
+        for p in [SPOOL, OBJECTS, HOME, CACHE] {
             assert!(path_within(p, H5I_DIR), "{p}");
         }
     }

@@ -92,17 +92,24 @@ enum BoxVerb {
         create: CreateFlags,
     },
     /// Every box on this clone.
-    Ls,
+    Ls {
+        /// Print the `h5i.box.ls/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// The policy actually enforced, the evidence, and base drift.
     Status {
         /// The box.
         name: String,
+        /// Print the `h5i.box.status/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// What this box actually got (tier, enforcement, the egress table loaded), as JSON.
     Capabilities {
         /// The box.
         name: String,
-        /// Print JSON (the only format).
+        /// Print JSON, the `h5i.box.capabilities/1` document (docs/json.md); the only format.
         #[arg(long)]
         json: bool,
     },
@@ -195,11 +202,18 @@ enum BoxVerb {
         argv: Vec<OsString>,
     },
     /// What this host can enforce at all.
-    Probe,
+    Probe {
+        /// Print the `h5i.box.probe/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Can the box still enforce its claim? Are its refs intact? (Looks; repairs nothing.)
     Doctor {
         /// The box.
         name: String,
+        /// Print the `h5i.box.doctor/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// The box's declared long-lived services (`[service.NAME]` in .h5i/env.toml).
     Service {
@@ -210,6 +224,15 @@ enum BoxVerb {
     Ports {
         /// The box.
         name: String,
+        /// Print the `h5i.box.ports/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Warm dependency caches: one per project and ecosystem, keyed by its lockfiles, mounted
+    /// read-only into process and supervised boxes, written only by `refresh`.
+    Cache {
+        #[command(subcommand)]
+        verb: super::cache_cmd::CacheVerb,
     },
     /// Internal: the background supervisor `service start` launches.
     #[command(name = "__service-supervise", hide = true)]
@@ -223,6 +246,9 @@ enum BoxVerb {
     Secrets {
         /// The box.
         name: String,
+        /// Print the `h5i.box.secrets/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// The persistent user egress allowlist (~/.config/h5i/allow.txt): list it, or add
     /// HOST[:PORT] (port 443 when absent). Merged into boxes whose profile already sets
@@ -247,6 +273,9 @@ enum ServiceVerb {
     Status {
         /// The box.
         name: String,
+        /// Print the `h5i.box.service-status/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// A service's stdout and stderr, with control characters and escape sequences shown as
     /// text (the box wrote them).
@@ -269,7 +298,7 @@ enum ServiceVerb {
     },
 }
 
-fn store() -> anyhow::Result<BoxStore> {
+pub(super) fn store() -> anyhow::Result<BoxStore> {
     let cwd = std::env::current_dir().context("refusing: cannot read the current directory")?;
     Ok(BoxStore::discover(&cwd)?)
 }
@@ -347,8 +376,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             let source = source_of(None, &create);
             do_create(create_request(Some(name), source, create))
         }
-        BoxVerb::Ls => {
+        BoxVerb::Ls { json } => {
             let boxes = store()?.list()?;
+            if json {
+                return print_json(&h5i::json_doc::BoxList::of(&boxes));
+            }
             if boxes.is_empty() {
                 say!("no boxes on this clone (create one with `h5i box .`)");
             }
@@ -366,9 +398,12 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        BoxVerb::Status { name } => {
+        BoxVerb::Status { name, json } => {
             let store = store()?;
             let report = h5i::status::status(&store, &name)?;
+            if json {
+                return print_json(&h5i::json_doc::Status::of(&report));
+            }
             print_status(&report);
             if report.policy.tier == h5i_policy::Tier::Container {
                 for line in h5i::container::evidence::status_lines(&report.sb) {
@@ -386,9 +421,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Capabilities { name, json: _ } => {
             let report = h5i::status::status(&store()?, &name)?;
-            let json = serde_json::to_string_pretty(&h5i::status::capabilities_json(&report))?;
-            println!("{}", h5i::escape::json(&json));
-            Ok(0)
+            print_json(&h5i::status::capabilities_json(&report))
         }
         BoxVerb::Run { name, argv } => {
             let store = store().map_err(|e| match e.downcast::<h5i::error::BoxError>() {
@@ -544,11 +577,19 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             }
             Ok(0)
         }
-        BoxVerb::Secrets { name } => {
+        BoxVerb::Secrets { name, json } => {
             let store = store()?;
             let sb = store.find(&name)?;
             let policy = h5i::store::load_policy(&sb)?;
             let checks = h5i::secrets::dry_run(&sb, &policy)?;
+            if json {
+                print_json(&h5i::json_doc::Secrets::of(&name, &checks))?;
+                return Ok(if checks.iter().all(|c| c.fingerprint.is_some()) {
+                    0
+                } else {
+                    1
+                });
+            }
             if checks.is_empty() {
                 say!("box {name} declares no secrets");
             }
@@ -602,8 +643,12 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         BoxVerb::Service { verb } => service_verb(verb),
-        BoxVerb::Ports { name } => {
+        BoxVerb::Cache { verb } => super::cache_cmd::dispatch(verb),
+        BoxVerb::Ports { name, json } => {
             let lines = h5i::service::ports(&store()?, &name)?;
+            if json {
+                return print_json(&h5i::json_doc::Ports::of(&name, &lines));
+            }
             if lines.is_empty() {
                 say!("box {name} has no live service with a port (h5i box service start {name} SERVICE)");
             }
@@ -623,8 +668,12 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         BoxVerb::ServiceSupervise { name, service } => {
             Ok(h5i::service::supervise(&store()?, &name, &service)?)
         }
-        BoxVerb::Doctor { name } => {
+        BoxVerb::Doctor { name, json } => {
             let checks = h5i::doctor::doctor(&store()?, &name)?;
+            if json {
+                print_json(&h5i::json_doc::Doctor::of(&name, &checks))?;
+                return Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 });
+            }
             for c in &checks {
                 say!(
                     "{:<10} {:<4} {}",
@@ -635,8 +684,12 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             }
             Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
         }
-        BoxVerb::Probe => {
-            for line in h5i::probe::probe_lines() {
+        BoxVerb::Probe { json } => {
+            let lines = h5i::probe::probe_lines();
+            if json {
+                return print_json(&h5i::json_doc::Probe::of(&lines));
+            }
+            for line in lines {
                 say!("  {}= {}", line.what, line.answer);
             }
             Ok(0)
@@ -662,8 +715,11 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
             say!("  logs: h5i box service logs {name} {service}");
             Ok(0)
         }
-        ServiceVerb::Status { name } => {
+        ServiceVerb::Status { name, json } => {
             let all = h5i::service::status(&store()?, &name)?;
+            if json {
+                return print_json(&h5i::json_doc::ServiceStatus::of(&name, &all));
+            }
             if all.is_empty() {
                 say!("box {name} declares no services");
             }
@@ -716,6 +772,13 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
             Ok(0)
         }
     }
+}
+
+/// Print a `--json` document through the JSON escaper (a box chose some of its strings); exit 0.
+pub(super) fn print_json(doc: &impl serde::Serialize) -> anyhow::Result<i32> {
+    let text = serde_json::to_string_pretty(doc)?;
+    println!("{}", h5i::escape::json(&text));
+    Ok(0)
 }
 
 fn print_status(s: &h5i::status::StatusReport) {

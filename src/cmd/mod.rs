@@ -2,7 +2,10 @@
 //! per command group; each parses, calls the library, and prints.
 
 mod box_cmd;
+mod cache_cmd;
+mod completion;
 mod host_cmd;
+mod man;
 mod source_arg;
 
 use clap::{Parser, Subcommand};
@@ -24,6 +27,19 @@ enum Command {
     Box(Box<box_cmd::BoxArgs>),
     /// Prepare this host (as root) and its users for h5i.
     Host(host_cmd::HostArgs),
+    /// Shell completions, generated from the command definitions: `source <(h5i completion bash)`.
+    Completion {
+        /// The shell: bash, zsh, fish, elvish, powershell.
+        shell: clap_complete::Shell,
+    },
+    /// The man page (roff): `h5i man box | man -l -`, or every page with --out DIR.
+    Man {
+        /// The command whose page to print (`box`, `box cache`); none: h5i(1).
+        command: Vec<String>,
+        /// Write every page as DIR/<name>.1 instead.
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// Run the parsed command; the value is the process exit code.
@@ -31,5 +47,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Box(args) => box_cmd::dispatch(*args),
         Command::Host(args) => host_cmd::dispatch(args),
+        Command::Completion { shell } => completion::run(shell),
+        Command::Man { command, out } => man::run(&command, out.as_deref()),
     }
 }

@@ -184,6 +184,15 @@ impl Repo {
             .collect()
     }
 
+    /// The box's latest host-observed run record.
+    pub fn last_run(&self, name: &str) -> serde_json::Value {
+        self.receipts(name)
+            .into_iter()
+            .rev()
+            .find(|rec| rec["lane"] == "host-env-run")
+            .expect("a host-env-run receipt")
+    }
+
     pub fn write_policy(&self, toml: &str) {
         std::fs::create_dir_all(self.path().join(".h5i")).unwrap();
         std::fs::write(self.path().join(".h5i/env.toml"), toml).unwrap();

@@ -129,6 +129,11 @@ impl TestHosts {
         panic!("no free 198.19.S.0/24 test subnet (every h5i-sS netns exists)");
     }
 
+    /// The network namespace holding the test hosts (to start another server there).
+    pub fn ns(&self) -> &str {
+        &self.ns
+    }
+
     /// Stop the servers and return everything they logged (`tcp ADDR:PORT`, `udp ADDR:PORT`).
     pub fn log(&mut self) -> Vec<String> {
         let Some(mut child) = self.server.take() else {

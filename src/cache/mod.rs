@@ -1,0 +1,373 @@
+//! Warm dependency caches (`h5i box cache ...`): one per project and ecosystem, keyed by a
+//! digest of that ecosystem's lockfiles, stored under `.git/.h5i/cache/<eco>/<key>/`.
+//!
+//! Owns the reviewed ecosystem table ([`ECOSYSTEMS`]), the key (a SHA-256 over the lockfiles,
+//! each read through the one bounded reader, never following a symlink), and the on-disk layout:
+//! `<key>/data/` is what a box gets (read-only), `<key>/refresh.json` is what the refresh that
+//! wrote it observed. One module per verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
+//!
+//! Must never: hand a box a cache whose key does not match the lockfiles in that box's workspace
+//! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
+//! that cannot mount it read-only, or let anything but [`refresh`] write one.
+//!
+//! Guarded by `tests/box_cache.rs` (a real npm project against a registry stand-in in the
+//! test's own network namespace) and the unit tests below.
+
+pub mod ls;
+pub mod mounts;
+pub mod refresh;
+pub mod rm;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::error::BoxError;
+
+/// The largest lockfile read for a key (a lockfile past this is refused, not truncated).
+pub const LOCKFILE_CAP: u64 = 64 << 20;
+
+/// One ecosystem's entry in the reviewed table.
+#[derive(Debug)]
+pub struct Ecosystem {
+    /// The name `h5i box cache refresh` takes, and the directory under `.git/.h5i/cache/`.
+    pub name: &'static str,
+    /// The lockfiles at the project root whose bytes make the key; the ecosystem is in use
+    /// when at least one exists.
+    pub lockfiles: &'static [&'static str],
+    /// The install step `refresh` runs in the project root of its dedicated box.
+    pub install: &'static [&'static str],
+    /// The registry hosts the ready-to-paste profile names.
+    pub registry_hosts: &'static [&'static str],
+    /// Variables pointing the package manager at the cache: `(NAME, VALUE)`, where `{dir}` in
+    /// VALUE becomes the cache's data directory.
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// Every ecosystem h5i keeps a cache for. Each entry is proved by a real install in
+/// `tests/box_cache.rs`; an ecosystem without such a test is not listed.
+pub const ECOSYSTEMS: &[Ecosystem] = &[Ecosystem {
+    name: "npm",
+    lockfiles: &["package-lock.json", "npm-shrinkwrap.json"],
+    // --ignore-scripts: the refresh box exists to fill the cache, and a dependency's install
+    // script is the one thing in it that could write the cache with something other than
+    // what the registry served.
+    install: &["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+    registry_hosts: &["registry.npmjs.org:443"],
+    env: &[
+        ("npm_config_cache", "{dir}"),
+        // Use what the cache holds without asking the registry whether it is current: the
+        // lockfile's integrity hashes already say which bytes are wanted.
+        ("npm_config_prefer_offline", "true"),
+        // npm writes debug logs under its cache by default, which is read-only in a box.
+        ("npm_config_logs_dir", "/tmp/.npm-logs"),
+        ("npm_config_update_notifier", "false"),
+    ],
+}];
+
+/// A refusal from a cache verb.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// An ecosystem name outside the table.
+    #[error("refusing: no cache ecosystem `{0}`; to fix: use one of: {list}", list = names())]
+    UnknownEcosystem(String),
+    /// The project has none of the ecosystem's lockfiles.
+    #[error("refusing: this project has no {eco} lockfile ({files}); to fix: commit one (e.g. `npm install --package-lock-only`), then refresh")]
+    NoLockfile {
+        /// The ecosystem.
+        eco: &'static str,
+        /// The lockfiles looked for.
+        files: String,
+    },
+    /// A lockfile that cannot be read safely.
+    #[error("refusing: the lockfile {path} is {why}; to fix: make it a regular file under {cap} MiB at the project root", cap = LOCKFILE_CAP >> 20)]
+    BadLockfile {
+        /// Which.
+        path: PathBuf,
+        /// What it is instead.
+        why: String,
+    },
+    /// `refresh` without the project-declared registry profile.
+    /// The message's first line is the refusal; the profile follows on its own lines, which the
+    /// binary prints as they are (after escaping each), so it can be pasted.
+    #[error("refusing: refreshing the {eco} cache needs a profile `{profile}` in .h5i/env.toml whose egress is the registry hosts and nothing else ({why}); to fix: add this to .h5i/env.toml (adjust the hosts to your registry):\n{text}")]
+    NoRegistryProfile {
+        /// The ecosystem.
+        eco: &'static str,
+        /// The profile name looked for.
+        profile: String,
+        /// What was wrong with what is there.
+        why: String,
+        /// The profile, ready to paste.
+        text: String,
+    },
+    /// The install step failed; nothing was stored.
+    #[error("refusing: the {eco} install step exited {code} in the refresh box (receipt {receipt}; egress {egress}); nothing was stored; to fix: check the registry profile's hosts and the lockfile, then refresh again")]
+    InstallFailed {
+        /// The ecosystem.
+        eco: &'static str,
+        /// Its exit code.
+        code: i32,
+        /// The receipt of the run.
+        receipt: u64,
+        /// The egress tally, one line.
+        egress: String,
+    },
+    /// No cache of that ecosystem to remove.
+    #[error("refusing: there is no {0} cache on this clone; to fix: `h5i box cache ls` lists what there is")]
+    NoCache(&'static str),
+    /// A box-store refusal on the way.
+    #[error(transparent)]
+    Box(#[from] BoxError),
+}
+
+fn names() -> String {
+    ECOSYSTEMS
+        .iter()
+        .map(|e| e.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The ecosystem called `name`.
+pub fn ecosystem(name: &str) -> Result<&'static Ecosystem, CacheError> {
+    ECOSYSTEMS
+        .iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| CacheError::UnknownEcosystem(name.to_string()))
+}
+
+impl Ecosystem {
+    /// The custom profile `refresh` runs under.
+    pub fn profile_name(&self) -> String {
+        format!("cache-{}", self.name)
+    }
+
+    /// The profile `refresh` asks for, ready to paste into `.h5i/env.toml`.
+    pub fn profile_text(&self) -> String {
+        let hosts = self
+            .registry_hosts
+            .iter()
+            .map(|h| format!("\"{h}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "[profile.{p}]\nisolation = \"supervised\"\n[profile.{p}.net]\negress = [{hosts}]\n",
+            p = self.profile_name()
+        )
+    }
+
+    /// The variables pointing this ecosystem's package manager at `data`.
+    pub fn env_for(&self, data: &Path) -> Vec<String> {
+        self.env
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.replace("{dir}", &data.display().to_string())))
+            .collect()
+    }
+
+    /// The key of the project rooted at `root`: `None` when it has none of the lockfiles.
+    /// Each lockfile is opened beneath `root` without following a symlink (a box's workspace
+    /// is hostile), and a present-but-unreadable one is refused rather than skipped.
+    pub fn key_of(&self, root: &Path) -> Result<Option<String>, CacheError> {
+        let mut h = Sha256::new();
+        let mut any = false;
+        for name in self.lockfiles {
+            h.update(name.as_bytes());
+            h.update([0]);
+            match crate::bounded::open_regular(root, Path::new(name), LOCKFILE_CAP) {
+                Ok((mut f, size)) => {
+                    any = true;
+                    let mut bytes = Vec::with_capacity(size as usize);
+                    f.read_to_end(&mut bytes)
+                        .map_err(|e| CacheError::BadLockfile {
+                            path: root.join(name),
+                            why: format!("unreadable ({e})"),
+                        })?;
+                    h.update((bytes.len() as u64).to_le_bytes());
+                    h.update(&bytes);
+                }
+                Err(crate::bounded::Skip::Missing) => h.update(b"absent"),
+                Err(skip) => {
+                    return Err(CacheError::BadLockfile {
+                        path: root.join(name),
+                        why: skip.to_string(),
+                    })
+                }
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        let d = h.finalize();
+        Ok(Some(format!("{:x}", d)[..32].to_string()))
+    }
+}
+
+/// `.git/.h5i/cache` of one clone.
+#[derive(Debug, Clone)]
+pub struct CacheRoot {
+    /// The directory.
+    pub dir: PathBuf,
+}
+
+impl CacheRoot {
+    /// The cache root of the store.
+    pub fn of(store: &crate::store::BoxStore) -> CacheRoot {
+        CacheRoot {
+            dir: store.common_dir.join(".h5i").join("cache"),
+        }
+    }
+
+    /// The cache root of the clone a box lives in (`<common>/.h5i/env/<agent>/<box>`), or None
+    /// when the box directory is not laid out that way.
+    pub fn of_box(sb: &crate::store::StoredBox) -> Option<CacheRoot> {
+        let env = sb.paths.dir.parent()?.parent()?;
+        let h5i = env.parent()?;
+        (env.file_name()? == "env" && h5i.file_name()? == ".h5i").then(|| CacheRoot {
+            dir: h5i.join("cache"),
+        })
+    }
+
+    /// Where one ecosystem's caches live.
+    pub fn eco_dir(&self, eco: &Ecosystem) -> PathBuf {
+        self.dir.join(eco.name)
+    }
+
+    /// The directory of the cache of `eco` under `key`.
+    pub fn entry(&self, eco: &Ecosystem, key: &str) -> PathBuf {
+        self.eco_dir(eco).join(key)
+    }
+
+    /// The part of an entry a box gets.
+    pub fn data(&self, eco: &Ecosystem, key: &str) -> PathBuf {
+        self.entry(eco, key).join("data")
+    }
+
+    /// The keys stored for `eco` (complete entries only: a `data/` directory and no leading
+    /// dot, which marks a refresh in progress).
+    pub fn keys(&self, eco: &Ecosystem) -> Result<Vec<String>, CacheError> {
+        let dir = self.eco_dir(eco);
+        let rd = match std::fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(BoxError::io(&dir, e).into()),
+        };
+        let mut keys = Vec::new();
+        for entry in rd {
+            let entry = entry.map_err(|e| BoxError::io(&dir, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if is_key(&name) && entry.path().join("data").is_dir() {
+                keys.push(name);
+            }
+        }
+        keys.sort();
+        Ok(keys)
+    }
+}
+
+/// Whether `name` has the shape of a key (so nothing else under the cache is ever taken for one).
+pub fn is_key(name: &str) -> bool {
+    name.len() == 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// What `refresh` observed, stored beside the data as `refresh.json`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct RefreshRecord {
+    /// Schema version.
+    pub v: u32,
+    /// The ecosystem.
+    pub eco: String,
+    /// The key.
+    pub key: String,
+    /// When the refresh finished, ms since the epoch.
+    pub at_ms: u64,
+    /// The install step.
+    pub argv: Vec<String>,
+    /// Its wall time, ms.
+    pub wall_ms: u64,
+    /// The policy digest of the refresh box.
+    pub policy_digest: String,
+    /// The egress the install made (host-observed by the sentry).
+    pub egress: Option<h5i_policy::receipt::EgressTally>,
+    /// Bytes stored.
+    pub bytes: u64,
+}
+
+/// The size of a tree in bytes (symlinks counted as themselves, never followed).
+pub fn tree_bytes(root: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in rd.flatten() {
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                stack.push(entry.path());
+            } else {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_follows_the_lockfile_bytes_and_nothing_else() {
+        let eco = ecosystem("npm").unwrap();
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(eco.key_of(d.path()).unwrap(), None);
+        std::fs::write(d.path().join("package-lock.json"), "{\"a\":1}").unwrap();
+        let k1 = eco.key_of(d.path()).unwrap().unwrap();
+        assert!(is_key(&k1), "{k1}");
+        std::fs::write(d.path().join("package.json"), "{}").unwrap();
+        assert_eq!(eco.key_of(d.path()).unwrap().unwrap(), k1);
+        std::fs::write(d.path().join("package-lock.json"), "{\"a\":2}").unwrap();
+        assert_ne!(eco.key_of(d.path()).unwrap().unwrap(), k1);
+    }
+
+    #[test]
+    fn a_symlinked_lockfile_is_refused_not_followed() {
+        let eco = ecosystem("npm").unwrap();
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("elsewhere"), "{}").unwrap();
+        std::os::unix::fs::symlink(
+            d.path().join("elsewhere"),
+            d.path().join("package-lock.json"),
+        )
+        .unwrap();
+        assert!(matches!(
+            eco.key_of(d.path()),
+            Err(CacheError::BadLockfile { .. })
+        ));
+    }
+
+    #[test]
+    fn the_ready_to_paste_profile_parses_and_names_only_the_registry() {
+        for eco in ECOSYSTEMS {
+            let f = h5i_policy::parse_env_file(Path::new(".h5i/env.toml"), &eco.profile_text())
+                .unwrap();
+            assert_eq!(
+                f.profile_names().collect::<Vec<_>>(),
+                [eco.profile_name().as_str()]
+            );
+        }
+    }
+
+    #[test]
+    fn an_unknown_ecosystem_is_refused_naming_the_known_ones() {
+        let e = ecosystem("maven").unwrap_err().to_string();
+        assert!(e.starts_with("refusing: ") && e.contains("npm"), "{e}");
+    }
+}

@@ -1,0 +1,153 @@
+//! `h5i box cache mounts [NAME]`: exactly what a box would get, and the one place the run path
+//! asks for it ([`grant`]).
+//!
+//! Owns the decision per ecosystem: the cache whose key matches the lockfiles of the project
+//! the box installs from is mounted read-only at its own path, and the package manager's
+//! variables point at it; a cache under any other key is stale and never handed out.
+//!
+//! Must never: grant a cache read-write, grant one whose key does not match, or grant one to
+//! the workspace tier (which has no mount namespace to make it read-only in).
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::{CacheError, CacheRoot, ECOSYSTEMS};
+use crate::store::StoredBox;
+use h5i_runtime::bundle::Bind;
+
+/// One ecosystem's answer for one project.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum Offer {
+    /// The cache `data` is mounted read-only at `inside`, with `env` set.
+    Mounted {
+        /// The ecosystem.
+        eco: &'static str,
+        /// The key it matched.
+        key: String,
+        /// The directory on the host.
+        data: PathBuf,
+        /// Where the box sees it (never the host path, which names the parent repository).
+        inside: String,
+        /// The variables set for the package manager.
+        env: Vec<String>,
+    },
+    /// Caches exist, but none under the key the lockfiles make now: nothing is mounted.
+    Stale {
+        /// The ecosystem.
+        eco: &'static str,
+        /// The key of the lockfiles now.
+        want: String,
+        /// The keys stored.
+        have: Vec<String>,
+    },
+    /// The project uses the ecosystem and no cache exists: nothing is mounted.
+    Missing {
+        /// The ecosystem.
+        eco: &'static str,
+        /// The key of the lockfiles now.
+        want: String,
+    },
+    /// A lockfile could not be read safely: nothing is mounted.
+    Refused {
+        /// The ecosystem.
+        eco: &'static str,
+        /// Why.
+        why: String,
+    },
+}
+
+impl Offer {
+    /// The ecosystem this answer is about.
+    pub fn eco(&self) -> &'static str {
+        match self {
+            Offer::Mounted { eco, .. }
+            | Offer::Stale { eco, .. }
+            | Offer::Missing { eco, .. }
+            | Offer::Refused { eco, .. } => eco,
+        }
+    }
+}
+
+/// What a box installing from `project` gets from `root`: one answer per ecosystem the project
+/// uses (an ecosystem without a lockfile is left out).
+pub fn offers(root: &CacheRoot, project: &Path) -> Result<Vec<Offer>, CacheError> {
+    let mut out = Vec::new();
+    for eco in ECOSYSTEMS {
+        let want = match eco.key_of(project) {
+            Ok(Some(k)) => k,
+            Ok(None) => continue,
+            Err(e) => {
+                out.push(Offer::Refused {
+                    eco: eco.name,
+                    why: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let have = root.keys(eco)?;
+        out.push(if have.contains(&want) {
+            let data = root.data(eco, &want);
+            let inside = h5i_policy::inbox::cache_dir(eco.name);
+            Offer::Mounted {
+                eco: eco.name,
+                env: eco.env_for(Path::new(&inside)),
+                key: want,
+                data,
+                inside,
+            }
+        } else if have.is_empty() {
+            Offer::Missing {
+                eco: eco.name,
+                want,
+            }
+        } else {
+            Offer::Stale {
+                eco: eco.name,
+                want,
+                have,
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// For the run path (process and supervised tiers): add each matching cache of `sb`'s clone to
+/// the read-only paths `read` and its variables to `env`, keyed by the lockfiles in the box's
+/// own workspace. A cache that cannot be offered is simply not mounted: every package manager
+/// falls back to fetching what it cannot find. Returns what was granted.
+pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) -> Vec<Offer> {
+    let Some(root) = CacheRoot::of_box(sb) else {
+        return Vec::new();
+    };
+    let Ok(all) = offers(&root, &sb.paths.workspace()) else {
+        return Vec::new();
+    };
+    let granted: Vec<Offer> = all
+        .into_iter()
+        .filter(|o| matches!(o, Offer::Mounted { .. }))
+        .collect();
+    for o in &granted {
+        if let Offer::Mounted {
+            data,
+            inside,
+            env: vars,
+            ..
+        } = o
+        {
+            binds.push(Bind::ro(data, inside));
+            env.extend(vars.iter().cloned());
+        }
+    }
+    granted
+}
+
+/// The tier `tier` gets caches at all (the workspace tier runs on the host as the caller, with
+/// nothing to make a mount read-only in).
+pub fn tier_mounts_caches(tier: h5i_policy::Tier) -> bool {
+    matches!(
+        tier,
+        h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
+    )
+}

@@ -1,0 +1,211 @@
+//! `h5i box cache ...`: parse, call `h5i::cache`, print (every line through the one escaper).
+
+use std::io::IsTerminal;
+
+use clap::Subcommand;
+
+use h5i::cache::mounts::Offer;
+
+/// Print one line to stdout through the one escaper.
+macro_rules! say {
+    ($($t:tt)*) => {
+        println!("{}", h5i::escape::escape_controls(&format!($($t)*)))
+    };
+}
+
+/// The cache verbs.
+#[derive(Debug, Subcommand)]
+pub enum CacheVerb {
+    /// Caches for this project, and whether they are stale.
+    Ls {
+        /// Print the `h5i.box.cache-ls/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Exactly what a box would get (with NAME: that box, keyed by its own workspace).
+    Mounts {
+        /// The box (default: a box made from this working tree now).
+        name: Option<String>,
+        /// Print the `h5i.box.cache-mounts/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Populate one ecosystem's cache, in a dedicated box with no agent in it; needs the
+    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts.
+    Refresh {
+        /// The ecosystem (npm).
+        eco: String,
+    },
+    /// Remove one ecosystem's caches.
+    Rm {
+        /// The ecosystem (npm).
+        eco: String,
+    },
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1 << 20) as f64)
+}
+
+/// Run a cache verb.
+pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
+    let store = super::box_cmd::store()?;
+    match verb {
+        CacheVerb::Ls { json } => {
+            let all = h5i::cache::ls::list(&store)?;
+            if json {
+                return super::box_cmd::print_json(&h5i::json_doc::CacheLs {
+                    schema: h5i::json_doc::CACHE_LS,
+                    caches: all,
+                });
+            }
+            if all.is_empty() {
+                say!("no caches on this clone (h5i box cache refresh ECO fills one)");
+            }
+            for c in all {
+                say!(
+                    "{:<5} {} {:<7} {:>10}  {}",
+                    c.eco,
+                    c.key,
+                    if c.stale { "STALE" } else { "current" },
+                    mib(c.bytes),
+                    match &c.refresh {
+                        Some(r) => format!(
+                            "install {} ms; egress {}",
+                            r.wall_ms,
+                            h5i::cache::refresh::egress_line(r.egress.as_ref())
+                        ),
+                        None => "no refresh record".into(),
+                    }
+                );
+            }
+            Ok(0)
+        }
+        CacheVerb::Mounts { name, json } => {
+            let (root, project, who) = match &name {
+                Some(n) => {
+                    let sb = store.find(n)?;
+                    let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
+                    if !h5i::cache::mounts::tier_mounts_caches(tier) {
+                        if json {
+                            return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
+                                schema: h5i::json_doc::CACHE_MOUNTS,
+                                name: name.clone(),
+                                tier_mounts_caches: false,
+                                offers: Vec::new(),
+                            });
+                        }
+                        say!("box {n} runs at the {tier} tier, which gets no cache (it cannot be mounted read-only there)");
+                        return Ok(0);
+                    }
+                    let root = h5i::cache::CacheRoot::of_box(&sb)
+                        .unwrap_or_else(|| h5i::cache::CacheRoot::of(&store));
+                    (root, sb.paths.workspace(), format!("box {n}"))
+                }
+                None => (
+                    h5i::cache::CacheRoot::of(&store),
+                    store.repo_root.clone(),
+                    "a box made from this working tree".to_string(),
+                ),
+            };
+            let offers = h5i::cache::mounts::offers(&root, &project)?;
+            if json {
+                return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
+                    schema: h5i::json_doc::CACHE_MOUNTS,
+                    name,
+                    tier_mounts_caches: true,
+                    offers,
+                });
+            }
+            if offers.is_empty() {
+                say!("{who} uses no ecosystem h5i caches (no lockfile found)");
+            }
+            for o in offers {
+                match o {
+                    Offer::Mounted {
+                        eco,
+                        key,
+                        data,
+                        inside,
+                        env,
+                    } => {
+                        say!(
+                            "{eco}: {key} ({}) mounted read-only at {inside}",
+                            data.display()
+                        );
+                        for e in env {
+                            say!("  {e}");
+                        }
+                    }
+                    Offer::Stale { eco, want, have } => say!(
+                        "{eco}: nothing mounted: the lockfiles make key {want}, the cache is {} (stale); h5i box cache refresh {eco}",
+                        have.join(", ")
+                    ),
+                    Offer::Missing { eco, want } => say!(
+                        "{eco}: nothing mounted: no cache for key {want}; h5i box cache refresh {eco}"
+                    ),
+                    Offer::Refused { eco, why } => say!("{eco}: nothing mounted: {why}"),
+                }
+            }
+            Ok(0)
+        }
+        CacheVerb::Refresh { eco } => {
+            let tty = std::io::stderr().is_terminal();
+            let progress = |p: h5i::cache::refresh::Progress| {
+                if p.secs == 0 {
+                    eprintln!("h5i: refresh {eco}: installing in a dedicated supervised box (no agent, egress: the cache-{eco} profile's hosts)");
+                    return;
+                }
+                let line = format!(
+                    "h5i: refresh {eco}: {} in the cache, {} s",
+                    mib(p.bytes),
+                    p.secs
+                );
+                if tty {
+                    eprint!("\r{line}\x1b[K");
+                } else if p.secs % 5 == 0 {
+                    eprintln!("{line}");
+                }
+            };
+            let result = h5i::cache::refresh::refresh(&store, &eco, &progress);
+            if tty {
+                eprintln!();
+            }
+            let r = match result {
+                Ok(r) => r,
+                Err(e @ h5i::cache::CacheError::NoRegistryProfile { .. }) => {
+                    // One escaped line at a time, so the profile keeps its line breaks.
+                    let text = e.to_string();
+                    for (i, line) in text.lines().enumerate() {
+                        let prefix = if i == 0 { "h5i: " } else { "" };
+                        eprintln!("{prefix}{}", h5i::escape::escape_controls(line));
+                    }
+                    return Ok(1);
+                }
+                Err(e) => return Err(e.into()),
+            };
+            say!(
+                "refreshed the {} cache: key {}, {}, install {} ms (receipt {} of the refresh box)",
+                r.record.eco,
+                r.record.key,
+                mib(r.record.bytes),
+                r.record.wall_ms,
+                r.receipt_seq
+            );
+            say!(
+                "  egress {}",
+                h5i::cache::refresh::egress_line(r.record.egress.as_ref())
+            );
+            for k in r.replaced {
+                say!("  replaced the stale cache {k}");
+            }
+            Ok(0)
+        }
+        CacheVerb::Rm { eco } => {
+            for k in h5i::cache::rm::rm(&store, &eco)? {
+                say!("removed the {eco} cache {k}");
+            }
+            Ok(0)
+        }
+    }
+}

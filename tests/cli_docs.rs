@@ -1,0 +1,108 @@
+//! The generated command-line documents: completion scripts load in the shells that run them,
+//! and the man pages render through groff without a warning.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::H5I;
+
+fn on_path(tool: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(tool).is_file()))
+}
+
+#[test]
+fn the_bash_completion_script_loads_and_completes_box_verbs() {
+    let script = format!(
+        "source <('{H5I}' completion bash) && complete -p h5i && COMP_WORDS=(h5i box ca) COMP_CWORD=2 COMP_LINE='h5i box ca' COMP_POINT=10 && _h5i h5i ca box && printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    );
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("-F _h5i h5i"), "{text}");
+    assert!(
+        text.lines().any(|l| l == "cache"),
+        "`h5i box ca<TAB>` did not offer cache: {text}"
+    );
+}
+
+#[test]
+fn the_zsh_completion_script_loads() {
+    if !on_path("zsh") {
+        eprintln!("skipped: the_zsh_completion_script_loads: zsh is not installed");
+        return;
+    }
+    let script = format!("autoload -U compinit && compinit -u && source <('{H5I}' completion zsh)");
+    let out = Command::new("zsh").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn man_h5i_box_renders_without_a_groff_warning() {
+    if !on_path("groff") {
+        eprintln!("skipped: man_h5i_box_renders_without_a_groff_warning: groff is not installed");
+        return;
+    }
+    for (args, name, mention) in [
+        (vec!["man"], "h5i", "box"),
+        (vec!["man", "box"], "h5i-box", "cache"),
+        (vec!["man", "box", "cache"], "h5i-box-cache", "refresh"),
+    ] {
+        let roff = Command::new(H5I).args(&args).output().unwrap();
+        assert!(roff.status.success(), "{args:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let page = dir.path().join("page.1");
+        std::fs::write(&page, &roff.stdout).unwrap();
+        let out = Command::new("groff")
+            .args(["-man", "-Tutf8", "-ww"])
+            .arg(&page)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success());
+        assert!(
+            out.stderr.is_empty(),
+            "groff warned: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains(name) && text.contains(mention), "{text}");
+    }
+    let out = Command::new(H5I)
+        .args(["man", "box", "nosuch"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("refusing: `h5i-box` has no command `nosuch`"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(H5I)
+        .args(["man", "--out"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    for page in [
+        "h5i.1",
+        "h5i-box.1",
+        "h5i-box-cache-refresh.1",
+        "h5i-completion.1",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page} not written");
+    }
+    assert!(
+        !dir.path().join("h5i-box-__service-supervise.1").exists(),
+        "a hidden command got a page"
+    );
+}
