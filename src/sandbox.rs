@@ -49,6 +49,9 @@ pub struct SandboxState {
     pub container: String,
     /// When it was made (ms since the epoch).
     pub created_ms: u64,
+    /// The box directory it serves (a sandbox whose box is gone is swept).
+    #[serde(default)]
+    pub box_dir: PathBuf,
 }
 
 /// Whether runs may use the sandbox: on unless `H5I_SANDBOX=off` (the per-run container path).
@@ -271,6 +274,7 @@ fn build(
     runc: &Path,
 ) -> Result<Option<SandboxState>, BoxError> {
     let container = format!("{}-sb-{}", sb.manifest.name, &digest[..12]);
+    sweep_orphaned_sandboxes(dir);
     let Ok(cage) = h5i_runtime::cage::ResourceCage::create(&container, None, None) else {
         return Ok(None);
     };
@@ -320,7 +324,13 @@ fn build(
             Ok(())
         })
     };
-    let status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
+    let mut status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
+    if !status.success() {
+        // A container of this id left by an interrupted teardown (its state was lost, so
+        // nothing named it): delete it and try once more.
+        delete_container(&container);
+        status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
+    }
     drop::<OwnedFd>(listener);
     if !status.success() {
         let text = fs::read_to_string(&log_path).unwrap_or_default();
@@ -336,6 +346,7 @@ fn build(
         digest: digest.to_string(),
         container,
         created_ms: now_ms(),
+        box_dir: sb.paths.dir.clone(),
     };
     let path = dir.join("state.json");
     let mut f = fs::OpenOptions::new()
@@ -380,6 +391,34 @@ fn sweep_stale_runs(container: &str) {
     }
 }
 
+/// Tear down every other sandbox whose box directory is gone or whose init ended (idle
+/// timeout), and that no run holds: their containers, cgroups and directories.
+fn sweep_orphaned_sandboxes(ours: &Path) {
+    let Some(parent) = ours.parent() else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        if dir == ours || !e.file_name().to_string_lossy().starts_with("sandbox-") {
+            continue;
+        }
+        let Ok(lock) = SandboxLock::take(&dir, libc::LOCK_EX | libc::LOCK_NB) else {
+            continue;
+        };
+        let orphaned = match read_state(&dir) {
+            Some(s) => !s.box_dir.is_dir() || rt::connect(&dir.join("init.sock")).is_err(),
+            None => true,
+        };
+        if orphaned && teardown_locked(&dir).is_ok() {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        drop(lock);
+    }
+}
+
 /// End the box's sandbox, if it has one: its container, cgroups and directory. Waits for runs
 /// in flight.
 pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
@@ -392,11 +431,8 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     fs::remove_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))
 }
 
-/// Delete the container and its cgroups and forget the state; the lock is held by the caller.
-fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
-    let Some(state) = read_state(dir) else {
-        return Ok(());
-    };
+/// `h5i-runc delete --force` the container `id` (its init is killed).
+fn delete_container(id: &str) {
     if let Some(runc) = crate::process::runc_binary() {
         let mut cmd = Command::new(runc);
         if let Some(root) = crate::process::runc_root() {
@@ -404,12 +440,20 @@ fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
         }
         // A container that is already gone answers "does not exist": nothing to delete.
         let _ = cmd
-            .args(["delete", "--force", &state.container])
+            .args(["delete", "--force", id])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
     }
+}
+
+/// Delete the container and its cgroups and forget the state; the lock is held by the caller.
+fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
+    let Some(state) = read_state(dir) else {
+        return Ok(());
+    };
+    delete_container(&state.container);
     h5i_runtime::cage::remove_tree(&state.container).map_err(|e| BoxError::BadRequest {
         what: format!("cannot remove the sandbox's cgroup: {e}"),
         mend: "remove it by hand under your own cgroup's h5i/ directory".into(),

@@ -110,7 +110,7 @@ pub enum SandboxError {
         source: std::io::Error,
     },
     /// The init refused the request.
-    #[error("refusing: the box's sandbox could not start the command: {0}; to fix: check the command, or remove the box's sandbox with `h5i box stop`")]
+    #[error("refusing: the box's sandbox could not serve the command: {0}; to fix: run it again (a sandbox whose init ended is rebuilt), or set H5I_SANDBOX=off for a container per run")]
     Refused(String),
     /// The run's process could not be placed in its cgroup.
     #[error("refusing: cannot place the run in its cgroup {path}: {source}; to fix: run as root, or have root delegate a cgroup to you (make setup does it for the test user)")]
@@ -327,6 +327,13 @@ pub fn run(
     if !readable_by(&conn, deadline).map_err(sock_err("wait for the end", socket))? {
         timed_out = true;
         cage.kill_members();
+        // The init reaps the killed child at once; an init that does not answer is broken.
+        let grace = Some(Instant::now() + Duration::from_secs(10));
+        if !readable_by(&conn, grace).map_err(sock_err("wait for the end", socket))? {
+            return Err(SandboxError::Refused(
+                "the init did not report the run the wall clock ended".into(),
+            ));
+        }
     }
     let end = recv(conn.as_raw_fd(), 4096).map_err(sock_err("read the end", socket))?;
     let wall = started.elapsed();
@@ -393,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn a_request_with_an_unknown_field_is_still_read_but_a_missing_one_is_refused() {
+    fn a_request_missing_a_field_is_refused() {
         assert!(serde_json::from_str::<RunRequest>(r#"{"argv":["true"],"env":[]}"#).is_err());
     }
 }
