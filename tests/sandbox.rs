@@ -359,11 +359,21 @@ fn a_sandbox_run_carries_the_same_credentials_limits_and_filters_as_a_container_
         &[("H5I_SANDBOX", "off")],
     );
     assert!(per_run.status.success(), "{}", stderr(&per_run));
-    assert!(sandbox_id(&r, "same").is_none(), "H5I_SANDBOX=off made a sandbox");
+    assert!(
+        sandbox_id(&r, "same").is_none(),
+        "H5I_SANDBOX=off made a sandbox"
+    );
     let warm = run(&r, "same", &["sh", "-c", script]);
     assert!(warm.status.success(), "{}", stderr(&warm));
-    assert!(sandbox_id(&r, "same").is_some(), "the run did not use the sandbox");
+    assert!(
+        sandbox_id(&r, "same").is_some(),
+        "the run did not use the sandbox"
+    );
     // Only the init's own read-only mount differs (left out above).
     assert_eq!(stdout(&warm), stdout(&per_run));
-    assert!(stdout(&warm).contains("NoNewPrivs:\t1"), "{}", stdout(&warm));
+    assert!(
+        stdout(&warm).contains("NoNewPrivs:\t1"),
+        "{}",
+        stdout(&warm)
+    );
 }

@@ -77,16 +77,16 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
     // child pid -> its request's connection
     let mut runs: HashMap<i32, OwnedFd> = HashMap::new();
     loop {
-        let conns: Vec<(i32, RawFd)> = runs.iter().map(|(p, c)| (*p, c.as_raw_fd())).collect();
+        let pids: Vec<i32> = runs.keys().copied().collect();
         let mut fds = vec![
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             PollFd::new(sigchld.as_fd(), PollFlags::POLLIN),
         ];
-        // SAFETY: each connection stays owned by `runs` until after this poll's results are read.
+        // Connections are polled for POLLHUP only (events empty): the child reads its go.
         fds.extend(
-            conns.iter().map(|(_, c)| {
-                PollFd::new(unsafe { BorrowedFd::borrow_raw(*c) }, PollFlags::empty())
-            }),
+            pids.iter()
+                .filter_map(|p| runs.get(p))
+                .map(|c| PollFd::new(c.as_fd(), PollFlags::empty())),
         );
         let timeout = if runs.is_empty() {
             PollTimeout::try_from(idle.as_millis().min(i32::MAX as u128) as i32)
@@ -113,11 +113,11 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
             return Err(InitError::NoListener);
         }
         let reap = ready(1).contains(PollFlags::POLLIN);
-        let hung: Vec<i32> = conns
+        let hung: Vec<i32> = pids
             .iter()
             .enumerate()
             .filter(|(i, _)| ready(i + 2).intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
-            .map(|(_, (pid, _))| *pid)
+            .map(|(_, pid)| *pid)
             .collect();
         drop(fds);
         for pid in hung {
