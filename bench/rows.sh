@@ -105,6 +105,21 @@ add_row box-run-process-vs-true \
     --teardown '"$H5I" box rm --force bench-proc' \
     --target 'added_ms:median < 10'
 
+add_row box-run-process-first-run \
+    --title 'h5i box run NAME -- true at --isolation process, first run of a fresh box (it makes the box sandbox) vs a run with a container of its own (H5I_SANDBOX=off)' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-perrun --isolation process' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'env H5I_SANDBOX=off $H5I box run bench-perrun -- true' \
+    --h5i '$H5I box run bench-first -- true' \
+    --h5i-prepare '"$H5I" box rm --force bench-first >/dev/null 2>&1; "$H5I" box create bench-first --isolation process >/dev/null' \
+    --check '
+        "$H5I" box status bench-first | grep -q "^sandbox: up" || { echo "the first run made no sandbox"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-first; "$H5I" box rm --force bench-perrun' \
+    --target 'ratio:median <= 1.5'
+
 add_row box-run-process-vs-bwrap \
     --title 'h5i box run NAME -- true at --isolation process vs bwrap --unshare-all true' \
     --setup '

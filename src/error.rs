@@ -138,6 +138,9 @@ pub enum BoxError {
     /// A process-tier run could not start.
     #[error(transparent)]
     ProcessTier(#[from] h5i_runtime::process_tier::ProcessTierError),
+    /// The box sandbox could not serve a run.
+    #[error(transparent)]
+    Sandbox(#[from] h5i_runtime::sandbox::SandboxError),
     /// A declared secret could not be resolved.
     #[error(transparent)]
     Secret(#[from] h5i_broker::secrets::SecretError),

@@ -34,6 +34,7 @@ pub mod probe;
 pub mod process;
 pub mod rebase;
 pub mod run;
+pub mod sandbox;
 pub mod secrets;
 pub mod service;
 pub mod shell;

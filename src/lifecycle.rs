@@ -20,6 +20,7 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     require_active(&sb, "abort")?;
     // Its services end first; each supervisor records the exit before this returns.
     crate::service::stop_all(&sb)?;
+    crate::sandbox::teardown(&sb)?;
     sb.manifest.state = BoxState::Aborted;
     write_manifest(&sb.paths, &sb.manifest)?;
     events::append(
@@ -67,6 +68,7 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     }
     drop(frozen);
     crate::service::stop_all(&sb)?;
+    crate::sandbox::teardown(&sb)?;
     if !sb.manifest.source.is_detached() {
         // Only this box's own pin; compare-and-delete so a reused ref name is never removed.
         let _ = Git::at(&sb.manifest.store)

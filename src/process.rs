@@ -102,7 +102,7 @@ pub fn runtime_dir() -> Result<PathBuf, BoxError> {
 }
 
 /// The state directory h5i-runc should use for this caller.
-fn runc_root() -> Option<PathBuf> {
+pub(crate) fn runc_root() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         return None;
@@ -274,6 +274,7 @@ pub fn plan(
         poststop_hooks: Vec::new(),
         extra_annotations: family_grants(policy),
         file_binds,
+        init_program: None,
         terminal: false,
         netns_path: None,
         userns_path: None,
@@ -330,6 +331,29 @@ pub fn write_bundle_for(
     h5i_runtime::bundle::write_bundle(&plan, out).map_err(|e| BoxError::io(out, e))
 }
 
+/// `plan`'s environment with the run's secrets added (each must be `inject = "env"`: a box at
+/// a kernel tier gets nothing else from the host).
+pub fn env_with_secrets(
+    plan: &BundlePlan,
+    secrets: &[h5i_broker::secrets::ResolvedSecret],
+) -> Result<Vec<String>, BoxError> {
+    let mut env = plan.env.clone();
+    for s in secrets {
+        if s.inject != h5i_policy::SecretInject::Env {
+            return Err(BoxError::BadRequest {
+                what: format!(
+                    "secret `{}` asks for inject = \"{}\", which only the workspace tier supports",
+                    s.name,
+                    s.inject.as_str()
+                ),
+                mend: "use inject = \"env\" at the process tier".into(),
+            });
+        }
+        env.push(format!("{}={}", s.name, s.value()));
+    }
+    Ok(env)
+}
+
 /// Run a prepared `plan` (from [`plan`], perhaps adjusted by [`join_network_of`]) at the
 /// process tier, in the bundle directory [`bundle_dir_for`] names.
 pub fn run_plan(
@@ -344,19 +368,7 @@ pub fn run_plan(
             .into(),
         mend: "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)".into(),
     })?;
-    for s in secrets {
-        if s.inject != h5i_policy::SecretInject::Env {
-            return Err(BoxError::BadRequest {
-                what: format!(
-                    "secret `{}` asks for inject = \"{}\", which only the workspace tier supports",
-                    s.name,
-                    s.inject.as_str()
-                ),
-                mend: "use inject = \"env\" at the process tier".into(),
-            });
-        }
-        plan.env.push(format!("{}={}", s.name, s.value()));
-    }
+    plan.env = env_with_secrets(&plan, secrets)?;
     // The bundle holds the run's environment, secrets included: it is written outside the box
     // directory, in a private runtime directory, and removed when the run ends.
     let dir = bundle_dir_for(&plan.id)?;

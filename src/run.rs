@@ -68,14 +68,30 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             let mut plan = crate::process::plan(&sb, &policy, argv)?;
             // A live service of this box: join its network namespace, so the run reaches it
             // on localhost (no other box ever gets this path).
-            if let Some(pid) = crate::service::live_network_pid(&sb) {
+            let service = crate::service::live_network_pid(&sb);
+            if let Some(pid) = service {
                 crate::process::join_network_of(&mut plan, pid);
             }
-            let (run, tally) = creds.serve_during(plan, |plan| {
-                crate::process::run_plan(&policy, plan, wall, &secrets, None)
-            })?;
-            egress = tally;
-            let run = run?;
+            let warm = match service.is_none() && warm_path_fits(&policy) {
+                true => crate::sandbox::run(
+                    &sb,
+                    &policy,
+                    &plan,
+                    wall,
+                    crate::process::env_with_secrets(&plan, &secrets)?,
+                )?,
+                false => None,
+            };
+            let run = match warm {
+                Some(run) => run,
+                None => {
+                    let (run, tally) = creds.serve_during(plan, |plan| {
+                        crate::process::run_plan(&policy, plan, wall, &secrets, None)
+                    })?;
+                    egress = tally;
+                    run?
+                }
+            };
             oom = run.cage.oom;
             run.child
         }
@@ -124,6 +140,16 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             usage,
         },
     )
+}
+
+/// Whether a process-tier run goes through the box's sandbox rather than a container of its
+/// own: not when turned off (`H5I_SANDBOX=off`), not when the policy grants credentials (their
+/// proxy is wired per run into the run's network namespace), and not from a terminal (the run
+/// could not be the terminal's foreground job from inside the sandbox's session).
+fn warm_path_fits(policy: &ResolvedPolicy) -> bool {
+    // SAFETY: isatty only inspects descriptor 0.
+    let tty = unsafe { libc::isatty(0) } == 1;
+    crate::sandbox::enabled() && policy.auth_grants().is_empty() && !tty
 }
 
 /// One run's egress counts from two counters (the sentry's table and the credential proxy).

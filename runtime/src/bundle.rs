@@ -82,6 +82,9 @@ pub struct BundlePlan {
     /// Read-only single-file binds `(host file, box path)`, mounted after every directory grant
     /// so they cover what a grant brought in (the supervised tier's `/etc/hosts`).
     pub file_binds: Vec<(PathBuf, PathBuf)>,
+    /// A program bound read-only (and executable) into the box `(host file, box path)`: the
+    /// box sandbox's init.
+    pub init_program: Option<(PathBuf, PathBuf)>,
     /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
     /// console socket (`box shell`); never the caller's terminal.
     pub terminal: bool,
@@ -193,6 +196,11 @@ impl BundlePlan {
         for (src, dst) in &self.file_binds {
             mounts.push(json!({"destination": dst, "type": "bind", "source": src,
                                "options": ["bind", "nosuid", "nodev", "noexec", "ro"]}));
+            landlock_read.push(dst.display().to_string());
+        }
+        if let Some((src, dst)) = &self.init_program {
+            mounts.push(json!({"destination": dst, "type": "bind", "source": src,
+                               "options": ["bind", "nosuid", "nodev", "ro"]}));
             landlock_read.push(dst.display().to_string());
         }
         let landlock = json!({"read": landlock_read, "write": landlock_write});
@@ -337,6 +345,7 @@ mod tests {
             poststop_hooks: Vec::new(),
             extra_annotations: BTreeMap::new(),
             file_binds: Vec::new(),
+            init_program: None,
             terminal: false,
             netns_path: None,
             userns_path: None,

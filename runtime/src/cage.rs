@@ -71,6 +71,8 @@ pub struct ResourceCage {
     /// v1: eventfd the kernel signals on each OOM at this cage's limit, and the
     /// `memory.oom_control` file it is registered against (kept open for the registration's life).
     oom_events: Option<(OwnedFd, fs::File)>,
+    /// [`ResourceCage::keep`] was called: dropping removes nothing.
+    kept: bool,
 }
 
 const V1_CONTROLLERS: [&str; 2] = ["memory", "pids"];
@@ -106,6 +108,7 @@ impl ResourceCage {
             created: Vec::new(),
             mem_limit: mem,
             oom_events: None,
+            kept: false,
         };
         for root in cage.roots.clone() {
             cage.make_dirs(&root)?;
@@ -223,6 +226,67 @@ impl ResourceCage {
             }
         }
         pids
+    }
+
+    /// Place process `pid` (a host pid) in the cage, in every hierarchy it holds.
+    pub fn admit(&self, pid: i32) -> Result<(), (PathBuf, io::Error)> {
+        for root in &self.roots {
+            let path = root.join(&self.relative).join("cgroup.procs");
+            fs::write(&path, pid.to_string()).map_err(|e| (path, e))?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILL every process in the cage's groups and wait (on pidfds, bounded) until they
+    /// are gone; repeated until a read of the group finds it empty, so a child forked while
+    /// the kill was under way is killed too.
+    pub fn kill_members(&self) {
+        for _ in 0..64 {
+            let pids = self.member_pids();
+            if pids.is_empty() {
+                return;
+            }
+            let mut fds = Vec::new();
+            for pid in pids {
+                // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+                if fd < 0 {
+                    continue;
+                }
+                // SAFETY: fd was just returned by pidfd_open and is owned here.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+                // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo; the pidfd names the
+                // process read from the group, never a reused pid.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        fd.as_raw_fd(),
+                        libc::SIGKILL,
+                        std::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+                fds.push(fd);
+            }
+            for fd in &fds {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd that lives for the call; a pidfd polls readable
+                // when its process has exited.
+                unsafe { libc::poll(&mut p, 1, 1000) };
+            }
+        }
+    }
+
+    /// Keep the cage's groups after this value is gone (the box sandbox's group outlives the
+    /// run that made it); [`remove_tree`] removes them.
+    pub fn keep(mut self) {
+        self.created.clear();
+        self.roots.clear();
+        self.kept = true;
     }
 
     /// The `linux.cgroupsPath` that places the container inside this cage.
@@ -394,8 +458,79 @@ fn write_limit(path: &Path, value: &str, what: &'static str) -> Result<(), CageE
     })
 }
 
+/// The names of the groups directly below cage `id`'s group in the first hierarchy (empty
+/// when it does not exist).
+pub fn children(id: &str) -> Vec<String> {
+    let Ok(layout) = detect_layout() else {
+        return Vec::new();
+    };
+    let Some(anchor) = fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|own| anchor_from(&own, layout).ok())
+    else {
+        return Vec::new();
+    };
+    let root = match layout {
+        Layout::V2 => PathBuf::from("/sys/fs/cgroup"),
+        Layout::V1 => Path::new("/sys/fs/cgroup").join(V1_CONTROLLERS[0]),
+    };
+    let rel = anchor.join("h5i").join(id);
+    let dir = root.join(rel.strip_prefix("/").unwrap_or(&rel));
+    fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Remove the groups of a kept cage `id` (as given to [`ResourceCage::create`]) in every
+/// hierarchy, deepest first, killing what is still inside. rmdir only succeeds on an empty
+/// group, so a group something still lives in is left, never forced.
+pub fn remove_tree(id: &str) -> Result<(), CageError> {
+    let cage = ResourceCage::create(id, None, None)?;
+    cage.kill_members();
+    let mut roots = cage.roots.clone();
+    if cage.layout == Layout::V1 {
+        if let Ok(entries) = fs::read_dir("/sys/fs/cgroup") {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.join("cgroup.procs").exists() && !roots.contains(&p) {
+                    roots.push(p);
+                }
+            }
+        }
+    }
+    for root in &roots {
+        let top = root.join(&cage.relative);
+        let mut dirs = Vec::new();
+        let mut stack = vec![top.clone()];
+        while let Some(d) = stack.pop() {
+            if let Ok(entries) = fs::read_dir(&d) {
+                stack.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                        .map(|e| e.path()),
+                );
+            }
+            dirs.push(d);
+        }
+        for d in dirs.iter().rev() {
+            let _ = fs::remove_dir(d);
+        }
+    }
+    Ok(())
+}
+
 impl Drop for ResourceCage {
     fn drop(&mut self) {
+        if self.kept {
+            return;
+        }
         // On v1 the runtime places the container at `<relative>/c` in every hierarchy, making
         // `<relative>` itself in the controllers the cage does not hold (cpuset, devices, ...);
         // its delete removes only `c`. Both levels go here, in every hierarchy, deepest first

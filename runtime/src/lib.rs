@@ -15,6 +15,7 @@ pub mod confine;
 pub mod process_tier;
 pub mod pty;
 pub mod runc;
+pub mod sandbox;
 pub mod socket_gate;
 pub mod stdio;
 pub mod supervise;

@@ -403,6 +403,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         poststop_hooks: Vec::new(),
         extra_annotations: Default::default(),
         file_binds: Vec::new(),
+        init_program: None,
         terminal: false,
         netns_path: None,
         userns_path: None,

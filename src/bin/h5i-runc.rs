@@ -86,6 +86,11 @@ fn main() -> ExitCode {
             }
         };
     }
+    // `h5i-runc box-init --idle-secs N`: the box sandbox's init (see h5i_runtime::sandbox),
+    // started as a box's payload, already confined; it touches no container, so no seal.
+    if argv.get(1).and_then(|a| a.to_str()) == Some(h5i_runtime::sandbox::INIT_VERB) {
+        return box_init(&argv[2..]);
+    }
     let cli = Cli::parse();
     if !matches!(cli.cmd, Cmd::Features(_)) {
         // Before any container is touched (see runc::seal).
@@ -183,5 +188,23 @@ fn create_options(
         preserve_fds,
         no_pivot,
         detach,
+    }
+}
+
+fn box_init(args: &[std::ffi::OsString]) -> ExitCode {
+    let idle = match args {
+        [flag, secs] if flag == "--idle-secs" => secs.to_str().and_then(|s| s.parse::<u64>().ok()),
+        _ => None,
+    };
+    let Some(idle) = idle else {
+        eprintln!("h5i-runc: error: refusing: box-init takes --idle-secs N; to fix: start it only through h5i");
+        return ExitCode::from(2);
+    };
+    match h5i_runtime::sandbox::init::serve(std::time::Duration::from_secs(idle)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("h5i-runc: error: {e}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -410,6 +410,9 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     say!("{line}");
                 }
             }
+            if report.policy.tier == h5i_policy::Tier::Process {
+                say!("{}", h5i::sandbox::status_line(&report.sb));
+            }
             let services = h5i::service::status(&store, &name)?;
             if !services.is_empty() {
                 say!("services");

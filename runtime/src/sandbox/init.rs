@@ -1,0 +1,350 @@
+//! The box init: the process `h5i-runc` starts as a box sandbox's payload (`h5i-runc box-init`),
+//! pid 1 of the box's pid namespace, already confined exactly as a per-run box command would be.
+//!
+//! Owns serving run requests (see the protocol in the parent module) on the listening socket it
+//! inherited as descriptor 3, reaping every process of its pid namespace (orphans included),
+//! and ending itself after an idle period with no run in flight. Single-threaded: it forks.
+//! A run's child resets what the init changed for itself (signal mask, `SIGPIPE`), takes the
+//! request's standard descriptors, starts a session of its own, reports ready, waits for the
+//! host's go (by then the host has placed it in the run's cgroup), closes every descriptor of the
+//! init's (all close-on-exec) and execs.
+//!
+//! Must never: exec a command before the host's go, hand a run any descriptor but the three
+//! the request carried, or keep serving after the listening socket failed.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use super::{recv, send, RunEnd, RunRequest, DONE, FAILED, GO, MAX_REQUEST, READY};
+
+/// The descriptor the listening socket arrives on (`--preserve-fds 1`).
+pub const LISTEN_FD: RawFd = 3;
+
+/// Why the init stopped serving.
+#[derive(Debug, thiserror::Error)]
+pub enum InitError {
+    /// Descriptor 3 is not a listening socket.
+    #[error("refusing: box-init needs a listening unix socket on descriptor 3; to fix: start it only through h5i (h5i box run)")]
+    NoListener,
+    /// A kernel call the loop depends on failed.
+    #[error("box-init: {call}: {source}")]
+    Kernel {
+        /// Which call.
+        call: &'static str,
+        /// The error.
+        source: nix::Error,
+    },
+}
+
+fn kernel(call: &'static str) -> impl FnOnce(nix::Error) -> InitError {
+    move |source| InitError::Kernel { call, source }
+}
+
+/// Serve until idle for `idle` with no run in flight (or the listener fails).
+pub fn serve(idle: Duration) -> Result<(), InitError> {
+    // A run has the same uid and no capabilities: non-dumpable, the init's memory and
+    // descriptors are out of its reach (ptrace and /proc/1/{mem,fd} need CAP_SYS_PTRACE).
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(InitError::Kernel {
+            call: "prctl(PR_SET_DUMPABLE)",
+            source: nix::Error::last(),
+        });
+    }
+    let listening: libc::c_int =
+        // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
+        nix::sys::socket::getsockopt(&unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }, nix::sys::socket::sockopt::AcceptConn)
+            .map(i32::from)
+            .unwrap_or(0);
+    if listening != 1 {
+        return Err(InitError::NoListener);
+    }
+    // SAFETY: descriptor 3 was handed to this process for this purpose and nothing else owns it.
+    let listener = unsafe { OwnedFd::from_raw_fd(LISTEN_FD) };
+    // SAFETY: F_SETFD on an owned descriptor; a run must never inherit the listener.
+    unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    mask.thread_block().map_err(kernel("sigprocmask"))?;
+    let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(kernel("signalfd"))?;
+    // child pid -> its request's connection
+    let mut runs: HashMap<i32, OwnedFd> = HashMap::new();
+    loop {
+        let pids: Vec<i32> = runs.keys().copied().collect();
+        let mut fds = vec![
+            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sigchld.as_fd(), PollFlags::POLLIN),
+        ];
+        // Connections are polled for POLLHUP only (events empty): the child reads its go.
+        fds.extend(
+            pids.iter()
+                .filter_map(|p| runs.get(p))
+                .map(|c| PollFd::new(c.as_fd(), PollFlags::empty())),
+        );
+        let timeout = if runs.is_empty() {
+            PollTimeout::try_from(idle.as_millis().min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX)
+        } else {
+            PollTimeout::NONE
+        };
+        let n = match poll(&mut fds, timeout) {
+            Ok(n) => n,
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => {
+                return Err(InitError::Kernel {
+                    call: "poll",
+                    source: e,
+                })
+            }
+        };
+        if n == 0 && runs.is_empty() {
+            return Ok(());
+        }
+        let ready = |i: usize| fds[i].revents().unwrap_or(PollFlags::empty());
+        let accept = ready(0).contains(PollFlags::POLLIN);
+        if ready(0).intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
+            return Err(InitError::NoListener);
+        }
+        let reap = ready(1).contains(PollFlags::POLLIN);
+        let hung: Vec<i32> = pids
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| ready(i + 2).intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+            .map(|(_, pid)| *pid)
+            .collect();
+        drop(fds);
+        for pid in hung {
+            // The host went away mid-run: the command ends with it (the host's next run
+            // removes whatever it left in the run's cgroup).
+            // SAFETY: kill(2) on our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        if reap {
+            while sigchld.read_signal().ok().flatten().is_some() {}
+            reap_all(&mut runs);
+        }
+        if accept {
+            if let Ok(fd) = nix::sys::socket::accept4(
+                listener.as_raw_fd(),
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            ) {
+                // SAFETY: accept4 returned a new descriptor owned here.
+                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+                if let Some(pid) = start(&conn) {
+                    runs.insert(pid, conn);
+                }
+            }
+        }
+    }
+}
+
+/// Reap every exited process; report the ones that are runs.
+fn reap_all(runs: &mut HashMap<i32, OwnedFd>) {
+    loop {
+        let mut status = 0;
+        // SAFETY: an all-zero rusage is valid for the kernel to overwrite.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: status and ru are valid and writable for the call.
+        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
+        if pid <= 0 {
+            return;
+        }
+        if let Some(conn) = runs.remove(&pid) {
+            let us = |tv: libc::timeval| {
+                (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64
+            };
+            let n = |v: libc::c_long| v.max(0) as u64;
+            let end = RunEnd {
+                status,
+                usage: [
+                    us(ru.ru_utime),
+                    us(ru.ru_stime),
+                    n(ru.ru_maxrss),
+                    n(ru.ru_minflt),
+                    n(ru.ru_majflt),
+                    n(ru.ru_inblock),
+                    n(ru.ru_oublock),
+                    n(ru.ru_nvcsw),
+                    n(ru.ru_nivcsw),
+                ],
+            };
+            let mut msg = vec![DONE];
+            msg.extend(serde_json::to_vec(&end).unwrap_or_default());
+            let _ = send(conn.as_raw_fd(), &msg, &[]);
+        }
+    }
+}
+
+fn refuse(conn: &OwnedFd, why: &str) {
+    let mut msg = vec![FAILED];
+    msg.extend(why.as_bytes());
+    let _ = send(conn.as_raw_fd(), &msg, &[]);
+}
+
+/// Read one request from `conn` and fork its child; the child's pid, or None when refused.
+fn start(conn: &OwnedFd) -> Option<i32> {
+    let got = match recv(conn.as_raw_fd(), MAX_REQUEST + 1) {
+        Ok(g) => g,
+        Err(e) => {
+            refuse(conn, &format!("reading the request: {e}"));
+            return None;
+        }
+    };
+    if got.truncated {
+        refuse(conn, "the request is larger than the sandbox reads");
+        return None;
+    }
+    let req: RunRequest = match serde_json::from_slice(&got.bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            refuse(conn, &format!("unreadable request: {e}"));
+            return None;
+        }
+    };
+    let wanted = req.stdio.iter().filter(|o| **o).count();
+    if got.fds.len() != wanted || req.argv.is_empty() {
+        refuse(conn, "the request's descriptors or argv do not match it");
+        return None;
+    }
+    let prepared = match Prepared::from(&req) {
+        Ok(p) => p,
+        Err(why) => {
+            refuse(conn, &why);
+            return None;
+        }
+    };
+    // SAFETY: the init is single-threaded, so the child may run ordinary code until exec.
+    match unsafe { libc::fork() } {
+        -1 => {
+            refuse(conn, &format!("fork: {}", std::io::Error::last_os_error()));
+            None
+        }
+        0 => {
+            let code = child(conn, &req, &got.fds, &prepared);
+            // SAFETY: _exit in the forked child; no destructors of the parent's state run.
+            unsafe { libc::_exit(code) }
+        }
+        pid => Some(pid),
+    }
+}
+
+/// The request's strings as C strings, made before the fork.
+struct Prepared {
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+    /// Candidate paths for `argv[0]`, in `PATH` order (just `argv[0]` when it holds a slash).
+    candidates: Vec<CString>,
+}
+
+impl Prepared {
+    fn from(req: &RunRequest) -> Result<Prepared, String> {
+        let c = |s: &str| CString::new(s).map_err(|_| format!("{s:?} holds a NUL byte"));
+        let argv = req
+            .argv
+            .iter()
+            .map(|a| c(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let env = req
+            .env
+            .iter()
+            .map(|a| c(a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cwd = c(&req.cwd.to_string_lossy())?;
+        let prog = &req.argv[0];
+        let candidates = if prog.contains('/') {
+            vec![c(prog)?]
+        } else {
+            let path = req
+                .env
+                .iter()
+                .find_map(|e| e.strip_prefix("PATH="))
+                .unwrap_or("/usr/local/bin:/usr/bin:/bin");
+            path.split(':')
+                .filter(|d| !d.is_empty())
+                .map(|d| c(&format!("{d}/{prog}")))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        Ok(Prepared {
+            argv,
+            env,
+            cwd,
+            candidates,
+        })
+    }
+}
+
+/// The child's side: returns the exit code when it could not exec.
+fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32 {
+    // Undo what the init set for itself: the blocked SIGCHLD and Rust's ignored SIGPIPE
+    // (both are inherited across exec).
+    let _ = SigSet::all().thread_unblock();
+    // SAFETY: resetting a disposition to the default; no handler involved.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    // SAFETY: setsid has no preconditions; the child is not a group leader (fresh fork).
+    unsafe { libc::setsid() };
+    let mut given = fds.iter();
+    for (target, open) in req.stdio.iter().enumerate() {
+        if *open {
+            if let Some(fd) = given.next() {
+                // SAFETY: dup2 onto a standard descriptor from one we own; dup2 clears CLOEXEC.
+                if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
+                    return 126;
+                }
+            }
+        } else {
+            // SAFETY: the caller had this standard descriptor closed: so does the command.
+            unsafe { libc::close(target as RawFd) };
+        }
+    }
+    // SAFETY: chdir to a NUL-terminated path.
+    if unsafe { libc::chdir(p.cwd.as_ptr()) } != 0 {
+        let e = std::io::Error::last_os_error();
+        say(&format!("h5i: cannot enter {}: {e}\n", req.cwd.display()));
+        return 126;
+    }
+    if send(conn.as_raw_fd(), &[READY], &[]).is_err() {
+        return 126;
+    }
+    match recv(conn.as_raw_fd(), 16) {
+        Ok(g) if g.bytes == [GO] => {}
+        _ => return 126,
+    }
+    let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut env: Vec<*const libc::c_char> = p.env.iter().map(|a| a.as_ptr()).collect();
+    env.push(std::ptr::null());
+    let mut first_error = libc::ENOENT;
+    for cand in &p.candidates {
+        // SAFETY: NUL-terminated path, argv and envp arrays ending in null pointers, all alive
+        // for the call. Every descriptor but 0-2 is close-on-exec.
+        unsafe { libc::execve(cand.as_ptr(), argv.as_ptr(), env.as_ptr()) };
+        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        if errno != libc::ENOENT && errno != libc::ENOTDIR && first_error == libc::ENOENT {
+            first_error = errno;
+        }
+    }
+    say(&format!(
+        "h5i: cannot run `{}`: {}\n",
+        req.argv[0],
+        std::io::Error::from_raw_os_error(first_error)
+    ));
+    if first_error == libc::ENOENT {
+        127
+    } else {
+        126
+    }
+}
+
+/// Best effort to the command's stderr.
+fn say(text: &str) {
+    // SAFETY: write(2) of a live buffer to descriptor 2 (which may be closed: then EBADF).
+    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+}

@@ -1,0 +1,406 @@
+//! The box-lifetime sandbox: one container per box, made once (lazily, by the first run), whose
+//! process is a small box init ([`init`]) holding the namespaces, mounts, Landlock domain,
+//! seccomp filters, rlimits and empty capability sets `h5i-runc` applied to it. A run is a
+//! request to that init over a unix socket: it forks, the child is placed in a cgroup of its own
+//! under the box's (by the host, before it may exec) and execs the command. Everything the
+//! per-run container applied to its process is inherited across fork and exec (Landlock
+//! domain, seccomp filters, `no_new_privs`, rlimits, uid/gid, capability bounding set), so a
+//! run costs a fork and an exec, not a container.
+//!
+//! The protocol (`SOCK_SEQPACKET`, one message per step):
+//! 1. host -> init: a JSON [`RunRequest`] with the caller's open standard descriptors as
+//!    `SCM_RIGHTS`;
+//! 2. the run's child -> host: [`READY`]; the host's socket has `SO_PASSCRED`, so the kernel
+//!    attaches the child's pid, translated into the host's pid namespace;
+//! 3. host -> child: [`GO`], once the host has written that pid into the run's cgroup (the
+//!    child blocks until then, so nothing the command starts escapes the run's group);
+//! 4. init -> host: [`DONE`] + JSON [`RunEnd`] (wait status and `wait4` usage) when the child
+//!    was reaped; or [`FAILED`] + text when the request could not be served.
+//!
+//! The host side ([`run`]) owns the per-run cgroup ([`crate::cage::ResourceCage`] below the
+//! box's group): the policy's memory and process limits apply per run, the OOM evidence is the
+//! run's own, the wall clock kills every member of the run's group, and when the run ends
+//! every process left in its group (a background job the command started) is killed before
+//! [`run`] returns, so nothing from one run outlives it.
+//!
+//! The listening socket lives in h5i's private runtime directory (0700) and reaches the init
+//! only as an inherited descriptor: no path inside the box leads to it. The init makes itself
+//! non-dumpable, so a run (same uid, no capabilities) can neither ptrace it nor open its
+//! `/proc/1/{mem,fd}`; as its pid namespace's init it ignores every signal sent from inside.
+//!
+//! Must never: let the command exec before it is in the run's cgroup, return from a run while a
+//! process of that run is alive, or pass the init's own descriptors to a run.
+//! Guarded by `tests/sandbox.rs` and every confinement test at the process tier (which run
+//! through the sandbox by default).
+
+pub mod init;
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use h5i_policy::receipt::{ExitOutcome, Rusage};
+use nix::sys::socket::{
+    self, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::cage::{CageError, CageReport, ResourceCage};
+use crate::supervise::ChildReport;
+
+/// The child is ready and blocked until [`GO`].
+pub const READY: u8 = b'R';
+/// The child may exec.
+pub const GO: u8 = b'G';
+/// The child was reaped; a JSON [`RunEnd`] follows.
+pub const DONE: u8 = b'D';
+/// The request could not be served; text follows.
+pub const FAILED: u8 = b'F';
+
+/// The largest request the init reads (argv + environment as JSON).
+pub const MAX_REQUEST: usize = 256 * 1024;
+
+/// Where the init program is mounted inside the box.
+pub const INIT_PATH_IN_BOX: &str = "/.h5i-box-init";
+/// The `h5i-runc` verb that runs the box init (hidden: only h5i starts it, inside a box).
+pub const INIT_VERB: &str = "box-init";
+
+/// One command for the init to run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunRequest {
+    /// Command and arguments; `argv[0]` is looked up on the request's `PATH` when it holds no
+    /// slash.
+    pub argv: Vec<String>,
+    /// The complete environment, `K=V`.
+    pub env: Vec<String>,
+    /// Working directory inside the box.
+    pub cwd: PathBuf,
+    /// Which of the standard descriptors 0, 1, 2 come with the request (in that order); the
+    /// others are closed in the command, as they were closed in the caller.
+    pub stdio: [bool; 3],
+}
+
+/// How the child ended, as the init's `wait4` saw it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RunEnd {
+    /// The raw wait status.
+    pub status: i32,
+    /// `wait4` usage: utime µs, stime µs, maxrss KiB, minflt, majflt, inblock, oublock,
+    /// nvcsw, nivcsw.
+    pub usage: [u64; 9],
+}
+
+/// Why a sandbox run could not be served.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// The run's cgroup could not be made: without it nothing guarantees that the run's
+    /// processes end with it, so the caller must not use the sandbox.
+    #[error(transparent)]
+    Cage(#[from] CageError),
+    /// Talking to the box init failed.
+    #[error("refusing: the box's sandbox did not answer ({step}): {source}; to fix: run the command again (h5i rebuilds the sandbox), or remove {socket} to force a rebuild")]
+    Socket {
+        /// Which step.
+        step: &'static str,
+        /// The init's socket.
+        socket: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The init refused the request.
+    #[error("refusing: the box's sandbox could not serve the command: {0}; to fix: run it again (a sandbox whose init ended is rebuilt), or set H5I_SANDBOX=off for a container per run")]
+    Refused(String),
+    /// The run's process could not be placed in its cgroup.
+    #[error("refusing: cannot place the run in its cgroup {path}: {source}; to fix: run as root, or have root delegate a cgroup to you (make setup does it for the test user)")]
+    Place {
+        /// The `cgroup.procs` file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// What one sandbox run observed.
+#[derive(Debug)]
+pub struct SandboxRunReport {
+    /// Exit, usage and wall time.
+    pub child: ChildReport,
+    /// The run's cgroup evidence (OOM, pids refused).
+    pub cage: CageReport,
+}
+
+/// What the host needs to serve one run.
+#[derive(Debug)]
+pub struct RunSlot<'a> {
+    /// The init's socket.
+    pub socket: &'a Path,
+    /// The run's cgroup id below `<own>/h5i/` (`<sandbox>/c/run-<pid>-<n>`).
+    pub cage_id: &'a str,
+    /// The run's memory limit.
+    pub mem: Option<u64>,
+    /// The run's process limit.
+    pub procs: Option<u64>,
+    /// The wall clock.
+    pub wall: Option<Duration>,
+}
+
+fn sock_err<'a>(
+    step: &'static str,
+    socket: &'a Path,
+) -> impl FnOnce(nix::Error) -> SandboxError + 'a {
+    move |e| SandboxError::Socket {
+        step,
+        socket: socket.to_path_buf(),
+        source: std::io::Error::from(e),
+    }
+}
+
+/// A listening `SOCK_SEQPACKET` socket at `path` (close-on-exec), for the init to inherit.
+pub fn listen_at(path: &Path) -> Result<OwnedFd, SandboxError> {
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(sock_err("socket", path))?;
+    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
+    socket::bind(fd.as_raw_fd(), &addr).map_err(sock_err("bind", path))?;
+    socket::listen(
+        &fd,
+        socket::Backlog::new(64).map_err(sock_err("listen", path))?,
+    )
+    .map_err(sock_err("listen", path))?;
+    Ok(fd)
+}
+
+/// Connect to the init at `path`. `ECONNREFUSED`/`ENOENT` mean no init is listening (it ended:
+/// idle timeout, killed): the caller rebuilds.
+pub fn connect(path: &Path) -> Result<OwnedFd, SandboxError> {
+    let fd = socket::socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .map_err(sock_err("socket", path))?;
+    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
+    socket::connect(fd.as_raw_fd(), &addr).map_err(sock_err("connect", path))?;
+    socket::setsockopt(&fd, sockopt::PassCred, &true).map_err(sock_err("SO_PASSCRED", path))?;
+    Ok(fd)
+}
+
+/// Send one message with `fds` attached.
+pub(crate) fn send(fd: RawFd, msg: &[u8], fds: &[RawFd]) -> nix::Result<()> {
+    let iov = [IoSlice::new(msg)];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    socket::sendmsg::<()>(fd, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map(|_| ())
+}
+
+/// One received message.
+pub(crate) struct Received {
+    /// Its bytes (empty: the peer closed).
+    pub bytes: Vec<u8>,
+    /// Descriptors that came with it (close-on-exec).
+    pub fds: Vec<OwnedFd>,
+    /// The sender's pid in our pid namespace, when `SO_PASSCRED` is on.
+    pub pid: Option<i32>,
+    /// The message did not fit.
+    pub truncated: bool,
+}
+
+/// Receive one message of at most `max` bytes.
+pub(crate) fn recv(fd: RawFd, max: usize) -> nix::Result<Received> {
+    let mut buf = vec![0u8; max];
+    let mut cmsg = nix::cmsg_space!([RawFd; 3], libc::ucred);
+    let (n, truncated, fds, pid) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = loop {
+            match socket::recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+                Err(nix::Error::EINTR) => continue,
+                other => break other?,
+            }
+        };
+        let mut fds = Vec::new();
+        let mut pid = None;
+        for c in msg.cmsgs()? {
+            match c {
+                ControlMessageOwned::ScmRights(list) => {
+                    // SAFETY: the kernel installed these descriptors in this process for this
+                    // message; nothing else owns them.
+                    fds.extend(list.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
+                }
+                ControlMessageOwned::ScmCredentials(c) => pid = Some(c.pid()),
+                _ => {}
+            }
+        }
+        let truncated = msg
+            .flags
+            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+        (msg.bytes, truncated, fds, pid)
+    };
+    buf.truncate(n);
+    Ok(Received {
+        bytes: buf,
+        fds,
+        pid,
+        truncated,
+    })
+}
+
+/// Wait until `fd` is readable or `deadline` passes (`false`). Never sleeps past an event.
+fn readable_by(fd: &OwnedFd, deadline: Option<Instant>) -> nix::Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let timeout = match deadline {
+            None => PollTimeout::NONE,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
+                    .unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(fd), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => return Ok(true),
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Run `req` in the sandbox listening at `slot.socket`: make the run's cgroup, hand the init
+/// the request and the caller's standard descriptors, place the child, let it exec, wait for it
+/// (killing the run's group when the wall clock ends), then kill whatever the run left and
+/// remove its group.
+pub fn run(
+    slot: &RunSlot<'_>,
+    conn: OwnedFd,
+    req: &RunRequest,
+    stdio: &[RawFd],
+) -> Result<SandboxRunReport, SandboxError> {
+    let cage = ResourceCage::create(slot.cage_id, slot.mem, slot.procs)?;
+    let socket = slot.socket;
+    let body = serde_json::to_vec(req).map_err(|e| SandboxError::Refused(e.to_string()))?;
+    if body.len() > MAX_REQUEST {
+        return Err(SandboxError::Refused(format!(
+            "the command and environment take {} bytes, over the sandbox's {MAX_REQUEST}",
+            body.len()
+        )));
+    }
+    let started = Instant::now();
+    send(conn.as_raw_fd(), &body, stdio).map_err(sock_err("send the request", socket))?;
+    let ready = recv(conn.as_raw_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
+    let pid = match (ready.bytes.first(), ready.pid) {
+        (Some(&READY), Some(pid)) if pid > 0 => pid,
+        (Some(&FAILED), _) => {
+            return Err(SandboxError::Refused(
+                String::from_utf8_lossy(&ready.bytes[1..]).into_owned(),
+            ))
+        }
+        _ => {
+            return Err(SandboxError::Refused(
+                "the init answered out of protocol".into(),
+            ))
+        }
+    };
+    if let Err(e) = cage.admit(pid) {
+        // The child has not exec'd: ending it here leaves nothing behind.
+        cage.kill_members();
+        // SAFETY: kill(2) with a pid the kernel named as the sender; no memory involved.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        return Err(SandboxError::Place {
+            path: e.0,
+            source: e.1,
+        });
+    }
+    send(conn.as_raw_fd(), &[GO], &[]).map_err(sock_err("release the child", socket))?;
+    let deadline = slot.wall.map(|w| started + w);
+    let mut timed_out = false;
+    if !readable_by(&conn, deadline).map_err(sock_err("wait for the end", socket))? {
+        timed_out = true;
+        cage.kill_members();
+        // The init reaps the killed child at once; an init that does not answer is broken.
+        let grace = Some(Instant::now() + Duration::from_secs(10));
+        if !readable_by(&conn, grace).map_err(sock_err("wait for the end", socket))? {
+            return Err(SandboxError::Refused(
+                "the init did not report the run the wall clock ended".into(),
+            ));
+        }
+    }
+    let end = recv(conn.as_raw_fd(), 4096).map_err(sock_err("read the end", socket))?;
+    let wall = started.elapsed();
+    // Whatever the command left running (a background job) ends with the run.
+    cage.kill_members();
+    let end: RunEnd = match end.bytes.split_first() {
+        Some((&DONE, rest)) => serde_json::from_slice(rest)
+            .map_err(|e| SandboxError::Refused(format!("unreadable end report: {e}")))?,
+        Some((&FAILED, rest)) => {
+            return Err(SandboxError::Refused(
+                String::from_utf8_lossy(rest).into_owned(),
+            ))
+        }
+        _ => {
+            return Err(SandboxError::Refused(
+                "the init went away before the run ended".into(),
+            ))
+        }
+    };
+    let status = end.status;
+    let exit = ExitOutcome {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        timed_out,
+        oom_killed: false,
+    };
+    let u = end.usage;
+    let report = cage.report();
+    Ok(SandboxRunReport {
+        child: ChildReport {
+            exit,
+            rusage: Rusage {
+                user_us: u[0],
+                sys_us: u[1],
+                maxrss_kb: u[2],
+                minflt: u[3],
+                majflt: u[4],
+                inblock: u[5],
+                oublock: u[6],
+                nvcsw: u[7],
+                nivcsw: u[8],
+            },
+            wall,
+            pid,
+        },
+        cage: report,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_survives_its_encoding() {
+        let req = RunRequest {
+            argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
+            env: vec!["PATH=/usr/bin".into()],
+            cwd: PathBuf::from("/work"),
+            stdio: [true, false, true],
+        };
+        let text = serde_json::to_vec(&req).unwrap();
+        assert_eq!(serde_json::from_slice::<RunRequest>(&text).unwrap(), req);
+    }
+
+    #[test]
+    fn a_request_missing_a_field_is_refused() {
+        assert!(serde_json::from_str::<RunRequest>(r#"{"argv":["true"],"env":[]}"#).is_err());
+    }
+}

@@ -1,0 +1,469 @@
+//! The box-lifetime sandbox from the box's side: made lazily by a process-tier run from the same
+//! plan a per-run container would use, kept in h5i's private runtime directory, rebuilt when the
+//! plan it was made from changes, torn down by `abort`, `rm` and its init's idle timeout.
+//!
+//! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
+//! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
+//! box init's listener; never mounted into the box), `bundle/` (kept while the container lives:
+//! its rootfs is the box's root), `init.log` (the init's own stderr) and `lock` (exclusive to
+//! build or tear down, shared while a run is served, so a teardown waits for runs in flight).
+//!
+//! The digest covers the whole `config.json` the sandbox was made from (every mount, namespace,
+//! mapping, rlimit, capability set, hook and `h5i.*` annotation: the policy digest and
+//! everything derived from it) and the identity of the init binary, so any change to what a
+//! per-run container would have been rebuilds the sandbox before the next run.
+//!
+//! Must never: serve a run from a sandbox made from another plan, put a secret in the sandbox's
+//! bundle (secrets travel per run, in the request), or leave the container, its cgroups or its
+//! directory behind after a teardown.
+//! Guarded by `tests/sandbox.rs`.
+
+use std::fs;
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use h5i_policy::ResolvedPolicy;
+use h5i_runtime::bundle::BundlePlan;
+use h5i_runtime::process_tier::ProcessRunReport;
+use h5i_runtime::sandbox::{self as rt, RunRequest, RunSlot};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::BoxError;
+use crate::store::{now_ms, StoredBox};
+
+/// How long an idle sandbox's init waits for the next run before it ends.
+pub const IDLE_SECS: u64 = 600;
+
+/// What `state.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SandboxState {
+    /// Digest of the sandbox's config and init binary.
+    pub digest: String,
+    /// The container id (also its cgroup's name below `<own>/h5i/`).
+    pub container: String,
+    /// When it was made (ms since the epoch).
+    pub created_ms: u64,
+    /// The box directory it serves (a sandbox whose box is gone is swept).
+    #[serde(default)]
+    pub box_dir: PathBuf,
+}
+
+/// Whether runs may use the sandbox: on unless `H5I_SANDBOX=off` (the per-run container path).
+pub fn enabled() -> bool {
+    std::env::var_os("H5I_SANDBOX").is_none_or(|v| v != "off")
+}
+
+/// The sandbox directory of `sb` (not created).
+pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
+    let hash = Sha256::digest(sb.paths.dir.as_os_str().as_encoded_bytes());
+    let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Ok(crate::process::runtime_dir()?.join(format!("sandbox-{short}")))
+}
+
+/// The sandbox's state, when one was made and its init still answers.
+pub fn status(sb: &StoredBox) -> Option<SandboxState> {
+    let dir = dir_for(sb).ok()?;
+    let state = read_state(&dir)?;
+    rt::connect(&dir.join("init.sock")).ok().map(|_| state)
+}
+
+/// `status`'s line for the sandbox.
+pub fn status_line(sb: &StoredBox) -> String {
+    match status(sb) {
+        Some(s) => format!(
+            "sandbox: up ({}, config digest {})",
+            s.container,
+            &s.digest[..12.min(s.digest.len())]
+        ),
+        None if !enabled() => "sandbox: off (H5I_SANDBOX=off: a container per run)".into(),
+        None => "sandbox: down (the next run makes it)".into(),
+    }
+}
+
+fn read_state(dir: &Path) -> Option<SandboxState> {
+    serde_json::from_slice(&fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+/// A held `flock` on the sandbox's lock file.
+struct SandboxLock(fs::File);
+
+impl SandboxLock {
+    fn take(dir: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
+        let path = dir.join("lock");
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| BoxError::io(&path, e))?;
+        flock(&file, how).map_err(|e| BoxError::io(&path, e))?;
+        Ok(SandboxLock(file))
+    }
+
+    fn downgrade(&self) -> std::io::Result<()> {
+        flock(&self.0, libc::LOCK_SH)
+    }
+}
+
+fn flock(file: &fs::File, how: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock(2) on a descriptor this function borrows for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// The plan of the sandbox's own container: `plan` with the box init as its process, no
+/// environment (each run brings its own), and a name of the box's.
+fn sandbox_plan(sb: &StoredBox, plan: &BundlePlan, runc: &Path) -> BundlePlan {
+    let mut base = plan.clone();
+    base.id = format!("{}-sb", sb.manifest.name);
+    base.argv = vec![
+        rt::INIT_PATH_IN_BOX.to_string(),
+        rt::INIT_VERB.to_string(),
+        "--idle-secs".to_string(),
+        IDLE_SECS.to_string(),
+    ];
+    // libcontainer's executor looks the init up on PATH; runs bring their own environment.
+    base.env = vec!["PATH=/usr/bin:/bin".to_string()];
+    base.init_program = Some((runc.to_path_buf(), PathBuf::from(rt::INIT_PATH_IN_BOX)));
+    base.cgroups_path = None;
+    base
+}
+
+/// Digest of the sandbox's config and of the init binary it would run (device, inode, size,
+/// mtime: a rebuilt `h5i-runc` is a new sandbox).
+fn digest_of(base: &BundlePlan, runc: &Path) -> Result<String, BoxError> {
+    let (config, _) = base.to_config(|p| p.exists());
+    let meta = fs::metadata(runc).map_err(|e| BoxError::io(runc, e))?;
+    let mut h = Sha256::new();
+    h.update(config.to_string().as_bytes());
+    h.update(
+        format!(
+            "\n{}:{}:{}:{}",
+            meta.dev(),
+            meta.ino(),
+            meta.size(),
+            meta.mtime()
+        )
+        .as_bytes(),
+    );
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn refused(what: String) -> BoxError {
+    BoxError::BadRequest {
+        what,
+        mend: "run again with H5I_SANDBOX=off to use a container per run, and report the init log named above".into(),
+    }
+}
+
+/// Run `plan`'s command in the box's sandbox, making or rebuilding it first when needed.
+/// `Ok(None)`: this host cannot give the sandbox a cgroup (without one nothing ends a run's
+/// background processes with it): the caller runs a container per run instead.
+pub fn run(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    plan: &BundlePlan,
+    wall: Option<Duration>,
+    env: Vec<String>,
+) -> Result<Option<ProcessRunReport>, BoxError> {
+    let runc = crate::process::runc_binary().ok_or_else(|| BoxError::BadRequest {
+        what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
+            .into(),
+        mend: "build it (`make build`) or put h5i-runc on PATH".into(),
+    })?;
+    let dir = dir_for(sb)?;
+    match fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BoxError::io(&dir, e)),
+    }
+    let base = sandbox_plan(sb, plan, &runc);
+    let digest = digest_of(&base, &runc)?;
+    let socket = dir.join("init.sock");
+    let lock = SandboxLock::take(&dir, libc::LOCK_EX)?;
+    let current = read_state(&dir).filter(|s| s.digest == digest);
+    let (state, conn) = match current.and_then(|s| rt::connect(&socket).ok().map(|c| (s, c))) {
+        Some(found) => found,
+        None => {
+            teardown_locked(&dir)?;
+            let Some(state) = build(sb, &dir, base, &digest, &runc)? else {
+                return Ok(None);
+            };
+            let conn = rt::connect(&socket)?;
+            (state, conn)
+        }
+    };
+    lock.downgrade()
+        .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
+    sweep_stale_runs(&state.container);
+    let (fds, open) = caller_stdio();
+    let req = RunRequest {
+        argv: plan.argv.clone(),
+        env,
+        cwd: plan.cwd.clone(),
+        stdio: open,
+    };
+    let cage_id = format!(
+        "{}/c/run-{}-{}",
+        state.container,
+        std::process::id(),
+        now_ms() % 1_000_000
+    );
+    let report = rt::run(
+        &RunSlot {
+            socket: &socket,
+            cage_id: &cage_id,
+            mem: policy.resources.mem_bytes,
+            procs: policy.resources.procs,
+            wall,
+        },
+        conn,
+        &req,
+        &fds,
+    )?;
+    drop(lock);
+    Ok(Some(ProcessRunReport {
+        child: report.child,
+        cage: report.cage,
+        notes: base_notes(plan),
+    }))
+}
+
+fn base_notes(plan: &BundlePlan) -> h5i_runtime::bundle::BundleNotes {
+    plan.to_config(|p| p.exists()).1
+}
+
+/// Which standard descriptors the caller has (closed at start stays closed), and the list to
+/// send.
+fn caller_stdio() -> (Vec<RawFd>, [bool; 3]) {
+    let closed: Vec<RawFd> = h5i_runtime::stdio::closed_at_start().fds().collect();
+    let mut open = [false; 3];
+    let mut fds = Vec::new();
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only reads the descriptor table.
+        let valid = unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1;
+        if valid && !closed.contains(&fd) {
+            open[fd as usize] = true;
+            fds.push(fd);
+        }
+    }
+    (fds, open)
+}
+
+/// Make the sandbox: its cgroup (kept), bundle, listener and container. `Ok(None)` when the
+/// cgroup cannot be made here.
+fn build(
+    sb: &StoredBox,
+    dir: &Path,
+    mut base: BundlePlan,
+    digest: &str,
+    runc: &Path,
+) -> Result<Option<SandboxState>, BoxError> {
+    let container = format!("{}-sb-{}", sb.manifest.name, &digest[..12]);
+    sweep_orphaned_sandboxes(dir);
+    let Ok(cage) = h5i_runtime::cage::ResourceCage::create(&container, None, None) else {
+        return Ok(None);
+    };
+    base.cgroups_path = Some(cage.container_path());
+    cage.keep();
+    let bundle = dir.join("bundle");
+    h5i_runtime::bundle::write_bundle(&base, &bundle).map_err(|e| BoxError::io(&bundle, e))?;
+    let socket = dir.join("init.sock");
+    let _ = fs::remove_file(&socket);
+    let listener = rt::listen_at(&socket)?;
+    let log_path = dir.join("init.log");
+    let log = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&log_path)
+        .map_err(|e| BoxError::io(&log_path, e))?;
+    let mut cmd = Command::new(runc);
+    if let Some(root) = crate::process::runc_root() {
+        cmd.arg("--root").arg(root);
+    }
+    cmd.arg("run")
+        .arg("--detach")
+        .arg("--preserve-fds")
+        .arg("1")
+        .arg("--pid-file")
+        .arg(dir.join("init.pid"))
+        .arg("--bundle")
+        .arg(&bundle)
+        .arg(&container)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| BoxError::io(&log_path, e))?)
+        .stderr(log);
+    let lfd = listener.as_raw_fd();
+    // SAFETY: the closure runs in the forked child before exec and only calls dup2/fcntl,
+    // which are async-signal-safe; `lfd` stays open in the parent until the child has exec'd.
+    unsafe {
+        cmd.pre_exec(move || {
+            if lfd == rt::init::LISTEN_FD {
+                if libc::fcntl(lfd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(lfd, rt::init::LISTEN_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    };
+    let mut status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
+    if !status.success() {
+        // A container of this id left by an interrupted teardown (its state was lost, so
+        // nothing named it): delete it and try once more.
+        delete_container(&container);
+        status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
+    }
+    drop::<OwnedFd>(listener);
+    if !status.success() {
+        let text = fs::read_to_string(&log_path).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(3).collect();
+        let _ = h5i_runtime::cage::remove_tree(&container);
+        return Err(refused(format!(
+            "the box's sandbox could not be started ({status}; {}: {})",
+            log_path.display(),
+            tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+        )));
+    }
+    let state = SandboxState {
+        digest: digest.to_string(),
+        container,
+        created_ms: now_ms(),
+        box_dir: sb.paths.dir.clone(),
+    };
+    let path = dir.join("state.json");
+    let mut f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| BoxError::io(&path, e))?;
+    f.write_all(&serde_json::to_vec(&state).unwrap_or_default())
+        .map_err(|e| BoxError::io(&path, e))?;
+    crate::events::append(
+        &sb.paths,
+        &crate::events::Event::new(
+            "sandbox",
+            format!(
+                "made the box sandbox {} (digest {})",
+                state.container,
+                &digest[..12]
+            ),
+        ),
+    )?;
+    Ok(Some(state))
+}
+
+/// Remove the cgroups of runs whose h5i process is gone (killed mid-run), with what they left.
+fn sweep_stale_runs(container: &str) {
+    for name in h5i_runtime::cage::children(&format!("{container}/c")) {
+        let Some(pid) = name
+            .strip_prefix("run-")
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: kill(2) with signal 0 only checks that the pid exists.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = h5i_runtime::cage::remove_tree(&format!("{container}/c/{name}"));
+        }
+    }
+}
+
+/// Tear down every other sandbox whose box directory is gone or whose init ended (idle
+/// timeout), and that no run holds: their containers, cgroups and directories.
+fn sweep_orphaned_sandboxes(ours: &Path) {
+    let Some(parent) = ours.parent() else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let dir = e.path();
+        if dir == ours || !e.file_name().to_string_lossy().starts_with("sandbox-") {
+            continue;
+        }
+        let Ok(lock) = SandboxLock::take(&dir, libc::LOCK_EX | libc::LOCK_NB) else {
+            continue;
+        };
+        let orphaned = match read_state(&dir) {
+            Some(s) => !s.box_dir.is_dir() || rt::connect(&dir.join("init.sock")).is_err(),
+            None => true,
+        };
+        if orphaned && teardown_locked(&dir).is_ok() {
+            let _ = fs::remove_dir_all(&dir);
+        }
+        drop(lock);
+    }
+}
+
+/// End the box's sandbox, if it has one: its container, cgroups and directory. Waits for runs
+/// in flight.
+pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
+    let dir = dir_for(sb)?;
+    if !dir.exists() {
+        return Ok(());
+    }
+    let _lock = SandboxLock::take(&dir, libc::LOCK_EX)?;
+    teardown_locked(&dir)?;
+    fs::remove_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))
+}
+
+/// `h5i-runc delete --force` the container `id` (its init is killed).
+fn delete_container(id: &str) {
+    if let Some(runc) = crate::process::runc_binary() {
+        let mut cmd = Command::new(runc);
+        if let Some(root) = crate::process::runc_root() {
+            cmd.arg("--root").arg(root);
+        }
+        // A container that is already gone answers "does not exist": nothing to delete.
+        let _ = cmd
+            .args(["delete", "--force", id])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Delete the container and its cgroups and forget the state; the lock is held by the caller.
+fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
+    let Some(state) = read_state(dir) else {
+        return Ok(());
+    };
+    delete_container(&state.container);
+    h5i_runtime::cage::remove_tree(&state.container).map_err(|e| BoxError::BadRequest {
+        what: format!("cannot remove the sandbox's cgroup: {e}"),
+        mend: "remove it by hand under your own cgroup's h5i/ directory".into(),
+    })?;
+    for f in ["state.json", "init.sock", "init.pid"] {
+        let _ = fs::remove_file(dir.join(f));
+    }
+    let bundle = dir.join("bundle");
+    if bundle.exists() {
+        fs::remove_dir_all(&bundle).map_err(|e| BoxError::io(&bundle, e))?;
+    }
+    Ok(())
+}
