@@ -5,7 +5,8 @@
 //! ([`write_file`]). Reading: [`Dir`], a directory held open, beneath which every path is
 //! resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)` (a
 //! per-component `O_NOFOLLOW` walk where the kernel has no `openat2`), and a file is read only
-//! after `fstat` on the open descriptor says it is a regular file, never past a limit.
+//! after `fstat` on the open descriptor says it is a regular file; a directory is listed from
+//! its own descriptor ([`Dir::entries`]), never by path.
 //! A symlink anywhere on the path is refused. Must never: resolve a path through a symlink,
 //! read or write outside `root`, open a fifo or device for reading, or trust a check made
 //! before the open.
@@ -169,18 +170,6 @@ impl Found {
             _ => "special file",
         }
     }
-}
-
-/// What [`Dir::read_file`] read.
-#[derive(Debug)]
-pub enum FileBytes {
-    /// The whole file, and what `fstat` said about the descriptor it was read from.
-    Read(Vec<u8>, Found),
-    /// By the time it was opened it was no longer a regular file (a symlink, fifo or directory
-    /// was swapped in): nothing was read.
-    NotAFile,
-    /// It is (or grew) bigger than the limit: nothing past the limit was read.
-    TooLarge(u64),
 }
 
 fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
@@ -376,10 +365,11 @@ impl Dir {
         Ok(buf)
     }
 
-    /// Read the regular file `name` of this directory: opened `O_NOFOLLOW | O_NONBLOCK`, checked
-    /// with `fstat` after the open (a fifo, device, directory or symlink swapped in is never
-    /// read), and never more than `limit` bytes.
-    pub fn read_file(&self, name: &[u8], limit: u64) -> io::Result<FileBytes> {
+    /// Open the regular file `name` of this directory for reading: `O_NOFOLLOW | O_NONBLOCK`,
+    /// then `fstat` on the open descriptor (a fifo, device, directory or symlink swapped in is
+    /// never read). `None` when what was opened is not a regular file. The caller streams it,
+    /// trusting the size `fstat` gave, never the one a look before the open gave.
+    pub fn open_file(&self, name: &[u8]) -> io::Result<Option<(std::fs::File, Found)>> {
         single(name)?;
         let fd = match openat_raw(
             self.fd.as_raw_fd(),
@@ -388,27 +378,68 @@ impl Dir {
         ) {
             Ok(fd) => fd,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {
-                return Ok(FileBytes::NotAFile)
+                return Ok(None)
             }
             Err(e) => return Err(e),
         };
         let st = found(fstat(fd.as_raw_fd())?);
         if !st.is_file() {
-            return Ok(FileBytes::NotAFile);
+            return Ok(None);
         }
-        if st.size > limit {
-            return Ok(FileBytes::TooLarge(st.size));
-        }
-        let mut file = std::fs::File::from(fd);
-        let mut bytes = Vec::with_capacity(st.size as usize);
-        io::Read::read_to_end(
-            &mut io::Read::take(&mut file, limit.saturating_add(1)),
-            &mut bytes,
+        Ok(Some((std::fs::File::from(fd), st)))
+    }
+
+    /// The names in this directory (not `.` or `..`), listed from this descriptor (a rename of
+    /// the directory, or of anything above it, cannot redirect the listing), at most `limit` of
+    /// them; the `bool` says whether there were more.
+    pub fn entries(&self, limit: usize) -> io::Result<(Vec<Vec<u8>>, bool)> {
+        // A readable descriptor of this very directory: `.` beneath an O_PATH descriptor.
+        let fd = openat_raw(
+            self.fd.as_raw_fd(),
+            b".",
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         )?;
-        if bytes.len() as u64 > limit {
-            return Ok(FileBytes::TooLarge(bytes.len() as u64));
+        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        // SAFETY: raw is an open directory descriptor we own; fdopendir takes it over (closedir
+        // below closes it), or fails and leaves it ours to close.
+        let dirp = unsafe { libc::fdopendir(raw) };
+        if dirp.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so raw is still ours and open.
+            unsafe { libc::close(raw) };
+            return Err(e);
         }
-        Ok(FileBytes::Read(bytes, st))
+        let mut names = Vec::new();
+        let mut more = false;
+        let result = loop {
+            // SAFETY: errno is thread-local; readdir sets it only on error, so it is cleared
+            // first to tell the end of the directory from a failure.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: dirp is a live DIR* from fdopendir, used by this thread only.
+            let ent = unsafe { libc::readdir(dirp) };
+            if ent.is_null() {
+                let e = io::Error::last_os_error();
+                break if e.raw_os_error().unwrap_or(0) == 0 {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated and stays
+            // valid until the next readdir on dirp.
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if names.len() >= limit {
+                more = true;
+                break Ok(());
+            }
+            names.push(name.to_vec());
+        };
+        // SAFETY: dirp came from fdopendir and is closed exactly once, here.
+        unsafe { libc::closedir(dirp) };
+        result.map(|()| (names, more))
     }
 }
 
@@ -470,17 +501,12 @@ mod tests {
         let root = Dir::open(d.path()).unwrap();
         let dir = root.subdir(b"a/b").unwrap();
         assert!(dir.stat_at(b"c").unwrap().is_file());
-        match dir.read_file(b"c", 100).unwrap() {
-            FileBytes::Read(b, st) => {
-                assert_eq!(b, b"bytes");
-                assert!(st.is_file());
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(
-            dir.read_file(b"c", 3).unwrap(),
-            FileBytes::TooLarge(5)
-        ));
+        let (mut f, st) = dir.open_file(b"c").unwrap().unwrap();
+        assert!(st.is_file());
+        assert_eq!(st.size, 5);
+        let mut b = Vec::new();
+        io::Read::read_to_end(&mut f, &mut b).unwrap();
+        assert_eq!(b, b"bytes");
     }
 
     #[test]
@@ -513,14 +539,8 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         std::os::unix::fs::symlink("/etc/hostname", d.path().join("l")).unwrap();
         let root = Dir::open(d.path()).unwrap();
-        assert!(matches!(
-            root.read_file(b"f", 100).unwrap(),
-            FileBytes::NotAFile
-        ));
-        assert!(matches!(
-            root.read_file(b"l", 100).unwrap(),
-            FileBytes::NotAFile
-        ));
+        assert!(root.open_file(b"f").unwrap().is_none());
+        assert!(root.open_file(b"l").unwrap().is_none());
         assert_eq!(root.stat_at(b"f").unwrap().special_kind(), "fifo");
         assert_eq!(root.readlink_at(b"l").unwrap(), b"/etc/hostname");
     }

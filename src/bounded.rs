@@ -305,7 +305,7 @@ impl TreeScan {
 /// file's bytes, and report set-id files, special files, and files git reads that are not plain
 /// files of at most `cap` bytes. Bounded by [`SCAN_MAX_ENTRIES`] and [`SCAN_MAX_DEPTH`].
 pub fn scan_tree(root: &Path, cap: u64) -> Result<TreeScan, Skip> {
-    let dir = open_root(root)?;
+    let dir = crate::beneath::Dir::open(root).map_err(skip_of)?;
     let mut scan = TreeScan::default();
     let mut rel = Vec::new();
     scan_dir(&dir, &mut rel, 0, false, cap, &mut scan);
@@ -313,7 +313,7 @@ pub fn scan_tree(root: &Path, cap: u64) -> Result<TreeScan, Skip> {
 }
 
 fn scan_dir(
-    dir: &OwnedFd,
+    dir: &crate::beneath::Dir,
     rel: &mut Vec<u8>,
     depth: usize,
     in_git: bool,
@@ -335,7 +335,11 @@ fn scan_dir(
         return;
     }
     // The directory is listed through its own fd, so a rename above it cannot redirect the walk.
-    let entries = match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+    let budget = SCAN_MAX_ENTRIES.saturating_sub(scan.entries);
+    if budget == 0 && scan.stopped.iter().any(|l| l.starts_with("stopped after")) {
+        return;
+    }
+    let (names, more) = match dir.entries(budget) {
         Ok(e) => e,
         Err(e) => {
             scan.stopped.push(format!(
@@ -345,29 +349,26 @@ fn scan_dir(
             return;
         }
     };
-    for entry in entries {
-        if scan.entries >= SCAN_MAX_ENTRIES {
-            scan.stopped.push(format!(
-                "stopped after {SCAN_MAX_ENTRIES} entries: the rest of the tree was not checked"
-            ));
-            return;
-        }
-        scan.entries += 1;
-        let Ok(entry) = entry else { continue };
-        let name = entry.file_name();
+    scan.entries += names.len();
+    if more {
+        scan.stopped.push(format!(
+            "stopped after {SCAN_MAX_ENTRIES} entries: the rest of the tree was not checked"
+        ));
+    }
+    for name in names {
         let keep = rel.len();
         if !rel.is_empty() {
             rel.push(b'/');
         }
-        rel.extend_from_slice(name.as_bytes());
-        match lstat_at(dir.as_raw_fd(), &name) {
+        rel.extend_from_slice(&name);
+        match dir.stat_at(&name) {
             Ok(st) => {
-                let fmt = st.st_mode & libc::S_IFMT;
-                let git_reads = !in_git && GIT_READS.contains(&name.as_bytes());
-                if fmt != libc::S_IFDIR && st.st_mode & 0o6000 != 0 {
+                let fmt = st.mode & libc::S_IFMT;
+                let git_reads = !in_git && GIT_READS.contains(&name.as_slice());
+                if fmt != libc::S_IFDIR && st.mode & 0o6000 != 0 {
                     scan.found.push(Found {
                         path: rel.clone(),
-                        what: Finding::SetId { mode: st.st_mode },
+                        what: Finding::SetId { mode: st.mode },
                     });
                 }
                 match fmt {
@@ -378,15 +379,12 @@ fn scan_dir(
                                 what: Finding::GitReads(Skip::NotRegular("directory")),
                             });
                         }
-                        match openat(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY) {
-                            Ok(sub) => scan_dir(
-                                &sub,
-                                rel,
-                                depth + 1,
-                                in_git || name.as_bytes() == b".git",
-                                cap,
-                                scan,
-                            ),
+                        // Opened beneath this directory's descriptor with no symlink followed:
+                        // one swapped in since the lstat is refused, not walked through.
+                        match dir.subdir(&name) {
+                            Ok(sub) => {
+                                scan_dir(&sub, rel, depth + 1, in_git || name == b".git", cap, scan)
+                            }
                             Err(e) => scan.stopped.push(format!(
                                 "{}: could not be opened ({e}), not checked",
                                 shown(rel)
@@ -394,11 +392,10 @@ fn scan_dir(
                         }
                     }
                     libc::S_IFREG | libc::S_IFLNK => {
-                        let size = u64::try_from(st.st_size).unwrap_or(0);
-                        if git_reads && fmt == libc::S_IFREG && size > cap {
+                        if git_reads && fmt == libc::S_IFREG && st.size > cap {
                             scan.found.push(Found {
                                 path: rel.clone(),
-                                what: Finding::GitReads(Skip::TooLarge { size, cap }),
+                                what: Finding::GitReads(Skip::TooLarge { size: st.size, cap }),
                             });
                         }
                     }

@@ -29,6 +29,14 @@ pub enum GitError {
     /// git could not be started at all.
     #[error("refusing: could not run git: {0}; to fix: install git (apt-get install -y git) and make sure it is on PATH")]
     Spawn(std::io::Error),
+    /// What git was to read could not be written to it (reading the input failed).
+    #[error("refusing: could not feed `git {args}` its input: {source}; to fix: check that the disk holding the box's scratch is readable and has space")]
+    Input {
+        /// The arguments, for the message.
+        args: String,
+        /// Why writing the input failed.
+        source: std::io::Error,
+    },
     /// git ran and failed.
     #[error("refusing: `git {args}` failed: {stderr}")]
     Failed {
@@ -218,24 +226,48 @@ impl Git {
     }
 
     /// Run with `input` on stdin and return stdout.
-    pub fn output_with_input(mut self, input: &[u8]) -> Result<Vec<u8>, GitError> {
-        use std::io::Write;
+    pub fn output_with_input(self, input: &[u8]) -> Result<Vec<u8>, GitError> {
+        // git may stop reading once it has what it needs; what it left unread is not an error.
+        self.output_with_writer(|w| match w.write_all(input) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            other => other,
+        })
+    }
+
+    /// Run with what `write` writes on stdin (streamed: nothing is gathered in memory first) and
+    /// return stdout. git's own failure is reported first; a failure of `write` that git did not
+    /// notice is reported as [`GitError::Input`].
+    pub fn output_with_writer<F>(mut self, write: F) -> Result<Vec<u8>, GitError>
+    where
+        F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send,
+    {
         self.cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = self.cmd.spawn().map_err(GitError::Spawn)?;
-        let mut stdin = child.stdin.take();
-        let input = input.to_vec();
+        let stdin = child.stdin.take();
         // A writer thread keeps a large input from deadlocking against a full stdout pipe.
-        let writer = std::thread::spawn(move || {
-            if let Some(s) = stdin.as_mut() {
-                let _ = s.write_all(&input);
-            }
+        let (out, wrote) = std::thread::scope(|scope| {
+            let writer = scope.spawn(move || match stdin {
+                Some(mut s) => write(&mut s),
+                None => Ok(()),
+            });
+            let out = child.wait_with_output();
+            (out, writer.join())
         });
-        let out = child.wait_with_output().map_err(GitError::Spawn)?;
-        let _ = writer.join();
-        check(&self.args, out)
+        let out = check(&self.args, out.map_err(GitError::Spawn)?)?;
+        match wrote {
+            Ok(Ok(())) => Ok(out),
+            Ok(Err(source)) => Err(GitError::Input {
+                args: self.args.join(" "),
+                source,
+            }),
+            Err(_) => Err(GitError::Input {
+                args: self.args.join(" "),
+                source: std::io::Error::other("the thread writing git's input panicked"),
+            }),
+        }
     }
 
     /// Whether the command succeeds (stdout and stderr discarded).

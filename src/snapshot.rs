@@ -4,8 +4,11 @@
 //! `git read-tree <base>`, then every path git would take (`git ls-files` for the tracked set and
 //! the untracked set under the workspace's `.gitignore`) is read here, beneath the workspace's
 //! directory descriptor ([`beneath::Dir`]: `openat2` with no symlink followed, `fstat` after
-//! open, regular files only); what differs from the base is hashed, its blob streamed into one
-//! pack (`git fast-import`), and the index written with `git update-index --index-info` from
+//! open, regular files only) and hashed as it streams by, in bounded memory whatever its size
+//! (the blob header's size is `fstat`'s, and a file that is not exactly that long when read is
+//! refused); what differs from the base is copied, as it is hashed, into a spool file in the
+//! snapshot's scratch, streamed from there into one pack (`git fast-import`, which streams
+//! blobs over 1 MiB too), and the index written with `git update-index --index-info` from
 //! those ids. git never reads a workspace file to stage it: what is staged is exactly what h5i
 //! read and inspected. The result is what `git add -A` would stage (bytes as written: a base
 //! `.gitattributes` asking for end-of-line conversion is not applied), in a handful of git
@@ -36,6 +39,7 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use crate::beneath;
 use crate::git::{Git, GitError};
@@ -113,6 +117,9 @@ fn describe(e: &GitError) -> String {
     match e {
         GitError::Spawn(io) => format!("git could not be started: {io}"),
         GitError::Failed { args, stderr } => format!("`git {args}` failed: {stderr}"),
+        GitError::Input { args, source } => {
+            format!("could not feed `git {args}` its input: {source}")
+        }
     }
 }
 
@@ -132,7 +139,7 @@ pub enum Seen<'a> {
         /// Whether it is staged as 100755.
         executable: bool,
         /// Its bytes, as read (once) through `O_NOFOLLOW`.
-        content: &'a [u8],
+        content: Content<'a>,
     },
     /// A symlink whose target differs from the base.
     Symlink {
@@ -183,6 +190,71 @@ pub enum Seen<'a> {
         /// Its `st_mode`.
         mode: u32,
     },
+}
+
+/// The bytes of a changed file, as read once: in memory, or in a spool file of the snapshot's
+/// scratch (a workspace file always is: nothing of its size is held in memory unless an
+/// inspector asks for [`Content::bytes`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Content<'a> {
+    /// Bytes in memory.
+    Bytes(&'a [u8]),
+    /// `len` bytes at `offset` of `file`.
+    Spooled {
+        /// The spool file.
+        file: &'a fs::File,
+        /// Where the bytes start.
+        offset: u64,
+        /// How many there are.
+        len: u64,
+    },
+}
+
+impl Content<'_> {
+    /// How many bytes there are.
+    pub fn len(&self) -> u64 {
+        match self {
+            Content::Bytes(b) => b.len() as u64,
+            Content::Spooled { len, .. } => *len,
+        }
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// All of it at once, for an inspector that must see every byte together (a spooled file
+    /// is read back whole: the caller's size cap bounds it).
+    pub fn bytes(&self) -> io::Result<std::borrow::Cow<'_, [u8]>> {
+        match self {
+            Content::Bytes(b) => Ok(std::borrow::Cow::Borrowed(b)),
+            Content::Spooled { file, offset, len } => {
+                let mut out = vec![0u8; usize::try_from(*len).map_err(io::Error::other)?];
+                std::os::unix::fs::FileExt::read_exact_at(*file, &mut out, *offset)?;
+                Ok(std::borrow::Cow::Owned(out))
+            }
+        }
+    }
+
+    /// Copy it to `out` a chunk at a time.
+    pub fn copy_to(&self, out: &mut dyn io::Write) -> io::Result<()> {
+        match self {
+            Content::Bytes(b) => out.write_all(b),
+            Content::Spooled { file, offset, len } => {
+                let mut buf = vec![0u8; STREAM_CHUNK.min(usize::try_from(*len).unwrap_or(0))];
+                let mut done = 0u64;
+                while done < *len {
+                    let n = usize::try_from((*len - done).min(buf.len() as u64))
+                        .map_err(io::Error::other)?;
+                    std::os::unix::fs::FileExt::read_exact_at(*file, &mut buf[..n], offset + done)?;
+                    out.write_all(&buf[..n])?;
+                    done += n as u64;
+                }
+                Ok(())
+            }
+        }
+    }
 }
 
 /// The inspector's answer for one path.
@@ -282,8 +354,12 @@ pub mod mode {
     pub const GITLINK: u32 = 0o160000;
 }
 
-/// Blobs at most this big are buffered for one `fast-import` run at a time.
-const FAST_IMPORT_BATCH: usize = 64 << 20;
+/// How much of a workspace file is read (and hashed, and spooled) at a time; a file no bigger
+/// is read whole and spooled only if it differs from the base.
+const STREAM_CHUNK: usize = 256 << 10;
+
+/// Blobs over this are streamed by `fast-import` into the pack, not gathered in its memory.
+const FAST_IMPORT_STREAM_OVER: &str = "--big-file-threshold=1m";
 
 /// Keeps glibc's allocator from returning memory to the kernel after every blob, which costs a
 /// `brk` per object in git's bulk paths.
@@ -483,36 +559,42 @@ impl Snapshot {
         Ok(())
     }
 
-    /// Write `blobs` into the object directory, one pack per batch.
-    fn fast_import(&self, blobs: &[Vec<u8>]) -> Result<(), SnapshotError> {
-        let mut stream = Vec::new();
-        for (i, blob) in blobs.iter().enumerate() {
-            stream.extend_from_slice(format!("blob\ndata {}\n", blob.len()).as_bytes());
-            stream.extend_from_slice(blob);
-            stream.push(b'\n');
-            let last = i + 1 == blobs.len();
-            if stream.len() >= FAST_IMPORT_BATCH || last {
-                stream.extend_from_slice(b"done\n");
-                self.git()
-                    .env("GLIBC_TUNABLES", MALLOC_TUNING)
-                    .args([
-                        "-c",
-                        "fastimport.unpackLimit=0",
-                        "-c",
-                        "pack.compression=0",
-                        "fast-import",
-                        "--quiet",
-                        "--done",
-                    ])
-                    .output_with_input(&stream)
-                    .map_err(|source| SnapshotError::Git {
-                        step: "write the workspace's new blobs",
-                        source,
-                        mend: MEND_SCRATCH,
-                    })?;
-                stream.clear();
-            }
+    /// Write `blobs` into the object directory as one pack, streamed from where they are held.
+    fn fast_import(&self, blobs: &[Held]) -> Result<(), SnapshotError> {
+        if blobs.is_empty() {
+            return Ok(());
         }
+        self.git()
+            .env("GLIBC_TUNABLES", MALLOC_TUNING)
+            .args([
+                "-c",
+                "fastimport.unpackLimit=0",
+                "-c",
+                "pack.compression=0",
+                "fast-import",
+                "--quiet",
+                "--done",
+                FAST_IMPORT_STREAM_OVER,
+            ])
+            .output_with_writer(|w| {
+                let mut w = io::BufWriter::with_capacity(64 << 10, w);
+                for blob in blobs {
+                    let content = blob.content();
+                    io::Write::write_all(
+                        &mut w,
+                        format!("blob\ndata {}\n", content.len()).as_bytes(),
+                    )?;
+                    content.copy_to(&mut w)?;
+                    io::Write::write_all(&mut w, b"\n")?;
+                }
+                io::Write::write_all(&mut w, b"done\n")?;
+                io::Write::flush(&mut w)
+            })
+            .map_err(|source| SnapshotError::Git {
+                step: "write the workspace's new blobs",
+                source,
+                mend: MEND_SCRATCH,
+            })?;
         Ok(())
     }
 
@@ -724,7 +806,7 @@ impl Drop for Snapshot {
 }
 
 /// Candidates probed per batch: each batch is read and hashed in parallel, then inspected in
-/// order, so at most one batch of changed files is held in memory.
+/// order. What a batch read is in the probers' spool files, not in memory.
 const PROBE_CHUNK: usize = 1024;
 
 /// A path git would consider: a tracked entry of the base, or an untracked path.
@@ -755,12 +837,55 @@ enum Probe {
     SetId(u32),
     /// The same mode and bytes as the base.
     Unchanged,
-    /// Different from the base.
-    Changed {
+    /// A regular file different from the base, its bytes spooled.
+    ChangedFile {
         mode: u32,
         sha: String,
-        bytes: Vec<u8>,
+        spooled: Spooled,
     },
+    /// A symlink whose target differs from the base.
+    ChangedLink { sha: String, target: Vec<u8> },
+}
+
+/// A prober's spool: an unnamed file in the snapshot's scratch that the bytes of changed files
+/// are appended to as they are hashed.
+struct Spool {
+    file: Arc<fs::File>,
+    end: u64,
+}
+
+/// One file's bytes in a spool.
+struct Spooled {
+    file: Arc<fs::File>,
+    offset: u64,
+    len: u64,
+}
+
+/// A blob waiting for `fast-import`.
+enum Held {
+    /// A symlink's target.
+    Bytes(Vec<u8>),
+    /// A file's bytes.
+    Spooled(Spooled),
+}
+
+impl Spooled {
+    fn content(&self) -> Content<'_> {
+        Content::Spooled {
+            file: &self.file,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+}
+
+impl Held {
+    fn content(&self) -> Content<'_> {
+        match self {
+            Held::Bytes(b) => Content::Bytes(b),
+            Held::Spooled(s) => s.content(),
+        }
+    }
 }
 
 /// Reads candidates from the workspace, hashing them as git would.
@@ -771,23 +896,34 @@ enum Probe {
 /// the open descriptor says it is a regular file. Nothing learnt about a directory is kept from
 /// one path to the next, so a directory swapped for a symlink between two looks is met as a
 /// symlink by the second.
-struct Prober<'w> {
-    root: &'w beneath::Dir,
-    max_file_size: Option<u64>,
-    sha256: bool,
-    /// Tracked paths known to hold the base's bytes while their `lstat` is unchanged.
-    cache: &'w HashMap<Vec<u8>, stat_cache::StatKey>,
+struct Prober<'w, 'p> {
+    cfg: ProbeCfg<'w>,
+    /// Where this prober appends the bytes of changed files (made on first use).
+    spool: &'p mut Option<Spool>,
     /// Tracked paths found to hold the base's bytes this time, for the next snapshot.
     learnt: Vec<(Vec<u8>, stat_cache::StatKey)>,
 }
 
-impl Prober<'_> {
+/// What every prober of one snapshot shares.
+#[derive(Clone, Copy)]
+struct ProbeCfg<'w> {
+    root: &'w beneath::Dir,
+    /// The snapshot's private scratch, where spools are made.
+    scratch: &'w Path,
+    max_file_size: Option<u64>,
+    sha256: bool,
+    /// Tracked paths known to hold the base's bytes while their `lstat` is unchanged.
+    cache: &'w HashMap<Vec<u8>, stat_cache::StatKey>,
+}
+
+impl Prober<'_, '_> {
     fn probe(&mut self, c: &Candidate<'_>) -> Probe {
+        let cfg = self.cfg;
         let (dir, name) = match c.path.iter().rposition(|b| *b == b'/') {
             Some(i) => (&c.path[..i], &c.path[i + 1..]),
             None => (&c.path[..0], c.path),
         };
-        let parent = match self.root.subdir(dir) {
+        let parent = match cfg.root.subdir(dir) {
             Ok(d) => d,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
                 return Probe::BeyondLink
@@ -816,55 +952,151 @@ impl Prober<'_> {
             return Probe::SetId(meta.mode);
         }
         let key = stat_cache::StatKey::of(&meta.stat);
-        if c.base.is_some() && self.cache.get(c.path) == Some(&key) {
+        if c.base.is_some() && cfg.cache.get(c.path) == Some(&key) {
             self.learnt.push((c.path.to_vec(), key));
             return Probe::Unchanged;
         }
-        let (git_mode, bytes) = if meta.is_file() {
-            let limit = self.max_file_size.unwrap_or(u64::MAX);
+        if meta.is_file() {
+            let limit = cfg.max_file_size.unwrap_or(u64::MAX);
             if meta.size > limit {
                 return Probe::TooLarge(meta.size);
             }
-            match parent.read_file(name, limit) {
-                Ok(beneath::FileBytes::Read(b, st)) => {
-                    if st.is_setid_file() {
-                        return Probe::SetId(st.mode);
-                    }
-                    let exec = if st.mode & 0o100 != 0 {
-                        mode::EXECUTABLE
-                    } else {
-                        mode::FILE
-                    };
-                    (exec, b)
-                }
-                Ok(beneath::FileBytes::TooLarge(size)) => return Probe::TooLarge(size),
-                Ok(beneath::FileBytes::NotAFile) => return Probe::Swapped,
+            let (file, st) = match parent.open_file(name) {
+                Ok(Some(opened)) => opened,
+                Ok(None) => return Probe::Swapped,
                 Err(e) => return Probe::Unreadable(e),
+            };
+            if st.is_setid_file() {
+                return Probe::SetId(st.mode);
             }
-        } else if meta.is_symlink() {
-            match parent.readlink_at(name) {
-                Ok(t) => (mode::SYMLINK, t),
-                Err(e) => return Probe::Unreadable(e),
+            if st.size > limit {
+                return Probe::TooLarge(st.size);
             }
-        } else if meta.is_dir() {
+            let git_mode = if st.mode & 0o100 != 0 {
+                mode::EXECUTABLE
+            } else {
+                mode::FILE
+            };
+            return self.stream(c, key, file, st.size, git_mode);
+        }
+        if meta.is_dir() {
             return Probe::Gone;
-        } else {
+        }
+        if !meta.is_symlink() {
             return Probe::Special(meta.special_kind());
+        }
+        let target = match parent.readlink_at(name) {
+            Ok(t) => t,
+            Err(e) => return Probe::Unreadable(e),
         };
-        let sha = if self.sha256 {
-            digest::blob_sha256(&bytes)
-        } else {
-            digest::blob_sha1(&bytes)
+        let mut h = digest::BlobHasher::new(cfg.sha256, target.len() as u64);
+        h.update(&target);
+        let sha = h.finish();
+        if c.base == Some((mode::SYMLINK, sha.as_str())) {
+            self.learnt.push((c.path.to_vec(), key));
+            return Probe::Unchanged;
+        }
+        Probe::ChangedLink { sha, target }
+    }
+
+    /// Hash the open regular `file` as git would (its blob header from `size`, `fstat`'s) while
+    /// it streams by, `STREAM_CHUNK` at a time; spool its bytes if it differs from the base. A
+    /// file that is not exactly `size` bytes long by the time it is read was rewritten while
+    /// h5i read it, and is refused as swapped.
+    fn stream(
+        &mut self,
+        c: &Candidate<'_>,
+        key: stat_cache::StatKey,
+        mut file: fs::File,
+        size: u64,
+        git_mode: u32,
+    ) -> Probe {
+        let mut hasher = digest::BlobHasher::new(self.cfg.sha256, size);
+        let start = match self.spool() {
+            Ok(sp) => sp.end,
+            Err(e) => return Probe::Unreadable(e),
         };
+        // A small file is read whole (one byte more than it holds, to see it grew) and spooled
+        // only if it differs from the base; a big one is spooled as it is hashed, at the
+        // spool's end, which is given back if it turns out unchanged.
+        let small = size <= STREAM_CHUNK as u64;
+        let mut buf = vec![
+            0u8;
+            if small {
+                size as usize + 1
+            } else {
+                STREAM_CHUNK
+            }
+        ];
+        let mut total = 0u64;
+        loop {
+            let at = if small { total as usize } else { 0 };
+            let n = match io::Read::read(&mut file, &mut buf[at..]) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Probe::Unreadable(e),
+            };
+            if total + n as u64 > size {
+                return Probe::Swapped;
+            }
+            if !small {
+                hasher.update(&buf[..n]);
+                if let Err(e) = self.spool_at(start + total, &buf[..n]) {
+                    return Probe::Unreadable(e);
+                }
+            }
+            total += n as u64;
+        }
+        if total != size {
+            return Probe::Swapped;
+        }
+        if small {
+            hasher.update(&buf[..total as usize]);
+        }
+        let sha = hasher.finish();
         if c.base == Some((git_mode, sha.as_str())) {
             self.learnt.push((c.path.to_vec(), key));
             return Probe::Unchanged;
         }
-        Probe::Changed {
+        if small {
+            if let Err(e) = self.spool_at(start, &buf[..total as usize]) {
+                return Probe::Unreadable(e);
+            }
+        }
+        let Some(spool) = self.spool.as_mut() else {
+            return Probe::Unreadable(io::Error::other("the spool vanished"));
+        };
+        spool.end = start + size;
+        Probe::ChangedFile {
             mode: git_mode,
             sha,
-            bytes,
+            spooled: Spooled {
+                file: Arc::clone(&spool.file),
+                offset: start,
+                len: size,
+            },
         }
+    }
+
+    /// This prober's spool, made in the snapshot's scratch on first use (unnamed: it goes when
+    /// the last handle does).
+    fn spool(&mut self) -> io::Result<&mut Spool> {
+        if self.spool.is_none() {
+            let file = tempfile::tempfile_in(self.cfg.scratch)?;
+            *self.spool = Some(Spool {
+                file: Arc::new(file),
+                end: 0,
+            });
+        }
+        self.spool
+            .as_mut()
+            .ok_or_else(|| io::Error::other("no spool"))
+    }
+
+    fn spool_at(&mut self, offset: u64, bytes: &[u8]) -> io::Result<()> {
+        let spool = self.spool()?;
+        std::os::unix::fs::FileExt::write_all_at(&*spool.file, bytes, offset)
     }
 }
 
@@ -880,9 +1112,11 @@ struct Stager<'s, 'o, 'i> {
     /// `update-index --index-info` records staging what was read.
     additions: Vec<u8>,
     /// Blobs for `fast-import`.
-    pending: Vec<Vec<u8>>,
+    pending: Vec<Held>,
     pending_ids: HashSet<String>,
     threads: usize,
+    /// One spool per prober thread, kept from one batch to the next.
+    spools: Vec<Option<Spool>>,
     cache: &'s HashMap<Vec<u8>, stat_cache::StatKey>,
     learnt: Vec<(Vec<u8>, stat_cache::StatKey)>,
 }
@@ -907,6 +1141,7 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             pending: Vec::new(),
             pending_ids: HashSet::new(),
             threads,
+            spools: (0..threads).map(|_| None).collect(),
             cache,
             learnt: Vec::new(),
         }
@@ -982,19 +1217,19 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
     }
 
     fn probe_all(&mut self, todo: &[&Candidate<'_>]) -> Result<Vec<Probe>, SnapshotError> {
-        let root = self.root;
-        let max_file_size = self.opts.max_file_size;
-        let sha256 = self.snap.base.len() == 64;
-        let cache = self.cache;
-        let prober = || Prober {
-            root,
-            max_file_size,
-            sha256,
-            cache,
-            learnt: Vec::new(),
+        let cfg = ProbeCfg {
+            root: self.root,
+            scratch: &self.snap.dir,
+            max_file_size: self.opts.max_file_size,
+            sha256: self.snap.base.len() == 64,
+            cache: self.cache,
         };
         if self.threads < 2 || todo.len() < 64 {
-            let mut p = prober();
+            let mut p = Prober {
+                cfg,
+                spool: &mut self.spools[0],
+                learnt: Vec::new(),
+            };
             let probes = todo.iter().map(|c| p.probe(c)).collect();
             self.learnt.append(&mut p.learnt);
             return Ok(probes);
@@ -1003,8 +1238,13 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
         let parts: Vec<Option<(Vec<Probe>, Vec<_>)>> = std::thread::scope(|scope| {
             let handles: Vec<_> = todo
                 .chunks(per)
-                .map(|part| {
-                    let mut p = prober();
+                .zip(self.spools.iter_mut())
+                .map(|(part, spool)| {
+                    let mut p = Prober {
+                        cfg,
+                        spool,
+                        learnt: Vec::new(),
+                    };
                     scope.spawn(move || {
                         let probes: Vec<Probe> = part.iter().map(|c| p.probe(c)).collect();
                         (probes, p.learnt)
@@ -1070,38 +1310,51 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                     error: &error,
                 })?;
             }
-            Probe::Changed {
+            Probe::ChangedLink { sha, target } => {
+                let verdict = self.ask(Seen::Symlink {
+                    path,
+                    sha: &sha,
+                    target: &target,
+                })?;
+                self.stage(c, verdict, mode::SYMLINK, sha, Held::Bytes(target));
+            }
+            Probe::ChangedFile {
                 mode: git_mode,
                 sha,
-                bytes,
+                spooled,
             } => {
-                let verdict = if git_mode == mode::SYMLINK {
-                    self.ask(Seen::Symlink {
-                        path,
-                        sha: &sha,
-                        target: &bytes,
-                    })?
-                } else {
-                    self.ask(Seen::File {
-                        path,
-                        sha: &sha,
-                        executable: git_mode == mode::EXECUTABLE,
-                        content: &bytes,
-                    })?
-                };
-                if verdict == Verdict::Skip {
-                    return Ok(());
-                }
-                self.additions
-                    .extend_from_slice(format!("{git_mode:o} {sha}\t").as_bytes());
-                self.additions.extend_from_slice(path);
-                self.additions.push(0);
-                if c.base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
-                    self.pending.push(bytes);
-                }
+                let verdict = self.ask(Seen::File {
+                    path,
+                    sha: &sha,
+                    executable: git_mode == mode::EXECUTABLE,
+                    content: spooled.content(),
+                })?;
+                self.stage(c, verdict, git_mode, sha, Held::Spooled(spooled));
             }
         }
         Ok(())
+    }
+
+    /// Record a kept entry for the index, and its blob for `fast-import` unless the store (or
+    /// this snapshot) has it already.
+    fn stage(
+        &mut self,
+        c: &Candidate<'_>,
+        verdict: Verdict,
+        git_mode: u32,
+        sha: String,
+        blob: Held,
+    ) {
+        if verdict == Verdict::Skip {
+            return;
+        }
+        self.additions
+            .extend_from_slice(format!("{git_mode:o} {sha}\t").as_bytes());
+        self.additions.extend_from_slice(c.path);
+        self.additions.push(0);
+        if c.base.map(|(_, s)| s) != Some(sha.as_str()) && self.pending_ids.insert(sha) {
+            self.pending.push(blob);
+        }
     }
 }
 
@@ -1459,21 +1712,41 @@ pub mod digest {
     use sha1::Sha1;
     use sha2::{Digest, Sha256};
 
-    fn blob_id<D: Digest>(content: &[u8]) -> String {
-        let mut h = D::new();
-        h.update(format!("blob {}\0", content.len()).as_bytes());
-        h.update(content);
-        hex(&h.finalize())
+    /// git's blob id, computed as the bytes go by: the header carries the size, so it is given
+    /// first (a caller reading a file takes it from `fstat` on the open descriptor).
+    pub enum BlobHasher {
+        /// A SHA-1 repository.
+        Sha1(Sha1),
+        /// A SHA-256 repository.
+        Sha256(Sha256),
     }
 
-    /// git's blob id (SHA-1) of `content`, as hex.
-    pub fn blob_sha1(content: &[u8]) -> String {
-        blob_id::<Sha1>(content)
-    }
+    impl BlobHasher {
+        /// A hasher for a blob of `size` bytes.
+        pub fn new(sha256: bool, size: u64) -> Self {
+            let header = format!("blob {size}\0");
+            if sha256 {
+                BlobHasher::Sha256(Sha256::new_with_prefix(header.as_bytes()))
+            } else {
+                BlobHasher::Sha1(Sha1::new_with_prefix(header.as_bytes()))
+            }
+        }
 
-    /// git's blob id in a SHA-256 repository, as hex.
-    pub fn blob_sha256(content: &[u8]) -> String {
-        blob_id::<Sha256>(content)
+        /// The next bytes of the blob.
+        pub fn update(&mut self, bytes: &[u8]) {
+            match self {
+                BlobHasher::Sha1(h) => h.update(bytes),
+                BlobHasher::Sha256(h) => h.update(bytes),
+            }
+        }
+
+        /// The id, as hex.
+        pub fn finish(self) -> String {
+            match self {
+                BlobHasher::Sha1(h) => hex(&h.finalize()),
+                BlobHasher::Sha256(h) => hex(&h.finalize()),
+            }
+        }
     }
 
     /// SHA-256 of `data`, as hex.
@@ -1505,13 +1778,21 @@ mod tests {
             digest::sha256_hex(&long),
             "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
         );
+        let blob_sha1 = |content: &[u8]| {
+            let mut h = digest::BlobHasher::new(false, content.len() as u64);
+            h.update(content);
+            h.finish()
+        };
+        // Fed in pieces, the same id.
+        let mut h = digest::BlobHasher::new(false, 3);
+        for piece in [&b"a"[..], b"", b"bc"] {
+            h.update(piece);
+        }
+        assert_eq!(h.finish(), "f2ba8f84ab5c1bce84a7b441cb1959cfc7093b7f");
         // `git hash-object` of the empty blob and of "abc".
+        assert_eq!(blob_sha1(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
         assert_eq!(
-            digest::blob_sha1(b""),
-            "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"
-        );
-        assert_eq!(
-            digest::blob_sha1(b"abc"),
+            blob_sha1(b"abc"),
             "f2ba8f84ab5c1bce84a7b441cb1959cfc7093b7f"
         );
         // 55, 56 and 64 bytes of header+content straddle the padding boundary.
@@ -1519,7 +1800,7 @@ mod tests {
             let data = vec![b'x'; n];
             let mut h = digest_reference_sha1(&data);
             h.truncate(40);
-            assert_eq!(digest::blob_sha1(&data), h, "length {n}");
+            assert_eq!(blob_sha1(&data), h, "length {n}");
         }
     }
 

@@ -355,7 +355,7 @@ fn an_unprivileged_user_gets_the_same_refusals() {
         eprintln!("skipped: unprivileged refusals: needs root to switch to {USER}");
         return;
     }
-    let (dir, uid) = common::unprivileged_tree(USER, &[(probe(), "probe")]);
+    let (dir, _) = common::unprivileged_tree(USER, &[(probe(), "probe")]);
     let repo = dir.path().join("repo");
     let bin = dir.path().join("bin");
     let script = format!(
@@ -376,10 +376,8 @@ fn an_unprivileged_user_gets_the_same_refusals() {
         repo = repo.display(),
         h5i = bin.join("h5i").display(),
     );
-    let out = Command::new("runuser")
-        .args(["-u", USER, "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-        .args(["HOME=/tmp", "bash", "-c", &script])
+    let out = common::as_user(USER, Some("/tmp"))
+        .args(["bash", "-c", &script])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));

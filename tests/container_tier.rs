@@ -38,39 +38,13 @@ fn ready(test: &str) -> bool {
     ) {
         return false;
     }
-    static IMAGE_READY: OnceLock<Result<(), String>> = OnceLock::new();
-    let ok = IMAGE_READY.get_or_init(|| {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-test-image.sh");
-        let out = Command::new("bash")
-            .arg(script)
-            .arg("--user")
-            .env("H5I_TEST_USER", USER)
-            .output()
-            .map_err(|e| e.to_string())?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(String::from_utf8_lossy(&out.stderr).into_owned())
-        }
-    });
-    if let Err(e) = ok {
-        panic!("{test}: the test image for {USER} cannot be made (run `make setup`): {e}");
-    }
+    common::caller::container_image();
     true
 }
 
-fn user_uid() -> u32 {
-    stdout(&Command::new("id").args(["-u", USER]).output().unwrap())
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// `podman ARGS` as the engine user.
+/// `podman ARGS` as the engine user (in its own home, where its storage is).
 fn podman_as_user(args: &[&str]) -> Output {
-    Command::new("runuser")
-        .args(["-u", USER, "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{}", user_uid()))
+    common::as_user(USER, None)
         .arg("podman")
         .args(args)
         .current_dir("/")
@@ -633,27 +607,10 @@ fn an_unprivileged_user_runs_a_container_box() {
     if !ready("an_unprivileged_user_runs_a_container_box") {
         return;
     }
-    let uid = user_uid();
-    common::delegate_cgroup_to(uid);
-    let dir = tempfile::Builder::new()
-        .prefix("h5i-ct-user")
-        .tempdir_in("/tmp")
-        .unwrap();
     // The build tree may sit where the user cannot reach (CI clones under /root).
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let built = Path::new(common::H5I).parent().unwrap();
-    for b in ["h5i", "h5i-runc", "h5i-hook"] {
-        std::fs::copy(built.join(b), bin.join(b)).unwrap();
-    }
+    let (dir, uid) = common::unprivileged_tree(USER, &[]);
     let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let st = Command::new("chown")
-        .args(["-R", &format!("{USER}:{USER}")])
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
+    let bin = dir.path().join("bin");
     let h5i_bin: PathBuf = bin.join("h5i");
     let script = format!(
         r#"set -e
@@ -672,10 +629,8 @@ fn an_unprivileged_user_runs_a_container_box() {
         repo = repo.display(),
         h5i = h5i_bin.display(),
     );
-    let out = Command::new("runuser")
-        .args(["-u", USER, "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-        .args(["HOME=/tmp", "H5I_NO_PROBE_CACHE=1", "bash", "-c", &script])
+    let out = common::as_user(USER, Some("/tmp"))
+        .args(["H5I_NO_PROBE_CACHE=1", "bash", "-c", &script])
         .current_dir("/")
         .output()
         .unwrap();

@@ -1,5 +1,6 @@
 //! Host verbs never trust what a box wrote (issue 13, findings 1 and 3; issue 12's set-id
-//! report), asserted with real process-tier boxes, as root and as the unprivileged `h5i-test`:
+//! report), asserted with real boxes at every kernel tier (process, supervised, container), as
+//! root and as the unprivileged `h5i-test`:
 //!
 //! - discovery: run from inside a workspace where the box planted a fake store (a config with
 //!   a `filter.x.clean` driver, attributes applying it, forged manifests full of escape
@@ -9,6 +10,9 @@
 //!   at `.git/objects/info/alternates`, as a `.gitignore`) under `diff`, `status`, `doctor`,
 //!   `rm` and `log`: each returns within 60 s (a child killed on timeout) with its peak RSS (the
 //!   kernel's `wait4` account, git children included) under 200 MB, and names what it skipped;
+//! - streaming: four sparse files just under the per-file cap, every one a different blob, are
+//!   read, hashed and staged by `box rm`'s has-changes check with the whole process tree's peak
+//!   RSS far below one of them;
 //! - a set-id file the box holds is named by `status`, `doctor`, `diff` and `rm`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,10 +20,9 @@ mod common;
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use common::{stderr, stdout, Repo};
+use common::{stderr, stdout, Caller};
 
 const TIMEOUT_MS: i32 = 60_000;
 const RSS_CEILING_KB: i64 = 200 * 1024;
@@ -81,169 +84,14 @@ fn run_bounded(mut cmd: Command) -> Bounded {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Who runs h5i: root in the test's own repository, or `h5i-test` in a repository it owns,
-/// with its own copies of the binaries (the build tree may be out of its reach).
-enum Caller {
-    Root(Repo),
-    User {
-        _dir: tempfile::TempDir,
-        repo: PathBuf,
-        h5i: PathBuf,
-        uid: u32,
-    },
-}
-
-impl Caller {
-    fn root() -> Caller {
-        Caller::Root(Repo::new())
+/// Run `body` as `who` ("root" or the test user) at `tier`, or say why not, loudly.
+fn case(test: &str, tier: &str, as_user: bool, body: fn(&mut Caller, &str)) {
+    if !common::require_root(test, "boxes as root, and switching to h5i-test") {
+        return;
     }
-
-    fn user() -> Caller {
-        let id = Command::new("id")
-            .args(["-u", "h5i-test"])
-            .output()
-            .unwrap();
-        assert!(
-            id.status.success(),
-            "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
-        );
-        let uid: u32 = stdout(&id).trim().parse().unwrap();
-        common::delegate_cgroup_to(uid);
-        let dir = tempfile::Builder::new()
-            .prefix("h5i-hostile")
-            .tempdir_in("/tmp")
-            .unwrap();
-        let bin = dir.path().join("bin");
-        std::fs::create_dir(&bin).unwrap();
-        let built = Path::new(common::H5I).parent().unwrap();
-        for b in ["h5i", "h5i-runc", "h5i-hook"] {
-            std::fs::copy(built.join(b), bin.join(b)).unwrap();
-        }
-        let repo = dir.path().join("repo");
-        std::fs::create_dir(&repo).unwrap();
-        let c = Caller::User {
-            h5i: bin.join("h5i"),
-            repo,
-            uid,
-            _dir: dir,
-        };
-        let Caller::User { _dir, .. } = &c else {
-            unreachable!()
-        };
-        assert!(Command::new("chown")
-            .args(["-R", "h5i-test:h5i-test"])
-            .arg(_dir.path())
-            .status()
-            .unwrap()
-            .success());
-        let out = c
-            .sh("git init -q -b main . && echo hello > README.md && mkdir src && echo one > src/lib.txt \
-                 && git add -A && git -c user.name=u -c user.email=u@example.invalid commit -qm initial")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", stderr(&out));
-        c
-    }
-
-    fn repo(&self) -> &Path {
-        match self {
-            Caller::Root(r) => r.path(),
-            Caller::User { repo, .. } => repo,
-        }
-    }
-
-    /// `sh -c script` in `dir` as the caller.
-    fn sh_in(&self, dir: &Path, script: &str) -> Command {
-        match self {
-            Caller::Root(_) => {
-                let mut c = Command::new("sh");
-                c.args(["-c", script]).current_dir(dir);
-                c
-            }
-            Caller::User { uid, .. } => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "h5i-test", "--", "env"])
-                    .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-                    .args(["HOME=/tmp", "sh", "-c", script])
-                    .current_dir(dir);
-                c
-            }
-        }
-    }
-
-    fn sh(&self, script: &str) -> Command {
-        self.sh_in(self.repo(), script)
-    }
-
-    /// `h5i args...` in `dir` as the caller.
-    fn h5i_in(&self, dir: &Path, args: &[&str]) -> Command {
-        let h5i = match self {
-            Caller::Root(_) => PathBuf::from(common::H5I),
-            Caller::User { h5i, .. } => h5i.clone(),
-        };
-        let mut c = match self {
-            Caller::Root(_) => Command::new(h5i),
-            Caller::User { uid, .. } => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", "h5i-test", "--", "env"])
-                    .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-                    .arg("HOME=/tmp")
-                    .arg(h5i);
-                c
-            }
-        };
-        for k in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
-            c.env_remove(k);
-        }
-        c.args(args).current_dir(dir);
-        c
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let out = self.h5i_in(self.repo(), args).output().unwrap();
-        assert!(
-            out.status.success(),
-            "h5i {args:?}: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
-    }
-
-    /// `sh -c script` inside the box.
-    fn in_box(&self, name: &str, script: &str) {
-        let out = self
-            .h5i_in(self.repo(), &["box", "run", name, "--", "sh", "-c", script])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "in box {name}: {script}: {}{}",
-            stdout(&out),
-            stderr(&out)
-        );
-    }
-
-    fn box_dir(&self, name: &str) -> PathBuf {
-        self.repo().join(".git/.h5i/env/none").join(name)
-    }
-
-    fn workspace(&self, name: &str) -> PathBuf {
-        self.box_dir(name).join("workspace")
-    }
-
-    fn base(&self, name: &str) -> String {
-        let m: serde_json::Value = serde_json::from_slice(
-            &std::fs::read(self.box_dir(name).join("manifest.json")).unwrap(),
-        )
-        .unwrap();
-        m["base"].as_str().unwrap().to_string()
-    }
+    let mut c = Caller::either(as_user);
+    eprintln!("{test}: {tier} tier, as {}", c.who());
+    body(&mut c, tier);
 }
 
 /// Bytes that must never reach a terminal raw: ESC, BEL, the C1 CSI/OSC (as UTF-8), RLO.
@@ -258,8 +106,8 @@ fn assert_nothing_raw(what: &str, text: &str) {
     }
 }
 
-fn discovery_from_inside_a_workspace(c: &Caller) {
-    c.ok(&["box", "create", "p1", "--isolation", "process"]);
+fn discovery_from_inside_a_workspace(c: &mut Caller, tier: &str) {
+    c.create_at("p1", tier);
     let ws = c.workspace("p1");
     let base = c.base("p1");
     let marker_dir = tempfile::Builder::new()
@@ -289,16 +137,18 @@ fn discovery_from_inside_a_workspace(c: &Caller) {
         "policy_digest": "sha256:\u{1b}[1A",
     });
     let fake = ".git/.h5i/env/none/p1";
+    // Config written with `git config -f`: the container tier's image has no git, so there the
+    // caller plants the same bytes from the host side.
     let script = format!(
         r#"set -e
-        git config filter.x.clean "{run}"
-        git config filter.x.smudge "{run}"
-        git config filter.x.required true
-        git config diff.x.textconv "{run}"
-        git config merge.x.driver "{run}"
-        git config core.fsmonitor "{run}"
+        git config -f .git/config filter.x.clean "{run}"
+        git config -f .git/config filter.x.smudge "{run}"
+        git config -f .git/config filter.x.required true
+        git config -f .git/config diff.x.textconv "{run}"
+        git config -f .git/config merge.x.driver "{run}"
+        git config -f .git/config core.fsmonitor "{run}"
         git config -f evil.cfg filter.y.clean "{run}"
-        git config include.path "$PWD/evil.cfg"
+        git config -f .git/config include.path "$PWD/evil.cfg"
         printf '* filter=x diff=x merge=x\nREADME.md filter=y\n' > .gitattributes
         mkdir -p .git/info {fake}/workspace {fake}/scratch
         printf '* filter=x diff=x merge=x\n' > .git/info/attributes
@@ -309,7 +159,12 @@ fn discovery_from_inside_a_workspace(c: &Caller) {
 EOM
         "#
     );
-    c.in_box("p1", &script);
+    if tier == "container" {
+        let out = c.sh_in(&ws, &script).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    } else {
+        c.in_box("p1", &script);
+    }
     let deep = ws.join(fake);
     for cwd in [ws.clone(), deep.clone(), c.box_dir("p1")] {
         for verb in [
@@ -358,26 +213,75 @@ EOM
 }
 
 #[test]
-fn discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing() {
-    if !is_root() {
-        eprintln!("skipped: discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing needs root (process tier as root)");
-        return;
-    }
-    discovery_from_inside_a_workspace(&Caller::root());
+fn discovery_from_inside_a_process_workspace_with_a_planted_store_runs_nothing() {
+    case(
+        "discovery_process_root",
+        "process",
+        false,
+        discovery_from_inside_a_workspace,
+    );
 }
 
 #[test]
-fn discovery_from_inside_a_workspace_with_a_planted_store_runs_nothing_as_the_test_user() {
-    if !is_root() {
-        eprintln!("skipped: ..._as_the_test_user needs root to switch to h5i-test");
-        return;
-    }
-    discovery_from_inside_a_workspace(&Caller::user());
+fn discovery_from_inside_a_process_workspace_with_a_planted_store_runs_nothing_as_the_test_user() {
+    case(
+        "discovery_process_user",
+        "process",
+        true,
+        discovery_from_inside_a_workspace,
+    );
+}
+
+#[test]
+fn discovery_from_inside_a_supervised_workspace_with_a_planted_store_runs_nothing() {
+    case(
+        "discovery_supervised_root",
+        "supervised",
+        false,
+        discovery_from_inside_a_workspace,
+    );
+}
+
+#[test]
+fn discovery_from_inside_a_supervised_workspace_with_a_planted_store_runs_nothing_as_the_test_user()
+{
+    case(
+        "discovery_supervised_user",
+        "supervised",
+        true,
+        discovery_from_inside_a_workspace,
+    );
+}
+
+#[test]
+fn discovery_from_inside_a_container_workspace_with_a_planted_store_runs_nothing() {
+    case(
+        "discovery_container_root",
+        "container",
+        false,
+        discovery_from_inside_a_workspace,
+    );
+}
+
+#[test]
+fn discovery_from_inside_a_container_workspace_with_a_planted_store_runs_nothing_as_the_test_user()
+{
+    case(
+        "discovery_container_user",
+        "container",
+        true,
+        discovery_from_inside_a_workspace,
+    );
 }
 
 /// Every verb that reads a workspace, bounded; `expect` names what each one's output must
 /// mention.
 fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
+    every_verb_under(c, name, RSS_CEILING_KB, expect);
+}
+
+/// [`every_verb_bounded`] with its own RSS ceiling.
+fn every_verb_under(c: &Caller, name: &str, ceiling_kb: i64, expect: &[(&str, &[&str])]) {
     let out = c.repo().join("hostile-export").display().to_string();
     for (verb, needles) in expect {
         let args: Vec<&str> = match *verb {
@@ -387,17 +291,17 @@ fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
             "export" => vec!["box", "export", name, "--out", &out],
             other => panic!("{other}"),
         };
-        let b = run_bounded(c.h5i_in(c.repo(), &args));
+        let b = run_bounded(c.h5i_in(&c.repo(), &args));
         assert!(
             !b.timed_out,
             "h5i box {verb} hung (killed after 60 s):\n{}",
             b.out
         );
         assert!(
-            b.peak_rss_kb < RSS_CEILING_KB,
+            b.peak_rss_kb < ceiling_kb,
             "h5i box {verb}: peak RSS {} MB (ceiling {} MB)\n{}",
             b.peak_rss_kb / 1024,
-            RSS_CEILING_KB / 1024,
+            ceiling_kb / 1024,
             b.out
         );
         assert!(
@@ -437,8 +341,8 @@ fn every_verb_bounded(c: &Caller, name: &str, expect: &[(&str, &[&str])]) {
     }
 }
 
-fn sparse_giants_dev_zero_and_fifos(c: &Caller) {
-    c.ok(&["box", "create", "hb", "--isolation", "process"]);
+fn sparse_giants_dev_zero_and_fifos(c: &mut Caller, tier: &str) {
+    c.create_at("hb", tier);
     c.in_box(
         "hb",
         "set -e; truncate -s 2G big1 big2; ln -s /dev/zero zero; rm README.md; mkfifo README.md fifo",
@@ -525,19 +429,106 @@ fn sparse_giants_dev_zero_and_fifos(c: &Caller) {
 }
 
 #[test]
-fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_under_every_verb() {
-    if !is_root() {
-        eprintln!("skipped: sparse_giants_..._under_every_verb needs root (process tier as root)");
-        return;
-    }
-    sparse_giants_dev_zero_and_fifos(&Caller::root());
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_under_every_verb_at_the_process_tier() {
+    case(
+        "bounded_process_root",
+        "process",
+        false,
+        sparse_giants_dev_zero_and_fifos,
+    );
 }
 
 #[test]
-fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_as_the_test_user() {
-    if !is_root() {
-        eprintln!("skipped: ..._as_the_test_user needs root to switch to h5i-test");
-        return;
-    }
-    sparse_giants_dev_zero_and_fifos(&Caller::user());
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_at_the_process_tier_as_the_test_user() {
+    case(
+        "bounded_process_user",
+        "process",
+        true,
+        sparse_giants_dev_zero_and_fifos,
+    );
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_under_every_verb_at_the_supervised_tier()
+{
+    case(
+        "bounded_supervised_root",
+        "supervised",
+        false,
+        sparse_giants_dev_zero_and_fifos,
+    );
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_at_the_supervised_tier_as_the_test_user()
+{
+    case(
+        "bounded_supervised_user",
+        "supervised",
+        true,
+        sparse_giants_dev_zero_and_fifos,
+    );
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_under_every_verb_at_the_container_tier()
+{
+    case(
+        "bounded_container_root",
+        "container",
+        false,
+        sparse_giants_dev_zero_and_fifos,
+    );
+}
+
+#[test]
+fn sparse_giants_a_dev_zero_symlink_and_fifos_stay_bounded_at_the_container_tier_as_the_test_user()
+{
+    case(
+        "bounded_container_user",
+        "container",
+        true,
+        sparse_giants_dev_zero_and_fifos,
+    );
+}
+
+/// Peak RSS allowed while four 60 MiB files are hashed and staged: well under one of them
+/// (h5i itself, and every git it runs, stream them).
+const STREAM_CEILING_KB: i64 = 48 * 1024;
+
+/// Four sparse files just under the per-file cap (64 MiB), each a different blob: `box rm`'s
+/// has-changes check reads, hashes and stages every one, and the peak RSS of h5i and its git
+/// children stays far below one file's size (it held all four, 240 MiB, when it buffered them).
+fn files_under_the_cap_are_hashed_streaming(c: &mut Caller, tier: &str) {
+    c.create_at("hs", tier);
+    c.in_box(
+        "hs",
+        "set -e; for i in 1 2 3 4; do truncate -s 60M s$i; echo $i >> s$i; done",
+    );
+    every_verb_under(
+        c,
+        "hs",
+        STREAM_CEILING_KB,
+        &[("rm", &["4 changed path(s)"])],
+    );
+}
+
+#[test]
+fn files_under_the_cap_are_hashed_in_bounded_memory_at_the_process_tier() {
+    case(
+        "streaming_process_root",
+        "process",
+        false,
+        files_under_the_cap_are_hashed_streaming,
+    );
+}
+
+#[test]
+fn files_under_the_cap_are_hashed_in_bounded_memory_at_the_supervised_tier_as_the_test_user() {
+    case(
+        "streaming_supervised_user",
+        "supervised",
+        true,
+        files_under_the_cap_are_hashed_streaming,
+    );
 }

@@ -274,34 +274,10 @@ fn an_unprivileged_callers_box_still_maps_only_the_caller() {
         eprintln!("skipped: an_unprivileged_callers_box_still_maps_only_the_caller needs root to switch to h5i-test");
         return;
     }
-    let id = Command::new("id")
-        .args(["-u", "h5i-test"])
-        .output()
-        .unwrap();
-    assert!(
-        id.status.success(),
-        "the h5i-test user is missing: run `make setup`"
-    );
-    let uid = stdout(&id).trim().to_string();
-    common::delegate_cgroup_to(uid.parse().unwrap());
-    let dir = tempfile::Builder::new()
-        .prefix("h5i-identity-user")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let (dir, uid) = common::unprivileged_tree(common::TEST_USER, &[]);
+    let uid = uid.to_string();
     let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
     let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let built = Path::new(common::H5I).parent().unwrap();
-    for b in ["h5i", "h5i-runc", "h5i-hook"] {
-        std::fs::copy(built.join(b), bin.join(b)).unwrap();
-    }
-    let chown = Command::new("chown")
-        .args(["-R", "h5i-test:h5i-test"])
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(chown.success());
     let script = format!(
         r#"set -e
         cd {repo}
@@ -316,10 +292,8 @@ fn an_unprivileged_callers_box_still_maps_only_the_caller() {
         repo = repo.display(),
         h5i = bin.join("h5i").display(),
     );
-    let out = Command::new("runuser")
-        .args(["-u", "h5i-test", "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-        .args(["HOME=/tmp", "bash", "-c", &script])
+    let out = common::as_user(common::TEST_USER, Some("/tmp"))
+        .args(["bash", "-c", &script])
         .output()
         .unwrap();
     let text = stdout(&out);

@@ -401,38 +401,12 @@ fn an_unprivileged_user_gets_the_same_confinement() {
     ) {
         return;
     }
-    let id = Command::new("id")
-        .args(["-u", "h5i-test"])
-        .output()
-        .unwrap();
-    assert!(
-        id.status.success(),
-        "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
-    );
-    let uid = stdout(&id).trim().to_string();
-    common::delegate_cgroup_to(uid.parse().unwrap());
-    let dir = tempfile::Builder::new()
-        .prefix("h5i-user")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    common::copy_program(probe(), &dir.path().join("probe"));
     // The build tree may sit where h5i-test cannot reach (CI clones under /root): the user runs
     // its own copies of h5i and its sibling binaries.
-    let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let built = Path::new(common::H5I).parent().unwrap();
-    for b in ["h5i", "h5i-runc", "h5i-hook"] {
-        std::fs::copy(built.join(b), bin.join(b)).unwrap();
-    }
-    let chown = Command::new("chown")
-        .args(["-R", "h5i-test:h5i-test"])
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(chown.success());
-    let h5i = bin.join("h5i").display().to_string();
+    let (dir, uid) = common::unprivileged_tree(common::TEST_USER, &[(probe(), "probe")]);
+    let uid = uid.to_string();
+    let repo = dir.path().join("repo");
+    let h5i = dir.path().join("bin/h5i").display().to_string();
     let script = format!(
         r#"set -e
         cd {repo}
@@ -450,10 +424,8 @@ fn an_unprivileged_user_gets_the_same_confinement() {
         "#,
         repo = repo.display(),
     );
-    let out = Command::new("runuser")
-        .args(["-u", "h5i-test", "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
-        .args(["HOME=/tmp", "bash", "-c", &script])
+    let out = common::as_user(common::TEST_USER, Some("/tmp"))
+        .args(["bash", "-c", &script])
         .output()
         .unwrap();
     let text = stdout(&out);

@@ -311,35 +311,11 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     let Some(mut hosts) = TestHosts::up("supervised as h5i-test", &[8080], &[]) else {
         return;
     };
-    let id = std::process::Command::new("id")
-        .args(["-u", "h5i-test"])
-        .output()
-        .unwrap();
-    assert!(
-        id.status.success(),
-        "the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)"
-    );
-    let uid = stdout(&id).trim().to_string();
-    common::delegate_cgroup_to(uid.parse().unwrap());
-    let dir = tempfile::Builder::new()
-        .prefix("h5i-user")
-        .tempdir_in("/tmp")
-        .unwrap();
+    let (dir, _) = common::unprivileged_tree(common::TEST_USER, &[]);
     let repo = dir.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
     let bin = dir.path().join("bin");
-    std::fs::create_dir(&bin).unwrap();
-    let built = std::path::Path::new(common::H5I).parent().unwrap();
-    for b in ["h5i", "h5i-runc", "h5i-hook"] {
-        std::fs::copy(built.join(b), bin.join(b)).unwrap();
-    }
+    // Read by python3 on stdin: no write descriptor to an executable is involved.
     std::fs::write(dir.path().join("client.py"), CLIENT).unwrap();
-    let chown = std::process::Command::new("chown")
-        .args(["-R", "h5i-test:h5i-test"])
-        .arg(dir.path())
-        .status()
-        .unwrap();
-    assert!(chown.success());
     let script = format!(
         r#"set -e
         cd {repo}
@@ -356,11 +332,9 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
         second = hosts.second,
     );
     let pin = hosts.pin(&[("allowed.test", hosts.first)]);
-    let out = std::process::Command::new("runuser")
-        .args(["-u", "h5i-test", "--", "env"])
-        .arg(format!("XDG_RUNTIME_DIR=/run/user/{uid}"))
+    let out = common::as_user(common::TEST_USER, Some("/tmp"))
         .arg(format!("H5I_TEST_HOSTS={pin}"))
-        .args(["HOME=/tmp", "bash", "-c", &script])
+        .args(["bash", "-c", &script])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));

@@ -24,19 +24,17 @@
 
 use std::cell::RefCell;
 use std::collections::{HashSet, VecDeque};
-use std::ffi::OsStr;
 use std::fmt;
-use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 
 use h5i_broker::redact::Redactor;
 use serde::Serialize;
 
 use super::ExportError;
+use crate::beneath;
 pub use crate::escape::escape_controls;
 use crate::escape::is_control;
-use crate::snapshot::{mode, Seen, Snapshot, SnapshotObjects, TakeOptions, Verdict};
+use crate::snapshot::{mode, Content, Seen, Snapshot, SnapshotObjects, TakeOptions, Verdict};
 
 /// How many symlinks a target may pass through before it is called a loop (Linux's own limit).
 pub const SYMLINK_HOPS: usize = 40;
@@ -363,7 +361,7 @@ impl<'r> ExportGate<'r> {
                         path,
                         sha,
                         executable: *m == mode::EXECUTABLE,
-                        content: bytes,
+                        content: Content::Bytes(bytes),
                     }
                 };
                 if let Judged::Exclude(p, reason) = self.judge(workspace, seen) {
@@ -448,7 +446,19 @@ impl<'r> ExportGate<'r> {
                 if let Some(r) = self.path_reason(path, false) {
                     return out(path, r);
                 }
-                let rules = self.redactor.matches(content);
+                // The redactor looks at the whole file at once: read back from the spool, within
+                // the per-file cap the snapshot already applied.
+                let rules = match content.bytes() {
+                    Ok(bytes) => self.redactor.matches(&bytes),
+                    Err(e) => {
+                        return out(
+                            path,
+                            ExclusionReason::Unreadable {
+                                error: e.to_string(),
+                            },
+                        )
+                    }
+                };
                 if !rules.is_empty() {
                     return out(path, ExclusionReason::SecretInContent { rules });
                 }
@@ -516,60 +526,77 @@ enum Judged {
     Exclude(Vec<u8>, ExclusionReason),
 }
 
-/// Walk the whole workspace (every directory, ignored or not; never following a symlink) for
-/// nested `.git` entries, names that must not be written elsewhere, and set-id files. Returns
-/// what it found, the paths the snapshot must leave at base, and the set-id files.
+/// Walk the whole workspace (every directory, ignored or not) for nested `.git` entries, names
+/// that must not be written elsewhere, and set-id files. Every directory is opened beneath the
+/// workspace's descriptor with no symlink followed on its path ([`beneath::Dir::subdir`]) and
+/// listed from its own descriptor, so a directory swapped for a symlink between its listing and
+/// its descent is met as the symlink (and kept out), never walked through. Returns what it
+/// found, the paths the snapshot must leave at base, and the set-id files.
 fn walk_workspace(workspace: &Path) -> Result<Walked, ExportError> {
-    use std::os::unix::fs::MetadataExt;
+    let root = beneath::Dir::open(workspace).map_err(|source| ExportError::Workspace {
+        path: workspace.to_path_buf(),
+        source,
+    })?;
     let mut found = Vec::new();
     let mut skip = Vec::new();
     let mut setid = Vec::new();
     let mut stack: Vec<Vec<u8>> = vec![Vec::new()];
     while let Some(rel) = stack.pop() {
-        let dir = if rel.is_empty() {
-            workspace.to_path_buf()
-        } else {
-            workspace.join(OsStr::from_bytes(&rel))
-        };
-        let entries = match fs::read_dir(&dir) {
-            Ok(e) => e,
-            Err(source) if rel.is_empty() => {
-                return Err(ExportError::Workspace { path: dir, source })
-            }
-            Err(e) => {
+        let listed = root.subdir(&rel).and_then(|dir| {
+            dir.entries(crate::bounded::SCAN_MAX_ENTRIES)
+                .map(|e| (dir, e))
+        });
+        let (dir, names) = match listed {
+            Ok((dir, (names, false))) => (dir, names),
+            Ok((_, (_, true))) => {
                 found.push((
                     rel.clone(),
                     ExclusionReason::Unreadable {
-                        error: e.to_string(),
+                        error: format!(
+                            "more than {} entries in one directory",
+                            crate::bounded::SCAN_MAX_ENTRIES
+                        ),
                     },
                 ));
                 skip.push(rel);
                 continue;
             }
+            Err(source) if rel.is_empty() => {
+                return Err(ExportError::Workspace {
+                    path: workspace.to_path_buf(),
+                    source,
+                })
+            }
+            Err(e) => {
+                let error = if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) {
+                    "it was replaced while h5i was reading it (never followed)".to_string()
+                } else {
+                    e.to_string()
+                };
+                found.push((rel.clone(), ExclusionReason::Unreadable { error }));
+                skip.push(rel);
+                continue;
+            }
         };
-        for entry in entries.flatten() {
-            let name = entry.file_name().into_vec();
+        for name in names {
             let mut child = rel.clone();
             if !child.is_empty() {
                 child.push(b'/');
             }
             child.extend_from_slice(&name);
-            let Ok(ft) = entry.file_type() else {
+            // An lstat from the directory's descriptor: a symlink is never followed to its
+            // target's mode.
+            let Ok(st) = dir.stat_at(&name) else {
                 continue;
             };
-            // `DirEntry::metadata` is an lstat: a symlink is never followed to its target's mode.
-            if ft.is_file()
-                && entry
-                    .metadata()
-                    .is_ok_and(|m| m.mode() & (libc::S_ISUID | libc::S_ISGID) != 0)
-            {
+            if st.is_setid_file() {
                 setid.push(child.clone());
             }
             if name == b".git" {
                 if !rel.is_empty() {
-                    let entry = if ft.is_dir() {
+                    let entry = if st.is_dir() {
                         "directory"
-                    } else if ft.is_symlink() {
+                    } else if st.is_symlink() {
                         "symlink"
                     } else {
                         "file"
@@ -579,12 +606,12 @@ fn walk_workspace(workspace: &Path) -> Result<Walked, ExportError> {
                 }
                 continue;
             }
-            if let Some(problem) = name_problem(&name, ft.is_symlink()) {
+            if let Some(problem) = name_problem(&name, st.is_symlink()) {
                 found.push((child.clone(), ExclusionReason::UnsafePath { problem }));
                 skip.push(child);
                 continue;
             }
-            if ft.is_dir() {
+            if st.is_dir() {
                 stack.push(child);
             }
         }
@@ -692,6 +719,9 @@ fn symlink_problem(
     if target.first() == Some(&b'/') {
         return Some(ExclusionReason::SymlinkAbsolute { target: shown() });
     }
+    let Ok(root) = beneath::Dir::open(workspace) else {
+        return Some(ExclusionReason::SymlinkEscapes { target: shown() });
+    };
     let mut stack: Vec<&[u8]> = link.split(|b| *b == b'/').collect();
     stack.pop();
     let mut stack: Vec<Vec<u8>> = stack.into_iter().map(<[u8]>::to_vec).collect();
@@ -710,22 +740,34 @@ fn symlink_problem(
         if part == b".git" || is_dotgit(&part) {
             return Some(ExclusionReason::SymlinkIntoGit { target: shown() });
         }
+        // Looked at from the workspace's descriptor, no symlink followed on the way: every
+        // component before this one was found not to be a symlink, so one that is now was
+        // swapped in, and the target is refused rather than resolved through it.
+        let parent = stack.join(&b'/');
+        let look = root
+            .subdir(&parent)
+            .and_then(|dir| dir.stat_at(&part).map(|st| (dir, st)));
         stack.push(part);
-        let here = workspace.join(OsStr::from_bytes(&stack.join(&b'/')));
-        let Ok(meta) = fs::symlink_metadata(&here) else {
-            continue;
+        let (dir, st) = match look {
+            Ok(found) => found,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
+                return Some(ExclusionReason::SymlinkEscapes { target: shown() })
+            }
+            Err(_) => continue,
         };
-        if !meta.file_type().is_symlink() {
+        if !st.is_symlink() {
             continue;
         }
         hops += 1;
         if hops > SYMLINK_HOPS {
             return Some(ExclusionReason::SymlinkLoop { target: shown() });
         }
-        let Ok(next) = fs::read_link(&here) else {
+        let Some(name) = stack.last() else {
+            continue;
+        };
+        let Ok(next) = dir.readlink_at(name) else {
             return Some(ExclusionReason::SymlinkEscapes { target: shown() });
         };
-        let next = next.into_os_string().into_vec();
         if next.first() == Some(&b'/') {
             return Some(ExclusionReason::SymlinkEscapes { target: shown() });
         }
@@ -784,6 +826,76 @@ fn count_patch(patch: &[u8]) -> PatchCounts {
 mod tests {
     use super::*;
     use h5i_broker::redact::SecretValue;
+    use std::fs;
+    use std::os::unix::ffi::OsStrExt;
+
+    /// Exchange `a` and `b` under `dir` with `renameat2(RENAME_EXCHANGE)` until `stop`.
+    fn swapper(
+        dir: &Path,
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> std::thread::JoinHandle<u64> {
+        use std::ffi::CString;
+        let a = CString::new(dir.join("d").as_os_str().as_bytes()).unwrap();
+        let b = CString::new(dir.join("l").as_os_str().as_bytes()).unwrap();
+        std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // SAFETY: a and b are valid C strings for the call.
+                let r = unsafe {
+                    libc::syscall(
+                        libc::SYS_renameat2,
+                        libc::AT_FDCWD,
+                        a.as_ptr(),
+                        libc::AT_FDCWD,
+                        b.as_ptr(),
+                        libc::RENAME_EXCHANGE,
+                    )
+                };
+                if r == 0 {
+                    swaps += 1;
+                }
+            }
+            swaps
+        })
+    }
+
+    /// The swap race against the workspace walk: `d/` (a real directory) and `l` (a symlink to
+    /// a directory outside holding a `.git` and a name with a control character) trade places
+    /// as fast as the kernel allows while the walk runs, over and over. Whatever it meets, the
+    /// walk never lists the outside directory: nothing from it (`d/.git`, `l/.git`, the bad
+    /// name) is ever reported.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_walk_is_never_walked_through() {
+        let ws = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::create_dir(outside.path().join(".git")).unwrap();
+        fs::write(outside.path().join("out\u{1b}side"), b"x").unwrap();
+        fs::create_dir(ws.path().join("d")).unwrap();
+        fs::write(ws.path().join("d/inside"), b"x").unwrap();
+        std::os::unix::fs::symlink(outside.path(), ws.path().join("l")).unwrap();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swaps = swapper(ws.path(), stop.clone());
+        let mut leaks = Vec::new();
+        let mut refused = 0;
+        for _ in 0..2000 {
+            let (found, _, _) = walk_workspace(ws.path()).unwrap();
+            for (path, reason) in found {
+                if path.ends_with(b"/.git") || path.windows(3).any(|w| w == b"out") {
+                    leaks.push(String::from_utf8_lossy(&path).into_owned());
+                } else if matches!(reason, ExclusionReason::Unreadable { .. }) {
+                    refused += 1;
+                }
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swaps.join().unwrap();
+        eprintln!("{swaps} swaps; the walk met a swapped directory {refused} times");
+        assert!(swaps > 0, "the swapper never swapped");
+        assert!(
+            leaks.is_empty(),
+            "the walk listed the directory behind a swapped-in symlink: {leaks:?}"
+        );
+    }
 
     #[test]
     fn names_git_reads_as_dotgit_are_unsafe() {

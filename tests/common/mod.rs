@@ -2,7 +2,11 @@
 //! the real `h5i` binary.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod caller;
 pub mod testnet;
+
+#[allow(unused_imports)]
+pub use caller::{as_user, Caller, TEST_USER};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -339,12 +343,7 @@ pub fn static_helper(src: &str, name: &str) -> PathBuf {
 /// them. Also delegates this test's cgroup to the user, as `make setup` does. Returns the
 /// tree and the user's uid.
 pub fn unprivileged_tree(user: &str, extra: &[(&Path, &str)]) -> (tempfile::TempDir, u32) {
-    let id = Command::new("id").args(["-u", user]).output().unwrap();
-    assert!(
-        id.status.success(),
-        "the {user} user is missing: run `make setup` (scripts/setup-host.sh)"
-    );
-    let uid: u32 = stdout(&id).trim().parse().unwrap();
+    let uid = caller::uid_of(user);
     delegate_cgroup_to(uid);
     let dir = tempfile::Builder::new()
         .prefix("h5i-user")
@@ -358,7 +357,7 @@ pub fn unprivileged_tree(user: &str, extra: &[(&Path, &str)]) -> (tempfile::Temp
         std::fs::copy(built.join(b), bin.join(b)).unwrap();
     }
     for (from, to) in extra {
-        std::fs::copy(from, dir.path().join(to)).unwrap();
+        copy_program(from, &dir.path().join(to));
     }
     let chown = Command::new("chown")
         .args(["-R", &format!("{user}:{user}")])
