@@ -18,7 +18,7 @@
 //!
 //! Guarded by the tests below (tier selection, built-in walk, digest stability, refusals).
 
-use crate::builtin::{builtin_policy, protective_ceilings, BUILTIN_PROFILES};
+use crate::builtin::{builtin_policy, is_builtin, protective_ceilings, BUILTIN_PROFILES};
 use crate::envfile::EnvFile;
 use crate::error::PolicyError;
 use crate::profile::{IsolationRequest, Located, ProfilePolicy};
@@ -82,7 +82,16 @@ pub fn resolve(
 
     // 2. The profile.
     let name = req.profile.as_deref().unwrap_or("default");
-    let profile = find_profile(env_file, name, req.h5i_agent.as_deref())?;
+    let mut profile = find_profile(env_file, name, req.h5i_agent.as_deref())?;
+    if credential_proxy && is_builtin(name) {
+        // A built-in agent profile reaches its model API through the credential proxy (a
+        // listener on the box's own loopback), so its direct egress to that API is only for a
+        // box with the proxy off, which dials the API itself. Dropping it keeps the agent
+        // profiles at the process tier (no egress to scope) and the box unable to reach the
+        // API except through the proxy.
+        let served: Vec<String> = profile.auth.value.iter().map(|g| g.host.clone()).collect();
+        profile.egress.value.retain(|hp| !served.contains(&hp.host));
+    }
 
     // 3. The tier request and who made it.
     let (request, source, requested_by) = if let Some(r) = flag_isolation {
@@ -449,7 +458,15 @@ mod tests {
             ..req("agent")
         };
         let p = resolve(None, &r, &HostTiers::all_available()).unwrap();
-        assert_eq!(p.net.egress[0].to_string(), "api.anthropic.com:443");
+        // The API is reached through the credential proxy, so no direct egress to it...
+        assert!(p.net.egress.is_empty(), "{:?}", p.net.egress);
+        // ...unless the proxy is off and the box must dial the API itself.
+        let off = ResolveRequest {
+            credential_proxy: Some("0".to_owned()),
+            ..r.clone()
+        };
+        let direct = resolve(None, &off, &HostTiers::all_available()).unwrap();
+        assert_eq!(direct.net.egress[0].to_string(), "api.anthropic.com:443");
         let a = &p.auth_grants()[0];
         assert_eq!(
             (
@@ -767,10 +784,12 @@ mod tests {
             m.contains("supervised, container or microvm") && m.contains("to fix:"),
             "{m}"
         );
-        // The built-in agent profiles carry egress too.
+        // The built-in agent profiles carry egress too when the credential proxy is off; with
+        // it on (the default) they reach their API through the proxy and run at process.
         let r = ResolveRequest {
             isolation: Some("process".to_owned()),
             h5i_agent: Some("claude".to_owned()),
+            credential_proxy: Some("0".to_owned()),
             ..req("agent")
         };
         let m = resolve(None, &r, &HostTiers::all_available())
@@ -780,6 +799,13 @@ mod tests {
             m.contains("built-in profile `agent-claude`: `net.egress`"),
             "{m}"
         );
+        let on = ResolveRequest {
+            credential_proxy: None,
+            ..r
+        };
+        let p = resolve(None, &on, &HostTiers::all_available()).unwrap();
+        assert_eq!(p.tier, Tier::Process);
+        assert!(p.net.egress.is_empty());
     }
 
     #[test]
