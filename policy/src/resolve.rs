@@ -83,15 +83,6 @@ pub fn resolve(
     // 2. The profile.
     let name = req.profile.as_deref().unwrap_or("default");
     let mut profile = find_profile(env_file, name, req.h5i_agent.as_deref())?;
-    if credential_proxy && is_builtin(name) {
-        // A built-in agent profile reaches its model API through the credential proxy (a
-        // listener on the box's own loopback), so its direct egress to that API is only for a
-        // box with the proxy off, which dials the API itself. Dropping it keeps the agent
-        // profiles at the process tier (no egress to scope) and the box unable to reach the
-        // API except through the proxy.
-        let served: Vec<String> = profile.auth.value.iter().map(|g| g.host.clone()).collect();
-        profile.egress.value.retain(|hp| !served.contains(&hp.host));
-    }
 
     // 3. The tier request and who made it.
     let (request, source, requested_by) = if let Some(r) = flag_isolation {
@@ -111,6 +102,15 @@ pub fn resolve(
             "the default (auto)".to_owned(),
         )
     };
+    if credential_proxy && is_builtin(name) && request == IsolationRequest::Tier(Tier::Process) {
+        // The process tier cannot scope egress, and a built-in agent profile reaches its model
+        // API through the credential proxy (a listener on the box's own loopback) anyway: its
+        // direct egress to that API is dropped there, so the agent runs at process with no
+        // network but the proxy. The tiers that scope egress keep the entry (their egress
+        // evidence and the user allowlist apply to agent boxes as before).
+        let served: Vec<String> = profile.auth.value.iter().map(|g| g.host.clone()).collect();
+        profile.egress.value.retain(|hp| !served.contains(&hp.host));
+    }
     let image = req
         .image
         .clone()
@@ -458,15 +458,7 @@ mod tests {
             ..req("agent")
         };
         let p = resolve(None, &r, &HostTiers::all_available()).unwrap();
-        // The API is reached through the credential proxy, so no direct egress to it...
-        assert!(p.net.egress.is_empty(), "{:?}", p.net.egress);
-        // ...unless the proxy is off and the box must dial the API itself.
-        let off = ResolveRequest {
-            credential_proxy: Some("0".to_owned()),
-            ..r.clone()
-        };
-        let direct = resolve(None, &off, &HostTiers::all_available()).unwrap();
-        assert_eq!(direct.net.egress[0].to_string(), "api.anthropic.com:443");
+        assert_eq!(p.net.egress[0].to_string(), "api.anthropic.com:443");
         let a = &p.auth_grants()[0];
         assert_eq!(
             (
@@ -806,6 +798,13 @@ mod tests {
         let p = resolve(None, &on, &HostTiers::all_available()).unwrap();
         assert_eq!(p.tier, Tier::Process);
         assert!(p.net.egress.is_empty());
+        // A tier that scopes egress keeps the entry.
+        let sup = ResolveRequest {
+            isolation: Some("supervised".to_owned()),
+            ..on
+        };
+        let p = resolve(None, &sup, &HostTiers::all_available()).unwrap();
+        assert_eq!(p.net.egress[0].to_string(), "api.anthropic.com:443");
     }
 
     #[test]

@@ -351,33 +351,28 @@ fn model_call(api: Api, script: &[Turn], req: &Seen, state: &Mutex<State>) -> (K
             state,
         );
     };
-    if turn > 0 {
-        let want: Vec<String> = (0..script[turn - 1].calls.len())
-            .map(|k| format!("{prefix}{}_{k}", turn - 1))
-            .collect();
-        for id in &want {
-            if !inputs.results.iter().any(|(got, _)| got == id) {
-                return refuse(
-                    api,
-                    format!(
-                        "turn {turn}: no tool result for call {id} (got {:?})",
-                        inputs.results
-                    ),
-                    state,
-                );
+    let mut seen_text = Vec::new();
+    if turn == 0 {
+        seen_text.push(inputs.prompt.as_str());
+    } else {
+        for k in 0..script[turn - 1].calls.len() {
+            let id = format!("{prefix}{}_{k}", turn - 1);
+            match inputs.results.iter().find(|(got, _)| *got == id) {
+                Some((_, text)) => seen_text.push(text),
+                None => {
+                    return refuse(
+                        api,
+                        format!(
+                            "turn {turn}: no tool result for call {id} (got {:?}; last: {})",
+                            inputs.results, inputs.last
+                        ),
+                        state,
+                    )
+                }
             }
         }
     }
-    let seen_text = if turn == 0 {
-        inputs.prompt.clone()
-    } else {
-        inputs
-            .results
-            .iter()
-            .map(|(_, t)| t.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let seen_text = seen_text.join("\n");
     for e in &t.expect {
         if !seen_text.contains(e.as_str()) {
             return refuse(
@@ -390,11 +385,13 @@ fn model_call(api: Api, script: &[Turn], req: &Seen, state: &Mutex<State>) -> (K
     (Kind::Turn(turn), reply_for(api, &body, turn, t))
 }
 
-/// What the client sent: the first user text (the task), and the tool results of its last
-/// message as (call id, text).
+/// What the client sent: the first user text (the task), and every tool result in the
+/// conversation as (call id, text).
 struct Inputs {
     prompt: String,
     results: Vec<(String, String)>,
+    /// The conversation's last entry, for a refusal's message.
+    last: String,
 }
 
 fn text_of(v: &Value) -> String {
@@ -420,16 +417,27 @@ fn anthropic_inputs(body: &Value) -> Inputs {
         .find(|m| m["role"] == "user")
         .map(|m| text_of(&m["content"]))
         .unwrap_or_default();
-    let mut results = Vec::new();
-    if let Some(last) = msgs.last().filter(|m| m["role"] == "user") {
-        for b in last["content"].as_array().into_iter().flatten() {
-            if b["type"] == "tool_result" {
-                let id = b["tool_use_id"].as_str().unwrap_or("").to_owned();
-                results.push((id, text_of(&b["content"])));
-            }
-        }
+    let results = msgs
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            let id = b["tool_use_id"].as_str().unwrap_or("").to_owned();
+            (id, text_of(&b["content"]))
+        })
+        .collect();
+    let last = msgs.last().map(short).unwrap_or_default();
+    Inputs {
+        prompt,
+        results,
+        last,
     }
-    Inputs { prompt, results }
+}
+
+/// A JSON value as text, cut to 600 characters.
+fn short(v: &Value) -> String {
+    v.to_string().chars().take(600).collect()
 }
 
 fn openai_inputs(body: &Value) -> Inputs {
@@ -440,16 +448,8 @@ fn openai_inputs(body: &Value) -> Inputs {
         .map(|i| text_of(&i["content"]))
         .collect::<Vec<_>>()
         .join("\n");
-    // The results after the last model output item.
-    let last_call = items.iter().rposition(|i| {
-        matches!(
-            i["type"].as_str(),
-            Some("function_call" | "custom_tool_call" | "local_shell_call")
-        )
-    });
     let results = items
         .iter()
-        .skip(last_call.map_or(items.len(), |p| p + 1))
         .filter(|i| {
             matches!(
                 i["type"].as_str(),
@@ -464,7 +464,12 @@ fn openai_inputs(body: &Value) -> Inputs {
             (i["call_id"].as_str().unwrap_or("").to_owned(), out)
         })
         .collect();
-    Inputs { prompt, results }
+    let last = items.last().map(short).unwrap_or_default();
+    Inputs {
+        prompt,
+        results,
+        last,
+    }
 }
 
 fn reply_for(api: Api, body: &Value, turn: usize, t: &Turn) -> Answer {
