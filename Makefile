@@ -1,9 +1,13 @@
 # h5i developer and CI entry points. CI runs `make test` (via .ci/run) as root.
-#   make setup   prepare this host: packages, podman config, test user, test images
-#   make build   release build of the whole workspace
+#   make setup   prepare this host: packages, then `make install`, then that install's
+#                `h5i host setup --user h5i-test`, the test user and test images
+#   make install `cargo install --path .` into target/install (bin/ + its own build dir
+#                target/install/build, kept so reruns are incremental; tests/install.rs reuses it)
+#   make build   release build of every workspace binary into target/release
 #   make test    setup, then fmt check, clippy (-D warnings), release tests
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
-#   make demo    setup, build, then scripts/demo.sh
+#   make demo    setup (which builds and installs before it installs the hooks), then
+#                scripts/demo.sh with the installed h5i
 #   make images  build the container tier's images with Podman (images/build.sh; not part of test)
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -13,28 +17,39 @@ export PATH := /root/.cargo/bin:$(PATH)
 CARGO ?= cargo
 ROWS ?=
 
-.PHONY: setup build test bench demo images
+.PHONY: packages install setup build test bench demo images
 
-setup:
-	bash scripts/setup-host.sh
+# What building needs (libseccomp-dev, ...), before the first build.
+packages:
+	bash scripts/setup-host.sh packages
 
+# What a user's `cargo install --path .` builds (no test seams), in a build directory of its own:
+# target/release holds the test build's binaries, which this must never overwrite.
+INSTALL_ROOT := target/install
+install: packages
+	$(CARGO) install --locked --force --path . --root $(INSTALL_ROOT) --target-dir $(INSTALL_ROOT)/build
+
+# The install comes before the host phase, so the hooks it installs are this tree's.
+setup: packages install
+	H5I=$(INSTALL_ROOT)/bin/h5i bash scripts/setup-host.sh host
+
+# Every bin: the integration tests run h5i's sibling binaries (h5i-runc, h5i-hook).
 build:
-	$(CARGO) build --release --workspace
+	$(CARGO) build --release --workspace --bins
 
 test: setup
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	# The integration tests run h5i's sibling binaries (h5i-runc, h5i-hook): build every bin
-	# first, since cargo builds a package's bins only for that package's own integration tests.
-	$(CARGO) build --workspace --release --bins
+	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so
+	# cargo test rebuilds h5i's bins with it; tests/install.rs checks the seam-free install.
 	$(CARGO) test --workspace --release
 
 bench: setup build
 	bash bench/run.sh $(ROWS)
 	bash bench/proxy.sh
 
-demo: setup build
-	bash scripts/demo.sh
+demo: setup
+	H5I=$(INSTALL_ROOT)/bin/h5i bash scripts/demo.sh
 
 images: setup
 	bash images/build.sh

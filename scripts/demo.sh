@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The main job, end to end: make a box from the bundled sample repository, run a confined change
 # in it (fix the bug its failing test points at), and export the review bundle for a human.
-# Run by `make demo` after `make setup build`.
+# Run by `make demo` after `make setup`, with the h5i that `make install` installed (H5I).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-h5i="$root/target/release/h5i"
+h5i="${H5I:-$root/target/install/bin/h5i}"
+case "$h5i" in /*) ;; *) h5i="$root/$h5i" ;; esac
 work="${H5I_DEMO_DIR:-$root/target/demo}"
-[ -x "$h5i" ] || { echo "demo: $h5i is missing; run make build first" >&2; exit 1; }
+[ -x "$h5i" ] || { echo "demo: $h5i is missing; run make install (or make demo) first" >&2; exit 1; }
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 

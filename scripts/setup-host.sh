@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
-# Idempotent host preparation for h5i development and CI (Debian 12, run as root).
+# Host preparation for h5i's test suite and demo (Debian 12, run as root), in two phases:
 #
+#   setup-host.sh packages   system packages and rustup components (what building h5i needs)
+#   setup-host.sh host       after the install: `h5i host setup --user $H5I_TEST_USER` (everything a
+#                            user's host needs: device nodes, the h5i-box identity, Podman config,
+#                            the supervised tier's hooks, and the test user's subordinate ids,
+#                            /run/user, delegated cgroup and rootless Podman config), then what
+#                            only the test suite adds: the test user itself, the container
+#                            tier's engine user for root, the test images, and a Podman check
+#
+# With no argument, both (the install must exist: `make setup` runs `make install` in between).
 # Prints one "setup: ..." line per thing it changed, or "setup: nothing to change".
-# Facts behind each step: shared/HOST.md (no systemd, cgroup v1 hybrid, nofile hard
-# limit 20000, crun refuses hybrid cgroups, /dev/net/tun and /dev/fuse are 0600).
 #
 # Environment knobs:
 #   H5I_TEST_USER     unprivileged test user (default h5i-test)
 #   H5I_SETUP_VERIFY  0 skips the final podman checks (default 1)
+#   H5I               the h5i binary to run (default: target/install/bin/h5i, what `make install`
+#                     installs)
 set -euo pipefail
 
 SCRIPTS_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_DIR="$(cd "$SCRIPTS_DIR/.." && pwd)"
 TEST_USER="${H5I_TEST_USER:-h5i-test}"
 VERIFY="${H5I_SETUP_VERIFY:-1}"
+PHASE="${1:-all}"
 CHANGES=0
 
 changed() { echo "setup: $*"; CHANGES=$((CHANGES + 1)); }
 die() { echo "setup: error: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "must run as root (it installs packages and creates $TEST_USER)"
+case "$PHASE" in packages | host | all) ;; *) die "unknown phase '$PHASE' (packages, host)" ;; esac
 
 # write_if_differs FILE MODE OWNER CONTENT: (re)write FILE only when its bytes differ.
 write_if_differs() {
@@ -36,6 +48,7 @@ write_if_differs() {
     return 0
 }
 
+if [ "$PHASE" != host ]; then
 # ---------------------------------------------------------------- packages
 # The list the project needs, plus what `podman` only recommends but a dev machine
 # with recommends has (catatonit for --init, netavark/aardvark-dns/CNI plugins and
@@ -78,29 +91,8 @@ for comp in rustfmt clippy; do
     fi
 done
 
-# ---------------------------------------------------------------- podman config
-CONTAINERS_CONF='# Written by h5i scripts/setup-host.sh; see shared/HOST.md.
-# nofile: root cannot raise the hard limit past 20000 here (podman asks 1048576).
-# runc: crun refuses hybrid cgroup v1 hosts. No systemd: cgroupfs + file events.
-[containers]
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-
-[engine]
-runtime = "runc"
-cgroup_manager = "cgroupfs"
-events_logger = "file"'
-if write_if_differs /etc/containers/containers.conf 644 root:root "$CONTAINERS_CONF"; then
-    changed "wrote /etc/containers/containers.conf"
 fi
-
-# ---------------------------------------------------------------- device nodes
-# No udev: /dev/net/tun (slirp4netns) and /dev/fuse (fuse-overlayfs) come up 0600.
-for dev in /dev/net/tun /dev/fuse; do
-    if [ -c "$dev" ] && [ "$(stat -c %a "$dev")" = 600 ]; then
-        chmod 0666 "$dev"
-        changed "chmod 0666 $dev"
-    fi
-done
+[ "$PHASE" = packages ] && { [ "$CHANGES" -gt 0 ] || echo "setup: nothing to change"; exit 0; }
 
 # ---------------------------------------------------------------- test user
 if ! getent passwd "$TEST_USER" >/dev/null; then
@@ -113,123 +105,16 @@ gid="$(id -g "$TEST_USER")"
 home="$(getent passwd "$TEST_USER" | cut -d: -f6)"
 [ -d "$home" ] || { install -d -m 755 -o "$uid" -g "$gid" "$home"; changed "created $home"; }
 
-# Subordinate id ranges: 200000:65536, or the first free 65536 above every existing range.
-for f in /etc/subuid /etc/subgid; do
-    [ -f "$f" ] || { touch "$f"; chmod 644 "$f"; }
-    if ! grep -q "^$TEST_USER:" "$f"; then
-        start="$(awk -F: 'BEGIN { m = 200000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' "$f")"
-        echo "$TEST_USER:$start:65536" >>"$f"
-        changed "added $TEST_USER:$start:65536 to $f"
-    fi
-done
-
-# ---------------------------------------------------------------- box identity (h5i-box)
-# When h5i runs as root, a box's users map to this system user's subordinate range, never to
-# host root (src/identity.rs, whose `ensure` does the same). No login, no home: it owns
-# nothing but what boxes write. Its range is the first free 65536 ids above every existing
-# range, so it overlaps no other user's (nor the test user's above).
-BOX_USER=h5i-box
-if ! getent passwd "$BOX_USER" >/dev/null; then
-    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
-        -K SUB_UID_COUNT=0 -K SUB_GID_COUNT=0 "$BOX_USER"
-    changed "created system user $BOX_USER"
-fi
-for f in /etc/subuid /etc/subgid; do
-    [ -f "$f" ] || { touch "$f"; chmod 644 "$f"; }
-    if ! grep -q "^$BOX_USER:" "$f"; then
-        start="$(awk -F: 'BEGIN { m = 100000 } NF == 3 && $2 + $3 > m { m = $2 + $3 } END { print m }' "$f")"
-        echo "$BOX_USER:$start:65536" >>"$f"
-        changed "added $BOX_USER:$start:65536 to $f"
-    fi
-done
-# ---------------------------------------------------------------- end of box identity
-
-# XDG_RUNTIME_DIR: no logind makes /run/user/<uid>.
+# ---------------------------------------------------------------- h5i host setup
+H5I="${H5I:-$REPO_DIR/target/install/bin/h5i}"
+case "$H5I" in /*) ;; *) H5I="$REPO_DIR/$H5I" ;; esac
+[ -x "$H5I" ] || die "$H5I is not installed: run 'make install' (or 'make setup', which installs) first"
+[ -x "$(dirname "$H5I")/h5i-hook" ] || die "no h5i-hook beside $H5I: install with 'cargo install --path .' (it installs h5i-hook beside h5i)"
+host_out="$("$H5I" host setup --user "$TEST_USER")" || die "h5i host setup failed: $host_out"
+while IFS= read -r line; do
+    case "$line" in "setup: nothing to change" | "") ;; *) changed "${line#setup: }" ;; esac
+done <<<"$host_out"
 rundir="/run/user/$uid"
-if [ ! -d "$rundir" ]; then
-    install -d -m 755 /run/user
-    install -d -m 700 -o "$uid" -g "$gid" "$rundir"
-    changed "created $rundir"
-elif [ "$(stat -c '%a %u' "$rundir")" != "700 $uid" ]; then
-    chown "$uid:$gid" "$rundir"
-    chmod 700 "$rundir"
-    changed "fixed owner/mode of $rundir"
-fi
-
-# A cgroup for the test user's boxes: h5i makes each box run's group under the caller's own
-# cgroup, at `<own>/h5i/<run>`; an unprivileged user can do that only in a directory root has
-# delegated. The own path is the memory controller's (what the machine's management set up);
-# on v1 every controller gets the same relative path, as libcontainer places a container at
-# one path in all of them. Created under this process's own cgroup, so it matches the tests
-# that `make test` runs next in the same session.
-delegate_cgroup() {
-    local own dir ctrl level part
-    if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
-        own="$(sed -n 's/^0:://p' /proc/self/cgroup)"
-        dir="/sys/fs/cgroup${own%/}/h5i"
-        [ -d "$dir" ] || { mkdir -p "$dir"; changed "created cgroup $dir"; }
-        if [ "$(stat -c %u "$dir")" != "$uid" ]; then
-            chown "$uid:$gid" "$dir" "$dir/cgroup.procs" "$dir/cgroup.subtree_control"
-            changed "delegated cgroup $dir to $TEST_USER"
-        fi
-        return
-    fi
-    own="$(sed -n 's/^[0-9]*:memory://p' /proc/self/cgroup)"
-    [ -n "$own" ] || { echo "setup: no v1 memory cgroup; box limits for $TEST_USER stay unheld"; return; }
-    for ctrl in /sys/fs/cgroup/*/; do
-        ctrl="${ctrl%/}"
-        [ -f "$ctrl/cgroup.procs" ] || continue
-        [ "$(basename "$ctrl")" = unified ] && continue
-        dir="$ctrl${own%/}/h5i"
-        [ -d "$dir" ] || { mkdir -p "$dir"; changed "created cgroup $dir"; }
-        if [ -f "$dir/cpuset.cpus" ]; then
-            # A new cpuset group starts empty, and so may the session's own: fill every empty
-            # level from the root down, or no task can ever be placed there (the user's runtime
-            # cannot write the levels above the delegated one).
-            level="$ctrl"
-            for part in $(tr '/' ' ' <<<"${own#/}/h5i"); do
-                level="$level/$part"
-                if [ -z "$(cat "$level/cpuset.cpus")" ]; then
-                    cat "$(dirname "$level")/cpuset.cpus" >"$level/cpuset.cpus"
-                    cat "$(dirname "$level")/cpuset.mems" >"$level/cpuset.mems"
-                    changed "populated cpuset of $level"
-                fi
-            done
-        fi
-        if [ "$(stat -c %u "$dir")" != "$uid" ]; then
-            chown "$uid:$gid" "$dir" "$dir/cgroup.procs" "$dir/tasks"
-            changed "delegated cgroup $dir to $TEST_USER"
-        fi
-    done
-}
-delegate_cgroup
-
-# ---------------------------------------------------------------- cgroup migrations
-# Every box run moves its first process into the run's cgroup (one write per v1 hierarchy).
-# Such a write takes the kernel's global cgroup_threadgroup_rwsem for writing, which by default
-# first waits out an RCU grace period: measured here, `h5i box run -- true` at the process tier
-# went from 41.3 +- 9.1 ms to 29.7 +- 2.4 ms with the kernel's `favordynmods` option, which keeps
-# that lock in the mode meant for hosts that move tasks between cgroups often (at a small cost to
-# fork and exit). The lock is global, so the option on the cgroup2 mount covers the v1
-# hierarchies too. Performance only: a host where the remount is refused still runs every box.
-favor_dynmods() {
-    grep -qx favordynmods /sys/kernel/cgroup/features 2>/dev/null || return 0
-    local mp opts
-    # mountinfo: field 5 is the mount point; after " - ": fstype, source, super options.
-    read -r mp opts < <(awk '{ for (i = 7; i <= NF; i++) if ($i == "-") break;
-        if ($(i + 1) == "cgroup2") { print $5, $(i + 3); exit } }' /proc/self/mountinfo) || true
-    [ -n "${mp:-}" ] || return 0
-    case ",$opts," in *,favordynmods,*) return 0 ;; esac
-    # A remount replaces the super options, so the ones set now are passed along.
-    local keep
-    keep="$(tr ',' '\n' <<<"$opts" | { grep -vx -e rw -e ro || true; } | paste -sd, -)"
-    if mount -o "remount${keep:+,$keep},favordynmods" "$mp" 2>/dev/null; then
-        changed "cgroup2 at $mp remounted with favordynmods (fast cgroup migrations)"
-    else
-        echo "setup: note: could not remount $mp with favordynmods; box runs start slower here"
-    fi
-}
-favor_dynmods
 
 # The container tier, run as root, runs rootless Podman as this user (src/container/engine.rs).
 if write_if_differs /etc/h5i/container.toml 644 root:root "# Written by h5i scripts/setup-host.sh: when h5i runs as root, container-tier boxes
@@ -238,25 +123,10 @@ user = \"$TEST_USER\""; then
     changed "wrote /etc/h5i/container.toml (container tier engine user: $TEST_USER)"
 fi
 
-# The user's config dirs must be the user's own (install -d would make parents root's).
-for d in "$home/.config" "$home/.config/containers"; do
-    if [ ! -d "$d" ]; then
-        install -d -m 755 -o "$uid" -g "$gid" "$d"
-    elif [ "$(stat -c %u "$d")" != "$uid" ]; then
-        chown "$uid:$gid" "$d"
-        changed "chown $TEST_USER $d"
-    fi
-done
-# The user's containers.conf: same limits and engine as root's.
-if write_if_differs "$home/.config/containers/containers.conf" 644 "$uid:$gid" "$CONTAINERS_CONF"; then
-    changed "wrote $home/.config/containers/containers.conf"
-fi
-# Native rootless overlay works on this kernel (6.x); without this file podman falls
-# back to vfs. If native overlay ever fails, the verify step below switches this file
-# to fuse-overlayfs, and a later run keeps that choice.
-STORAGE_NATIVE='# Written by h5i scripts/setup-host.sh: native rootless overlay.
-[storage]
-driver = "overlay"'
+# `h5i host setup --user` wrote the user's storage.conf (native rootless overlay) unless one was
+# there. If native overlay ever fails here, the verify step below switches it to
+# fuse-overlayfs, and a later run keeps that choice (h5i leaves an existing file alone).
+STORAGE_NATIVE=native
 STORAGE_FUSE='# Written by h5i scripts/setup-host.sh: native rootless overlay failed here.
 [storage]
 driver = "overlay"
@@ -267,36 +137,6 @@ storage_conf="$home/.config/containers/storage.conf"
 want_storage="$STORAGE_NATIVE"
 if [ -f "$storage_conf" ] && [ "$(cat "$storage_conf")" = "$STORAGE_FUSE" ]; then
     want_storage="$STORAGE_FUSE"
-fi
-if write_if_differs "$storage_conf" 644 "$uid:$gid" "$want_storage"; then
-    changed "wrote $storage_conf"
-fi
-
-# ---------------------------------------------------------------- supervised network hooks
-# Podman injects the supervised tier's hooks from hooks.d entries matching the annotation
-# h5i.net=supervised (hooks/oci/*.json, which run /usr/local/libexec/h5i/h5i-hook). Measured on
-# Podman 4.3.1 here: rootful and rootless both read only /usr/share/containers/oci/hooks.d by
-# default (an entry in /etc/containers/oci/hooks.d was ignored). The binary is installed from
-# this tree's release build when there is one; `make test` builds after setup, and the tests
-# pass their own --hooks-dir pointing at the fresh build, so they never depend on this copy.
-REPO_DIR="$(cd "$SCRIPTS_DIR/.." && pwd)"
-HOOKS_D=/usr/share/containers/oci/hooks.d
-HOOK_BIN=/usr/local/libexec/h5i/h5i-hook
-for entry in "$REPO_DIR"/hooks/oci/*.json; do
-    if write_if_differs "$HOOKS_D/$(basename "$entry")" 644 root:root "$(cat "$entry")"; then
-        changed "installed $HOOKS_D/$(basename "$entry")"
-    fi
-done
-built_hook="$REPO_DIR/target/release/h5i-hook"
-if [ -x "$built_hook" ]; then
-    if ! cmp -s "$built_hook" "$HOOK_BIN"; then
-        install -D -m 755 -o root -g root "$built_hook" "$HOOK_BIN.h5i-tmp" &&
-            mv -f "$HOOK_BIN.h5i-tmp" "$HOOK_BIN" ||
-            die "cannot install $HOOK_BIN"
-        changed "installed $HOOK_BIN from $built_hook"
-    fi
-elif [ ! -x "$HOOK_BIN" ]; then
-    echo "setup: note: $HOOK_BIN is not installed yet (no release build); run 'make build' then 'make setup'"
 fi
 
 # ---------------------------------------------------------------- test images

@@ -14,7 +14,8 @@
 //! credential is passed into the box under the grant's `token_var` (documented behaviour; the
 //! base-URL variable stays unset).
 //!
-//! Test seams, read from h5i's own environment and never set by h5i itself:
+//! Test seams, compiled only with the `test-seams` cargo feature (the test build; a release
+//! build without it never reads them), read from h5i's own environment, never set by h5i:
 //! - `H5I_TEST_HOSTS=name=ip:port[,name=ip:port...]` replaces the system resolver with exactly
 //!   this map and allows loopback upstreams;
 //! - `H5I_TEST_CA_FILE=/abs/path/ca.der` adds one DER CA certificate to the upstream roots.
@@ -85,10 +86,23 @@ fn seam_error(what: String) -> BoxError {
     }
 }
 
+/// A test seam's value: read only in a build with the `test-seams` feature.
+fn seam_var(name: &str) -> Option<std::ffi::OsString> {
+    #[cfg(feature = "test-seams")]
+    {
+        std::env::var_os(name)
+    }
+    #[cfg(not(feature = "test-seams"))]
+    {
+        let _ = name;
+        None
+    }
+}
+
 /// The test seams, when set: the resolver map and the extra root. `None` when neither is set.
 fn test_seams() -> Result<Option<(MapResolver, Vec<u8>)>, BoxError> {
-    let hosts = std::env::var_os(TEST_HOSTS_VAR);
-    let ca = std::env::var_os(TEST_CA_VAR);
+    let hosts = seam_var(TEST_HOSTS_VAR);
+    let ca = seam_var(TEST_CA_VAR);
     let (hosts, ca) = match (hosts, ca) {
         (None, None) => return Ok(None),
         (Some(h), Some(c)) => (h, c),
@@ -142,7 +156,7 @@ pub(crate) fn parse_test_hosts(
 pub(crate) fn test_hosts_resolver(
     egress: &[h5i_policy::values::HostPort],
 ) -> Result<Option<MapResolver>, BoxError> {
-    let Some(v) = std::env::var_os(TEST_HOSTS_VAR) else {
+    let Some(v) = seam_var(TEST_HOSTS_VAR) else {
         return Ok(None);
     };
     let entries = parse_test_hosts(v)?;
@@ -236,7 +250,7 @@ impl Prepared {
             Some(h) => h,
             None if needs_hook => return Err(BoxError::BadRequest {
                 what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
-                mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+                mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
             }),
             None => PathBuf::new(),
         };

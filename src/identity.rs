@@ -9,8 +9,9 @@
 //! nobody.
 //!
 //! Owns: reading the range ([`BoxIdentity::lookup`]), the mapping a run uses
-//! ([`Mapping::for_caller`]), making the user and range ([`ensure`], which `make setup`'s script mirrors until `h5i host setup` calls it), and
-//! handing a tree to the range without following anything planted in it ([`own_tree`]).
+//! ([`Mapping::for_caller`]), making the user ([`ensure_user`]; `h5i host setup` calls it, then
+//! gives the user its ranges through `host::subids`), and handing a tree to the range without
+//! following anything planted in it ([`own_tree`]).
 //!
 //! Must never: map a root caller's box to uid 0, guess a range that `/etc/subuid` does not
 //! hand to [`BOX_USER`], or follow a symlink while changing an owner.
@@ -26,16 +27,13 @@ use std::path::{Path, PathBuf};
 /// The system user whose subordinate range a root caller's boxes run as.
 pub const BOX_USER: &str = "h5i-box";
 
-/// How many ids [`ensure`] hands the range.
-pub const RANGE_SIZE: u32 = 65536;
-
 /// Where the subordinate ranges are read from.
 pub const SUBUID: &str = "/etc/subuid";
 /// See [`SUBUID`].
 pub const SUBGID: &str = "/etc/subgid";
 
 /// The mend every missing-identity refusal names.
-const SETUP_MEND: &str = "as root, run `make setup` in h5i's source tree, or `useradd --system --no-create-home --shell /usr/sbin/nologin h5i-box` and give it a 65536-id range no other user has in /etc/subuid and /etc/subgid (`h5i-box:START:65536`)";
+const SETUP_MEND: &str = "sudo h5i host setup";
 
 /// Why the box identity is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -257,35 +255,13 @@ pub fn range_in(text: &str, name: &str) -> Result<(u32, u32), String> {
 }
 
 fn user_exists(name: &str) -> Result<bool, IdentityError> {
-    let c = CString::new(name).map_err(|_| IdentityError::NoUser)?;
-    let mut pwd: libc::passwd = unsafe_zeroed_passwd();
-    let mut buf = vec![0u8; 4096];
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: every pointer is valid for the call: `c` is NUL-terminated, `pwd` and `out` are
-    // live locals, `buf` is writable for its length.
-    let rc = unsafe {
-        libc::getpwnam_r(
-            c.as_ptr(),
-            &mut pwd,
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            &mut out,
-        )
-    };
-    if rc != 0 {
-        return Err(IdentityError::Io {
+    crate::host::users::passwd_entry(name)
+        .map(|u| u.is_some())
+        .map_err(|source| IdentityError::Io {
             what: "look up the user in",
             path: "/etc/passwd".into(),
-            source: io::Error::from_raw_os_error(rc),
-        });
-    }
-    Ok(!out.is_null())
-}
-
-fn unsafe_zeroed_passwd() -> libc::passwd {
-    // SAFETY: passwd is a plain C struct of pointers and integers; all-zero is a valid value
-    // (null pointers), and getpwnam_r fills it before anything reads it.
-    unsafe { std::mem::zeroed() }
+            source,
+        })
 }
 
 /// Where a root caller's box hands a listener back to h5i (a createContainer hook that runs as
@@ -323,93 +299,36 @@ pub fn handoff_dir(uid: u32, gid: u32) -> Result<PathBuf, IdentityError> {
     Ok(dir)
 }
 
-/// What [`ensure`] changed, one line each (empty when nothing).
-pub type Changes = Vec<String>;
-
-/// Make [`BOX_USER`] (a system user with no login and no home) and give it a
-/// [`RANGE_SIZE`]-id range in `/etc/subuid` and `/etc/subgid` that overlaps no existing range.
-/// Idempotent: an existing user or range is left as it is. Needs root.
-pub fn ensure() -> Result<Changes, IdentityError> {
-    let mut changes = Vec::new();
-    if !user_exists(BOX_USER)? {
-        let out = std::process::Command::new("useradd")
-            .args([
-                "--system",
-                "--no-create-home",
-                "--home-dir",
-                "/nonexistent",
-                "--shell",
-                "/usr/sbin/nologin",
-                "-K",
-                "SUB_UID_COUNT=0",
-                "-K",
-                "SUB_GID_COUNT=0",
-                BOX_USER,
-            ])
-            .output()
-            .map_err(|e| IdentityError::UserAdd {
-                detail: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(IdentityError::UserAdd {
-                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        changes.push(format!("created system user {BOX_USER}"));
+/// Make [`BOX_USER`] (a system user with no login and no home) when it is missing; true when it
+/// was made. Its ranges are `h5i host setup`'s (`host::subids`). Needs root.
+pub fn ensure_user() -> Result<bool, IdentityError> {
+    if user_exists(BOX_USER)? {
+        return Ok(false);
     }
-    for file in [SUBUID, SUBGID] {
-        let text = match std::fs::read_to_string(file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => String::new(),
-            Err(source) => {
-                return Err(IdentityError::Io {
-                    what: "read",
-                    path: file.into(),
-                    source,
-                })
-            }
-        };
-        if range_in(&text, BOX_USER).is_ok() {
-            continue;
-        }
-        let start = free_start(&text);
-        let line = format!("{BOX_USER}:{start}:{RANGE_SIZE}\n");
-        let mut f = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(file)
-            .map_err(|source| IdentityError::Io {
-                what: "open",
-                path: file.into(),
-                source,
-            })?;
-        let mut bytes = Vec::new();
-        if !text.is_empty() && !text.ends_with('\n') {
-            bytes.push(b'\n');
-        }
-        bytes.extend_from_slice(line.as_bytes());
-        io::Write::write_all(&mut f, &bytes).map_err(|source| IdentityError::Io {
-            what: "append to",
-            path: file.into(),
-            source,
+    let out = std::process::Command::new("useradd")
+        .args([
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            "-K",
+            "SUB_UID_COUNT=0",
+            "-K",
+            "SUB_GID_COUNT=0",
+            BOX_USER,
+        ])
+        .output()
+        .map_err(|e| IdentityError::UserAdd {
+            detail: e.to_string(),
         })?;
-        changes.push(format!("added {} to {file}", line.trim_end()));
+    if !out.status.success() {
+        return Err(IdentityError::UserAdd {
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
-    Ok(changes)
-}
-
-/// The first id at or above 100000 that no range in `text` reaches (what `scripts/setup-host.sh`
-/// picks too).
-pub fn free_start(text: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.trim().split(':').collect();
-            match f.as_slice() {
-                [_, s, c] => Some(s.parse::<u64>().ok()? + c.parse::<u64>().ok()?),
-                _ => None,
-            }
-        })
-        .fold(100_000, u64::max)
+    Ok(true)
 }
 
 fn cstr(name: &OsStr) -> io::Result<CString> {
@@ -506,13 +425,6 @@ mod tests {
         ] {
             assert!(range_in(bad, BOX_USER).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn a_new_range_starts_above_every_existing_one() {
-        assert_eq!(free_start(""), 100_000);
-        assert_eq!(free_start("a:200000:65536\nb:100000:10\n"), 265_536);
-        assert_eq!(free_start("junk\na:1:2\n"), 100_000);
     }
 
     #[test]

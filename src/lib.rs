@@ -26,6 +26,7 @@ pub mod events;
 pub mod export;
 pub mod freeze;
 pub mod git;
+pub mod host;
 pub mod identity;
 pub mod lifecycle;
 pub mod probe;

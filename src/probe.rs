@@ -44,7 +44,7 @@ pub fn kernel_facts() -> KernelFacts {
         seccomp: seccomp(),
         userns: userns(),
         runc: crate::process::runc_binary()
-            .ok_or_else(|| "h5i-runc is not beside h5i or on PATH (make build)".to_string()),
+            .ok_or_else(|| "h5i-runc is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)".to_string()),
         cgroups: cgroups(),
         supervised_net: supervised_net(),
     }
@@ -69,7 +69,7 @@ fn runs(program: &str) -> Result<(), String> {
 
 fn supervised_net() -> Result<(), String> {
     crate::process::hook_binary()
-        .ok_or_else(|| "h5i-hook is not beside h5i or on PATH (make build)".to_string())?;
+        .ok_or_else(|| "h5i-hook is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)".to_string())?;
     runs("slirp4netns")?;
     runs("nft")?;
     // The uplink opens the tun device as this caller, inside the box's user namespace.

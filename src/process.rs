@@ -174,7 +174,7 @@ pub fn plan(
         let hook = hook_binary().ok_or_else(|| BoxError::BadRequest {
             what: "h5i-hook (which brings up the box's own loopback) is not beside h5i or on PATH"
                 .into(),
-            mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+            mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
         })?;
         create_container_hooks.push(vec![
             hook.display().to_string(),
@@ -279,7 +279,7 @@ pub fn run_plan(
     let binary = runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
-        mend: "build it (`make build`) or put h5i-runc on PATH".into(),
+        mend: "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)".into(),
     })?;
     for s in secrets {
         if s.inject != h5i_policy::SecretInject::Env {

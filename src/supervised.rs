@@ -156,7 +156,7 @@ pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<Supervise
     let hook = crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-hook (which wires the supervised tier's network) is not beside h5i or on PATH"
             .into(),
-        mend: "build it (`make build`) or put h5i-hook on PATH".into(),
+        mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
     })?;
     // Short: unix socket paths hold at most 107 bytes.
     let dir = crate::process::runtime_dir()?.join(format!(

@@ -2,6 +2,7 @@
 //! per command group; each parses, calls the library, and prints.
 
 mod box_cmd;
+mod host_cmd;
 mod source_arg;
 
 use clap::{Parser, Subcommand};
@@ -20,12 +21,15 @@ pub struct Cli {
 enum Command {
     /// Create, run, inspect and export boxes.
     #[command(alias = "dev", alias = "env")]
-    Box(box_cmd::BoxArgs),
+    Box(Box<box_cmd::BoxArgs>),
+    /// Prepare this host (as root) and its users for h5i.
+    Host(host_cmd::HostArgs),
 }
 
 /// Run the parsed command; the value is the process exit code.
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Box(args) => box_cmd::dispatch(args),
+        Command::Box(args) => box_cmd::dispatch(*args),
+        Command::Host(args) => host_cmd::dispatch(args),
     }
 }

@@ -294,13 +294,13 @@ pub fn run(
     let runc = crate::process::runc_binary().ok_or_else(|| {
         refuse(
             "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH",
-            "build it (`make build`) or put h5i-runc on PATH",
+            "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)",
         )
     })?;
     let hook = crate::process::hook_binary().ok_or_else(|| {
         refuse(
             "h5i-hook (which brings up the box's loopback and hands in the proxy listeners) is not beside h5i or on PATH",
-            "build it (`make build`) or put h5i-hook on PATH",
+            "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)",
         )
     })?;
     for s in inputs.secrets {

@@ -200,9 +200,11 @@ pub fn container_tier(cgroups: &Result<(), String>) -> Result<(Engine, PodmanFac
         ));
     }
     crate::process::runc_binary().ok_or(
-        "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH (make build)",
+        "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)",
     )?;
-    crate::process::hook_binary().ok_or("h5i-hook is not beside h5i or on PATH (make build)")?;
+    crate::process::hook_binary().ok_or(
+        "h5i-hook is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)",
+    )?;
     if let Err(e) = cgroups {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {

@@ -17,9 +17,21 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// The hook binary under test.
+/// The hook binary under test: `h5i-hook`, a binary of the root package (so `cargo install
+/// --path .` installs it), found in the profile directory above this test's `deps/`.
 pub fn hook_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_h5i-hook"))
+    let exe = std::env::current_exe().unwrap();
+    let p = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap()
+        .join("h5i-hook");
+    assert!(
+        p.is_file(),
+        "{} is missing: build every binary first (cargo build --release --workspace --bins)",
+        p.display()
+    );
+    p
 }
 
 /// h5i-runc, built beside it (`cargo build --release --workspace --bins` first).
@@ -33,7 +45,6 @@ pub fn runc_bin() -> PathBuf {
     p
 }
 
-/// True when the test can run; prints a loud skip line otherwise.
 /// The unprivileged test user's uid; `make setup` (scripts/setup-host.sh) makes the user.
 pub fn test_user_uid() -> u32 {
     let out = Command::new("id")
@@ -46,6 +57,7 @@ pub fn test_user_uid() -> u32 {
         .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)")
 }
 
+/// True when the test can run; prints a loud skip line otherwise.
 pub fn require_root(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

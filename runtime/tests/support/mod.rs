@@ -11,9 +11,25 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-/// The binary under test.
+/// The binary under test: `h5i-runc`, a binary of the root package (so `cargo install --path .`
+/// installs it), found in the profile directory above this test's `deps/`. Build every binary
+/// first: `cargo build --release --workspace --bins` (`make test` does).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_h5i-runc")
+    static BIN: OnceLock<String> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let p = exe
+            .parent()
+            .and_then(Path::parent)
+            .unwrap()
+            .join("h5i-runc");
+        assert!(
+            p.is_file(),
+            "{} is missing: build every binary first (cargo build --release --workspace --bins)",
+            p.display()
+        );
+        p.to_string_lossy().into_owned()
+    })
 }
 
 /// True when the test can run; prints a loud skip line otherwise.

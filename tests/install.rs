@@ -1,0 +1,102 @@
+//! One install, one setup (issue 14), tested on the installed artifact: `cargo install --path .
+//! --root TMP` installs `h5i`, `h5i-runc` and `h5i-hook`; `TMP/bin/h5i host setup` (as root,
+//! twice: the second run changes nothing) leaves `box probe` with the process and supervised
+//! tiers available; and that installed binary, built without the `test-seams` feature, ignores
+//! `H5I_TEST_HOSTS`, which the test build honours.
+//!
+//! The install builds in `target/install/build`, the directory `make install` (so `make setup`)
+//! builds in: after `make setup` it has nothing to compile, and on a developer's rerun only what
+//! changed. Never in `target/release`: cargo would replace the test build's `h5i*` binaries there
+//! (with the seams) while other test binaries run them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{require_root, stderr, stdout, Repo, H5I};
+
+const BINS: [&str; 3] = ["h5i", "h5i-runc", "h5i-hook"];
+
+/// `cargo install` into `root`, building in the workspace's `target/install/build`.
+fn cargo_install(root: &Path) {
+    // CARGO_BIN_EXE_h5i is <target>/release/h5i.
+    let target = Path::new(H5I).parent().and_then(Path::parent).unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["install", "--offline", "--locked", "--path"])
+        .arg(env!("CARGO_MANIFEST_DIR"))
+        .arg("--root")
+        .arg(root)
+        .arg("--target-dir")
+        .arg(target.join("install/build"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cargo install: {}", stderr(&out));
+}
+
+#[test]
+fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary_has_no_test_seams()
+{
+    if !require_root(
+        "cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary_has_no_test_seams",
+        "host setup changes system files",
+    ) {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    cargo_install(root.path());
+    let bin = root.path().join("bin");
+    for b in BINS {
+        assert!(bin.join(b).is_file(), "cargo install left out {b}");
+    }
+    let h5i = bin.join("h5i");
+    let setup = Command::new(&h5i).args(["host", "setup"]).output().unwrap();
+    assert_eq!(setup.status.code(), Some(0), "{}", stderr(&setup));
+    let again = Command::new(&h5i).args(["host", "setup"]).output().unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert_eq!(stdout(&again), "setup: nothing to change\n");
+
+    let r = Repo::new();
+    let probe = Command::new(&h5i)
+        .args(["box", "probe"])
+        .current_dir(r.path())
+        .output()
+        .unwrap();
+    let text = stdout(&probe);
+    for tier in ["process", "supervised"] {
+        assert!(
+            text.contains(&format!("tier {tier}= available")),
+            "{tier} not available after host setup:\n{text}"
+        );
+    }
+    assert!(
+        text.contains(&format!("h5i-runc= {}", bin.join("h5i-runc").display())),
+        "{text}"
+    );
+
+    // The seam: a malformed H5I_TEST_HOSTS is refused by the test build (it reads it) and
+    // ignored by the installed one (it cannot). The seam is read only when there is egress to
+    // pin; an address literal (a test-host address, never contacted by `true`) needs no
+    // resolver either way.
+    r.write_policy(
+        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"198.18.0.1:8080\"]\n",
+    );
+    r.ok(&["box", "create", "s", "--profile", "sup"]);
+    let seam = [("H5I_TEST_HOSTS", "not-a-host-map")];
+    let tested = r.h5i_env(&["box", "run", "s", "--", "true"], &seam);
+    assert_eq!(tested.status.code(), Some(125), "{}", stderr(&tested));
+    assert!(
+        stderr(&tested).contains("H5I_TEST_HOSTS"),
+        "{}",
+        stderr(&tested)
+    );
+    let installed = Command::new(&h5i)
+        .args(["box", "run", "s", "--", "true"])
+        .env("H5I_TEST_HOSTS", "not-a-host-map")
+        .current_dir(r.path())
+        .output()
+        .unwrap();
+    assert_eq!(installed.status.code(), Some(0), "{}", stderr(&installed));
+}
