@@ -134,9 +134,10 @@ pub fn create(
     }))
 }
 
-/// The box's HOME for a run: the directory to grant read-write and the `HOME=` entry of the
-/// box's environment. A box made before per-box HOMEs existed gets an empty one now (never a
-/// seed: seeding happens at create only).
+/// The box's HOME for a run: the host directory to grant read-write (at
+/// [`h5i_policy::inbox::HOME`] in the box) and the `HOME=` entry of the box's environment,
+/// which names the in-box path. A box made before per-box HOMEs existed gets an empty one now
+/// (never a seed: seeding happens at create only).
 pub fn for_run(sb: &StoredBox) -> Result<(PathBuf, String), BoxError> {
     let home = sb.paths.home();
     match std::fs::symlink_metadata(&home) {
@@ -150,6 +151,6 @@ pub fn for_run(sb: &StoredBox) -> Result<(PathBuf, String), BoxError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => make_private_dir(&home)?,
         Err(e) => return Err(BoxError::io(&home, e)),
     }
-    let env = format!("HOME={}", home.display());
+    let env = format!("HOME={}", h5i_policy::inbox::HOME);
     Ok((home, env))
 }

@@ -1,17 +1,25 @@
 //! The process tier from the box's side: turn a box and its verified policy into a
 //! [`BundlePlan`] and run it through `h5i-runc`.
 //!
-//! Owns the mapping of policy words to host paths: `$WORK` is the box's workspace, `$HOME` is the
-//! box's own HOME `<box>/home` (seeded at create, never the user's), the object store the
-//! workspace borrows from is granted read-only and nothing else of the parent's `.git` is. Must
-//! never: grant the parent repository's refs, config or hooks, or the user's home directory.
+//! Owns the mapping of policy words to host paths and box paths (`h5i_policy::inbox`): `$WORK`
+//! is the box's workspace, seen at `/work`, where every run starts; `$HOME` is the box's own
+//! HOME `<box>/home` (seeded at create, never the user's), seen at `/.h5i/home`; the object
+//! store the workspace borrows from is granted read-only at `/.h5i/objects`, and the box's git
+//! reads an `alternates` file naming that path (a read-only file bind over the workspace's own,
+//! which keeps the host path for h5i's host-side git); the spool is `/.h5i/spool`. So the box
+//! never sees the host path of its workspace or of the parent repository in `pwd`, its
+//! environment or its `.git` (mount sources in `/proc/self/mountinfo` aside).
+//!
+//! Must never: grant the parent repository's refs, config or hooks, or the user's home
+//! directory; mount an absolute policy grant over (or around) the in-box workspace or h5i's own
+//! places.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use h5i_policy::{NetMode, ResolvedPolicy};
-use h5i_runtime::bundle::BundlePlan;
+use h5i_policy::{inbox, NetMode, ResolvedPolicy};
+use h5i_runtime::bundle::{Bind, BundlePlan};
 use h5i_runtime::process_tier::{ProcessRunReport, RuncInvocation};
 
 use crate::error::BoxError;
@@ -106,15 +114,69 @@ fn runc_root() -> Option<PathBuf> {
     }
 }
 
-fn expand(p: &str, workspace: &Path) -> Option<PathBuf> {
-    if let Some(rest) = p.strip_prefix("$WORK") {
-        return Some(workspace.join(rest.trim_start_matches('/')));
+/// The bind a policy grant `p` becomes (`writable` or not): `$WORK/..` beneath the workspace
+/// at `/work/..`, an absolute path at itself. `$HOME/..` is none: the box's own HOME is granted
+/// whole.
+fn expand(p: &str, workspace: &Path, writable: bool) -> Result<Option<Bind>, BoxError> {
+    let place = |source: PathBuf, dest: PathBuf| Bind {
+        source,
+        dest,
+        writable,
+    };
+    if let Some(dest) = inbox::work_path(p) {
+        let rest = p.trim_start_matches(h5i_policy::values::WORK);
+        let source = workspace.join(rest.trim_start_matches('/'));
+        return Ok(Some(place(source, PathBuf::from(dest))));
     }
-    if p.starts_with("$HOME") {
-        // Covered by the box's own HOME (`box_home`), granted whole.
-        return None;
+    if p.starts_with(h5i_policy::values::HOME) {
+        return Ok(None);
     }
-    Some(PathBuf::from(p))
+    if let Some(reserved) = inbox::reserved_overlap(p) {
+        return Err(BoxError::BadRequest {
+            what: format!(
+                "the policy grants `{p}`, which would cover or sit inside {reserved}, where the box sees its workspace and h5i's own mounts"
+            ),
+            mend: "grant paths inside the workspace as $WORK/<path>, and other host paths outside /work and /.h5i".into(),
+        });
+    }
+    Ok(Some(place(PathBuf::from(p), PathBuf::from(p))))
+}
+
+/// The host file the box's git reads as `.git/objects/info/alternates`: it names the object
+/// store where the box sees it. Rewritten only when its text differs (each run plans it).
+fn box_alternates(sb: &StoredBox) -> Result<PathBuf, BoxError> {
+    let path = sb.paths.box_alternates();
+    let want = format!("{}\n", inbox::OBJECTS);
+    if std::fs::read_to_string(&path).ok().as_deref() == Some(want.as_str()) {
+        return Ok(path);
+    }
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    std::fs::write(&tmp, &want).map_err(|e| BoxError::io(&tmp, e))?;
+    std::fs::rename(&tmp, &path).map_err(|e| BoxError::io(&path, e))?;
+    Ok(path)
+}
+
+/// Where the workspace's git keeps its `alternates`, relative to the workspace.
+const ALTERNATES: [&str; 4] = [".git", "objects", "info", "alternates"];
+
+/// Whether the workspace's own `.git/objects/info/alternates` is a plain file beneath plain
+/// directories, so the in-box one can be bound over it. A box that removed or replaced it
+/// gets no bind (its git then finds no borrowed objects, which `box doctor` reports) rather
+/// than a mount point made in its tree. A box that swaps it between this check and the mount
+/// only moves a read-only file bind within its own view: the runtime resolves the
+/// destination inside the box's root.
+fn alternates_is_plain(ws: &Path) -> bool {
+    let mut at = ws.to_path_buf();
+    ALTERNATES.iter().enumerate().all(|(i, part)| {
+        at.push(part);
+        std::fs::symlink_metadata(&at).is_ok_and(|m| {
+            if i + 1 == ALTERNATES.len() {
+                m.is_file()
+            } else {
+                m.is_dir()
+            }
+        })
+    })
 }
 
 /// Build the plan for one run of `argv` in `sb`.
@@ -124,13 +186,11 @@ pub fn plan(
     argv: &[OsString],
 ) -> Result<BundlePlan, BoxError> {
     let ws = sb.paths.workspace();
-    let mut read: Vec<PathBuf> = policy
-        .fs
-        .read
-        .iter()
-        .filter_map(|p| expand(p, &ws))
-        .collect();
-    read.push(sb.manifest.store.join("objects"));
+    let mut binds = Vec::new();
+    for p in &policy.fs.read {
+        binds.extend(expand(p, &ws, false)?);
+    }
+    binds.push(Bind::ro(sb.manifest.store.join("objects"), inbox::OBJECTS));
     let (home, home_env) = crate::box_home::for_run(sb)?;
     let ids = crate::identity::Mapping::for_caller()?;
     if ids.hold(&sb.paths.dir, &[ws.clone(), home.clone(), sb.paths.spool()])? {
@@ -147,16 +207,24 @@ pub fn plan(
             ),
         )?;
     }
-    let mut write = vec![ws.clone(), home];
-    write.extend(policy.fs.write.iter().filter_map(|p| expand(p, &ws)));
-    write.dedup();
+    binds.push(Bind::rw(&ws, inbox::WORK));
+    binds.push(Bind::rw(home, inbox::HOME));
+    binds.push(Bind::rw(sb.paths.spool(), inbox::SPOOL));
+    for p in &policy.fs.write {
+        binds.extend(expand(p, &ws, true)?);
+    }
+    let mut file_binds = Vec::new();
+    if alternates_is_plain(&ws) {
+        let inside: PathBuf = std::iter::once(inbox::WORK).chain(ALTERNATES).collect();
+        file_binds.push((box_alternates(sb)?, inside));
+    }
     let mut env = vec![
         format!("PATH={}", crate::agent::BOX_PATH_DIRS.join(":")),
         home_env,
         "TMPDIR=/tmp".to_string(),
         format!("H5I_ENV_ID={}", sb.manifest.name),
         format!("H5I_ENV_POLICY_DIGEST={}", sb.manifest.policy_digest),
-        format!("H5I_ENV_CAPTURE_SPOOL={}", sb.paths.spool().display()),
+        format!("H5I_ENV_CAPTURE_SPOOL={}", inbox::SPOOL),
     ];
     for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
         if let Ok(v) = std::env::var(k) {
@@ -194,10 +262,8 @@ pub fn plan(
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
         env,
-        cwd: ws,
-        read,
-        write,
-        spool: sb.paths.spool(),
+        cwd: PathBuf::from(inbox::WORK),
+        binds,
         host_network,
         unix_sockets: policy.net.unix,
         uid: ids.uid,
@@ -210,7 +276,7 @@ pub fn plan(
         create_runtime_hooks: Vec::new(),
         poststop_hooks: Vec::new(),
         extra_annotations: family_grants(policy),
-        file_binds: Vec::new(),
+        file_binds,
         terminal: false,
         netns_path: None,
         userns_path: None,

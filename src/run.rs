@@ -166,7 +166,10 @@ pub(crate) enum Usage {
     Cgroup(Option<h5i_policy::receipt::CgroupUsage>),
 }
 
-/// The command for a workspace-tier run: in the workspace, with the box's variables.
+/// The command for a workspace-tier run: in the workspace, with the box's variables. The
+/// workspace tier has no mount namespace, so it cannot place the workspace at `/work`: its
+/// runs see host paths (the workspace's, under the parent's `.git/.h5i`, and the spool's);
+/// only the process, supervised and container tiers hide them (`h5i_policy::inbox`).
 pub(crate) fn workspace_command(sb: &StoredBox, program: &OsString, args: &[OsString]) -> Command {
     let mut cmd = Command::new(program);
     cmd.args(args)

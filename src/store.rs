@@ -170,6 +170,12 @@ impl BoxPaths {
     pub fn home(&self) -> PathBuf {
         self.dir.join("home")
     }
+    /// `alternates.box`: the `.git/objects/info/alternates` the box's git reads at the process
+    /// and supervised tiers, naming the object store where the box sees it.
+    pub fn box_alternates(&self) -> PathBuf {
+        self.dir.join("alternates.box")
+    }
+
     /// `scratch/`.
     pub fn scratch(&self) -> PathBuf {
         self.dir.join("scratch")

@@ -262,8 +262,9 @@ fn a_process_tier_box_runs_with_its_own_home_that_persists_and_never_reaches_the
     let home = r.box_dir("p").join("home");
 
     let first = look_and_write(&r, "p", host.path(), &[]);
-    // HOME is the box's own directory; a box scoped to no runtime gets no agent state.
-    assert_eq!(first["home"], home.display().to_string(), "{first}");
+    // HOME is the box's own directory, seen at its in-box place (never a host path); a box
+    // scoped to no runtime gets no agent state.
+    assert_eq!(first["home"], h5i_policy::inbox::HOME, "{first}");
     assert_eq!(first["files"], serde_json::json!([]), "{first}");
     // The user's HOME is not in the box at all.
     assert_eq!(first["host"], "No such file or directory", "{first}");

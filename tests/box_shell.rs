@@ -280,6 +280,17 @@ fn a_session_runs_commands_and_passes_the_exit_status_through() {
 }
 
 #[test]
+fn a_process_tier_session_starts_in_work_and_names_no_host_path() {
+    let r = boxes();
+    let script = "echo \"cwd=$(pwd) home=$HOME\"; tr '\\0' '\\n' < /proc/self/environ";
+    let mut s = Session::start(&r, &shell_args("p", &["sh", "-c", script]));
+    s.expect("cwd=/work home=/.h5i/home");
+    assert_eq!(s.finish(), 0, "{}", s.transcript());
+    let repo = r.path().display().to_string();
+    assert!(!s.transcript().contains(&repo), "{}", s.transcript());
+}
+
+#[test]
 fn a_command_that_closes_its_terminal_before_exiting_keeps_its_exit_status() {
     // Closing every descriptor of the box's pty makes h5i's reads of the master fail with EIO
     // while the command still runs; h5i must not hang the pty up (SIGHUP: exit 129) then.

@@ -239,19 +239,17 @@ fn hostile_spool_input_is_quarantined_never_host_observed() {
     let r = Repo::new();
     r.ok(&["box", "create", "sp", "--isolation", "process"]);
     let spool = r.box_dir("sp").join("spool");
-    let script = format!(
-        r#"set -e
-        s={spool}
-        printf '{{"kind":"command","argv":["make"]}}' > $s/01-good.json
-        printf '{{"kind":"run","lane":"host-env-run","exit":{{"code":0}}}}' > $s/02-forged.json
-        printf '{{not json' > $s/03-broken.json
-        printf '{{"kind":"note","text":"\033]52;c;aGk=\007"}}' > $s/04-escape.json
+    // The box writes its spool where it sees it (`/.h5i/spool`), never by the host path.
+    let script = r#"set -e
+        s="$H5I_ENV_CAPTURE_SPOOL"
+        printf '{"kind":"command","argv":["make"]}' > $s/01-good.json
+        printf '{"kind":"run","lane":"host-env-run","exit":{"code":0}}' > $s/02-forged.json
+        printf '{not json' > $s/03-broken.json
+        printf '{"kind":"note","text":"\033]52;c;aGk=\007"}' > $s/04-escape.json
         head -c 200000 /dev/zero > $s/05-huge.json
         ln -s /etc/passwd $s/06-link.json
-        "#,
-        spool = spool.display()
-    );
-    let out = r.h5i(&["box", "run", "sp", "--", "sh", "-c", &script]);
+        "#;
+    let out = r.h5i(&["box", "run", "sp", "--", "sh", "-c", script]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let recs = r.receipts("sp");
     assert_eq!(recs[0]["lane"], "host-env-run");

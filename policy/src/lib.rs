@@ -26,6 +26,7 @@ pub mod builtin;
 pub mod envfile;
 pub mod error;
 pub mod families;
+pub mod inbox;
 mod profile;
 pub mod receipt;
 pub mod resolve;

@@ -4,16 +4,16 @@
 //!
 //! Owns the shape of the box as the kernel will see it:
 //! - the root is an empty, read-only directory; every path the box sees is a mount listed here;
-//! - `fs.read` paths are read-only binds at the same path (missing ones are skipped, and listed);
-//! - the workspace (and any other `fs.write` path) is a read-write bind at the same path, so
-//!   paths in the box match the host's and the box's git finds its borrowed objects;
-//! - the object store the workspace borrows from is a read-only bind, and nothing else of the
-//!   parent's `.git` is mounted;
+//! - every directory grant is a [`Bind`] of a host path at a box path, read-only or read-write
+//!   (missing sources are skipped, and listed): absolute `fs.read`/`fs.write` paths at the same
+//!   path; h5i's own places at a box path of their own, never the host's: the workspace at
+//!   `/work`, the spool, the box's HOME and the object store the workspace borrows from under
+//!   `/.h5i` (`h5i_policy::inbox`), so nothing the box sees names where the parent repository
+//!   lives; nothing else of the parent's `.git` is mounted;
 //! - a private scratch `/tmp` (tmpfs) mounted before the binds, so a workspace that itself lives
 //!   under `/tmp` stays visible;
 //! - minimal `/dev`, its own `/proc` (pid namespace), no `/sys` at all (libcontainer would mount
 //!   cgroup controllers read-write on v1);
-//! - the spool as the only other write window;
 //! - a user namespace with one mapping line, box uid/gid 0 -> `uid`/`gid` for `id_count` ids:
 //!   an unprivileged caller's own ids (it can map only itself), or for a root caller the
 //!   unprivileged range h5i owns (never host root; see `h5i::identity`); libcontainer needs
@@ -48,12 +48,9 @@ pub struct BundlePlan {
     pub env: Vec<String>,
     /// Working directory inside the box.
     pub cwd: PathBuf,
-    /// Read-only grants (host path = box path).
-    pub read: Vec<PathBuf>,
-    /// Read-write grants (host path = box path), the workspace first.
-    pub write: Vec<PathBuf>,
-    /// The spool: read-write, the box's staging window for receipt records.
-    pub spool: PathBuf,
+    /// Every directory grant: the policy's paths, the workspace and its `$WORK/..` grants, the
+    /// spool, the box's HOME, the borrowed object store.
+    pub binds: Vec<Bind>,
     /// Whether the box gets the host's network namespace.
     pub host_network: bool,
     /// Whether `socket(AF_UNIX)` is allowed.
@@ -100,6 +97,37 @@ pub struct BundlePlan {
     pub socket_gate: Option<PathBuf>,
 }
 
+/// One directory bind: a host path, seen by the box at `dest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bind {
+    /// The host path.
+    pub source: PathBuf,
+    /// Where the box sees it.
+    pub dest: PathBuf,
+    /// Read-write (else read-only).
+    pub writable: bool,
+}
+
+impl Bind {
+    /// A read-write bind of `source` at `dest`.
+    pub fn rw(source: impl Into<PathBuf>, dest: impl Into<PathBuf>) -> Self {
+        Bind {
+            source: source.into(),
+            dest: dest.into(),
+            writable: true,
+        }
+    }
+
+    /// A read-only bind of `source` at `dest`.
+    pub fn ro(source: impl Into<PathBuf>, dest: impl Into<PathBuf>) -> Self {
+        Bind {
+            source: source.into(),
+            dest: dest.into(),
+            writable: false,
+        }
+    }
+}
+
 /// What a plan left out, for `status` and the receipt.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BundleNotes {
@@ -125,17 +153,15 @@ impl BundlePlan {
             json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                    "options": ["nosuid", "nodev", "mode=1777", format!("size={}", self.tmp_bytes)]}),
         ];
-        // Binds after /tmp, shallowest first, so a deeper grant is never hidden by a shallower one.
-        let mut binds: Vec<(&Path, bool)> = Vec::new();
-        for p in &self.read {
-            binds.push((p, false));
-        }
-        for p in &self.write {
-            binds.push((p, true));
-        }
-        binds.push((&self.spool, true));
-        binds.sort_by_key(|(p, rw)| (p.components().count(), p.to_path_buf(), *rw));
-        binds.dedup_by(|a, b| a.0 == b.0);
+        // Binds after /tmp, shallowest box path first, so a deeper grant is never hidden by a
+        // shallower one; one bind per box path (read-only wins over read-write).
+        let mut binds: Vec<(&Path, &Path, bool)> = self
+            .binds
+            .iter()
+            .map(|b| (b.source.as_path(), b.dest.as_path(), b.writable))
+            .collect();
+        binds.sort_by_key(|(_, dest, rw)| (dest.components().count(), dest.to_path_buf(), *rw));
+        binds.dedup_by(|a, b| a.1 == b.1);
         let mut landlock_read = vec!["/proc".to_string(), "/dev".to_string()];
         let mut landlock_write = vec![
             "/tmp".to_string(),
@@ -146,15 +172,18 @@ impl BundlePlan {
             "/dev/shm".to_string(),
             "/dev/tty".to_string(),
         ];
-        for (p, rw) in binds {
-            if !exists(p) {
-                notes.missing.push(p.to_path_buf());
+        for (source, dest, rw) in binds {
+            if !exists(source) {
+                notes.missing.push(source.to_path_buf());
                 continue;
             }
             let mut options = vec!["rbind", "nosuid", "nodev"];
             options.push(if rw { "rw" } else { "ro" });
-            mounts.push(json!({"destination": p, "type": "bind", "source": p, "options": options}));
-            let s = p.display().to_string();
+            mounts.push(
+                json!({"destination": dest, "type": "bind", "source": source, "options": options}),
+            );
+            // Landlock is applied inside the box, after pivot_root: it names box paths.
+            let s = dest.display().to_string();
             if rw {
                 landlock_write.push(s);
             } else {
@@ -283,15 +312,15 @@ mod tests {
             id: "b1".into(),
             argv: vec!["true".into()],
             env: vec!["PATH=/usr/bin:/bin".into()],
-            cwd: "/tmp/repo/.git/.h5i/env/none/b/workspace".into(),
-            read: vec![
-                "/usr".into(),
-                "/etc".into(),
-                "/nope".into(),
-                "/tmp/repo/.git/objects".into(),
+            cwd: "/work".into(),
+            binds: vec![
+                Bind::ro("/usr", "/usr"),
+                Bind::ro("/etc", "/etc"),
+                Bind::ro("/nope", "/nope"),
+                Bind::rw("/tmp/repo/.git/.h5i/env/none/b/workspace", "/work"),
+                Bind::ro("/tmp/repo/.git/objects", "/.h5i/objects"),
+                Bind::rw("/tmp/repo/.git/.h5i/env/none/b/spool", "/.h5i/spool"),
             ],
-            write: vec!["/tmp/repo/.git/.h5i/env/none/b/workspace".into()],
-            spool: "/tmp/repo/.git/.h5i/env/none/b/spool".into(),
             host_network: false,
             unix_sockets: false,
             uid: 1000,
@@ -326,22 +355,62 @@ mod tests {
             .collect()
     }
 
+    fn source_of(v: &Value, dest: &str) -> Option<String> {
+        v["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["destination"] == dest)
+            .map(|m| m["source"].as_str().unwrap().to_string())
+    }
+
     #[test]
     fn grants_become_binds_and_missing_paths_are_noted() {
         let (v, notes) = plan().to_config(|p| p != Path::new("/nope"));
         let m = mounts(&v);
         let find = |d: &str| m.iter().find(|(x, _)| x == d).map(|(_, o)| o.clone());
         assert!(find("/usr").unwrap().contains("\"ro\""));
-        assert!(find("/tmp/repo/.git/.h5i/env/none/b/workspace")
-            .unwrap()
-            .contains("\"rw\""));
-        assert!(find("/tmp/repo/.git/objects").unwrap().contains("\"ro\""));
-        assert!(find("/tmp/repo/.git/.h5i/env/none/b/spool")
-            .unwrap()
-            .contains("\"rw\""));
+        assert!(find("/work").unwrap().contains("\"rw\""));
+        assert!(find("/.h5i/objects").unwrap().contains("\"ro\""));
+        assert!(find("/.h5i/spool").unwrap().contains("\"rw\""));
         assert!(find("/nope").is_none());
         assert_eq!(notes.missing, vec![PathBuf::from("/nope")]);
         assert!(find("/sys").is_none() && find("/sys/fs/cgroup").is_none());
+    }
+
+    #[test]
+    fn binds_mount_the_host_path_at_the_box_path_and_no_bind_names_the_host_layout() {
+        let (v, _) = plan().to_config(|_| true);
+        assert_eq!(
+            source_of(&v, "/work").as_deref(),
+            Some("/tmp/repo/.git/.h5i/env/none/b/workspace")
+        );
+        assert_eq!(
+            source_of(&v, "/.h5i/objects").as_deref(),
+            Some("/tmp/repo/.git/objects")
+        );
+        for (dest, _) in mounts(&v) {
+            assert!(!dest.contains("/tmp/repo"), "{dest} names the host layout");
+        }
+        assert_eq!(v["process"]["cwd"], "/work");
+    }
+
+    #[test]
+    fn a_grant_beneath_another_is_mounted_after_it() {
+        let mut p = plan();
+        p.binds.insert(
+            0,
+            Bind::ro(
+                "/tmp/repo/.git/.h5i/env/none/b/workspace/vendor",
+                "/work/vendor",
+            ),
+        );
+        let (v, _) = p.to_config(|_| true);
+        let m = mounts(&v);
+        let work = m.iter().position(|(d, _)| d == "/work").unwrap();
+        let vendor = m.iter().position(|(d, _)| d == "/work/vendor").unwrap();
+        assert!(work < vendor);
+        assert!(m[vendor].1.contains("\"ro\""));
     }
 
     #[test]
@@ -349,10 +418,7 @@ mod tests {
         let (v, _) = plan().to_config(|_| true);
         let m = mounts(&v);
         let tmp = m.iter().position(|(d, _)| d == "/tmp").unwrap();
-        let ws = m
-            .iter()
-            .position(|(d, _)| d.ends_with("/workspace"))
-            .unwrap();
+        let ws = m.iter().position(|(d, _)| d == "/work").unwrap();
         assert!(tmp < ws);
     }
 
@@ -472,10 +538,12 @@ mod tests {
         let ll: Value =
             serde_json::from_str(v["annotations"]["h5i.landlock"].as_str().unwrap()).unwrap();
         assert!(ll["read"].as_array().unwrap().contains(&json!("/usr")));
-        assert!(ll["write"]
+        assert!(ll["write"].as_array().unwrap().contains(&json!("/work")));
+        assert!(ll["read"]
             .as_array()
             .unwrap()
-            .contains(&json!("/tmp/repo/.git/.h5i/env/none/b/workspace")));
+            .contains(&json!("/.h5i/objects")));
+        assert!(!ll.to_string().contains("/tmp/repo"));
         assert!(!ll["write"].as_array().unwrap().contains(&json!("/usr")));
         assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v1");
         assert_eq!(v["annotations"]["h5i.net.unix"], "false");

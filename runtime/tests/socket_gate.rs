@@ -375,20 +375,21 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
     let work = tempfile::tempdir().unwrap();
     let spool = tempfile::tempdir().unwrap();
     let probe_dir = probe().parent().unwrap().to_path_buf();
+    use h5i_runtime::bundle::Bind;
     let plan = h5i_runtime::bundle::BundlePlan {
         id: id.clone(),
         argv: vec![probe().display().to_string(), "gate".into()],
         env: vec!["PATH=/usr/bin:/bin".into(), "HOME=/tmp".into()],
-        cwd: work.path().to_path_buf(),
-        read: vec![
-            "/usr".into(),
-            "/bin".into(),
-            "/lib".into(),
-            "/lib64".into(),
-            probe_dir,
+        cwd: "/work".into(),
+        binds: vec![
+            Bind::ro("/usr", "/usr"),
+            Bind::ro("/bin", "/bin"),
+            Bind::ro("/lib", "/lib"),
+            Bind::ro("/lib64", "/lib64"),
+            Bind::ro(&probe_dir, &probe_dir),
+            Bind::rw(work.path(), "/work"),
+            Bind::rw(spool.path(), "/.h5i/spool"),
         ],
-        write: vec![work.path().to_path_buf()],
-        spool: spool.path().to_path_buf(),
         host_network: false,
         unix_sockets: false,
         uid: 0,

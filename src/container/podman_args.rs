@@ -17,10 +17,10 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-/// Where the workspace appears in the box.
-pub const BOX_WORK: &str = "/work";
-/// Where the spool appears in the box.
-pub const BOX_SPOOL: &str = "/.h5i/spool";
+/// Where the workspace appears in the box (the same place at every tier).
+pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
+/// Where the spool appears in the box (the same place at every tier).
+pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
 /// The private `/tmp`'s size.
 pub const TMP_SIZE: &str = "256m";
 /// The annotation the per-run hooks match on.
