@@ -172,13 +172,8 @@ fn fix_script(file: &str) -> Vec<Turn> {
     ]
 }
 
-/// Where the box sees its workspace at `tier`.
-fn workspace_in_box(r: &Repo, name: &str, tier: &str) -> String {
-    match tier {
-        "container" => "/work".to_owned(),
-        _ => r.workspace(name).display().to_string(),
-    }
-}
+/// Where every confining tier shows the box its workspace.
+const WORK: &str = "/work";
 
 /// The Claude image `make images` builds.
 const CLAUDE_IMAGE: &str = "localhost/h5i-agent-claude:latest";
@@ -205,7 +200,7 @@ fn claude_fixes_the_greeting(tier: &str) {
     }
     let out = r.h5i(&create);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let file = format!("{}/greeting.txt", workspace_in_box(&r, "cl", tier));
+    let file = format!("{WORK}/greeting.txt");
     let m = Model::start(fix_script(&file));
     let started = std::time::Instant::now();
     let out = r.h5i_env(
