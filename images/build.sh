@@ -91,6 +91,12 @@ ca_args=()
 if [ -r "$HOST_CA_FILE" ]; then
     ca_args=(--volume "$HOST_CA_FILE:/run/h5i-host-ca.crt:ro" --build-arg HOST_CA=/run/h5i-host-ca.crt)
 fi
+# The agent pins (one file, shared with make setup), as build arguments.
+pin_args=()
+while IFS='=' read -r k v; do
+    case "$k" in '' | \#*) continue ;; esac
+    pin_args+=(--build-arg "$k=$v")
+done <"$HERE/agent-versions.env"
 ctx="$(mktemp -d /tmp/h5i-images.XXXXXX)"
 trap 'rm -rf "$ctx"' EXIT
 chmod 755 "$ctx"
@@ -100,7 +106,7 @@ for n in "${names[@]}"; do
     install -m 644 "$file" "$ctx/Containerfile.$n"
     say "podman build -f Containerfile.$n -t localhost/h5i-$n:latest (as $user)"
     t0="$(now)"
-    podman_as build --pull=never --layers "${ca_args[@]}" -f "$ctx/Containerfile.$n" -t "localhost/h5i-$n:latest" "$ctx" ||
+    podman_as build --pull=never --layers "${ca_args[@]}" "${pin_args[@]}" -f "$ctx/Containerfile.$n" -t "localhost/h5i-$n:latest" "$ctx" ||
         die "building localhost/h5i-$n:latest failed (see the step above)"
     record "localhost/h5i-$n:latest" "$(echo "$(now) - $t0" | bc)"
 done

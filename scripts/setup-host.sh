@@ -94,6 +94,36 @@ for comp in rustfmt clippy; do
     fi
 done
 
+# ---------------------------------------------------------------- coding agents
+# Claude Code and Codex, at the versions pinned in images/agent-versions.env (the agent images
+# use the same pins), from the npm registry under /usr/local: the kernel tiers' read grants
+# cover /usr, and the box's PATH names /usr/local/bin. Claude Code's native binary comes in its
+# -linux-x64 optional package and needs no node at run time (npm's engine notice about node 22
+# is only a notice). tests/agent_claude.rs runs them against a scripted model, never a real one.
+# shellcheck source=../images/agent-versions.env
+. "$REPO_DIR/images/agent-versions.env"
+agent_version() { # COMMAND: the installed version, or nothing
+    [ -x "/usr/local/bin/$1" ] || return 0
+    DISABLE_AUTOUPDATER=1 "/usr/local/bin/$1" --version 2>/dev/null | grep -oE '[0-9]+\.[0-9]+\.[0-9]+' | head -n 1
+}
+wanted=()
+[ "$(agent_version claude)" = "$CLAUDE_CODE_VERSION" ] || wanted+=("@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION")
+[ "$(agent_version codex)" = "$CODEX_VERSION" ] || wanted+=("@openai/codex@$CODEX_VERSION")
+if [ "${#wanted[@]}" -gt 0 ]; then
+    command -v npm >/dev/null || die "npm is not installed (apt-get install npm), needed for ${wanted[*]}"
+    log="$(mktemp /tmp/h5i-setup-npm.XXXXXX)"
+    if ! npm install -g --prefix /usr/local --no-audit --no-fund "${wanted[@]}" >"$log" 2>&1 </dev/null; then
+        tail -n 30 "$log" >&2
+        die "npm install ${wanted[*]} failed (full log: $log)"
+    fi
+    rm -f "$log"
+    [ "$(agent_version claude)" = "$CLAUDE_CODE_VERSION" ] ||
+        die "claude --version is not $CLAUDE_CODE_VERSION after the install (is the -linux-x64 package missing?)"
+    [ "$(agent_version codex)" = "$CODEX_VERSION" ] ||
+        die "codex --version is not $CODEX_VERSION after the install"
+    changed "installed ${wanted[*]} under /usr/local"
+fi
+
 fi
 [ "$PHASE" = packages ] && { [ "$CHANGES" -gt 0 ] || echo "setup: nothing to change"; exit 0; }
 

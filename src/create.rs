@@ -82,6 +82,8 @@ pub fn create(
     let policy = resolve_policy(store, &req.policy, host)?;
     // An image tier fails closed on an image the engine does not hold, before any state.
     let image_pin = crate::container::image_for_create(&policy)?;
+    // An agent box at a kernel tier fails closed on an agent the box could not run.
+    crate::agent::check_installed(&policy)?;
     // Who the box is on the host, before any state: a root caller without `h5i-box`'s range
     // is refused here. The workspace tier runs on the host as the caller and has no box
     // identity.

@@ -9,6 +9,7 @@
 //! Must never: write outside `.git/.h5i/` and the paths a verb names (`--out`, the parent branch
 //! for `apply`), run git against a repository a box can write, or print a secret value.
 
+pub mod agent;
 pub mod allow;
 pub mod apply;
 pub mod beneath;

@@ -219,7 +219,7 @@ pub fn plan(
         file_binds.push((box_alternates(sb)?, inside));
     }
     let mut env = vec![
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string(),
+        format!("PATH={}", crate::agent::BOX_PATH_DIRS.join(":")),
         home_env,
         "TMPDIR=/tmp".to_string(),
         format!("H5I_ENV_ID={}", sb.manifest.name),
@@ -233,6 +233,11 @@ pub fn plan(
             env.push(format!("{k}={v}"));
         }
     }
+    env.extend(
+        crate::agent::runtime_env(policy.agent)
+            .iter()
+            .map(|(k, v)| format!("{k}={v}")),
+    );
     let host_network = policy.net.mode == NetMode::Host;
     let mut create_container_hooks = Vec::new();
     if !host_network {

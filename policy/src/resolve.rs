@@ -18,7 +18,7 @@
 //!
 //! Guarded by the tests below (tier selection, built-in walk, digest stability, refusals).
 
-use crate::builtin::{builtin_policy, protective_ceilings, BUILTIN_PROFILES};
+use crate::builtin::{builtin_policy, is_builtin, protective_ceilings, BUILTIN_PROFILES};
 use crate::envfile::EnvFile;
 use crate::error::PolicyError;
 use crate::profile::{IsolationRequest, Located, ProfilePolicy};
@@ -82,7 +82,7 @@ pub fn resolve(
 
     // 2. The profile.
     let name = req.profile.as_deref().unwrap_or("default");
-    let profile = find_profile(env_file, name, req.h5i_agent.as_deref())?;
+    let mut profile = find_profile(env_file, name, req.h5i_agent.as_deref())?;
 
     // 3. The tier request and who made it.
     let (request, source, requested_by) = if let Some(r) = flag_isolation {
@@ -102,6 +102,15 @@ pub fn resolve(
             "the default (auto)".to_owned(),
         )
     };
+    if credential_proxy && is_builtin(name) && request == IsolationRequest::Tier(Tier::Process) {
+        // The process tier cannot scope egress, and a built-in agent profile reaches its model
+        // API through the credential proxy (a listener on the box's own loopback) anyway: its
+        // direct egress to that API is dropped there, so the agent runs at process with no
+        // network but the proxy. The tiers that scope egress keep the entry (their egress
+        // evidence and the user allowlist apply to agent boxes as before).
+        let served: Vec<String> = profile.auth.value.iter().map(|g| g.host.clone()).collect();
+        profile.egress.value.retain(|hp| !served.contains(&hp.host));
+    }
     let image = req
         .image
         .clone()
@@ -767,10 +776,12 @@ mod tests {
             m.contains("supervised, container or microvm") && m.contains("to fix:"),
             "{m}"
         );
-        // The built-in agent profiles carry egress too.
+        // The built-in agent profiles carry egress too when the credential proxy is off; with
+        // it on (the default) they reach their API through the proxy and run at process.
         let r = ResolveRequest {
             isolation: Some("process".to_owned()),
             h5i_agent: Some("claude".to_owned()),
+            credential_proxy: Some("0".to_owned()),
             ..req("agent")
         };
         let m = resolve(None, &r, &HostTiers::all_available())
@@ -780,6 +791,20 @@ mod tests {
             m.contains("built-in profile `agent-claude`: `net.egress`"),
             "{m}"
         );
+        let on = ResolveRequest {
+            credential_proxy: None,
+            ..r
+        };
+        let p = resolve(None, &on, &HostTiers::all_available()).unwrap();
+        assert_eq!(p.tier, Tier::Process);
+        assert!(p.net.egress.is_empty());
+        // A tier that scopes egress keeps the entry.
+        let sup = ResolveRequest {
+            isolation: Some("supervised".to_owned()),
+            ..on
+        };
+        let p = resolve(None, &sup, &HostTiers::all_available()).unwrap();
+        assert_eq!(p.net.egress[0].to_string(), "api.anthropic.com:443");
     }
 
     #[test]

@@ -330,7 +330,7 @@ pub fn run(
     let (sources, attached) = attach_sources(&engine, sb, &mut run_dir, &runc, &hook)?;
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
-    let mut env = box_env(sb);
+    let mut env = box_env(sb, policy);
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -649,7 +649,7 @@ fn cage_for(
 }
 
 /// The box's plain variables (none secret: these go on Podman's command line).
-fn box_env(sb: &StoredBox) -> Vec<(String, String)> {
+fn box_env(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = vec![
         ("HOME".into(), BOX_HOME.into()),
         ("TMPDIR".into(), "/tmp".into()),
@@ -665,6 +665,11 @@ fn box_env(sb: &StoredBox) -> Vec<(String, String)> {
             env.push((k.into(), v));
         }
     }
+    env.extend(
+        crate::agent::runtime_env(policy.agent)
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     env
 }
 

@@ -1,0 +1,166 @@
+//! What an agent runtime's box needs besides its credential proxy: the runtime's own switches,
+//! set by h5i so the agent runs headless and quiet inside a box.
+//!
+//! Owns [`check_installed`] (an agent box at a kernel tier is refused at create when its
+//! agent's binary is not where the box can run it) and [`runtime_env`], one reviewed table per runtime (every entry with its reason), which
+//! the process, supervised and container tiers add to an agent box's environment. The
+//! credential variables (the base URL and the per-run dummy) are the credential proxy's, in
+//! `credentials.rs`; this table never holds a credential or anything that names a host.
+//!
+//! Must never: turn on anything that reaches a network destination (every entry here turns
+//! traffic or a feature off), or differ between tiers.
+//!
+//! Guarded by the unit test below and `tests/agent_claude.rs` (the variables reach the agent).
+
+use std::path::{Path, PathBuf};
+
+use h5i_policy::{AgentRuntime, ResolvedPolicy, Tier};
+
+use crate::error::BoxError;
+
+/// The directories a kernel-tier box's `PATH` names, in order (the same list `process.rs`
+/// hands the box).
+pub const BOX_PATH_DIRS: &[&str] = &[
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+];
+
+/// The command a runtime is started with in its box.
+pub fn command(runtime: AgentRuntime) -> &'static str {
+    match runtime {
+        AgentRuntime::Claude => "claude",
+        AgentRuntime::Codex => "codex",
+    }
+}
+
+/// Where the box would find `runtime`'s command: the first executable on the box's `PATH`
+/// that lies under one of `policy`'s read grants.
+fn installed(policy: &ResolvedPolicy, runtime: AgentRuntime) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let readable = |p: &Path| {
+        policy
+            .fs
+            .read
+            .iter()
+            .chain(&policy.fs.write)
+            .any(|g| p.starts_with(g))
+    };
+    BOX_PATH_DIRS
+        .iter()
+        .map(|d| Path::new(d).join(command(runtime)))
+        .find(|p| {
+            // The grant has to cover where the link leads, not only the link.
+            let real = std::fs::canonicalize(p).ok();
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                && readable(p)
+                && real.as_deref().is_some_and(readable)
+        })
+}
+
+/// Refuse, before any state exists, a kernel-tier agent box whose agent is not installed where
+/// the box can run it. (A container box's agent comes from its image, which the image check
+/// covers; a workspace box runs on the host as the caller.)
+pub fn check_installed(policy: &ResolvedPolicy) -> Result<(), BoxError> {
+    let Some(runtime) = policy.agent else {
+        return Ok(());
+    };
+    if !matches!(policy.tier, Tier::Process | Tier::Supervised) {
+        return Ok(());
+    }
+    if installed(policy, runtime).is_some() {
+        return Ok(());
+    }
+    Err(BoxError::BadRequest {
+        what: format!(
+            "profile `{}` runs {runtime}, but `{}` is not installed on this host where a {} box can run it (an executable in {} under the box's read grants)",
+            policy.profile,
+            command(runtime),
+            policy.tier,
+            BOX_PATH_DIRS.join(":")
+        ),
+        mend: "run `make setup` (it installs the pinned Claude Code and Codex under /usr/local), or pick --isolation container with an agent image".into(),
+    })
+}
+
+/// Claude Code's switches.
+const CLAUDE: &[(&str, &str)] = &[
+    // The box's installation is pinned by `make setup` / the image; an agent updating itself
+    // would write outside its grants and run a binary nobody reviewed.
+    ("DISABLE_AUTOUPDATER", "1"),
+    // Usage telemetry and error reports go to hosts outside the box's egress; they would be
+    // refused anyway, and each refusal would be a finding that says nothing about the work.
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+    // Everything else not needed for the model call (release notes, feature flags).
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+];
+
+/// Codex's switches.
+const CODEX: &[(&str, &str)] = &[
+    // Codex's update check and analytics reach hosts outside the box's egress.
+    ("CODEX_DISABLE_UPDATE_CHECK", "1"),
+];
+
+/// The variables an agent box of `runtime` gets (none for a box not scoped to an agent).
+pub fn runtime_env(runtime: Option<AgentRuntime>) -> &'static [(&'static str, &'static str)] {
+    match runtime {
+        Some(AgentRuntime::Claude) => CLAUDE,
+        Some(AgentRuntime::Codex) => CODEX,
+        None => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claude_at(tier: &str) -> ResolvedPolicy {
+        let req = h5i_policy::ResolveRequest {
+            profile: Some("agent-claude".into()),
+            isolation: Some(tier.into()),
+            ..Default::default()
+        };
+        h5i_policy::resolve(None, &req, &h5i_policy::HostTiers::all_available()).unwrap()
+    }
+
+    #[test]
+    fn an_agent_the_box_cannot_read_is_refused_with_the_mend() {
+        for tier in ["process", "supervised"] {
+            let mut p = claude_at(tier);
+            // As if nothing were installed under the box's grants.
+            p.fs.read = vec!["/nonexistent-h5i".into()];
+            p.fs.write = vec!["$WORK".into()];
+            let err = check_installed(&p).unwrap_err().to_string();
+            assert!(
+                err.contains("`claude` is not installed") && err.contains("make setup"),
+                "{err}"
+            );
+        }
+        // A box with no agent, and a container box (its agent is in its image), are not
+        // checked here.
+        let mut p = claude_at("process");
+        p.fs.read.clear();
+        p.agent = None;
+        check_installed(&p).unwrap();
+    }
+
+    #[test]
+    fn every_switch_turns_something_off_and_names_no_host() {
+        for rt in [AgentRuntime::Claude, AgentRuntime::Codex] {
+            let env = runtime_env(Some(rt));
+            assert!(!env.is_empty(), "{rt}");
+            for (k, v) in env {
+                assert_eq!(*v, "1", "{k}");
+                assert!(
+                    k.starts_with("DISABLE_") || k.contains("_DISABLE_"),
+                    "{k} does not turn something off"
+                );
+            }
+        }
+        assert!(runtime_env(None).is_empty());
+    }
+}
