@@ -189,10 +189,14 @@ if [ "$VERIFY" = 1 ]; then
     rootful_log="$(mktemp /tmp/h5i-setup-podman.XXXXXX)"
     podman info --format '{{.Host.OCIRuntime.Name}}' >"$rootful_log" 2>&1 &
     rootful_pid=$!
-    rootless="$(as_user podman info --format '{{.Host.Security.Rootless}} {{.Store.GraphDriverName}}' 2>&1)" ||
-        die "rootless 'podman info' fails for $TEST_USER: $rootless"
+    # The answer is stdout alone: podman logs unrelated complaints (a leftover container whose
+    # runtime is gone, say) on stderr, which is shown only when the check fails.
+    rootless_err="$(mktemp /tmp/h5i-setup-podman.XXXXXX)"
+    rootless="$(as_user podman info --format '{{.Host.Security.Rootless}} {{.Store.GraphDriverName}}' 2>"$rootless_err")" ||
+        die "rootless 'podman info' fails for $TEST_USER: $(cat "$rootless_err")"
     [ "$rootless" = "true overlay" ] ||
-        die "rootless podman for $TEST_USER reports '$rootless' (want 'true overlay')"
+        die "rootless podman for $TEST_USER reports '$rootless' (want 'true overlay'): $(cat "$rootless_err")"
+    rm -f "$rootless_err"
     if ! out="$(as_user podman run --rm --network none localhost/h5i-busybox:latest true 2>&1)"; then
         if [ "$want_storage" = "$STORAGE_NATIVE" ]; then
             # Native overlay failed: fall back to fuse-overlayfs, which needs a fresh store.
