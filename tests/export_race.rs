@@ -204,7 +204,7 @@ fn race_against_a_run(c: &mut Caller, tier: &str, n: usize) {
     } else {
         "exec timeout 30 python3 .swap.py".to_string()
     };
-    let mut run = c
+    let run = c
         .h5i_in(&c.repo(), &["box", "run", "race", "--", "sh", "-c", &swap])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -217,7 +217,7 @@ fn race_against_a_run(c: &mut Caller, tier: &str, n: usize) {
     eprintln!("{tier} tier as {}: {n} rounds against a live run", c.who());
     let printed = rounds(c, n, true, out_root.path());
     // The swapper ends itself (30 s): a signal to `h5i box run` is not what this test is about.
-    let _ = run.wait();
+    common::wait_bounded(run, Duration::from_secs(180), "the swapping run");
     assert_no_canary(c, &canary, out_root.path(), &printed);
 }
 
