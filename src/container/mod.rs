@@ -51,7 +51,7 @@ use crate::credentials::HandoffPlace;
 use crate::error::BoxError;
 use crate::store::{now_ms, StoredBox};
 use engine::Engine;
-use podman_args::{Bind, PodmanRun, BOX_SPOOL, BOX_WORK};
+use podman_args::{Bind, PodmanRun, BOX_OBJECTS, BOX_SPOOL, BOX_WORK};
 
 /// The box's `HOME`: its private `/tmp`.
 pub const BOX_HOME: &str = "/tmp";
@@ -220,6 +220,8 @@ struct Sources {
     work: PathBuf,
     spool: PathBuf,
     objects: PathBuf,
+    /// The in-box `alternates` file (naming `/.h5i/objects`), when the workspace's own is plain.
+    alternates: Option<PathBuf>,
 }
 
 /// At `box create`: the image a container box will run, looked up in the engine's storage
@@ -369,18 +371,7 @@ pub fn run(
             dest: BOX_WORK.into(),
             readonly: false,
         },
-        binds: vec![
-            Bind {
-                source: sources.objects.clone(),
-                dest: sb.manifest.store.join("objects"),
-                readonly: true,
-            },
-            Bind {
-                source: sources.spool.clone(),
-                dest: BOX_SPOOL.into(),
-                readonly: false,
-            },
-        ],
+        binds: box_binds(&sources),
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
@@ -460,6 +451,30 @@ pub fn run(
     })
 }
 
+/// The binds beside the workspace: the borrowed objects read-only at `/.h5i/objects`, the in-box
+/// `alternates` naming them (read-only, over the workspace's own, which names the store's host
+/// path), and the spool. No host path of the store or the parent is a box path.
+fn box_binds(sources: &Sources) -> Vec<Bind> {
+    let mut binds = vec![Bind {
+        source: sources.objects.clone(),
+        dest: BOX_OBJECTS.into(),
+        readonly: true,
+    }];
+    if let Some(alternates) = &sources.alternates {
+        binds.push(Bind {
+            source: alternates.clone(),
+            dest: crate::process::in_box_alternates(),
+            readonly: true,
+        });
+    }
+    binds.push(Bind {
+        source: sources.spool.clone(),
+        dest: BOX_SPOOL.into(),
+        readonly: false,
+    });
+    binds
+}
+
 /// The run's share of the broker: the egress proxy and the credential proxies, each waiting
 /// for the listener its createContainer hook hands over from the box's loopback.
 struct Broker {
@@ -532,6 +547,7 @@ fn attach_sources(
     runc: &Path,
     hook: &Path,
 ) -> Result<(Sources, Option<Attached>), BoxError> {
+    let alternates = crate::process::alternates_bind(sb)?.map(|(host, _)| host);
     if !engine.switches_user {
         let sources = Sources {
             runc: runc.to_path_buf(),
@@ -539,6 +555,7 @@ fn attach_sources(
             work: sb.paths.workspace(),
             spool: sb.paths.spool(),
             objects: sb.manifest.store.join("objects"),
+            alternates,
         };
         return Ok((sources, None));
     }
@@ -555,6 +572,7 @@ fn attach_sources(
         work: run_dir.path.join("work"),
         spool: run_dir.path.join("spool"),
         objects: run_dir.path.join("objects"),
+        alternates: alternates.as_ref().map(|_| run_dir.path.join("alternates")),
     };
     // (host path, mount point, a file, idmapped and writable)
     let mut plan = vec![
@@ -567,6 +585,9 @@ fn attach_sources(
             false,
         ),
     ];
+    if let (Some(host), Some(at)) = (&alternates, &sources.alternates) {
+        plan.push((host.clone(), at.clone(), true, false));
+    }
     // h5i's binaries: used where they are when the engine user can reach and run them there
     // (an install under /usr/local), else attached too (a build tree under /root).
     let mut binaries = Vec::new();

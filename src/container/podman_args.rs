@@ -2,8 +2,10 @@
 //! flag, and the same list `make bench` runs without h5i).
 //!
 //! Owns the article's configuration in one place: the workspace read-write at `/work` and
-//! nothing else of the host but the workspace's object store (read-only, at its host path, so
-//! the box's git finds the base it borrows) and the box's spool (`/.h5i/spool`); a read-only
+//! nothing else of the host but the workspace's object store (read-only at `/.h5i/objects`,
+//! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
+//! finds the base it borrows without learning the store's host path) and the box's spool
+//! (`/.h5i/spool`); a read-only
 //! image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable tmpfs; every
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
 //! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
@@ -21,6 +23,8 @@ use std::path::PathBuf;
 pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
 /// Where the spool appears in the box (the same place at every tier).
 pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
+/// Where the borrowed objects appear in the box (read-only; the same place at every tier).
+pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
 /// The private `/tmp`'s size.
 pub const TMP_SIZE: &str = "256m";
 /// The annotation the per-run hooks match on.
@@ -182,7 +186,7 @@ mod tests {
             },
             binds: vec![Bind {
                 source: "/repo/.git/objects".into(),
-                dest: "/repo/.git/objects".into(),
+                dest: BOX_OBJECTS.into(),
                 readonly: true,
             }],
             env: vec![("HOME".into(), "/tmp".into())],
@@ -248,7 +252,7 @@ mod tests {
             volumes,
             [
                 "/repo/.git/.h5i/env/none/b/workspace:/work:rw",
-                "/repo/.git/objects:/repo/.git/objects:ro"
+                "/repo/.git/objects:/.h5i/objects:ro"
             ]
         );
         assert!(!a
