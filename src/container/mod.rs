@@ -86,6 +86,31 @@ pub struct RunInputs<'a> {
     pub tty: bool,
 }
 
+/// How the caller's standard descriptors reach the box. None of them a terminal: they pass
+/// through as they are (Podman's `passthrough` log driver), those the caller had closed named
+/// for h5i-runc to close again. Stdin and stdout on a terminal: a pty of the box's own (`-t`),
+/// never the caller's terminal. Some but not all a terminal: conmon's pipes (Podman refuses
+/// passthrough there, and the caller's terminal never enters the box).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StdioWiring {
+    Passthrough(h5i_runtime::stdio::ClosedStdio),
+    OwnPty,
+    Relayed,
+}
+
+impl StdioWiring {
+    fn for_caller(tty: bool) -> StdioWiring {
+        use h5i_runtime::pty::is_terminal;
+        if tty || (is_terminal(0) && is_terminal(1)) {
+            StdioWiring::OwnPty
+        } else if (0..3).any(is_terminal) {
+            StdioWiring::Relayed
+        } else {
+            StdioWiring::Passthrough(h5i_runtime::stdio::closed_at_start())
+        }
+    }
+}
+
 fn refuse(what: impl Into<String>, mend: impl Into<String>) -> BoxError {
     BoxError::BadRequest {
         what: what.into(),
@@ -358,6 +383,7 @@ pub fn run(
     run_dir.files.extend(hook_files);
 
     let container_name = format!("h5i-{id}");
+    let wiring = StdioWiring::for_caller(inputs.tty);
     let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
     let podman_run = PodmanRun {
         runtime: (!host_default).then(|| sources.runc.clone()),
@@ -375,8 +401,9 @@ pub fn run(
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
-        annotations: annotations(policy, &run_dir.out, &id),
-        tty: inputs.tty,
+        annotations: annotations(policy, &run_dir.out, &id, wiring),
+        tty: wiring == StdioWiring::OwnPty,
+        passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
     };
     let evidence_file = evidence::file_for(&run_dir.out, &id);
     run_dir.files.push(evidence_file.clone());
@@ -694,8 +721,14 @@ fn box_env(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<(String, String)> {
     env
 }
 
-/// h5i-runc's confinement annotations for the box, and the evidence capture (into `out`).
-fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, String)> {
+/// h5i-runc's confinement annotations for the box, the evidence capture (into `out`), and the
+/// standard descriptors the caller had closed (passed through as `/dev/null`).
+fn annotations(
+    policy: &ResolvedPolicy,
+    out: &Path,
+    id: &str,
+    wiring: StdioWiring,
+) -> Vec<(String, String)> {
     let landlock = serde_json::json!({
         "read": ["/"],
         "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
@@ -713,6 +746,11 @@ fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, St
         ),
     ];
     annotations.extend(crate::process::family_grants(policy));
+    if let StdioWiring::Passthrough(closed) = wiring {
+        if let Some(v) = closed.annotation() {
+            annotations.push((h5i_runtime::stdio::ANNOTATION_CLOSED.into(), v));
+        }
+    }
     annotations
 }
 

@@ -69,8 +69,12 @@ pub struct PodmanRun {
     pub cgroup_parent: Option<String>,
     /// h5i-runc's annotations (`h5i.landlock`, `h5i.seccomp`, `h5i.net.unix`).
     pub annotations: Vec<(String, String)>,
-    /// `-t`: a pty of the container's own (`box shell`).
+    /// `-t`: a pty of the container's own (`box shell`, or `box run` on a terminal).
     pub tty: bool,
+    /// `--log-driver=passthrough`: the box gets h5i's own standard descriptors (a `/dev/null`
+    /// stays writable, `/dev/full` gives ENOSPC inside, a file stays that file) rather than
+    /// conmon's pipes. Podman refuses it when any of them is a terminal.
+    pub passthrough: bool,
 }
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
@@ -130,6 +134,8 @@ impl PodmanRun {
         a.push("-i".into());
         if self.tty {
             a.push("-t".into());
+        } else if self.passthrough {
+            a.push("--log-driver=passthrough".into());
         }
         if let Some(p) = &self.cgroup_parent {
             // The container's group goes inside the cage; conmon stays outside it, so the
@@ -200,6 +206,7 @@ mod tests {
                 ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
             ],
             tty: false,
+            passthrough: false,
         }
     }
 
@@ -281,5 +288,15 @@ mod tests {
         assert!(!text(&r).contains(&"--runtime".to_string()));
         r.tty = true;
         assert!(text(&r).contains(&"-t".to_string()));
+    }
+
+    #[test]
+    fn stdio_passes_through_only_without_a_pty() {
+        let mut r = run();
+        assert!(!text(&r).iter().any(|a| a.starts_with("--log-driver")));
+        r.passthrough = true;
+        assert!(text(&r).contains(&"--log-driver=passthrough".to_string()));
+        r.tty = true;
+        assert!(!text(&r).iter().any(|a| a.starts_with("--log-driver")));
     }
 }
