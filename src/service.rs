@@ -935,7 +935,11 @@ fn spawn_forwarder(fds: [OwnedFd; 3], port: u16) -> Result<std::process::Child, 
         let _ = child.wait();
         return Err(format!(
             "the forwarder could not enter the box's namespaces ({})",
-            if said.is_empty() { "it ended" } else { said.trim_end() }
+            if said.is_empty() {
+                "it ended"
+            } else {
+                said.trim_end()
+            }
         ));
     }
     Ok(child)

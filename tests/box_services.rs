@@ -254,7 +254,13 @@ fn an_unprivileged_callers_process_tier_service_answers_on_its_forwarded_host_po
     );
     let port: u16 = ports
         .lines()
-        .find_map(|l| l.split_once(" -> ")?.0.strip_prefix("127.0.0.1:")?.parse().ok())
+        .find_map(|l| {
+            l.split_once(" -> ")?
+                .0
+                .strip_prefix("127.0.0.1:")?
+                .parse()
+                .ok()
+        })
         .unwrap_or_else(|| panic!("no host port in `box ports`: {ports}"));
     assert_ne!(port, BOX_PORT);
     let body = get_eventually(port);

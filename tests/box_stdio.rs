@@ -295,8 +295,7 @@ fn container_tier_dev_full_gives_enospc_inside_and_every_wiring_is_the_callers_a
 }
 
 #[test]
-fn container_tier_dev_full_gives_enospc_inside_and_every_wiring_is_the_callers_as_the_test_user(
-) {
+fn container_tier_dev_full_gives_enospc_inside_and_every_wiring_is_the_callers_as_the_test_user() {
     every_row_matches_the_host_in_a_container_box(
         "container_tier_dev_full_gives_enospc_inside_..._as_the_test_user",
         true,

@@ -313,7 +313,12 @@ fn a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent(test: &str
     assert!(env.contains("PWD=/work"), "{who}: {env}");
     // The borrowed objects and the in-box alternates are mounted where the box expects them,
     // and no mount point is a host path (the sources in mountinfo's fourth field aside).
-    for want in ["/work", "/.h5i/objects", "/work/.git/objects/info/alternates", "/.h5i/spool"] {
+    for want in [
+        "/work",
+        "/.h5i/objects",
+        "/work/.git/objects/info/alternates",
+        "/.h5i/spool",
+    ] {
         assert!(
             mounts.lines().any(|l| l == want),
             "{who}: {want} is not a mount point:\n{mounts}"
@@ -379,7 +384,11 @@ fn git_works_in_a_container_box_and_its_writes_are_diffed_and_exported(test: &st
     let who = c.who();
     // The base's commits resolve through /.h5i/objects: without the borrowed objects the box's
     // git fails with "bad object HEAD".
-    let status = in_container(&c, "g", "git status --porcelain=v1 --branch && git log --oneline -1");
+    let status = in_container(
+        &c,
+        "g",
+        "git status --porcelain=v1 --branch && git log --oneline -1",
+    );
     assert!(status.contains("## h5i/g"), "{who}: {status}");
     assert!(status.contains("initial"), "{who}: {status}");
     in_container(

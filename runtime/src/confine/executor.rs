@@ -50,8 +50,7 @@ impl Executor for H5iExecutor {
             .as_ref()
             .and_then(|p| p.terminal())
             .unwrap_or(false);
-        let closed =
-            closed_by_annotation(spec).map_err(|e| ExecutorError::Other(e.to_string()))?;
+        let closed = closed_by_annotation(spec).map_err(|e| ExecutorError::Other(e.to_string()))?;
         self.stdio.also_closed(closed).restore(terminal).map_err(|e| {
             tracing::error!(error = %e, "cannot restore the caller's stdio; not executing the payload");
             ExecutorError::Other(format!("restoring the caller's standard descriptors: {e}"))
