@@ -3,21 +3,22 @@
 # rootfs (/bin/busybox plus one symlink per applet), tarred and `podman import`ed.
 # No registry is reachable here, so every image tests use is built locally (0.2 s).
 #
-# Usage: make-test-image.sh [--root | --user | --all] [--force]
+# Usage: make-test-image.sh [--root | --user | --all] [--git] [--force]
 #   --root   import into root's (rootful) storage
 #   --user   import into the test user's rootless storage ($H5I_TEST_USER, default
 #            h5i-test); run as a non-root user, it imports into that user's storage
 #   --all    both (the default as root)
+#   --git    add the host's git and the libraries it links (the image is then
+#            localhost/h5i-busybox-git:latest): for tests of a box's git at the container tier
 #   --force  re-import even if the image exists
 # Idempotent: an existing image is left alone. Prints one line per image it imported.
 #
-# Environment: H5I_TEST_IMAGE (default localhost/h5i-busybox:latest), H5I_TEST_USER.
+# Environment: H5I_TEST_IMAGE (default localhost/h5i-busybox[-git]:latest), H5I_TEST_USER.
 set -euo pipefail
 
-IMAGE="${H5I_TEST_IMAGE:-localhost/h5i-busybox:latest}"
 TEST_USER="${H5I_TEST_USER:-h5i-test}"
 BUSYBOX=/bin/busybox
-want_root=0 want_user=0 force=0
+want_root=0 want_user=0 force=0 with_git=0
 
 die() { echo "make-test-image: error: $*" >&2; exit 1; }
 
@@ -27,10 +28,17 @@ for arg in "$@"; do
     --user) want_user=1 ;;
     --all) want_root=1 want_user=1 ;;
     --force) force=1 ;;
-    -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
+    --git) with_git=1 ;;
+    -h | --help) sed -n '2,17p' "$0"; exit 0 ;;
     *) die "unknown argument: $arg" ;;
     esac
 done
+if [ "$with_git" = 1 ]; then
+    IMAGE="${H5I_TEST_IMAGE:-localhost/h5i-busybox-git:latest}"
+    [ -x /usr/bin/git ] || die "/usr/bin/git missing: apt-get install git"
+else
+    IMAGE="${H5I_TEST_IMAGE:-localhost/h5i-busybox:latest}"
+fi
 if [ "$want_root" = 0 ] && [ "$want_user" = 0 ]; then
     want_root=1 want_user=1
 fi
@@ -53,6 +61,14 @@ make_rootfs() {
     done < <("$BUSYBOX" --list-full)
     printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
     printf 'root:x:0:\nnobody:x:65534:\n' >"$root/etc/group"
+    if [ "$with_git" = 1 ]; then
+        # git and every library ldd names (and the loader), each at its host path.
+        install -m 755 /usr/bin/git "$root/usr/bin/git"
+        local lib
+        for lib in $(ldd /usr/bin/git | grep -o '/[^ ]*'); do
+            install -D -m 755 "$(readlink -f "$lib")" "$root$lib"
+        done
+    fi
 }
 
 # import_into LABEL CMD...: CMD runs podman for one storage; import if the image is absent.

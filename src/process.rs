@@ -179,6 +179,22 @@ fn alternates_is_plain(ws: &Path) -> bool {
     })
 }
 
+/// The in-box `alternates` as a read-only file bind: the host file naming [`inbox::OBJECTS`]
+/// and where the box sees it (`/work/.git/objects/info/alternates`); `None` when the
+/// workspace's own file is not plain. Every tier with a mount namespace binds this, so the
+/// box's git finds its borrowed objects without learning the store's host path.
+pub(crate) fn alternates_bind(sb: &StoredBox) -> Result<Option<(PathBuf, PathBuf)>, BoxError> {
+    if !alternates_is_plain(&sb.paths.workspace()) {
+        return Ok(None);
+    }
+    Ok(Some((box_alternates(sb)?, in_box_alternates())))
+}
+
+/// Where the box's git reads its `alternates`: `/work/.git/objects/info/alternates`.
+pub(crate) fn in_box_alternates() -> PathBuf {
+    std::iter::once(inbox::WORK).chain(ALTERNATES).collect()
+}
+
 /// Build the plan for one run of `argv` in `sb`.
 pub fn plan(
     sb: &StoredBox,
@@ -213,11 +229,7 @@ pub fn plan(
     for p in &policy.fs.write {
         binds.extend(expand(p, &ws, true)?);
     }
-    let mut file_binds = Vec::new();
-    if alternates_is_plain(&ws) {
-        let inside: PathBuf = std::iter::once(inbox::WORK).chain(ALTERNATES).collect();
-        file_binds.push((box_alternates(sb)?, inside));
-    }
+    let file_binds: Vec<(PathBuf, PathBuf)> = alternates_bind(sb)?.into_iter().collect();
     let mut env = vec![
         format!("PATH={}", crate::agent::BOX_PATH_DIRS.join(":")),
         home_env,

@@ -7,8 +7,13 @@
 //! the service's pid, its host port, its exit), and records a host-observed receipt (event
 //! `service`) when it ends. At the process tier the service is its own container and the
 //! supervisor forwards `127.0.0.1:<host port>` on the host to `127.0.0.1:<port>` *inside* the
-//! service's network namespace: a forwarding thread enters that namespace by the container
-//! init's pid, connects there, and splices both ways; nothing of the box is ever published.
+//! service's network namespace: as root, a forwarding thread enters that namespace by the
+//! container init's pid, connects there, and splices both ways; an unprivileged caller (who
+//! may enter a network namespace only from the user namespace owning it, which a threaded
+//! process cannot join) gets a forwarder process instead (`box __service-forward`): handed the
+//! bound host listener and the box's user and network namespaces as descriptors, it joins
+//! both while single-threaded, gives up every capability it gained there, and serves the
+//! listener from inside. Nothing of the box is ever published.
 //! Later runs of the same box join that namespace (see [`live_network_pid`]); another box never
 //! does. At the workspace tier a service is a plain supervised process on the host's network.
 //!
@@ -46,8 +51,11 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 pub const READY_FD: RawFd = 3;
 /// The first line the service wrapper prints, with its pid, once the box is set up.
 const READY_MARKER: &str = "h5i-service-ready";
-/// What an unprivileged forward says, instead of pretending.
-const FORWARD_NEEDS_ROOT: &str = "port forwarding needs root at the process tier in this version";
+/// What a forward that cannot enter the box's network says, instead of pretending.
+const FORWARD_REFUSED: &str = "the port is not forwarded";
+/// Where the forwarder process finds the host listener, and the box's user and network
+/// namespaces.
+const FORWARD_FDS: [RawFd; 3] = [3, 4, 5];
 
 /// Why a service verb refused.
 #[derive(Debug, thiserror::Error)]
@@ -775,12 +783,19 @@ fn spawn_starter(
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok()),
         };
+        // A forwarder process lives as long as this thread (its parent-death signal) and is
+        // ended with the service's output.
+        let mut forwarder = None;
         match pid.and_then(ProcId::of) {
             Some(proc_id) => match start_forward(&paths, &state, proc_id, forward) {
                 Ok(serve) => {
                     ready.say("ok");
-                    if let Some((l, ns, p)) = serve {
-                        std::thread::spawn(move || serve_forward(l, Arc::new(ns), p));
+                    match serve {
+                        Some(Serve::Thread(l, ns, p)) => {
+                            std::thread::spawn(move || serve_forward(l, Some(Arc::new(ns)), p));
+                        }
+                        Some(Serve::Process(child)) => forwarder = Some(child),
+                        None => {}
                     }
                 }
                 Err(e) => ready.say(&format!("err {e}")),
@@ -788,9 +803,21 @@ fn spawn_starter(
             None => ready.say("err it ended before it could be observed"),
         }
         let _ = io::copy(&mut out, &mut log);
+        if let Some(mut child) = forwarder {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
         let _ = drained.send(());
     });
     rx
+}
+
+/// How a forward into the box's network namespace is served.
+enum Serve {
+    /// By threads of the supervisor (root: it may enter the namespace directly).
+    Thread(TcpListener, OwnedFd, u16),
+    /// By a forwarder process inside the box's user and network namespaces.
+    Process(std::process::Child),
 }
 
 /// Record the service's pid and its port mapping; returns the forward to serve, if any.
@@ -799,7 +826,7 @@ fn start_forward(
     state: &Mutex<ServiceState>,
     proc_id: ProcId,
     forward: Forward,
-) -> Result<Option<(TcpListener, OwnedFd, u16)>, BoxError> {
+) -> Result<Option<Serve>, BoxError> {
     let mut serve = None;
     {
         let mut st = lock(state);
@@ -816,13 +843,13 @@ fn start_forward(
                         .into(),
                 );
             }
-            (Forward::Netns, Some(p)) => match open_forward(proc_id.pid) {
-                Ok((l, ns)) => {
-                    st.host_port = l.local_addr().ok().map(|a| a.port());
+            (Forward::Netns, Some(p)) => match open_forward(proc_id.pid, p) {
+                Ok((host_port, how)) => {
+                    st.host_port = Some(host_port);
                     st.port_note = Some("forwarded into the box's own network namespace".into());
-                    serve = Some((l, ns, p));
+                    serve = Some(how);
                 }
-                Err(e) => st.port_note = Some(e),
+                Err(e) => st.port_note = Some(format!("{FORWARD_REFUSED}: {e}")),
             },
         }
     }
@@ -830,40 +857,145 @@ fn start_forward(
     Ok(serve)
 }
 
-/// Bind the host side of the forward and check that this process may enter the service's
-/// network namespace (it may as root; an unprivileged caller is told so).
-fn open_forward(pid: i32) -> Result<(TcpListener, OwnedFd), String> {
-    let path = format!("/proc/{pid}/ns/net");
-    let ns = fs::File::open(&path)
-        .map(OwnedFd::from)
-        .map_err(|e| format!("{FORWARD_NEEDS_ROOT} (cannot open {path}: {e})"))?;
-    let probe = ns
-        .try_clone()
-        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
-    let entered = std::thread::spawn(move || setns_net(&probe))
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("the probe thread panicked")));
-    if let Err(e) = entered {
-        return Err(format!(
-            "{FORWARD_NEEDS_ROOT} (entering the box's network namespace was refused: {e})"
-        ));
-    }
+/// Bind the host side of the forward to `port` in the service's network namespace, and the
+/// way to serve it: threads entering the namespace (root), else a forwarder process.
+fn open_forward(pid: i32, port: u16) -> Result<(u16, Serve), String> {
+    let open = |kind: &str| {
+        let path = format!("/proc/{pid}/ns/{kind}");
+        fs::File::open(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| format!("cannot open {path}: {e}"))
+    };
+    let ns = open("net")?;
     let l = TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
         .map_err(|e| format!("cannot bind 127.0.0.1:0 on the host: {e}"))?;
-    Ok((l, ns))
+    let host_port = l
+        .local_addr()
+        .map_err(|e| format!("the host listener has no address: {e}"))?
+        .port();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let probe = ns
+            .try_clone()
+            .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+        std::thread::spawn(move || setns_net(&probe))
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the probe thread panicked")))
+            .map_err(|e| format!("entering the box's network namespace was refused: {e}"))?;
+        return Ok((host_port, Serve::Thread(l, ns, port)));
+    }
+    let user = open("user")?;
+    let child = spawn_forwarder([l.into(), user, ns], port)?;
+    Ok((host_port, Serve::Process(child)))
 }
 
-/// Accept on the host side; for each connection, a thread enters the service's network
-/// namespace, connects to `127.0.0.1:port` there, and splices both ways.
-fn serve_forward(listener: TcpListener, netns: Arc<OwnedFd>, port: u16) {
+/// Start `h5i box __service-forward PORT` with `fds` (the host listener, the box's user and
+/// network namespaces) at [`FORWARD_FDS`], killed when the thread that started it ends; wait
+/// for its word that it is inside (a line on its stdout).
+fn spawn_forwarder(fds: [OwnedFd; 3], port: u16) -> Result<std::process::Child, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find h5i itself: {e}"))?;
+    let raw = fds.each_ref().map(AsRawFd::as_raw_fd);
+    let mut cmd = Command::new(exe);
+    cmd.args(["box", "__service-forward", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    // SAFETY: between fork and exec the closure makes only async-signal-safe calls (prctl,
+    // fcntl, dup2); `fds` stay open in the parent until spawn returns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // Out of the way of the targets first (a source may sit at 3..5 already).
+            let mut moved = [0; 3];
+            for (m, fd) in moved.iter_mut().zip(raw) {
+                *m = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                if *m < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            for (m, to) in moved.into_iter().zip(FORWARD_FDS) {
+                if libc::dup2(m, to) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the forwarder: {e}"))?;
+    drop(fds);
+    let mut said = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = io::BufRead::read_line(&mut io::BufReader::new(out), &mut said);
+    }
+    if said.trim_end() != "inside" {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "the forwarder could not enter the box's namespaces ({})",
+            if said.is_empty() {
+                "it ended"
+            } else {
+                said.trim_end()
+            }
+        ));
+    }
+    Ok(child)
+}
+
+/// The hidden `box __service-forward PORT` verb: join the user and network namespaces handed in
+/// at [`FORWARD_FDS`] (before any thread exists: a threaded process cannot join a user
+/// namespace), drop every capability that gave, say `inside`, then serve the host listener
+/// into `127.0.0.1:PORT` there until killed.
+pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
+    let refuse = |what: String| BoxError::BadRequest {
+        what,
+        mend: "use `h5i box service start BOX SERVICE`, which starts the forwarder".into(),
+    };
+    let [l, user, net] = FORWARD_FDS;
+    if !is_listening_socket(l) {
+        return Err(refuse(
+            "`box __service-forward` is h5i's internal forwarder and was started without its listener".into(),
+        ));
+    }
+    // SAFETY: the three descriptors were placed by the supervisor (dup2 before exec) and
+    // nothing else in this process owns them; the listener was checked above.
+    let (listener, user, net) = unsafe {
+        (
+            TcpListener::from_raw_fd(l),
+            OwnedFd::from_raw_fd(user),
+            OwnedFd::from_raw_fd(net),
+        )
+    };
+    for fd in [listener.as_raw_fd(), user.as_raw_fd(), net.as_raw_fd()] {
+        // SAFETY: F_SETFD on descriptors this process owns.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    setns(&user, libc::CLONE_NEWUSER)
+        .and_then(|()| setns(&net, libc::CLONE_NEWNET))
+        .and_then(|()| drop_capabilities())
+        .map_err(|e| refuse(format!("cannot join the box's namespaces: {e}")))?;
+    drop((user, net));
+    println!("inside");
+    let _ = io::stdout().flush();
+    serve_forward(listener, None, port);
+    Ok(0)
+}
+
+/// Accept on the host side; for each connection, a thread connects to `127.0.0.1:port` in the
+/// service's network namespace (entering it first when `netns` is given) and splices both ways.
+fn serve_forward(listener: TcpListener, netns: Option<Arc<OwnedFd>>, port: u16) {
     for conn in listener.incoming() {
         let Ok(client) = conn else {
             continue;
         };
-        let ns = Arc::clone(&netns);
+        let ns = netns.clone();
         std::thread::spawn(move || {
             // This thread alone enters the namespace; the socket it makes stays there.
-            let inside = setns_net(&ns).and_then(|()| {
+            let entered = ns.as_deref().map_or(Ok(()), setns_net);
+            let inside = entered.and_then(|()| {
                 TcpStream::connect_timeout(
                     &SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
                     Duration::from_secs(10),
@@ -966,11 +1098,74 @@ fn poll_readable(fd: RawFd, timeout: Duration) -> bool {
 
 /// Enter a network namespace on the calling thread only.
 fn setns_net(ns: &OwnedFd) -> io::Result<()> {
-    // SAFETY: setns on a valid namespace fd; CLONE_NEWNET affects only the calling thread.
-    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+    setns(ns, libc::CLONE_NEWNET)
+}
+
+/// Enter the namespace `ns` of type `kind` (a user namespace: the whole, single-threaded,
+/// process).
+fn setns(ns: &OwnedFd, kind: libc::c_int) -> io::Result<()> {
+    // SAFETY: setns on a valid namespace fd of the named type; no memory is passed.
+    if unsafe { libc::setns(ns.as_raw_fd(), kind) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Give up every capability (joining a user namespace grants the full set there), and any way
+/// to regain one or to be inspected.
+fn drop_capabilities() -> io::Result<()> {
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0
+        // SAFETY: as above.
+        || unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset reads a v3 header and two data structs, both live on the stack.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `fd` is a socket in the listening state.
+fn is_listening_socket(fd: RawFd) -> bool {
+    let mut on: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one int into `on`, whose size `len` gives; a non-socket or a
+    // closed fd gives -1.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ACCEPTCONN,
+            (&mut on as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && on == 1
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {

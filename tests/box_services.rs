@@ -3,7 +3,8 @@
 //! own localhost, another box cannot, its log holds the server's request log, and stopping it
 //! (or aborting the box) ends it with a recorded exit. Loopback only; every wait is bounded.
 //!
-//! Runs as root (CI): the process-tier forward enters the box's network namespace.
+//! Runs as root (CI): the process-tier forward enters the box's network namespace; one case
+//! runs h5i as the unprivileged test user, whose forwarder joins the box's user namespace first.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -12,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use common::{stderr, stdout, Repo};
+use common::{stderr, stdout, Caller, Repo};
 
 /// The box port the process-tier tests' server listens on (each box has its own namespace).
 const BOX_PORT: u16 = 8765;
@@ -220,4 +221,55 @@ fn a_workspace_tier_service_runs_on_the_hosts_network_and_says_so() {
         line.contains(" dead ") && line.contains("last exit"),
         "{line}"
     );
+}
+
+/// Issue 14: an unprivileged caller's process-tier service is reachable on its host port. The
+/// caller may not enter the box's network namespace from the host's user namespace (the
+/// kernel wants CAP_SYS_ADMIN in both), so its supervisor starts a forwarder that joins the
+/// box's user namespace first; the reply carries a page only the box's workspace holds.
+#[test]
+fn an_unprivileged_callers_process_tier_service_answers_on_its_forwarded_host_port() {
+    if !common::require_root(
+        "an_unprivileged_callers_process_tier_service_answers_on_its_forwarded_host_port",
+        "switching to the unprivileged test user h5i-test",
+    ) {
+        return;
+    }
+    let c = Caller::user();
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[service.web]\ncommand = \"exec python3 -m http.server {BOX_PORT} --bind 127.0.0.1\"\nport = {BOX_PORT}\n"
+        ),
+    );
+    c.write("index.html", "served from inside h5i-test's box\n");
+    c.commit_all("web");
+    c.ok(&["box", "create", "web", "--isolation=process"]);
+    let started = c.ok(&["box", "service", "start", "web", "web"]);
+    assert!(started.contains("-> 8765"), "{started}");
+    let ports = c.ok(&["box", "ports", "web"]);
+    assert!(
+        ports.contains("forwarded into the box's own network namespace"),
+        "{ports}"
+    );
+    let port: u16 = ports
+        .lines()
+        .find_map(|l| {
+            l.split_once(" -> ")?
+                .0
+                .strip_prefix("127.0.0.1:")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no host port in `box ports`: {ports}"));
+    assert_ne!(port, BOX_PORT);
+    let body = get_eventually(port);
+    assert!(
+        body.starts_with("HTTP/1.0 200") && body.contains("served from inside h5i-test's box"),
+        "{body}"
+    );
+    let logs = c.ok(&["box", "service", "logs", "web", "web"]);
+    assert!(logs.contains("\"GET / HTTP/1."), "{logs}");
+    c.ok(&["box", "service", "stop", "web", "web"]);
+    assert!(refused(port), "the host port still answers after stop");
 }

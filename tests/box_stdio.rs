@@ -6,7 +6,10 @@
 //! twice with the same wiring: directly on the host, and as `h5i box run B -- ./probe ...`.
 //! The two reports must be identical. Issue 14: `>/dev/null` at the process and supervised
 //! tiers gave the box a read-only `/dev/null` (libcontainer's init reopens it with
-//! `File::open`), so every write failed with EBADF.
+//! `File::open`), so every write failed with EBADF. At the container tier Podman's conmon
+//! replaced every descriptor with a pipe of its own (so `>/dev/full` gave ENOSPC to Podman,
+//! never to the box); there the box gets a pty of its own on a terminal, never the caller's,
+//! so the pty row's device number is the only field allowed to differ.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -18,6 +21,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use common::caller::{container_image, Caller};
 use common::{probe, pty_pair, require_root, stderr, with_controlling_terminal, Repo, H5I};
 
 /// How one row wires the standard descriptors (the rest are pipes, stdin at EOF).
@@ -148,19 +152,27 @@ fn on_host(wiring: Wiring) -> (String, Vec<u8>) {
     )
 }
 
+/// The arguments of `h5i` that run the probe in box `name`.
+const PROBE_RUN: [&str; 7] = ["box", "run", "b", "--", "./probe", "stdio", "stdio.out"];
+
 /// The probe run in box `name` with `wiring`.
 fn in_box(r: &Repo, name: &str, wiring: Wiring) -> (String, Vec<u8>) {
-    let report = r.workspace(name).join("stdio.out");
-    let _ = std::fs::remove_file(&report);
-    let scratch = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(H5I);
     cmd.args(["box", "run", name, "--", "./probe", "stdio", "stdio.out"])
         .current_dir(r.path());
     for k in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
         cmd.env_remove(k);
     }
+    wired_in_box(cmd, &r.workspace(name), wiring)
+}
+
+/// `cmd` (an `h5i box run` of the probe) with `wiring`: the report the probe left in `ws`.
+fn wired_in_box(cmd: Command, ws: &Path, wiring: Wiring) -> (String, Vec<u8>) {
+    let report = ws.join("stdio.out");
+    let _ = std::fs::remove_file(&report);
+    let scratch = tempfile::tempdir().unwrap();
     let (code, out) = run_wired(cmd, wiring, scratch.path());
-    assert_eq!(code, Some(0), "{wiring:?}: `h5i box run {name}` failed");
+    assert_eq!(code, Some(0), "{wiring:?}: `h5i box run` failed");
     (
         std::fs::read_to_string(&report)
             .unwrap_or_else(|e| panic!("{wiring:?}: no report from the box: {e}")),
@@ -223,4 +235,69 @@ fn echo_to_dev_null_succeeds_in_a_process_box() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// A report with each terminal's device number left out: a container box's pty is its own
+/// (Podman's `-t`), so only its number differs from the caller's terminal.
+fn without_tty_devices(report: &str) -> String {
+    report
+        .lines()
+        .map(|l| {
+            if !l.contains(" tty=1 ") {
+                return l.to_string();
+            }
+            l.split(' ')
+                .map(|f| if f.starts_with("dev=") { "dev=pty" } else { f })
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Every row in a container box (the test image, rootless Podman), run by `who`: the box's
+/// report equals the host's, the pty row's device number aside.
+fn every_row_matches_the_host_in_a_container_box(test: &str, as_user: bool) {
+    if !require_root(
+        test,
+        "the container tier runs the test user's rootless Podman (root switches to it)",
+    ) {
+        return;
+    }
+    let mut c = Caller::either(as_user);
+    c.create_container("b", container_image());
+    common::copy_program(probe(), &c.workspace("b").join("probe"));
+    let mut diffs = Vec::new();
+    for wiring in ROWS {
+        let (host, host_out) = on_host(wiring);
+        let cmd = c.h5i_in(&c.repo(), &PROBE_RUN);
+        let (boxed, box_out) = wired_in_box(cmd, &c.workspace("b"), wiring);
+        if without_tty_devices(&host) != without_tty_devices(&boxed) || host_out != box_out {
+            diffs.push(format!(
+                "{wiring:?}:\n  host: {host:?} stdout {host_out:?}\n  box:  {boxed:?} stdout {box_out:?}"
+            ));
+        }
+    }
+    assert!(
+        diffs.is_empty(),
+        "container tier as {}:\n{}",
+        c.who(),
+        diffs.join("\n")
+    );
+}
+
+#[test]
+fn container_tier_dev_full_gives_enospc_inside_and_every_wiring_is_the_callers_as_root() {
+    every_row_matches_the_host_in_a_container_box(
+        "container_tier_dev_full_gives_enospc_inside_..._as_root",
+        false,
+    );
+}
+
+#[test]
+fn container_tier_dev_full_gives_enospc_inside_and_every_wiring_is_the_callers_as_the_test_user() {
+    every_row_matches_the_host_in_a_container_box(
+        "container_tier_dev_full_gives_enospc_inside_..._as_the_test_user",
+        true,
+    );
 }

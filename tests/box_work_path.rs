@@ -1,18 +1,22 @@
 //! The box sees its workspace at `/work` (issue 22), asserted from inside real boxes at the
-//! process and supervised tiers: every run starts there, and nothing the box reads from `pwd`,
-//! its environment, `/proc/self/environ` or its git names the host path of the workspace or of
-//! the parent repository (which holds the box store under its `.git/.h5i`). The box's git still
-//! works in `/work` (its borrowed objects are at `/.h5i/objects`), and what it writes there is
-//! what `box diff` and `box export` show.
+//! process, supervised and container tiers: every run starts there, and nothing the box reads
+//! from `pwd`, its environment, `/proc/self/environ`, its mount points or its git names the
+//! host path of the workspace or of the parent repository (which holds the box store under its
+//! `.git/.h5i`). The box's git still works in `/work` (its borrowed objects are at
+//! `/.h5i/objects`), and what it writes there is what `box diff` and `box export` show.
 //!
 //! The supervised tier names a network namespace on the host, so its cases run as root (CI);
-//! the process tier's run as whoever runs the suite.
+//! the process tier's run as whoever runs the suite. The container tier's run as root (whose
+//! engine is the test user's rootless Podman) and as the test user itself, in the test image
+//! with git (`scripts/make-test-image.sh --git`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
+use std::path::Path;
 use std::process::Output;
 
+use common::caller::{container_git_image, Caller};
 use common::{stderr, stdout, Repo};
 
 /// A repository whose boxes at `tier` use the default confinement (system paths read-only,
@@ -47,13 +51,13 @@ fn runnable(tier: &str, test: &str) -> bool {
 /// The host strings the box must never see: the parent repository's path (which every host
 /// path of the box starts with) and the store's layout under its `.git`.
 fn host_names(r: &Repo, name: &str) -> Vec<String> {
-    let ws = r.workspace(name);
-    assert!(
-        ws.starts_with(r.path()),
-        "the store is under the repository"
-    );
+    host_names_of(r.path(), &r.workspace(name))
+}
+
+fn host_names_of(repo: &Path, ws: &Path) -> Vec<String> {
+    assert!(ws.starts_with(repo), "the store is under the repository");
     vec![
-        r.path().display().to_string(),
+        repo.display().to_string(),
         ws.display().to_string(),
         ".git/.h5i".to_string(),
     ]
@@ -255,4 +259,180 @@ fn a_process_tier_service_runs_in_work() {
     }
     r.ok(&["box", "service", "stop", "svc", "where"]);
     assert_eq!(seen, "/work\n");
+}
+
+/// A container box `name` in the git test image, run by root (whose engine is the test user's
+/// rootless Podman) or by the test user; `None` (after a loud skip) when not root.
+fn container_box(test: &str, as_user: bool, name: &str) -> Option<Caller> {
+    if !common::require_root(
+        test,
+        "the container tier runs the test user's rootless Podman (root switches to it)",
+    ) {
+        return None;
+    }
+    let mut c = Caller::either(as_user);
+    eprintln!("{test}: container tier, as {}", c.who());
+    c.create_container(name, container_git_image());
+    Some(c)
+}
+
+fn in_container(c: &Caller, name: &str, script: &str) -> String {
+    let out = c.h5i(&["box", "run", name, "--", "sh", "-c", script]);
+    assert!(
+        out.status.success(),
+        "`{script}` failed in the container box as {}: {}{}",
+        c.who(),
+        stdout(&out),
+        stderr(&out)
+    );
+    stdout(&out)
+}
+
+fn a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent(test: &str, as_user: bool) {
+    let Some(c) = container_box(test, as_user, "w") else {
+        return;
+    };
+    let who = c.who();
+    let out = in_container(
+        &c,
+        "w",
+        "pwd; readlink /proc/self/cwd; cat .git/objects/info/alternates; echo ---; \
+         env; tr '\\0' '\\n' < /proc/self/environ; echo ---; awk '{print $5}' /proc/self/mountinfo",
+    );
+    let mut parts = out.split("---\n");
+    let (head, env, mounts) = (
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+        parts.next().unwrap(),
+    );
+    assert_eq!(
+        head.lines().collect::<Vec<_>>(),
+        ["/work", "/work", "/.h5i/objects"],
+        "{who}: {out}"
+    );
+    assert!(env.contains("PWD=/work"), "{who}: {env}");
+    // The borrowed objects and the in-box alternates are mounted where the box expects them,
+    // and no mount point is a host path (the sources in mountinfo's fourth field aside).
+    for want in [
+        "/work",
+        "/.h5i/objects",
+        "/work/.git/objects/info/alternates",
+        "/.h5i/spool",
+    ] {
+        assert!(
+            mounts.lines().any(|l| l == want),
+            "{who}: {want} is not a mount point:\n{mounts}"
+        );
+    }
+    for host in host_names_of(&c.repo(), &c.workspace("w")) {
+        assert!(!out.contains(&host), "{who}: the box sees `{host}`:\n{out}");
+    }
+    // The host's own alternates still names the store, for h5i's host-side git.
+    let host_alt =
+        std::fs::read_to_string(c.workspace("w").join(".git/objects/info/alternates")).unwrap();
+    assert!(
+        host_alt.starts_with(&c.repo().display().to_string()),
+        "{who}: {host_alt}"
+    );
+    // The bind is read-only: the box cannot point its git elsewhere, or plant an object.
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "w",
+        "--",
+        "sh",
+        "-c",
+        "echo /elsewhere > .git/objects/info/alternates; echo alt=$?; \
+         touch /.h5i/objects/planted; echo obj=$?",
+    ]);
+    let text = stdout(&out);
+    for what in ["alt", "obj"] {
+        assert!(
+            text.contains(&format!("{what}=")) && !text.contains(&format!("{what}=0")),
+            "{who}: {what}: {text}{}",
+            stderr(&out)
+        );
+    }
+    // And `status` calls the spec Podman handed the runtime a match for the policy.
+    let status = c.ok(&["box", "status", "w"]);
+    assert!(
+        status.contains("matches the policy: yes"),
+        "{who}: {status}"
+    );
+}
+
+#[test]
+fn a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent_as_root() {
+    a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent(
+        "a_container_box_starts_in_work_..._as_root",
+        false,
+    );
+}
+
+#[test]
+fn a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent_as_the_test_user() {
+    a_container_box_starts_in_work_and_sees_no_host_path_of_the_parent(
+        "a_container_box_starts_in_work_..._as_the_test_user",
+        true,
+    );
+}
+
+fn git_works_in_a_container_box_and_its_writes_are_diffed_and_exported(test: &str, as_user: bool) {
+    let Some(c) = container_box(test, as_user, "g") else {
+        return;
+    };
+    let who = c.who();
+    // The base's commits resolve through /.h5i/objects: without the borrowed objects the box's
+    // git fails with "bad object HEAD".
+    let status = in_container(
+        &c,
+        "g",
+        "git status --porcelain=v1 --branch && git log --oneline -1",
+    );
+    assert!(status.contains("## h5i/g"), "{who}: {status}");
+    assert!(status.contains("initial"), "{who}: {status}");
+    in_container(
+        &c,
+        "g",
+        "echo from-the-box > made-in-box.txt && git add made-in-box.txt \
+         && git -c user.name=box -c user.email=box@example.com commit -q -m 'in the box' \
+         && echo second >> made-in-box.txt && git log --oneline -1",
+    );
+    let host = std::fs::read_to_string(c.workspace("g").join("made-in-box.txt")).unwrap();
+    assert_eq!(host, "from-the-box\nsecond\n", "{who}");
+    let diff = c.ok(&["box", "diff", "g"]);
+    assert!(
+        diff.contains("made-in-box.txt") && diff.contains("+second"),
+        "{who}: {diff}"
+    );
+    let out = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(out.path(), Some(c.uid()), Some(c.uid())).unwrap();
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "g", "--out", dest.to_str().unwrap()]);
+    let patch = std::fs::read_to_string(dest.join("patch.diff")).unwrap();
+    assert!(
+        patch.contains("made-in-box.txt") && patch.contains("+second"),
+        "{who}: {patch}"
+    );
+    let receipts = std::fs::read_to_string(c.box_dir("g").join("receipts.jsonl")).unwrap();
+    assert!(
+        !receipts.contains(&c.repo().display().to_string()),
+        "{who}: {receipts}"
+    );
+}
+
+#[test]
+fn git_works_in_a_container_box_and_its_writes_are_diffed_and_exported_as_root() {
+    git_works_in_a_container_box_and_its_writes_are_diffed_and_exported(
+        "git_works_in_a_container_box_..._as_root",
+        false,
+    );
+}
+
+#[test]
+fn git_works_in_a_container_box_and_its_writes_are_diffed_and_exported_as_the_test_user() {
+    git_works_in_a_container_box_and_its_writes_are_diffed_and_exported(
+        "git_works_in_a_container_box_..._as_the_test_user",
+        true,
+    );
 }

@@ -185,14 +185,16 @@ fn no_podman_socket_and_no_host_path_but_the_workspace_is_in_the_box() {
     let text = stdout(&out);
     assert!(!text.contains("present:"), "{text}");
     assert!(!text.contains(".sock"), "{text}");
-    // Binds from the host: /work, the spool, the object store the workspace borrows (ro).
-    let objects = r.path().join(".git/objects");
-    for want in ["/work", "/.h5i/spool", objects.to_str().unwrap()] {
+    // Binds from the host: /work, the spool, the object store the workspace borrows (ro) at
+    // its in-box place, never at the store's host path.
+    for want in ["/work", "/.h5i/spool", "/.h5i/objects"] {
         assert!(
             text.lines().any(|l| l == want),
             "{want} not mounted:\n{text}"
         );
     }
+    let host = r.path().display().to_string();
+    assert!(!text.lines().any(|l| l.starts_with(&host)), "{text}");
     assert!(
         !text
             .lines()

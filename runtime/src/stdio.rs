@@ -13,6 +13,10 @@
 //!   the caller's mode before libcontainer forks ([`StdioSnapshot::take`]) and its executor
 //!   reopens `/dev/null` with that mode. The defect is libcontainer's (runc reopens read-write);
 //!   this is the workaround in h5i-runc, not a fork of libcontainer.
+//! - **Which were closed, across an engine** (the container tier): Podman's client cannot be
+//!   started with a standard descriptor closed (it would open some file there and hand that
+//!   on), so h5i passes its placeholder `/dev/null` and names the closed ones in the
+//!   [`ANNOTATION_CLOSED`] annotation; `h5i-runc`'s executor closes them before the exec too.
 //!
 //! Must never: touch a descriptor above 2, or change a standard descriptor that is not
 //! `/dev/null` (ttys, pipes, sockets, files and `/dev/full` pass through untouched), or act when
@@ -24,6 +28,15 @@ use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The annotation naming the standard descriptors the caller had closed (`"2"`, `"0,2"`), for a
+/// runtime started through an engine that could not be handed them closed.
+pub const ANNOTATION_CLOSED: &str = "h5i.stdio.closed";
+
+/// Why an [`ANNOTATION_CLOSED`] value was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("refusing: annotation {ANNOTATION_CLOSED}={0:?} names something other than the standard descriptors 0, 1, 2; to fix: give a comma-separated list of 0, 1 and 2 (or leave the annotation out)")]
+pub struct BadClosedAnnotation(String);
 
 /// Bit `fd` set: standard descriptor `fd` was closed when this process started.
 static CLOSED_AT_START: AtomicU8 = AtomicU8::new(0);
@@ -55,6 +68,26 @@ impl ClosedStdio {
     /// The descriptors in the set.
     pub fn fds(self) -> impl Iterator<Item = RawFd> {
         (0..3).filter(move |fd| self.0 & (1 << fd) != 0)
+    }
+
+    /// The set as [`ANNOTATION_CLOSED`]'s value (`None` when empty).
+    pub fn annotation(self) -> Option<String> {
+        let list: Vec<String> = self.fds().map(|fd| fd.to_string()).collect();
+        (!list.is_empty()).then(|| list.join(","))
+    }
+
+    /// Parse [`ANNOTATION_CLOSED`]'s value: a comma-separated list of 0, 1 and 2.
+    pub fn from_annotation(value: &str) -> Result<ClosedStdio, BadClosedAnnotation> {
+        let mut mask = 0u8;
+        for part in value.split(',') {
+            match part.trim() {
+                "0" => mask |= 1,
+                "1" => mask |= 2,
+                "2" => mask |= 4,
+                _ => return Err(BadClosedAnnotation(value.to_owned())),
+            }
+        }
+        Ok(ClosedStdio(mask))
     }
 
     /// Close every descriptor in the set (async-signal-safe: only close(2)).
@@ -111,6 +144,14 @@ impl StdioSnapshot {
             }
         }
         Self { dev_null, closed }
+    }
+
+    /// The same snapshot, with `more` closed too (the caller's, named by annotation).
+    pub fn also_closed(self, more: ClosedStdio) -> Self {
+        Self {
+            closed: ClosedStdio(self.closed.0 | more.0),
+            ..self
+        }
     }
 
     /// Inside the container, just before the payload's exec: give every recorded `/dev/null`
@@ -189,6 +230,19 @@ mod tests {
     fn the_closed_set_lists_its_descriptors() {
         assert_eq!(ClosedStdio(0b101).fds().collect::<Vec<_>>(), vec![0, 2]);
         assert_eq!(ClosedStdio::default().fds().count(), 0);
+    }
+
+    #[test]
+    fn the_closed_annotation_round_trips_and_names_only_0_1_2() {
+        assert_eq!(ClosedStdio(0b101).annotation().as_deref(), Some("0,2"));
+        assert_eq!(ClosedStdio::default().annotation(), None);
+        assert_eq!(
+            ClosedStdio::from_annotation("0,2").unwrap(),
+            ClosedStdio(0b101)
+        );
+        for bad in ["", "3", "0,,2", "-1", "1;2", "x"] {
+            assert!(ClosedStdio::from_annotation(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -242,6 +242,13 @@ enum BoxVerb {
         /// The service.
         service: String,
     },
+    /// Internal: the forwarder an unprivileged service supervisor starts (the host listener
+    /// and the box's namespaces arrive as descriptors 3, 4 and 5).
+    #[command(name = "__service-forward", hide = true)]
+    ServiceForward {
+        /// The port inside the box.
+        port: u16,
+    },
     /// Declared secret grants and a dry run of their resolution: fingerprints, never values.
     Secrets {
         /// The box.
@@ -671,6 +678,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         BoxVerb::ServiceSupervise { name, service } => {
             Ok(h5i::service::supervise(&store()?, &name, &service)?)
         }
+        BoxVerb::ServiceForward { port } => Ok(h5i::service::forward_from_inside(port)?),
         BoxVerb::Doctor { name, json } => {
             let checks = h5i::doctor::doctor(&store()?, &name)?;
             if json {

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::image::PinnedImage;
-use super::podman_args::{BOX_SPOOL, BOX_WORK, INIT_DEST, TMP_SIZE};
+use super::podman_args::{BOX_OBJECTS, BOX_SPOOL, BOX_WORK, INIT_DEST, TMP_SIZE};
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
@@ -246,9 +246,12 @@ const PODMAN_OWN: &[&str] = &[
     "/run/.containerenv",
 ];
 
-/// Where the spec differs from what the policy asks; empty when it matches. `objects` is the
-/// box path of the object store (the one other bind allowed).
-pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
+/// Where the spec differs from what the policy asks; empty when it matches. Beside the
+/// workspace and the spool, the only binds allowed are read-only: the object store at
+/// `/.h5i/objects` and the in-box `alternates` naming it. A bind at any other path (the store's
+/// host path, say) is unplanned.
+pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
+    let alternates = crate::process::in_box_alternates();
     let Some(s) = &ev.spec else {
         return vec!["the run's OCI spec was not captured (the runtime did not write it)".into()];
     };
@@ -310,9 +313,9 @@ pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
                 out.push("/work is read-only".into());
             }
         } else if d == BOX_SPOOL {
-        } else if Path::new(d) == objects {
+        } else if d == BOX_OBJECTS || Path::new(d) == alternates {
             if !m.options.iter().any(|o| o == "ro") {
-                out.push(format!("the object store at {d} is writable"));
+                out.push(format!("the borrowed objects' bind at {d} is writable"));
             }
         } else if d == "/tmp" {
             let want = [format!("size={TMP_SIZE}"), "nosuid".into(), "nodev".into()];
@@ -413,7 +416,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
             m.destination == BOX_WORK
                 || m.destination == BOX_SPOOL
                 || m.destination == "/tmp"
-                || m.source.ends_with("/objects")
+                || m.destination == BOX_OBJECTS
         }) {
             out.push(format!(
                 "  mount     {} {} ({})",
@@ -423,8 +426,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
             ));
         }
     }
-    let objects = sb.manifest.store.join("objects");
-    let diff = mismatches(&ev, &objects);
+    let diff = mismatches(&ev);
     out.push(if diff.is_empty() {
         "  matches the policy: yes".to_string()
     } else {
@@ -452,7 +454,8 @@ mod tests {
                 {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=256m", "nosuid", "nodev"]},
                 {"destination": "/work", "type": "bind", "source": "/ws", "options": ["rbind", "rw"]},
-                {"destination": "/r/.git/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
+                {"destination": "/.h5i/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
+                {"destination": "/work/.git/objects/info/alternates", "type": "bind", "source": "/b/alternates.box", "options": ["rbind", "ro"]},
                 {"destination": "/.h5i/spool", "type": "bind", "source": "/s", "options": ["rbind", "rw"]},
                 {"destination": "/run/podman-init", "type": "bind", "source": "/usr/bin/catatonit", "options": ["bind", "ro"]}
             ],
@@ -486,10 +489,7 @@ mod tests {
     #[test]
     fn the_articles_spec_matches() {
         let ev = evidence(spec());
-        assert_eq!(
-            mismatches(&ev, Path::new("/r/.git/objects")),
-            Vec::<String>::new()
-        );
+        assert_eq!(mismatches(&ev), Vec::<String>::new());
         let s = ev.spec.unwrap();
         // Names only: the dummy's value is never kept.
         assert_eq!(s.env_names, ["ANTHROPIC_API_KEY", "PATH"]);
@@ -510,7 +510,7 @@ mod tests {
         v["mounts"].as_array_mut().unwrap().push(json!(
             {"destination": "/home", "type": "bind", "source": "/home", "options": ["rbind"]}
         ));
-        let m = mismatches(&evidence(v), Path::new("/r/.git/objects")).join("\n");
+        let m = mismatches(&evidence(v)).join("\n");
         for want in [
             "image root is writable",
             "CAP_NET_RAW",
@@ -531,7 +531,7 @@ mod tests {
             let init = mounts.last_mut().unwrap();
             init["source"] = json!(source);
             init["options"] = options;
-            mismatches(&evidence(v), Path::new("/r/.git/objects")).join("\n")
+            mismatches(&evidence(v)).join("\n")
         };
         // Another host file bound where the init goes, or the init writable: both named.
         let other = swapped("/etc/shadow", json!(["bind", "ro"]));
@@ -547,15 +547,31 @@ mod tests {
         // A record from before the init existed names it too.
         let mut ev = evidence(spec());
         ev.init = None;
-        assert!(mismatches(&ev, Path::new("/r/.git/objects"))
+        assert!(mismatches(&ev)
             .join("\n")
             .contains("unplanned mount at /run/podman-init"));
+    }
+
+    #[test]
+    fn the_store_at_its_host_path_or_a_writable_alternates_is_named() {
+        let mut v = spec();
+        v["mounts"].as_array_mut().unwrap().push(json!(
+            {"destination": "/r/.git/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]}
+        ));
+        v["mounts"][5]["options"] = json!(["rbind", "rw"]);
+        let m = mismatches(&evidence(v)).join("\n");
+        for want in [
+            "unplanned mount at /r/.git/objects",
+            "bind at /work/.git/objects/info/alternates is writable",
+        ] {
+            assert!(m.contains(want), "missing {want} in\n{m}");
+        }
     }
 
     #[test]
     fn an_uncaptured_spec_is_never_a_match() {
         let mut ev = evidence(spec());
         ev.spec = None;
-        assert_eq!(mismatches(&ev, Path::new("/o")).len(), 1);
+        assert_eq!(mismatches(&ev).len(), 1);
     }
 }

@@ -51,7 +51,7 @@ use crate::credentials::HandoffPlace;
 use crate::error::BoxError;
 use crate::store::{now_ms, StoredBox};
 use engine::Engine;
-use podman_args::{Bind, PodmanRun, BOX_SPOOL, BOX_WORK};
+use podman_args::{Bind, PodmanRun, BOX_OBJECTS, BOX_SPOOL, BOX_WORK};
 
 /// The box's `HOME`: its private `/tmp`.
 pub const BOX_HOME: &str = "/tmp";
@@ -84,6 +84,31 @@ pub struct RunInputs<'a> {
     pub creds: Option<crate::credentials::Prepared>,
     /// A pty of the container's own (`box shell` on a terminal).
     pub tty: bool,
+}
+
+/// How the caller's standard descriptors reach the box. None of them a terminal: they pass
+/// through as they are (Podman's `passthrough` log driver), those the caller had closed named
+/// for h5i-runc to close again. Stdin and stdout on a terminal: a pty of the box's own (`-t`),
+/// never the caller's terminal. Some but not all a terminal: conmon's pipes (Podman refuses
+/// passthrough there, and the caller's terminal never enters the box).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StdioWiring {
+    Passthrough(h5i_runtime::stdio::ClosedStdio),
+    OwnPty,
+    Relayed,
+}
+
+impl StdioWiring {
+    fn for_caller(tty: bool) -> StdioWiring {
+        use h5i_runtime::pty::is_terminal;
+        if tty || (is_terminal(0) && is_terminal(1)) {
+            StdioWiring::OwnPty
+        } else if (0..3).any(is_terminal) {
+            StdioWiring::Relayed
+        } else {
+            StdioWiring::Passthrough(h5i_runtime::stdio::closed_at_start())
+        }
+    }
 }
 
 fn refuse(what: impl Into<String>, mend: impl Into<String>) -> BoxError {
@@ -220,6 +245,8 @@ struct Sources {
     work: PathBuf,
     spool: PathBuf,
     objects: PathBuf,
+    /// The in-box `alternates` file (naming `/.h5i/objects`), when the workspace's own is plain.
+    alternates: Option<PathBuf>,
 }
 
 /// At `box create`: the image a container box will run, looked up in the engine's storage
@@ -357,6 +384,7 @@ pub fn run(
     run_dir.files.extend(hook_files);
 
     let container_name = format!("h5i-{id}");
+    let wiring = StdioWiring::for_caller(inputs.tty);
     let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
     let podman_run = PodmanRun {
         runtime: (!host_default).then(|| sources.runc.clone()),
@@ -370,23 +398,13 @@ pub fn run(
             dest: BOX_WORK.into(),
             readonly: false,
         },
-        binds: vec![
-            Bind {
-                source: sources.objects.clone(),
-                dest: sb.manifest.store.join("objects"),
-                readonly: true,
-            },
-            Bind {
-                source: sources.spool.clone(),
-                dest: BOX_SPOOL.into(),
-                readonly: false,
-            },
-        ],
+        binds: box_binds(&sources),
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
-        annotations: annotations(policy, &run_dir.out, &id),
-        tty: inputs.tty,
+        annotations: annotations(policy, &run_dir.out, &id, wiring),
+        tty: wiring == StdioWiring::OwnPty,
+        passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
         init: init.clone(),
     };
     let evidence_file = evidence::file_for(&run_dir.out, &id);
@@ -463,6 +481,30 @@ pub fn run(
     })
 }
 
+/// The binds beside the workspace: the borrowed objects read-only at `/.h5i/objects`, the in-box
+/// `alternates` naming them (read-only, over the workspace's own, which names the store's host
+/// path), and the spool. No host path of the store or the parent is a box path.
+fn box_binds(sources: &Sources) -> Vec<Bind> {
+    let mut binds = vec![Bind {
+        source: sources.objects.clone(),
+        dest: BOX_OBJECTS.into(),
+        readonly: true,
+    }];
+    if let Some(alternates) = &sources.alternates {
+        binds.push(Bind {
+            source: alternates.clone(),
+            dest: crate::process::in_box_alternates(),
+            readonly: true,
+        });
+    }
+    binds.push(Bind {
+        source: sources.spool.clone(),
+        dest: BOX_SPOOL.into(),
+        readonly: false,
+    });
+    binds
+}
+
 /// The run's share of the broker: the egress proxy and the credential proxies, each waiting
 /// for the listener its createContainer hook hands over from the box's loopback.
 struct Broker {
@@ -535,6 +577,7 @@ fn attach_sources(
     runc: &Path,
     hook: &Path,
 ) -> Result<(Sources, Option<Attached>), BoxError> {
+    let alternates = crate::process::alternates_bind(sb)?.map(|(host, _)| host);
     if !engine.switches_user {
         let sources = Sources {
             runc: runc.to_path_buf(),
@@ -542,6 +585,7 @@ fn attach_sources(
             work: sb.paths.workspace(),
             spool: sb.paths.spool(),
             objects: sb.manifest.store.join("objects"),
+            alternates,
         };
         return Ok((sources, None));
     }
@@ -558,6 +602,7 @@ fn attach_sources(
         work: run_dir.path.join("work"),
         spool: run_dir.path.join("spool"),
         objects: run_dir.path.join("objects"),
+        alternates: alternates.as_ref().map(|_| run_dir.path.join("alternates")),
     };
     // (host path, mount point, a file, idmapped and writable)
     let mut plan = vec![
@@ -570,6 +615,9 @@ fn attach_sources(
             false,
         ),
     ];
+    if let (Some(host), Some(at)) = (&alternates, &sources.alternates) {
+        plan.push((host.clone(), at.clone(), true, false));
+    }
     // h5i's binaries: used where they are when the engine user can reach and run them there
     // (an install under /usr/local), else attached too (a build tree under /root).
     let mut binaries = Vec::new();
@@ -676,8 +724,14 @@ fn box_env(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<(String, String)> {
     env
 }
 
-/// h5i-runc's confinement annotations for the box, and the evidence capture (into `out`).
-fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, String)> {
+/// h5i-runc's confinement annotations for the box, the evidence capture (into `out`), and the
+/// standard descriptors the caller had closed (passed through as `/dev/null`).
+fn annotations(
+    policy: &ResolvedPolicy,
+    out: &Path,
+    id: &str,
+    wiring: StdioWiring,
+) -> Vec<(String, String)> {
     let landlock = serde_json::json!({
         "read": ["/"],
         "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
@@ -695,6 +749,11 @@ fn annotations(policy: &ResolvedPolicy, out: &Path, id: &str) -> Vec<(String, St
         ),
     ];
     annotations.extend(crate::process::family_grants(policy));
+    if let StdioWiring::Passthrough(closed) = wiring {
+        if let Some(v) = closed.annotation() {
+            annotations.push((h5i_runtime::stdio::ANNOTATION_CLOSED.into(), v));
+        }
+    }
     annotations
 }
 

@@ -2,8 +2,10 @@
 //! flag, and the same list `make bench` runs without h5i).
 //!
 //! Owns the article's configuration in one place: the workspace read-write at `/work` and
-//! nothing else of the host but the workspace's object store (read-only, at its host path, so
-//! the box's git finds the base it borrows) and the box's spool (`/.h5i/spool`); a read-only
+//! nothing else of the host but the workspace's object store (read-only at `/.h5i/objects`,
+//! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
+//! finds the base it borrows without learning the store's host path) and the box's spool
+//! (`/.h5i/spool`); a read-only
 //! image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable tmpfs; every
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
 //! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
@@ -22,6 +24,8 @@ use std::path::PathBuf;
 pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
 /// Where the spool appears in the box (the same place at every tier).
 pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
+/// Where the borrowed objects appear in the box (read-only; the same place at every tier).
+pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
 /// The private `/tmp`'s size.
 pub const TMP_SIZE: &str = "256m";
 /// The annotation the per-run hooks match on.
@@ -68,12 +72,16 @@ pub struct PodmanRun {
     pub cgroup_parent: Option<String>,
     /// h5i-runc's annotations (`h5i.landlock`, `h5i.seccomp`, `h5i.net.unix`).
     pub annotations: Vec<(String, String)>,
-    /// `-t`: a pty of the container's own (`box shell`).
+    /// `-t`: a pty of the container's own (`box shell`, or `box run` on a terminal).
     pub tty: bool,
     /// The init program (`--init --init-path`, catatonit) that runs as the box's pid 1, so the
     /// command is not pid 1: the kernel drops a signal to pid 1 that it has no handler for, so
     /// without it `timeout`, Ctrl-C and `h5i box run`'s forwarded SIGTERM would not end it.
     pub init: PathBuf,
+    /// `--log-driver=passthrough`: the box gets h5i's own standard descriptors (a `/dev/null`
+    /// stays writable, `/dev/full` gives ENOSPC inside, a file stays that file) rather than
+    /// conmon's pipes. Podman refuses it when any of them is a terminal.
+    pub passthrough: bool,
 }
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
@@ -136,6 +144,8 @@ impl PodmanRun {
         a.push(self.init.clone().into());
         if self.tty {
             a.push("-t".into());
+        } else if self.passthrough {
+            a.push("--log-driver=passthrough".into());
         }
         if let Some(p) = &self.cgroup_parent {
             // The container's group goes inside the cage; conmon stays outside it, so the
@@ -192,7 +202,7 @@ mod tests {
             },
             binds: vec![Bind {
                 source: "/repo/.git/objects".into(),
-                dest: "/repo/.git/objects".into(),
+                dest: BOX_OBJECTS.into(),
                 readonly: true,
             }],
             env: vec![("HOME".into(), "/tmp".into())],
@@ -207,6 +217,7 @@ mod tests {
             ],
             tty: false,
             init: "/usr/bin/catatonit".into(),
+            passthrough: false,
         }
     }
 
@@ -260,7 +271,7 @@ mod tests {
             volumes,
             [
                 "/repo/.git/.h5i/env/none/b/workspace:/work:rw",
-                "/repo/.git/objects:/repo/.git/objects:ro"
+                "/repo/.git/objects:/.h5i/objects:ro"
             ]
         );
         assert!(!a
@@ -289,5 +300,15 @@ mod tests {
         assert!(!text(&r).contains(&"--runtime".to_string()));
         r.tty = true;
         assert!(text(&r).contains(&"-t".to_string()));
+    }
+
+    #[test]
+    fn stdio_passes_through_only_without_a_pty() {
+        let mut r = run();
+        assert!(!text(&r).iter().any(|a| a.starts_with("--log-driver")));
+        r.passthrough = true;
+        assert!(text(&r).contains(&"--log-driver=passthrough".to_string()));
+        r.tty = true;
+        assert!(!text(&r).iter().any(|a| a.starts_with("--log-driver")));
     }
 }

@@ -56,12 +56,27 @@ enum Who {
 /// `scripts/make-test-image.sh` (once per test binary); panics with the mend when it cannot be.
 pub fn container_image() -> &'static str {
     static READY: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
-    let ok = READY.get_or_init(|| {
+    test_image(&READY, &[]);
+    "localhost/h5i-busybox:latest"
+}
+
+/// The test image with the host's git added (`make-test-image.sh --git`), for a box's own git
+/// at the container tier.
+pub fn container_git_image() -> &'static str {
+    static READY: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    test_image(&READY, &["--git"]);
+    "localhost/h5i-busybox-git:latest"
+}
+
+fn test_image(ready: &std::sync::OnceLock<Result<(), String>>, flags: &[&str]) {
+    let ok = ready.get_or_init(|| {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-test-image.sh");
         let out = Command::new("bash")
             .arg(script)
             .arg("--user")
+            .args(flags)
             .env("H5I_TEST_USER", TEST_USER)
+            .env_remove("H5I_TEST_IMAGE")
             .output()
             .map_err(|e| e.to_string())?;
         if out.status.success() {
@@ -71,9 +86,8 @@ pub fn container_image() -> &'static str {
         }
     });
     if let Err(e) = ok {
-        panic!("the test image for {TEST_USER} cannot be made (run `make setup`): {e}");
+        panic!("the test image {flags:?} for {TEST_USER} cannot be made (run `make setup`): {e}");
     }
-    "localhost/h5i-busybox:latest"
 }
 
 impl Caller {
@@ -94,26 +108,30 @@ impl Caller {
     /// in the test image, run by the test user's rootless Podman, as root's engine user too).
     pub fn create_at(&mut self, name: &str, tier: &str) {
         if tier == "container" {
-            let image = container_image();
-            if !self.env.iter().any(|(k, _)| k == "H5I_NO_PROBE_CACHE") {
-                self.env.push(("H5I_NO_PROBE_CACHE".into(), "1".into()));
-                if matches!(self.who, Who::Root(_)) {
-                    self.env
-                        .push(("H5I_CONTAINER_USER".into(), TEST_USER.into()));
-                }
-            }
-            self.ok(&[
-                "box",
-                "create",
-                name,
-                "--isolation",
-                "container",
-                "--image",
-                image,
-            ]);
+            self.create_container(name, container_image());
         } else {
             self.ok(&["box", "create", name, "--isolation", tier]);
         }
+    }
+
+    /// Create container box `name` in `image` (one of this module's test images).
+    pub fn create_container(&mut self, name: &str, image: &str) {
+        if !self.env.iter().any(|(k, _)| k == "H5I_NO_PROBE_CACHE") {
+            self.env.push(("H5I_NO_PROBE_CACHE".into(), "1".into()));
+            if matches!(self.who, Who::Root(_)) {
+                self.env
+                    .push(("H5I_CONTAINER_USER".into(), TEST_USER.into()));
+            }
+        }
+        self.ok(&[
+            "box",
+            "create",
+            name,
+            "--isolation",
+            "container",
+            "--image",
+            image,
+        ]);
     }
 
     /// The test user, with `extra` files copied into its tree (see [`super::unprivileged_tree`])

@@ -13,7 +13,7 @@ use libcontainer::workload::{default, Executor, ExecutorError, ExecutorValidatio
 
 use super::kernel::{ConfinementKernel, LinuxKernel};
 use super::{ConfinementPlan, GateHandoff};
-use crate::stdio::StdioSnapshot;
+use crate::stdio::{ClosedStdio, StdioSnapshot};
 
 /// The executor `h5i-runc` hands libcontainer for init and exec'd processes.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +22,18 @@ pub struct H5iExecutor {
     pub gate_handoff: Option<GateHandoff>,
     /// The standard descriptors as `h5i-runc` received them, restored before the exec.
     pub stdio: StdioSnapshot,
+}
+
+/// The standard descriptors the caller had closed, as the spec's annotation names them.
+fn closed_by_annotation(spec: &Spec) -> Result<ClosedStdio, crate::stdio::BadClosedAnnotation> {
+    match spec
+        .annotations()
+        .as_ref()
+        .and_then(|a| a.get(crate::stdio::ANNOTATION_CLOSED))
+    {
+        Some(v) => ClosedStdio::from_annotation(v),
+        None => Ok(ClosedStdio::default()),
+    }
 }
 
 impl H5iExecutor {
@@ -38,7 +50,8 @@ impl Executor for H5iExecutor {
             .as_ref()
             .and_then(|p| p.terminal())
             .unwrap_or(false);
-        self.stdio.restore(terminal).map_err(|e| {
+        let closed = closed_by_annotation(spec).map_err(|e| ExecutorError::Other(e.to_string()))?;
+        self.stdio.also_closed(closed).restore(terminal).map_err(|e| {
             tracing::error!(error = %e, "cannot restore the caller's stdio; not executing the payload");
             ExecutorError::Other(format!("restoring the caller's standard descriptors: {e}"))
         })?;
@@ -54,6 +67,8 @@ impl Executor for H5iExecutor {
 
     fn validate(&self, spec: &Spec) -> Result<(), ExecutorValidationError> {
         default::get_executor().validate(spec)?;
+        closed_by_annotation(spec)
+            .map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
         self.plan(spec)
             .map_err(|e| ExecutorValidationError::ArgValidationError(e.to_string()))?;
         Ok(())
