@@ -30,6 +30,8 @@ use serde_json::{json, Value};
 
 use crate::support::{read_request, Seen};
 
+pub mod agent;
+
 /// Connections the service accepts before it stops by itself.
 pub const MAX_CONNS: usize = 256;
 /// Requests served on one keep-alive connection.
@@ -331,7 +333,15 @@ fn model_call(api: Api, script: &[Turn], req: &Seen, state: &Mutex<State>) -> (K
         Ok(v) => v,
         Err(e) => return refuse(api, format!("request body is not JSON: {e}"), state),
     };
-    let has_tools = body["tools"].as_array().is_some_and(|t| !t.is_empty());
+    // Codex sends its tools as an `additional_tools` input item (namespaces of tools), not in
+    // the top-level `tools` list.
+    let nonempty = |v: &Value| v["tools"].as_array().is_some_and(|t| !t.is_empty());
+    let has_tools = nonempty(&body)
+        || body["input"].as_array().is_some_and(|items| {
+            items
+                .iter()
+                .any(|i| i["type"] == "additional_tools" && nonempty(i))
+        });
     if !has_tools {
         let reply = Turn::finish("ok");
         return (Kind::Side, reply_for(api, &body, usize::MAX, &reply));
@@ -457,7 +467,9 @@ fn openai_inputs(body: &Value) -> Inputs {
             )
         })
         .map(|i| {
+            // A string, or (Codex's custom tools) a list of `input_text` items.
             let out = match &i["output"] {
+                Value::Array(_) => text_of(&i["output"]),
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };

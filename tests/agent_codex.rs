@@ -1,0 +1,157 @@
+//! Codex in a box, end to end, against the scripted model service (tests/model): the real
+//! `codex` (installed by `make setup`) runs `codex exec` in a box, the model's script has it
+//! read, patch and check a file, and the test checks what came out (tests/model/agent.rs): the
+//! edit in `box diff` and in the export's patch, the real credential at the model service and
+//! nowhere the box could see it.
+//!
+//! Codex 0.171 talks to its built-in `openai` provider over a WebSocket and does not read
+//! `OPENAI_BASE_URL`, so the run names a provider (`-c model_providers.h5i=...`) whose base URL
+//! is the credential proxy's (the box's `$OPENAI_BASE_URL`), whose key is the box's dummy
+//! (`env_key = "OPENAI_API_KEY"`), over HTTP streaming. Its own sandbox is off
+//! (`--sandbox danger-full-access`): the box is the sandbox. What it really sends, recorded from
+//! this version: its tools arrive as an `additional_tools` input item, and in code mode the
+//! model drives them through one custom tool, `exec`, whose input is JavaScript calling
+//! `tools.exec_command(...)` and `tools.apply_patch(...)`; the script below is that.
+//!
+//! The model service listens on 127.0.0.1 with a certificate from a CA this test made; the
+//! credential proxy is pointed at it through h5i's test seams. Runs as root (CI).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod model;
+#[path = "../broker/tests/support/mod.rs"]
+mod support;
+
+use std::net::Ipv4Addr;
+
+use model::agent::{self, Agent, DeniedHost, Model};
+use model::{Api, Call, Turn};
+use serde_json::Value;
+
+const CODEX: &str = "/usr/local/bin/codex";
+
+const CODEX_AGENT: Agent = Agent {
+    profile: "agent-codex",
+    api: Api::OpenAi,
+    host: "api.openai.com",
+    key_var: "OPENAI_API_KEY",
+    real: "sk-proj-REAL-host-only-51c7e0a93f",
+    key_header: "authorization",
+    key_prefix: "Bearer ",
+    image: "localhost/h5i-agent-codex:latest",
+};
+
+/// `codex exec` as the box runs it: the provider override reads the base URL the credential
+/// proxy handed the box, so it goes through `sh -c` (the one place the variable is expanded).
+const RUN_CODEX: &str = r#"exec codex exec --skip-git-repo-check --sandbox danger-full-access \
+  -c model_provider=h5i \
+  -c "model_providers.h5i={name=\"h5i\",base_url=\"$OPENAI_BASE_URL\",env_key=\"OPENAI_API_KEY\",supports_websockets=false}" \
+  "fix the greeting in greeting.txt""#;
+
+#[test]
+fn the_installed_codex_is_the_pinned_one() {
+    if !agent::have_agent("the_installed_codex_is_the_pinned_one", CODEX) {
+        return;
+    }
+    let out = std::process::Command::new(CODEX)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let v = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        v.trim(),
+        format!("codex-cli {}", agent::pinned("CODEX_VERSION"))
+    );
+}
+
+/// One call of Codex's code-mode tool: `js` runs in its isolate.
+fn exec(js: String) -> Call {
+    Call::new("exec", Value::String(js))
+}
+
+/// JavaScript that runs `cmd` through Codex's `exec_command` and returns its output.
+fn sh(cmd: &str) -> String {
+    format!(
+        "const r = await tools.exec_command({{cmd: {}}}); text(r.output);",
+        Value::String(cmd.to_owned())
+    )
+}
+
+/// The script: read the file, patch it and show it, look for the key, reach out, finish.
+fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
+    let patch = "*** Begin Patch\n*** Update File: greeting.txt\n@@\n-helo wrld\n+hello world\n*** End Patch\n";
+    vec![
+        Turn::calls(vec![exec(sh("cat greeting.txt"))]).expecting("fix the greeting"),
+        Turn::calls(vec![exec(format!(
+            "await tools.apply_patch({}); {}",
+            Value::String(patch.to_owned()),
+            sh("cat greeting.txt")
+        ))])
+        .expecting("helo wrld"),
+        Turn::calls(vec![exec(sh(&agent::scan_command(CODEX_AGENT.real)))])
+            .expecting("hello world"),
+        Turn::calls(vec![exec(sh(&agent::reach_out(
+            "$OPENAI_BASE_URL/models",
+            "api.anthropic.com",
+            denied_ip,
+        )))])
+        .expecting("hits=[]"),
+        Turn::finish("The greeting is fixed.").expecting("other=421"),
+    ]
+}
+
+/// Codex, in a box at `tier`, plays the fix script against the scripted model (checks in
+/// `agent::check_session` and `DeniedHost::was_refused`). Returns the export's report.md, or
+/// `None` when the test cannot make its denied host (not root; said `skipped:`).
+fn codex_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
+    let denied = DeniedHost::up(test)?;
+    let r = agent::greeting_box(&CODEX_AGENT, "cx", tier);
+    let m = Model::start(&CODEX_AGENT, fix_script(denied.ip()));
+    let report = agent::check_session(
+        &CODEX_AGENT,
+        &r,
+        "cx",
+        tier,
+        &m,
+        &["sh", "-c", RUN_CODEX],
+        "The greeting is fixed.",
+    );
+    denied.was_refused(tier, &report);
+    Some(report)
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
+    let test = "codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key";
+    if agent::have_agent(test, CODEX) {
+        codex_fixes_the_greeting(test, "process");
+    }
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key() {
+    let test = "codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key";
+    if agent::have_agent(test, CODEX) {
+        codex_fixes_the_greeting(test, "supervised");
+    }
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
+    let test = "codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key";
+    if !common::require_root(
+        test,
+        "the container tier runs as the engine user make setup made",
+    ) || !agent::image_built(test, CODEX_AGENT.image)
+    {
+        return;
+    }
+    let Some(report) = codex_fixes_the_greeting(test, "container") else {
+        return;
+    };
+    // The CONNECT to a host outside the profile was refused by the box's egress proxy.
+    assert!(
+        agent::denied_section(&report).contains("denied.test:443"),
+        "{report}"
+    );
+}

@@ -1,0 +1,345 @@
+//! One scripted agent session in a box, shared by `tests/agent_claude.rs` and
+//! `tests/agent_codex.rs`: the repository with the broken greeting, the scripted model (with the
+//! CA the credential proxy trusts for it, through h5i's test seams), the commands the model has
+//! the agent run (the key scan and the reach-out to hosts outside the profile), and the checks
+//! every agent row makes: the edit in `box diff` and in the export's patch, the real key at the
+//! model service on every call and never the dummy, and the key nowhere the box or its export
+//! holds.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use crate::common::testnet::TestHosts;
+use crate::common::{self, stderr, stdout, Repo};
+use crate::model::{Api, Kind, ModelService, Turn};
+use crate::support::TestCa;
+
+/// Where every confining tier shows the box its workspace.
+pub const WORK: &str = "/work";
+
+/// One agent runtime under test.
+pub struct Agent {
+    /// The built-in profile (`agent-claude`, `agent-codex`).
+    pub profile: &'static str,
+    /// The API its model service speaks, and the host the credential proxy serves it as.
+    pub api: Api,
+    pub host: &'static str,
+    /// The variable holding the host's real key, and that key.
+    pub key_var: &'static str,
+    pub real: &'static str,
+    /// The header the real key must arrive in, and its value's prefix (`Bearer ` or none).
+    pub key_header: &'static str,
+    pub key_prefix: &'static str,
+    /// The image `make images` builds for its container-tier row.
+    pub image: &'static str,
+}
+
+/// The scripted model, the CA file the proxy trusts for it, and a HOME with no agent config.
+pub struct Model {
+    pub service: ModelService,
+    _dir: tempfile::TempDir,
+    ca_file: String,
+    home: String,
+    hosts: String,
+    turns: usize,
+}
+
+impl Model {
+    pub fn start(agent: &Agent, turns: Vec<Turn>) -> Model {
+        let ca = TestCa::new();
+        let n = turns.len();
+        let service = ModelService::start(ca.server_config(&[agent.host]), agent.api, turns);
+        let dir = tempfile::tempdir().unwrap();
+        let ca_file = dir.path().join("ca.der");
+        std::fs::write(&ca_file, &ca.ca_der).unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        Model {
+            hosts: format!("{}={}", agent.host, service.addr),
+            service,
+            ca_file: ca_file.display().to_string(),
+            home: home.display().to_string(),
+            turns: n,
+            _dir: dir,
+        }
+    }
+
+    /// h5i's environment: the host's real key and the seams that point the proxy here.
+    pub fn env<'a>(&'a self, agent: &'a Agent) -> Vec<(&'a str, &'a str)> {
+        vec![
+            (agent.key_var, agent.real),
+            ("H5I_TEST_HOSTS", self.hosts.as_str()),
+            ("H5I_TEST_CA_FILE", self.ca_file.as_str()),
+            ("HOME", self.home.as_str()),
+        ]
+    }
+}
+
+/// Whether the test runs (root), and the agent `make setup` installs is there.
+pub fn have_agent(test: &str, binary: &str) -> bool {
+    if !common::require_root(test, "boxes run as root in CI") {
+        return false;
+    }
+    assert!(
+        Path::new(binary).exists(),
+        "{binary} is missing: run `make setup` (it installs the pinned Claude Code and Codex)"
+    );
+    true
+}
+
+/// The pinned version `make setup` installs (images/agent-versions.env).
+pub fn pinned(var: &str) -> String {
+    let pins = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("images/agent-versions.env"),
+    )
+    .unwrap();
+    pins.lines()
+        .find_map(|l| l.strip_prefix(&format!("{var}=")))
+        .unwrap_or_else(|| panic!("no {var} in images/agent-versions.env"))
+        .to_owned()
+}
+
+/// Whether the container tier's engine user has `image` (built by `make images`, not by `make
+/// setup`); when it does not, says `skipped:` loudly with the mend.
+pub fn image_built(test: &str, image: &str) -> bool {
+    let exists = std::process::Command::new("runuser")
+        .args([
+            "-u",
+            common::TEST_USER,
+            "--",
+            "podman",
+            "image",
+            "exists",
+            image,
+        ])
+        .current_dir("/")
+        .status()
+        .is_ok_and(|s| s.success());
+    if !exists {
+        eprintln!(
+            "skipped: {test}: the image {image} is not built on this host (run `make images`)"
+        );
+    }
+    exists
+}
+
+/// A command the model runs in the box: two hosts outside the profile, by name (`denied.test`,
+/// never resolved by the system: the box's proxy refuses it by name, or the box has no
+/// resolver) and by address (`denied_ip`, a test host of the test's own, see [`DeniedHost`]),
+/// and `other_host`'s model list through this agent's base URL (`models_url`, a shell
+/// expression), which the credential proxy must refuse (421). Prints `denied=CODE`,
+/// `ip=CODE` and `other=STATUS`.
+pub fn reach_out(models_url: &str, other_host: &str, denied_ip: Ipv4Addr) -> String {
+    format!(
+        "curl -sS -m 10 -o /dev/null -w 'denied=%{{http_connect}}\\n' https://denied.test/; \
+         curl -sS -m 5 -o /dev/null -w 'ip=%{{http_code}}\\n' https://{denied_ip}/; \
+         curl -sS -m 10 -o /dev/null -w 'other=%{{http_code}}\\n' -H 'Host: {other_host}' \
+         \"{models_url}\"; true"
+    )
+}
+
+/// A test host outside every agent profile, listening on 443 in the test's own network
+/// namespace, for the model to try to reach.
+pub struct DeniedHost {
+    hosts: TestHosts,
+}
+
+impl DeniedHost {
+    /// `None` (after `skipped:`) when this process cannot make network namespaces.
+    pub fn up(test: &str) -> Option<DeniedHost> {
+        TestHosts::up(test, &[443], &[]).map(|hosts| DeniedHost { hosts })
+    }
+
+    pub fn ip(&self) -> Ipv4Addr {
+        self.hosts.first
+    }
+
+    /// After the session: the host was never reached; at the supervised tier the box's egress
+    /// table refused and counted it, and the export's report lists it under "Denied egress
+    /// attempts". (The process tier has no egress counter: its box has no route at all.)
+    pub fn was_refused(mut self, tier: &str, report: &str) {
+        assert_eq!(
+            self.hosts.log(),
+            Vec::<String>::new(),
+            "the denied host was reached"
+        );
+        if tier == "supervised" {
+            let key = format!("{}:443/tcp", self.ip());
+            assert!(denied_section(report).contains(&key), "{key}: {report}");
+        }
+    }
+}
+
+/// A command the model runs in the box: it looks for the host's real key (passed in two
+/// halves, so the whole key is in no argv and no transcript) in its environment, every
+/// `/proc/*/environ` it can read, HOME and the workspace, and prints `hits=[...]`.
+pub fn scan_command(real: &str) -> String {
+    let (a, b) = real.split_at(12);
+    let script = r#"
+import os, sys
+real = (sys.argv[1] + sys.argv[2]).encode()
+hits = [k for k, v in os.environ.items() if real in v.encode()]
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            if real in open("/proc/%s/environ" % p, "rb").read():
+                hits.append("/proc/%s/environ" % p)
+        except OSError:
+            pass
+for top in (os.environ["HOME"], os.getcwd()):
+    for d, _, files in os.walk(top):
+        for f in files:
+            try:
+                if real in open(os.path.join(d, f), "rb").read():
+                    hits.append(os.path.join(d, f))
+            except OSError:
+                pass
+print("hits=%s" % hits)
+"#;
+    format!("python3 -c '{script}' {a} {b}")
+}
+
+/// A repository whose `greeting.txt` says `helo wrld`, and a box `name` of `agent`'s profile at
+/// `tier`.
+pub fn greeting_box(agent: &Agent, name: &str, tier: &str) -> Repo {
+    let r = Repo::new();
+    std::fs::write(r.path().join("greeting.txt"), "helo wrld\n").unwrap();
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", "greeting"]);
+    let mut create = vec![
+        "box",
+        "create",
+        name,
+        "--profile",
+        agent.profile,
+        "--isolation",
+        tier,
+    ];
+    if tier == "container" {
+        create.extend(["--image", agent.image]);
+    }
+    let out = r.h5i(&create);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    r
+}
+
+/// Run `argv` in box `name` against `m` and check the session: it ended 0 having played every
+/// turn in order with no disagreement and printed `finish`; every model call carried the real
+/// key and no request the dummy; the file is fixed in the workspace, in `box diff` and in the
+/// export's patch; nothing the box directory or the export holds has the key. Returns the
+/// export's report.md.
+pub fn check_session(
+    agent: &Agent,
+    r: &Repo,
+    name: &str,
+    tier: &str,
+    m: &Model,
+    argv: &[&str],
+    finish: &str,
+) -> String {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend(argv);
+    let started = std::time::Instant::now();
+    let out = r.h5i_env(&args, &m.env(agent));
+    eprintln!(
+        "{} scripted session at {tier}: {:.2} s",
+        agent.profile,
+        started.elapsed().as_secs_f64()
+    );
+    let reqs = m.service.requests();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}\nproblems: {:?}\nrequests: {:?}",
+        stdout(&out),
+        stderr(&out),
+        m.service.problems(),
+        reqs.iter()
+            .map(|l| (&l.kind, &l.seen.path))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        m.service.problems().is_empty(),
+        "{:?}",
+        m.service.problems()
+    );
+    let served = m.service.turns_served();
+    let mut once = served.clone();
+    once.dedup();
+    assert_eq!(once, (0..m.turns).collect::<Vec<_>>(), "{served:?}");
+    assert!(stdout(&out).contains(finish), "{}", stdout(&out));
+
+    // Every model call reached the service with the real key, never the box's dummy.
+    let want = format!("{}{}", agent.key_prefix, agent.real);
+    for l in reqs
+        .iter()
+        .filter(|l| matches!(l.kind, Kind::Turn(_) | Kind::Side))
+    {
+        assert_eq!(
+            l.seen.header(agent.key_header),
+            Some(want.as_str()),
+            "{:?}",
+            l.seen.path
+        );
+    }
+    assert!(reqs
+        .iter()
+        .all(|l| !l.seen.all_text().contains("h5i-dummy-")));
+    // The request for the other API's host was refused by the credential proxy and never
+    // reached the model service.
+    assert!(reqs.iter().all(|l| !l.seen.path.ends_with("/models")));
+
+    assert_eq!(
+        std::fs::read_to_string(r.workspace(name).join("greeting.txt")).unwrap(),
+        "hello world\n"
+    );
+    let diff = r.ok(&["box", "diff", name]);
+    assert!(diff.contains("+hello world"), "{diff}");
+    let report = exported_patch_applies(r, name, agent.real);
+    // Nothing the box or its records hold has the key: the box directory (workspace, HOME,
+    // spool, receipts) and the export.
+    assert!(common::files_containing(&r.box_dir(name), agent.real.as_bytes()).is_empty());
+    report
+}
+
+/// Export `name` and apply its patch to a fresh checkout of main: the edit lands, and the
+/// export holds no credential. Returns the export's report.md.
+pub fn exported_patch_applies(r: &Repo, name: &str, real: &str) -> String {
+    let out_dir = tempfile::tempdir().unwrap();
+    let review = out_dir.path().join("review");
+    r.ok(&["box", "export", name, "--out", review.to_str().unwrap()]);
+    assert!(common::files_containing(&review, real.as_bytes()).is_empty());
+    let clone = out_dir.path().join("clone");
+    common::git(
+        out_dir.path(),
+        &[
+            "clone",
+            "-q",
+            r.path().to_str().unwrap(),
+            clone.to_str().unwrap(),
+        ],
+    );
+    common::git(
+        &clone,
+        &[
+            "apply",
+            "--3way",
+            review.join("patch.diff").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        std::fs::read_to_string(clone.join("greeting.txt")).unwrap(),
+        "hello world\n"
+    );
+    std::fs::read_to_string(review.join("report.md")).unwrap()
+}
+
+/// The report's "Denied egress attempts" section.
+pub fn denied_section(report: &str) -> &str {
+    report
+        .split("## Denied egress attempts")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or("")
+}
