@@ -42,8 +42,8 @@ pub struct StatusReport {
     pub unenforced_reason: Option<String>,
     /// Receipt counts: (host-observed, box-claimed, damaged lines).
     pub evidence: (usize, usize, usize),
-    /// The last run: (seq, argv, exit code).
-    pub last_run: Option<(u64, Vec<String>, i32)>,
+    /// The last run: (seq, argv, exit code, whether the kernel OOM-killed it).
+    pub last_run: Option<(u64, Vec<String>, i32, bool)>,
     /// Commits on the parent branch since the pinned base, for a worktree box with a branch.
     pub drift: Option<(String, u64)>,
     /// The egress table the last supervised run actually loaded (the sentry's own account).
@@ -71,7 +71,7 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
         .count();
     let last_run = readout.records.iter().rev().find_map(|r| match &r.body {
         RecordBody::Run { argv, exit, .. } if r.lane.is_host_observed() => {
-            Some((r.seq, argv.clone(), exit.passthrough_code()))
+            Some((r.seq, argv.clone(), exit.passthrough_code(), exit.oom_killed))
         }
         _ => None,
     });
