@@ -846,7 +846,7 @@ fn print_status(s: &h5i::status::StatusReport) {
     }
     match &s.workspace {
         None => say!("workspace  reclaimed"),
-        Some(Err(why)) => say!("workspace  not scanned: it is {why}"),
+        Some(Err(why)) => say!("workspace  not scanned: {why}"),
         Some(Ok(scan)) if scan.found.is_empty() && scan.stopped.is_empty() => say!(
             "workspace  no set-id, fifo, socket or device file ({} entries scanned)",
             scan.entries
