@@ -170,7 +170,10 @@ fn field<'a>(kv: &'a [(String, String)], key: &str) -> &'a str {
 fn allocation_past_the_default_ceiling(c: &mut Caller, tier: &str) {
     let host = SmallHost::new();
     let policy = c.repo().join(".h5i/env.toml");
-    assert!(!policy.exists(), "the default profile must be what the box gets");
+    assert!(
+        !policy.exists(),
+        "the default profile must be what the box gets"
+    );
     for name in ["ceil", "bystander"] {
         host.ok(c, &["box", "create", name, "--isolation", tier]);
     }
@@ -282,7 +285,8 @@ fn allocation_past_the_default_ceiling(c: &mut Caller, tier: &str) {
 
     // The box itself goes on: the next run works.
     assert_eq!(
-        host.ok(c, &["box", "run", "ceil", "--", "echo", "after"]).trim(),
+        host.ok(c, &["box", "run", "ceil", "--", "echo", "after"])
+            .trim(),
         "after"
     );
     // The other box was never touched.
@@ -320,7 +324,6 @@ fn an_allocation_past_the_default_ceiling_is_oom_killed_at_the_process_tier_as_t
 }
 
 #[test]
-fn an_allocation_past_the_default_ceiling_is_oom_killed_at_the_supervised_tier_as_the_test_user()
-{
+fn an_allocation_past_the_default_ceiling_is_oom_killed_at_the_supervised_tier_as_the_test_user() {
     case("default_ceiling_supervised_user", true, "supervised");
 }
