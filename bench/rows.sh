@@ -194,8 +194,8 @@ add_row podman-h5i-runc-vs-runc \
 # The container tier as root: h5i runs rootless Podman as the engine user of
 # /etc/h5i/container.toml (make setup: h5i-test); the baseline is that user's own plain
 # `podman run` of the same image with the same confinement flags (src/container/podman_args.rs)
-# and a workspace bind, on Podman's default runtime. h5i adds on top: h5i-runc (sealed re-exec,
-# keep-id maps, spec capture), the cage, the loopback hook, the per-run directory and, as root,
+# (--init too: a box runs its command under catatonit) and a workspace bind, on Podman's
+# default runtime. h5i adds on top: h5i-runc (sealed re-exec, keep-id maps, spec capture), the cage, the loopback hook, the per-run directory and, as root,
 # the idmapped attachments in the engine's mount namespace.
 add_row box-run-container-vs-podman \
     --title 'h5i box run NAME -- true at --isolation container (rootless Podman as h5i-test) vs that user'"'"'s plain podman run --rm with the same flags and image' \
@@ -206,7 +206,7 @@ add_row box-run-container-vs-podman \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '
         out="$("$H5I" box run bench-ctr -- sh -c "grep CapEff /proc/self/status; touch /etc/x 2>&1; true")"
@@ -225,7 +225,7 @@ add_row box-run-container-vs-podman-h5i-runc \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '"$H5I" box run bench-ctr -- true' \
     --teardown '"$H5I" box rm --force bench-ctr' \

@@ -453,6 +453,74 @@ fn the_wall_clock_ends_a_container_run_with_124() {
     assert_eq!(r.last_run("wall")["exit"]["timed_out"], true);
 }
 
+/// The box's command is not its pid 1 (catatonit is), so a signal it has no handler for ends
+/// it as it would outside: busybox `timeout` signals the command it watches, which as pid 1 of
+/// the box's pid namespace would ignore SIGTERM and run forever.
+#[test]
+fn a_signal_from_inside_ends_the_command_because_it_is_not_pid_1() {
+    if !ready("a_signal_from_inside_ends_the_command_because_it_is_not_pid_1") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "sig", "c", &[]);
+    let pid = run(&r, "sig", &["sh", "-c", "echo $$"], &[]);
+    assert_eq!(pid.status.code(), Some(0), "{}", stderr(&pid));
+    assert_ne!(stdout(&pid).trim(), "1", "the command is the box's pid 1");
+    let out = run(
+        &r,
+        "sig",
+        &["sh", "-c", "exec timeout 2 sh -c 'while :; do :; done'"],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGTERM),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// SIGTERM to `h5i box run` (a CI job's cancel, `timeout`, systemd stopping a unit) reaches the
+/// command in a container box, which ends; h5i exits as the command did.
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_container_run() {
+    if !ready("sigterm_to_h5i_box_run_ends_a_container_run") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy(""));
+    create(&r, "term", "c", &[]);
+    let mut child = Command::new(common::H5I)
+        .args(["box", "run", "term", "--", "sh", "-c"])
+        .arg("echo up; while :; do sleep 1; done")
+        .current_dir(r.path())
+        .env("H5I_CONTAINER_USER", USER)
+        .env("H5I_NO_PROBE_CACHE", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "up\n");
+    // SAFETY: kill(2) of this test's own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = common::wait_bounded(child, std::time::Duration::from_secs(60), "h5i box run");
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    assert!(
+        podman_as_user(&["ps", "-a", "--format", "{{.Names}}"])
+            .stdout
+            .split(|b| *b == b'\n')
+            .all(|n| !n.starts_with(b"h5i-term-")),
+        "the container outlived the run"
+    );
+}
+
 #[test]
 fn status_shows_the_spec_podman_handed_the_runtime_and_that_it_matches() {
     if !ready("status_shows_the_spec_podman_handed_the_runtime_and_that_it_matches") {

@@ -337,7 +337,7 @@ fn race_against_a_run(c: &mut Caller, tier: &str, n: usize) {
     } else {
         "exec timeout 30 python3 .swap.py".to_string()
     };
-    let mut run = c
+    let run = c
         .h5i_in(&c.repo(), &["box", "run", "race", "--", "sh", "-c", &swap])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -353,7 +353,7 @@ fn race_against_a_run(c: &mut Caller, tier: &str, n: usize) {
         printed.extend(looking_under_a_run(c));
     }
     // The swapper ends itself (30 s): a signal to `h5i box run` is not what this test is about.
-    let _ = run.wait();
+    common::wait_bounded(run, Duration::from_secs(180), "the swapping run");
     assert_no_canary(c, &canary, out_root.path(), &printed);
 }
 

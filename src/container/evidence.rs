@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::image::PinnedImage;
-use super::podman_args::{BOX_SPOOL, BOX_WORK, TMP_SIZE};
+use super::podman_args::{BOX_SPOOL, BOX_WORK, INIT_DEST, TMP_SIZE};
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
@@ -94,6 +94,10 @@ pub struct RunEvidence {
     pub limits_unheld: Option<String>,
     /// The confinement flags h5i passed to `podman run`.
     pub argv_flags: Vec<String>,
+    /// The init program h5i asked Podman to run as the box's pid 1 (`--init-path`); the one
+    /// host file besides the planned binds that may appear in the box, at `/run/podman-init`.
+    #[serde(default)]
+    pub init: Option<PathBuf>,
     /// The captured spec, summarized (`None`: not captured).
     pub spec: Option<SpecSummary>,
 }
@@ -288,6 +292,16 @@ pub fn mismatches(ev: &RunEvidence, objects: &Path) -> Vec<String> {
                 || p.starts_with("/run/podman")
                 || p.starts_with("/var/run/podman")
         };
+        if d == INIT_DEST {
+            let planned = ev.init.as_deref() == Some(Path::new(&m.source));
+            if !(planned && bindish && m.options.iter().any(|o| o == "ro")) {
+                out.push(format!(
+                    "an unplanned mount at {d} ({} from {})",
+                    m.kind, m.source
+                ));
+            }
+            continue;
+        }
         if engine_socket(&m.source) || engine_socket(d) {
             out.push(format!("a Podman socket is mounted at {d}"));
         }
@@ -439,7 +453,8 @@ mod tests {
                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=256m", "nosuid", "nodev"]},
                 {"destination": "/work", "type": "bind", "source": "/ws", "options": ["rbind", "rw"]},
                 {"destination": "/r/.git/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
-                {"destination": "/.h5i/spool", "type": "bind", "source": "/s", "options": ["rbind", "rw"]}
+                {"destination": "/.h5i/spool", "type": "bind", "source": "/s", "options": ["rbind", "rw"]},
+                {"destination": "/run/podman-init", "type": "bind", "source": "/usr/bin/catatonit", "options": ["bind", "ro"]}
             ],
             "annotations": {"h5i.landlock": "{}", "h5i.seccomp": "h5i-v1", "h5i.net.unix": "false", "io.podman.x": "y"},
             "linux": {
@@ -463,6 +478,7 @@ mod tests {
             cgroup_parent: None,
             limits_unheld: None,
             argv_flags: vec![],
+            init: Some("/usr/bin/catatonit".into()),
             spec: Some(summarize(&v)),
         }
     }
@@ -505,6 +521,35 @@ mod tests {
         ] {
             assert!(m.contains(want), "missing {want} in\n{m}");
         }
+    }
+
+    #[test]
+    fn only_the_planned_init_may_sit_at_the_init_path() {
+        let swapped = |source: &str, options: serde_json::Value| {
+            let mut v = spec();
+            let mounts = v["mounts"].as_array_mut().unwrap();
+            let init = mounts.last_mut().unwrap();
+            init["source"] = json!(source);
+            init["options"] = options;
+            mismatches(&evidence(v), Path::new("/r/.git/objects")).join("\n")
+        };
+        // Another host file bound where the init goes, or the init writable: both named.
+        let other = swapped("/etc/shadow", json!(["bind", "ro"]));
+        assert!(
+            other.contains("unplanned mount at /run/podman-init"),
+            "{other}"
+        );
+        let writable = swapped("/usr/bin/catatonit", json!(["bind", "rw"]));
+        assert!(
+            writable.contains("unplanned mount at /run/podman-init"),
+            "{writable}"
+        );
+        // A record from before the init existed names it too.
+        let mut ev = evidence(spec());
+        ev.init = None;
+        assert!(mismatches(&ev, Path::new("/r/.git/objects"))
+            .join("\n")
+            .contains("unplanned mount at /run/podman-init"));
     }
 
     #[test]

@@ -316,6 +316,7 @@ pub fn run(
             ));
         }
     }
+    let init = probe::init_program().ok_or_else(|| refuse(probe::NO_INIT.0, probe::NO_INIT.1))?;
     let egress_plan = egress::plan_for(policy)?;
 
     let id = format!(
@@ -386,6 +387,7 @@ pub fn run(
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
         annotations: annotations(policy, &run_dir.out, &id),
         tty: inputs.tty,
+        init: init.clone(),
     };
     let evidence_file = evidence::file_for(&run_dir.out, &id);
     run_dir.files.push(evidence_file.clone());
@@ -447,6 +449,7 @@ pub fn run(
             cgroup_parent: podman_run.cgroup_parent.clone(),
             limits_unheld: limits_unheld.clone(),
             argv_flags: podman_args::confinement_flags(),
+            init: Some(init),
             spec: captured,
         },
     )?;

@@ -8,8 +8,9 @@
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
 //! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
 //! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
-//! annotations. Secrets are passed by name (`-e NAME`, the value in Podman's environment),
-//! never in argv.
+//! annotations; catatonit as the box's pid 1 (`--init`, bound read-only at
+//! `/run/podman-init`), so the command gets signals as it would outside. Secrets are passed by
+//! name (`-e NAME`, the value in Podman's environment), never in argv.
 //!
 //! Must never: mount the Podman socket or any host path the plan does not name, or let an
 //! image pull happen at run time.
@@ -25,6 +26,8 @@ pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
 pub const TMP_SIZE: &str = "256m";
 /// The annotation the per-run hooks match on.
 pub const RUN_ANNOTATION: &str = "h5i.run";
+/// Where Podman binds the init program (`--init`) in the box.
+pub const INIT_DEST: &str = "/run/podman-init";
 
 /// One bind mount: host (or engine-namespace) source -> box path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,6 +70,10 @@ pub struct PodmanRun {
     pub annotations: Vec<(String, String)>,
     /// `-t`: a pty of the container's own (`box shell`).
     pub tty: bool,
+    /// The init program (`--init --init-path`, catatonit) that runs as the box's pid 1, so the
+    /// command is not pid 1: the kernel drops a signal to pid 1 that it has no handler for, so
+    /// without it `timeout`, Ctrl-C and `h5i box run`'s forwarded SIGTERM would not end it.
+    pub init: PathBuf,
 }
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
@@ -124,6 +131,9 @@ impl PodmanRun {
         a.push("--name".into());
         a.push(self.name.clone().into());
         a.push("-i".into());
+        a.push("--init".into());
+        a.push("--init-path".into());
+        a.push(self.init.clone().into());
         if self.tty {
             a.push("-t".into());
         }
@@ -196,6 +206,7 @@ mod tests {
                 ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
             ],
             tty: false,
+            init: "/usr/bin/catatonit".into(),
         }
     }
 
@@ -223,6 +234,7 @@ mod tests {
             "--userns=keep-id",
             "--cgroup-parent /own/h5i/x",
             "--runtime /usr/bin/h5i-runc",
+            "--init --init-path /usr/bin/catatonit",
             "-w /work",
         ] {
             assert!(joined.contains(want), "missing `{want}` in {joined}");

@@ -215,6 +215,28 @@ pub fn h5i_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
+/// Wait for `child` at most `limit`; past it, SIGKILL it and fail the test, so a run that
+/// never ends fails the suite instead of hanging it.
+pub fn wait_bounded(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> std::process::ExitStatus {
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    match rx.recv_timeout(limit) {
+        Ok(status) => status.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) of the test's own child, not yet reaped (its waiter still blocks).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what} did not end within {limit:?} (killed)");
+        }
+    }
+}
+
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
