@@ -9,7 +9,11 @@
 //! named in the verb's output. The box wrote those bytes, and they go to the user's terminal:
 //! every line is redacted and escaped.
 //!
-//! Must never: read the box's own index or config, write objects into the parent repository,
+//! The tree is read as export reads it: under the box's lock taken exclusively (refused, not
+//! waited for, while a run or shell is live) with every service frozen (`crate::freeze`).
+//!
+//! Must never: read a tree a run, shell or live service can change while it is read, read the
+//! box's own index or config, write objects into the parent repository,
 //! read a file over the cap or a non-regular file, drop a skipped path without naming it, or
 //! print a raw box byte below 0x20.
 
@@ -95,7 +99,12 @@ pub fn snapshot_bounded(sb: &StoredBox) -> Result<(Snapshot, Unread), BoxError> 
 /// Print the box's diff (or its stat) to stdout; what was not read goes to stderr, named.
 pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxError> {
     let sb = store.find(name)?;
+    // Read under the same hold as export: no run or shell is live (the lock) and every service
+    // is frozen until the snapshot is taken (thawed when `_frozen` drops, on every way out).
+    let _lock = crate::store::BoxLock::take(&sb.paths, name)?;
+    let frozen = crate::freeze::hold(&sb)?;
     let (snap, unread) = snapshot_bounded(&sb)?;
+    drop(frozen);
     let out = if stat {
         snap.stat(&sb.manifest.base)?
     } else {

@@ -207,7 +207,7 @@ impl Status {
             host_records: host,
             claimed_records: claimed,
             damaged_lines: damaged,
-            last_run: r.last_run.as_ref().map(|(seq, argv, exit)| LastRun {
+            last_run: r.last_run.as_ref().map(|(seq, argv, exit, _)| LastRun {
                 seq: *seq,
                 argv: argv.clone(),
                 exit: *exit,

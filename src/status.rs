@@ -3,8 +3,11 @@
 //! Owns the claim a box makes about itself, so it is conservative: a limit is listed as enforced
 //! only when this tier's backend holds it; everything else is marked `*` with the reason under
 //! it. It also names what a bounded scan of the workspace finds there (set-id files, fifos,
-//! devices): the box made them, and they sit on the host. Must never: call a limit enforced
-//! because the policy asked for it, or read a workspace file's bytes.
+//! devices): the box made them, and they sit on the host. That scan runs under the same hold as
+//! export (the box's lock taken exclusively, its services frozen); while a run or shell holds
+//! the lock the workspace is reported not scanned. Must never: call a limit enforced because the
+//! policy asked for it, read a workspace file's bytes, or scan a tree a run, shell or live
+//! service can change while it is scanned.
 
 use h5i_broker::receipt_log::ReceiptLog;
 use h5i_policy::families::FamilySet;
@@ -13,7 +16,7 @@ use h5i_policy::{ContainerRuntime, ResolvedPolicy, Tier};
 
 use crate::error::BoxError;
 use crate::git::Git;
-use crate::store::{load_policy, BoxSource, BoxStore, StoredBox};
+use crate::store::{load_policy, BoxLock, BoxSource, BoxStore, StoredBox};
 
 /// One line of the enforcement table.
 #[derive(Debug, Clone)]
@@ -42,8 +45,8 @@ pub struct StatusReport {
     pub unenforced_reason: Option<String>,
     /// Receipt counts: (host-observed, box-claimed, damaged lines).
     pub evidence: (usize, usize, usize),
-    /// The last run: (seq, argv, exit code).
-    pub last_run: Option<(u64, Vec<String>, i32)>,
+    /// The last run: (seq, argv, exit code, whether the kernel OOM-killed it).
+    pub last_run: Option<(u64, Vec<String>, i32, bool)>,
     /// Commits on the parent branch since the pinned base, for a worktree box with a branch.
     pub drift: Option<(String, u64)>,
     /// The egress table the last supervised run actually loaded (the sentry's own account).
@@ -70,9 +73,12 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
         .filter(|r| r.lane.is_host_observed())
         .count();
     let last_run = readout.records.iter().rev().find_map(|r| match &r.body {
-        RecordBody::Run { argv, exit, .. } if r.lane.is_host_observed() => {
-            Some((r.seq, argv.clone(), exit.passthrough_code()))
-        }
+        RecordBody::Run { argv, exit, .. } if r.lane.is_host_observed() => Some((
+            r.seq,
+            argv.clone(),
+            exit.passthrough_code(),
+            exit.oom_killed,
+        )),
         _ => None,
     });
     let drift = match &sb.manifest.source {
@@ -92,10 +98,7 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
         _ => None,
     };
     let ws = sb.paths.workspace();
-    let workspace = ws.exists().then(|| {
-        crate::bounded::scan_tree(&ws, crate::export::ExportCaps::default().per_file)
-            .map_err(|skip| skip.to_string())
-    });
+    let workspace = ws.exists().then(|| scan_held(&sb, name, &ws));
     Ok(StatusReport {
         workspace,
         egress_table: crate::supervised::last_table(&sb),
@@ -107,6 +110,24 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
         last_run,
         drift,
     })
+}
+
+/// Scan the workspace under the same hold as export: the box's lock taken exclusively and its
+/// services frozen for the length of the scan. A live run or shell holds the lock, so its tree
+/// is not scanned (said, with when to look again) rather than read while it changes; a service
+/// that cannot be frozen is named the same way.
+fn scan_held(
+    sb: &StoredBox,
+    name: &str,
+    ws: &std::path::Path,
+) -> Result<crate::bounded::TreeScan, String> {
+    let _lock = BoxLock::take(&sb.paths, name).map_err(|e| match e {
+        BoxError::Busy { .. } => "a run or shell of the box is live, so its tree is not held still; to see it: run `h5i box status` again when it ends".to_string(),
+        other => other.to_string(),
+    })?;
+    let _frozen = crate::freeze::hold(sb).map_err(|e| e.to_string())?;
+    crate::bounded::scan_tree(ws, crate::export::ExportCaps::default().per_file)
+        .map_err(|skip| format!("it is {skip}"))
 }
 
 /// What this tier holds of the policy; `limits` is whether this host can hold cgroup limits.

@@ -7,10 +7,13 @@
 //! the box's scratch included), an export bundle, or anything h5i prints.
 //!
 //! At the process tier the swapper is a service (services hold no box lock; the verbs freeze
-//! them): fifty rounds as root, fewer as the test user (the count is printed). At the
+//! them): fifty rounds as root, fewer as the test user (the count is printed), then rounds of
+//! `box diff` and `box status`, which must read under the same freeze (the service's freezer is
+//! watched while each runs and must be seen holding it). At the
 //! supervised and container tiers a box has no services; its only way to run is `box run`,
 //! which holds the box's lock, so there every round while the swapping run is live must be
-//! refused as busy (nothing read), and the canary still never appears. As root and as
+//! refused as busy (nothing read), `box diff` too, `box status` must say it did not scan the
+//! tree (supervised tier), and the canary still never appears. As root and as
 //! `h5i-test`; switching users needs root, so as another user every test says `skipped:`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -157,6 +160,135 @@ fn assert_no_canary(c: &Caller, canary: &str, out_root: &Path, printed: &[u8]) {
     );
 }
 
+/// Whether the cgroup freezer holds the process `pid` now (v1 `freezer.state` FREEZING or
+/// FROZEN, v2 `cgroup.freeze` 1). `None` when the process is gone.
+fn frozen(pid: u32) -> Option<bool> {
+    let groups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let v1 = groups.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, ctrl, path) = (parts.next()?, parts.next()?, parts.next()?);
+        ctrl.split(',')
+            .any(|c| c == "freezer")
+            .then(|| path.to_string())
+    });
+    if let Some(path) = v1 {
+        let state =
+            std::fs::read_to_string(format!("/sys/fs/cgroup/freezer{path}/freezer.state")).ok()?;
+        return Some(matches!(state.trim(), "FROZEN" | "FREEZING"));
+    }
+    let path = groups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let state = std::fs::read_to_string(format!("/sys/fs/cgroup{path}/cgroup.freeze")).ok()?;
+    Some(state.trim() == "1")
+}
+
+/// `rounds` rounds of `box diff` and `box status` (alternating) while the swapping service
+/// runs; returns what they printed. They must read the tree with the service frozen: the
+/// service's freezer is watched while each verb runs and must be seen holding it (in at least
+/// one round per verb: a short scan can fall between two looks), and each must succeed (diff
+/// prints the change, status scanned the workspace).
+fn looking_rounds(c: &Caller, rounds: usize) -> Vec<u8> {
+    let services: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "service", "status", "race", "--json"])).unwrap();
+    let pid = services["services"][0]["pid"].as_u64().unwrap() as u32;
+    assert_eq!(
+        frozen(pid),
+        Some(false),
+        "the swapper is held before any verb"
+    );
+    let mut printed = Vec::new();
+    let mut held = [0usize; 2];
+    for i in 0..rounds {
+        let args: &[&str] = if i % 2 == 0 {
+            &["box", "diff", "race"]
+        } else {
+            &["box", "status", "race"]
+        };
+        let mut child = c
+            .h5i_in(&c.repo(), args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Drain the pipes on threads so a large diff never blocks the verb while it is watched.
+        let drain = |mut r: Box<dyn std::io::Read + Send>| {
+            std::thread::spawn(move || {
+                let mut b = Vec::new();
+                r.read_to_end(&mut b).unwrap();
+                b
+            })
+        };
+        let out = drain(Box::new(child.stdout.take().unwrap()));
+        let err = drain(Box::new(child.stderr.take().unwrap()));
+        let started = Instant::now();
+        let mut seen_frozen = 0u64;
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if frozen(pid) == Some(true) {
+                seen_frozen += 1;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "{args:?} never returned"
+            );
+            std::thread::yield_now();
+        };
+        let (out, err) = (out.join().unwrap(), err.join().unwrap());
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&err)
+        );
+        assert!(status.success(), "{args:?}: {said}");
+        if seen_frozen > 0 {
+            held[i % 2] += 1;
+        }
+        if i % 2 == 0 {
+            assert!(said.contains("diff --git"), "{args:?}: {said}");
+        } else {
+            assert!(said.contains("entries scanned"), "{args:?}: {said}");
+        }
+        printed.extend_from_slice(&out);
+        printed.extend_from_slice(&err);
+    }
+    // A status scan can be over between two looks at the freezer, so one round may miss it;
+    // a verb that never froze the service is never seen holding it at all.
+    eprintln!(
+        "the swapper was seen frozen during {} of {} diff and {} of {} status rounds",
+        held[0],
+        rounds.div_ceil(2),
+        held[1],
+        rounds / 2
+    );
+    assert!(
+        held[0] > 0 && held[1] > 0,
+        "box diff or box status read the tree while the swapping service ran (never seen frozen)"
+    );
+    printed
+}
+
+/// While a run holds the box: `box diff` is refused as busy (nothing read) and `box status`
+/// reports without scanning the tree, saying why.
+fn looking_under_a_run(c: &Caller) -> Vec<u8> {
+    let diff = c.h5i(&["box", "diff", "race"]);
+    let status = c.h5i(&["box", "status", "race"]);
+    let said = format!("{}{}", stdout(&diff), stderr(&diff));
+    assert!(
+        !diff.status.success(),
+        "diff went through a live run: {said}"
+    );
+    assert!(said.contains("is busy"), "{said}");
+    let said = format!("{}{}", stdout(&status), stderr(&status));
+    assert!(status.status.success(), "{said}");
+    assert!(
+        said.contains("workspace  not scanned: a run or shell of the box is live"),
+        "{said}"
+    );
+    [diff.stdout, diff.stderr, status.stdout, status.stderr].concat()
+}
+
 fn is_symlink(p: &Path) -> bool {
     std::fs::symlink_metadata(p)
         .map(|m| m.file_type().is_symlink())
@@ -182,7 +314,8 @@ fn race_against_a_service(c: &mut Caller, n: usize) {
     let out_root = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(out_root.path(), Some(c.uid()), Some(c.uid())).unwrap();
     eprintln!("process tier as {}: {n} rounds", c.who());
-    let printed = rounds(c, n, false, out_root.path());
+    let mut printed = rounds(c, n, false, out_root.path());
+    printed.extend(looking_rounds(c, n.min(20)));
     // The service was thawed after every verb: it is still swapping.
     wait_for_swap(
         &ws,
@@ -215,7 +348,10 @@ fn race_against_a_run(c: &mut Caller, tier: &str, n: usize) {
     let out_root = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(out_root.path(), Some(c.uid()), Some(c.uid())).unwrap();
     eprintln!("{tier} tier as {}: {n} rounds against a live run", c.who());
-    let printed = rounds(c, n, true, out_root.path());
+    let mut printed = rounds(c, n, true, out_root.path());
+    if tier != "container" {
+        printed.extend(looking_under_a_run(c));
+    }
     // The swapper ends itself (30 s): a signal to `h5i box run` is not what this test is about.
     common::wait_bounded(run, Duration::from_secs(180), "the swapping run");
     assert_no_canary(c, &canary, out_root.path(), &printed);

@@ -445,6 +445,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                             "h5i: box {name}: the wall-clock limit killed the command (receipt {})",
                             outcome.receipt_seq
                         );
+                    } else if outcome.exit.oom_killed {
+                        warn!(
+                            "h5i: box {name}: the kernel OOM-killed the command at the box's memory ceiling (receipt {}); to raise it: set `mem` under the profile's resources in .h5i/env.toml",
+                            outcome.receipt_seq
+                        );
                     }
                     Ok(outcome.exit.passthrough_code())
                 }
@@ -839,12 +844,17 @@ fn print_status(s: &h5i::status::StatusReport) {
     }
     let (host, claimed, damaged) = s.evidence;
     say!("evidence   {host} host-observed, {claimed} box-claimed record(s), {damaged} damaged line(s)");
-    if let Some((seq, argv, code)) = &s.last_run {
-        say!("last run   #{seq} `{}` exit {code}", argv.join(" "));
+    if let Some((seq, argv, code, oom)) = &s.last_run {
+        let oom = if *oom {
+            " (OOM-killed at the memory ceiling)"
+        } else {
+            ""
+        };
+        say!("last run   #{seq} `{}` exit {code}{oom}", argv.join(" "));
     }
     match &s.workspace {
         None => say!("workspace  reclaimed"),
-        Some(Err(why)) => say!("workspace  not scanned: it is {why}"),
+        Some(Err(why)) => say!("workspace  not scanned: {why}"),
         Some(Ok(scan)) if scan.found.is_empty() && scan.stopped.is_empty() => say!(
             "workspace  no set-id, fifo, socket or device file ({} entries scanned)",
             scan.entries

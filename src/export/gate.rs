@@ -829,71 +829,101 @@ mod tests {
     use std::fs;
     use std::os::unix::ffi::OsStrExt;
 
-    /// Exchange `a` and `b` under `dir` with `renameat2(RENAME_EXCHANGE)` until `stop`.
+    /// How many `d<i>`/`l<i>` pairs the swap race test makes.
+    const SWAP_PAIRS: usize = 48;
+
+    /// Exchange each `d<i>` with `l<i>` under `dir` with `renameat2(RENAME_EXCHANGE)`, pair after
+    /// pair, until `stop`; returns how many exchanges succeeded.
     fn swapper(
         dir: &Path,
         stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     ) -> std::thread::JoinHandle<u64> {
         use std::ffi::CString;
-        let a = CString::new(dir.join("d").as_os_str().as_bytes()).unwrap();
-        let b = CString::new(dir.join("l").as_os_str().as_bytes()).unwrap();
+        let pairs: Vec<(CString, CString)> = (0..SWAP_PAIRS)
+            .map(|i| {
+                let name = |n: String| CString::new(dir.join(n).as_os_str().as_bytes()).unwrap();
+                (name(format!("d{i}")), name(format!("l{i}")))
+            })
+            .collect();
         std::thread::spawn(move || {
             let mut swaps = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                // SAFETY: a and b are valid C strings for the call.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_renameat2,
-                        libc::AT_FDCWD,
-                        a.as_ptr(),
-                        libc::AT_FDCWD,
-                        b.as_ptr(),
-                        libc::RENAME_EXCHANGE,
-                    )
-                };
-                if r == 0 {
-                    swaps += 1;
+                for (a, b) in &pairs {
+                    // SAFETY: a and b are valid C strings for the call.
+                    let r = unsafe {
+                        libc::syscall(
+                            libc::SYS_renameat2,
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                    if r == 0 {
+                        swaps += 1;
+                    }
                 }
             }
             swaps
         })
     }
 
-    /// The swap race against the workspace walk: `d/` (a real directory) and `l` (a symlink to
-    /// a directory outside holding a `.git` and a name with a control character) trade places
-    /// as fast as the kernel allows while the walk runs, over and over. Whatever it meets, the
-    /// walk never lists the outside directory: nothing from it (`d/.git`, `l/.git`, the bad
-    /// name) is ever reported.
+    /// The swap race against the workspace walk: [`SWAP_PAIRS`] pairs of `d<i>/` (a real
+    /// directory) and `l<i>` (a symlink to a directory outside holding a `.git` and a name with
+    /// a control character) trade places as fast as the kernel allows while the walk runs, over
+    /// and over. Many pairs make the race window wide: the walk lists the root (one `lstat` per
+    /// name) and descends into each directory it saw much later, so a swap anywhere in between
+    /// is met at the descent. Whatever it meets, the walk never lists the outside directory:
+    /// nothing from it (`.git` under a pair, the bad name) is ever reported. The test insists
+    /// the race happened: the walk must have met a swapped-in symlink where it had seen a
+    /// directory at least [`MIN_RACES`] times (it walks until then, bounded), and says how often.
     #[test]
     fn a_directory_swapped_for_a_symlink_mid_walk_is_never_walked_through() {
+        /// How many times the walk must have met the swap before the test believes it ran.
+        const MIN_RACES: u64 = 200;
+        const MAX_WALKS: u64 = 200_000;
         let ws = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
         fs::create_dir(outside.path().join(".git")).unwrap();
         fs::write(outside.path().join("out\u{1b}side"), b"x").unwrap();
-        fs::create_dir(ws.path().join("d")).unwrap();
-        fs::write(ws.path().join("d/inside"), b"x").unwrap();
-        std::os::unix::fs::symlink(outside.path(), ws.path().join("l")).unwrap();
+        for i in 0..SWAP_PAIRS {
+            fs::create_dir(ws.path().join(format!("d{i}"))).unwrap();
+            fs::write(ws.path().join(format!("d{i}/inside")), b"x").unwrap();
+            std::os::unix::fs::symlink(outside.path(), ws.path().join(format!("l{i}"))).unwrap();
+        }
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let swaps = swapper(ws.path(), stop.clone());
         let mut leaks = Vec::new();
-        let mut refused = 0;
-        for _ in 0..2000 {
+        let mut races = 0;
+        let mut walks = 0;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        while races < MIN_RACES && walks < MAX_WALKS && std::time::Instant::now() < deadline {
+            walks += 1;
             let (found, _, _) = walk_workspace(ws.path()).unwrap();
             for (path, reason) in found {
                 if path.ends_with(b"/.git") || path.windows(3).any(|w| w == b"out") {
                     leaks.push(String::from_utf8_lossy(&path).into_owned());
-                } else if matches!(reason, ExclusionReason::Unreadable { .. }) {
-                    refused += 1;
+                } else if let ExclusionReason::Unreadable { error } = reason {
+                    assert!(error.contains("replaced"), "{error}");
+                    races += 1;
                 }
             }
         }
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let swaps = swaps.join().unwrap();
-        eprintln!("{swaps} swaps; the walk met a swapped directory {refused} times");
-        assert!(swaps > 0, "the swapper never swapped");
+        eprintln!(
+            "{swaps} swaps over {walks} walks; the walk met a directory swapped for a symlink \
+             {races} times"
+        );
         assert!(
             leaks.is_empty(),
             "the walk listed the directory behind a swapped-in symlink: {leaks:?}"
+        );
+        assert!(
+            races >= MIN_RACES,
+            "the race was not exercised: the walk met a swapped directory {races} times in \
+             {walks} walks ({swaps} swaps), fewer than {MIN_RACES}"
         );
     }
 
