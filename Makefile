@@ -1,8 +1,8 @@
 # h5i developer and CI entry points. CI runs `make test` (via .ci/run) as root.
 #   make setup   prepare this host: packages, then `make install`, then that install's
 #                `h5i host setup --user h5i-test`, the test user and test images
-#   make install `cargo install --path .` into target/install (bin/ + its own build dir
-#                target/install/build, kept so reruns are incremental; tests/install.rs reuses it)
+#   make install `cargo install --path .` into target/install/bin, building in target/ (the
+#                test build shares every dependency's artifacts; tests/install.rs does the same)
 #   make build   release build of every workspace binary into target/release
 #   make test    setup, then fmt check, clippy (-D warnings), release tests
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
@@ -23,11 +23,12 @@ ROWS ?=
 packages:
 	bash scripts/setup-host.sh packages
 
-# What a user's `cargo install --path .` builds (no test seams), in a build directory of its own:
-# target/release holds the test build's binaries, which this must never overwrite.
+# What a user's `cargo install --path .` builds (no test seams), in the workspace's target dir:
+# the test build (the `test-seams` feature) then compiles only h5i's own crate again, not every
+# dependency. It leaves the seam-free h5i* in target/release; `cargo test` links its own back.
 INSTALL_ROOT := target/install
 install: packages
-	$(CARGO) install --locked --force --path . --root $(INSTALL_ROOT) --target-dir $(INSTALL_ROOT)/build
+	$(CARGO) install --locked --force --path . --root $(INSTALL_ROOT) --target-dir target
 
 # The install comes before the host phase, so the hooks it installs are this tree's.
 setup: packages install
@@ -43,6 +44,8 @@ test: setup
 	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so
 	# cargo test rebuilds h5i's bins with it; tests/install.rs checks the seam-free install.
 	$(CARGO) test --workspace --release
+	# Last and alone: its `cargo install` replaces target/release's test build (tests/install.rs).
+	$(CARGO) test --release --test install -- --ignored
 
 bench: setup build
 	bash bench/run.sh $(ROWS)

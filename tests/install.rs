@@ -4,10 +4,13 @@
 //! tiers available; and that installed binary, built without the `test-seams` feature, ignores
 //! `H5I_TEST_HOSTS`, which the test build honours.
 //!
-//! The install builds in `target/install/build`, the directory `make install` (so `make setup`)
-//! builds in: after `make setup` it has nothing to compile, and on a developer's rerun only what
-//! changed. Never in `target/release`: cargo would replace the test build's `h5i*` binaries there
-//! (with the seams) while other test binaries run them.
+//! The install builds in the workspace's own target directory, as `make install` (so `make
+//! setup`) does: the seam-free build shares every dependency's artifacts with the test build and
+//! after `make setup` has nothing to compile. Its one cost: `cargo install` puts the seam-free
+//! `h5i*` in `target/release`, over the test build's, which the other test binaries run. So the
+//! test is `#[ignore]`d in a plain `cargo test` and `make test` runs it alone, after the rest
+//! (`cargo test --release --test install -- --ignored`); the next `cargo test` links its own
+//! build back without compiling (cargo keeps both, keyed by features).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -19,7 +22,7 @@ use common::{require_root, stderr, stdout, Repo, H5I};
 
 const BINS: [&str; 3] = ["h5i", "h5i-runc", "h5i-hook"];
 
-/// `cargo install` into `root`, building in the workspace's `target/install/build`.
+/// `cargo install` into `root`, building in the workspace's target directory.
 fn cargo_install(root: &Path) {
     // CARGO_BIN_EXE_h5i is <target>/release/h5i.
     let target = Path::new(H5I).parent().and_then(Path::parent).unwrap();
@@ -30,13 +33,14 @@ fn cargo_install(root: &Path) {
         .arg("--root")
         .arg(root)
         .arg("--target-dir")
-        .arg(target.join("install/build"))
+        .arg(target)
         .output()
         .unwrap();
     assert!(out.status.success(), "cargo install: {}", stderr(&out));
 }
 
 #[test]
+#[ignore = "make test runs it alone, last: its cargo install replaces target/release's test build"]
 fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary_has_no_test_seams()
 {
     if !require_root(
@@ -45,6 +49,24 @@ fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary
     ) {
         return;
     }
+    // The seam, first, while target/release still holds the test build: a malformed
+    // H5I_TEST_HOSTS is refused by the test build (it reads it) and, below, ignored by the
+    // installed one (it cannot). The seam is read only when there is egress to pin; an address
+    // literal (a test-host address, never contacted by `true`) needs no resolver either way.
+    let r = Repo::new();
+    r.write_policy(
+        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"198.18.0.1:8080\"]\n",
+    );
+    r.ok(&["box", "create", "s", "--profile", "sup"]);
+    let seam = [("H5I_TEST_HOSTS", "not-a-host-map")];
+    let tested = r.h5i_env(&["box", "run", "s", "--", "true"], &seam);
+    assert_eq!(tested.status.code(), Some(125), "{}", stderr(&tested));
+    assert!(
+        stderr(&tested).contains("H5I_TEST_HOSTS"),
+        "{}",
+        stderr(&tested)
+    );
+
     let root = tempfile::tempdir().unwrap();
     cargo_install(root.path());
     let bin = root.path().join("bin");
@@ -58,7 +80,6 @@ fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert_eq!(stdout(&again), "setup: nothing to change\n");
 
-    let r = Repo::new();
     let probe = Command::new(&h5i)
         .args(["box", "probe"])
         .current_dir(r.path())
@@ -76,22 +97,6 @@ fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary
         "{text}"
     );
 
-    // The seam: a malformed H5I_TEST_HOSTS is refused by the test build (it reads it) and
-    // ignored by the installed one (it cannot). The seam is read only when there is egress to
-    // pin; an address literal (a test-host address, never contacted by `true`) needs no
-    // resolver either way.
-    r.write_policy(
-        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"198.18.0.1:8080\"]\n",
-    );
-    r.ok(&["box", "create", "s", "--profile", "sup"]);
-    let seam = [("H5I_TEST_HOSTS", "not-a-host-map")];
-    let tested = r.h5i_env(&["box", "run", "s", "--", "true"], &seam);
-    assert_eq!(tested.status.code(), Some(125), "{}", stderr(&tested));
-    assert!(
-        stderr(&tested).contains("H5I_TEST_HOSTS"),
-        "{}",
-        stderr(&tested)
-    );
     let installed = Command::new(&h5i)
         .args(["box", "run", "s", "--", "true"])
         .env("H5I_TEST_HOSTS", "not-a-host-map")
