@@ -77,7 +77,20 @@ pub fn run_supervised_with(
     wall: Option<Duration>,
     on_wall: &mut dyn FnMut() -> bool,
 ) -> Result<ChildReport, SuperviseError> {
-    supervise(cmd, wall, on_wall, None)
+    supervise(cmd, wall, on_wall, &mut |_| false, None)
+}
+
+/// [`run_supervised_with`], calling `on_signal` with each interrupt signal h5i receives. A
+/// runtime whose payload lives outside the child's process group delivers it there and returns
+/// true (the runtime then sees its payload end as it would on a terminal); false, or nothing to
+/// deliver it to yet, sends it to the child's group as [`run_supervised`] does.
+pub fn run_supervised_forwarding(
+    cmd: Command,
+    wall: Option<Duration>,
+    on_wall: &mut dyn FnMut() -> bool,
+    on_signal: &mut dyn FnMut(libc::c_int) -> bool,
+) -> Result<ChildReport, SuperviseError> {
+    supervise(cmd, wall, on_wall, on_signal, None)
 }
 
 /// Runs beside a supervised child in the supervisor's own poll loop (`box shell`'s pty proxy),
@@ -102,13 +115,14 @@ pub fn run_supervised_session(
     on_wall: &mut dyn FnMut() -> bool,
     companion: &mut dyn Companion,
 ) -> Result<ChildReport, SuperviseError> {
-    supervise(cmd, wall, on_wall, Some(companion))
+    supervise(cmd, wall, on_wall, &mut |_| false, Some(companion))
 }
 
 fn supervise(
     mut cmd: Command,
     wall: Option<Duration>,
     on_wall: &mut dyn FnMut() -> bool,
+    on_signal: &mut dyn FnMut(libc::c_int) -> bool,
     mut companion: Option<&mut dyn Companion>,
 ) -> Result<ChildReport, SuperviseError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
@@ -213,7 +227,9 @@ fn supervise(
         }
         if fds[1].revents & libc::POLLIN != 0 {
             if let Some(sig) = blocked.read_signal() {
-                kill_group(pid, sig);
+                if !on_signal(sig) {
+                    kill_group(pid, sig);
+                }
             }
         }
         if let Some(c) = companion.as_deref_mut() {

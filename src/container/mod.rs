@@ -414,24 +414,48 @@ pub fn run(
     for (k, v) in &by_name {
         cmd.env(k, v);
     }
-    let mut on_wall = || match &cage {
-        Some(c) => {
-            for pid in c.member_pids() {
-                // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            true
+    let mut forwarded = None;
+    let child = {
+        let mut on_wall =
+            || deliver(cage.as_ref(), &engine, &container_name, libc::SIGKILL) || cage.is_some();
+        let mut on_signal = |sig| {
+            forwarded = Some(sig);
+            deliver(cage.as_ref(), &engine, &container_name, sig)
+        };
+        h5i_runtime::supervise::run_supervised_forwarding(
+            cmd,
+            inputs.wall,
+            &mut on_wall,
+            &mut on_signal,
+        )
+    };
+    // Podman can exit with its container still running (a signal in the window between the
+    // container's start and Podman's attach made it exit 0, seen in CI): nothing of a run
+    // outlives it, and such a run did not succeed.
+    let outlived = cage
+        .as_ref()
+        .map(ResourceCage::member_pids)
+        .unwrap_or_default();
+    let child = if outlived.is_empty() {
+        child
+    } else {
+        for pid in &outlived {
+            // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
         }
-        None => engine
+        let _ = engine
             .podman()
-            .args(["kill", "--signal", "KILL", &container_name])
+            .args(["rm", "--force", "--time", "0", &container_name])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
+            .status();
+        child.map(|mut c| {
+            c.exit.code = None;
+            c.exit.signal = Some(forwarded.unwrap_or(libc::SIGKILL));
+            c
+        })
     };
-    let child = h5i_runtime::supervise::run_supervised_with(cmd, inputs.wall, &mut on_wall);
 
     let tally = broker.finish();
     let cage_report = cage.as_ref().map(ResourceCage::report);
@@ -503,6 +527,31 @@ fn box_binds(sources: &Sources) -> Vec<Bind> {
         readonly: false,
     });
     binds
+}
+
+/// Deliver `sig` to the run's payload, as a terminal delivers it to its foreground group: to
+/// every process in the run's cage, else through Podman. Podman itself is not signalled: it
+/// exits when its container does, and a signal that reaches it before it has attached makes it
+/// exit with the container still running. False when there was nothing to deliver it to yet.
+fn deliver(cage: Option<&ResourceCage>, engine: &Engine, name: &str, sig: libc::c_int) -> bool {
+    match cage {
+        Some(c) => {
+            let members = c.member_pids();
+            for pid in &members {
+                // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
+                unsafe { libc::kill(*pid, sig) };
+            }
+            !members.is_empty()
+        }
+        None => engine
+            .podman()
+            .args(["kill", "--signal", &sig.to_string(), name])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success()),
+    }
 }
 
 /// The run's share of the broker: the egress proxy and the credential proxies, each waiting
