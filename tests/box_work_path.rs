@@ -148,26 +148,48 @@ fn git_works_in_work_and_what_the_box_writes_is_diffed_and_exported_at(tier: &st
          && git -c user.name=box -c user.email=box@example.com commit -q -m 'in the box' \
          && echo second >> made-in-box.txt && git diff --stat",
     );
-    let host = std::fs::read_to_string(r.workspace("g").join("made-in-box.txt")).unwrap();
-    assert_eq!(host, "from-the-box\nsecond\n", "{tier}");
-    let diff = r.ok(&["box", "diff", "g"]);
+    the_write_is_on_the_host_in_diff_and_export(
+        tier,
+        |args| r.ok(args),
+        &r.box_dir("g"),
+        r.path(),
+        None,
+    );
+}
+
+/// What box `g` wrote in `/work` (`made-in-box.txt`: `from-the-box`, `second`) is in its
+/// workspace on the host, in `box diff` and in the export's patch; the run receipts record the
+/// commands as the box ran them, with no host path of the parent `repo`. `ok` runs h5i as the
+/// caller; `owner`, when set, owns the export's directory.
+fn the_write_is_on_the_host_in_diff_and_export(
+    label: &str,
+    ok: impl Fn(&[&str]) -> String,
+    box_dir: &Path,
+    repo: &Path,
+    owner: Option<u32>,
+) {
+    let host = std::fs::read_to_string(box_dir.join("workspace/made-in-box.txt")).unwrap();
+    assert_eq!(host, "from-the-box\nsecond\n", "{label}");
+    let diff = ok(&["box", "diff", "g"]);
     assert!(
         diff.contains("made-in-box.txt") && diff.contains("+second"),
-        "{tier}: {diff}"
+        "{label}: {diff}"
     );
     let out = tempfile::tempdir().unwrap();
+    if let Some(uid) = owner {
+        std::os::unix::fs::chown(out.path(), Some(uid), Some(uid)).unwrap();
+    }
     let dest = out.path().join("review");
-    r.ok(&["box", "export", "g", "--out", dest.to_str().unwrap()]);
+    ok(&["box", "export", "g", "--out", dest.to_str().unwrap()]);
     let patch = std::fs::read_to_string(dest.join("patch.diff")).unwrap();
     assert!(
         patch.contains("made-in-box.txt") && patch.contains("+second"),
-        "{tier}: {patch}"
+        "{label}: {patch}"
     );
-    // The run receipts record the commands as the box ran them, with no host path.
-    let receipts = std::fs::read_to_string(r.box_dir("g").join("receipts.jsonl")).unwrap();
+    let receipts = std::fs::read_to_string(box_dir.join("receipts.jsonl")).unwrap();
     assert!(
-        !receipts.contains(&r.path().display().to_string()),
-        "{tier}: {receipts}"
+        !receipts.contains(&repo.display().to_string()),
+        "{label}: {receipts}"
     );
 }
 
@@ -398,26 +420,12 @@ fn git_works_in_a_container_box_and_its_writes_are_diffed_and_exported(test: &st
          && git -c user.name=box -c user.email=box@example.com commit -q -m 'in the box' \
          && echo second >> made-in-box.txt && git log --oneline -1",
     );
-    let host = std::fs::read_to_string(c.workspace("g").join("made-in-box.txt")).unwrap();
-    assert_eq!(host, "from-the-box\nsecond\n", "{who}");
-    let diff = c.ok(&["box", "diff", "g"]);
-    assert!(
-        diff.contains("made-in-box.txt") && diff.contains("+second"),
-        "{who}: {diff}"
-    );
-    let out = tempfile::tempdir().unwrap();
-    std::os::unix::fs::chown(out.path(), Some(c.uid()), Some(c.uid())).unwrap();
-    let dest = out.path().join("review");
-    c.ok(&["box", "export", "g", "--out", dest.to_str().unwrap()]);
-    let patch = std::fs::read_to_string(dest.join("patch.diff")).unwrap();
-    assert!(
-        patch.contains("made-in-box.txt") && patch.contains("+second"),
-        "{who}: {patch}"
-    );
-    let receipts = std::fs::read_to_string(c.box_dir("g").join("receipts.jsonl")).unwrap();
-    assert!(
-        !receipts.contains(&c.repo().display().to_string()),
-        "{who}: {receipts}"
+    the_write_is_on_the_host_in_diff_and_export(
+        who,
+        |args| c.ok(args),
+        &c.box_dir("g"),
+        &c.repo(),
+        Some(c.uid()),
     );
 }
 

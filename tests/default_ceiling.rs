@@ -100,15 +100,7 @@ impl SmallHost {
     }
 
     fn ok(&self, c: &Caller, args: &[&str]) -> String {
-        let out = self.h5i(c, args);
-        assert!(
-            out.status.success(),
-            "h5i {args:?} as {}: {}{}",
-            c.who(),
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
+        common::caller::succeeded(&self.h5i(c, args), args, c.who())
     }
 }
 

@@ -194,6 +194,18 @@ impl Engine {
         }
         cmd
     }
+
+    /// [`Engine::podman`] with `args`, every standard descriptor `/dev/null`: whether it
+    /// succeeded (for the verbs whose only answer is their exit status).
+    pub fn podman_quiet(&self, args: &[&str]) -> bool {
+        self.podman()
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
 }
 
 /// The engine user's name for root: the variable, else the config file.

@@ -107,13 +107,7 @@ pub fn engine_namespace(engine: &Engine) -> Result<EngineNamespace, EngineNsErro
         Some(p) => p,
         None => {
             // Any rootless Podman command starts the pause process.
-            let _ = engine
-                .podman()
-                .args(["unshare", "true"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status();
+            engine.podman_quiet(&["unshare", "true"]);
             read().ok_or_else(|| EngineNsError::NoPause {
                 user: engine.user.clone(),
                 detail: format!("{} names no live process of that user", pid_file.display()),

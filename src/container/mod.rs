@@ -432,29 +432,18 @@ pub fn run(
     // Podman can exit with its container still running (a signal in the window between the
     // container's start and Podman's attach made it exit 0, seen in CI): nothing of a run
     // outlives it, and such a run did not succeed.
-    let outlived = cage
-        .as_ref()
-        .map(ResourceCage::member_pids)
-        .unwrap_or_default();
-    let child = if outlived.is_empty() {
-        child
-    } else {
-        for pid in &outlived {
-            // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
-            unsafe { libc::kill(*pid, libc::SIGKILL) };
+    let outlived = cage.as_ref().filter(|c| !c.member_pids().is_empty());
+    let child = match outlived {
+        None => child,
+        Some(c) => {
+            c.kill_members();
+            engine.podman_quiet(&["rm", "--force", "--time", "0", &container_name]);
+            child.map(|mut report| {
+                report.exit.code = None;
+                report.exit.signal = Some(forwarded.unwrap_or(libc::SIGKILL));
+                report
+            })
         }
-        let _ = engine
-            .podman()
-            .args(["rm", "--force", "--time", "0", &container_name])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
-        child.map(|mut c| {
-            c.exit.code = None;
-            c.exit.signal = Some(forwarded.unwrap_or(libc::SIGKILL));
-            c
-        })
     };
 
     let tally = broker.finish();
@@ -543,14 +532,7 @@ fn deliver(cage: Option<&ResourceCage>, engine: &Engine, name: &str, sig: libc::
             }
             !members.is_empty()
         }
-        None => engine
-            .podman()
-            .args(["kill", "--signal", &sig.to_string(), name])
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success()),
+        None => engine.podman_quiet(&["kill", "--signal", &sig.to_string(), name]),
     }
 }
 

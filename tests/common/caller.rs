@@ -244,15 +244,7 @@ impl Caller {
 
     /// Run h5i and insist it succeeded; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.h5i(args);
-        assert!(
-            out.status.success(),
-            "h5i {args:?} as {}: {}{}",
-            self.who(),
-            stdout(&out),
-            stderr(&out)
-        );
-        stdout(&out)
+        succeeded(&self.h5i(args), args, self.who())
     }
 
     /// `sh -c script` inside the box, which must succeed.
@@ -310,4 +302,15 @@ impl Caller {
             assert!(st.success());
         }
     }
+}
+
+/// Insist `h5i args` (run as `who`) succeeded, naming what it printed; returns its stdout.
+pub fn succeeded(out: &Output, args: &[&str], who: &str) -> String {
+    assert!(
+        out.status.success(),
+        "h5i {args:?} as {who}: {}{}",
+        stdout(out),
+        stderr(out)
+    );
+    stdout(out)
 }
