@@ -44,8 +44,6 @@ test: setup
 	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so
 	# cargo test rebuilds h5i's bins with it; tests/install.rs checks the seam-free install.
 	$(CARGO) test --workspace --release
-	# Last and alone: its `cargo install` replaces target/release's test build (tests/install.rs).
-	$(CARGO) test --release --test install -- --ignored
 
 bench: setup build
 	bash bench/run.sh $(ROWS)

@@ -6,26 +6,57 @@
 //!
 //! The install builds in the workspace's own target directory, as `make install` (so `make
 //! setup`) does: the seam-free build shares every dependency's artifacts with the test build and
-//! after `make setup` has nothing to compile. Its one cost: `cargo install` puts the seam-free
-//! `h5i*` in `target/release`, over the test build's, which the other test binaries run. So the
-//! test is `#[ignore]`d in a plain `cargo test` and `make test` runs it alone, after the rest
-//! (`cargo test --release --test install -- --ignored`); the next `cargo test` links its own
-//! build back without compiling (cargo keeps both, keyed by features).
+//! after `make setup` has nothing to compile. `cargo install` puts the seam-free `h5i*` in
+//! `target/release`, over the test build's that the later test binaries run, so the test build's
+//! are set aside first and moved back when the install is done (cargo runs one test binary at a
+//! time, and this one holds one test).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{require_root, stderr, stdout, Repo, H5I};
 
 const BINS: [&str; 3] = ["h5i", "h5i-runc", "h5i-hook"];
 
-/// `cargo install` into `root`, building in the workspace's target directory.
+/// The test build's `h5i*`, copied aside from `target/release` and moved back over whatever is
+/// there when dropped (on every way out of the install, a failed one included).
+struct TestBuildAside {
+    release: PathBuf,
+    saved: tempfile::TempDir,
+}
+
+impl TestBuildAside {
+    fn take(release: &Path) -> TestBuildAside {
+        // Beside target/release, so moving back is a rename on the same filesystem.
+        let saved = tempfile::tempdir_in(release.parent().unwrap()).unwrap();
+        for b in BINS {
+            std::fs::copy(release.join(b), saved.path().join(b)).unwrap();
+        }
+        TestBuildAside {
+            release: release.to_path_buf(),
+            saved,
+        }
+    }
+}
+
+impl Drop for TestBuildAside {
+    fn drop(&mut self) {
+        for b in BINS {
+            let _ = std::fs::rename(self.saved.path().join(b), self.release.join(b));
+        }
+    }
+}
+
+/// `cargo install` into `root`, building in the workspace's target directory; the test build's
+/// binaries there are the same before and after.
 fn cargo_install(root: &Path) {
     // CARGO_BIN_EXE_h5i is <target>/release/h5i.
-    let target = Path::new(H5I).parent().and_then(Path::parent).unwrap();
+    let release = Path::new(H5I).parent().unwrap();
+    let target = release.parent().unwrap();
+    let _kept = TestBuildAside::take(release);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = Command::new(cargo)
         .args(["install", "--offline", "--locked", "--path"])
@@ -40,7 +71,6 @@ fn cargo_install(root: &Path) {
 }
 
 #[test]
-#[ignore = "make test runs it alone, last: its cargo install replaces target/release's test build"]
 fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary_has_no_test_seams()
 {
     if !require_root(
@@ -49,8 +79,7 @@ fn cargo_install_then_host_setup_gives_the_kernel_tiers_and_the_installed_binary
     ) {
         return;
     }
-    // The seam, first, while target/release still holds the test build: a malformed
-    // H5I_TEST_HOSTS is refused by the test build (it reads it) and, below, ignored by the
+    // The seam: a malformed H5I_TEST_HOSTS is refused by the test build (it reads it) and, below, ignored by the
     // installed one (it cannot). The seam is read only when there is egress to pin; an address
     // literal (a test-host address, never contacted by `true`) needs no resolver either way.
     let r = Repo::new();
