@@ -457,29 +457,59 @@ fn the_wall_clock_ends_a_container_run_with_124() {
 
 /// The box's command is not its pid 1 (catatonit is), so a signal it has no handler for ends
 /// it as it would outside: busybox `timeout` signals the command it watches, which as pid 1 of
-/// the box's pid namespace would ignore SIGTERM and run forever.
-#[test]
-fn a_signal_from_inside_ends_the_command_because_it_is_not_pid_1() {
-    if !ready("a_signal_from_inside_ends_the_command_because_it_is_not_pid_1") {
+/// the box's pid namespace would ignore SIGTERM and run forever. And what a hostile command
+/// tries against that init, as root's box and as the test user's: the init program h5i binds
+/// in (`/run/podman-init`) cannot be written or replaced (read-only bind), so nothing the box
+/// does survives into the next run's pid 1.
+fn the_init_is_read_only_and_forwards_signals(test: &str, as_user: bool) {
+    if !ready(test) {
         return;
     }
-    let r = Repo::new();
-    r.write_policy(&policy(""));
-    create(&r, "sig", "c", &[]);
-    let pid = run(&r, "sig", &["sh", "-c", "echo $$"], &[]);
+    let mut c = common::caller::Caller::either(as_user);
+    c.create_container("init", common::caller::container_image());
+    let sh = |script: &str| c.h5i(&["box", "run", "init", "--", "sh", "-c", script]);
+    let pid = sh("echo $$");
     assert_eq!(pid.status.code(), Some(0), "{}", stderr(&pid));
     assert_ne!(stdout(&pid).trim(), "1", "the command is the box's pid 1");
-    let out = run(
-        &r,
-        "sig",
-        &["sh", "-c", "exec timeout 2 sh -c 'while :; do :; done'"],
-        &[],
+    let out = sh(
+        "echo x > /run/podman-init; echo write=$?; rm -f /run/podman-init; echo rm=$?; \
+         ln -sf /bin/sh /run/podman-init; echo ln=$?",
     );
+    let text = stdout(&out);
+    for what in ["write", "rm", "ln"] {
+        assert!(
+            text.contains(&format!("{what}=")) && !text.contains(&format!("{what}=0")),
+            "{}: {what} over the init went through: {text}{}",
+            c.who(),
+            stderr(&out)
+        );
+    }
+    let sig = sh("exec timeout 2 sh -c 'while :; do :; done'");
     assert_eq!(
-        out.status.code(),
+        sig.status.code(),
         Some(128 + libc::SIGTERM),
-        "{}",
-        stderr(&out)
+        "{}: {}",
+        c.who(),
+        stderr(&sig)
+    );
+    let status = c.ok(&["box", "status", "init"]);
+    assert!(
+        status.contains("matches the policy: yes"),
+        "{}: {status}",
+        c.who()
+    );
+}
+
+#[test]
+fn a_box_cannot_replace_its_init_and_its_signals_still_arrive_as_root() {
+    the_init_is_read_only_and_forwards_signals("a_box_cannot_replace_its_init_..._as_root", false);
+}
+
+#[test]
+fn a_box_cannot_replace_its_init_and_its_signals_still_arrive_as_the_test_user() {
+    the_init_is_read_only_and_forwards_signals(
+        "a_box_cannot_replace_its_init_..._as_the_test_user",
+        true,
     );
 }
 
