@@ -7,7 +7,8 @@
 //! other than the one the policy resolved to, or write a receipt from anything but the
 //! supervisor's own observation.
 //!
-//! Guarded by `tests/box_run.rs`.
+//! Guarded by `tests/box_stdio.rs` and the tier suites (`process_tier`, `supervised_tier`,
+//! `container_tier`).
 
 use std::ffi::OsString;
 

@@ -19,8 +19,9 @@
 //! its secrets, credentials and egress pins are all in hand, or write a receipt from anything
 //! but the backend's own observation.
 //!
-//! Guarded by `tests/box_run.rs`, `tests/box_shell.rs`, `tests/box_services.rs`,
-//! `tests/box_cache.rs` and the tier suites.
+//! Guarded by `tests/box_stdio.rs`, `tests/box_shell.rs`,
+//! `tests/box_services.rs`, `tests/box_cache.rs` and the tier suites (`process_tier`,
+//! `supervised_tier`, `container_tier`, `sandbox`), and the unit tests below.
 
 mod container;
 mod process;
