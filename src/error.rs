@@ -138,6 +138,9 @@ pub enum BoxError {
     /// A process-tier run could not start.
     #[error(transparent)]
     ProcessTier(#[from] h5i_runtime::process_tier::ProcessTierError),
+    /// The box's own terminal (`box shell`) could not be made.
+    #[error(transparent)]
+    Terminal(#[from] h5i_runtime::pty::PtyError),
     /// The box sandbox could not serve a run.
     #[error(transparent)]
     Sandbox(#[from] h5i_runtime::sandbox::SandboxError),
@@ -147,15 +150,22 @@ pub enum BoxError {
     /// The receipt log failed.
     #[error(transparent)]
     Receipts(#[from] h5i_broker::receipt_log::ReceiptLogError),
-    /// Export refused.
+    /// The export gate refused (`box export`, `apply`, `rebase`).
     #[error(transparent)]
     Export(#[from] crate::export::ExportError),
     /// Taking a snapshot of the workspace failed.
     #[error(transparent)]
     Snapshot(#[from] crate::snapshot::SnapshotError),
-    /// A service of the box could not be held still while its tree was read.
-    #[error(transparent)]
-    Freeze(#[from] crate::freeze::FreezeError),
+    /// A service of the box could not be held still while its tree was read (`freeze`).
+    #[error("refusing: cannot hold service `{service}` of box `{name}` still while h5i reads the workspace ({why}); to fix: stop it (`h5i box service stop {name} {service}`) and retry")]
+    ServiceNotHeld {
+        /// The box.
+        name: String,
+        /// The service.
+        service: String,
+        /// What went wrong.
+        why: String,
+    },
     /// A granted secret cannot be resolved in this shell, so nothing could be checked for it.
     #[error("refusing: {verb} cannot check the patch for secret `{name}`: its source {source_desc} is not set in this shell; to fix: export {var}=... (the value the box was given) and {verb} again, or pass --skip-secret-check to go ahead without scanning for it (report.md says so in its first lines)")]
     SecretUnchecked {

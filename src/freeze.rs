@@ -24,18 +24,6 @@ use crate::store::StoredBox;
 /// How long a freezer may take to report every task frozen before the verb is refused.
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A service that could not be held still.
-#[derive(Debug, thiserror::Error)]
-#[error("refusing: cannot hold service `{service}` of box `{name}` still while h5i reads the workspace ({why}); to fix: stop it (`h5i box service stop {name} {service}`) and retry")]
-pub struct FreezeError {
-    /// The box.
-    pub name: String,
-    /// The service.
-    pub service: String,
-    /// What went wrong.
-    pub why: String,
-}
-
 /// One thing held still, and how to let it go.
 #[derive(Debug)]
 enum Held {
@@ -82,7 +70,7 @@ pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
     let mut frozen = Frozen::default();
     for st in service::live(sb) {
         let Some(pid) = st.pid else { continue };
-        let refuse = |why: String| FreezeError {
+        let refuse = |why: String| BoxError::ServiceNotHeld {
             name: sb.manifest.name.clone(),
             service: st.service.clone(),
             why,
@@ -90,7 +78,7 @@ pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
         if st.tier == h5i_policy::Tier::Workspace.as_str() {
             // SAFETY: kill(2) of the group the re-identified service leads; no memory involved.
             if unsafe { libc::kill(-pid.pid, libc::SIGSTOP) } != 0 {
-                return Err(refuse(std::io::Error::last_os_error().to_string()).into());
+                return Err(refuse(std::io::Error::last_os_error().to_string()));
             }
             frozen.held.push(Held::Group { pgid: pid.pid });
             wait_until(FREEZE_TIMEOUT, || process_stopped(pid.pid))

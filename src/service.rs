@@ -27,7 +27,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -39,6 +39,7 @@ use h5i_policy::{ResolvedPolicy, Tier};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
+use crate::session::{Network, PidSource, Purpose, RunSession, Starting, Stdio as SessionStdio};
 use crate::store::{
     load_policy, now_ms, require_active, write_atomic, BoxLock, BoxPaths, BoxStore, StoredBox,
 };
@@ -576,9 +577,10 @@ fn supervise_inner(
     service: &str,
     ready: &Ready,
 ) -> Result<i32, ServiceError> {
-    let sb = store.find(name)?;
-    let policy = load_policy(&sb)?;
-    let decl = declared(&policy, name, service)?.clone();
+    let session = RunSession::open(store, name, Purpose::Service)?;
+    let policy = session.policy();
+    let paths = session.stored_box().paths.clone();
+    let decl = declared(policy, name, service)?.clone();
     require_service_tier(name, policy.tier)?;
     let me = std::process::id() as i32;
     let supervisor = ProcId::of(me).ok_or_else(|| BoxError::BadRequest {
@@ -599,14 +601,7 @@ fn supervise_inner(
         ended_ms: None,
         receipt_seq: None,
     }));
-    save(&sb.paths, &state)?;
-    let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), decl.command.clone().into()];
-    let secrets = crate::secrets::resolve_for_run(&policy)?;
-    // Every auth grant servable, or the service does not start. The proxies run in this
-    // supervisor, for as long as the service does.
-    let creds = crate::credentials::ForRun::prepare(&policy)?;
-    let scrub = creds.redactions();
-    let mut egress = None;
+    save(&paths, &state)?;
     eprintln!(
         "h5i: service {service} of box {name}: starting `{}` at the {} tier",
         decl.command,
@@ -615,9 +610,14 @@ fn supervise_inner(
 
     // The service's stdout comes through a pipe: its first line is the wrapper's readiness
     // marker (printed after the container is fully set up and before the command runs), the
-    // rest is copied to the log.
+    // rest is copied to the log. The session resolves its secrets and serves its credential
+    // proxies in this supervisor, for as long as the service runs: every auth grant servable,
+    // or the service does not start.
     let (out_r, out_w) = pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
-    let log = dup_cloexec(libc::STDOUT_FILENO).map_err(|e| BoxError::io(Path::new("stdout"), e))?;
+    let log = io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| BoxError::io(Path::new("stdout"), e))?;
     let wrapped: Vec<OsString> = vec![
         "sh".into(),
         "-c".into(),
@@ -625,90 +625,42 @@ fn supervise_inner(
         "h5i-service".into(),
         decl.command.clone().into(),
     ];
-
-    let (report, oom, drained) = match policy.tier {
-        Tier::Process => {
-            let mut plan = crate::process::plan(&sb, &policy, &wrapped)?;
-            if let Some(pid) = live_network_pid(&sb) {
-                crate::process::join_network_of(&mut plan, pid);
-            }
-            let forward = if plan.host_network {
-                Forward::Host
-            } else {
-                Forward::Netns
-            };
-            let pid_from =
-                PidFrom::File(crate::process::bundle_dir_for(&plan.id)?.join("init.pid"));
-            let drained = spawn_starter(
-                sb.paths.clone(),
+    let mut drained = None;
+    let mut out = Some((out_r, fs::File::from(log)));
+    let mut starting = |how: Starting| {
+        if let Some(out) = out.take() {
+            drained = Some(spawn_starter(
+                paths.clone(),
                 Arc::clone(&state),
                 ready.clone(),
-                (
-                    out_r,
-                    fs::File::from(
-                        log.try_clone()
-                            .map_err(|e| BoxError::io(Path::new("stdout"), e))?,
-                    ),
-                ),
-                pid_from,
-                forward,
-            );
-            // h5i-runc and the container inherit this process's stdout: the pipe, for the run.
-            dup2(&out_w, libc::STDOUT_FILENO).map_err(|e| BoxError::io(Path::new("stdout"), e))?;
-            drop(out_w);
-            let run = creds.serve_during(plan, |plan| {
-                crate::process::run_plan(&policy, plan, None, &secrets, None)
-            });
-            // Back to the log, which closes this process's end of the pipe.
-            let _ = dup2(&log, libc::STDOUT_FILENO);
-            let (run, tally) = run?;
-            egress = tally;
-            let run = run?;
-            (run.child, run.cage.oom, drained)
-        }
-        _ => {
-            let drained = spawn_starter(
-                sb.paths.clone(),
-                Arc::clone(&state),
-                ready.clone(),
-                (out_r, fs::File::from(log)),
-                PidFrom::Marker,
-                Forward::Host,
-            );
-            let mut cmd = crate::run::workspace_command(&sb, &wrapped[0], &wrapped[1..]);
-            cmd.stdin(Stdio::null()).stdout(Stdio::from(out_w));
-            let _files = crate::secrets::inject_workspace(&mut cmd, &secrets)?;
-            let report =
-                h5i_runtime::supervise::run_supervised(cmd, None).map_err(BoxError::from)?;
-            (report, None, drained)
+                out,
+                how,
+            ));
         }
     };
+    let mut req = session.request(wrapped);
+    req.recorded_argv = Some(vec!["sh".into(), "-c".into(), decl.command.clone().into()]);
+    req.wall = None;
+    req.stdio = SessionStdio::Service {
+        stdout: out_w,
+        starting: &mut starting,
+    };
+    if let Some(pid) = live_network_pid(session.stored_box()) {
+        req.network = Network::JoinService(pid);
+    }
+    let outcome = session.run(req)?;
     // The last of its output reaches the log before the exit is recorded (bounded: a process
     // that escaped the box's end and still holds the pipe does not hold the record up).
-    let _ = drained.recv_timeout(Duration::from_secs(5));
-    let started_ms = lock(&state).started_ms;
-    let outcome = crate::run::record_with(
-        &sb,
-        &policy,
-        &argv,
-        started_ms,
-        &report,
-        oom,
-        "service",
-        crate::run::RunExtras {
-            scrub,
-            egress,
-            socket_gate: None,
-            usage: crate::run::Usage::Supervisor,
-        },
-    )?;
+    if let Some(drained) = drained {
+        let _ = drained.recv_timeout(Duration::from_secs(5));
+    }
     {
         let mut st = lock(&state);
         st.exit = Some(outcome.exit.clone());
         st.ended_ms = Some(now_ms());
         st.receipt_seq = Some(outcome.receipt_seq);
     }
-    save(&sb.paths, &state)?;
+    save(&paths, &state)?;
     eprintln!(
         "h5i: service {service} of box {name}: ended, exit {} (receipt {})",
         outcome.exit.passthrough_code(),
@@ -741,24 +693,21 @@ enum Forward {
     Netns,
 }
 
-/// Where the service's pid comes from.
-enum PidFrom {
-    /// The container init's pid, from the file `h5i-runc` wrote (written before the marker).
-    File(PathBuf),
-    /// The wrapper shell's own `$$` in the marker (workspace tier: it becomes the service).
-    Marker,
-}
-
-/// Read the service's stdout: wait for the readiness marker, then record the pid, make the
-/// forward, say ready, serve the forward on its own thread, and copy the rest to the log.
+/// Read the service's stdout: wait for the readiness marker, then record the pid (the container
+/// init's, from the file `h5i-runc` wrote before the marker, or the wrapper shell's own `$$`,
+/// which becomes the service), make the forward, say ready, serve the forward on its own
+/// thread, and copy the rest to the log.
 fn spawn_starter(
     paths: BoxPaths,
     state: Arc<Mutex<ServiceState>>,
     ready: Ready,
     (out, mut log): (OwnedFd, fs::File),
-    pid_from: PidFrom,
-    forward: Forward,
+    how: Starting,
 ) -> std::sync::mpsc::Receiver<()> {
+    let forward = match how.own_network {
+        true => Forward::Netns,
+        false => Forward::Host,
+    };
     let (drained, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut out = io::BufReader::new(fs::File::from(out));
@@ -777,9 +726,9 @@ fn spawn_starter(
             let _ = drained.send(());
             return;
         }
-        let pid = match pid_from {
-            PidFrom::Marker => marker_pid,
-            PidFrom::File(f) => fs::read_to_string(f)
+        let pid = match how.pid {
+            PidSource::Wrapper => marker_pid,
+            PidSource::InitPidFile(f) => fs::read_to_string(f)
                 .ok()
                 .and_then(|t| t.trim().parse::<i32>().ok()),
         };
@@ -1185,24 +1134,6 @@ fn is_pipe(fd: RawFd) -> bool {
         let mut st: libc::stat = std::mem::zeroed();
         libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
     }
-}
-
-fn dup_cloexec(fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: fcntl F_DUPFD_CLOEXEC on an fd of this process returns a new fd or -1.
-    let n = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the fd was just created and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(n) })
-}
-
-fn dup2(from: &OwnedFd, to: RawFd) -> io::Result<()> {
-    // SAFETY: dup2 between a valid fd and one of the standard descriptors; no memory involved.
-    if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 fn set_cloexec(fd: &OwnedFd) {

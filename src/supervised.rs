@@ -249,7 +249,7 @@ pub fn settle(
     match net.finish() {
         Ok(t) => {
             remember_table(sb, &t.table)?;
-            let egress = crate::run::merge_tallies(t.egress, credential_tally);
+            let egress = t.egress.merged(credential_tally);
             Ok((Some(egress), Some(Box::new(t.socket_gate))))
         }
         Err(why) => {

@@ -132,6 +132,22 @@ pub struct EgressTally {
     pub denied: std::collections::BTreeMap<String, u64>,
 }
 
+impl EgressTally {
+    /// One run's counts from two counters (the supervised sentry's table and the credential
+    /// proxy): `other`'s counts added to these, per destination.
+    pub fn merged(mut self, other: Option<EgressTally>) -> EgressTally {
+        if let Some(other) = other {
+            for (k, n) in other.allowed {
+                *self.allowed.entry(k).or_default() += n;
+            }
+            for (k, n) in other.denied {
+                *self.denied.entry(k).or_default() += n;
+            }
+        }
+        self
+    }
+}
+
 /// One destination in the egress table a supervised run actually loaded: a name from
 /// `net.egress` and the addresses it was pinned to when the run started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -277,6 +293,22 @@ pub fn rfc3339_utc(ms: u64, millis: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn merged_tallies_add_per_destination() {
+        let mut a = EgressTally::default();
+        a.allowed.insert("a.test:443".into(), 2);
+        a.denied.insert("b.test:80".into(), 1);
+        let mut b = EgressTally::default();
+        b.allowed.insert("a.test:443".into(), 3);
+        b.allowed.insert("c.test:443".into(), 1);
+        b.denied.insert("b.test:80".into(), 4);
+        let m = a.clone().merged(Some(b));
+        assert_eq!(m.allowed["a.test:443"], 5);
+        assert_eq!(m.allowed["c.test:443"], 1);
+        assert_eq!(m.denied["b.test:80"], 5);
+        assert_eq!(a.clone().merged(None), a);
+    }
 
     #[test]
     fn rfc3339_known_instants() {

@@ -21,7 +21,8 @@ use h5i_policy::{NetMode, ResolveRequest, Tier};
 
 use super::{tree_bytes, CacheError, CacheRoot, Ecosystem, RefreshRecord};
 use crate::error::BoxError;
-use crate::store::{now_ms, BoxStore, StoredBox};
+use crate::session::{Purpose, RunOutcome, RunSession};
+use crate::store::{now_ms, BoxStore};
 
 /// What a finished refresh stored.
 #[derive(Debug, Clone)]
@@ -166,8 +167,7 @@ pub fn refresh(
         },
         &crate::probe::host_tiers(),
     )?;
-    scratch.name = Some(box_name);
-    let policy = crate::store::load_policy(&sb)?;
+    scratch.name = Some(box_name.clone());
     let key = eco
         .key_of(&sb.paths.workspace())?
         .ok_or_else(|| CacheError::NoLockfile {
@@ -181,13 +181,13 @@ pub fn refresh(
         .and_then(|ids| ids.own(std::slice::from_ref(&data)))
         .map_err(BoxError::from)?;
 
-    let (report, egress, receipt_seq) = install(&root, &sb, &policy, eco, &data, progress)?;
-    if report.exit.passthrough_code() != 0 {
+    let run = install(store, &box_name, &root, eco, &data, progress)?;
+    if run.exit.passthrough_code() != 0 {
         return Err(CacheError::InstallFailed {
             eco: eco.name,
-            code: report.exit.passthrough_code(),
-            receipt: receipt_seq,
-            egress: egress_line(egress.as_ref()),
+            code: run.exit.passthrough_code(),
+            receipt: run.receipt_seq,
+            egress: egress_line(run.egress.as_ref()),
         });
     }
 
@@ -203,9 +203,9 @@ pub fn refresh(
         key: key.clone(),
         at_ms: now_ms(),
         argv: eco.install.iter().map(|s| s.to_string()).collect(),
-        wall_ms: report.wall.as_millis() as u64,
+        wall_ms: run.wall.as_millis() as u64,
         policy_digest: sb.manifest.policy_digest.clone(),
-        egress,
+        egress: run.egress,
         bytes: tree_bytes(&data),
     };
     let json = serde_json::to_vec_pretty(&record).map_err(|e| BoxError::BadRequest {
@@ -235,46 +235,38 @@ pub fn refresh(
     Ok(Refreshed {
         record,
         replaced,
-        receipt_seq,
+        receipt_seq: run.receipt_seq,
     })
 }
 
 /// Run the install step in the refresh box at the supervised tier, `data` its only writable
-/// cache. Returns the supervisor's report, the egress tally and the receipt's number.
+/// cache, with a progress line while it runs.
 fn install(
+    store: &BoxStore,
+    box_name: &str,
     root: &CacheRoot,
-    sb: &StoredBox,
-    policy: &h5i_policy::ResolvedPolicy,
     eco: &Ecosystem,
     data: &Path,
     progress: &(dyn Fn(Progress) + Sync),
-) -> Result<
-    (
-        h5i_runtime::supervise::ChildReport,
-        Option<h5i_policy::receipt::EgressTally>,
-        u64,
-    ),
-    CacheError,
-> {
-    let argv: Vec<OsString> = eco.install.iter().map(OsString::from).collect();
-    let wall = policy.resources.wall_secs.map(Duration::from_secs);
-    let pinned = crate::supervised::pin_egress(policy)?;
-    let mut plan = crate::process::plan(sb, policy, &argv)?;
+) -> Result<RunOutcome, CacheError> {
+    let session = RunSession::open(store, box_name, Purpose::CacheRefresh)?;
     // The run path offers every agent box the matching cache read-only; the refresh box gets
     // only its own staging directory, read-write.
-    plan.binds.retain(|b| !b.source.starts_with(&root.dir));
-    plan.env
-        .retain(|e| !eco.env.iter().any(|(k, _)| e.starts_with(&format!("{k}="))));
     let inside = h5i_policy::inbox::cache_dir(eco.name);
-    plan.binds
-        .push(h5i_runtime::bundle::Bind::rw(data, &inside));
-    plan.env.extend(eco.env_for(Path::new(&inside)));
-    let net = crate::supervised::attach(&mut plan, pinned)?;
-    let started_ms = now_ms();
+    let own_cache = |plan: &mut h5i_runtime::bundle::BundlePlan| {
+        plan.binds.retain(|b| !b.source.starts_with(&root.dir));
+        plan.env
+            .retain(|e| !eco.env.iter().any(|(k, _)| e.starts_with(&format!("{k}="))));
+        plan.binds
+            .push(h5i_runtime::bundle::Bind::rw(data, &inside));
+        plan.env.extend(eco.env_for(Path::new(&inside)));
+    };
+    let mut req = session.request(eco.install.iter().map(OsString::from).collect());
+    req.edit_plan = Some(&own_cache);
     let started = Instant::now();
     progress(Progress { bytes: 0, secs: 0 });
     let (tx, rx) = std::sync::mpsc::channel::<()>();
-    let run = std::thread::scope(|s| {
+    let outcome = std::thread::scope(|s| {
         s.spawn(move || {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
                 rx.recv_timeout(Duration::from_secs(1))
@@ -285,28 +277,11 @@ fn install(
                 });
             }
         });
-        let run = crate::process::run_plan(policy, plan, wall, &[], None);
+        let outcome = session.run(req);
         drop(tx);
-        run
-    });
-    let (egress, socket_gate) = crate::supervised::settle(sb, Some(net), None)?;
-    let run = run?;
-    let outcome = crate::run::record_with(
-        sb,
-        policy,
-        &argv,
-        started_ms,
-        &run.child,
-        run.cage.oom,
-        "cache-refresh",
-        crate::run::RunExtras {
-            scrub: Vec::new(),
-            egress: egress.clone(),
-            socket_gate,
-            usage: crate::run::Usage::Supervisor,
-        },
-    )?;
-    Ok((run.child, egress, outcome.receipt_seq))
+        outcome
+    })?;
+    Ok(outcome)
 }
 
 /// One line for an egress tally.

@@ -511,11 +511,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             force,
             skip_secret_check,
         } => {
-            let s = h5i::export::export_box(
+            let s = h5i::box_export::export_box(
                 &store()?,
                 &name,
                 &out,
-                h5i::export::ExportOptions {
+                h5i::box_export::ExportOptions {
                     force,
                     skip_secret_check,
                 },

@@ -592,7 +592,7 @@ impl Broker {
             .map(crate::credentials::Serving::finish)
             .and_then(|r| crate::credentials::tally(&r));
         match egress {
-            Some(r) => Some(crate::run::merge_tallies(r.tally, creds)),
+            Some(r) => Some(r.tally.merged(creds)),
             None => creds,
         }
     }

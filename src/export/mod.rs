@@ -19,10 +19,9 @@ pub mod report;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use h5i_broker::receipt_log::{ReceiptLog, ReceiptReadout};
+use h5i_broker::receipt_log::ReceiptReadout;
 use h5i_broker::redact::Redactor;
 
-use crate::error::BoxError;
 use crate::snapshot::{digest, SnapshotError, SnapshotObjects};
 
 pub use bundle::BundleError;
@@ -243,107 +242,6 @@ fn notices(unchecked: &[String], change: Option<&policy_change::PolicyChange>) -
         out.extend(c.lines());
     }
     out
-}
-
-/// Largest proposal the box may stage, bytes.
-pub const MAX_PROPOSAL_BYTES: u64 = 1 << 20;
-
-/// The agent's proposal, as the box staged it at `<spool>/proposal.md` (box-claimed; a regular
-/// file only, never through a symlink, capped). The report escapes and redacts it.
-fn read_proposal(spool: &Path) -> Result<Option<String>, BoxError> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let path = spool.join(h5i_hook::spool::PROPOSAL_FILE);
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Ok(Some(
-                "(the box staged proposal.md as a symlink; h5i did not follow it)".into(),
-            ))
-        }
-        Err(e) => return Err(BoxError::io(&path, e)),
-    };
-    let meta = file.metadata().map_err(|e| BoxError::io(&path, e))?;
-    if !meta.is_file() {
-        return Ok(Some(
-            "(the box staged proposal.md as something other than a file)".into(),
-        ));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_PROPOSAL_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| BoxError::io(&path, e))?;
-    let mut text = String::from_utf8_lossy(&bytes).into_owned();
-    if meta.len() > MAX_PROPOSAL_BYTES {
-        text.push_str(&format!(
-            "\n\n(truncated by h5i at {MAX_PROPOSAL_BYTES} bytes of {})",
-            meta.len()
-        ));
-    }
-    Ok(Some(text))
-}
-
-/// What a human asked `box export` for beyond the default.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ExportOptions {
-    /// Replace a non-empty `--out`.
-    pub force: bool,
-    /// Export although a granted secret cannot be resolved in this shell (`--skip-secret-check`);
-    /// report.md says so in its first lines.
-    pub skip_secret_check: bool,
-}
-
-/// `h5i box export NAME --out DIR`: gather the box's request from its store and export it.
-pub fn export_box(
-    store: &crate::store::BoxStore,
-    name: &str,
-    out: &Path,
-    opts: ExportOptions,
-) -> Result<ExportSummary, BoxError> {
-    let sb = store.find(name)?;
-    let _lock = crate::store::BoxLock::take(&sb.paths, name)?;
-    let policy = crate::store::load_policy(&sb)?;
-    let scan = crate::secrets::redactor_for_export(&policy, opts.skip_secret_check, "export")?;
-    // The box's services are held still while the tree is read; thawed when this returns.
-    let _frozen = crate::freeze::hold(&sb)?;
-    let receipts = ReceiptLog::at(sb.paths.receipts()).read()?;
-    let workspace = sb.paths.workspace();
-    let scratch = sb.paths.scratch();
-    let summary = export(&ExportRequest {
-        box_name: name,
-        store_git_dir: &sb.manifest.store,
-        base_sha: &sb.manifest.base,
-        workspace: &workspace,
-        scratch: &scratch,
-        out,
-        force: opts.force,
-        caps: ExportCaps::default(),
-        redactor: &scan.redactor,
-        receipts: &receipts,
-        tier: &sb.manifest.tier,
-        policy_digest: &sb.manifest.policy_digest,
-        proposal: read_proposal(&sb.paths.spool())?,
-        box_profile: &policy.profile,
-        unchecked_secrets: &scan.unchecked,
-    })?;
-    crate::events::append(
-        &sb.paths,
-        &crate::events::Event::new(
-            "exported",
-            format!(
-                "{} file(s), {} excluded, patch sha256 {}",
-                summary.files_changed,
-                summary.excluded.len(),
-                summary.patch_sha256
-            ),
-        ),
-    )?;
-    Ok(summary)
 }
 
 fn now_ms() -> u64 {

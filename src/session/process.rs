@@ -1,0 +1,179 @@
+//! The process tier's backend, and the per-run container both kernel tiers share.
+//!
+//! Owns choosing between the box's warm sandbox (`crate::sandbox`: a run is a process started
+//! in it) and a container of the run's own (`h5i-runc` through `crate::process::run_plan`),
+//! and the wiring of a per-run container's standard descriptors: the caller's, a terminal of
+//! the box's own (`h5i-runc` opens the pty inside the box and sends its master over a console
+//! socket to the proxy), or a service's log pipe. Must never: let a run that needs something
+//! per run (credential proxies, a terminal, a service's network, a service's own container)
+//! take the warm sandbox, or leave this process's stdout redirected after a run.
+
+use std::io::{Read, Seek};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use h5i_policy::receipt::EgressTally;
+use h5i_policy::ResolvedPolicy;
+use h5i_runtime::bundle::BundlePlan;
+use h5i_runtime::process_tier::{Console, ProcessRunReport};
+use h5i_runtime::pty::{ConsoleSocket, PtyProxy};
+
+use super::{Network, PidSource, Resolved, RunRequest, Starting, Stdio, TierBackend, TierRun};
+use crate::error::BoxError;
+
+/// The process tier.
+pub(super) struct Process;
+
+impl TierBackend for Process {
+    fn run(&self, resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
+        let mut plan = plan_for(&resolved, &req)?;
+        if let Network::JoinService(pid) = req.network {
+            crate::process::join_network_of(&mut plan, pid);
+        }
+        let warm = req.network == Network::Own
+            && matches!(req.stdio, Stdio::Caller)
+            && warm_path_fits(resolved.policy);
+        if warm {
+            let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
+            if let Some(run) =
+                crate::sandbox::run(resolved.sb, resolved.policy, &plan, req.wall, env)?
+            {
+                return Ok(TierRun::supervised(run.child, run.cage.oom, None));
+            }
+        }
+        let (run, egress) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+        let run = run?;
+        Ok(TierRun::supervised(run.child, run.cage.oom, egress))
+    }
+}
+
+/// The kernel tiers' bundle plan for `req`, with its edit applied.
+pub(super) fn plan_for(
+    resolved: &Resolved<'_>,
+    req: &RunRequest<'_>,
+) -> Result<BundlePlan, BoxError> {
+    let mut plan = crate::process::plan(resolved.sb, resolved.policy, &req.argv)?;
+    if let Some(edit) = req.edit_plan {
+        edit(&mut plan);
+    }
+    Ok(plan)
+}
+
+/// Whether a process-tier run goes through the box's sandbox rather than a container of its
+/// own: not when turned off (`H5I_SANDBOX=off`), not when the policy grants credentials (their
+/// proxy is wired per run into the run's network namespace), and not from a terminal (the run
+/// could not be the terminal's foreground job from inside the sandbox's session).
+fn warm_path_fits(policy: &ResolvedPolicy) -> bool {
+    // SAFETY: isatty only inspects descriptor 0.
+    let tty = unsafe { libc::isatty(0) } == 1;
+    crate::sandbox::enabled() && policy.auth_grants().is_empty() && !tty
+}
+
+/// Run `plan` in a container of its own, the credential proxies serving for exactly as long,
+/// its standard descriptors wired as `stdio` says. Returns the run's result and the proxies'
+/// tally (the caller settles its network, if any, before it looks at the result).
+pub(super) fn run_in_container(
+    resolved: Resolved<'_>,
+    plan: BundlePlan,
+    wall: Option<Duration>,
+    stdio: Stdio<'_>,
+) -> Result<(Result<ProcessRunReport, BoxError>, Option<EgressTally>), BoxError> {
+    let Resolved {
+        sb,
+        policy,
+        secrets,
+        creds,
+        ..
+    } = resolved;
+    match stdio {
+        Stdio::Caller => creds.serve_during(plan, |plan| {
+            crate::process::run_plan(policy, plan, wall, &secrets, None)
+        }),
+        Stdio::Terminal => {
+            let socket = ConsoleSocket::bind()?;
+            let socket_path = socket.path().to_path_buf();
+            let tmp = std::env::temp_dir();
+            let mut runtime_stderr =
+                tempfile::tempfile_in(&tmp).map_err(|e| BoxError::io(&tmp, e))?;
+            let for_runtime = runtime_stderr
+                .try_clone()
+                .map_err(|e| BoxError::io(&tmp, e))?;
+            let mut proxy = PtyProxy::with_console_socket(socket)?;
+            let out = creds.serve_during(plan, |plan| {
+                crate::process::run_plan(
+                    policy,
+                    plan,
+                    wall,
+                    &secrets,
+                    Some(Console {
+                        socket: &socket_path,
+                        companion: &mut proxy,
+                        runtime_stderr: for_runtime,
+                    }),
+                )
+            });
+            let refused = proxy.refused().map(str::to_string);
+            // The terminal is restored before anything is printed.
+            drop(proxy);
+            let mut said = String::new();
+            let _ = runtime_stderr
+                .rewind()
+                .and_then(|()| runtime_stderr.read_to_string(&mut said));
+            if !said.is_empty() {
+                eprint!("{said}");
+            } else if let Some(why) = refused {
+                // Only when the runtime said nothing itself: its own error is the cause.
+                eprintln!(
+                    "h5i: box {}: no terminal for the session: {why}",
+                    sb.manifest.name
+                );
+            }
+            out
+        }
+        Stdio::Service { stdout, starting } => {
+            starting(Starting {
+                pid: PidSource::InitPidFile(
+                    crate::process::bundle_dir_for(&plan.id)?.join("init.pid"),
+                ),
+                own_network: !plan.host_network,
+            });
+            // h5i-runc and the container inherit this process's stdout: the pipe, for the run.
+            let _pipe = StdoutTo::fd(stdout)?;
+            creds.serve_during(plan, |plan| {
+                crate::process::run_plan(policy, plan, wall, &secrets, None)
+            })
+        }
+    }
+}
+
+/// This process's stdout pointed at another descriptor until dropped, then put back (which
+/// closes this process's end of that descriptor).
+struct StdoutTo {
+    saved: OwnedFd,
+}
+
+impl StdoutTo {
+    fn fd(to: OwnedFd) -> Result<StdoutTo, BoxError> {
+        let stdout = std::path::Path::new("stdout");
+        let saved = std::io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| BoxError::io(stdout, e))?;
+        dup2(&to, libc::STDOUT_FILENO).map_err(|e| BoxError::io(stdout, e))?;
+        Ok(StdoutTo { saved })
+    }
+}
+
+impl Drop for StdoutTo {
+    fn drop(&mut self) {
+        let _ = dup2(&self.saved, libc::STDOUT_FILENO);
+    }
+}
+
+fn dup2(from: &OwnedFd, to: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: dup2 between a valid fd and one of the standard descriptors; no memory involved.
+    if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The host-observed record of a finished run: one `host-env-run` receipt and one event in the
+//! box log, then the box-claimed records it staged in its spool, each redacted.
+//!
+//! Owns turning what a tier backend observed into the record. Must never: write a figure the
+//! host did not observe, or a record (or spooled entry) with a value the redactor knows.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use h5i_broker::redact::SecretValue;
+use h5i_policy::receipt::{EgressTally, ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::ResolvedPolicy;
+
+use super::{Purpose, TierRun, Usage};
+use crate::error::BoxError;
+use crate::events::{self, Event};
+use crate::store::{now_ms, StoredBox};
+
+/// The result of a run, for the CLI to turn into an exit code.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// How the command ended.
+    pub exit: ExitOutcome,
+    /// The receipt's sequence number.
+    pub receipt_seq: u64,
+    /// Wall time from start to reap.
+    pub wall: Duration,
+    /// The egress counts the receipt carries.
+    pub egress: Option<EgressTally>,
+}
+
+/// Write the host-observed record of a finished run (its event named by `purpose`), with
+/// `scrub` redacted beside the policy's secrets, then ingest what the box staged in its spool.
+pub(crate) fn write(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    purpose: Purpose,
+    argv: &[OsString],
+    started_ms: u64,
+    run: TierRun,
+    scrub: Vec<SecretValue>,
+) -> Result<RunOutcome, BoxError> {
+    let TierRun {
+        report,
+        oom,
+        egress,
+        socket_gate,
+        usage,
+    } = run;
+    let digest = sb.manifest.policy_digest.clone();
+    let (rusage, cgroup_usage) = match usage {
+        Usage::Supervisor => (Some(Box::new(report.rusage.clone())), None),
+        Usage::Cgroup(usage) => (None, usage.map(Box::new)),
+    };
+
+    let mut exit = report.exit.clone();
+    exit.oom_killed = oom.is_some()
+        && (exit.signal == Some(libc::SIGKILL) || exit.code == Some(128 + libc::SIGKILL));
+    let redactor = crate::secrets::redactor_with(policy, scrub);
+    let mut redactions = Vec::new();
+    let argv_text: Vec<String> = argv
+        .iter()
+        .map(|a| {
+            let (clean, ids) = redactor.redact(&a.to_string_lossy());
+            redactions.extend(ids);
+            clean
+        })
+        .collect();
+    redactions.sort();
+    redactions.dedup();
+    let record = ReceiptRecord {
+        v: 0,
+        seq: 0,
+        lane: ReceiptLane::HostEnvRun,
+        at_ms: started_ms,
+        policy_digest: digest,
+        redactions,
+        payload: None,
+        body: RecordBody::Run {
+            argv: argv_text,
+            tier: policy.tier.as_str().to_string(),
+            exit: exit.clone(),
+            rusage,
+            cgroup_usage,
+            wall_ms: report.wall.as_millis() as u64,
+            oom,
+            egress: egress.clone(),
+            socket_gate,
+        },
+    };
+    let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
+    let written = log.append(record)?;
+    ingest_spool(sb, &log, &redactor)?;
+    events::append(
+        &sb.paths,
+        &Event::new(
+            purpose.event(),
+            format!(
+                "receipt {} exit {}{}",
+                written.seq,
+                exit.passthrough_code(),
+                if exit.timed_out {
+                    " (wall-clock limit)"
+                } else if exit.oom_killed {
+                    " (OOM-killed)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+    )?;
+    Ok(RunOutcome {
+        exit,
+        receipt_seq: written.seq,
+        wall: report.wall,
+        egress,
+    })
+}
+
+/// Turn what the box staged in its spool into box-claimed records (or quarantine records), each
+/// redacted, then clear the ingested entries.
+fn ingest_spool(
+    sb: &StoredBox,
+    log: &h5i_broker::receipt_log::ReceiptLog,
+    redactor: &h5i_broker::redact::Redactor,
+) -> Result<(), BoxError> {
+    let entries = h5i_hook::spool::ingest(&sb.paths.spool()).map_err(|e| BoxError::Io {
+        path: e.path.clone(),
+        source: e.source,
+    })?;
+    for entry in entries {
+        let (body, redactions) = redact_body(entry.body.clone(), redactor);
+        log.append(ReceiptRecord {
+            v: 0,
+            seq: 0,
+            lane: entry.lane,
+            at_ms: now_ms(),
+            policy_digest: sb.manifest.policy_digest.clone(),
+            redactions,
+            payload: None,
+            body,
+        })?;
+        h5i_hook::spool::remove(&entry);
+    }
+    Ok(())
+}
+
+/// A box-supplied record with every secret value scrubbed (through its JSON text).
+fn redact_body(
+    body: RecordBody,
+    redactor: &h5i_broker::redact::Redactor,
+) -> (RecordBody, Vec<String>) {
+    let Ok(text) = serde_json::to_string(&body) else {
+        return (body, Vec::new());
+    };
+    let (clean, ids) = redactor.redact(&text);
+    if ids.is_empty() {
+        return (body, ids);
+    }
+    match serde_json::from_str(&clean) {
+        Ok(b) => (b, ids),
+        Err(_) => (
+            RecordBody::Quarantined {
+                entry: "(redacted record)".into(),
+                reason: "held a secret value and could not be re-read after redaction".into(),
+            },
+            ids,
+        ),
+    }
+}

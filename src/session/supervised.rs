@@ -1,0 +1,38 @@
+//! The supervised tier's backend: the process tier's per-run container in a network namespace
+//! of its own whose only way out is the nftables table of the egress the session pinned
+//! (`crate::supervised` wires it and reads the sentry's tally back).
+//!
+//! Owns the order of a supervised run: attach the network to the plan, run, settle the
+//! network (its tally kept for the receipt and `status`) before the run's result is looked at.
+//! Must never: start a run whose egress was not pinned, or report a tally the sentry did not
+//! leave.
+
+use super::process::{plan_for, run_in_container};
+use super::{Resolved, RunRequest, TierBackend, TierRun, Usage};
+use crate::error::BoxError;
+
+/// The supervised tier.
+pub(super) struct Supervised;
+
+impl TierBackend for Supervised {
+    fn pins_egress(&self) -> bool {
+        true
+    }
+
+    fn run(&self, mut resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
+        let mut plan = plan_for(&resolved, &req)?;
+        let net = crate::supervised::attach(&mut plan, std::mem::take(&mut resolved.pinned))?;
+        let sb = resolved.sb;
+        let (run, cred_tally) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+        // After the terminal (if any) is restored: settling may warn on stderr.
+        let (egress, socket_gate) = crate::supervised::settle(sb, Some(net), cred_tally)?;
+        let run = run?;
+        Ok(TierRun {
+            report: run.child,
+            oom: run.cage.oom,
+            egress,
+            socket_gate,
+            usage: Usage::Supervisor,
+        })
+    }
+}
