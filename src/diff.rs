@@ -96,15 +96,19 @@ pub fn snapshot_bounded(sb: &StoredBox) -> Result<(Snapshot, Unread), BoxError> 
     Ok((snap, Unread { scan, skipped }))
 }
 
+/// [`snapshot_bounded`] under the same hold as export: no run or shell is live (the box's lock,
+/// taken exclusively: refused busy, not waited for) and every service is frozen until the
+/// snapshot is taken (thawed on every way out).
+pub fn snapshot_held(sb: &StoredBox) -> Result<(Snapshot, Unread), BoxError> {
+    let _lock = crate::store::BoxLock::take(&sb.paths, &sb.manifest.name)?;
+    let _frozen = crate::freeze::hold(sb)?;
+    snapshot_bounded(sb)
+}
+
 /// Print the box's diff (or its stat) to stdout; what was not read goes to stderr, named.
 pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxError> {
     let sb = store.find(name)?;
-    // Read under the same hold as export: no run or shell is live (the lock) and every service
-    // is frozen until the snapshot is taken (thawed when `_frozen` drops, on every way out).
-    let _lock = crate::store::BoxLock::take(&sb.paths, name)?;
-    let frozen = crate::freeze::hold(&sb)?;
-    let (snap, unread) = snapshot_bounded(&sb)?;
-    drop(frozen);
+    let (snap, unread) = snapshot_held(&sb)?;
     let out = if stat {
         snap.stat(&sb.manifest.base)?
     } else {
@@ -123,7 +127,11 @@ pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxErr
         }
         stdout.flush()
     };
-    write().map_err(|e| BoxError::io(std::path::Path::new("<stdout>"), e))?;
+    match write() {
+        // The reader left (`h5i box diff b | head`): what it wanted was written.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        other => other.map_err(|e| BoxError::io(std::path::Path::new("<stdout>"), e))?,
+    }
     for line in unread.lines() {
         let (shown, _) = redactor.redact(&line);
         eprintln!("h5i: box {name}: not in the diff: {shown}");

@@ -34,6 +34,13 @@ pub const CACHE_LS: &str = "h5i.box.cache-ls/1";
 /// `h5i box cache mounts [NAME] --json`.
 pub const CACHE_MOUNTS: &str = "h5i.box.cache-mounts/1";
 
+/// `h5i box inspect NAME --capture ID --json`.
+pub const INSPECT: &str = "h5i.box.inspect/1";
+/// `h5i box log NAME --json`.
+pub const LOG: &str = "h5i.box.log/1";
+/// `h5i box compare A B --json`.
+pub const COMPARE: &str = "h5i.box.compare/1";
+
 /// Every schema this build writes, for the documentation test.
 pub const ALL: &[&str] = &[
     LS,
@@ -46,6 +53,9 @@ pub const ALL: &[&str] = &[
     SERVICE_STATUS,
     CACHE_LS,
     CACHE_MOUNTS,
+    INSPECT,
+    LOG,
+    COMPARE,
 ];
 
 /// `h5i box ls --json`.

@@ -25,5 +25,5 @@ fn main() {
             err.downcast_ref::<cmd::RunRefused>().map_or(1, |_| 125)
         }
     };
-    std::process::exit(code);
+    std::process::exit(cmd::out::finish(code));
 }

@@ -371,6 +371,27 @@ pub fn env_with_secrets(
     Ok(env)
 }
 
+/// Where the init a run's command starts under is bound (read-only) in the box.
+pub const INIT_IN_BOX: &str = "/.h5i-init";
+
+/// Start `plan`'s command under catatonit, bound read-only at [`INIT_IN_BOX`], as at the
+/// container tier: a command that is its pid namespace's pid 1 never gets a signal it has no
+/// handler for, so Ctrl-C, `kill`, or a `timeout` inside the box would not end `sh -c '...'`.
+/// (A box shell keeps its shell as the session leader of its own terminal, and a run in the
+/// box-lifetime sandbox is already a child of the sandbox's init.)
+fn under_init(plan: &mut BundlePlan) -> Result<(), BoxError> {
+    let (what, mend) = crate::container::probe::NO_INIT;
+    let init = crate::container::probe::init_program().ok_or_else(|| BoxError::BadRequest {
+        what: what.into(),
+        mend: mend.into(),
+    })?;
+    plan.init_program = Some((init, PathBuf::from(INIT_IN_BOX)));
+    let mut argv = vec![INIT_IN_BOX.to_string(), "--".to_string()];
+    argv.append(&mut plan.argv);
+    plan.argv = argv;
+    Ok(())
+}
+
 /// Run a prepared `plan` (from [`plan`], perhaps adjusted by [`join_network_of`]) at the
 /// process tier, in the bundle directory [`bundle_dir_for`] names.
 pub fn run_plan(
@@ -386,6 +407,9 @@ pub fn run_plan(
         mend: "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)".into(),
     })?;
     plan.env = env_with_secrets(&plan, secrets)?;
+    if console.is_none() {
+        under_init(&mut plan)?;
+    }
     // The bundle holds the run's environment, secrets included: it is written outside the box
     // directory, in a private runtime directory, and removed when the run ends.
     let dir = bundle_dir_for(&plan.id)?;

@@ -161,6 +161,21 @@ fn every_json_output_matches_its_documented_shape() {
     r.git(&["add", "-A"]);
     r.git(&["commit", "-q", "-m", "policy"]);
     r.ok(&["box", "create", "j", "--profile", "s"]);
+    r.ok(&["box", "create", "k", "--profile", "s"]);
+    // A receipt for `inspect` and `log` (the grant resolves for this one run only).
+    let run = r.h5i_env(
+        &[
+            "box",
+            "run",
+            "j",
+            "--",
+            "sh",
+            "-c",
+            "echo hi > new.txt; exit 3",
+        ],
+        &[("H5I_SECRET_H5I_JSON_DOC_TOKEN", "json-doc-value")],
+    );
+    assert_eq!(run.status.code(), Some(3), "{}", common::stderr(&run));
 
     // A cache under the key the lockfile makes, so `cache ls` and `cache mounts` have rows.
     let missing = json_of(&r, &["box", "cache", "mounts", "--json"], 0);
@@ -188,6 +203,9 @@ fn every_json_output_matches_its_documented_shape() {
         json_of(&r, &["box", "cache", "ls", "--json"], 0),
         json_of(&r, &["box", "cache", "mounts", "--json"], 0),
         json_of(&r, &["box", "cache", "mounts", "j", "--json"], 0),
+        json_of(&r, &["box", "inspect", "j", "--capture", "1", "--json"], 0),
+        json_of(&r, &["box", "log", "j", "--json"], 0),
+        json_of(&r, &["box", "compare", "j", "k", "--json"], 0),
     ];
     let mut seen = std::collections::BTreeSet::new();
     for doc in &docs {
@@ -208,6 +226,19 @@ fn every_json_output_matches_its_documented_shape() {
     assert_eq!(docs[9]["offers"][0]["state"], "mounted");
     // The box runs at the workspace tier, which gets no cache.
     assert_eq!(docs[10]["tier_mounts_caches"], false);
+    assert_eq!(docs[11]["record"]["exit"]["code"], 3, "{}", docs[11]);
+    assert_eq!(docs[12]["receipts"][0]["exit"], 3);
+    assert_eq!(docs[12]["events"][0]["event"], "created");
+    let added = docs[13]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["key"] == "files added")
+        .unwrap();
+    assert_eq!(
+        (&added["a"], &added["b"], &added["same"]),
+        (&"1".into(), &"0".into(), &false.into())
+    );
 }
 
 #[test]

@@ -246,28 +246,7 @@ impl ResourceCage {
             if pids.is_empty() {
                 return;
             }
-            let mut fds = Vec::new();
-            for pid in pids {
-                // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-                let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-                if fd < 0 {
-                    continue;
-                }
-                // SAFETY: fd was just returned by pidfd_open and is owned here.
-                let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-                // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo; the pidfd names the
-                // process read from the group, never a reused pid.
-                unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        fd.as_raw_fd(),
-                        libc::SIGKILL,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0,
-                    )
-                };
-                fds.push(fd);
-            }
+            let fds = signal_each(pids, libc::SIGKILL);
             for fd in &fds {
                 let mut p = libc::pollfd {
                     fd: fd.as_raw_fd(),
@@ -279,6 +258,12 @@ impl ResourceCage {
                 unsafe { libc::poll(&mut p, 1, 1000) };
             }
         }
+    }
+
+    /// Send `signal` once to every process in the cage's groups, as a terminal sends an
+    /// interrupt to its foreground group (the processes decide what it means; nothing waits).
+    pub fn signal_members(&self, signal: libc::c_int) {
+        signal_each(self.member_pids(), signal);
     }
 
     /// Keep the cage's groups after this value is gone (the box sandbox's group outlives the
@@ -420,6 +405,34 @@ fn register_oom_eventfd(dir: &Path) -> io::Result<(OwnedFd, fs::File)> {
 }
 
 /// The eventfd's counter (0 when it never fired).
+/// Send `signal` to each of `pids` through a pidfd (so a pid reused since the group was read is
+/// never signalled); the pidfds are returned for the caller to wait on.
+fn signal_each(pids: Vec<i32>, signal: libc::c_int) -> Vec<OwnedFd> {
+    let mut fds = Vec::new();
+    for pid in pids {
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: fd was just returned by pidfd_open and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo; the pidfd names the process
+        // read from the group, never a reused pid.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                signal,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            )
+        };
+        fds.push(fd);
+    }
+    fds
+}
+
 fn read_eventfd(fd: &OwnedFd) -> u64 {
     let mut v: u64 = 0;
     // SAFETY: reads exactly 8 bytes into a u64 that lives for the call.

@@ -18,7 +18,7 @@ use crate::cage::{CageError, CageReport, ResourceCage};
 
 use crate::pty::new_session;
 use crate::supervise::{
-    run_supervised_session, run_supervised_with, ChildReport, Companion, SuperviseError,
+    run_supervised_forwarding, run_supervised_session, ChildReport, Companion, SuperviseError,
 };
 
 /// Why a process-tier run could not start.
@@ -167,7 +167,17 @@ pub fn run_with_console(
     let child = match console {
         None => {
             crate::stdio::close_in_child(&mut cmd);
-            run_supervised_with(cmd, wall, &mut on_wall)?
+            // An interrupt is the box's command's, as on a terminal: delivered to every process
+            // in the run's cage. Sent to h5i-runc's group instead, it never reached the command
+            // (h5i-runc does not relay it), and the run went on after the user's Ctrl-C.
+            let mut on_signal = |sig| match &cage {
+                Some(c) => {
+                    c.signal_members(sig);
+                    true
+                }
+                None => false,
+            };
+            run_supervised_forwarding(cmd, wall, &mut on_wall, &mut on_signal)?
         }
         Some(c) => {
             new_session(&mut cmd);

@@ -320,13 +320,13 @@ fn reap(pid: i32) -> Result<(i32, Rusage), SuperviseError> {
 }
 
 /// The forwarded signals, blocked in h5i and readable from a signalfd while a child runs.
-struct SignalBlock {
+pub(crate) struct SignalBlock {
     old: libc::sigset_t,
     signalfd: OwnedFd,
 }
 
 impl SignalBlock {
-    fn forwarded() -> Result<Self, SuperviseError> {
+    pub(crate) fn forwarded() -> Result<Self, SuperviseError> {
         // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -360,7 +360,12 @@ impl SignalBlock {
         Ok(SignalBlock { old, signalfd })
     }
 
-    fn read_signal(&self) -> Option<libc::c_int> {
+    /// The descriptor to poll: readable while a forwarded signal is pending.
+    pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.signalfd)
+    }
+
+    pub(crate) fn read_signal(&self) -> Option<libc::c_int> {
         // SAFETY: signalfd_siginfo is plain data.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();

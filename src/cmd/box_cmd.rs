@@ -11,6 +11,7 @@ use clap::{Args, Subcommand};
 
 use h5i::create::{CreateRequest, SourceRequest};
 use h5i::store::BoxStore;
+use h5i_policy::receipt::ReceiptLane;
 use h5i_policy::ResolveRequest;
 
 /// The longest log line shown as one line; longer lines continue on the next.
@@ -19,7 +20,7 @@ const LOG_LINE_MAX: usize = 16 << 10;
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
     ($($t:tt)*) => {
-        println!("{}", h5i::escape::escape_controls(&format!($($t)*)))
+        super::out::line(&h5i::escape::escape_controls(&format!($($t)*)))
     };
 }
 
@@ -138,10 +139,58 @@ enum BoxVerb {
         #[arg(long)]
         stat: bool,
     },
-    /// The box's event log and receipts.
+    /// The box's event log and receipts (`inspect --capture N` renders receipt #N).
     Log {
         /// The box.
         name: String,
+        /// Only receipts of this lane: host-env-run, viewer, tee-shim, inbox-capture.
+        #[arg(long, value_parser = parse_lane)]
+        lane: Option<ReceiptLane>,
+        /// Only what the host observed itself.
+        #[arg(long, conflicts_with = "box_claimed")]
+        host_observed: bool,
+        /// Only what the box claimed (its shim and staged records).
+        #[arg(long)]
+        box_claimed: bool,
+        /// Only receipts of this kind.
+        #[arg(long, value_enum)]
+        kind: Option<h5i::inspect::RecordKind>,
+        /// Only runs that exited non-zero (a wall-clock kill, an OOM kill, a failure).
+        #[arg(long)]
+        failed: bool,
+        /// Only receipts numbered N and later.
+        #[arg(long, value_name = "N")]
+        since: Option<u64>,
+        /// At most the N newest events and the N newest matching receipts.
+        #[arg(long, value_name = "N")]
+        last: Option<usize>,
+        /// Leave the lifecycle events out (a receipt filter leaves them out too).
+        #[arg(long)]
+        no_events: bool,
+        /// Print the `h5i.box.log/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One receipt rendered: command, lane, exit, resource usage, egress tally, payload.
+    Inspect {
+        /// The box.
+        name: String,
+        /// The receipt's number (`h5i box log NAME` lists them).
+        #[arg(long, value_name = "ID")]
+        capture: u64,
+        /// Print the `h5i.box.inspect/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Two boxes side by side: what each is, its policy, its diffstat, its evidence.
+    Compare {
+        /// The first box.
+        a: String,
+        /// The second box.
+        b: String,
+        /// Print the `h5i.box.compare/1` document (docs/json.md) instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Write patch.diff, report.md and receipt.json for a human to review.
     Export {
@@ -501,9 +550,45 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             h5i::diff::print_diff(&store()?, &name, stat)?;
             Ok(0)
         }
-        BoxVerb::Log { name } => {
-            print_log(&store()?, &name)?;
-            Ok(0)
+        BoxVerb::Log {
+            name,
+            lane,
+            host_observed,
+            box_claimed,
+            kind,
+            failed,
+            since,
+            last,
+            no_events,
+            json,
+        } => {
+            let query = h5i::inspect::LogQuery {
+                lane,
+                host_observed: match (host_observed, box_claimed) {
+                    (true, _) => Some(true),
+                    (_, true) => Some(false),
+                    _ => None,
+                },
+                kind,
+                failed,
+                since,
+                last,
+                no_events,
+            };
+            let view = h5i::inspect::log(&store()?, &name, &query)?;
+            print_doc(json, &view, || view.lines())
+        }
+        BoxVerb::Inspect {
+            name,
+            capture,
+            json,
+        } => {
+            let view = h5i::inspect::capture(&store()?, &name, capture)?;
+            print_doc(json, &view, || view.lines())
+        }
+        BoxVerb::Compare { a, b, json } => {
+            let cmp = h5i::compare::compare(&store()?, &a, &b)?;
+            print_doc(json, &cmp, || cmp.lines())
         }
         BoxVerb::Export {
             name,
@@ -790,10 +875,25 @@ fn service_verb(verb: ServiceVerb) -> anyhow::Result<i32> {
     }
 }
 
+/// A rendered view: its `--json` document, or its (already escaped) text lines.
+fn print_doc(
+    json: bool,
+    doc: &impl serde::Serialize,
+    lines: impl FnOnce() -> Vec<String>,
+) -> anyhow::Result<i32> {
+    if json {
+        return print_json(doc);
+    }
+    for line in lines() {
+        super::out::line(&line);
+    }
+    Ok(0)
+}
+
 /// Print a `--json` document through the JSON escaper (a box chose some of its strings); exit 0.
 pub(super) fn print_json(doc: &impl serde::Serialize) -> anyhow::Result<i32> {
     let text = serde_json::to_string_pretty(doc)?;
-    println!("{}", h5i::escape::json(&text));
+    super::out::line(&h5i::escape::json(&text));
     Ok(0)
 }
 
@@ -882,37 +982,19 @@ fn print_status(s: &h5i::status::StatusReport) {
     }
 }
 
-fn print_log(store: &BoxStore, name: &str) -> anyhow::Result<()> {
-    let sb = store.find(name)?;
-    for ev in h5i::events::read(&sb.paths)? {
-        match ev {
-            Ok(e) => say!("{} {:<9} {}", e.at_ms, e.event, e.detail),
-            Err(line) => say!("(unreadable event line: {line})"),
-        }
-    }
-    let readout = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts()).read()?;
-    for r in &readout.records {
-        if let h5i_policy::receipt::RecordBody::Run {
-            argv,
-            exit,
-            wall_ms,
-            ..
-        } = &r.body
-        {
-            say!(
-                "receipt #{} [{}] `{}` exit {} ({} ms)",
-                r.seq,
-                r.lane.as_str(),
-                argv.join(" "),
-                exit.passthrough_code(),
-                wall_ms
-            );
-        }
-    }
-    for d in &readout.damaged {
-        say!("receipt log line {}: {}", d.line, d.problem);
-    }
-    Ok(())
+/// `--lane`: a receipt lane by the name receipts and reports use.
+fn parse_lane(s: &str) -> Result<ReceiptLane, String> {
+    [
+        ReceiptLane::HostEnvRun,
+        ReceiptLane::Viewer,
+        ReceiptLane::TeeShim,
+        ReceiptLane::InboxCapture,
+    ]
+    .into_iter()
+    .find(|l| l.as_str() == s)
+    .ok_or_else(|| {
+        format!("no lane `{s}`; the lanes: host-env-run, viewer, tee-shim, inbox-capture")
+    })
 }
 
 /// One service's line, as `service status` and `status` print it.

@@ -9,7 +9,7 @@ use h5i::cache::mounts::Offer;
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
     ($($t:tt)*) => {
-        println!("{}", h5i::escape::escape_controls(&format!($($t)*)))
+        super::out::line(&h5i::escape::escape_controls(&format!($($t)*)))
     };
 }
 

@@ -27,10 +27,10 @@ pub fn dispatch(args: HostArgs) -> anyhow::Result<i32> {
         HostVerb::Setup { user } => {
             let changes = h5i::host::setup(&h5i::host::SetupRequest { user })?;
             if changes.is_empty() {
-                println!("setup: nothing to change");
+                super::out::line("setup: nothing to change");
             }
             for c in changes {
-                println!("setup: {c}");
+                super::out::line(&format!("setup: {c}"));
             }
             Ok(0)
         }

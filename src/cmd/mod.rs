@@ -6,6 +6,7 @@ mod cache_cmd;
 mod completion;
 mod host_cmd;
 mod man;
+pub mod out;
 mod source_arg;
 
 use clap::{Parser, Subcommand};

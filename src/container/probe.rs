@@ -198,7 +198,7 @@ const INIT_PROGRAMS: [&str; 3] = [
 
 /// What is wrong when the box's init is missing, and the mend.
 pub const NO_INIT: (&str, &str) = (
-    "catatonit (the init a container box's command runs under, so signals reach it) is not installed",
+    "catatonit (the init a box's command runs under, so signals reach it: at the container tier, and at process and supervised outside the box-lifetime sandbox) is not installed",
     "install it (Debian and Ubuntu: apt-get install catatonit)",
 );
 

@@ -251,29 +251,56 @@ pub(crate) fn recv(fd: RawFd, max: usize) -> nix::Result<Received> {
     })
 }
 
-/// Wait until `fd` is readable or `deadline` passes (`false`). Never sleeps past an event.
-fn readable_by(fd: &OwnedFd, deadline: Option<Instant>) -> nix::Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+/// Wait until the init reports the run's end on `conn` or `deadline` passes (`false`), handing
+/// each interrupt signal h5i receives meanwhile to `forward`. Never sleeps past an event.
+fn end_by(
+    conn: &OwnedFd,
+    signals: &crate::supervise::SignalBlock,
+    forward: &dyn Fn(libc::c_int),
+    deadline: Option<Instant>,
+) -> nix::Result<bool> {
+    use nix::poll::{poll, PollFd, PollFlags};
     loop {
-        let timeout = match deadline {
-            None => PollTimeout::NONE,
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Ok(false);
-                }
-                PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
-                    .unwrap_or(PollTimeout::MAX)
-            }
+        let Some(timeout) = timeout_until(deadline) else {
+            return Ok(false);
         };
-        let mut fds = [PollFd::new(std::os::fd::AsFd::as_fd(fd), PollFlags::POLLIN)];
+        let mut fds = [
+            PollFd::new(std::os::fd::AsFd::as_fd(conn), PollFlags::POLLIN),
+            PollFd::new(signals.fd(), PollFlags::POLLIN),
+        ];
         match poll(&mut fds, timeout) {
             Ok(0) => continue,
-            Ok(_) => return Ok(true),
+            Ok(_) => {
+                let ended = fds[0].any().unwrap_or(true);
+                if fds[1].any().unwrap_or(false) {
+                    while let Some(sig) = signals.read_signal() {
+                        forward(sig);
+                    }
+                }
+                if ended {
+                    return Ok(true);
+                }
+            }
             Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(e),
         }
     }
+}
+
+/// The poll timeout that ends at `deadline` (none: wait without end); `None` once it passed.
+fn timeout_until(deadline: Option<Instant>) -> Option<nix::poll::PollTimeout> {
+    use nix::poll::PollTimeout;
+    let Some(d) = deadline else {
+        return Some(PollTimeout::NONE);
+    };
+    let left = d.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return None;
+    }
+    Some(
+        PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
+            .unwrap_or(PollTimeout::MAX),
+    )
 }
 
 /// Run `req` in the sandbox listening at `slot.socket`: make the run's cgroup, hand the init
@@ -295,6 +322,10 @@ pub fn run(
             body.len()
         )));
     }
+    // From here until the run ends, an interrupt sent to h5i (Ctrl-C, `kill`, a CI cancel) is
+    // the run's: it goes to every process in the run's group, never ends h5i before the run.
+    let signals = crate::supervise::SignalBlock::forwarded()
+        .map_err(|e| SandboxError::Refused(e.to_string()))?;
     let started = Instant::now();
     send(conn.as_raw_fd(), &body, stdio).map_err(sock_err("send the request", socket))?;
     let ready = recv(conn.as_raw_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
@@ -324,12 +355,15 @@ pub fn run(
     send(conn.as_raw_fd(), &[GO], &[]).map_err(sock_err("release the child", socket))?;
     let deadline = slot.wall.map(|w| started + w);
     let mut timed_out = false;
-    if !readable_by(&conn, deadline).map_err(sock_err("wait for the end", socket))? {
+    let forward = |sig| cage.signal_members(sig);
+    if !end_by(&conn, &signals, &forward, deadline).map_err(sock_err("wait for the end", socket))? {
         timed_out = true;
         cage.kill_members();
         // The init reaps the killed child at once; an init that does not answer is broken.
         let grace = Some(Instant::now() + Duration::from_secs(10));
-        if !readable_by(&conn, grace).map_err(sock_err("wait for the end", socket))? {
+        if !end_by(&conn, &signals, &forward, grace)
+            .map_err(sock_err("wait for the end", socket))?
+        {
             return Err(SandboxError::Refused(
                 "the init did not report the run the wall clock ended".into(),
             ));

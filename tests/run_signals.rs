@@ -1,0 +1,132 @@
+//! An interrupt sent to `h5i box run` (Ctrl-C, `kill`, a CI cancel) is the box command's: it
+//! reaches every process of the run, `h5i` exits 128+N once the run has ended, and nothing the
+//! run started outlives it — at the process tier on the box-lifetime sandbox and on a container
+//! per run, and at the supervised tier, as root and as the test user. (The container tier's row
+//! is `container_tier.rs`'s `sigterm_to_h5i_box_run_ends_a_container_run`.)
+//!
+//! Before this, the signal went to h5i-runc's process group or ended h5i alone: the box's
+//! command ran on to its end (supervised) or outlived h5i in the sandbox (process).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::caller::Caller;
+
+/// The pid of the `h5i` process `launched` is or started (the test user's runs go through
+/// `runuser`, whose child is h5i), found through /proc's children lists.
+fn h5i_pid(launched: u32) -> i32 {
+    let mut stack = vec![launched];
+    while let Some(pid) = stack.pop() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "h5i" {
+            return pid as i32;
+        }
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        stack.extend(
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    panic!("no h5i process under {launched}");
+}
+
+/// Every live process whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<String> {
+    let want: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+        })
+        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+fn an_interrupt_ends_the_run(mut c: Caller, tier: &str, marker: &str) {
+    c.create_at("sig", tier);
+    // A foreground command and a background job; both must end with the run.
+    let script = format!("sleep {marker} & echo up; sleep {marker}; echo never");
+    let mut run = c
+        .h5i_in(&c.repo(), &["box", "run", "sig", "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "up\n", "{}", c.who());
+    let pid = h5i_pid(run.id());
+    // SAFETY: kill(2) of a process this test started; no memory involved.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = common::wait_bounded(run, Duration::from_secs(60), "h5i box run");
+    assert_eq!(
+        status.code(),
+        Some(128 + libc::SIGTERM),
+        "{} at {tier}: {status:?}",
+        c.who()
+    );
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert!(!rest.contains("never"), "the command ran on: {rest}");
+    let left = processes_running(&["sleep", marker]);
+    assert!(
+        left.is_empty(),
+        "{} at {tier}: the run's processes outlived h5i: {left:?}",
+        c.who()
+    );
+    let log = c.ok(&["box", "log", "sig", "--kind", "run"]);
+    assert!(log.contains("exit 143"), "{log}");
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_process_run_in_the_box_sandbox() {
+    an_interrupt_ends_the_run(Caller::root(), "process", "4301");
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_process_run_in_the_box_sandbox_as_the_test_user() {
+    an_interrupt_ends_the_run(Caller::user(), "process", "4302");
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_process_run_in_a_container_of_its_own() {
+    an_interrupt_ends_the_run(
+        Caller::root().with_env("H5I_SANDBOX", "off"),
+        "process",
+        "4303",
+    );
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_process_run_in_a_container_of_its_own_as_the_test_user() {
+    an_interrupt_ends_the_run(
+        Caller::user().with_env("H5I_SANDBOX", "off"),
+        "process",
+        "4304",
+    );
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_supervised_run() {
+    an_interrupt_ends_the_run(Caller::root(), "supervised", "4305");
+}
+
+#[test]
+fn sigterm_to_h5i_box_run_ends_a_supervised_run_as_the_test_user() {
+    an_interrupt_ends_the_run(Caller::user(), "supervised", "4306");
+}
