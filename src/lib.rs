@@ -39,6 +39,7 @@ pub mod sandbox;
 pub mod secrets;
 pub mod service;
 pub mod shell;
+pub mod skill;
 pub mod snapshot;
 pub mod status;
 pub mod store;

@@ -225,6 +225,11 @@ pub fn plan(
     }
     binds.push(Bind::rw(&ws, inbox::WORK));
     binds.push(Bind::rw(home, inbox::HOME));
+    // An agent's box gets h5i's skill in its HOME, read-only, from this binary's own bytes.
+    if let Some(runtime) = policy.agent {
+        let (skill, at) = crate::skill::for_box(&sb.paths.skill(), runtime)?;
+        binds.push(Bind::ro(skill, at));
+    }
     binds.push(Bind::rw(sb.paths.spool(), inbox::SPOOL));
     for p in &policy.fs.write {
         binds.extend(expand(p, &ws, true)?);
