@@ -16,6 +16,7 @@ pub mod beneath;
 pub mod bounded;
 pub mod box_home;
 pub mod cache;
+pub mod capture;
 pub mod container;
 pub mod create;
 pub mod credentials;
