@@ -46,16 +46,24 @@ pub fn claude_managed_settings() -> String {
     serde_json::to_string_pretty(&settings).unwrap_or_default() + "\n"
 }
 
-/// The read-only binds that wire the capture into a box of `policy`'s runtime: `(directory
-/// binds, program binds)`, each `(host path, box path)`. Nothing for a box of no runtime or of
-/// a runtime without a hook h5i wires yet (Codex).
+/// The read-only binds that wire the capture into a box, each `(host path, box path)`.
+#[derive(Debug, Default)]
+pub struct CaptureBinds {
+    /// Directories (the managed settings).
+    pub dirs: Vec<(PathBuf, PathBuf)>,
+    /// Programs (the hook).
+    pub programs: Vec<(PathBuf, PathBuf)>,
+}
+
+/// The capture binds for a box of `policy`'s runtime. None for a box of no runtime or of a
+/// runtime without a hook h5i wires yet (Codex).
 pub fn binds_for(
     sb: &StoredBox,
     policy: &ResolvedPolicy,
     hook: &Path,
-) -> Result<(Vec<(PathBuf, PathBuf)>, Vec<(PathBuf, PathBuf)>), BoxError> {
+) -> Result<CaptureBinds, BoxError> {
     if policy.agent != Some(AgentRuntime::Claude) {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(CaptureBinds::default());
     }
     let reads_host_etc = policy
         .fs
@@ -73,28 +81,23 @@ pub fn binds_for(
     }
     let settings = claude_managed_settings();
     let dir = sb.paths.dir.join("capture").join(digest(&settings));
-    if !dir.join("managed-settings.json").is_file() {
-        crate::host::files::write_if_differs(
-            &dir.join("managed-settings.json"),
-            settings.as_bytes(),
-            0o644,
-            owner_of_this_process(),
-        )
-        .map_err(|e| BoxError::BadRequest {
-            what: e.to_string(),
-            mend: "check the box directory is intact (`h5i box doctor`)".into(),
-        })?;
+    let file = dir.join("managed-settings.json");
+    if !file.is_file() {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(&dir)
+            .map_err(|e| BoxError::io(&dir, e))?;
+        crate::store::write_atomic(&file, settings.as_bytes())?;
+        // Readable by the box's user, whoever it maps to; written by the host only.
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| BoxError::io(&file, e))?;
     }
-    Ok((
-        vec![(dir, PathBuf::from(CLAUDE_MANAGED_DIR))],
-        vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))],
-    ))
-}
-
-fn owner_of_this_process() -> crate::host::files::Owner {
-    // SAFETY: geteuid and getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-    crate::host::files::Owner { uid, gid }
+    Ok(CaptureBinds {
+        dirs: vec![(dir, PathBuf::from(CLAUDE_MANAGED_DIR))],
+        programs: vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))],
+    })
 }
 
 fn digest(text: &str) -> String {

@@ -241,9 +241,9 @@ pub fn plan(
     let mut programs = Vec::new();
     if policy.agent.is_some() {
         let hook = hook_binary().ok_or_else(no_hook_binary)?;
-        let (dirs, progs) = crate::capture::binds_for(sb, policy, &hook)?;
-        binds.extend(dirs.into_iter().map(|(s, d)| Bind::ro(s, d)));
-        programs = progs;
+        let capture = crate::capture::binds_for(sb, policy, &hook)?;
+        binds.extend(capture.dirs.into_iter().map(|(s, d)| Bind::ro(s, d)));
+        programs = capture.programs;
     }
     binds.push(Bind::rw(sb.paths.spool(), inbox::SPOOL));
     for p in &policy.fs.write {

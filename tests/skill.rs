@@ -3,7 +3,10 @@
 //! The CLI rows run h5i as a plain command (no box). The box rows create a real Claude box at
 //! the process and supervised tiers, as root and as the test user, whose creator's HOME holds a
 //! different, planted `~/.claude/skills/h5i`: the box must see the embedded skill, byte for
-//! byte, and a write to it must fail with the kernel's read-only answer.
+//! byte, and a write to it must fail with the kernel's read-only answer. The same rows check
+//! the capture wiring h5i puts beside it (`h5i::capture`): Claude Code's managed settings at
+//! `/etc/claude-code` and the hook program are h5i's and read-only, and a call the hook
+//! stages becomes a box-claimed record with its payload stored.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -191,6 +194,8 @@ fn planted_home(c: &Caller) -> PathBuf {
 /// a file of it, and a removal (each must fail with the kernel's read-only answer).
 const LOOK: &str = r#"
 import errno, json, os
+CALL = '{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_use_id":"t1","tool_input":{"command":"echo staged-in-box"}}'
+
 d = os.path.join(os.environ["HOME"], ".claude/skills/h5i")
 out = {"env": sorted(k for k in os.environ if k.startswith("H5I_ENV_")),
        "skill": open(os.path.join(d, "SKILL.md")).read(),
@@ -204,6 +209,13 @@ def attempt(name, f):
 attempt("append", lambda: open(os.path.join(d, "SKILL.md"), "a").write("x"))
 attempt("create", lambda: open(os.path.join(d, "new.md"), "w").write("x"))
 attempt("unlink", lambda: os.unlink(os.path.join(d, "SKILL.md")))
+# The capture: h5i's managed settings and hook, read-only; the hook stages a call.
+m = "/etc/claude-code/managed-settings.json"
+out["managed"] = json.load(open(m))
+attempt("managed_write", lambda: open(m, "a").write("x"))
+attempt("hook_write", lambda: open("/.h5i/bin/h5i-hook", "a").write("x"))
+import subprocess
+out["hook_rc"] = subprocess.run(["/.h5i/bin/h5i-hook", "capture"], input=CALL.encode()).returncode
 print(json.dumps(out))
 "#;
 
@@ -270,14 +282,42 @@ fn the_box_sees_the_embedded_skill_read_only(tier: &str, as_user: bool) {
         h5i::skill::page(Some("policy")).unwrap(),
         "{seen}"
     );
-    for attempt in ["append", "create", "unlink"] {
+    // Claude Code's managed settings are h5i's: the capture hook on every tool call.
+    assert_eq!(
+        seen["managed"],
+        serde_json::from_str::<serde_json::Value>(&h5i::capture::claude_managed_settings())
+            .unwrap(),
+        "{seen}"
+    );
+    assert_eq!(seen["hook_rc"], 0, "{seen}");
+    for attempt in ["append", "create", "unlink", "managed_write", "hook_write"] {
         let got = seen[attempt].as_str().unwrap();
+        // The hook program may also be busy: the supervised tier's sentry is the same binary.
+        let busy = attempt == "hook_write" && got == "ETXTBSY";
         assert!(
-            matches!(got, "EROFS" | "EACCES"),
+            matches!(got, "EROFS" | "EACCES") || busy,
             "{tier} as {}: {attempt}: {got}",
             c.who()
         );
     }
+    // The call the hook staged is a box-claimed record, its raw payload stored beside the log.
+    let dir = c.repo().join(".git/.h5i/env/claude/sk");
+    let receipts = std::fs::read_to_string(dir.join("receipts.jsonl")).unwrap();
+    let staged: Vec<serde_json::Value> = receipts
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["claimed_kind"] == "tool-call")
+        .collect();
+    assert_eq!(staged.len(), 1, "{receipts}");
+    assert_eq!(staged[0]["lane"], "inbox-capture");
+    assert_eq!(staged[0]["claim"]["command"], "echo staged-in-box");
+    assert_eq!(staged[0]["claim"]["tool"], "Bash");
+    let payload = staged[0]["payload"].as_str().unwrap();
+    let stored = std::fs::read_to_string(dir.join("payloads").join(payload)).unwrap();
+    assert!(
+        stored.contains("\"command\":\"echo staged-in-box\""),
+        "{stored}"
+    );
     // Nothing of the planted skill reached the box directory (its HOME seed included).
     let env_root = c.repo().join(".git/.h5i/env");
     assert!(
