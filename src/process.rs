@@ -195,6 +195,13 @@ pub(crate) fn in_box_alternates() -> PathBuf {
     std::iter::once(inbox::WORK).chain(ALTERNATES).collect()
 }
 
+fn no_hook_binary() -> BoxError {
+    BoxError::BadRequest {
+        what: "h5i-hook (which brings up the box's own loopback and stages an agent's tool calls) is not beside h5i or on PATH".into(),
+        mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
+    }
+}
+
 /// Build the plan for one run of `argv` in `sb`.
 pub fn plan(
     sb: &StoredBox,
@@ -225,6 +232,19 @@ pub fn plan(
     }
     binds.push(Bind::rw(&ws, inbox::WORK));
     binds.push(Bind::rw(home, inbox::HOME));
+    // An agent's box gets h5i's skill in its HOME, read-only, from this binary's own bytes.
+    if let Some(runtime) = policy.agent {
+        let (skill, at) = crate::skill::for_box(&sb.paths.skill(), runtime)?;
+        binds.push(Bind::ro(skill, at));
+    }
+    // What the agent runs, call by call, staged by h5i's own hook from read-only settings.
+    let mut programs = Vec::new();
+    if policy.agent.is_some() {
+        let hook = hook_binary().ok_or_else(no_hook_binary)?;
+        let capture = crate::capture::binds_for(sb, policy, &hook)?;
+        binds.extend(capture.dirs.into_iter().map(|(s, d)| Bind::ro(s, d)));
+        programs = capture.programs;
+    }
     binds.push(Bind::rw(sb.paths.spool(), inbox::SPOOL));
     for p in &policy.fs.write {
         binds.extend(expand(p, &ws, true)?);
@@ -253,11 +273,7 @@ pub fn plan(
     let host_network = policy.net.mode == NetMode::Host;
     let mut create_container_hooks = Vec::new();
     if !host_network {
-        let hook = hook_binary().ok_or_else(|| BoxError::BadRequest {
-            what: "h5i-hook (which brings up the box's own loopback) is not beside h5i or on PATH"
-                .into(),
-            mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
-        })?;
+        let hook = hook_binary().ok_or_else(no_hook_binary)?;
         create_container_hooks.push(vec![
             hook.display().to_string(),
             "loopback".to_string(),
@@ -292,6 +308,7 @@ pub fn plan(
         extra_annotations: family_grants(policy),
         file_binds,
         init_program: None,
+        programs,
         terminal: false,
         netns_path: None,
         userns_path: None,

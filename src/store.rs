@@ -9,6 +9,7 @@
 //! - `policy.resolved.toml` and `policy.digest`, written first, verified on every use
 //! - `receipts.jsonl` and `payloads/`: the sealed receipt log (host writes only)
 //! - `spool/`: the box's only write window under its own directory
+//! - `skill/`: h5i's skill as an agent box sees it in its HOME (read-only, written by the host)
 //! - `events.jsonl`: the box's event log (`h5i box log`)
 //! - `base.git/`: for detached boxes, the host-only store holding the pinned base's objects
 //! - `workspace/`: the box's tree, with a `.git` of its own that borrows the store's objects
@@ -146,6 +147,12 @@ impl BoxPaths {
     pub fn receipts(&self) -> PathBuf {
         self.dir.join("receipts.jsonl")
     }
+    /// `skill/`: the read-only copies of h5i's skill an agent box's HOME shows (host writes
+    /// only; outside every grant).
+    pub fn skill(&self) -> PathBuf {
+        self.dir.join("skill")
+    }
+
     /// `payloads/`.
     pub fn payloads(&self) -> PathBuf {
         self.dir.join("payloads")

@@ -111,6 +111,25 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
         "The greeting is fixed.",
     );
     denied.was_refused(tier, &report);
+    if tier != "container" {
+        // What the agent ran, call by call, staged by h5i's hook from the box's read-only
+        // managed settings, listed under the host-observed run in the script's order.
+        let file = format!("{WORK}/greeting.txt");
+        agent::tool_calls_listed(
+            &report,
+            "claude",
+            "inbox-capture",
+            &[
+                ("Read", &file),
+                ("Edit", &file),
+                ("Bash", &format!("cat {file}")),
+                ("Bash", "python3 -c"),
+                ("Bash", "curl -sS"),
+            ],
+        );
+        let payloads = r.box_dir("cl").join("payloads");
+        assert_eq!(std::fs::read_dir(&payloads).unwrap().count(), 10);
+    }
     Some(report)
 }
 

@@ -142,8 +142,9 @@ fn compare_sets_two_boxes_side_by_side(c: &mut Caller) {
     assert_eq!(up.trim(), "up");
     let busy = c.ok(&["box", "compare", "a", "b"]);
     // SIGTERM, as a terminal would send: h5i ends the run and everything in it.
-    // SAFETY: kill has no memory preconditions; the pid is our own child, not yet reaped.
-    unsafe { libc::kill(live.id() as i32, libc::SIGTERM) };
+    // SAFETY: kill has no memory preconditions; the pid is h5i's, this test's child (or
+    // runuser's, for the test user), not yet reaped.
+    unsafe { libc::kill(common::caller::h5i_pid(live.id()), libc::SIGTERM) };
     let ended = live.wait().unwrap();
     assert_eq!(ended.code(), Some(143), "{ended:?}");
     assert!(

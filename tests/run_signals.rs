@@ -16,26 +16,6 @@ use std::time::Duration;
 
 use common::caller::Caller;
 
-/// The pid of the `h5i` process `launched` is or started (the test user's runs go through
-/// `runuser`, whose child is h5i), found through /proc's children lists.
-fn h5i_pid(launched: u32) -> i32 {
-    let mut stack = vec![launched];
-    while let Some(pid) = stack.pop() {
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim() == "h5i" {
-            return pid as i32;
-        }
-        let children =
-            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        stack.extend(
-            children
-                .split_whitespace()
-                .filter_map(|p| p.parse::<u32>().ok()),
-        );
-    }
-    panic!("no h5i process under {launched}");
-}
-
 /// Every live process whose command line is exactly `argv`.
 fn processes_running(argv: &[&str]) -> Vec<String> {
     let want: Vec<u8> = argv
@@ -70,7 +50,7 @@ fn an_interrupt_ends_the_run(mut c: Caller, tier: &str, marker: &str) {
     let mut line = String::new();
     std::io::BufRead::read_line(&mut out, &mut line).unwrap();
     assert_eq!(line, "up\n", "{}", c.who());
-    let pid = h5i_pid(run.id());
+    let pid = common::caller::h5i_pid(run.id());
     // SAFETY: kill(2) of a process this test started; no memory involved.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let status = common::wait_bounded(run, Duration::from_secs(60), "h5i box run");

@@ -20,6 +20,8 @@
 //!   file, so [`TokenPolicy::Strip`] strips it too and the real token stays on the host.
 //! - Top-level [`SESSION_STATE`] entries are skipped, not copied: a box sees its own sessions,
 //!   never the host's history of other projects.
+//! - `skills/h5i` (h5i's own skill) is skipped: the box is shown the skill embedded in the h5i
+//!   binary that runs it, read-only, never the host's copy.
 //! - A symlink is recreated only when its target is relative and only descends (no `..`, not
 //!   absolute), so every recreated link resolves inside the copy; any other is skipped and
 //!   reported. A link to a stripped file dangles in the copy.
@@ -220,6 +222,9 @@ pub enum SkipReason {
     SymlinkOut,
     /// A device, FIFO or socket.
     Special,
+    /// The host's copy of h5i's own skill (`skills/h5i`): the box gets the one embedded in the
+    /// h5i binary that runs it, read-only, never the host's.
+    H5iSkill,
 }
 
 /// What a seed did.
@@ -421,6 +426,10 @@ fn copy_dir(
                 .any(|(r, n, _)| *r == runtime && *n == text)
         {
             report.skipped.push((rel_path, SkipReason::SessionState));
+            continue;
+        }
+        if rel_path == Path::new("skills/h5i") {
+            report.skipped.push((rel_path, SkipReason::H5iSkill));
             continue;
         }
         let is_token_file = top && text == runtime_token_file(runtime);

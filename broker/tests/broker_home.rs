@@ -93,6 +93,10 @@ fn fixture() -> (tempfile::TempDir, PathBuf) {
         "another project's prompt",
     );
     write(&src, "todos/x.json", "another session");
+    // The host's own copy of h5i's skill (the box gets the embedded one instead), beside
+    // another skill that is copied.
+    write(&src, "skills/h5i/SKILL.md", "the host's h5i skill");
+    write(&src, "skills/other/SKILL.md", "another skill");
     write(t.path(), "outside.txt", SECRET);
     symlink("agents/reviewer.md", src.join("link_in")).unwrap();
     symlink("/etc/passwd", src.join("link_abs")).unwrap();
@@ -127,6 +131,9 @@ fn seeding_strips_every_credential_shape_and_keeps_ordinary_config() {
         "deep/a/b/c/",
         "link_in@",
         "link_to_token@",
+        "skills/",
+        "skills/other/",
+        "skills/other/SKILL.md",
     ]
     .into_iter()
     .map(String::from)
@@ -171,6 +178,7 @@ fn seeding_strips_every_credential_shape_and_keeps_ordinary_config() {
         ("link_sneaky", SkipReason::SymlinkOut),
         ("dir_out", SkipReason::SymlinkOut),
         ("agent.sock", SkipReason::Special),
+        ("skills/h5i", SkipReason::H5iSkill),
     ] {
         assert!(
             skipped.contains(&(name.to_string(), why)),
@@ -178,7 +186,7 @@ fn seeding_strips_every_credential_shape_and_keeps_ordinary_config() {
         );
     }
     assert!(!r.kept_token);
-    assert_eq!(r.files, 5);
+    assert_eq!(r.files, 6);
     // The source is never written.
     assert_eq!((tree(&src), contents(&src)), before);
 }

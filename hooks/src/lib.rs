@@ -23,6 +23,7 @@
 //! Guarded by `tests/process_tier.rs` (`a_host_loopback_listener_is_unreachable_from_inside`,
 //! `the_boxs_own_loopback_works`) and `hooks/tests/supervised_net.rs`.
 
+pub mod capture;
 pub mod egress;
 pub mod listen;
 pub mod loopback;

@@ -85,6 +85,9 @@ pub struct BundlePlan {
     /// A program bound read-only (and executable) into the box `(host file, box path)`: the
     /// box sandbox's init.
     pub init_program: Option<(PathBuf, PathBuf)>,
+    /// Programs of h5i's own bound read-only (and executable) into the box `(host file, box
+    /// path)`, under `/.h5i`: the in-box capture hook an agent's tool calls run.
+    pub programs: Vec<(PathBuf, PathBuf)>,
     /// `process.terminal`: the box gets a pty of its own, whose master the runtime sends to the
     /// console socket (`box shell`); never the caller's terminal.
     pub terminal: bool,
@@ -198,7 +201,7 @@ impl BundlePlan {
                                "options": ["bind", "nosuid", "nodev", "noexec", "ro"]}));
             landlock_read.push(dst.display().to_string());
         }
-        if let Some((src, dst)) = &self.init_program {
+        for (src, dst) in self.init_program.iter().chain(&self.programs) {
             mounts.push(json!({"destination": dst, "type": "bind", "source": src,
                                "options": ["bind", "nosuid", "nodev", "ro"]}));
             landlock_read.push(dst.display().to_string());
@@ -346,6 +349,7 @@ mod tests {
             extra_annotations: BTreeMap::new(),
             file_binds: Vec::new(),
             init_program: None,
+            programs: Vec::new(),
             terminal: false,
             netns_path: None,
             userns_path: None,

@@ -404,6 +404,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         extra_annotations: Default::default(),
         file_binds: Vec::new(),
         init_program: None,
+        programs: Vec::new(),
         terminal: false,
         netns_path: None,
         userns_path: None,

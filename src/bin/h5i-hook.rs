@@ -3,7 +3,7 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)";
 
 fn main() {
     let arg = std::env::args().nth(1);
@@ -17,6 +17,7 @@ fn main() {
         Some("net-inside") => h5i_hook::net_hooks::net_inside().map_err(Into::into),
         Some("net-down") => h5i_hook::net_hooks::net_down().map_err(Into::into),
         Some("sentry") => std::process::exit(h5i_hook::sentry::main()),
+        Some("capture") => capture(),
         _ => {
             eprintln!("h5i-hook: {USAGE}");
             std::process::exit(2);
@@ -52,4 +53,23 @@ fn listen(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
     h5i_hook::state::OciState::parse(&buf)?;
     h5i_hook::listen::listen_inside(port, &send)?;
     Ok(())
+}
+
+/// An agent's tool hook: stage stdin in the box's spool. Never fails the agent's tool call: a
+/// record it cannot stage is reported on stderr, and its absence is the host's finding.
+fn capture() -> ! {
+    let staged = match std::env::var_os("H5I_ENV_CAPTURE_SPOOL") {
+        Some(spool) => h5i_hook::capture::stage(
+            std::path::Path::new(&spool),
+            "claude-code",
+            std::io::stdin().lock(),
+        )
+        .map(drop)
+        .map_err(|e| e.to_string()),
+        None => Err("H5I_ENV_CAPTURE_SPOOL is not set (not inside an h5i box)".into()),
+    };
+    if let Err(e) = staged {
+        eprintln!("h5i-hook capture: not staged: {e}");
+    }
+    std::process::exit(0)
 }

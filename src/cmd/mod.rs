@@ -7,6 +7,7 @@ mod completion;
 mod host_cmd;
 mod man;
 pub mod out;
+mod skill;
 mod source_arg;
 
 use clap::{Parser, Subcommand};
@@ -28,6 +29,8 @@ enum Command {
     Box(Box<box_cmd::BoxArgs>),
     /// Prepare this host (as root) and its users for h5i.
     Host(host_cmd::HostArgs),
+    /// Write or print the agent skill this binary carries (skills/h5i, embedded at build time).
+    Skill(skill::SkillArgs),
     /// Shell completions, generated from the command definitions: `source <(h5i completion bash)`.
     Completion {
         /// The shell: bash, zsh, fish, elvish, powershell.
@@ -48,6 +51,7 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Box(args) => box_cmd::dispatch(*args),
         Command::Host(args) => host_cmd::dispatch(args),
+        Command::Skill(args) => skill::dispatch(args),
         Command::Completion { shell } => completion::run(shell),
         Command::Man { command, out } => man::run(&command, out.as_deref()),
     }

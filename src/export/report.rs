@@ -439,7 +439,11 @@ fn what_ran(
 ) {
     let _ = writeln!(out, "{}\n", SECTIONS[1]);
     let mut runs = 0;
+    let calls = tool_calls(&input.receipts.records);
     for r in &input.receipts.records {
+        if let Some(call) = calls.iter().find(|k| k.records[0].seq == r.seq) {
+            let _ = writeln!(out, "  - {}", call.line(c));
+        }
         if let RecordBody::Run {
             argv,
             tier,
@@ -471,7 +475,7 @@ fn what_ran(
         .receipts
         .records
         .iter()
-        .filter(|r| matches!(r.body, RecordBody::BoxClaimed { .. }))
+        .filter(|r| matches!(r.body, RecordBody::BoxClaimed { .. }) && as_tool_call(r).is_none())
         .collect();
     if !claims.is_empty() {
         out.push_str("Box-claimed records (the box's own account, not observed by h5i):\n\n");
@@ -500,6 +504,127 @@ fn what_ran(
         }
         out.push('\n');
     }
+}
+
+/// A staged `tool-call` record's summary (see `crate::capture::read_staged`).
+struct ToolRecord<'a> {
+    seq: u64,
+    record: &'a ReceiptRecord,
+    event: Option<&'a str>,
+    tool: Option<&'a str>,
+    id: Option<&'a str>,
+    what: Option<&'a str>,
+    unparsed: bool,
+}
+
+fn as_tool_call(r: &ReceiptRecord) -> Option<ToolRecord<'_>> {
+    let RecordBody::BoxClaimed {
+        claimed_kind,
+        claim,
+    } = &r.body
+    else {
+        return None;
+    };
+    if claimed_kind != h5i_hook::capture::KIND {
+        return None;
+    }
+    let s = |k: &str| claim.get(k).and_then(Value::as_str);
+    Some(ToolRecord {
+        seq: r.seq,
+        record: r,
+        event: s("event"),
+        tool: s("tool"),
+        id: s("tool_use_id"),
+        what: s("command").or(s("file_path")),
+        unparsed: claim.get("unparsed").is_some_and(|u| u == true),
+    })
+}
+
+/// One tool call as the box claims it: its staged records (a PreToolUse and, once it
+/// returned, a PostToolUse with the same call id), in log order.
+struct ToolCall<'a> {
+    records: Vec<ToolRecord<'a>>,
+}
+
+impl ToolCall<'_> {
+    fn line(&self, c: &dyn Fn(&str) -> String) -> String {
+        let first = &self.records[0];
+        let seqs: Vec<String> = self.records.iter().map(|r| format!("#{}", r.seq)).collect();
+        let events: Vec<&str> = self
+            .records
+            .iter()
+            .map(|r| r.event.unwrap_or("(no event)"))
+            .collect();
+        let what = match (first.tool, first.what) {
+            _ if first.unparsed => "(a staged record h5i could not read)".to_string(),
+            (Some(tool), Some(what)) => {
+                let mut what = c(what);
+                if what.chars().count() > CLAIM_SHOWN {
+                    what = what.chars().take(CLAIM_SHOWN).collect::<String>() + " …";
+                }
+                format!("{}: {}", code(&c(tool)), code(&what))
+            }
+            (Some(tool), None) => code(&c(tool)),
+            (None, _) => "(no tool named)".to_string(),
+        };
+        format!(
+            "{} {} {what} — {}",
+            seqs.join(", "),
+            lane_label(first.record),
+            c(&events.join(", "))
+        )
+    }
+
+    /// What the box's own account leaves out: a call it says started and never says ended,
+    /// or ended without starting, or a record h5i could not read.
+    fn gap(&self, c: &dyn Fn(&str) -> String) -> Option<String> {
+        let first = &self.records[0];
+        let tool = code(&c(first.tool.unwrap_or("?")));
+        let has = |e: &str| self.records.iter().any(|r| r.event == Some(e));
+        if first.unparsed {
+            return Some(format!(
+                "- record #{}: a staged tool call h5i could not read (not the hook's JSON)",
+                first.seq
+            ));
+        }
+        match (has("PreToolUse"), has("PostToolUse")) {
+            (true, false) => Some(format!(
+                "- record #{}: the box claims the {tool} call started and never claims it ended (no PostToolUse): what the box says ran and what ran may differ",
+                first.seq
+            )),
+            (false, true) => Some(format!(
+                "- record #{}: the box claims the {tool} call ended and never claims it started (no PreToolUse): what the box says ran and what ran may differ",
+                first.seq
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Every staged tool call in log order, each with its records (grouped by call id within
+/// the records between two host-observed runs).
+fn tool_calls(records: &[ReceiptRecord]) -> Vec<ToolCall<'_>> {
+    let mut calls: Vec<ToolCall<'_>> = Vec::new();
+    let mut open_from = 0;
+    for r in records {
+        if matches!(r.body, RecordBody::Run { .. }) {
+            open_from = calls.len();
+            continue;
+        }
+        let Some(t) = as_tool_call(r) else {
+            continue;
+        };
+        let same = t.id.and_then(|id| {
+            calls[open_from..]
+                .iter_mut()
+                .find(|k| k.records[0].id == Some(id))
+        });
+        match same {
+            Some(call) => call.records.push(t),
+            None => calls.push(ToolCall { records: vec![t] }),
+        }
+    }
+    calls
 }
 
 fn viewer_sessions(out: &mut String, input: &ReportInput<'_>) {
@@ -584,6 +709,11 @@ fn evidence_problems(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str)
             ));
         }
     }
+    problems.extend(
+        tool_calls(&input.receipts.records)
+            .iter()
+            .filter_map(|k| k.gap(c)),
+    );
     let host_runs = input
         .receipts
         .records
@@ -753,6 +883,87 @@ mod tests {
         assert!(t.contains("line 4: torn"));
         assert!(t.contains("record(s) #2..#2 are missing"));
         assert!(t.contains("None staged."));
+    }
+
+    fn staged(seq: u64, event: &str, tool: &str, id: &str, what: &str) -> ReceiptRecord {
+        let mut r = run(seq, ReceiptLane::InboxCapture, &[], None);
+        r.body = RecordBody::BoxClaimed {
+            claimed_kind: "tool-call".into(),
+            claim: serde_json::json!({"kind": "tool-call", "event": event, "tool": tool,
+                                      "tool_use_id": id, "command": what}),
+        };
+        r
+    }
+
+    #[test]
+    fn tool_calls_are_listed_under_their_run_in_order_and_a_half_claimed_call_is_a_finding() {
+        let mut unread = run(7, ReceiptLane::InboxCapture, &[], None);
+        unread.body = RecordBody::BoxClaimed {
+            claimed_kind: "tool-call".into(),
+            claim: serde_json::json!({"kind": "tool-call", "unparsed": true}),
+        };
+        let receipts = ReceiptReadout {
+            records: vec![
+                run(1, ReceiptLane::HostEnvRun, &["claude", "-p", "x"], None),
+                staged(2, "PreToolUse", "Bash", "t1", "make test"),
+                staged(3, "PostToolUse", "Bash", "t1", "make test"),
+                staged(4, "PreToolUse", "Edit", "t2", "/work/a.txt"),
+                staged(5, "PostToolUse", "Edit", "t2", "/work/a.txt"),
+                staged(6, "PreToolUse", "Bash", "t3", "curl \x1b[2J"),
+                unread,
+            ],
+            damaged: vec![],
+        };
+        let g = gated();
+        let r = render_report(
+            &input(&receipts, &g, "process", None),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        let t = &r.text;
+        let ran = t
+            .split(SECTIONS[1])
+            .nth(1)
+            .unwrap()
+            .split("\n## ")
+            .next()
+            .unwrap();
+        let lines: Vec<&str> = ran.lines().filter(|l| l.contains('#')).collect();
+        assert!(
+            lines[0].starts_with("- #1 `host-env-run` (host-observed)"),
+            "{ran}"
+        );
+        assert_eq!(
+            lines[1],
+            "  - #2, #3 `inbox-capture` (box-claimed) `Bash`: `make test` — PreToolUse, PostToolUse"
+        );
+        assert_eq!(
+            lines[2],
+            "  - #4, #5 `inbox-capture` (box-claimed) `Edit`: `/work/a.txt` — PreToolUse, PostToolUse"
+        );
+        assert!(
+            lines[3].starts_with("  - #6 `inbox-capture` (box-claimed) `Bash`"),
+            "{ran}"
+        );
+        assert!(!t.contains('\x1b'));
+        assert!(
+            lines[4].contains("(a staged record h5i could not read)"),
+            "{ran}"
+        );
+        assert!(!ran.contains("Box-claimed records"), "{ran}");
+        let problems = t.split(SECTIONS[6]).nth(1).unwrap();
+        assert!(
+            problems.contains(
+                "record #6: the box claims the `Bash` call started and never claims it ended"
+            ),
+            "{problems}"
+        );
+        assert!(
+            problems.contains("record #7: a staged tool call h5i could not read"),
+            "{problems}"
+        );
+        assert!(!problems.contains("record #2"), "{problems}");
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!   cgroup2 `favordynmods` option that makes joining a run's cgroup cheap;
 //! - `podman`: the Podman configuration this host needs, a user's rootless config, and the
 //!   supervised tier's hooks.d entries with the `h5i-hook` they run;
-//! - `users`: `--user NAME`: subordinate ids, `/run/user/<uid>`, cgroup, rootless Podman.
+//! - `users`: `--user NAME`: subordinate ids, `/run/user/<uid>`, cgroup, rootless Podman;
+//! - `/etc/claude-code`, empty: where a Claude Code box gets h5i's managed settings bound
+//!   (`crate::capture`).
 //!
 //! Every path goes through a [`HostRoot`] so the steps run over a temporary root in unit tests.
 //! Must never: run as anyone but root, touch a user's files as root without handing them to the
@@ -160,6 +162,14 @@ pub fn setup(req: &SetupRequest) -> Result<Vec<Change>, HostError> {
     cgroups::favor_dynmods(&mut changes);
     podman::host_config(&root, &mut changes)?;
     podman::install_hooks(&root, &hook_beside_this_h5i()?, &mut changes)?;
+    // Where a Claude Code box gets h5i's managed settings bound (the box reads the host's /etc).
+    let managed = root.path(crate::capture::CLAUDE_MANAGED_DIR);
+    if files::ensure_dir(&managed, 0o755, files::Owner::ROOT)? {
+        changes.push(Change(format!(
+            "created {} (empty: the mount point of a Claude Code box's managed settings)",
+            managed.display()
+        )));
+    }
     if let Some(name) = &req.user {
         users::prepare(&root, &users::lookup(name)?, &mut changes)?;
     }

@@ -128,21 +128,75 @@ fn ingest_spool(
         path: e.path.clone(),
         source: e.source,
     })?;
-    for entry in entries {
-        let (body, redactions) = redact_body(entry.body.clone(), redactor);
+    for (i, entry) in entries.into_iter().enumerate() {
+        let at_ms = now_ms();
+        let (body, raw) = match entry.body.clone() {
+            RecordBody::BoxClaimed {
+                claimed_kind,
+                claim,
+            } if claimed_kind == h5i_hook::capture::KIND => {
+                let (claim, raw) = crate::capture::read_staged(claim);
+                let body = RecordBody::BoxClaimed {
+                    claimed_kind,
+                    claim,
+                };
+                (body, raw)
+            }
+            body => (body, None),
+        };
+        let (body, mut redactions) = redact_body(body, redactor);
+        let payload = match raw {
+            Some(raw) => Some(store_payload(
+                sb,
+                at_ms,
+                i,
+                &raw,
+                redactor,
+                &mut redactions,
+            )?),
+            None => None,
+        };
+        redactions.sort();
+        redactions.dedup();
         log.append(ReceiptRecord {
             v: 0,
             seq: 0,
             lane: entry.lane,
-            at_ms: now_ms(),
+            at_ms,
             policy_digest: sb.manifest.policy_digest.clone(),
             redactions,
-            payload: None,
+            payload,
             body,
         })?;
         h5i_hook::spool::remove(&entry);
     }
     Ok(())
+}
+
+/// Largest raw payload stored per record, bytes (a staged entry is smaller still).
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
+/// Store a box-staged raw payload under the box's `payloads/`, redacted and capped; its file
+/// name (h5i's, never the box's), for the record to name.
+fn store_payload(
+    sb: &StoredBox,
+    at_ms: u64,
+    index: usize,
+    raw: &str,
+    redactor: &h5i_broker::redact::Redactor,
+    redactions: &mut Vec<String>,
+) -> Result<String, BoxError> {
+    let (clean, ids) = redactor.redact(raw);
+    redactions.extend(ids);
+    let mut end = clean.len().min(MAX_PAYLOAD_BYTES);
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    let name = format!("inbox-{at_ms}-{index}.txt");
+    let dir = sb.paths.payloads();
+    std::fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
+    crate::store::write_atomic(&dir.join(&name), &clean.as_bytes()[..end])?;
+    Ok(name)
 }
 
 /// A box-supplied record with every secret value scrubbed (through its JSON text).

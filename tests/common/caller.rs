@@ -314,3 +314,23 @@ pub fn succeeded(out: &Output, args: &[&str], who: &str) -> String {
     );
     stdout(out)
 }
+
+/// The pid of the `h5i` process `launched` is or started (the test user's runs go through
+/// `runuser`, whose child is h5i), found through /proc's children lists.
+pub fn h5i_pid(launched: u32) -> i32 {
+    let mut stack = vec![launched];
+    while let Some(pid) = stack.pop() {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim() == "h5i" {
+            return pid as i32;
+        }
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        stack.extend(
+            children
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    panic!("no h5i process under {launched}");
+}

@@ -343,3 +343,46 @@ pub fn denied_section(report: &str) -> &str {
         .and_then(|t| t.split("\n## ").next())
         .unwrap_or("")
 }
+
+/// The report's "What ran" section.
+pub fn what_ran_section(report: &str) -> &str {
+    report
+        .split("## What ran")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or("")
+}
+
+/// After the session: report.md's "What ran" lists the host-observed run of `program` and,
+/// under it, in order, one line per tool call of the script (`calls`: the tool and how its
+/// command or file starts), each in `lane`, box-claimed, staged before and after it ran; and
+/// "Evidence problems" names no half-claimed call.
+pub fn tool_calls_listed(report: &str, program: &str, lane: &str, calls: &[(&str, &str)]) {
+    let ran = what_ran_section(report);
+    let lines: Vec<&str> = ran
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- #"))
+        .collect();
+    let run = lines
+        .iter()
+        .position(|l| {
+            l.contains("`host-env-run` (host-observed)") && l.contains(&format!("`{program} "))
+        })
+        .unwrap_or_else(|| panic!("no host-observed run of {program}: {ran}"));
+    let listed: Vec<&str> = lines[run + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("  - #"))
+        .copied()
+        .collect();
+    assert_eq!(listed.len(), calls.len(), "{ran}");
+    for (line, (tool, what)) in listed.iter().zip(calls) {
+        assert!(
+            line.contains(&format!("`{lane}` (box-claimed) `{tool}`: `{what}"))
+                && line.ends_with("— PreToolUse, PostToolUse"),
+            "{tool} {what}: {line}\n{ran}"
+        );
+    }
+    let problems = report.split("## Evidence problems").nth(1).unwrap_or("");
+    assert!(!problems.contains("call started and never"), "{problems}");
+    assert!(!problems.contains("could not read"), "{problems}");
+}
