@@ -93,9 +93,18 @@ while [ $# -gt 0 ]; do printf %s "$2" > "$1"; shift 2; done"#;
 }
 
 fn a_policy_widening_patch(c: &mut Caller, tier: &str) {
+    // A container profile names its image, so the policy before the edit resolves.
+    let image = if tier == "container" {
+        format!(
+            "[profile.dev.container]\nimage = \"{}\"\n",
+            common::caller::container_image()
+        )
+    } else {
+        String::new()
+    };
     c.write(
         ".h5i/env.toml",
-        format!("[profile.dev]\nisolation = \"{tier}\"\n"),
+        format!("[profile.dev]\nisolation = \"{tier}\"\n{image}"),
     );
     c.commit_all("policy");
     c.create_at("pol", tier);
@@ -172,6 +181,8 @@ fn a_policy_widening_patch(c: &mut Caller, tier: &str) {
         "a refused apply wrote the box's blob into the parent {who}"
     );
 
+    // The merge commit is the caller's: the test user has no identity of its own.
+    assert!(git("config user.name u").0 && git("config user.email u@example.invalid").0);
     c.ok(&["box", "apply", "pol", "--allow-policy-change"]);
     assert_eq!(
         git("show HEAD:.h5i/env.toml").1,

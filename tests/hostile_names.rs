@@ -44,7 +44,7 @@ fn hostile_names_through_the_listing(c: &mut Caller, tier: &str) {
         "b/-rf",
         "b/:(glob)*",
         "\"b/new\\nline\"",
-        "b/esc\\033]0;pwned\\007x",
+        "b/esc\\033]0;pwned\\ax",
         "b/deep/er/x",
         "b/.gitignore",
         "not in the diff: nest: a nested repository (never staged)",

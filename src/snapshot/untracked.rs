@@ -307,7 +307,7 @@ pub(super) fn list(
                 continue;
             }
             match root.subdir(&path) {
-                Ok(sub) if holds_repository(&sub) => {
+                Ok(sub) if holds_repository(root, &path, &sub) => {
                     let mut p = path;
                     p.push(b'/');
                     listing.untracked.push(p);
@@ -328,17 +328,19 @@ pub(super) fn list(
     Ok(listing)
 }
 
-/// Whether the directory `dir` holds a repository of its own, which git would record as a
-/// gitlink (`is_nonbare_repository_dir`), decided from its descriptor with bounded reads:
+/// Whether the directory `rel` (open as `dir`) holds a repository of its own, which git would
+/// record as a gitlink (`is_nonbare_repository_dir`), decided from descriptors beneath `root`
+/// with bounded reads:
 ///
 /// - `.git` a directory: its `HEAD` a symlink into `refs/`, or a regular file naming a ref
 ///   (`ref: refs/...`) or an object id, and a `refs` entry. (git asks for `objects` too, but
 ///   never under a snapshot's `GIT_OBJECT_DIRECTORY`, so the answer h5i always gave is kept.)
-/// - `.git` a regular file starting `gitdir: ` with a path after it (git then checks the named
-///   directory, which may lie outside the workspace: h5i never follows it), or one that cannot
-///   be opened (git too counts that as a repository).
+/// - `.git` a regular file `gitdir: PATH` naming such a directory beneath the workspace (as
+///   git, which checks the directory it names; a path outside the workspace is never looked
+///   at, so it names no repository here, as it names none to git when nothing is there), or a
+///   `.git` file that cannot be opened (git too counts that as a repository).
 /// - `.git` a symlink (git would follow it; h5i does not, and keeps what is below out).
-fn holds_repository(dir: &beneath::Dir) -> bool {
+fn holds_repository(root: &beneath::Dir, rel: &[u8], dir: &beneath::Dir) -> bool {
     let Ok(dotgit) = dir.stat_at(b".git") else {
         return false;
     };
@@ -349,24 +351,50 @@ fn holds_repository(dir: &beneath::Dir) -> bool {
         if dotgit.size > GITFILE_MAX {
             return false;
         }
-        return match peek(dir, b".git") {
-            Some(head) => {
-                let trimmed = trim_newlines(&head);
-                trimmed.starts_with(b"gitdir: ") && trimmed.len() >= 9
-            }
-            None => true,
+        let Some(text) = peek(dir, b".git") else {
+            return true;
         };
+        let Some(target) = trim_newlines(&text).strip_prefix(b"gitdir: ") else {
+            return false;
+        };
+        return beneath_target(rel, target)
+            .and_then(|t| root.subdir(&t).ok())
+            .is_some_and(|g| is_git_dir(&g));
     }
     if !dotgit.is_dir() {
         return false;
     }
-    let Ok(git) = dir.subdir(b".git") else {
-        return true;
-    };
+    dir.subdir(b".git").map_or(true, |g| is_git_dir(&g))
+}
+
+/// A `.git` directory as git's `is_git_directory` sees one (`objects` aside: see above).
+fn is_git_dir(git: &beneath::Dir) -> bool {
     let refs = git
         .stat_at(b"refs")
         .is_ok_and(|r| r.is_dir() || r.is_symlink());
-    refs && valid_head(&git)
+    refs && valid_head(git)
+}
+
+/// `target`, relative to the directory `rel`, as a plain path beneath the workspace root; `None`
+/// when it is absolute, empty, or climbs out.
+fn beneath_target(rel: &[u8], target: &[u8]) -> Option<Vec<u8>> {
+    if target.is_empty() || target.starts_with(b"/") {
+        return None;
+    }
+    let mut parts: Vec<&[u8]> = rel
+        .split(|b| *b == b'/')
+        .filter(|p| !p.is_empty())
+        .collect();
+    for part in target.split(|b| *b == b'/') {
+        match part {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop()?;
+            }
+            p => parts.push(p),
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join(&b'/'))
 }
 
 /// git's `validate_headref`, from the `.git` directory's descriptor.
@@ -636,13 +664,19 @@ mod tests {
         assert_eq!(join(b"a", b"x"), b"a/x");
     }
 
-    fn repo_dir(root: &Path, head: &[u8], refs: bool) -> beneath::Dir {
+    /// Whether `root/r` holds a repository, as the walk asks.
+    fn holds(root: &Path) -> bool {
+        let top = beneath::Dir::open(root).unwrap();
+        holds_repository(&top, b"r", &top.subdir(b"r").unwrap())
+    }
+
+    fn repo_dir(root: &Path, head: &[u8], refs: bool) -> bool {
         std::fs::create_dir_all(root.join("r/.git")).unwrap();
         std::fs::write(root.join("r/.git/HEAD"), head).unwrap();
         if refs {
             std::fs::create_dir_all(root.join("r/.git/refs")).unwrap();
         }
-        beneath::Dir::open(&root.join("r")).unwrap()
+        holds(root)
     }
 
     #[test]
@@ -650,7 +684,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let t = |head: &[u8], refs: bool| {
             let root = tempfile::tempdir_in(d.path()).unwrap();
-            holds_repository(&repo_dir(root.path(), head, refs))
+            repo_dir(root.path(), head, refs)
         };
         assert!(t(b"ref: refs/heads/main\n", true));
         assert!(t(b"ref:   refs/heads/x", true));
@@ -667,41 +701,38 @@ mod tests {
         let fifo = CString::new(root.path().join("r/.git/HEAD").as_os_str().as_bytes()).unwrap();
         // SAFETY: fifo is a valid C string for the call.
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
-        assert!(!holds_repository(
-            &beneath::Dir::open(&root.path().join("r")).unwrap()
-        ));
+        assert!(!holds(root.path()));
         // HEAD a symlink into refs/, as old git wrote it.
         let root = tempfile::tempdir_in(d.path()).unwrap();
         std::fs::create_dir_all(root.path().join("r/.git/refs")).unwrap();
         std::os::unix::fs::symlink("refs/heads/main", root.path().join("r/.git/HEAD")).unwrap();
-        assert!(holds_repository(
-            &beneath::Dir::open(&root.path().join("r")).unwrap()
-        ));
-        // Gitfiles: the prefix and a path make one; h5i never follows the path.
+        assert!(holds(root.path()));
+        // Gitfiles: one naming a repository beneath the workspace makes one; one naming a path
+        // outside (never looked at) or nothing does not.
         for (text, is) in [
-            (&b"gitdir: ../elsewhere\n"[..], true),
-            (b"gitdir: /nonexistent/x", true),
+            (&b"gitdir: ../m/.git\n"[..], true),
+            (b"gitdir: ../m/../m/.git", true),
+            (b"gitdir: ../elsewhere\n", false),
+            (b"gitdir: ../../../etc", false),
+            (b"gitdir: /nonexistent/x", false),
             (b"gitdir: \n", false),
             (b"not a gitfile", false),
         ] {
             let root = tempfile::tempdir_in(d.path()).unwrap();
             std::fs::create_dir_all(root.path().join("r")).unwrap();
+            std::fs::create_dir_all(root.path().join("m/.git/refs")).unwrap();
+            std::fs::write(root.path().join("m/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
             std::fs::write(root.path().join("r/.git"), text).unwrap();
-            let dir = beneath::Dir::open(&root.path().join("r")).unwrap();
-            assert_eq!(holds_repository(&dir), is, "{text:?}");
+            assert_eq!(holds(root.path()), is, "{text:?}");
         }
         // `.git` a symlink: not followed; what is below stays out.
         let root = tempfile::tempdir_in(d.path()).unwrap();
         std::fs::create_dir_all(root.path().join("r")).unwrap();
         std::os::unix::fs::symlink("/", root.path().join("r/.git")).unwrap();
-        assert!(holds_repository(
-            &beneath::Dir::open(&root.path().join("r")).unwrap()
-        ));
+        assert!(holds(root.path()));
         // No `.git` at all.
         let root = tempfile::tempdir_in(d.path()).unwrap();
         std::fs::create_dir_all(root.path().join("r/.gitx")).unwrap();
-        assert!(!holds_repository(
-            &beneath::Dir::open(&root.path().join("r")).unwrap()
-        ));
+        assert!(!holds(root.path()));
     }
 }
