@@ -122,6 +122,10 @@ pub struct Dir {
     fd: OwnedFd,
 }
 
+/// One name of a directory and its type: `S_IFMT` bits from [`Dir::typed_entries`] (the raw
+/// `d_type` inside the listing).
+pub type Entry<T = u32> = (Vec<u8>, T);
+
 /// What [`Dir::stat_at`] found at a path.
 #[derive(Debug, Clone, Copy)]
 pub struct Found {
@@ -393,6 +397,40 @@ impl Dir {
     /// the directory, or of anything above it, cannot redirect the listing), at most `limit` of
     /// them; the `bool` says whether there were more.
     pub fn entries(&self, limit: usize) -> io::Result<(Vec<Vec<u8>>, bool)> {
+        let (listed, more) = self.read_dir(limit)?;
+        Ok((listed.into_iter().map(|(name, _)| name).collect(), more))
+    }
+
+    /// [`Dir::entries`], each name with its type as the listing gave it (`S_IFDIR`,
+    /// `S_IFREG`, ...; `fstatat` without following, from this descriptor, where the file system
+    /// does not say). The type is what was there when the directory was listed, no more: a
+    /// reader still checks what it opens.
+    pub fn typed_entries(&self, limit: usize) -> io::Result<(Vec<Entry>, bool)> {
+        let (listed, more) = self.read_dir(limit)?;
+        let mut typed = Vec::with_capacity(listed.len());
+        for (name, d_type) in listed {
+            let fmt = match d_type {
+                libc::DT_DIR => libc::S_IFDIR,
+                libc::DT_REG => libc::S_IFREG,
+                libc::DT_LNK => libc::S_IFLNK,
+                libc::DT_FIFO => libc::S_IFIFO,
+                libc::DT_SOCK => libc::S_IFSOCK,
+                libc::DT_CHR => libc::S_IFCHR,
+                libc::DT_BLK => libc::S_IFBLK,
+                _ => match self.stat_at(&name) {
+                    Ok(st) => st.mode & libc::S_IFMT,
+                    // Gone since the listing: it is not there to be typed.
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                },
+            };
+            typed.push((name, fmt));
+        }
+        Ok((typed, more))
+    }
+
+    /// `readdir` from this descriptor: each name with its `d_type`, at most `limit` of them.
+    fn read_dir(&self, limit: usize) -> io::Result<(Vec<Entry<u8>>, bool)> {
         // A readable descriptor of this very directory: `.` beneath an O_PATH descriptor.
         let fd = openat_raw(
             self.fd.as_raw_fd(),
@@ -426,8 +464,13 @@ impl Dir {
                 };
             }
             // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated and stays
-            // valid until the next readdir on dirp.
-            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            // valid until the next readdir on dirp; d_type is a plain byte of it.
+            let (name, d_type) = unsafe {
+                (
+                    std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes(),
+                    (*ent).d_type,
+                )
+            };
             if name == b"." || name == b".." {
                 continue;
             }
@@ -435,11 +478,16 @@ impl Dir {
                 more = true;
                 break Ok(());
             }
-            names.push(name.to_vec());
+            names.push((name.to_vec(), d_type));
         };
         // SAFETY: dirp came from fdopendir and is closed exactly once, here.
         unsafe { libc::closedir(dirp) };
         result.map(|()| (names, more))
+    }
+
+    /// `fstat` of this directory itself, from its descriptor.
+    pub fn stat(&self) -> io::Result<Found> {
+        fstat(self.fd.as_raw_fd()).map(found)
     }
 }
 
@@ -558,5 +606,52 @@ mod tests {
         assert!(root.stat_at(b"s").unwrap().is_setid_file());
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(!root.stat_at(b"s").unwrap().is_setid_file());
+    }
+}
+
+/// Test support: the directory-swap race every walk of a box's tree is tested against.
+#[cfg(test)]
+pub(crate) mod swap_race {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    /// How many `d<i>`/`l<i>` pairs a swap race test makes: many pairs make the window between
+    /// a listing and the reads that follow it wide.
+    pub(crate) const SWAP_PAIRS: usize = 48;
+
+    /// Exchange each `d<i>` with `l<i>` under `dir` with `renameat2(RENAME_EXCHANGE)`, pair after
+    /// pair, until `stop`; returns how many exchanges succeeded.
+    pub(crate) fn swapper(dir: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+        let pairs: Vec<(CString, CString)> = (0..SWAP_PAIRS)
+            .map(|i| {
+                let name = |n: String| CString::new(dir.join(n).as_os_str().as_bytes()).unwrap();
+                (name(format!("d{i}")), name(format!("l{i}")))
+            })
+            .collect();
+        std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !stop.load(Ordering::Relaxed) {
+                for (a, b) in &pairs {
+                    // SAFETY: a and b are valid C strings for the call.
+                    let r = unsafe {
+                        libc::syscall(
+                            libc::SYS_renameat2,
+                            libc::AT_FDCWD,
+                            a.as_ptr(),
+                            libc::AT_FDCWD,
+                            b.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                    if r == 0 {
+                        swaps += 1;
+                    }
+                }
+            }
+            swaps
+        })
     }
 }

@@ -216,7 +216,7 @@ impl Git {
     pub fn output(mut self) -> Result<Vec<u8>, GitError> {
         self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let out = self.cmd.output().map_err(GitError::Spawn)?;
-        check(&self.args, out)
+        check(&self.args, out, &[])
     }
 
     /// Run and return stdout as text, trailing newline trimmed.
@@ -237,7 +237,21 @@ impl Git {
     /// Run with what `write` writes on stdin (streamed: nothing is gathered in memory first) and
     /// return stdout. git's own failure is reported first; a failure of `write` that git did not
     /// notice is reported as [`GitError::Input`].
-    pub fn output_with_writer<F>(mut self, write: F) -> Result<Vec<u8>, GitError>
+    pub fn output_with_writer<F>(self, write: F) -> Result<Vec<u8>, GitError>
+    where
+        F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send,
+    {
+        self.run_with_writer(write, &[])
+    }
+
+    /// Run with `input` on stdin and return stdout, for a command whose exit status is part of
+    /// its answer: an exit with one of `also_fine` (as `check-ignore`'s 1, "nothing ignored")
+    /// is not a failure.
+    pub fn answer(self, input: &[u8], also_fine: &[i32]) -> Result<Vec<u8>, GitError> {
+        self.run_with_writer(|w| w.write_all(input), also_fine)
+    }
+
+    fn run_with_writer<F>(mut self, write: F, also_fine: &[i32]) -> Result<Vec<u8>, GitError>
     where
         F: FnOnce(&mut dyn std::io::Write) -> std::io::Result<()> + Send,
     {
@@ -256,7 +270,7 @@ impl Git {
             let out = child.wait_with_output();
             (out, writer.join())
         });
-        let out = check(&self.args, out.map_err(GitError::Spawn)?)?;
+        let out = check(&self.args, out.map_err(GitError::Spawn)?, also_fine)?;
         match wrote {
             Ok(Ok(())) => Ok(out),
             Ok(Err(source)) => Err(GitError::Input {
@@ -277,20 +291,21 @@ impl Git {
     }
 }
 
-fn check(args: &[String], out: Output) -> Result<Vec<u8>, GitError> {
-    if out.status.success() {
+/// git's first non-empty line of complaint, or `otherwise`.
+fn first_line(stderr: &[u8], otherwise: &str) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .map_or_else(|| otherwise.to_string(), |l| l.trim().to_string())
+}
+
+fn check(args: &[String], out: Output, also_fine: &[i32]) -> Result<Vec<u8>, GitError> {
+    if out.status.success() || out.status.code().is_some_and(|c| also_fine.contains(&c)) {
         return Ok(out.stdout);
     }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let first = stderr
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("no message")
-        .trim()
-        .to_string();
     Err(GitError::Failed {
         args: args.join(" "),
-        stderr: first,
+        stderr: first_line(&out.stderr, "no message"),
     })
 }
 

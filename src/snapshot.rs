@@ -1,20 +1,29 @@
 //! A snapshot of a box's workspace as a git index, built host-side in private scratch.
 //!
 //! Owns turning the files under a box's workspace into a temporary index over the pinned base:
-//! `git read-tree <base>`, then every path git would take (`git ls-files` for the tracked set and
-//! the untracked set under the workspace's `.gitignore`) is read here, beneath the workspace's
+//! `git read-tree <base>`, then every path git would take (the base's entries, and the untracked
+//! paths, found by h5i's own walk of the workspace from its directory descriptor with git's
+//! ignore rules decided by git from copies: [`untracked`]) is read here, beneath the workspace's
 //! directory descriptor ([`beneath::Dir`]: `openat2` with no symlink followed, `fstat` after
 //! open, regular files only) and hashed as it streams by, in bounded memory whatever its size
 //! (the blob header's size is `fstat`'s, and a file that is not exactly that long when read is
 //! refused); what differs from the base is copied, as it is hashed, into a spool file in the
 //! snapshot's scratch, streamed from there into one pack (`git fast-import`, which streams
 //! blobs over 1 MiB too), and the index written with `git update-index --index-info` from
-//! those ids. git never reads a workspace file to stage it: what is staged is exactly what h5i
-//! read and inspected. The result is what `git add -A` would stage (bytes as written: a base
-//! `.gitattributes` asking for end-of-line conversion is not applied), in a handful of git
+//! those ids. git never reads a workspace file to list or stage it: what is staged is exactly
+//! what h5i read and inspected. The result is what `git add -A` would stage (bytes as written: a
+//! base `.gitattributes` asking for end-of-line conversion is not applied), in a handful of git
 //! processes whatever the number of changed files. Then: the entries, the changes and the patch
 //! against the base, the tree, exclusions (a path reset to its base entry), and a checkout of
 //! another tree for `box rebase`.
+//!
+//! A snapshot is of one state of the tree or of none: every read must find what the listing
+//! saw at its path (the same kind of thing, or nothing, or nothing reachable), a file must be
+//! as long as `fstat` said all through its read, and every directory listed must be the same
+//! directory with the same times once everything was read. Anything else means the tree
+//! changed under the read, and the snapshot refuses ([`SnapshotError::Changed`]), naming the
+//! path: a mix of two moments (a directory seen under one name and read under another, a file
+//! listed and gone) never comes out as a diff that is silently empty or partial.
 //!
 //! Every object a snapshot makes (blobs, trees, and the commits a verb writes through
 //! [`Snapshot::git_objects`]) goes into a private object directory that borrows the store's
@@ -22,8 +31,9 @@
 //! verb has validated the whole snapshot and calls [`Snapshot::publish_objects`] (`box apply`,
 //! just before it moves the branch).
 //!
-//! Must never: run git with the box's own `.git` as `GIT_DIR` or read its index or config; follow
-//! a symlink the box planted when reading a file, or act on a check made before the open; read a
+//! Must never: run git with the box's own `.git` as `GIT_DIR` or read its index or config; let
+//! git read a workspace path; follow a symlink the box planted when listing or reading, or act
+//! on a check made before the open; stage what was read while the tree changed; read a
 //! set-id file (it is refused, named); let box-written `.gitattributes` steer a host git
 //! (attributes come from the pinned base, `GIT_ATTR_SOURCE`); add a nested repository as a
 //! gitlink; write into the store's objects before [`Snapshot::publish_objects`]; or leave its
@@ -43,6 +53,10 @@ use std::sync::Arc;
 
 use crate::beneath;
 use crate::git::{Git, GitError};
+
+mod untracked;
+
+use untracked::Saw;
 
 /// Where a snapshot writes the objects it creates.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +115,14 @@ pub enum SnapshotError {
         path: String,
         /// Its `st_mode`.
         mode: u32,
+    },
+    /// The tree changed while it was read: what was read is not one state of it.
+    #[error("refusing: the workspace changed while h5i read it ({path}: {what}), so what was read is no one state of the tree; to fix: stop what writes in the box (`h5i box service stop` its services, let its runs and shells end), then retry")]
+    Changed {
+        /// The path, escaped.
+        path: String,
+        /// What was seen.
+        what: String,
     },
     /// A file is not a regular file, symlink or directory, and nobody was asked about it.
     #[error("refusing: {path} in the workspace is a {kind}, which git cannot hold; to fix: remove it from the box")]
@@ -405,62 +427,40 @@ impl Snapshot {
         base: &str,
         mut opts: TakeOptions<'_>,
     ) -> Result<Snapshot, SnapshotError> {
-        if !is_object_id(base) {
-            return Err(SnapshotError::BadBase {
-                base: base.to_string(),
-            });
-        }
         let started = unix_secs();
-        let dir = make_scratch(scratch_dir, opts.objects)?;
+        let snap = Snapshot::over_base(store_git_dir, workspace, scratch_dir, base, opts.objects)?;
         let cache = stat_cache::load(scratch_dir, base);
-        let snap = Snapshot {
-            store: store_git_dir.to_path_buf(),
-            workspace: workspace.to_path_buf(),
-            dir,
-            objects: opts.objects,
-            base: base.to_string(),
-            changes: RefCell::new(None),
-        };
-        snap.git()
-            .args(["read-tree", base])
-            .output()
-            .map_err(|source| SnapshotError::Git {
-                step: "read the pinned base into a scratch index",
-                source,
-                mend: MEND_BASE,
-            })?;
-        let tracked = snap.entries()?;
-        let untracked = snap
-            .git()
-            .args(["ls-files", "-z", "--others", "--exclude-standard"])
-            .output()
-            .map_err(|source| SnapshotError::Git {
-                step: "list the workspace's untracked files",
-                source,
-                mend: "check that the workspace directory is readable by you",
-            })?;
-
-        let mut candidates = Vec::with_capacity(tracked.len());
-        for e in &tracked {
-            candidates.push(Candidate {
-                path: &e.path,
-                base: Some((e.mode, e.sha.as_str())),
-            });
-        }
-        for p in untracked.split(|b| *b == 0).filter(|p| !p.is_empty()) {
-            candidates.push(Candidate {
-                path: p,
-                base: None,
-            });
-        }
         let root = beneath::Dir::open(workspace).map_err(|source| SnapshotError::Workspace {
             path: workspace.display().to_string(),
             source,
         })?;
+        let tracked = snap.entries()?;
+        let listing = snap.list_untracked(&root, &tracked, &opts.skip)?;
+
+        let mut candidates = Vec::with_capacity(tracked.len() + listing.untracked.len());
+        for e in &tracked {
+            candidates.push(Candidate {
+                path: &e.path,
+                base: Some((e.mode, e.sha.as_str())),
+                saw: listing.saw(&e.path),
+            });
+        }
+        for p in &listing.untracked {
+            candidates.push(Candidate {
+                path: p,
+                base: None,
+                saw: listing.saw(p),
+            });
+        }
         let mut stager = Stager::new(&snap, &root, &mut opts, &cache);
+        for (path, error) in &listing.unlistable {
+            stager.ask(Seen::Unreadable { path, error })?;
+        }
         for chunk in candidates.chunks(PROBE_CHUNK) {
             stager.chunk(chunk)?;
         }
+        // Every look agreed with the listing; now every directory listed must be as it was.
+        listing.verify_unchanged(&root)?;
         let Stager {
             mut removals,
             additions,
@@ -476,6 +476,38 @@ impl Snapshot {
             &removals,
             "stage the workspace's changes in the scratch index",
         )?;
+        Ok(snap)
+    }
+
+    /// A snapshot's scratch with its index holding the base, nothing of the workspace read yet.
+    fn over_base(
+        store_git_dir: &Path,
+        workspace: &Path,
+        scratch_dir: &Path,
+        base: &str,
+        objects: SnapshotObjects,
+    ) -> Result<Snapshot, SnapshotError> {
+        if !is_object_id(base) {
+            return Err(SnapshotError::BadBase {
+                base: base.to_string(),
+            });
+        }
+        let snap = Snapshot {
+            store: store_git_dir.to_path_buf(),
+            workspace: workspace.to_path_buf(),
+            dir: make_scratch(scratch_dir, objects)?,
+            objects,
+            base: base.to_string(),
+            changes: RefCell::new(None),
+        };
+        snap.git()
+            .args(["read-tree", base])
+            .output()
+            .map_err(|source| SnapshotError::Git {
+                step: "read the pinned base into a scratch index",
+                source,
+                mend: MEND_BASE,
+            })?;
         Ok(snap)
     }
 
@@ -525,6 +557,24 @@ impl Snapshot {
             }
         }
         Ok(())
+    }
+
+    /// The workspace's untracked paths over the index `tracked` ([`untracked::list`]); nothing
+    /// under a `skip` path.
+    fn list_untracked(
+        &self,
+        root: &beneath::Dir,
+        tracked: &[IndexEntry],
+        skip: &HashSet<Vec<u8>>,
+    ) -> Result<untracked::Listing, SnapshotError> {
+        let skipped = |path: &[u8]| covered(skip, path);
+        untracked::list(
+            root,
+            &untracked::Index::new(tracked),
+            &skipped,
+            &self.store,
+            &self.dir,
+        )
     }
 
     /// git against the store, with this snapshot's index, work tree and object directory.
@@ -814,6 +864,8 @@ struct Candidate<'a> {
     path: &'a [u8],
     /// The base's mode and blob id, for a tracked entry.
     base: Option<(u32, &'a str)>,
+    /// What the listing saw there: the read must find the same.
+    saw: Saw,
 }
 
 /// What is at a candidate's path now.
@@ -917,7 +969,9 @@ struct ProbeCfg<'w> {
 }
 
 impl Prober<'_, '_> {
-    fn probe(&mut self, c: &Candidate<'_>) -> Probe {
+    /// What is at the candidate's path now, and what kind of thing was found there (to hold
+    /// against what the listing saw).
+    fn probe(&mut self, c: &Candidate<'_>) -> (Probe, Saw) {
         let cfg = self.cfg;
         let (dir, name) = match c.path.iter().rposition(|b| *b == b'/') {
             Some(i) => (&c.path[..i], &c.path[i + 1..]),
@@ -926,10 +980,12 @@ impl Prober<'_, '_> {
         let parent = match cfg.root.subdir(dir) {
             Ok(d) => d,
             Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
-                return Probe::BeyondLink
+                return (Probe::BeyondLink, Saw::Unreachable)
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Probe::BeyondLink,
-            Err(e) => return Probe::Unreadable(e),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return (Probe::BeyondLink, Saw::Unreachable)
+            }
+            Err(e) => return (Probe::Unreadable(e), Saw::Unknown),
         };
         let meta = match parent.stat_at(name) {
             Ok(m) => m,
@@ -937,10 +993,25 @@ impl Prober<'_, '_> {
                 if e.kind() == io::ErrorKind::NotFound
                     || e.raw_os_error() == Some(libc::ENOTDIR) =>
             {
-                return Probe::Gone
+                return (Probe::Gone, Saw::Absent)
             }
-            Err(e) => return Probe::Unreadable(e),
+            Err(e) => return (Probe::Unreadable(e), Saw::Unknown),
         };
+        (
+            self.probe_found(c, &parent, name, meta),
+            Saw::Kind(meta.mode & libc::S_IFMT),
+        )
+    }
+
+    /// [`Prober::probe`], once `name` in `parent` was found (`meta`, its `lstat`).
+    fn probe_found(
+        &mut self,
+        c: &Candidate<'_>,
+        parent: &beneath::Dir,
+        name: &[u8],
+        meta: beneath::Found,
+    ) -> Probe {
+        let cfg = self.cfg;
         if c.base.is_some_and(|(m, _)| m == mode::GITLINK) {
             return if meta.is_dir() {
                 Probe::Dir
@@ -1171,21 +1242,7 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
     }
 
     fn skipped(&self, path: &[u8]) -> bool {
-        if self.opts.skip.is_empty() {
-            return false;
-        }
-        let mut end = 0;
-        while end <= path.len() {
-            let next = path[end..]
-                .iter()
-                .position(|b| *b == b'/')
-                .map_or(path.len(), |p| end + p);
-            if self.opts.skip.contains(&path[..next]) {
-                return true;
-            }
-            end = next + 1;
-        }
-        false
+        covered(&self.opts.skip, path)
     }
 
     /// Probe one batch (in parallel), then act on each result in order.
@@ -1210,13 +1267,26 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                 what: "a probe count that does not match the paths",
             });
         }
-        for (c, probe) in todo.into_iter().zip(probes) {
+        for (c, (probe, found)) in todo.into_iter().zip(probes) {
+            // A look that disagrees with the listing: the tree moved under the snapshot, which
+            // refuses rather than stage a mix of two states of it (or leave out what was only
+            // elsewhere for an instant).
+            if c.saw != found && c.saw != Saw::Unknown && found != Saw::Unknown {
+                return Err(untracked::changed(
+                    c.path,
+                    &format!(
+                        "{} when its directory was listed, {} when h5i read it",
+                        c.saw.describe(),
+                        found.describe()
+                    ),
+                ));
+            }
             self.act(c, probe)?;
         }
         Ok(())
     }
 
-    fn probe_all(&mut self, todo: &[&Candidate<'_>]) -> Result<Vec<Probe>, SnapshotError> {
+    fn probe_all(&mut self, todo: &[&Candidate<'_>]) -> Result<Vec<(Probe, Saw)>, SnapshotError> {
         let cfg = ProbeCfg {
             root: self.root,
             scratch: &self.snap.dir,
@@ -1235,7 +1305,8 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
             return Ok(probes);
         }
         let per = todo.len().div_ceil(self.threads);
-        let parts: Vec<Option<(Vec<Probe>, Vec<_>)>> = std::thread::scope(|scope| {
+        type Part = (Vec<(Probe, Saw)>, Vec<(Vec<u8>, stat_cache::StatKey)>);
+        let parts: Vec<Option<Part>> = std::thread::scope(|scope| {
             let handles: Vec<_> = todo
                 .chunks(per)
                 .zip(self.spools.iter_mut())
@@ -1246,7 +1317,7 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                         learnt: Vec::new(),
                     };
                     scope.spawn(move || {
-                        let probes: Vec<Probe> = part.iter().map(|c| p.probe(c)).collect();
+                        let probes: Vec<(Probe, Saw)> = part.iter().map(|c| p.probe(c)).collect();
                         (probes, p.learnt)
                     })
                 })
@@ -1286,11 +1357,10 @@ impl<'s, 'o, 'i> Stager<'s, 'o, 'i> {
                 }
             }
             Probe::Swapped => {
-                let error = io::Error::other("it was replaced while h5i was reading it");
-                self.ask(Seen::Unreadable {
+                return Err(untracked::changed(
                     path,
-                    error: &error,
-                })?;
+                    "a file replaced or rewritten while h5i read it",
+                ));
             }
             Probe::SetId(st_mode) => {
                 self.ask(Seen::SetId {
@@ -1447,6 +1517,25 @@ fn process_alive(pid: i32) -> bool {
     // SAFETY: kill with signal 0 only checks whether the process exists; no memory is involved.
     let r = unsafe { libc::kill(pid, 0) };
     r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Whether `path` is one of `skip`, or lies beneath one.
+fn covered(skip: &HashSet<Vec<u8>>, path: &[u8]) -> bool {
+    if skip.is_empty() {
+        return false;
+    }
+    let mut end = 0;
+    while end <= path.len() {
+        let next = path[end..]
+            .iter()
+            .position(|b| *b == b'/')
+            .map_or(path.len(), |p| end + p);
+        if skip.contains(&path[..next]) {
+            return true;
+        }
+        end = next + 1;
+    }
+    false
 }
 
 fn under_any(path: &[u8], prefixes: &HashSet<&[u8]>) -> bool {
@@ -1842,6 +1931,379 @@ mod tests {
         assert_eq!(r[0].1, b"\n\0\n");
         assert!(r[1].1.is_empty());
         assert!(parse_batch(&out[..10], 2).is_err());
+    }
+
+    /// A store (a repository's `.git`) whose base commit holds `files` (and gitlinks at
+    /// `gitlinks`), and a workspace holding the same files, as a box's does when it starts.
+    struct Fx {
+        dir: tempfile::TempDir,
+        store: PathBuf,
+        ws: PathBuf,
+        base: String,
+    }
+
+    fn put(root: &Path, rel: &str, bytes: &[u8]) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, bytes).unwrap();
+    }
+
+    impl Fx {
+        fn new(files: &[(&str, &[u8])], gitlinks: &[&str]) -> Fx {
+            let dir = tempfile::tempdir().unwrap();
+            let repo = dir.path().join("repo");
+            let ws = dir.path().join("ws");
+            fs::create_dir_all(&ws).unwrap();
+            Git::detached()
+                .args([OsStr::new("init"), OsStr::new("-q"), repo.as_os_str()])
+                .output()
+                .unwrap();
+            let store = repo.join(".git");
+            for (rel, bytes) in files {
+                put(&ws, rel, bytes);
+            }
+            let idx = dir.path().join("base-index");
+            let git = || Git::at(&store).work_tree(&ws).index(&idx);
+            git()
+                .env("GIT_LITERAL_PATHSPECS", "1")
+                .args(["add", "-f", "--"])
+                .args(files.iter().map(|(rel, _)| rel))
+                .output()
+                .unwrap();
+            for link in gitlinks {
+                let info = format!("160000,{},{link}", "1".repeat(40));
+                git()
+                    .args(["update-index", "--add", "--cacheinfo", &info])
+                    .output()
+                    .unwrap();
+            }
+            let tree = git().args(["write-tree"]).text().unwrap();
+            let base = Git::at(&store)
+                .args(["-c", "user.name=t", "-c", "user.email=t@example.test"])
+                .args(["commit-tree", &tree, "-m", "base"])
+                .text()
+                .unwrap();
+            Fx {
+                dir,
+                store,
+                ws,
+                base,
+            }
+        }
+
+        fn scratch(&self) -> PathBuf {
+            self.dir.path().join("scratch")
+        }
+
+        fn take(&self, inspect: Inspector<'_>) -> Result<Snapshot, SnapshotError> {
+            Snapshot::take_with(
+                &self.store,
+                &self.ws,
+                &self.scratch(),
+                &self.base,
+                TakeOptions::new(SnapshotObjects::Scratch).inspect(inspect),
+            )
+        }
+    }
+
+    fn shown(paths: &[Vec<u8>]) -> Vec<String> {
+        paths
+            .iter()
+            .map(|p| String::from_utf8_lossy(p).into_owned())
+            .collect()
+    }
+
+    /// h5i's own walk lists exactly what `git ls-files --others --exclude-standard` (the
+    /// listing it replaces, run as it was: the snapshot's git, the workspace as its work tree)
+    /// lists, in the same order, over a tree holding every case git treats specially.
+    #[test]
+    fn the_untracked_walk_lists_what_git_ls_files_others_lists() {
+        let fx = Fx::new(
+            &[
+                (
+                    ".gitignore",
+                    b"*.log\n!keep.log\nbuild/\n/top-only\nnode_modules\n".as_slice(),
+                ),
+                ("src/.gitignore", b"gen/\n*.tmp\n"),
+                ("src/main.rs", b"fn main() {}\n"),
+                ("build/keep.txt", b"tracked in an ignored directory\n"),
+                ("docs/a.md", b"a\n"),
+                ("was_file", b"a file in the base\n"),
+                ("was_dir/x", b"in a directory of the base\n"),
+                ("holds_repo/f", b"tracked\n"),
+            ],
+            &["sub"],
+        );
+        let ws = &fx.ws;
+        fs::write(fx.store.join("info/exclude"), "from-info-exclude\n").unwrap();
+        // The box's own repository at the root: never listed.
+        put(ws, ".git/HEAD", b"ref: refs/heads/main\n");
+        fs::create_dir_all(ws.join(".git/refs")).unwrap();
+        for (rel, bytes) in [
+            ("new.txt", &b"new\n"[..]),
+            ("x.log", b"ignored\n"),
+            ("keep.log", b"re-included\n"),
+            ("a/keep.log", b"re-included\n"),
+            ("a/b.log", b"ignored\n"),
+            ("build/new.txt", b"in an ignored tracked directory\n"),
+            ("node_modules/pkg/index.js", b"ignored directory\n"),
+            ("top-only", b"ignored at the top\n"),
+            ("src/top-only", b"not ignored below\n"),
+            ("src/gen/out.rs", b"ignored by src/.gitignore\n"),
+            ("src/x.tmp", b"ignored by src/.gitignore\n"),
+            ("x.tmp", b"not ignored at the top\n"),
+            ("other/build", b"a file: build/ is for directories\n"),
+            ("logs.log/inner", b"a directory *.log ignores\n"),
+            (
+                "from-info-exclude",
+                b"ignored by the store's info/exclude\n",
+            ),
+            ("sub/inner.txt", b"below a gitlink\n"),
+            ("nested/file", b"in a nested repository\n"),
+            ("nested/.git/HEAD", b"ref: refs/heads/main\n"),
+            ("wt/file", b"behind a gitfile\n"),
+            ("wt/.git", b"gitdir: ../nested/.git\n"),
+            ("holds_repo/new", b"a repository in a tracked directory\n"),
+            ("holds_repo/.git/HEAD", b"ref: refs/heads/main\n"),
+            ("d1/d2/d3/d4/deep", b"deep\n"),
+            ("lnkig/.gitignore-target", b"*\n"),
+            ("lnkig/seen", b"a symlinked .gitignore is not read\n"),
+            ("new\nline", b"x"),
+            ("\x1b]0;title\x07", b"x"),
+            ("-rf", b"x"),
+            (":(glob)*", b"x"),
+            ("back\\slash", b"x"),
+            ("sp ace/*star", b"x"),
+            ("\u{fc}n\u{ef}", b"x"),
+        ] {
+            put(ws, rel, bytes);
+        }
+        for repo in ["nested", "holds_repo"] {
+            fs::create_dir_all(ws.join(repo).join(".git/refs")).unwrap();
+            fs::create_dir_all(ws.join(repo).join(".git/objects")).unwrap();
+        }
+        fs::create_dir_all(ws.join("empty")).unwrap();
+        fs::create_dir_all(ws.join("emptier/a/b")).unwrap();
+        fs::remove_dir_all(ws.join("was_dir")).unwrap();
+        std::os::unix::fs::symlink("src", ws.join("was_dir")).unwrap();
+        std::os::unix::fs::symlink("src", ws.join("lnkdir")).unwrap();
+        std::os::unix::fs::symlink(".gitignore-target", ws.join("lnkig/.gitignore")).unwrap();
+        fs::remove_file(ws.join("was_file")).unwrap();
+        put(ws, "was_file/inner.txt", b"a file became a directory\n");
+        let fifo = std::ffi::CString::new(ws.join("pipe").as_os_str().as_bytes()).unwrap();
+        // SAFETY: fifo is a valid C string for the call.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+        let snap = Snapshot::over_base(
+            &fx.store,
+            ws,
+            &fx.scratch(),
+            &fx.base,
+            SnapshotObjects::Scratch,
+        )
+        .unwrap();
+        let tracked = snap.entries().unwrap();
+        let root = beneath::Dir::open(ws).unwrap();
+        let ours = snap
+            .list_untracked(&root, &tracked, &HashSet::new())
+            .unwrap();
+        assert!(ours.unlistable.is_empty());
+        let theirs: Vec<Vec<u8>> = snap
+            .git()
+            .args(["ls-files", "-z", "--others", "--exclude-standard"])
+            .output()
+            .unwrap()
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect();
+        assert_eq!(shown(&ours.untracked), shown(&theirs));
+        // The table holds what it claims: every special case is in it, or rightly not.
+        for listed in [
+            "nested/",
+            "wt/",
+            "holds_repo/new",
+            "keep.log",
+            "was_dir",
+            "-rf",
+        ] {
+            assert!(
+                ours.untracked.iter().any(|p| p == listed.as_bytes()),
+                "{listed}"
+            );
+        }
+        for absent in [
+            "sub/inner.txt",
+            "build/new.txt",
+            "pipe",
+            "x.log",
+            ".git/HEAD",
+        ] {
+            assert!(
+                !ours.untracked.iter().any(|p| p == absent.as_bytes()),
+                "{absent}"
+            );
+        }
+    }
+
+    /// An inspector that does something to the tree the first time it is asked, then keeps
+    /// everything.
+    fn meddle(act: impl FnOnce()) -> impl FnMut(Seen<'_>) -> Verdict {
+        let mut act = Some(act);
+        move |_| {
+            if let Some(a) = act.take() {
+                a();
+            }
+            Verdict::Keep
+        }
+    }
+
+    /// Paths listed, then moved away before they are read (here by the inspector, between two
+    /// batches of reads; by a service in the wild): the snapshot refuses, naming the path and
+    /// what was seen, where it used to leave them out of the diff without a word.
+    #[test]
+    fn paths_listed_then_moved_before_they_are_read_refuse_the_snapshot() {
+        let mut files: Vec<(String, Vec<u8>)> = (0..PROBE_CHUNK + 10)
+            .map(|i| (format!("t/{i:05}"), b"base\n".to_vec()))
+            .collect();
+        files.push(("a-first".into(), b"base\n".to_vec()));
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let fx = Fx::new(&refs, &[]);
+        fs::write(fx.ws.join("a-first"), "edited\n").unwrap();
+        put(&fx.ws, "zz/new", b"listed, then moved away\n");
+        let (from, to) = (fx.ws.join("zz"), fx.ws.join("zz-moved"));
+        let mut inspect = meddle(move || fs::rename(from, to).unwrap());
+        let e = fx.take(&mut inspect).unwrap_err();
+        let said = e.to_string();
+        assert!(matches!(e, SnapshotError::Changed { .. }), "{said}");
+        assert!(said.starts_with("refusing: the workspace changed while h5i read it (zz/new: a regular file when its directory was listed, beyond something that was not a directory when h5i read it)"), "{said}");
+        assert!(
+            said.contains("; to fix: stop what writes in the box"),
+            "{said}"
+        );
+    }
+
+    /// A directory replaced (same names, same kinds: every read agrees with the listing) after
+    /// it was listed: the final look at every listed directory refuses the snapshot.
+    #[test]
+    fn a_directory_replaced_after_its_listing_refuses_the_snapshot() {
+        let fx = Fx::new(&[("a-first", b"base\n"), ("docs/a.md", b"a\n")], &[]);
+        fs::write(fx.ws.join("a-first"), "edited\n").unwrap();
+        let ws = fx.ws.clone();
+        let mut inspect = meddle(move || {
+            fs::rename(ws.join("docs"), ws.join("docs-old")).unwrap();
+            put(&ws, "docs/a.md", b"other bytes\n");
+        });
+        let said = fx.take(&mut inspect).unwrap_err().to_string();
+        assert!(
+            said.starts_with("refusing: the workspace changed while h5i read it (docs: a directory whose entries were added, removed or renamed while h5i read the tree)")
+                || said.starts_with("refusing: the workspace changed while h5i read it (.: "),
+            "{said}"
+        );
+        // Left alone, the same tree is read.
+        fs::remove_dir_all(fx.ws.join("docs-old")).unwrap();
+        let mut keep = |_: Seen<'_>| Verdict::Keep;
+        assert!(fx.take(&mut keep).is_ok());
+    }
+
+    /// The swap race against a whole snapshot: pairs of `d<i>/` (tracked `f`, untracked `u`)
+    /// and `l<i>` (a symlink to a directory outside holding a canary, a `.git` and a name with
+    /// an escape character) trade places as fast as the kernel allows while snapshots are
+    /// taken. Each snapshot either refuses as changed, or is of one state of every pair (`d<i>`
+    /// the directory: `d<i>/u` and the symlink `l<i>` added; or swapped: `d<i>/f` deleted, the
+    /// symlink `d<i>` and `l<i>/f`, `l<i>/u` added), never a mix, never an empty diff, and
+    /// nothing from outside is listed or read. The race must have been met (refusals counted).
+    #[test]
+    fn a_directory_swapped_for_a_symlink_mid_snapshot_is_refused_or_read_whole() {
+        use crate::beneath::swap_race::{swapper, SWAP_PAIRS};
+        const MIN_REFUSALS: u64 = 20;
+        const MAX_TAKES: u64 = 400;
+        let outside = tempfile::tempdir().unwrap();
+        let canary = format!("H5I-CANARY-{}", std::process::id());
+        fs::write(outside.path().join("canary"), &canary).unwrap();
+        fs::create_dir(outside.path().join(".git")).unwrap();
+        fs::write(outside.path().join("out\u{1b}side"), &canary).unwrap();
+        let files: Vec<(String, Vec<u8>)> = (0..SWAP_PAIRS)
+            .map(|i| (format!("d{i}/f"), format!("inside {i}\n").into_bytes()))
+            .collect();
+        let refs: Vec<(&str, &[u8])> = files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .collect();
+        let fx = Fx::new(&refs, &[]);
+        for i in 0..SWAP_PAIRS {
+            put(&fx.ws, &format!("d{i}/u"), b"untracked\n");
+            std::os::unix::fs::symlink(outside.path(), fx.ws.join(format!("l{i}"))).unwrap();
+        }
+        let states = |i: usize| {
+            let set = |v: &[(&str, u8)]| {
+                let mut v: Vec<(String, u8)> = v
+                    .iter()
+                    .map(|(p, s)| (p.replace('N', &i.to_string()), *s))
+                    .collect();
+                v.sort();
+                v
+            };
+            [
+                set(&[("dN/u", b'A'), ("lN", b'A')]),
+                set(&[("dN", b'A'), ("dN/f", b'D'), ("lN/f", b'A'), ("lN/u", b'A')]),
+            ]
+        };
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swaps = swapper(&fx.ws, stop.clone());
+        let (mut refused, mut whole, mut takes) = (0u64, 0u64, 0u64);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        let mut problems = Vec::new();
+        while refused < MIN_REFUSALS && takes < MAX_TAKES && std::time::Instant::now() < deadline {
+            takes += 1;
+            let mut keep = |_: Seen<'_>| Verdict::Keep;
+            let snap = match fx.take(&mut keep) {
+                Err(SnapshotError::Changed { .. }) => {
+                    refused += 1;
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+                Ok(s) => s,
+            };
+            whole += 1;
+            let changes = snap.changes_against(&fx.base).unwrap();
+            for i in 0..SWAP_PAIRS {
+                let (d, l) = (format!("d{i}"), format!("l{i}"));
+                let mut got: Vec<(String, u8)> = changes
+                    .iter()
+                    .map(|c| (String::from_utf8_lossy(&c.path).into_owned(), c.status))
+                    .filter(|(p, _)| {
+                        p == &d
+                            || p == &l
+                            || p.starts_with(&format!("{d}/"))
+                            || p.starts_with(&format!("{l}/"))
+                    })
+                    .collect();
+                got.sort();
+                if !states(i).contains(&got) {
+                    problems.push(format!("pair {i}: {got:?}"));
+                }
+            }
+            let patch = snap.patch(&fx.base).unwrap();
+            if patch.windows(canary.len()).any(|w| w == canary.as_bytes())
+                || patch.windows(3).any(|w| w == b"out")
+            {
+                problems.push("the outside directory reached the patch".into());
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let swaps = swaps.join().unwrap();
+        eprintln!(
+            "{swaps} swaps over {takes} snapshots: {refused} refused as changed, {whole} read whole"
+        );
+        assert!(problems.is_empty(), "{problems:?}");
+        assert!(
+            refused >= MIN_REFUSALS,
+            "the race was not met: {refused} of {takes} snapshots refused ({swaps} swaps)"
+        );
     }
 
     #[test]

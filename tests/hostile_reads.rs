@@ -22,7 +22,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
-use common::{stderr, stdout, Caller};
+use common::{assert_nothing_raw, stderr, stdout, tier_case as case, Caller};
 
 const TIMEOUT_MS: i32 = 60_000;
 const RSS_CEILING_KB: i64 = 200 * 1024;
@@ -81,28 +81,6 @@ fn run_bounded(mut cmd: Command) -> Bounded {
         out: text,
         peak_rss_kb: usage.ru_maxrss,
         timed_out,
-    }
-}
-
-/// Run `body` as `who` ("root" or the test user) at `tier`, or say why not, loudly.
-fn case(test: &str, tier: &str, as_user: bool, body: fn(&mut Caller, &str)) {
-    if !common::require_root(test, "boxes as root, and switching to h5i-test") {
-        return;
-    }
-    let mut c = Caller::either(as_user);
-    eprintln!("{test}: {tier} tier, as {}", c.who());
-    body(&mut c, tier);
-}
-
-/// Bytes that must never reach a terminal raw: ESC, BEL, the C1 CSI/OSC (as UTF-8), RLO.
-fn assert_nothing_raw(what: &str, text: &str) {
-    for bad in ['\u{1b}', '\u{7}', '\u{9b}', '\u{9d}', '\u{202e}'] {
-        assert!(
-            !text.contains(bad),
-            "{what}: printed U+{:04X} raw:\n{}",
-            bad as u32,
-            text.escape_debug()
-        );
     }
 }
 

@@ -277,43 +277,17 @@ fn hostile_spool_input_is_quarantined_never_host_observed() {
     assert!(log.contains("1 host-observed, 6 box-claimed"), "{log}");
 }
 
-/// A value with characters URL-encoding changes, so every encoding differs from the literal.
-const ODD_VALUE: &str = "h5i+test/secret=7c1f?9a2e&55 ok";
-
-/// Each encoding of `ODD_VALUE` the exporter must catch, as python3's standard library writes
-/// it (an implementation independent of h5i's), one file per encoding: `<file> <expected rule>`.
-const ENCODER: &str = r#"import base64, binascii, re, sys, urllib.parse
-v = sys.argv[1].encode()
-def emb(k, enc):
-    return enc(b"xyz"[:k] + v + b"-tail").decode()
-files = {
-  "b64_0.txt": emb(0, base64.b64encode), "b64_1.txt": emb(1, base64.b64encode),
-  "b64_2.txt": emb(2, base64.b64encode),
-  "b64url_0.txt": emb(0, base64.urlsafe_b64encode), "b64url_1.txt": emb(1, base64.urlsafe_b64encode),
-  "b64url_2.txt": emb(2, base64.urlsafe_b64encode),
-  "hex.txt": binascii.hexlify(v).decode(), "HEX.txt": binascii.hexlify(v).decode().upper(),
-  "url.txt": urllib.parse.quote(v, safe=""),
-  "url_lower.txt": re.sub("%[0-9A-F]{2}", lambda m: m.group(0).lower(), urllib.parse.quote(v, safe="")),
-  "reversed.txt": v[::-1].decode(),
-}
-for name, text in files.items():
-    open(name, "w").write("data: " + text + "\n")
-"#;
-
 #[test]
 fn every_encoded_copy_of_a_granted_secret_is_excluded_and_its_rule_named() {
     let r = Repo::new();
     r.write_policy(&policy("workspace"));
     r.ok(&["box", "create", "e", "--profile", "deploy"]);
     let ws = r.workspace("e");
-    let made = std::process::Command::new("python3")
-        .args(["-c", ENCODER, ODD_VALUE])
-        .current_dir(&ws)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    for (name, bytes) in common::secrets::encoded_copies() {
+        std::fs::write(ws.join(name), bytes).unwrap();
+    }
     std::fs::write(ws.join("fine.txt"), "nothing secret\n").unwrap();
-    let env = [("H5I_SECRET_DEPLOY_KEY", ODD_VALUE)];
+    let env = [("H5I_SECRET_DEPLOY_KEY", common::secrets::ODD_VALUE)];
     let out_dir = tempfile::tempdir().unwrap();
     let review = out_dir.path().join("review");
     let out = r.h5i_env(
@@ -321,39 +295,7 @@ fn every_encoded_copy_of_a_granted_secret_is_excluded_and_its_rule_named() {
         &env,
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let printed = stdout(&out);
-    let expect = [
-        ("b64_0.txt", &["base64@0"][..]),
-        ("b64_1.txt", &["base64@1"][..]),
-        ("b64_2.txt", &["base64@2"][..]),
-        // Where the URL-safe alphabet changes no character, the form is base64's own.
-        ("b64url_0.txt", &["base64url@0", "base64@0"][..]),
-        ("b64url_1.txt", &["base64url@1", "base64@1"][..]),
-        ("b64url_2.txt", &["base64url@2", "base64@2"][..]),
-        ("hex.txt", &["hex"][..]),
-        ("HEX.txt", &["HEX"][..]),
-        ("url.txt", &["url"][..]),
-        ("url_lower.txt", &["url-lower"][..]),
-        ("reversed.txt", &["reversed"][..]),
-    ];
-    for (file, rules) in expect {
-        let line = printed
-            .lines()
-            .find(|l| l.contains("excluded") && l.contains(file))
-            .unwrap_or_else(|| panic!("{file} was not excluded:\n{printed}"));
-        assert!(
-            rules
-                .iter()
-                .any(|r| line.contains(&format!("secret:DEPLOY_KEY/{r}"))),
-            "{file}: expected rule {rules:?} in `{line}`"
-        );
-        let encoded = std::fs::read(ws.join(file)).unwrap();
-        let encoded = &encoded[6..encoded.len() - 1];
-        assert!(
-            common::files_containing(&review, encoded).is_empty(),
-            "{file}'s encoded secret is in the bundle"
-        );
-    }
+    common::secrets::assert_each_encoding_excluded(&stdout(&out), &review);
     let patch = std::fs::read_to_string(review.join("patch.diff")).unwrap();
     assert!(patch.contains("+nothing secret"), "{patch}");
     let report = std::fs::read_to_string(review.join("report.md")).unwrap();

@@ -825,51 +825,11 @@ fn count_patch(patch: &[u8]) -> PatchCounts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::beneath::swap_race::{swapper, SWAP_PAIRS};
     use h5i_broker::redact::SecretValue;
     use std::fs;
-    use std::os::unix::ffi::OsStrExt;
 
-    /// How many `d<i>`/`l<i>` pairs the swap race test makes.
-    const SWAP_PAIRS: usize = 48;
-
-    /// Exchange each `d<i>` with `l<i>` under `dir` with `renameat2(RENAME_EXCHANGE)`, pair after
-    /// pair, until `stop`; returns how many exchanges succeeded.
-    fn swapper(
-        dir: &Path,
-        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> std::thread::JoinHandle<u64> {
-        use std::ffi::CString;
-        let pairs: Vec<(CString, CString)> = (0..SWAP_PAIRS)
-            .map(|i| {
-                let name = |n: String| CString::new(dir.join(n).as_os_str().as_bytes()).unwrap();
-                (name(format!("d{i}")), name(format!("l{i}")))
-            })
-            .collect();
-        std::thread::spawn(move || {
-            let mut swaps = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                for (a, b) in &pairs {
-                    // SAFETY: a and b are valid C strings for the call.
-                    let r = unsafe {
-                        libc::syscall(
-                            libc::SYS_renameat2,
-                            libc::AT_FDCWD,
-                            a.as_ptr(),
-                            libc::AT_FDCWD,
-                            b.as_ptr(),
-                            libc::RENAME_EXCHANGE,
-                        )
-                    };
-                    if r == 0 {
-                        swaps += 1;
-                    }
-                }
-            }
-            swaps
-        })
-    }
-
-    /// The swap race against the workspace walk: [`SWAP_PAIRS`] pairs of `d<i>/` (a real
+    /// The swap race against the workspace walk: [`SWAP_PAIRS`](crate::beneath::swap_race::SWAP_PAIRS) pairs of `d<i>/` (a real
     /// directory) and `l<i>` (a symlink to a directory outside holding a `.git` and a name with
     /// a control character) trade places as fast as the kernel allows while the walk runs, over
     /// and over. Many pairs make the race window wide: the walk lists the root (one `lstat` per

@@ -107,15 +107,23 @@ impl Caller {
     /// Create box `name` at `tier` (`process`, `supervised` or `container`: the container tier
     /// in the test image, run by the test user's rootless Podman, as root's engine user too).
     pub fn create_at(&mut self, name: &str, tier: &str) {
-        if tier == "container" {
-            self.create_container(name, container_image());
-        } else {
-            self.ok(&["box", "create", name, "--isolation", tier]);
-        }
+        self.create_at_with(name, tier, &[]);
     }
 
-    /// Create container box `name` in `image` (one of this module's test images).
-    pub fn create_container(&mut self, name: &str, image: &str) {
+    /// [`Caller::create_at`] with `extra` arguments for `box create` (a `--profile`, say).
+    pub fn create_at_with(&mut self, name: &str, tier: &str, extra: &[&str]) {
+        let mut args = vec!["box", "create", name, "--isolation", tier];
+        if tier == "container" {
+            self.container_env();
+            args.extend(["--image", container_image()]);
+        }
+        args.extend(extra);
+        self.ok(&args);
+    }
+
+    /// What a container box needs in the environment of every h5i call: a fresh probe, and as
+    /// root, the test user as Podman's engine user.
+    fn container_env(&mut self) {
         if !self.env.iter().any(|(k, _)| k == "H5I_NO_PROBE_CACHE") {
             self.env.push(("H5I_NO_PROBE_CACHE".into(), "1".into()));
             if matches!(self.who, Who::Root(_)) {
@@ -123,6 +131,11 @@ impl Caller {
                     .push(("H5I_CONTAINER_USER".into(), TEST_USER.into()));
             }
         }
+    }
+
+    /// Create container box `name` in `image` (one of this module's test images).
+    pub fn create_container(&mut self, name: &str, image: &str) {
+        self.container_env();
         self.ok(&[
             "box",
             "create",
@@ -240,6 +253,16 @@ impl Caller {
     /// `h5i args...` in the repository, as the caller.
     pub fn h5i(&self, args: &[&str]) -> Output {
         self.h5i_in(&self.repo(), args).output().unwrap()
+    }
+
+    /// `h5i args...` in the repository with `extra` variables set for this one call.
+    pub fn h5i_with(&mut self, args: &[&str], extra: &[(&str, &str)]) -> Output {
+        let keep = self.env.len();
+        self.env
+            .extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let out = self.h5i(args);
+        self.env.truncate(keep);
+        out
     }
 
     /// Run h5i and insist it succeeded; returns stdout.

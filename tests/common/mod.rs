@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod caller;
+pub mod secrets;
 pub mod testnet;
 
 #[allow(unused_imports)]
@@ -388,4 +389,26 @@ pub fn unprivileged_tree(user: &str, extra: &[(&Path, &str)]) -> (tempfile::Temp
         .unwrap();
     assert!(chown.success());
     (dir, uid)
+}
+
+/// Bytes that must never reach a terminal raw: ESC, BEL, the C1 CSI/OSC (as UTF-8), RLO.
+pub fn assert_nothing_raw(what: &str, text: &str) {
+    for bad in ['\u{1b}', '\u{7}', '\u{9b}', '\u{9d}', '\u{202e}'] {
+        assert!(
+            !text.contains(bad),
+            "{what}: printed U+{:04X} raw:\n{}",
+            bad as u32,
+            text.escape_debug()
+        );
+    }
+}
+
+/// Run `body` as root or the test user (by `as_user`) at `tier`, or say why not, loudly.
+pub fn tier_case(test: &str, tier: &str, as_user: bool, body: fn(&mut Caller, &str)) {
+    if !require_root(test, "boxes as root, and switching to h5i-test") {
+        return;
+    }
+    let mut c = Caller::either(as_user);
+    eprintln!("{test}: {tier} tier, as {}", c.who());
+    body(&mut c, tier);
 }
