@@ -204,7 +204,20 @@ impl CgroupManager for Manager {
                 CtrlType::Cpu => Cpu::apply(controller_opt, cgroup_path)?,
                 CtrlType::CpuAcct => CpuAcct::apply(controller_opt, cgroup_path)?,
                 CtrlType::CpuSet => CpuSet::apply(controller_opt, cgroup_path)?,
-                CtrlType::Devices => Devices::apply(controller_opt, cgroup_path)?,
+                // h5i patch: an unprivileged runtime cannot write v1 device rules (that needs
+                // CAP_SYS_ADMIN in the initial user namespace, whoever owns the files); runc
+                // skips the devices controller's errors when rootless, and so does this, so a
+                // rootless container in a delegated cgroup still gets its other limits.
+                CtrlType::Devices => match Devices::apply(controller_opt, cgroup_path) {
+                    Err(err)
+                        if !nix::unistd::geteuid().is_root()
+                            && err.inner().raw_os_error()
+                                == Some(nix::errno::Errno::EPERM as i32) =>
+                    {
+                        tracing::debug!(%err, "rootless: v1 device rules not applied");
+                    }
+                    other => other?,
+                },
                 CtrlType::HugeTlb => HugeTlb::apply(controller_opt, cgroup_path)?,
                 CtrlType::Memory => Memory::apply(controller_opt, cgroup_path)?,
                 CtrlType::Pids => Pids::apply(controller_opt, cgroup_path)?,
