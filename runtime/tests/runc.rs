@@ -2098,8 +2098,6 @@ fn assert_recoverable(rt: &Runtime, id: &str, what: &str) {
 }
 
 #[test]
-#[ignore = "issue 20 crash safety: a create or delete killed between mkdir and state.json leaves \
-            the container directory, which `delete --force` (\"does not exist\") never removes"]
 fn killed_create_start_and_delete_leave_a_state_directory_that_recovers() {
     if !require_root("killed_create_start_and_delete_leave_a_state_directory_that_recovers") {
         return;
