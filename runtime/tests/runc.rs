@@ -1109,6 +1109,19 @@ fn readonly_mounts_under(mountinfo: &str, dir: &str) -> Vec<String> {
         .collect()
 }
 
+/// `(mount point, mount options)` of every cgroup mount at `/sys/fs/cgroup` or beneath it.
+fn cgroup_mount_flags(mountinfo: &str) -> Vec<(String, String)> {
+    mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (point, opts) = (*f.get(4)?, *f.get(5)?);
+            (point == "/sys/fs/cgroup" || point.starts_with("/sys/fs/cgroup/"))
+                .then(|| (point.to_string(), opts.to_string()))
+        })
+        .collect()
+}
+
 #[test]
 fn no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable() {
     if !require_root("no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable") {
@@ -1133,10 +1146,12 @@ fn no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable() {
     // this test, so a regression remounts that copy of /sys/fs/cgroup, not the machine's.
     let rootfs = b.rootfs().canonicalize().unwrap();
     let script = format!(
-        "set -e; {bin} --root {root} create --bundle {bundle} {id}; \
-         echo ---; cat /proc/self/mountinfo; echo ---; \
+        "set -e; cat /proc/self/mountinfo; echo ---; \
+         {bin} --root {root} create --bundle {bundle} {id}; \
+         cat /proc/self/mountinfo; echo ---; \
          {bin} --root {root} start {id}; \
-         {bin} --root {root} delete --force {id}; echo deleted",
+         {bin} --root {root} delete --force {id}; \
+         cat /proc/self/mountinfo; echo ---; echo deleted",
         bin = bin(),
         root = rt.root.path().display(),
         bundle = b.path().display(),
@@ -1149,12 +1164,18 @@ fn no_mount_namespace_leaves_the_hosts_cgroup_mounts_writable() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    let mountinfo = stdout.split("---").nth(1).unwrap();
+    let tables: Vec<&str> = stdout.split("---").collect();
+    let (before, mountinfo, after) = (tables[0], tables[1], tables[2]);
     let host_ro = readonly_mounts_under(mountinfo, "/sys/fs/cgroup");
     assert!(
         host_ro.is_empty(),
         "the runtime's own cgroup mounts were remounted read-only: {host_ro:?}"
     );
+    // Each of the host's cgroup mounts keeps its flags, while the container lives and after.
+    let flags_before = cgroup_mount_flags(before);
+    assert!(!flags_before.is_empty(), "no cgroup mounts seen: {before}");
+    assert_eq!(flags_before, cgroup_mount_flags(mountinfo));
+    assert_eq!(flags_before, cgroup_mount_flags(after));
     // The container's cgroup mount (under its rootfs, in the shared namespace) is read-only
     // as its spec asks.
     let inside = format!("{}/sys/fs/cgroup", rootfs.display());
@@ -1282,6 +1303,68 @@ fn overlapping_containers_leave_no_cgroup_directories_behind() {
             "{top} made at the top"
         );
     }
+}
+
+/// Every level of `<own>/h5i-runc/<id>` in every hierarchy, for the ids given.
+fn default_cgroup_levels(ids: &[&str]) -> Vec<std::path::PathBuf> {
+    let own = own_cgroup();
+    let mut levels = Vec::new();
+    for h in cgroup_hierarchies() {
+        for id in ids {
+            let mut dir = std::path::PathBuf::from(&h);
+            for part in format!("{own}/h5i-runc/{id}")
+                .split('/')
+                .filter(|p| !p.is_empty())
+            {
+                dir.push(part);
+                if !levels.contains(&dir) {
+                    levels.push(dir.clone());
+                }
+            }
+        }
+    }
+    levels
+}
+
+#[test]
+fn no_cgroups_path_overlapping_containers_leave_no_cgroup_directories_behind() {
+    if !require_root("no_cgroups_path_overlapping_containers_leave_no_cgroup_directories_behind") {
+        return;
+    }
+    let rt = Runtime::new();
+    let (a, b) = (id("nocgpath-a"), id("nocgpath-b"));
+    let levels = default_cgroup_levels(&[&a, &b]);
+    let existed: Vec<bool> = levels.iter().map(|d| d.exists()).collect();
+    let ba = Bundle::new(&["sleep", "600"], None);
+    let bb = Bundle::new(&["sleep", "600"], None);
+    rt.ok(&["create", "--bundle", ba.path().to_str().unwrap(), &a]);
+    rt.ok(&["create", "--bundle", bb.path().to_str().unwrap(), &b]);
+    let memory_leaf = levels
+        .iter()
+        .find(|d| d.starts_with("/sys/fs/cgroup/memory") && d.ends_with(&a))
+        .or_else(|| levels.iter().find(|d| d.ends_with(&a)))
+        .unwrap();
+    assert!(memory_leaf.is_dir(), "{} not made", memory_leaf.display());
+    // The first goes while the second still lives under the shared levels, then the second.
+    rt.ok(&["delete", "--force", &a]);
+    rt.ok(&["delete", "--force", &b]);
+    let left = empty_dirs_made(&levels, &existed);
+    assert!(left.is_empty(), "cgroup directories left behind: {left:?}");
+}
+
+/// The directories of `levels` that did not exist before (`existed`) and are there now with no
+/// cgroup beneath them: left behind. (A level with a child is another container's, in use.)
+fn empty_dirs_made(levels: &[std::path::PathBuf], existed: &[bool]) -> Vec<String> {
+    levels
+        .iter()
+        .zip(existed)
+        .filter(|(d, was)| {
+            !**was
+                && std::fs::read_dir(d)
+                    .is_ok_and(|mut entries| !entries.any(|e| e.is_ok_and(|e| e.path().is_dir())))
+        })
+        .map(|(d, _)| d.display().to_string())
+        .collect()
 }
 
 /// A hook that writes its stdin (the OCI state) to `out`.
@@ -1500,7 +1583,7 @@ impl RootlessRunc {
         let bin_copy = dir.path().join("h5i-runc");
         std::fs::copy(bin(), &bin_copy).unwrap();
         std::fs::set_permissions(&bin_copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let cgroups = Delegated::new("h5i-runc-direct-rootless", uid, gid);
+        let cgroups = Delegated::new(test, uid, gid);
         Some(RootlessRunc {
             dir,
             user,
@@ -1551,6 +1634,56 @@ impl RootlessRunc {
 
     fn ok(&self, args: &[&str]) -> String {
         success_stdout("rootless h5i-runc", args, self.run(args))
+    }
+
+    /// `sh -c SCRIPT` as the user inside the delegated cgroups, in a private mount namespace
+    /// made for it (so a runtime that remounted its caller's mounts changes that copy, never
+    /// the machine's); `$H5I_RUNC` is the runtime with this state root.
+    fn script_in_private_mounts(&self, script: &str) -> std::process::Output {
+        let inner = self.cgroups.command_as(&self.user);
+        let mut cmd = std::process::Command::new("unshare");
+        cmd.args(["-m", "--propagation", "private"])
+            .arg(inner.get_program())
+            .args(inner.get_args())
+            .arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
+            .arg(format!(
+                "H5I_RUNC={} --root {}",
+                self.bin.display(),
+                self.dir.path().join("state").display()
+            ))
+            .args(["sh", "-c", script]);
+        run_to_files(&mut cmd)
+    }
+
+    /// `new`, on cgroup v1 only (a loud skip line otherwise, saying `why`).
+    fn new_on_v1(test: &str, why: &str) -> Option<RootlessRunc> {
+        let r = RootlessRunc::new(test)?;
+        if !cgroup_v1() {
+            eprintln!("skipped: {test}: {why}");
+            return None;
+        }
+        Some(r)
+    }
+
+    /// Asserts that nothing of container `id` is left: no state, no cgroup in any hierarchy.
+    fn assert_gone(&self, id: &str) {
+        assert!(
+            !self.dir.path().join("state").join(id).exists(),
+            "state of {id} left"
+        );
+        for d in &self.cgroups.dirs {
+            let leaf = d.join("h5i-runc").join(id);
+            assert!(!leaf.exists(), "{} left behind", leaf.display());
+        }
+    }
+
+    /// The delegated directory in the memory hierarchy (the only one on cgroup v2).
+    fn memory_dir(&self) -> &std::path::Path {
+        self.cgroups
+            .dirs
+            .iter()
+            .find(|d| d.starts_with("/sys/fs/cgroup/memory") || !cgroup_v1())
+            .unwrap()
     }
 }
 
@@ -1638,4 +1771,368 @@ fn rootless_relative_cgroup_hook_state_poststop_failure_and_error_word() {
         err.contains("error") && err.contains("does not exist"),
         "{err}"
     );
+}
+
+#[test]
+fn rootless_no_mount_namespace_fails_like_runc_and_leaves_the_host_alone() {
+    let Some(r) =
+        RootlessRunc::new("rootless_no_mount_namespace_fails_like_runc_and_leaves_the_host_alone")
+    else {
+        return;
+    };
+    let id = id("rl-nomntns");
+    let mut b = r.bundle(&["true"], None);
+    b.without_namespace("mount");
+    b.config["linux"]
+        .as_object_mut()
+        .unwrap()
+        .retain(|k, _| k != "maskedPaths" && k != "readonlyPaths");
+    b.config["mounts"] = serde_json::json!([
+        {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+         "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]}
+    ]);
+    b.save();
+    let script = format!(
+        "cat /proc/self/mountinfo; echo ---; \
+         $H5I_RUNC create --bundle {bundle} {id}; echo create=$?; echo ---; \
+         cat /proc/self/mountinfo; echo ---; \
+         $H5I_RUNC delete --force {id}; $H5I_RUNC state {id}; echo state=$?",
+        bundle = b.path().display(),
+    );
+    let out = r.script_in_private_mounts(&script);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let parts: Vec<&str> = stdout.split("---").collect();
+    assert_eq!(parts.len(), 4, "{stdout}\n{stderr}");
+    // An unprivileged runtime without a mount namespace of the container's own cannot mount
+    // anything (runc: "mount /, flags: 0x84000: operation not permitted"): create fails, and
+    // says which mount and why.
+    assert!(parts[1].contains("create=1"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("level=error")
+            && stderr.contains("mount \\\"/\\\"")
+            && stderr.contains("Operation not permitted"),
+        "{stderr}"
+    );
+    // The caller's cgroup mounts keep their flags.
+    let before = cgroup_mount_flags(parts[0]);
+    assert!(!before.is_empty(), "no cgroup mounts seen: {stdout}");
+    assert_eq!(before, cgroup_mount_flags(parts[2]));
+    assert!(readonly_mounts_under(parts[2], "/sys/fs/cgroup").is_empty());
+    // Nothing of it is left: no container, no state, no cgroup.
+    assert!(parts[3].contains("state=1"), "{stdout}\n{stderr}");
+    r.assert_gone(&id);
+}
+
+#[test]
+fn rootless_no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup() {
+    let Some(r) = RootlessRunc::new_on_v1(
+        "rootless_no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup",
+        "needs cgroup v1 (the emulated cgroup mount)",
+    ) else {
+        return;
+    };
+    let id = id("rl-nopidns");
+    let mut b = r.bundle(
+        &[
+            "sh",
+            "-c",
+            "echo pid=$$; cat /sys/fs/cgroup/memory/cgroup.procs; echo ---; cat /proc/self/mountinfo",
+        ],
+        None,
+    );
+    b.without_namespace("pid");
+    b.without_namespace("cgroup");
+    let mounts = b.config["mounts"].as_array_mut().unwrap();
+    // Without a pid namespace of its own an unprivileged container cannot mount a fresh proc
+    // (runc neither): it gets the caller's, bound.
+    mounts[0] = serde_json::json!({"destination": "/proc", "type": "bind", "source": "/proc",
+                                   "options": ["rbind"]});
+    mounts.push(serde_json::json!({
+        "destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+        "options": ["nosuid", "noexec", "nodev", "relatime", "ro"]
+    }));
+    b.save();
+    let stdout = r.ok(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+    let (listing, mountinfo) = stdout.split_once("---").unwrap();
+    // The memory mount is the container's own cgroup: it lists the container's process.
+    let pid = listing
+        .lines()
+        .find_map(|l| l.strip_prefix("pid="))
+        .unwrap();
+    assert!(
+        listing.lines().skip(1).any(|l| l == pid),
+        "/sys/fs/cgroup/memory is not the container's cgroup: {stdout}"
+    );
+    // ... and read-only, as the spec asks, every hierarchy and the tmpfs above them.
+    let cg = cgroup_mount_flags(mountinfo);
+    assert!(cg.len() > 2, "{mountinfo}");
+    for (point, opts) in &cg {
+        assert!(opts.split(',').any(|o| o == "ro"), "{point} is {opts}");
+    }
+    r.assert_gone(&id);
+}
+
+#[test]
+fn rootless_no_cgroups_path_overlapping_containers_leave_no_cgroup_directories_behind() {
+    let Some(r) = RootlessRunc::new(
+        "rootless_no_cgroups_path_overlapping_containers_leave_no_cgroup_directories_behind",
+    ) else {
+        return;
+    };
+    let (a, b) = (id("rl-overlap-a"), id("rl-overlap-b"));
+    let ba = r.bundle(&["sleep", "600"], None);
+    let bb = r.bundle(&["sleep", "600"], None);
+    r.ok(&["create", "--bundle", ba.path().to_str().unwrap(), &a]);
+    r.ok(&["create", "--bundle", bb.path().to_str().unwrap(), &b]);
+    // Both under the caller's (the delegated) cgroup.
+    for id in [&a, &b] {
+        let leaf = r.memory_dir().join("h5i-runc").join(id);
+        assert!(leaf.is_dir(), "{} not made", leaf.display());
+    }
+    let mut levels = Vec::new();
+    for d in &r.cgroups.dirs {
+        levels.extend([&a, &b].map(|id| d.join("h5i-runc").join(id)));
+        levels.push(d.join("h5i-runc"));
+    }
+    r.ok(&["delete", "--force", &a]);
+    r.ok(&["delete", "--force", &b]);
+    let left: Vec<_> = levels.iter().filter(|d| d.exists()).collect();
+    assert!(left.is_empty(), "cgroup directories left behind: {left:?}");
+}
+
+#[test]
+fn rootless_delete_force_finishes_once_the_poststop_hooks_bundle_is_gone() {
+    let Some(r) =
+        RootlessRunc::new("rootless_delete_force_finishes_once_the_poststop_hooks_bundle_is_gone")
+    else {
+        return;
+    };
+    let id = id("rl-gone");
+    let mut b = r.bundle(&["sleep", "600"], None);
+    let hook = b.path().canonicalize().unwrap().join("hook.sh");
+    std::fs::write(&hook, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&hook, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    b.config["hooks"] = serde_json::json!({"poststop": [{"path": hook}]});
+    b.save();
+    r.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+    let st: serde_json::Value = serde_json::from_str(&r.ok(&["state", &id])).unwrap();
+    let pid = st["pid"].as_i64().unwrap() as i32;
+    r.ok(&["start", &id]);
+    drop(b);
+    let out = r.run(&["delete", "--force", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "delete -f failed: {err}");
+    assert!(
+        err.contains("level=warning") && err.contains("poststop hook failed"),
+        "{err}"
+    );
+    assert!(
+        wait_exit(pid, WAIT),
+        "the container's process outlived delete -f"
+    );
+    assert!(!r.run(&["state", &id]).status.success());
+    r.assert_gone(&id);
+}
+
+#[test]
+fn rootless_disable_oom_killer_is_held_on_cgroup_v1() {
+    let Some(r) = RootlessRunc::new_on_v1(
+        "rootless_disable_oom_killer_is_held_on_cgroup_v1",
+        "memory.oom_control is cgroup v1 only",
+    ) else {
+        return;
+    };
+    let mut seen = Vec::new();
+    for off in [false, true] {
+        let id = id(&format!("rl-oom-{off}"));
+        let mut b = r.bundle(&["sleep", "600"], None);
+        b.config["linux"]["resources"] = serde_json::json!({
+            "memory": {"limit": 64 * 1024 * 1024, "disableOOMKiller": off}
+        });
+        b.save();
+        r.ok(&["create", "--bundle", b.path().to_str().unwrap(), &id]);
+        let dir = r.memory_dir().join("h5i-runc").join(&id);
+        let ctl = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap();
+        let limit = std::fs::read_to_string(dir.join("memory.limit_in_bytes")).unwrap();
+        assert_eq!(limit.trim(), (64 * 1024 * 1024).to_string());
+        seen.push(ctl.lines().next().unwrap().to_string());
+        r.ok(&["delete", "--force", &id]);
+    }
+    assert_eq!(seen, ["oom_kill_disable 0", "oom_kill_disable 1"]);
+}
+
+#[test]
+fn rootless_create_errors_name_their_cause() {
+    let Some(r) = RootlessRunc::new("rootless_create_errors_name_their_cause") else {
+        return;
+    };
+    // An unprivileged runtime maps one id: a process user outside the map cannot be set
+    // (runc: "cannot set uid to unmapped user in user namespace"), and the answer says which
+    // ids, not "failed syscall". (capset cannot fail here as it does for root: a user
+    // namespace starts with every capability in its bounding set.)
+    let id_user = id("rl-cause-user");
+    let mut b = r.bundle(&["true"], None);
+    b.config["process"]["user"] = serde_json::json!({"uid": 1000, "gid": 0});
+    b.save();
+    let out = r.run(&["create", "--bundle", b.path().to_str().unwrap(), &id_user]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("level=error")
+            && err.contains("setresuid(1000)")
+            && err.contains("Invalid argument")
+            && !err.contains("failed syscall"),
+        "{err}"
+    );
+    let id_proc = id("rl-cause-proc");
+    let b2 = r.bundle(&["true"], None);
+    std::fs::remove_dir(b2.rootfs().join("proc")).unwrap();
+    std::fs::write(b2.rootfs().join("proc"), "").unwrap();
+    let out = r.run(&["create", "--bundle", b2.path().to_str().unwrap(), &id_proc]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("level=error") && err.contains("proc must be mounted on ordinary directory"),
+        "{err}"
+    );
+    // Neither failed create leaves a container behind.
+    for id in [&id_user, &id_proc] {
+        let out = r.run(&["state", id]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("level=error") && err.contains("does not exist"),
+            "{err}"
+        );
+    }
+    // A wrong-state answer says error too: starting a container twice.
+    let id = id("rl-twice");
+    let b3 = r.bundle(&["true"], None);
+    r.ok(&["create", "--bundle", b3.path().to_str().unwrap(), &id]);
+    r.ok(&["start", &id]);
+    let again = r.run(&["start", &id]);
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success(), "{err}");
+    assert!(
+        err.contains("level=error") && err.contains("status"),
+        "{err}"
+    );
+    r.ok(&["delete", "--force", &id]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Crash safety (issue 20): h5i-runc killed with SIGKILL at spread-out points of create, start and
+// delete leaves a state directory that `state` and `delete --force` still handle.
+
+/// A small deterministic generator (the seed is printed, so a failing trial can be replayed).
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// Start `h5i-runc ARGS`, SIGKILL it after `delay` (it may have finished by then), reap it.
+fn kill_after(rt: &Runtime, args: &[&str], delay: Duration) {
+    let mut child = rt
+        .cmd()
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Not a wait: where in the operation the kill lands.
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    child.wait().unwrap();
+}
+
+/// After a killed operation: `state` answers (a status, or "does not exist"), `delete --force`
+/// ends whatever is there, and then nothing of `id` is left: no state, no process, no cgroup.
+fn assert_recoverable(rt: &Runtime, id: &str, what: &str) {
+    let out = rt.run(&["state", id]);
+    let pid = if out.status.success() {
+        let st: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{what}: state is not JSON ({e}): {out:?}"));
+        let status = st["status"].as_str().unwrap_or_default().to_string();
+        assert!(
+            ["creating", "created", "running", "stopped", "paused"].contains(&status.as_str()),
+            "{what}: state says {st}"
+        );
+        st["pid"].as_i64().filter(|p| *p > 0).map(|p| p as i32)
+    } else {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("does not exist"),
+            "{what}: state failed: {err}"
+        );
+        None
+    };
+    let out = rt.run(&["delete", "--force", id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() || err.contains("does not exist"),
+        "{what}: delete --force failed: {err}"
+    );
+    if let Some(pid) = pid {
+        assert!(
+            wait_exit(pid, WAIT),
+            "{what}: pid {pid} outlived delete --force"
+        );
+    }
+    assert!(
+        !rt.root.path().join(id).exists(),
+        "{what}: state directory left"
+    );
+    let leaves: Vec<_> = default_cgroup_levels(&[id])
+        .into_iter()
+        .filter(|d| d.ends_with(id) && d.exists())
+        .collect();
+    assert!(leaves.is_empty(), "{what}: cgroups left: {leaves:?}");
+}
+
+#[test]
+fn killed_create_start_and_delete_leave_a_state_directory_that_recovers() {
+    if !require_root("killed_create_start_and_delete_leave_a_state_directory_that_recovers") {
+        return;
+    }
+    const TRIALS: u64 = 100;
+    let seed = u64::from(std::process::id());
+    eprintln!("crash trials: seed {seed}");
+    let mut rng = Lcg(seed);
+    let rt = Runtime::new();
+    let b = Bundle::new(&["sleep", "600"], None);
+    let bundle = b.path().to_str().unwrap().to_string();
+    // How long an undisturbed create and delete take here: kills land across that span.
+    let probe = id("crash-probe");
+    let t = std::time::Instant::now();
+    rt.ok(&["create", "--bundle", &bundle, &probe]);
+    let span = t.elapsed().as_micros() as u64 * 2;
+    rt.ok(&["delete", "--force", &probe]);
+    for verb in ["create", "start", "delete"] {
+        for trial in 0..TRIALS {
+            let id = id(&format!("crash-{verb}-{trial}"));
+            let delay = Duration::from_micros(rng.below(span));
+            let what = format!("{verb} killed after {delay:?} (seed {seed}, trial {trial})");
+            match verb {
+                "create" => kill_after(&rt, &["create", "--bundle", &bundle, &id], delay),
+                "start" => {
+                    rt.ok(&["create", "--bundle", &bundle, &id]);
+                    kill_after(&rt, &["start", &id], delay);
+                }
+                _ => {
+                    rt.ok(&["create", "--bundle", &bundle, &id]);
+                    rt.ok(&["start", &id]);
+                    kill_after(&rt, &["delete", "--force", &id], delay);
+                }
+            }
+            assert_recoverable(&rt, &id, &what);
+        }
+    }
 }

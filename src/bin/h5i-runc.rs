@@ -81,7 +81,7 @@ fn main() -> ExitCode {
         return match runc::idmap::run_helper(kind, &argv[1..]) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("h5i-runc: error: {e}");
+                eprintln!("{}", logging::error_line(&e.to_string()));
                 ExitCode::from(1)
             }
         };
@@ -95,7 +95,7 @@ fn main() -> ExitCode {
     if !matches!(cli.cmd, Cmd::Features(_)) {
         // Before any container is touched (see runc::seal).
         if let Err(e) = seal::ensure_sealed() {
-            eprintln!("h5i-runc: error: {e}");
+            eprintln!("{}", logging::error_line(&e.to_string()));
             return ExitCode::from(1);
         }
     }
@@ -107,9 +107,9 @@ fn main() -> ExitCode {
             if log_to_file {
                 tracing::error!("{msg}");
             }
-            // "error" is what tools scanning a runtime's stderr look for (runc prints
-            // `level=error`); the message keeps runc's "does not exist" wording.
-            eprintln!("h5i-runc: error: {msg}");
+            // runc's stderr line (`level=error`: the word tools scanning a runtime's stderr
+            // look for); the message keeps runc's "does not exist" wording.
+            eprintln!("{}", logging::error_line(&msg));
             ExitCode::from(1)
         }
     }
@@ -197,13 +197,18 @@ fn box_init(args: &[std::ffi::OsString]) -> ExitCode {
         _ => None,
     };
     let Some(idle) = idle else {
-        eprintln!("h5i-runc: error: refusing: box-init takes --idle-secs N; to fix: start it only through h5i");
+        eprintln!(
+            "{}",
+            logging::error_line(
+                "refusing: box-init takes --idle-secs N; to fix: start it only through h5i"
+            )
+        );
         return ExitCode::from(2);
     };
     match h5i_runtime::sandbox::init::serve(std::time::Duration::from_secs(idle)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("h5i-runc: error: {e}");
+            eprintln!("{}", logging::error_line(&e.to_string()));
             ExitCode::from(1)
         }
     }

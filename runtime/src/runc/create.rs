@@ -7,8 +7,9 @@
 //! libcontainer's init builder with `H5iExecutor` (whose
 //! `validate` refuses bad `h5i.*` annotations here, before `start`; the spec comes from the
 //! shadow when there is one, the bundle reported to hooks and `state` stays the caller's),
-//! then hold what libcontainer leaves undone: a read-only cgroup mount the spec asked for
-//! (`cgroup_ro`) and `disableOOMKiller` on cgroup v1 (`cgroup`). On failure the container, the sidecar and a
+//! then hold what libcontainer leaves undone: `disableOOMKiller` on cgroup v1 (`cgroup`; a
+//! read-only cgroup mount is held by the vendored libcontainer's init). On failure the
+//! container, the sidecar and a
 //! network directory `net_dir` assigned are removed again. Also the first half of `run`.
 
 use std::path::{Path, PathBuf};
@@ -19,8 +20,7 @@ use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
 
 use super::{
-    cgroup, cgroup_ro, gate, idmap, net_dir, sidecar, spec_copy, stage, validate_id, Context,
-    RuncError,
+    cgroup, gate, idmap, net_dir, sidecar, spec_copy, stage, validate_id, Context, RuncError,
 };
 use crate::confine::executor::H5iExecutor;
 
@@ -134,24 +134,13 @@ fn use_idmap_helpers(ctx: &Context, id: &str, bundle: &Path) -> Result<(), RuncE
     Ok(())
 }
 
-/// What the spec asks that libcontainer 0.7 leaves undone: a read-only cgroup mount
-/// (`cgroup_ro`) and, on cgroup v1, `disableOOMKiller` (`cgroup::disable_oom_killer`).
+/// What the spec asks that libcontainer 0.7 leaves undone: on cgroup v1, `disableOOMKiller`
+/// (`cgroup::disable_oom_killer`).
 fn hold_spec(config: &Path, container: &Container) -> Result<(), RuncError> {
     let spec = Spec::load(config).map_err(|source| RuncError::Spec {
         path: config.to_path_buf(),
         source,
     })?;
-    let Some(pid) = container.pid() else {
-        return Ok(());
-    };
-    if let Some(dest) = cgroup_ro::readonly_cgroup_mount(&spec) {
-        let rootfs = spec
-            .root()
-            .as_ref()
-            .map(|r| container.bundle().join(r.path()))
-            .unwrap_or_default();
-        cgroup_ro::enforce(pid.as_raw(), &dest, &rootfs)?;
-    }
     let oom_killer_off = spec
         .linux()
         .as_ref()

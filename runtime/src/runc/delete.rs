@@ -28,9 +28,16 @@ pub fn delete(ctx: &Context, id: &str, force: bool) -> Result<(), RuncError> {
         Err(e @ RuncError::NotFound { .. }) => {
             // A sidecar or network directory without a container is debris from a create
             // that failed or died; clear it, but still tell the caller the container does not
-            // exist.
+            // exist. So is a container directory without state.json (a runtime killed between
+            // its mkdir and the first save): runc removes it too.
             sidecar::cleanup(&ctx.root, id);
             net_dir::remove_debris(id);
+            let dir = ctx.root.join(id);
+            if let Err(err) = std::fs::remove_dir_all(&dir) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(?dir, error = %err, "could not remove a container directory without state");
+                }
+            }
             return Err(e);
         }
         Err(e) => return Err(e),

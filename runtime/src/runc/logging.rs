@@ -1,8 +1,10 @@
 //! Logging for `--log FILE`, `--log-format text|json` and `--debug`.
 //!
-//! Records go to the log file when one is given (appended), else to stderr. The JSON form is
-//! runc's (`{"level":"error","msg":"...","time":"..."}`, one object per line), which is what
-//! Podman and conmon read back.
+//! Records go to the log file when one is given (appended), else to stderr. Both forms are
+//! runc's: JSON (`{"level":"error","msg":"...","time":"..."}`, one object per line), which is
+//! what Podman and conmon read back, and logrus text (`time="..." level=error msg="..."`), which
+//! is what runc prints on stderr and what tools scanning a runtime's stderr look for `error` in.
+//! Levels are logrus's names (`warning`, not `warn`).
 
 use std::fmt;
 use std::fs::OpenOptions;
@@ -21,7 +23,7 @@ use super::RuncError;
 /// `--log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
-    /// `time level msg key=value`.
+    /// logrus text: `time="..." level=LEVEL msg="..." key=value`.
     #[default]
     Text,
     /// runc's JSON lines.
@@ -122,7 +124,7 @@ where
     ) -> fmt::Result {
         let mut fields = Fields::default();
         event.record(&mut fields);
-        let level = event.metadata().level().as_str().to_ascii_lowercase();
+        let level = logrus_level(*event.metadata().level());
         let time = rfc3339_now();
         match self.0 {
             LogFormat::Json => {
@@ -135,15 +137,49 @@ where
                 }
                 writeln!(w, "{}", serde_json::Value::Object(obj))
             }
-            LogFormat::Text => {
-                write!(w, "{time} {level} {}", fields.msg)?;
-                for (k, v) in fields.rest {
-                    write!(w, " {k}={v}")?;
-                }
-                writeln!(w)
-            }
+            LogFormat::Text => writeln!(w, "{}", text_record(level, &fields.msg, &fields.rest)),
         }
     }
+}
+
+/// logrus's name for a level.
+fn logrus_level(level: Level) -> &'static str {
+    match level {
+        Level::ERROR => "error",
+        Level::WARN => "warning",
+        Level::INFO => "info",
+        Level::DEBUG => "debug",
+        Level::TRACE => "trace",
+    }
+}
+
+/// One record in logrus's text form, as runc prints it on stderr: `time="..." level=LEVEL
+/// msg="..."`, then the other fields; a value is quoted unless it is a plain word.
+fn text_record(level: &str, msg: &str, rest: &[(String, String)]) -> String {
+    let value = |v: &str| {
+        let plain = !v.is_empty()
+            && v.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-._/@^+".contains(c));
+        if plain {
+            v.to_string()
+        } else {
+            format!("{v:?}")
+        }
+    };
+    let mut line = format!(
+        "time={} level={level} msg={}",
+        value(&rfc3339_now()),
+        value(msg)
+    );
+    for (k, v) in rest {
+        line.push_str(&format!(" {k}={}", value(v)));
+    }
+    line
+}
+
+/// The runtime's final error as runc prints it on stderr (`time="..." level=error msg="..."`).
+pub fn error_line(msg: &str) -> String {
+    text_record("error", msg, &[])
 }
 
 /// Current UTC time as RFC 3339 with seconds precision.
@@ -164,5 +200,28 @@ mod tests {
         assert_eq!(LogFormat::parse(None).unwrap(), LogFormat::Text);
         assert_eq!(LogFormat::parse(Some("json")).unwrap(), LogFormat::Json);
         assert!(LogFormat::parse(Some("xml")).is_err());
+    }
+
+    #[test]
+    fn text_records_are_logrus_lines() {
+        let line = text_record(
+            "warning",
+            "poststop hook failed: \"x\"",
+            &[
+                ("id".into(), "c1".into()),
+                ("hook".into(), "/bin/false x".into()),
+            ],
+        );
+        let (time, rest) = line.split_once(' ').unwrap();
+        assert!(
+            time.starts_with("time=\"") && time.ends_with("Z\""),
+            "{line}"
+        );
+        assert_eq!(
+            rest,
+            r#"level=warning msg="poststop hook failed: \"x\"" id=c1 hook="/bin/false x""#
+        );
+        assert!(error_line("container c1 does not exist")
+            .ends_with(r#" level=error msg="container c1 does not exist""#));
     }
 }

@@ -3,8 +3,7 @@
 //! Owns the runtime's state directory (default `/run/h5i-runc` for real root,
 //! `$XDG_RUNTIME_DIR/h5i-runc` otherwise), container lookup with runc's "does not exist"
 //! wording (Podman matches on it), the cgroup placement rule (never a `:youki:<id>` at the top of
-//! a hierarchy: `cgroup.rs`), holding a read-only cgroup mount libcontainer leaves writable on
-//! v1 (`cgroup_ro.rs`), h5i's sidecar state (`sidecar.rs`), the supervised network's directory
+//! a hierarchy: `cgroup.rs`), h5i's sidecar state (`sidecar.rs`), the supervised network's directory
 //! for specs that name none (`net_dir.rs`) and the socket gate merged into them (`gate.rs`),
 //! the sealed re-exec (`seal.rs`), and logging. Every container gets
 //! `confine::executor::H5iExecutor`, which applies the `h5i.*` annotations and is plain OCI
@@ -16,7 +15,6 @@
 //! `tests/runc.rs` (every verb, as root, against busybox bundles) and `tests/podman.rs`.
 
 pub mod cgroup;
-pub mod cgroup_ro;
 pub mod create;
 pub mod delete;
 pub mod exec;
@@ -100,9 +98,6 @@ pub enum RuncError {
     /// Staging mount sources for a container whose root is not host root failed.
     #[error(transparent)]
     Stage(#[from] stage::StageError),
-    /// The spec's read-only cgroup mount could not be held.
-    #[error(transparent)]
-    CgroupRo(#[from] cgroup_ro::CgroupRoError),
     /// Cgroup placement or cleanup failed.
     #[error(transparent)]
     Cgroup(#[from] cgroup::CgroupError),

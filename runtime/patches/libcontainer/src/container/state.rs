@@ -168,6 +168,11 @@ impl State {
     #[instrument(level = "trace")]
     pub fn save(&self, container_root: &Path) -> Result<()> {
         let state_file_path = Self::file_path(container_root);
+        // h5i patch: write a sibling file and rename it over state.json, so a runtime killed
+        // mid-write leaves the old state or the new one, never an empty or torn file (which
+        // made `state` and `delete --force` fail for good).
+        let final_path = state_file_path;
+        let state_file_path = final_path.with_extension("json.tmp");
         let file = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -206,6 +211,13 @@ impl State {
             );
             StateError::WriteStateFile {
                 state_file_path: state_file_path.to_owned(),
+                source: err,
+            }
+        })?;
+        fs::rename(&state_file_path, &final_path).map_err(|err| {
+            tracing::error!(?final_path, %err, "failed to rename container state file");
+            StateError::WriteStateFile {
+                state_file_path: final_path.to_owned(),
                 source: err,
             }
         })?;

@@ -29,6 +29,15 @@ pub enum RootfsError {
     Mount(#[from] mount::MountError),
     #[error(transparent)]
     Device(#[from] device::DeviceError),
+    /// h5i patch: which mount of the root failed, with its cause (runc: "mount /, flags: ..."),
+    /// where `Syscall` says only "failed syscall".
+    #[error("mount {target:?} ({what})")]
+    RootMount {
+        target: std::path::PathBuf,
+        what: String,
+        #[source]
+        source: crate::syscall::SyscallError,
+    },
 }
 
 type Result<T> = std::result::Result<T, RootfsError>;

@@ -350,6 +350,46 @@ impl Mount {
             }
         }
 
+        // h5i patch: hold the spec's "ro". Upstream mounted the tmpfs and every hierarchy
+        // read-write whatever the spec said (container root could raise its own limits). One
+        // recursive mount_setattr from inside the init, which holds the capabilities of its own
+        // user and mount namespaces (so this works rootless, where the runtime cannot even open
+        // the init's mount namespace); `cgroup_root` lies under the rootfs, so a container
+        // without a mount namespace changes its own mounts, never the host's /sys/fs/cgroup.
+        let readonly = cgroup_mount
+            .options()
+            .as_ref()
+            .is_some_and(|o| o.iter().any(|x| x == "ro"));
+        if readonly {
+            use std::os::unix::fs::OpenOptionsExt;
+            let dir = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(&cgroup_root)?;
+            let attr = linux::MountAttr {
+                attr_set: linux::MOUNT_ATTR_RDONLY,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            self.syscall
+                .mount_setattr(
+                    dir.as_fd(),
+                    Path::new(""),
+                    linux::AT_EMPTY_PATH | linux::AT_RECURSIVE,
+                    &attr,
+                    mem::size_of::<linux::MountAttr>(),
+                )
+                .map_err(|err| {
+                    tracing::error!(
+                        ?cgroup_root,
+                        ?err,
+                        "failed to make the cgroup mount read-only"
+                    );
+                    err
+                })?;
+        }
+
         Ok(())
     }
 

@@ -56,8 +56,12 @@ impl RootFS {
                     ?flags,
                     "failed to change the mount propagation type of the root"
                 );
-
-                err
+                // h5i patch: name the mount (see RootfsError::RootMount).
+                RootfsError::RootMount {
+                    target: "/".into(),
+                    what: format!("change propagation, flags {flags:?}"),
+                    source: err,
+                }
             })?;
 
         let mounter = Mount::new();
@@ -75,7 +79,12 @@ impl RootFS {
             )
             .map_err(|err| {
                 tracing::error!(?rootfs, ?err, "failed to bind mount rootfs");
-                err
+                // h5i patch: name the mount (see RootfsError::RootMount).
+                RootfsError::RootMount {
+                    target: rootfs.to_path_buf(),
+                    what: "bind the rootfs onto itself".into(),
+                    source: err,
+                }
             })?;
 
         let global_options = MountOptions {

@@ -36,6 +36,17 @@ pub enum InitProcessError {
     RootFS(#[source] rootfs::RootfsError),
     #[error("failed syscall")]
     SyscallOther(#[source] SyscallError),
+    /// h5i patch: which ids could not be set (runc: "cannot set uid to unmapped user in user
+    /// namespace"), where `SyscallOther` said only "failed syscall: EINVAL".
+    #[error(
+        "setresgid({gid}) / setresuid({uid}) (an id must be mapped in the container's user namespace)"
+    )]
+    SetId {
+        uid: u32,
+        gid: u32,
+        #[source]
+        source: SyscallError,
+    },
     #[error("failed apparmor")]
     AppArmor(#[source] apparmor::AppArmorError),
     #[error(transparent)]

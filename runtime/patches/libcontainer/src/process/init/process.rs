@@ -279,7 +279,12 @@ pub fn container_init_process(
             let uid = ctx.process.user().uid();
             let gid = ctx.process.user().gid();
             tracing::error!(?err, ?uid, ?gid, "failed to set uid and gid");
-            InitProcessError::SyscallOther(err)
+            // h5i patch: name the ids (see InitProcessError::SetId).
+            InitProcessError::SetId {
+                uid,
+                gid,
+                source: err,
+            }
         })?;
 
     // Take care of LISTEN_FDS used for systemd-active-socket. If the value is

@@ -1,0 +1,18 @@
+mod blkio;
+mod controller;
+mod controller_type;
+mod cpu;
+mod cpuacct;
+mod cpuset;
+mod devices;
+mod freezer;
+mod hugetlb;
+pub mod manager;
+mod memory;
+mod network_classifier;
+mod network_priority;
+pub mod perf_event;
+mod pids;
+pub mod util;
+pub use controller_type::ControllerType;
+pub use manager::Manager;
