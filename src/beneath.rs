@@ -122,6 +122,14 @@ pub struct Dir {
     fd: OwnedFd,
 }
 
+/// The held directory's descriptor, for a caller that makes entries of its own beneath a
+/// directory h5i owns (never for reading a box's tree: use the methods, which follow nothing).
+impl std::os::fd::AsRawFd for Dir {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// One name of a directory and its type: `S_IFMT` bits from [`Dir::typed_entries`] (the raw
 /// `d_type` inside the listing).
 pub type Entry<T = u32> = (Vec<u8>, T);

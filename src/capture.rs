@@ -101,12 +101,9 @@ pub fn binds_for(
 }
 
 fn digest(text: &str) -> String {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut hex = crate::snapshot::digest::sha256_hex(text.as_bytes());
+    hex.truncate(16);
+    hex
 }
 
 /// A staged `tool-call` claim, read: the claim with its raw `payload` taken out and its

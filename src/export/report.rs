@@ -441,7 +441,7 @@ fn what_ran(
     let mut runs = 0;
     let calls = tool_calls(&input.receipts.records);
     for r in &input.receipts.records {
-        if let Some(call) = calls.iter().find(|k| k.records[0].seq == r.seq) {
+        if let Some(call) = calls.iter().find(|k| k.records[0].record.seq == r.seq) {
             let _ = writeln!(out, "  - {}", call.line(c));
         }
         if let RecordBody::Run {
@@ -508,7 +508,6 @@ fn what_ran(
 
 /// A staged `tool-call` record's summary (see `crate::capture::read_staged`).
 struct ToolRecord<'a> {
-    seq: u64,
     record: &'a ReceiptRecord,
     event: Option<&'a str>,
     tool: Option<&'a str>,
@@ -530,7 +529,6 @@ fn as_tool_call(r: &ReceiptRecord) -> Option<ToolRecord<'_>> {
     }
     let s = |k: &str| claim.get(k).and_then(Value::as_str);
     Some(ToolRecord {
-        seq: r.seq,
         record: r,
         event: s("event"),
         tool: s("tool"),
@@ -549,7 +547,11 @@ struct ToolCall<'a> {
 impl ToolCall<'_> {
     fn line(&self, c: &dyn Fn(&str) -> String) -> String {
         let first = &self.records[0];
-        let seqs: Vec<String> = self.records.iter().map(|r| format!("#{}", r.seq)).collect();
+        let seqs: Vec<String> = self
+            .records
+            .iter()
+            .map(|r| format!("#{}", r.record.seq))
+            .collect();
         let events: Vec<&str> = self
             .records
             .iter()
@@ -584,17 +586,17 @@ impl ToolCall<'_> {
         if first.unparsed {
             return Some(format!(
                 "- record #{}: a staged tool call h5i could not read (not the hook's JSON)",
-                first.seq
+                first.record.seq
             ));
         }
         match (has("PreToolUse"), has("PostToolUse")) {
             (true, false) => Some(format!(
                 "- record #{}: the box claims the {tool} call started and never claims it ended (no PostToolUse): what the box says ran and what ran may differ",
-                first.seq
+                first.record.seq
             )),
             (false, true) => Some(format!(
                 "- record #{}: the box claims the {tool} call ended and never claims it started (no PreToolUse): what the box says ran and what ran may differ",
-                first.seq
+                first.record.seq
             )),
             _ => None,
         }

@@ -448,51 +448,35 @@ fn trim_newlines(b: &[u8]) -> &[u8] {
 /// on this project's CI host), else in the snapshot's scratch. Private (0700) either way.
 struct Mirror {
     dir: tempfile::TempDir,
-    fd: OwnedFd,
+    fd: beneath::Dir,
     made: HashSet<Vec<u8>>,
 }
 
 impl Mirror {
     fn create(scratch: &Path) -> Result<Mirror, SnapshotError> {
-        let shm = Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            tempfile::Builder::new()
-                .prefix("h5i-ignore-rules-")
-                .tempdir_in(shm)
-                .or_else(|_| {
-                    tempfile::Builder::new()
-                        .prefix("ignore-rules-")
-                        .tempdir_in(scratch)
-                })
-        } else {
+        let in_scratch = || {
             tempfile::Builder::new()
                 .prefix("ignore-rules-")
                 .tempdir_in(scratch)
+        };
+        let shm = Path::new("/dev/shm");
+        let dir = match shm.is_dir() {
+            true => tempfile::Builder::new()
+                .prefix("h5i-ignore-rules-")
+                .tempdir_in(shm)
+                .or_else(|_| in_scratch()),
+            false => in_scratch(),
         }
         .map_err(|source| SnapshotError::Scratch {
             path: scratch.to_path_buf(),
             source,
         })?;
-        let path = dir.path();
-        let err = |source| SnapshotError::Scratch {
-            path: path.to_path_buf(),
+        let fd = beneath::Dir::open(dir.path()).map_err(|source| SnapshotError::Scratch {
+            path: dir.path().to_path_buf(),
             source,
-        };
-        let c = CString::new(path.as_os_str().as_bytes())
-            .map_err(|_| err(io::Error::other("NUL in the scratch path")))?;
-        // SAFETY: c is a valid NUL-terminated string; the descriptor is owned below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(err(io::Error::last_os_error()));
-        }
+        })?;
         Ok(Mirror {
-            // SAFETY: fd was just returned by open and nothing else owns it.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
             dir,
             made: HashSet::new(),
         })

@@ -251,12 +251,13 @@ pub(crate) fn recv(fd: RawFd, max: usize) -> nix::Result<Received> {
     })
 }
 
-/// Wait until the init reports the run's end on `conn` or `deadline` passes (`false`), handing
-/// each interrupt signal h5i receives meanwhile to `forward`. Never sleeps past an event.
+/// Wait until the init reports the run's end on `conn` or `deadline` passes (`false`),
+/// delivering each interrupt signal h5i receives meanwhile to every process in the run's
+/// `cage`. Never sleeps past an event.
 fn end_by(
     conn: &OwnedFd,
     signals: &crate::supervise::SignalBlock,
-    forward: &dyn Fn(libc::c_int),
+    cage: &ResourceCage,
     deadline: Option<Instant>,
 ) -> nix::Result<bool> {
     use nix::poll::{poll, PollFd, PollFlags};
@@ -274,7 +275,7 @@ fn end_by(
                 let ended = fds[0].any().unwrap_or(true);
                 if fds[1].any().unwrap_or(false) {
                     while let Some(sig) = signals.read_signal() {
-                        forward(sig);
+                        cage.signal_members(sig);
                     }
                 }
                 if ended {
@@ -355,15 +356,12 @@ pub fn run(
     send(conn.as_raw_fd(), &[GO], &[]).map_err(sock_err("release the child", socket))?;
     let deadline = slot.wall.map(|w| started + w);
     let mut timed_out = false;
-    let forward = |sig| cage.signal_members(sig);
-    if !end_by(&conn, &signals, &forward, deadline).map_err(sock_err("wait for the end", socket))? {
+    if !end_by(&conn, &signals, &cage, deadline).map_err(sock_err("wait for the end", socket))? {
         timed_out = true;
         cage.kill_members();
         // The init reaps the killed child at once; an init that does not answer is broken.
         let grace = Some(Instant::now() + Duration::from_secs(10));
-        if !end_by(&conn, &signals, &forward, grace)
-            .map_err(sock_err("wait for the end", socket))?
-        {
+        if !end_by(&conn, &signals, &cage, grace).map_err(sock_err("wait for the end", socket))? {
             return Err(SandboxError::Refused(
                 "the init did not report the run the wall clock ended".into(),
             ));
