@@ -1,22 +1,35 @@
-//! The box-lifetime sandbox from the box's side: made lazily by a process-tier run from the same
-//! plan a per-run container would use, kept in h5i's private runtime directory, rebuilt when the
-//! plan it was made from changes, torn down by `abort`, `rm` and its init's idle timeout.
+//! The box-lifetime sandbox from the box's side: made lazily by a process-tier or supervised run
+//! from the same plan a per-run container would use, kept in h5i's private runtime directory,
+//! rebuilt when the plan it was made from changes, torn down by `abort`, `rm` and its init's
+//! idle timeout.
 //!
 //! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
 //! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
 //! box init's listener; never mounted into the box), `bundle/` (kept while the container lives:
-//! its rootfs is the box's root), `init.log` (the init's own stderr) and `lock` (exclusive to
-//! build or tear down, shared while a run is served, so a teardown waits for runs in flight).
+//! its rootfs is the box's root), `init.log` (the init's own stderr), `lock` (exclusive to
+//! build or tear down, shared while a run is served, so a teardown waits for runs in flight),
+//! and for a supervised sandbox `net/` (the sentry's net directory: its sockets, log, the box's
+//! hosts file) and `net.lock` (held by the one supervised run the network serves at a time).
+//!
+//! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
+//! with it by the same hooks a per-run container has, and live as long as it: the sentry
+//! watches the box init. Before each run the table is replaced for the run's pins in one nft
+//! transaction (counters and denied sets at zero) and the hosts file rewritten; after it the
+//! sentry answers the counters and socket-gate decisions since then, so the receipt's tally is
+//! exactly that run's. The digest covers the egress request (names and ports), not the
+//! addresses one run pinned: a name that re-resolves is swapped, not rebuilt.
 //!
 //! The digest covers the whole `config.json` the sandbox was made from (every mount, namespace,
 //! mapping, rlimit, capability set, hook and `h5i.*` annotation: the policy digest and
 //! everything derived from it) and the identity of the init binary, so any change to what a
 //! per-run container would have been rebuilds the sandbox before the next run.
 //!
-//! Must never: serve a run from a sandbox made from another plan, put a secret in the sandbox's
-//! bundle (secrets travel per run, in the request), or leave the container, its cgroups or its
-//! directory behind after a teardown.
-//! Guarded by `tests/sandbox.rs`.
+//! Must never: serve a run from a sandbox made from another plan, start a supervised run before
+//! the sentry took its pins, serve two supervised runs at once through one network (their
+//! tallies would mix), put a secret in the sandbox's bundle (secrets travel per run, in the
+//! request), or leave the container, its cgroups, its sentry or its directory behind after a
+//! teardown.
+//! Guarded by `tests/sandbox.rs` and `tests/supervised_sandbox.rs`.
 
 use std::fs;
 use std::io::Write as _;
@@ -27,6 +40,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use h5i_hook::net_spec::NET_SOCK;
+use h5i_policy::receipt::{NetTally, PinnedRule};
 use h5i_policy::ResolvedPolicy;
 use h5i_runtime::bundle::BundlePlan;
 use h5i_runtime::process_tier::ProcessRunReport;
@@ -95,15 +110,18 @@ struct SandboxLock(fs::File);
 
 impl SandboxLock {
     fn take(dir: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
-        let path = dir.join("lock");
+        SandboxLock::take_file(&dir.join("lock"), how)
+    }
+
+    fn take_file(path: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
         let file = fs::OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(0o600)
-            .open(&path)
-            .map_err(|e| BoxError::io(&path, e))?;
-        flock(&file, how).map_err(|e| BoxError::io(&path, e))?;
+            .open(path)
+            .map_err(|e| BoxError::io(path, e))?;
+        flock(&file, how).map_err(|e| BoxError::io(path, e))?;
         Ok(SandboxLock(file))
     }
 
@@ -170,16 +188,36 @@ fn refused(what: String) -> BoxError {
     }
 }
 
-/// Run `plan`'s command in the box's sandbox, making or rebuilding it first when needed.
+/// A run served by the sandbox.
+#[derive(Debug)]
+pub struct SandboxRun {
+    /// The command's end and its cage's figures.
+    pub report: ProcessRunReport,
+    /// A supervised sandbox's tally of exactly this run (or why there is none).
+    pub net: Option<Result<NetTally, String>>,
+}
+
+/// The supervised sandbox's net directory (inside the sandbox's own, so it goes with it).
+fn net_dir(dir: &Path) -> PathBuf {
+    dir.join("net")
+}
+
+/// Run `plan`'s command in the box's sandbox, making or rebuilding it first when needed. With
+/// `egress` (the supervised tier: this run's pins), the sandbox is a supervised one: its network
+/// namespace, nftables table, socket gate and uplink live as long as it does, the table is
+/// swapped for this run's pins before the command starts, and the tally read back after it
+/// ended is exactly this run's (one supervised run at a time per sandbox).
 /// `Ok(None)`: this host cannot give the sandbox a cgroup (without one nothing ends a run's
-/// background processes with it): the caller runs a container per run instead.
+/// background processes with it), or another supervised run holds the sandbox's network: the
+/// caller runs a container per run instead.
 pub fn run(
     sb: &StoredBox,
     policy: &ResolvedPolicy,
     plan: &BundlePlan,
     wall: Option<Duration>,
     env: Vec<String>,
-) -> Result<Option<ProcessRunReport>, BoxError> {
+    egress: Option<&[PinnedRule]>,
+) -> Result<Option<SandboxRun>, BoxError> {
     let runc = crate::process::runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
@@ -191,15 +229,34 @@ pub fn run(
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(BoxError::io(&dir, e)),
     }
-    let base = sandbox_plan(sb, plan, &runc);
-    let digest = digest_of(&base, &runc)?;
+    let mut base = sandbox_plan(sb, plan, &runc);
+    let net = net_dir(&dir);
+    let hostname = format!("h5i-{}", base.id);
+    let digest = match egress {
+        None => digest_of(&base, &runc)?,
+        Some(rules) => {
+            crate::supervised::wire(&mut base, &net, rules)?;
+            let mut keyed = base.clone();
+            keyed.extra_annotations.insert(
+                crate::supervised::NET_EGRESS_ANNOTATION.into(),
+                crate::supervised::requested_annotation(rules),
+            );
+            digest_of(&keyed, &runc)?
+        }
+    };
     let socket = dir.join("init.sock");
     let lock = SandboxLock::take(&dir, libc::LOCK_EX)?;
-    let current = read_state(&dir).filter(|s| s.digest == digest);
+    // A supervised sandbox whose sentry is gone has no network to serve a run with.
+    let current = read_state(&dir)
+        .filter(|s| s.digest == digest)
+        .filter(|_| egress.is_none() || net.join(NET_SOCK).exists());
     let (state, conn) = match current.and_then(|s| rt::connect(&socket).ok().map(|c| (s, c))) {
         Some(found) => found,
         None => {
             teardown_locked(&dir)?;
+            if let Some(rules) = egress {
+                crate::supervised::make_dir(&net, &hostname, rules)?;
+            }
             let Some(state) = build(sb, &dir, base, &digest, &runc)? else {
                 return Ok(None);
             };
@@ -209,6 +266,26 @@ pub fn run(
     };
     lock.downgrade()
         .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
+    // One supervised run at a time holds the sandbox's network, so its tally is its own; a
+    // second one meanwhile takes a container of its own.
+    let net_lock = match egress {
+        None => None,
+        Some(rules) => {
+            match SandboxLock::take_file(&dir.join("net.lock"), libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(held) => {
+                    crate::supervised::refresh_hosts(&net, &hostname, rules)?;
+                    crate::supervised::begin(&net, rules)?;
+                    Some(held)
+                }
+                Err(BoxError::Io { source, .. })
+                    if source.raw_os_error() == Some(libc::EWOULDBLOCK) =>
+                {
+                    return Ok(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
     sweep_stale_runs(&state.container);
     let (fds, open) = caller_stdio();
     let req = RunRequest {
@@ -234,12 +311,22 @@ pub fn run(
         conn,
         &req,
         &fds,
-    )?;
+    );
+    // The tally is read even when the run failed to start: the next run's begin resets it.
+    let tally = net_lock.map(|held| {
+        let t = crate::supervised::end(&net);
+        drop(held);
+        t
+    });
+    let report = report?;
     drop(lock);
-    Ok(Some(ProcessRunReport {
-        child: report.child,
-        cage: report.cage,
-        notes: base_notes(plan),
+    Ok(Some(SandboxRun {
+        report: ProcessRunReport {
+            child: report.child,
+            cage: report.cage,
+            notes: base_notes(plan),
+        },
+        net: tally,
     }))
 }
 
@@ -460,6 +547,10 @@ fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
     })?;
     for f in ["state.json", "init.sock", "init.pid"] {
         let _ = fs::remove_file(dir.join(f));
+    }
+    let net = net_dir(dir);
+    if net.exists() {
+        fs::remove_dir_all(&net).map_err(|e| BoxError::io(&net, e))?;
     }
     let bundle = dir.join("bundle");
     if bundle.exists() {

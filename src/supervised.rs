@@ -3,7 +3,8 @@
 //! the run started, names answered by a generated hosts file (no resolver), and the socket()
 //! gate.
 //!
-//! Owns, for one run: pinning `net.egress` on the host (through the broker's address rules, so a
+//! Owns, for one run (a container of its own, or a run in the box's supervised sandbox, whose
+//! sentry `begin`s and `end`s each run: `crate::sandbox`): pinning `net.egress` on the host (through the broker's address rules, so a
 //! name that resolves to loopback, link-local or one of the host's own addresses is refused, and
 //! a name that re-resolves later never widens anything: the box only ever gets these addresses),
 //! the run's private net directory (`net.sock`, `gate.sock`, `tally.json` of the `h5i-hook`
@@ -15,8 +16,12 @@
 //! a table other than the one the sentry says it loaded.
 
 use std::collections::BTreeMap;
-use std::io::Write;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use h5i_hook::net_spec::{NET_SOCK, SENTRY_LOG, TALLY};
 
 use h5i_broker::pin::{pin, AddressRules, Pinned, Resolver, SystemResolver};
 use h5i_policy::receipt::{EgressTally, LoadedEgressTable, NetTally, PinnedRule, SocketGateTally};
@@ -149,49 +154,78 @@ fn write_private(path: &Path, text: &str) -> Result<(), BoxError> {
         .map_err(|e| BoxError::io(path, e))
 }
 
-/// Pin the policy's egress and turn `plan` (the process tier's) into a supervised one: its own
-/// network namespace wired by the sentry's hooks, the hosts file, no resolver, the socket gate.
-pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<SupervisedNet, BoxError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let hook = crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
+/// The hook binary that wires the supervised network.
+fn hook_binary() -> Result<PathBuf, BoxError> {
+    crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-hook (which wires the supervised tier's network) is not beside h5i or on PATH"
             .into(),
         mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
-    })?;
-    // Short: unix socket paths hold at most 107 bytes.
-    let dir = crate::process::runtime_dir()?.join(format!(
-        "n-{}",
-        plan.id.chars().rev().take(24).collect::<String>()
-    ));
+    })
+}
+
+/// Make the private net directory `dir` (0700) with the box's name files for `rules`: the
+/// hosts file and a resolv.conf naming no resolver.
+pub fn make_dir(dir: &Path, hostname: &str, rules: &[PinnedRule]) -> Result<(), BoxError> {
+    use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .mode(0o700)
-        .create(&dir)
-        .map_err(|e| BoxError::io(&dir, e))?;
-    let net = SupervisedNet { dir, rules };
-    let hosts = net.dir.join("hosts");
-    write_private(&hosts, &hosts_file(&format!("h5i-{}", plan.id), &net.rules))?;
-    let resolv = net.dir.join("resolv.conf");
+        .create(dir)
+        .map_err(|e| BoxError::io(dir, e))?;
+    write_private(&dir.join("hosts"), &hosts_file(hostname, rules))?;
     write_private(
-        &resolv,
+        &dir.join("resolv.conf"),
         "# h5i supervised box: no resolver; allowed names are in /etc/hosts\n",
-    )?;
-    plan.file_binds.push((hosts, PathBuf::from("/etc/hosts")));
-    plan.file_binds
-        .push((resolv, PathBuf::from("/etc/resolv.conf")));
-    let egress: Vec<serde_json::Value> = net
-        .rules
+    )
+}
+
+/// Rewrite the hosts file of a live net directory in place (the box's `/etc/hosts` is a bind
+/// of that very file) for the next run's pins.
+pub fn refresh_hosts(dir: &Path, hostname: &str, rules: &[PinnedRule]) -> Result<(), BoxError> {
+    let path = dir.join("hosts");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(|e| BoxError::io(&path, e))?;
+    f.write_all(hosts_file(hostname, rules).as_bytes())
+        .map_err(|e| BoxError::io(&path, e))
+}
+
+/// The `h5i.net.egress` annotation for `rules`.
+fn egress_annotation(rules: &[PinnedRule]) -> String {
+    let egress: Vec<serde_json::Value> = rules
         .iter()
         .map(|r| serde_json::json!({"host": r.host, "port": r.port, "addrs": r.addrs}))
         .collect();
+    serde_json::Value::Array(egress).to_string()
+}
+
+/// The request the sandbox was made for, without the addresses one run pinned: what a
+/// sandbox's identity covers (a name that re-resolves is refreshed per run, not rebuilt).
+pub fn requested_annotation(rules: &[PinnedRule]) -> String {
+    let egress: Vec<serde_json::Value> = rules
+        .iter()
+        .map(|r| serde_json::json!({"host": r.host, "port": r.port}))
+        .collect();
+    serde_json::Value::Array(egress).to_string()
+}
+
+/// Turn `plan` (the process tier's) into a supervised one whose network is wired through the
+/// net directory `dir` (made by [`make_dir`]): its own network namespace wired by the
+/// sentry's hooks, the hosts file, no resolver, the socket gate.
+pub fn wire(plan: &mut BundlePlan, dir: &Path, rules: &[PinnedRule]) -> Result<(), BoxError> {
+    let hook = hook_binary()?;
+    plan.file_binds
+        .push((dir.join("hosts"), PathBuf::from("/etc/hosts")));
+    plan.file_binds
+        .push((dir.join("resolv.conf"), PathBuf::from("/etc/resolv.conf")));
     plan.extra_annotations
         .insert(NET_ANNOTATION.into(), "supervised".into());
     plan.extra_annotations
-        .insert(NET_DIR_ANNOTATION.into(), net.dir.display().to_string());
-    plan.extra_annotations.insert(
-        NET_EGRESS_ANNOTATION.into(),
-        serde_json::Value::Array(egress).to_string(),
-    );
-    plan.socket_gate = Some(net.dir.join("gate.sock"));
+        .insert(NET_DIR_ANNOTATION.into(), dir.display().to_string());
+    plan.extra_annotations
+        .insert(NET_EGRESS_ANNOTATION.into(), egress_annotation(rules));
+    plan.socket_gate = Some(dir.join("gate.sock"));
     let hook = hook.display().to_string();
     // net-inside brings up lo itself: the loopback hook would be redundant.
     plan.create_container_hooks
@@ -209,7 +243,21 @@ pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<Supervise
             .push(vec![hook.clone(), "net-up".into(), "--attach".into()]);
     }
     plan.poststop_hooks.push(vec![hook, "net-down".into()]);
-    Ok(net)
+    Ok(())
+}
+
+/// Pin the policy's egress and turn `plan` (the process tier's) into a supervised one for one
+/// run, with a net directory of the run's own.
+pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<SupervisedNet, BoxError> {
+    hook_binary()?;
+    // Short: unix socket paths hold at most 107 bytes.
+    let dir = crate::process::runtime_dir()?.join(format!(
+        "n-{}",
+        plan.id.chars().rev().take(24).collect::<String>()
+    ));
+    make_dir(&dir, &format!("h5i-{}", plan.id), &rules)?;
+    wire(plan, &dir, &rules)?;
+    Ok(SupervisedNet { dir, rules })
 }
 
 impl SupervisedNet {
@@ -222,7 +270,7 @@ impl SupervisedNet {
     /// `None` (with the reason) when the sentry left none: the box never started, or the
     /// sentry died.
     pub fn finish(self) -> Result<NetTally, String> {
-        let path = self.dir.join("tally.json");
+        let path = self.dir.join(TALLY);
         let got = std::fs::read(&path)
             .map_err(|e| format!("{}: {e}", path.display()))
             .and_then(|b| {
@@ -234,6 +282,54 @@ impl SupervisedNet {
     }
 }
 
+/// How long the sentry of a box-lifetime sandbox may take to swap the table or read the
+/// counters (each nft it runs is bounded at 10 s).
+const SENTRY_TIMEOUT: Duration = Duration::from_secs(15);
+/// The largest tally the sentry answers `end` with.
+const MAX_TALLY: u64 = 8 << 20;
+
+/// One request to the sentry serving the net directory `dir`, and its whole answer.
+fn ask_sentry(dir: &Path, request: &[u8]) -> Result<String, String> {
+    let sock = dir.join(NET_SOCK);
+    let mut conn = UnixStream::connect(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+    let sent = conn
+        .set_read_timeout(Some(SENTRY_TIMEOUT))
+        .and_then(|()| conn.write_all(request))
+        .and_then(|()| conn.shutdown(std::net::Shutdown::Write));
+    sent.map_err(|e| format!("{}: {e}", sock.display()))?;
+    let mut answer = String::new();
+    (&mut conn)
+        .take(MAX_TALLY)
+        .read_to_string(&mut answer)
+        .map_err(|e| format!("{}: no answer: {e}", sock.display()))?;
+    Ok(answer.trim_end().to_string())
+}
+
+/// A run in the box-lifetime sandbox starts: the sentry of `dir` swaps the table for `rules`
+/// (one transaction; counters at zero) and clears its socket-gate tally. The run must not start
+/// unless this succeeded.
+pub fn begin(dir: &Path, rules: &[PinnedRule]) -> Result<(), BoxError> {
+    let mut request = b"begin\n".to_vec();
+    request.extend_from_slice(egress_annotation(rules).as_bytes());
+    match ask_sentry(dir, &request) {
+        Ok(line) if line == "ok" => Ok(()),
+        Ok(line) | Err(line) => Err(BoxError::BadRequest {
+            what: format!("the box sandbox's network did not take this run's egress pins: {line}"),
+            mend: format!(
+                "run `h5i box abort` on the box to rebuild its sandbox (sentry log: {})",
+                dir.join(SENTRY_LOG).display()
+            ),
+        }),
+    }
+}
+
+/// A run in the box-lifetime sandbox ended: the sentry's counters and socket-gate decisions
+/// since its [`begin`].
+pub fn end(dir: &Path) -> Result<NetTally, String> {
+    let answer = ask_sentry(dir, b"end\n")?;
+    serde_json::from_str::<NetTally>(&answer).map_err(|_| answer)
+}
+
 /// What a kernel-tier run's receipt says about its network: the egress counts (the sentry's
 /// table merged with the credential proxy's) and the socket gate's decisions. For a supervised
 /// run (`net` given) the loaded table is also kept for `status`; a sentry that left no tally is
@@ -243,10 +339,19 @@ pub fn settle(
     net: Option<SupervisedNet>,
     credential_tally: Option<EgressTally>,
 ) -> Result<(Option<EgressTally>, Option<Box<SocketGateTally>>), BoxError> {
-    let Some(net) = net else {
-        return Ok((credential_tally, None));
-    };
-    match net.finish() {
+    match net {
+        Some(net) => settle_tally(sb, net.finish(), credential_tally),
+        None => Ok((credential_tally, None)),
+    }
+}
+
+/// [`settle`] for a tally already read (or the reason there is none).
+pub fn settle_tally(
+    sb: &StoredBox,
+    tally: Result<NetTally, String>,
+    credential_tally: Option<EgressTally>,
+) -> Result<(Option<EgressTally>, Option<Box<SocketGateTally>>), BoxError> {
+    match tally {
         Ok(t) => {
             remember_table(sb, &t.table)?;
             let egress = t.egress.merged(credential_tally);

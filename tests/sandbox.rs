@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{stderr, stdout, Repo};
+use common::{process_alive as alive, stderr, stdout, Repo};
 
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
@@ -31,10 +31,7 @@ fn run(r: &Repo, name: &str, argv: &[&str]) -> std::process::Output {
 
 /// The sandbox's container id, from `box status` (None when it is down).
 fn sandbox_id(r: &Repo, name: &str) -> Option<String> {
-    let status = r.ok(&["box", "status", name]);
-    let line = status.lines().find(|l| l.starts_with("sandbox: "))?;
-    let rest = line.strip_prefix("sandbox: up (")?;
-    Some(rest.split(',').next()?.to_string())
+    common::sandbox_id_in(&r.ok(&["box", "status", name]))
 }
 
 /// The sandbox directory holding the state of container `id`.
@@ -54,14 +51,6 @@ fn init_pid(id: &str) -> i32 {
         .trim()
         .parse()
         .unwrap()
-}
-
-/// Whether `pid` runs (a zombie waiting for the host's pid 1 to reap it has ended).
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
-        .unwrap_or(false)
 }
 
 /// Every cgroup directory named `id` under this process's own memory (or unified) group.

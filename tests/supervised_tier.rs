@@ -10,7 +10,7 @@ mod common;
 use std::process::Output;
 
 use common::testnet::TestHosts;
-use common::{stderr, stdout, Repo};
+use common::{labelled_results as results, stderr, stdout, Repo};
 
 /// Python run inside the box: each check prints `name=result`, where result is the greeting,
 /// `ok`, or `err:ERRNO_NAME`.
@@ -55,14 +55,6 @@ for spec in sys.argv[1:]:
         except OSError as e:
             print("write=%s" % name(e))
 "#;
-
-fn results(out: &Output) -> std::collections::BTreeMap<String, String> {
-    stdout(out)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 fn supervised_box(r: &Repo, name: &str, hosts: &TestHosts, unix: bool) -> String {
     r.write_policy(&format!(

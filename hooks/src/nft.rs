@@ -58,6 +58,13 @@ pub enum TallyError {
     Json(String),
 }
 
+/// `script` (a [`render`]ed table) as a replacement of the table in force: one transaction that
+/// deletes the old table and adds the new one, so no packet ever meets a half-made table, and
+/// every counter and denied set of the new one starts at zero.
+pub fn replace(script: &str) -> String {
+    format!("delete table {TABLE}\n{script}")
+}
+
 /// The `nft -f` script for `rules`. Addresses must already be checked (`egress::pin`).
 pub fn render(rules: &[PinnedRule]) -> String {
     let mut s = String::new();

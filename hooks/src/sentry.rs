@@ -23,7 +23,17 @@
 //!
 //! Requests are one line each: `attach\n` (with exactly two fds: net, user) or `stop\n`; the
 //! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
-//! only one `attach` per run.
+//! only one `attach` per box.
+//!
+//! A box-lifetime sandbox (many runs, one box init) adds two requests around each run, and the
+//! sentry then lives, with the table and the uplink, as long as the sandbox:
+//! - `begin\n` followed by the run's egress request as JSON (the peer then shuts its write side):
+//!   pinned like the plan's, the table is replaced in one nft transaction (`delete table` + the
+//!   new table, so the pins swap and every counter and denied set starts at zero together) and
+//!   the socket gate's tally is cleared; answer `ok` once the new table is in force.
+//! - `end\n`: the counters and the gate's decisions since `begin`, answered as one [`NetTally`]
+//!   JSON document (or the refusal, one line). The caller runs one run at a time per sandbox,
+//!   so the tally is exactly that run's.
 //!
 //! Must never: let the box run (answer `ok`) before the table is loaded, answer `ok` to an attach
 //! it did not complete, write a tally whose counters it could not read (it then writes none and
@@ -113,6 +123,7 @@ struct Sentry {
     plan: SentryPlan,
     rules: Vec<PinnedRule>,
     script: String,
+    address_rules: AddressRules,
     init: OwnedFd,
     net_listener: UnixListener,
     gate: GateHandle,
@@ -245,6 +256,7 @@ fn start_with(plan: SentryPlan, created: &mut Vec<PathBuf>) -> Result<Sentry, Se
         plan,
         rules,
         script,
+        address_rules,
         init,
         net_listener,
         gate,
@@ -295,6 +307,8 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SentryError> {
 enum Request {
     Attach(Vec<OwnedFd>),
     Stop,
+    Begin(Vec<EgressRequest>),
+    End,
 }
 
 fn read_request(conn: &UnixStream) -> Result<Request, String> {
@@ -315,11 +329,32 @@ fn read_request(conn: &UnixStream) -> Result<Request, String> {
     match (&buf[..n], fds.len()) {
         (b"attach\n", 2) => Ok(Request::Attach(fds)),
         (b"stop\n", 0) => Ok(Request::Stop),
+        (b"end\n", 0) => Ok(Request::End),
+        (line, 0) if line.starts_with(BEGIN) => read_begin(conn, &line[BEGIN.len()..]),
         (line, k) => Err(format!(
             "refusing: unknown request {:?} with {k} fds",
             String::from_utf8_lossy(line)
         )),
     }
+}
+
+/// The verb line of a run's `begin` request.
+const BEGIN: &[u8] = b"begin\n";
+
+/// The rest of a `begin` request: its egress JSON, read to the peer's end of writing (bounded
+/// in size and time).
+fn read_begin(conn: &UnixStream, first: &[u8]) -> Result<Request, String> {
+    let mut body = first.to_vec();
+    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(|e| format!("refusing: {e}"))?;
+    conn.take(MAX_PLAN)
+        .read_to_end(&mut body)
+        .map_err(|e| format!("refusing: the begin request was not read whole: {e}"))?;
+    let text = std::str::from_utf8(&body)
+        .map_err(|_| "refusing: the begin request is not UTF-8".to_string())?;
+    egress::parse(Some(text))
+        .map(Request::Begin)
+        .map_err(|e| e.to_string())
 }
 
 impl Sentry {
@@ -348,6 +383,28 @@ impl Sentry {
             };
             match read_request(&conn) {
                 Ok(Request::Stop) => return vec![conn],
+                Ok(Request::Begin(reqs)) => {
+                    let answer = self.begin(&reqs).map_or_else(
+                        |e| {
+                            eprintln!("h5i sentry: {e}");
+                            e
+                        },
+                        |()| "ok".to_string(),
+                    );
+                    let _ = writeln!(conn, "{answer}");
+                    drop(conn);
+                    self.start_counter_reader();
+                }
+                Ok(Request::End) => {
+                    let answer = self.end().and_then(|t| {
+                        serde_json::to_string(&t).map_err(|e| SentryError::Tally(e.to_string()))
+                    });
+                    let line = answer.unwrap_or_else(|e| {
+                        eprintln!("h5i sentry: {e}");
+                        e.to_string()
+                    });
+                    let _ = writeln!(conn, "{line}");
+                }
                 Ok(Request::Attach(fds)) => {
                     let answer = match self.attach(fds) {
                         Ok(()) => "ok".to_string(),
@@ -397,6 +454,48 @@ impl Sentry {
             counter_reader: None,
         });
         Ok(())
+    }
+
+    /// A run starts: pin its egress request, replace the table in one transaction (new pins,
+    /// every counter and denied set at zero) and clear the gate's tally.
+    fn begin(&mut self, reqs: &[EgressRequest]) -> Result<(), String> {
+        let Some(a) = self.attached.as_mut() else {
+            return Err("refusing: a run cannot begin before the box is attached".into());
+        };
+        let rules =
+            egress::pin(reqs, &SystemResolver, &self.address_rules).map_err(|e| e.to_string())?;
+        let script = nft::render(&rules);
+        // The previous run's reader would list the old table: end it before the swap.
+        a.counter_reader.take();
+        a.ns.nft(&["-f", "-"], nft::replace(&script).as_bytes())
+            .map_err(|e| e.to_string())?;
+        if !a.uplink.alive() {
+            eprintln!("h5i sentry: the uplink has exited; this run has no way out");
+        }
+        self.rules = rules;
+        self.script = script;
+        self.gate.take_tally();
+        Ok(())
+    }
+
+    /// A run ended: its counters and socket-gate decisions since [`Self::begin`].
+    fn end(&mut self) -> Result<NetTally, SentryError> {
+        let Some(a) = self.attached.as_mut() else {
+            return Err(SentryError::Tally(
+                "no table was loaded: the box was never attached".into(),
+            ));
+        };
+        let json = read_counters(a).map_err(|e| SentryError::Tally(e.to_string()))?;
+        let egress =
+            nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))?;
+        Ok(NetTally {
+            table: LoadedEgressTable {
+                digest: nft::digest(&self.script),
+                rules: self.rules.clone(),
+            },
+            egress,
+            socket_gate: self.gate.take_tally(),
+        })
     }
 
     /// Start the counter reader for an attached box. Best effort: without one, [`Self::finish`]

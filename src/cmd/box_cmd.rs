@@ -466,7 +466,10 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     say!("{line}");
                 }
             }
-            if report.policy.tier == h5i_policy::Tier::Process {
+            if matches!(
+                report.policy.tier,
+                h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
+            ) {
                 say!("{}", h5i::sandbox::status_line(&report.sb));
             }
             let services = h5i::service::status(&store, &name)?;

@@ -30,15 +30,16 @@ impl TierBackend for Process {
         if let Network::JoinService(pid) = req.network {
             crate::process::join_network_of(&mut plan, pid);
         }
-        let warm = req.network == Network::Own
-            && matches!(req.stdio, Stdio::Caller)
-            && warm_path_fits(resolved.policy);
-        if warm {
+        if warm_path_fits(resolved.policy, &req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
             if let Some(run) =
-                crate::sandbox::run(resolved.sb, resolved.policy, &plan, req.wall, env)?
+                crate::sandbox::run(resolved.sb, resolved.policy, &plan, req.wall, env, None)?
             {
-                return Ok(TierRun::supervised(run.child, run.cage.oom, None));
+                return Ok(TierRun::supervised(
+                    run.report.child,
+                    run.report.cage.oom,
+                    None,
+                ));
             }
         }
         let (run, egress) = run_in_container(resolved, plan, req.wall, req.stdio)?;
@@ -59,14 +60,20 @@ pub(super) fn plan_for(
     Ok(plan)
 }
 
-/// Whether a process-tier run goes through the box's sandbox rather than a container of its
-/// own: not when turned off (`H5I_SANDBOX=off`), not when the policy grants credentials (their
-/// proxy is wired per run into the run's network namespace), and not from a terminal (the run
-/// could not be the terminal's foreground job from inside the sandbox's session).
-fn warm_path_fits(policy: &ResolvedPolicy) -> bool {
+/// Whether a kernel-tier run goes through the box's sandbox rather than a container of its
+/// own: only a run with its own network and the caller's descriptors (not a service's, not a
+/// box terminal), not when turned off (`H5I_SANDBOX=off`), not when the policy grants
+/// credentials (their proxy is wired per run into the run's network namespace), and not from a
+/// terminal (the run could not be the terminal's foreground job from inside the sandbox's
+/// session).
+pub(super) fn warm_path_fits(policy: &ResolvedPolicy, req: &RunRequest<'_>) -> bool {
     // SAFETY: isatty only inspects descriptor 0.
     let tty = unsafe { libc::isatty(0) } == 1;
-    crate::sandbox::enabled() && policy.auth_grants().is_empty() && !tty
+    req.network == Network::Own
+        && matches!(req.stdio, Stdio::Caller)
+        && crate::sandbox::enabled()
+        && policy.auth_grants().is_empty()
+        && !tty
 }
 
 /// Run `plan` in a container of its own, the credential proxies serving for exactly as long,

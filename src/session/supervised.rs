@@ -1,13 +1,16 @@
-//! The supervised tier's backend: the process tier's per-run container in a network namespace
-//! of its own whose only way out is the nftables table of the egress the session pinned
-//! (`crate::supervised` wires it and reads the sentry's tally back).
+//! The supervised tier's backend: the process tier's bundle in a network namespace of its own
+//! whose only way out is the nftables table of the egress the session pinned
+//! (`crate::supervised` wires it and reads the sentry's tally back). A run goes through the
+//! box's supervised sandbox (`crate::sandbox`: namespace, table and uplink made once, the pins
+//! swapped per run) when the warm path fits, else through a container of its own.
 //!
-//! Owns the order of a supervised run: attach the network to the plan, run, settle the
-//! network (its tally kept for the receipt and `status`) before the run's result is looked at.
+//! Owns the order of a supervised run: attach the network to the plan (or swap the sandbox's
+//! pins), run, settle the network (its tally kept for the receipt and `status`) before the
+//! run's result is looked at.
 //! Must never: start a run whose egress was not pinned, or report a tally the sentry did not
 //! leave.
 
-use super::process::{plan_for, run_in_container};
+use super::process::{plan_for, run_in_container, warm_path_fits};
 use super::{Resolved, RunRequest, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
 
@@ -21,6 +24,30 @@ impl TierBackend for Supervised {
 
     fn run(&self, mut resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
         let mut plan = plan_for(&resolved, &req)?;
+        if warm_path_fits(resolved.policy, &req) {
+            let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
+            if let Some(run) = crate::sandbox::run(
+                resolved.sb,
+                resolved.policy,
+                &plan,
+                req.wall,
+                env,
+                Some(&resolved.pinned),
+            )? {
+                let tally = run
+                    .net
+                    .unwrap_or_else(|| Err("the sandbox read no tally".into()));
+                let (egress, socket_gate) =
+                    crate::supervised::settle_tally(resolved.sb, tally, None)?;
+                return Ok(TierRun {
+                    report: run.report.child,
+                    oom: run.report.cage.oom,
+                    egress,
+                    socket_gate,
+                    usage: Usage::Supervisor,
+                });
+            }
+        }
         let net = crate::supervised::attach(&mut plan, std::mem::take(&mut resolved.pinned))?;
         let sb = resolved.sb;
         let (run, cred_tally) = run_in_container(resolved, plan, req.wall, req.stdio)?;

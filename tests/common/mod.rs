@@ -246,6 +246,30 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The `name=result` lines a probe run in a box printed on stdout.
+pub fn labelled_results(out: &Output) -> std::collections::BTreeMap<String, String> {
+    stdout(out)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Whether `pid` runs (a zombie waiting for the host's pid 1 to reap it has ended).
+pub fn process_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// The box sandbox's container id in `box status` text (None when it is down).
+pub fn sandbox_id_in(status: &str) -> Option<String> {
+    let line = status.lines().find(|l| l.starts_with("sandbox: "))?;
+    let rest = line.strip_prefix("sandbox: up (")?;
+    Some(rest.split(',').next()?.to_string())
+}
+
 /// A directory of symlinks to exactly `tools` (found in the system bin dirs), to run h5i with
 /// as its whole PATH: a host that lacks everything else.
 pub fn path_with_only(tools: &[&str]) -> tempfile::TempDir {

@@ -214,6 +214,11 @@ impl GateHandle {
         lock(&self.tally).clone()
     }
 
+    /// The decisions so far, and the tally cleared: the next call counts from now.
+    pub fn take_tally(&self) -> SocketGateTally {
+        std::mem::take(&mut *lock(&self.tally))
+    }
+
     /// Stop serving: the thread closes every notification descriptor (so the box's further
     /// socket calls fail with `ENOSYS`) and the listener, and ends. Idempotent.
     pub fn stop(&mut self) {

@@ -1,0 +1,404 @@
+//! The supervised tier on the box-lifetime sandbox, asserted from inside real boxes and from the
+//! host, as root and as the unprivileged test user: a background process of one run is gone
+//! before the next starts; a name pinned to another address is swapped into the table for the
+//! next run (the host that was refused is reached and the other way round) without a rebuild,
+//! and each receipt's tally is exactly its own run's; a changed plan rebuilds the sandbox, its
+//! sentry and uplink going with the old one; a run's OOM kills that run only, not the sandbox,
+//! a concurrent run or a running service. Every destination is one of this test's own hosts
+//! (tests/common/testnet.rs). The rest of the supervised suite (supervised_tier, confine,
+//! run_signals, ...) runs through this sandbox too: it is the default path.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use common::testnet::TestHosts;
+use common::{labelled_results as results, process_alive as alive, stderr, stdout, Caller};
+
+/// `tcp LABEL HOST PORT`: prints `LABEL=greeting` or `LABEL=err:ERRNO`.
+const CONNECT: &str = r#"
+import errno, socket, sys
+args = sys.argv[1:]
+for i in range(0, len(args), 3):
+    label, host, port = args[i], args[i + 1], int(args[i + 2])
+    try:
+        s = socket.create_connection((host, port), timeout=3)
+        print("%s=%s" % (label, s.recv(100).decode().strip())); s.close()
+    except OSError as e:
+        print("%s=err:%s" % (label, errno.errorcode.get(e.errno, str(e.errno))))
+"#;
+
+fn run(c: &mut Caller, name: &str, pin: &str, argv: &[&str]) -> Output {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend_from_slice(argv);
+    c.h5i_with(&args, &[("H5I_TEST_HOSTS", pin)])
+}
+
+fn connect(c: &mut Caller, name: &str, pin: &str, checks: &[(&str, String)]) -> Output {
+    let mut argv: Vec<String> = vec!["python3".into(), "-c".into(), CONNECT.into()];
+    for (label, target) in checks {
+        let (host, port) = target.rsplit_once(':').unwrap();
+        argv.extend([label.to_string(), host.to_string(), port.to_string()]);
+    }
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    run(c, name, pin, &argv)
+}
+
+/// The box's sandbox container id, from `box status` (None when it is down).
+fn sandbox_id(c: &Caller, name: &str) -> Option<String> {
+    common::sandbox_id_in(&c.ok(&["box", "status", name]))
+}
+
+/// The sandbox directory holding container `id`'s state, under the caller's runtime directory.
+fn sandbox_dir(c: &Caller, id: &str) -> PathBuf {
+    let uid = c.uid();
+    let parents = [
+        PathBuf::from("/run/h5i"),
+        PathBuf::from(format!("/run/user/{uid}/h5i")),
+        std::env::temp_dir().join(format!("h5i-{uid}")),
+    ];
+    parents
+        .iter()
+        .filter_map(|p| std::fs::read_dir(p).ok())
+        .flat_map(|d| d.flatten())
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("state.json"))
+                .is_ok_and(|s| s.contains(&format!("\"container\":\"{id}\"")))
+        })
+        .map(|e| e.path())
+        .unwrap_or_else(|| panic!("no sandbox directory holds {id}"))
+}
+
+fn pid_in(path: PathBuf) -> i32 {
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+fn receipts(c: &Caller, name: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(c.box_dir(name).join("receipts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn policy(c: &Caller, extra: &str) {
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"allowed.test:8080\"]\n{extra}"
+        ),
+    );
+    c.commit_all("policy");
+}
+
+fn background_process_is_gone_before_the_next_run(as_user: bool) {
+    let mut c = Caller::either(as_user);
+    c.create_at("bg", "supervised");
+    // Each caller's twin runs at the same time: a marker of its own.
+    let marker = format!("sleep 987.{}", 60 + u32::from(as_user));
+    let out = run(
+        &mut c,
+        "bg",
+        "",
+        &[
+            "sh",
+            "-c",
+            &format!("{marker} & echo $! > bg.pid; echo started"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}: {}", c.who(), stderr(&out));
+    let id = sandbox_id(&c, "bg").expect("the run did not use the sandbox");
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "{}: the background job outlived its run: {}",
+        c.who(),
+        stdout(&ps)
+    );
+    // From inside: the pid the first run recorded names no process in the box any more.
+    let out = run(
+        &mut c,
+        "bg",
+        "",
+        &["sh", "-c", "kill -0 $(cat bg.pid) 2>&1; echo kill=$?"],
+    );
+    assert!(
+        stdout(&out).contains("kill=1"),
+        "{}: {}{}",
+        c.who(),
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(sandbox_id(&c, "bg").as_deref(), Some(id.as_str()));
+    c.ok(&["box", "rm", "--force", "bg"]);
+}
+
+#[test]
+fn a_background_process_of_one_supervised_run_is_gone_before_the_next_run_starts() {
+    background_process_is_gone_before_the_next_run(false);
+}
+
+#[test]
+fn a_background_process_of_one_supervised_run_is_gone_before_the_next_run_starts_as_the_test_user()
+{
+    background_process_is_gone_before_the_next_run(true);
+}
+
+fn repinned_name_swaps_into_the_table(as_user: bool) {
+    let Some(mut hosts) = TestHosts::up("supervised sandbox repin", &[8080], &[]) else {
+        return;
+    };
+    let mut c = Caller::either(as_user);
+    policy(&c, "");
+    let (first, second) = (hosts.first, hosts.second);
+    let pin_first = hosts.pin(&[("allowed.test", first)]);
+    let pin_second = hosts.pin(&[("allowed.test", second)]);
+    let out = c.h5i_with(
+        &["box", "create", "rp", "--profile", "sup"],
+        &[("H5I_TEST_HOSTS", &pin_first)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let checks = |other: Ipv4Addr| {
+        [
+            ("named", "allowed.test:8080".to_string()),
+            ("other", format!("{other}:8080")),
+        ]
+    };
+    let out = connect(&mut c, "rp", &pin_first, &checks(second));
+    let got = results(&out);
+    assert_eq!(got["named"], format!("hello {first}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let id = sandbox_id(&c, "rp").expect("the run did not use the sandbox");
+
+    // The name now pins to the second host: the next run reaches it, and the first is refused.
+    let out = connect(&mut c, "rp", &pin_second, &checks(first));
+    let got = results(&out);
+    assert_eq!(got["named"], format!("hello {second}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    assert_eq!(
+        sandbox_id(&c, "rp").as_deref(),
+        Some(id.as_str()),
+        "{}: a re-pinned name rebuilt the sandbox instead of swapping the table",
+        c.who()
+    );
+    assert_eq!(
+        hosts.log(),
+        vec![format!("tcp {first}:8080"), format!("tcp {second}:8080")]
+    );
+
+    // Each receipt counts its own run only.
+    let recs = receipts(&c, "rp");
+    let (one, two) = (&recs[recs.len() - 2], &recs[recs.len() - 1]);
+    for (rec, other) in [(one, second), (two, first)] {
+        assert_eq!(rec["tier"], "supervised");
+        assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+        let denied = rec["egress"]["denied"].as_object().unwrap();
+        assert_eq!(
+            denied.keys().collect::<Vec<_>>(),
+            vec![&format!("{other}:8080/tcp")],
+            "{rec}"
+        );
+        assert_eq!(denied[&format!("{other}:8080/tcp")], 1, "{rec}");
+    }
+    let status = c.ok(&["box", "status", "rp"]);
+    assert!(
+        status.contains(&format!("allowed.test:8080 -> {second}")),
+        "{status}"
+    );
+    c.ok(&["box", "rm", "--force", "rp"]);
+}
+
+#[test]
+fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_its_own() {
+    repinned_name_swaps_into_the_table(false);
+}
+
+#[test]
+fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_its_own_as_the_test_user(
+) {
+    repinned_name_swaps_into_the_table(true);
+}
+
+fn changed_plan_rebuilds_with_its_network(as_user: bool) {
+    let Some(mut hosts) = TestHosts::up("supervised sandbox rebuild", &[8080], &[]) else {
+        return;
+    };
+    let mut c = Caller::either(as_user);
+    let late = tempfile::tempdir().unwrap();
+    let grant = late.path().join("granted-later");
+    policy(
+        &c,
+        &format!(
+            "[profile.sup.fs]\nread = [\"/usr\", \"/etc\", \"/bin\", \"/lib\", \"/lib64\", \"{}\"]\n",
+            grant.display()
+        ),
+    );
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let out = c.h5i_with(
+        &["box", "create", "rb", "--profile", "sup"],
+        &[("H5I_TEST_HOSTS", &pin)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let probe = format!("cat {}/f 2>&1; echo cat=$?", grant.display());
+    let out = run(&mut c, "rb", &pin, &["sh", "-c", &probe]);
+    assert!(stdout(&out).contains("cat=1"), "{}", stderr(&out));
+    let first = sandbox_id(&c, "rb").expect("sandbox up after the first run");
+    let dir = sandbox_dir(&c, &first);
+    let old_init = pid_in(dir.join("init.pid"));
+    let old_sentry = pid_in(dir.join("net/sentry.pid"));
+    assert!(alive(old_sentry), "the sandbox's sentry is not running");
+
+    std::fs::create_dir(&grant).unwrap();
+    std::fs::write(grant.join("f"), "visible-after-rebuild\n").unwrap();
+    let out = run(&mut c, "rb", &pin, &["sh", "-c", &probe]);
+    assert!(
+        stdout(&out).contains("visible-after-rebuild") && stdout(&out).contains("cat=0"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let second = sandbox_id(&c, "rb").expect("sandbox up after the second run");
+    assert_ne!(first, second, "the sandbox was not rebuilt");
+    assert!(!alive(old_init), "the old sandbox's init is still running");
+    assert!(
+        !alive(old_sentry),
+        "the old sandbox's sentry is still running"
+    );
+    // The rebuilt sandbox has the same network: the pinned host only.
+    let out = connect(
+        &mut c,
+        "rb",
+        &pin,
+        &[
+            ("named", "allowed.test:8080".to_string()),
+            ("other", format!("{}:8080", hosts.second)),
+        ],
+    );
+    let got = results(&out);
+    assert_eq!(
+        got["named"],
+        format!("hello {}:8080", hosts.first),
+        "{got:?}"
+    );
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    assert_eq!(hosts.log(), vec![format!("tcp {}:8080", hosts.first)]);
+    let new_sentry = pid_in(sandbox_dir(&c, &second).join("net/sentry.pid"));
+    c.ok(&["box", "rm", "--force", "rb"]);
+    assert!(!alive(new_sentry), "rm left the sandbox's sentry running");
+}
+
+#[test]
+fn a_changed_plan_rebuilds_the_supervised_sandbox_and_its_network() {
+    changed_plan_rebuilds_with_its_network(false);
+}
+
+#[test]
+fn a_changed_plan_rebuilds_the_supervised_sandbox_and_its_network_as_the_test_user() {
+    changed_plan_rebuilds_with_its_network(true);
+}
+
+fn oom_kills_only_that_run(as_user: bool) {
+    let c = Caller::either(as_user);
+    c.write(
+        ".h5i/env.toml",
+        "[profile.small]\nisolation = \"supervised\"\n[profile.small.resources]\nmem = \"64M\"\n",
+    );
+    c.commit_all("small");
+    c.ok(&["box", "create", "oom", "--profile", "small"]);
+    assert!(c.h5i(&["box", "run", "oom", "--", "true"]).status.success());
+    let sandbox = sandbox_id(&c, "oom").expect("sandbox up");
+    // The hog takes the sandbox first (it says so before it allocates), then a calm run starts
+    // beside it (in a container of its own: the sandbox serves one supervised run at a time).
+    let mut hog = c.h5i_in(
+        &c.repo(),
+        &[
+            "box",
+            "run",
+            "oom",
+            "--",
+            "sh",
+            "-c",
+            "echo in; sleep 2; python3 -c 'x = bytearray(512 * 1024 * 1024); print(len(x))'",
+        ],
+    );
+    let mut hog = hog
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(hog.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "in");
+    let calm = c
+        .h5i_in(
+            &c.repo(),
+            &[
+                "box",
+                "run",
+                "oom",
+                "--",
+                "sh",
+                "-c",
+                "sleep 4; echo calm-survived",
+            ],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let hog_status = common::wait_bounded(hog, Duration::from_secs(60), "the hog");
+    assert_eq!(hog_status.code(), Some(137), "{}", c.who());
+    let calm = calm.wait_with_output().unwrap();
+    assert_eq!(calm.status.code(), Some(0), "the concurrent run was hit");
+    assert!(stdout(&calm).contains("calm-survived"), "{}", stderr(&calm));
+    assert_eq!(
+        sandbox_id(&c, "oom").as_deref(),
+        Some(sandbox.as_str()),
+        "{}: the sandbox itself went down",
+        c.who()
+    );
+    let recs = receipts(&c, "oom");
+    let hog_rec = recs
+        .iter()
+        .find(|r| {
+            r["argv"][2]
+                .as_str()
+                .is_some_and(|s| s.contains("bytearray"))
+        })
+        .expect("hog receipt");
+    assert_eq!(hog_rec["exit"]["oom_killed"], true, "{hog_rec}");
+    let calm_rec = recs
+        .iter()
+        .find(|r| r["argv"][2].as_str().is_some_and(|s| s.contains("calm")))
+        .expect("calm receipt");
+    assert_eq!(calm_rec["exit"]["oom_killed"], false, "{calm_rec}");
+    // The sandbox still serves the next run.
+    c.in_box("oom", "echo still-here");
+    assert_eq!(sandbox_id(&c, "oom").as_deref(), Some(sandbox.as_str()));
+    c.ok(&["box", "rm", "--force", "oom"]);
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_the_sandbox_or_a_concurrent_run() {
+    oom_kills_only_that_run(false);
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_the_sandbox_or_a_concurrent_run_as_the_test_user() {
+    oom_kills_only_that_run(true);
+}
