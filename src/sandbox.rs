@@ -161,23 +161,26 @@ fn sandbox_plan(sb: &StoredBox, plan: &BundlePlan, runc: &Path) -> BundlePlan {
     base
 }
 
-/// Digest of the sandbox's config and of the init binary it would run (device, inode, size,
-/// mtime: a rebuilt `h5i-runc` is a new sandbox).
+/// Digest of the sandbox's config, of the init binary it would run and of the hook binary its
+/// hooks run (device, inode, size, mtime: a rebuilt `h5i-runc` is a new sandbox, and so is a
+/// rebuilt `h5i-hook`, whose sentry serves a supervised sandbox for its whole life).
 fn digest_of(base: &BundlePlan, runc: &Path) -> Result<String, BoxError> {
     let (config, _) = base.to_config(|p| p.exists());
-    let meta = fs::metadata(runc).map_err(|e| BoxError::io(runc, e))?;
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
-    h.update(
-        format!(
-            "\n{}:{}:{}:{}",
-            meta.dev(),
-            meta.ino(),
-            meta.size(),
-            meta.mtime()
-        )
-        .as_bytes(),
-    );
+    for binary in std::iter::once(runc.to_path_buf()).chain(crate::process::hook_binary()) {
+        let meta = fs::metadata(&binary).map_err(|e| BoxError::io(&binary, e))?;
+        h.update(
+            format!(
+                "\n{}:{}:{}:{}",
+                meta.dev(),
+                meta.ino(),
+                meta.size(),
+                meta.mtime()
+            )
+            .as_bytes(),
+        );
+    }
     Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 

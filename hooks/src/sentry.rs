@@ -30,7 +30,10 @@
 //! - `begin\n` followed by the run's egress request as JSON (the peer then shuts its write side):
 //!   pinned like the plan's, the table is replaced in one nft transaction (`delete table` + the
 //!   new table, so the pins swap and every counter and denied set starts at zero together) and
-//!   the socket gate's tally is cleared; answer `ok` once the new table is in force.
+//!   the socket gate's tally is cleared; answer `ok` once the new table is in force. From the
+//!   second run on, the script goes to an `nft -f -` started after the previous `end` and
+//!   waiting on its stdin, so the swap does not pay for starting nft (a per-run box, which never
+//!   sends `end`, never gets one).
 //! - `end\n`: the counters and the gate's decisions since `begin`, answered as one [`NetTally`]
 //!   JSON document (or the refusal, one line). The caller runs one run at a time per sandbox,
 //!   so the tally is exactly that run's.
@@ -138,6 +141,9 @@ struct Attached {
     uplink: Uplink,
     /// An `nft -j -f -` waiting in the box's namespaces for [`nft::list_request`].
     counter_reader: Option<NftRun>,
+    /// An `nft -f -` waiting in the box's namespaces for the next run's table (started after a
+    /// sandbox's `end`), so the next `begin`'s swap does not pay for starting one.
+    loader: Option<NftRun>,
 }
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
@@ -404,6 +410,8 @@ impl Sentry {
                         e.to_string()
                     });
                     let _ = writeln!(conn, "{line}");
+                    drop(conn);
+                    self.start_loader();
                 }
                 Ok(Request::Attach(fds)) => {
                     let answer = match self.attach(fds) {
@@ -452,6 +460,7 @@ impl Sentry {
             ns,
             uplink,
             counter_reader: None,
+            loader: None,
         });
         Ok(())
     }
@@ -467,8 +476,18 @@ impl Sentry {
         let script = nft::render(&rules);
         // The previous run's reader would list the old table: end it before the swap.
         a.counter_reader.take();
-        a.ns.nft(&["-f", "-"], nft::replace(&script).as_bytes())
-            .map_err(|e| e.to_string())?;
+        let replacement = nft::replace(&script);
+        // The waiting loader takes the script when it fits one pipe write; else a new nft.
+        let waiting = a
+            .loader
+            .take()
+            .filter(NftRun::alive)
+            .and_then(|mut l| l.request(replacement.as_bytes()).is_ok().then_some(l));
+        match waiting {
+            Some(loader) => loader.wait(),
+            None => a.ns.nft(&["-f", "-"], replacement.as_bytes()),
+        }
+        .map_err(|e| e.to_string())?;
         if !a.uplink.alive() {
             eprintln!("h5i sentry: the uplink has exited; this run has no way out");
         }
@@ -507,6 +526,17 @@ impl Sentry {
         match a.ns.spawn_nft(&["-j", "-f", "-"], NftInput::Later) {
             Ok(run) => a.counter_reader = Some(run),
             Err(e) => eprintln!("h5i sentry: cannot pre-start the counter reader: {e}"),
+        }
+    }
+
+    /// Start the loader for the next `begin`. Best effort: without one, `begin` starts a new nft.
+    fn start_loader(&mut self) {
+        let Some(a) = self.attached.as_mut() else {
+            return;
+        };
+        match a.ns.spawn_nft(&["-f", "-"], NftInput::Later) {
+            Ok(run) => a.loader = Some(run),
+            Err(e) => eprintln!("h5i sentry: cannot pre-start the table loader: {e}"),
         }
     }
 
