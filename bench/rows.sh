@@ -148,7 +148,7 @@ add_row box-run-process-vs-runc \
     --target 'ratio:median <= 1.5'
 
 add_row box-run-supervised-vs-true \
-    --title 'h5i box run NAME -- true at --isolation supervised (own netns, deny-all nftables table, socket gate) vs bare true' \
+    --title 'h5i box run NAME -- true at --isolation supervised, warm box sandbox (own netns, deny-all nftables table swapped per run, socket gate, uplink kept) vs bare true' \
     --setup '
         "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
         cd "$ROW_DIR/repo"
@@ -159,9 +159,25 @@ add_row box-run-supervised-vs-true \
     --check '
         out="$("$H5I" box run bench-sup -- sh -c "grep CapEff /proc/self/status")"
         [ "$out" = "CapEff:	0000000000000000" ] || { echo "the supervised run was not confined (got $out)"; exit 1; }
+        "$H5I" box status bench-sup | grep -q "^sandbox: up" || { echo "the run did not use the box sandbox"; exit 1; }
         "$H5I" box status bench-sup | grep -q "egress table loaded" || { echo "no egress table was loaded"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-sup' \
-    --target 'added_ms:median < 25'
+    --target 'added_ms:median < 15'
+
+add_row box-run-supervised-first-run \
+    --title 'h5i box run NAME -- true at --isolation supervised, first run of a fresh box (it makes the box sandbox: netns, table, sentry, uplink) vs a run with a container and network of its own (H5I_SANDBOX=off)' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-sup-perrun --isolation supervised' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'env H5I_SANDBOX=off $H5I box run bench-sup-perrun -- true' \
+    --h5i '$H5I box run bench-sup-first -- true' \
+    --h5i-prepare '"$H5I" box rm --force bench-sup-first >/dev/null 2>&1 || true; "$H5I" box create bench-sup-first --isolation supervised >/dev/null' \
+    --check '
+        "$H5I" box status bench-sup-first | grep -q "^sandbox: up" || { echo "the first run made no sandbox"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-sup-first; "$H5I" box rm --force bench-sup-perrun' \
+    --target 'ratio:median <= 1.5'
 
 add_row box-supervised-100mb \
     --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box (slirp4netns uplink + pinned nftables table) vs the same curl on the host' \
