@@ -424,6 +424,14 @@ fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
         2,
         "the box wrote the cache: {text}{err}"
     );
+    // The spec Podman handed the runtime has the cache's bind, read-only, and h5i's check of
+    // that spec accepts it as planned.
+    let status = c.ok(&["box", "status", "ctr"]);
+    assert!(
+        status.contains("mount     /.h5i/cache/npm bind")
+            && status.contains("matches the policy: yes"),
+        "{status}"
+    );
     // EROFS (the read-only bind), or EACCES where the permission check comes first (the root
     // caller's cache is root's, the engine user only reads it).
     assert_eq!(

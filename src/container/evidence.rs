@@ -430,6 +430,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
                 || m.destination == BOX_SPOOL
                 || m.destination == "/tmp"
                 || m.destination == BOX_OBJECTS
+                || is_cache_dest(&m.destination)
         }) {
             out.push(format!(
                 "  mount     {} {} ({})",
