@@ -215,6 +215,7 @@ impl Git {
     /// Run and return stdout; a non-zero exit is an error carrying git's stderr.
     pub fn output(mut self) -> Result<Vec<u8>, GitError> {
         self.cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        h5i_log::spawned(&self.cmd, None);
         let out = self.cmd.output().map_err(GitError::Spawn)?;
         check(&self.args, out, &[])
     }
@@ -260,6 +261,7 @@ impl Git {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = self.cmd.spawn().map_err(GitError::Spawn)?;
+        h5i_log::spawned(&self.cmd, Some(child.id()));
         let stdin = child.stdin.take();
         // A writer thread keeps a large input from deadlocking against a full stdout pipe.
         let (out, wrote) = std::thread::scope(|scope| {
@@ -287,6 +289,7 @@ impl Git {
     /// Whether the command succeeds (stdout and stderr discarded).
     pub fn succeeds(mut self) -> Result<bool, GitError> {
         self.cmd.stdout(Stdio::null()).stderr(Stdio::null());
+        h5i_log::spawned(&self.cmd, None);
         Ok(self.cmd.status().map_err(GitError::Spawn)?.success())
     }
 }

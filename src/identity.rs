@@ -18,6 +18,7 @@
 //!
 //! Guarded by the unit tests below and `tests/identity.rs`.
 
+use h5i_log::Traced as _;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -319,6 +320,7 @@ pub fn ensure_user() -> Result<bool, IdentityError> {
             "SUB_GID_COUNT=0",
             BOX_USER,
         ])
+        .traced()
         .output()
         .map_err(|e| IdentityError::UserAdd {
             detail: e.to_string(),

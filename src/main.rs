@@ -16,10 +16,12 @@ use clap::Parser;
 static RECORD_CLOSED_STDIO: extern "C" fn() = h5i_runtime::stdio::record_closed_at_start;
 
 fn main() {
+    h5i_log::init("h5i");
     let cli = cmd::Cli::parse();
     let code = match cmd::dispatch(cli) {
         Ok(code) => code,
         Err(err) => {
+            h5i_log::refused(err.as_ref());
             // A refusal may carry a box-chosen path or git's complaint about one.
             eprintln!("h5i: {}", h5i::escape::escape_controls(&format!("{err:#}")));
             err.downcast_ref::<cmd::RunRefused>().map_or(1, |_| 125)

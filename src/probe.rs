@@ -6,6 +6,7 @@
 //! never: report a tier as available when any of its layers is missing, or cache an answer
 //! across a kernel or binary change.
 
+use h5i_log::Traced as _;
 use std::path::Path;
 
 use h5i_policy::{HostTiers, Tier};
@@ -57,6 +58,7 @@ fn runs(program: &str) -> Result<(), String> {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
+        .traced()
         .status()
     {
         Ok(s) if s.success() => Ok(()),

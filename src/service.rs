@@ -332,6 +332,7 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
         });
     }
     let mut child = cmd.spawn().map_err(|e| BoxError::io(Path::new("h5i"), e))?;
+    h5i_log::spawned(&cmd, Some(child.id()));
     drop(ready_w);
     let said = read_ready(&ready_r, START_TIMEOUT);
     match said {
@@ -874,6 +875,7 @@ fn spawn_forwarder(fds: [OwnedFd; 3], port: u16) -> Result<std::process::Child, 
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start the forwarder: {e}"))?;
+    h5i_log::spawned(&cmd, Some(child.id()));
     drop(fds);
     let mut said = String::new();
     if let Some(out) = child.stdout.take() {

@@ -1,37 +1,68 @@
-//! Warm dependency caches (`h5i box cache`), asserted with a real npm project against a static
-//! registry stand-in this test serves from its own network namespace (HOST.md network rules):
-//! a cold install in a box fetches, a warm one with the cache mounted makes no request at all
-//! (the stand-in's log and the receipt's egress tally agree), a changed lockfile makes the cache
-//! stale and unmounted, refresh without a registry profile refuses with the profile text, and
-//! a box cannot write the cache (EROFS from inside).
+//! Warm dependency caches (`h5i box cache`), asserted with a real npm project and a real cargo
+//! project, each against a static registry stand-in this test serves from its own network
+//! namespace (HOST.md network rules; the names are `registry.test`), as root and as h5i-test:
+//! - a cold install in a supervised box fetches (the stand-in's log and the receipt's egress
+//!   tally agree); `refresh` fills the cache in a dedicated box it removes;
+//! - a warm install with the cache mounted makes no request at all (no allowed and no denied
+//!   connection in the tally, nothing in the stand-in's log) at the supervised tier, and works
+//!   at the process tier, which has no network;
+//! - a box cannot write the cache (EROFS/EACCES from inside) at the process, supervised and
+//!   container tiers;
+//! - a changed lockfile makes the cache stale: not mounted, the variable not even set;
+//! - refresh without a registry profile refuses with the profile text, before any box exists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use common::caller::{container_image, Caller};
 use common::testnet::TestHosts;
-use common::{stderr, stdout, Repo};
+use common::{require_root, stderr, stdout};
 
 const PORT: u16 = 8080;
 
-/// The static registry's packages and the project locked against it (bench/npm_fixture.py,
-/// shared with the bench row), resolved URLs on `registry.test`.
-pub fn npm_fixture(reg: &Path, project: &Path, count: usize, bytes: usize) {
-    let st = Command::new("python3")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/bench/npm_fixture.py"))
-        .arg(reg)
-        .arg(project)
-        .arg(count.to_string())
-        .arg(bytes.to_string())
-        .arg(format!("http://registry.test:{PORT}"))
-        .status()
-        .unwrap();
-    assert!(st.success());
+/// One ecosystem as the test drives it.
+struct Eco {
+    name: &'static str,
+    /// bench/<fixture> REGISTRY_DIR PROJECT_DIR COUNT ... BASE_URL
+    fixture: &'static [&'static str],
+    /// The variable that points the package manager at the cache.
+    var: &'static str,
+    /// The install in a box.
+    install: &'static str,
+    /// A command whose stdout proves the packages are there and usable.
+    prove: &'static str,
+    /// What `prove` prints.
+    proved: &'static str,
+    /// The lockfile.
+    lockfile: &'static str,
 }
+
+const NPM: Eco = Eco {
+    name: "npm",
+    fixture: &["npm_fixture.py", "5", "4096"],
+    var: "npm_config_cache",
+    install: "npm ci --no-audit --no-fund",
+    prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
+    proved: "2",
+    lockfile: "package-lock.json",
+};
+
+const CARGO: Eco = Eco {
+    name: "cargo",
+    fixture: &["cargo_fixture.py", "3"],
+    var: "CARGO_HOME",
+    install: "cargo fetch --locked",
+    // What the build needs must already be where cargo looks (at the process tier there is no
+    // network to fetch it from).
+    prove: "cargo build --locked -q && ./target/debug/fixture-app",
+    proved: "3",
+    lockfile: "Cargo.lock",
+};
 
 /// The static registry: `python3 -m http.server` on the first test host, in the test's netns.
 pub struct Registry {
@@ -103,217 +134,398 @@ impl Drop for Registry {
     }
 }
 
-/// The profiles: `cache-npm` for refresh (egress: the registry only), `dev` for agent boxes
+/// The profiles: `cache-ECO` for refresh (egress: the registry only), `dev` for agent boxes
 /// (the same egress, so a cold install can work at all).
-pub const PROFILES: &str = r#"
-[profile.cache-npm]
-isolation = "supervised"
-[profile.cache-npm.net]
-egress = ["registry.test:8080"]
-
-[profile.dev]
-isolation = "supervised"
-[profile.dev.net]
-egress = ["registry.test:8080"]
-"#;
-
-/// A repository holding the npm fixture project and the profiles, committed.
-pub fn npm_project(reg: &Registry, count: usize, bytes: usize) -> Repo {
-    let r = Repo::new();
-    npm_fixture(&reg.root, r.path(), count, bytes);
-    r.write_policy(PROFILES);
-    r.git(&["add", "-A"]);
-    r.git(&["commit", "-q", "-m", "npm project"]);
-    r
+fn profiles(eco: &Eco) -> String {
+    format!(
+        "[profile.cache-{e}]\nisolation = \"supervised\"\n[profile.cache-{e}.net]\negress = [\"registry.test:{PORT}\"]\n\n\
+         [profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"registry.test:{PORT}\"]\n",
+        e = eco.name
+    )
 }
 
-fn with_pin(r: &Repo, pin: &str, args: &[&str]) -> std::process::Output {
-    r.h5i_env(args, &[("H5I_TEST_HOSTS", pin)])
+/// The caller's repository holding `eco`'s fixture project (locked against the stand-in) and
+/// the profiles, committed.
+fn project(c: &Caller, reg: &Registry, eco: &Eco) {
+    let mut args =
+        vec![concat!(env!("CARGO_MANIFEST_DIR"), "/bench/").to_string() + eco.fixture[0]];
+    args.push(reg.root.display().to_string());
+    args.push(c.repo().display().to_string());
+    args.extend(eco.fixture[1..].iter().map(|s| s.to_string()));
+    args.push(format!("http://registry.test:{PORT}"));
+    let st = Command::new("python3").args(&args).status().unwrap();
+    assert!(st.success(), "{args:?}");
+    c.write(".h5i/env.toml", profiles(eco));
+    c.commit_all(&format!("{} project", eco.name));
 }
 
-/// `sh -c SCRIPT` in box `name`.
-fn sh(r: &Repo, pin: &str, name: &str, script: &str) -> std::process::Output {
-    with_pin(r, pin, &["box", "run", name, "--", "sh", "-c", script])
-}
-
-/// Run the box's npm ci; insist it worked and the packages are there.
-fn npm_ci(r: &Repo, pin: &str, name: &str) -> serde_json::Value {
-    let out = sh(r, pin, name, "npm ci --no-audit --no-fund");
+/// `h5i box cache refresh ECO`, which must succeed.
+fn refresh(c: &Caller, eco: &str) -> std::process::Output {
+    let out = c.h5i(&["box", "cache", "refresh", eco]);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "npm ci in {name}: {}{}",
+        "refresh {eco} as {}: {}{}",
+        c.who(),
         stdout(&out),
         stderr(&out)
     );
-    let install = r.last_run(name);
-    let out = sh(
-        r,
-        pin,
-        name,
-        "node -e \"console.log(require('h5i-fixture-002'))\"",
-    );
-    assert_eq!(stdout(&out).trim(), "2", "{}", stderr(&out));
-    install
+    out
 }
 
-fn allowed_to_registry(rec: &serde_json::Value) -> u64 {
-    rec["egress"]["allowed"]
+fn run(c: &Caller, name: &str, script: &str) -> std::process::Output {
+    c.h5i(&["box", "run", name, "--", "sh", "-c", script])
+}
+
+/// The box's latest host-observed run record.
+fn last_run(c: &Caller, name: &str) -> serde_json::Value {
+    std::fs::read_to_string(c.box_dir(name).join("receipts.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|r| r["lane"] == "host-env-run")
+        .expect("a host-env-run receipt")
+}
+
+/// Install in box `name`, insist it worked and the packages are usable; the install's receipt.
+fn install(c: &Caller, eco: &Eco, name: &str) -> serde_json::Value {
+    let out = run(c, name, eco.install);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{} in {name} as {}: {}{}",
+        eco.install,
+        c.who(),
+        stdout(&out),
+        stderr(&out)
+    );
+    let receipt = last_run(c, name);
+    let out = run(c, name, eco.prove);
+    assert_eq!(
+        stdout(&out).trim(),
+        eco.proved,
+        "{} in {name} as {}: {}",
+        eco.prove,
+        c.who(),
+        stderr(&out)
+    );
+    receipt
+}
+
+fn tally(rec: &serde_json::Value, side: &str) -> u64 {
+    rec["egress"][side]
         .as_object()
         .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
         .unwrap_or(0)
 }
 
-#[test]
-fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
-    let r = Repo::new();
-    std::fs::write(r.path().join("package-lock.json"), "{}").unwrap();
-    r.git(&["add", "-A"]);
-    r.git(&["commit", "-q", "-m", "lock"]);
-    for policy in [
-        None,
-        Some("[profile.cache-npm]\nisolation = \"supervised\"\n"),
-    ] {
-        if let Some(p) = policy {
-            r.write_policy(p);
-        }
-        let out = r.h5i(&["box", "cache", "refresh", "npm"]);
-        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-        let err = stderr(&out);
-        assert!(
-            err.contains("refusing: refreshing the npm cache needs a profile `cache-npm`"),
-            "{err}"
-        );
-        assert!(
-            err.contains("\n[profile.cache-npm]\nisolation = \"supervised\"\n[profile.cache-npm.net]\negress = [\"registry.npmjs.org:443\"]"),
-            "the profile is not written out ready to paste: {err}"
-        );
-        // Refused before any box existed.
-        assert!(stdout(&r.h5i(&["box", "ls"])).contains("no boxes"));
-    }
-    assert!(stderr(&r.h5i(&["box", "cache", "refresh", "maven"]))
-        .contains("no cache ecosystem `maven`"));
+/// From inside box `name`: try to plant a file in the cache and to append to every file of
+/// it (up to 50); one errno name per attempt.
+fn write_attempts(c: &Caller, eco: &Eco, name: &str) -> Vec<String> {
+    let probe = format!(
+        r#"
+import errno, os
+cache = os.environ["{var}"]
+def attempt(f):
+    try:
+        f()
+        return "WROTE"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+print(attempt(lambda: open(os.path.join(cache, "planted"), "w").write("x")))
+n = 0
+for d, _, files in os.walk(cache):
+    for f in files:
+        if n < 50:
+            print(attempt(lambda: open(os.path.join(d, f), "a").write("x")))
+            n += 1
+"#,
+        var = eco.var
+    );
+    let out = c.h5i(&["box", "run", name, "--", "python3", "-c", &probe]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout(&out).lines().map(str::to_string).collect()
 }
 
-#[test]
-fn a_warm_install_makes_no_network_request_and_a_box_cannot_write_the_cache() {
-    let Some(reg) = Registry::up("box cache warm install") else {
+fn assert_cannot_write(c: &Caller, eco: &Eco, name: &str) {
+    let got = write_attempts(c, eco, name);
+    assert!(got.len() >= 2, "{name}: nothing to try: {got:?}");
+    for g in &got {
+        assert!(
+            g == "EROFS" || g == "EACCES",
+            "box {name} (as {}) wrote the {} cache: {got:?}",
+            c.who(),
+            eco.name
+        );
+    }
+}
+
+/// The whole story for one ecosystem and one caller.
+fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
+    let test = format!(
+        "box cache {} as {}",
+        eco.name,
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let r = npm_project(&reg, 5, 4096);
-    let pin = reg.pin();
-    assert!(stdout(&r.h5i(&["box", "cache", "ls"])).contains("no caches"));
+    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, eco);
+    assert!(c.ok(&["box", "cache", "ls"]).contains("no caches"));
 
-    // Cold: a box with no cache fetches every tarball from the registry.
-    let out = with_pin(&r, &pin, &["box", "create", "cold", "--profile", "dev"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let cold = npm_ci(&r, &pin, "cold");
+    // Cold: a supervised box with no cache fetches from the registry.
+    c.ok(&["box", "create", "cold", "--profile", "dev"]);
+    let cold = install(&c, eco, "cold");
     assert!(
-        allowed_to_registry(&cold) >= 1,
-        "cold install made no allowed connection: {cold}"
+        tally(&cold, "allowed") >= 1,
+        "cold install made no connection: {cold}"
     );
-    assert_eq!(reg.requests().len(), 5, "{:?}", reg.requests());
+    let after_cold = reg.requests().len();
+    assert!(after_cold >= 1, "the stand-in saw no request");
 
     // Refresh: a dedicated box fills the cache, then goes away.
-    let out = with_pin(&r, &pin, &["box", "cache", "refresh", "npm"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}{}",
-        stdout(&out),
+    let out = refresh(&c, eco.name);
+    assert!(
+        stderr(&out).contains(&format!(
+            "h5i: refresh {}: installing in a dedicated supervised box",
+            eco.name
+        )),
+        "{}",
         stderr(&out)
     );
-    assert!(stderr(&out).contains("h5i: refresh npm: installing in a dedicated supervised box"));
-    assert_eq!(reg.requests().len(), 10, "{:?}", reg.requests());
+    let after_refresh = reg.requests().len();
+    assert!(after_refresh > after_cold, "the refresh fetched nothing");
     assert!(
-        !stdout(&r.h5i(&["box", "ls"])).contains("cache-npm-refresh"),
+        !c.ok(&["box", "ls"]).contains("refresh"),
         "the refresh box was left behind"
     );
-    let ls = stdout(&r.h5i(&["box", "cache", "ls"]));
-    assert!(ls.starts_with("npm ") && ls.contains(" current "), "{ls}");
-
-    // Warm: the cache is mounted read-only, the install asks the network for nothing.
-    let out = with_pin(&r, &pin, &["box", "create", "warm", "--profile", "dev"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mounts = stdout(&r.h5i(&["box", "cache", "mounts", "warm"]));
+    let ls = c.ok(&["box", "cache", "ls"]);
     assert!(
-        mounts.contains("npm: ") && mounts.contains("mounted read-only at"),
+        ls.starts_with(&format!("{} ", eco.name)) && ls.contains(" current "),
+        "{ls}"
+    );
+
+    // Warm, supervised: mounted read-only, the install asks the network for nothing.
+    c.ok(&["box", "create", "warm", "--profile", "dev"]);
+    let mounts = c.ok(&["box", "cache", "mounts", "warm"]);
+    assert!(
+        mounts.contains(&format!("{}: ", eco.name)) && mounts.contains("mounted read-only at"),
         "{mounts}"
     );
-    let warm = npm_ci(&r, &pin, "warm");
+    let warm = install(&c, eco, "warm");
     assert_eq!(
-        allowed_to_registry(&warm),
+        tally(&warm, "allowed"),
         0,
         "warm install reached the network: {warm}"
     );
-    assert!(
-        warm["egress"]["denied"]
-            .as_object()
-            .is_none_or(|m| m.is_empty()),
+    assert_eq!(
+        tally(&warm, "denied"),
+        0,
         "warm install tried the network: {warm}"
     );
     assert_eq!(
         reg.requests().len(),
-        10,
+        after_refresh,
         "warm install hit the registry: {:?}",
         reg.requests()
     );
-
-    // The box cannot write the cache: not a new file, not an existing index entry.
-    let probe = r#"
-import errno, os, sys
-cache = os.environ["npm_config_cache"]
-for path, mode in [(os.path.join(cache, "planted"), "w"), (os.path.join(cache, "_cacache"), None)]:
-    try:
-        if mode:
-            open(path, mode).write("x")
-        else:
-            for d, _, files in os.walk(path):
-                for f in files:
-                    open(os.path.join(d, f), "a").write("x")
-        print("WROTE", path)
-    except OSError as e:
-        print(errno.errorcode[e.errno])
-"#;
-    let out = with_pin(
-        &r,
-        &pin,
-        &["box", "run", "warm", "--", "python3", "-c", probe],
+    let out = run(&c, "warm", &format!("echo ${}", eco.var));
+    assert_eq!(
+        stdout(&out).trim(),
+        format!("/.h5i/cache/{}", eco.name),
+        "the box sees the cache at its in-box place, never the host path: {}",
+        stderr(&out)
     );
-    let got: Vec<String> = stdout(&out).lines().map(str::to_string).collect();
-    assert_eq!(got.len(), 2, "{got:?} {}", stderr(&out));
-    for g in &got {
-        assert!(
-            g == "EROFS" || g == "EACCES",
-            "the box wrote the cache: {got:?}"
-        );
-    }
+    assert_cannot_write(&c, eco, "warm");
 
-    // The box sees the cache at its in-box place, never at the host path naming the parent.
-    let out = sh(&r, &pin, "warm", "echo $npm_config_cache");
-    assert_eq!(stdout(&out).trim(), "/.h5i/cache/npm", "{}", stderr(&out));
+    // Warm, process tier: no network at all there, so the install works from the cache alone.
+    c.ok(&["box", "create", "warmp", "--isolation", "process"]);
+    install(&c, eco, "warmp");
+    assert_cannot_write(&c, eco, "warmp");
+    assert_eq!(reg.requests().len(), after_refresh);
 
     // A changed lockfile in the box: another dependency set, so the cache is stale and not
     // mounted (the variable is not even set).
-    let out = sh(&r, &pin, "warm", "echo ' ' >> package-lock.json");
+    let out = run(&c, "warm", &format!("echo ' ' >> {}", eco.lockfile));
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let mounts = stdout(&r.h5i(&["box", "cache", "mounts", "warm"]));
+    let mounts = c.ok(&["box", "cache", "mounts", "warm"]);
     assert!(
         mounts.contains("nothing mounted") && mounts.contains("(stale)"),
         "{mounts}"
     );
-    let out = sh(&r, &pin, "warm", "echo ${npm_config_cache:-unset}");
+    let out = run(&c, "warm", &format!("echo ${{{}:-unset}}", eco.var));
     assert_eq!(stdout(&out).trim(), "unset", "{}", stderr(&out));
 
     // The same on the host: the working tree's lockfile moved, so `ls` says STALE.
-    let lock = r.path().join("package-lock.json");
+    let lock = c.repo().join(eco.lockfile);
     let mut text = std::fs::read_to_string(&lock).unwrap();
     text.push(' ');
-    std::fs::write(&lock, text).unwrap();
-    let ls = stdout(&r.h5i(&["box", "cache", "ls"]));
-    assert!(ls.contains(" STALE "), "{ls}");
+    c.write(eco.lockfile, text);
+    assert!(c.ok(&["box", "cache", "ls"]).contains(" STALE "));
+    c.ok(&["box", "cache", "rm", eco.name]);
+    assert!(c.ok(&["box", "cache", "ls"]).contains("no caches"));
+    for b in ["cold", "warm", "warmp"] {
+        c.ok(&["box", "rm", "--force", b]);
+    }
+}
 
-    let out = r.h5i(&["box", "cache", "rm", "npm"]);
+#[test]
+fn npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root() {
+    cold_refresh_warm_stale(&NPM, false);
+}
+
+#[test]
+fn npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test() {
+    cold_refresh_warm_stale(&NPM, true);
+}
+
+#[test]
+fn cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root() {
+    cold_refresh_warm_stale(&CARGO, false);
+}
+
+#[test]
+fn cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test()
+{
+    cold_refresh_warm_stale(&CARGO, true);
+}
+
+/// The container tier mounts the same cache read-only (the test image has no npm: the box
+/// reads the cache and cannot write it), and a stale one not at all.
+fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
+    let test = format!(
+        "box cache at the container tier as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, &NPM);
+    refresh(&c, "npm");
+    c.create_container("ctr", container_image());
+    let mounts = c.ok(&["box", "cache", "mounts", "ctr"]);
+    assert!(mounts.contains("mounted read-only at"), "{mounts}");
+    let out = run(
+        &c,
+        "ctr",
+        "ls \"$npm_config_cache\" && echo x > \"$npm_config_cache/planted\"; echo rc=$?; \
+         f=$(find \"$npm_config_cache\" -type f | head -n 1); [ -n \"$f\" ] && echo x >> \"$f\"; echo rc=$?",
+    );
+    let text = stdout(&out);
+    let err = stderr(&out);
+    assert!(
+        text.contains("_cacache"),
+        "the cache is not readable: {text}{err}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| *l == "rc=1").count(),
+        2,
+        "the box wrote the cache: {text}{err}"
+    );
+    // The spec Podman handed the runtime has the cache's bind, read-only, and h5i's check of
+    // that spec accepts it as planned.
+    let status = c.ok(&["box", "status", "ctr"]);
+    assert!(
+        status.contains("mount     /.h5i/cache/npm bind")
+            && status.contains("matches the policy: yes"),
+        "{status}"
+    );
+    // EROFS (the read-only bind), or EACCES where the permission check comes first (the root
+    // caller's cache is root's, the engine user only reads it).
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.ends_with(": Read-only file system") || l.ends_with(": Permission denied"))
+            .count(),
+        2,
+        "not refused by the kernel: {err}"
+    );
+    // Stale: not mounted, the variable not set.
+    let out = run(&c, "ctr", "echo ' ' >> package-lock.json");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stdout(&r.h5i(&["box", "cache", "ls"])).contains("no caches"));
+    let out = run(&c, "ctr", "echo ${npm_config_cache:-unset}");
+    assert_eq!(stdout(&out).trim(), "unset", "{}", stderr(&out));
+    c.ok(&["box", "rm", "--force", "ctr"]);
+}
+
+#[test]
+fn a_container_box_reads_but_cannot_write_the_cache_as_root() {
+    if require_root("container cache as root", "the test registry's netns") {
+        container_box_reads_but_cannot_write_the_cache(false);
+    }
+}
+
+#[test]
+fn a_container_box_reads_but_cannot_write_the_cache_as_h5i_test() {
+    if require_root("container cache as h5i-test", "the test registry's netns") {
+        container_box_reads_but_cannot_write_the_cache(true);
+    }
+}
+
+#[test]
+fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
+    for (eco, lock, hosts) in [
+        ("npm", "package-lock.json", "\"registry.npmjs.org:443\""),
+        (
+            "cargo",
+            "Cargo.lock",
+            "\"index.crates.io:443\", \"static.crates.io:443\"",
+        ),
+    ] {
+        let c = Caller::root();
+        c.write(lock, "{}");
+        c.commit_all("lock");
+        for policy in [
+            None,
+            Some(format!(
+                "[profile.cache-{eco}]\nisolation = \"supervised\"\n"
+            )),
+        ] {
+            if let Some(p) = policy {
+                c.write(".h5i/env.toml", p);
+            }
+            let out = c.h5i(&["box", "cache", "refresh", eco]);
+            assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+            let err = stderr(&out);
+            assert!(
+                err.contains(&format!(
+                    "refusing: refreshing the {eco} cache needs a profile `cache-{eco}`"
+                )),
+                "{err}"
+            );
+            let text = format!(
+                "\n[profile.cache-{eco}]\nisolation = \"supervised\"\n[profile.cache-{eco}.net]\negress = [{hosts}]"
+            );
+            assert!(
+                err.contains(&text),
+                "the profile is not written out ready to paste: {err}"
+            );
+            // Refused before any box existed.
+            assert!(c.ok(&["box", "ls"]).contains("no boxes"));
+        }
+    }
+    let c = Caller::root();
+    assert!(stderr(&c.h5i(&["box", "cache", "refresh", "maven"]))
+        .contains("no cache ecosystem `maven`"));
+}
+
+/// A symlinked lockfile (pointing out of the tree) is refused, never followed: nothing is
+/// mounted for that ecosystem and the refusal names the lockfile.
+#[test]
+fn a_symlinked_cargo_lock_is_refused_not_followed() {
+    let c = Caller::root();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("Cargo.lock"), "version = 3\n").unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("Cargo.lock"),
+        c.repo().join("Cargo.lock"),
+    )
+    .unwrap();
+    let text = c.ok(&["box", "cache", "mounts"]);
+    assert!(
+        text.starts_with("cargo: nothing mounted: refusing: the lockfile ")
+            && text.contains("Cargo.lock is "),
+        "{text}"
+    );
 }

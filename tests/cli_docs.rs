@@ -34,6 +34,24 @@ fn the_bash_completion_script_loads_and_completes_box_verbs() {
 }
 
 #[test]
+fn the_h5i_variables_appear_in_help_through_clap_env() {
+    let out = Command::new(H5I)
+        .args(["box", "create", "--help"])
+        .env("H5I_AGENT", "codex")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for var in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
+        assert!(
+            text.contains(&format!("[env: {var}")),
+            "{var} is not in --help:\n{text}"
+        );
+    }
+    assert!(text.contains("[env: H5I_AGENT=codex]"), "{text}");
+}
+
+#[test]
 fn the_zsh_completion_script_loads() {
     if !on_path("zsh") {
         eprintln!("skipped: the_zsh_completion_script_loads: zsh is not installed");

@@ -198,6 +198,11 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
     cmd.arg0("h5i-hook")
         .arg("sentry")
         .env_clear()
+        .envs(
+            h5i_log::passed_env()
+                .iter()
+                .filter_map(|kv| kv.split_once('=')),
+        )
         .current_dir("/")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -216,6 +221,7 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
         &dir,
         "report this as an h5i bug",
     ))?;
+    h5i_log::spawned(&cmd, Some(child.id()));
     let mut stdin = child.stdin.take();
     let sent = stdin.as_mut().map(|s| s.write_all(&plan));
     drop(stdin);

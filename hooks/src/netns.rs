@@ -197,6 +197,7 @@ impl BoxNamespaces {
             });
         }
         let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
+        h5i_log::spawned(&cmd, Some(child.id()));
         let pidfd = match crate::sys::pidfd_open(child.id() as i32) {
             Ok(p) => p,
             Err(e) => {

@@ -156,6 +156,7 @@ pub fn main() -> i32 {
     let mut sentry = match start() {
         Ok(s) => s,
         Err(e) => {
+            h5i_log::refused(&e);
             let _ = writeln!(ready, "{e}");
             eprintln!("h5i sentry: {e}");
             return 1;

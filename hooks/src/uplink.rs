@@ -208,6 +208,7 @@ impl Uplink {
             });
         }
         let child = cmd.spawn().map_err(UplinkError::Spawn)?;
+        h5i_log::spawned(&cmd, Some(child.id()));
         drop((ready_src, exit_src, net_src, user_src));
         let pidfd = sys::pidfd_open(child.id() as i32).map_err(UplinkError::Spawn)?;
         let mut uplink = Uplink {

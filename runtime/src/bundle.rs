@@ -264,9 +264,18 @@ impl BundlePlan {
                 l.remove("gidMappings");
             }
         }
+        // A runtime runs a hook with only the variables its spec names: h5i's log filter is
+        // the one it gets, so `H5I_LOG` reaches the hooks and the sentry.
+        let hook_env = h5i_log::passed_env();
         let declare = |list: &[Vec<String>]| -> Vec<Value> {
             list.iter()
-                .map(|argv| json!({"path": argv[0], "args": argv, "timeout": 10}))
+                .map(|argv| {
+                    let mut hook = json!({"path": argv[0], "args": argv, "timeout": 10});
+                    if !hook_env.is_empty() {
+                        hook["env"] = json!(hook_env);
+                    }
+                    hook
+                })
                 .collect()
         };
         let mut hooks = serde_json::Map::new();

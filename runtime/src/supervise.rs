@@ -150,6 +150,7 @@ fn supervise(
         program: program.clone(),
         source,
     })?;
+    h5i_log::spawned(&cmd, Some(child.id()));
     // The parent's copies of the child's stdio (a pty slave) close now, not at return.
     drop(cmd);
     let pid = child.id() as i32;

@@ -6,6 +6,7 @@ use std::io::Read;
 const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)";
 
 fn main() {
+    h5i_log::init("h5i-hook");
     let arg = std::env::args().nth(1);
     let result = match arg.as_deref() {
         Some("loopback") => loopback(std::env::args().nth(2).as_deref() == Some("--inside")),
@@ -24,6 +25,7 @@ fn main() {
         }
     };
     if let Err(e) = result {
+        h5i_log::refused(e.as_ref());
         eprintln!("h5i-hook: {e}");
         std::process::exit(1);
     }

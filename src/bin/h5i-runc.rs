@@ -103,6 +103,7 @@ fn main() -> ExitCode {
     match dispatch(cli) {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
         Err(e) => {
+            h5i_log::refused(e.as_ref());
             let msg = runc::error_chain(e.as_ref());
             if log_to_file {
                 tracing::error!("{msg}");

@@ -10,8 +10,8 @@
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
 //! that cannot mount it read-only, or let anything but [`refresh`] write one.
 //!
-//! Guarded by `tests/box_cache.rs` (a real npm project against a registry stand-in in the
-//! test's own network namespace) and the unit tests below.
+//! Guarded by `tests/box_cache.rs` (a real npm project and a real cargo project, each against a
+//! registry stand-in in the test's own network namespace) and the unit tests below.
 
 pub mod ls;
 pub mod mounts;
@@ -38,6 +38,8 @@ pub struct Ecosystem {
     pub lockfiles: &'static [&'static str],
     /// The install step `refresh` runs in the project root of its dedicated box.
     pub install: &'static [&'static str],
+    /// How a project makes the lockfile, for the refusal when it has none.
+    pub lock_hint: &'static str,
     /// The registry hosts the ready-to-paste profile names.
     pub registry_hosts: &'static [&'static str],
     /// Variables pointing the package manager at the cache: `(NAME, VALUE)`, where `{dir}` in
@@ -47,24 +49,49 @@ pub struct Ecosystem {
 
 /// Every ecosystem h5i keeps a cache for. Each entry is proved by a real install in
 /// `tests/box_cache.rs`; an ecosystem without such a test is not listed.
-pub const ECOSYSTEMS: &[Ecosystem] = &[Ecosystem {
-    name: "npm",
-    lockfiles: &["package-lock.json", "npm-shrinkwrap.json"],
-    // --ignore-scripts: the refresh box exists to fill the cache, and a dependency's install
-    // script is the one thing in it that could write the cache with something other than
-    // what the registry served.
-    install: &["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
-    registry_hosts: &["registry.npmjs.org:443"],
-    env: &[
-        ("npm_config_cache", "{dir}"),
-        // Use what the cache holds without asking the registry whether it is current: the
-        // lockfile's integrity hashes already say which bytes are wanted.
-        ("npm_config_prefer_offline", "true"),
-        // npm writes debug logs under its cache by default, which is read-only in a box.
-        ("npm_config_logs_dir", "/tmp/.npm-logs"),
-        ("npm_config_update_notifier", "false"),
-    ],
-}];
+pub const ECOSYSTEMS: &[Ecosystem] = &[
+    Ecosystem {
+        name: "npm",
+        lockfiles: &["package-lock.json", "npm-shrinkwrap.json"],
+        // --ignore-scripts: the refresh box exists to fill the cache, and a dependency's install
+        // script is the one thing in it that could write the cache with something other than
+        // what the registry served.
+        install: &["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
+        lock_hint: "npm install --package-lock-only",
+        registry_hosts: &["registry.npmjs.org:443"],
+        env: &[
+            ("npm_config_cache", "{dir}"),
+            // Use what the cache holds without asking the registry whether it is current: the
+            // lockfile's integrity hashes already say which bytes are wanted.
+            ("npm_config_prefer_offline", "true"),
+            // npm writes debug logs under its cache by default, which is read-only in a box.
+            ("npm_config_logs_dir", "/tmp/.npm-logs"),
+            ("npm_config_update_notifier", "false"),
+        ],
+    },
+    Ecosystem {
+        name: "cargo",
+        lockfiles: &["Cargo.lock"],
+        // `cargo fetch` downloads every locked crate and unpacks it under CARGO_HOME; it runs
+        // no build script and compiles nothing, so nothing in the cache is a dependency's
+        // own output.
+        install: &["cargo", "fetch", "--locked"],
+        lock_hint: "cargo generate-lockfile",
+        registry_hosts: &["index.crates.io:443", "static.crates.io:443"],
+        // The whole CARGO_HOME is the cache: cargo uses a read-only one whose registry holds
+        // every locked crate (index, .crate files and unpacked sources; it takes its package
+        // lock shared when the home is read-only). A box's own ~/.cargo (its config, `cargo
+        // install`) is not used while the cache is mounted.
+        env: &[
+            ("CARGO_HOME", "{dir}"),
+            // cargo's own default. Cargo 1.65 (Debian 12's) turns off libgit2's repository
+            // owner check only when an http option is configured (fixed in 1.66), and a root
+            // caller's cache is owned by the caller, not by the box's identity: without it that
+            // cargo cannot open the cached registry index. (`--offline` still trips it there.)
+            ("CARGO_HTTP_TIMEOUT", "30"),
+        ],
+    },
+];
 
 /// A refusal from a cache verb.
 #[derive(Debug, thiserror::Error)]
@@ -73,10 +100,12 @@ pub enum CacheError {
     #[error("refusing: no cache ecosystem `{0}`; to fix: use one of: {list}", list = names())]
     UnknownEcosystem(String),
     /// The project has none of the ecosystem's lockfiles.
-    #[error("refusing: this project has no {eco} lockfile ({files}); to fix: commit one (e.g. `npm install --package-lock-only`), then refresh")]
+    #[error("refusing: this project has no {eco} lockfile ({files}); to fix: commit one (e.g. `{hint}`), then refresh")]
     NoLockfile {
         /// The ecosystem.
         eco: &'static str,
+        /// How to make one.
+        hint: &'static str,
         /// The lockfiles looked for.
         files: String,
     },

@@ -6,7 +6,8 @@
 //! variables point at it; a cache under any other key is stale and never handed out.
 //!
 //! Must never: grant a cache read-write, grant one whose key does not match, or grant one to
-//! the workspace tier (which has no mount namespace to make it read-only in).
+//! the workspace tier (which has no mount namespace to make it read-only in). The kernel tiers
+//! mount what [`granted`] lists: `process.rs` (process, supervised) and `container` (Podman).
 
 use std::path::{Path, PathBuf};
 
@@ -113,34 +114,46 @@ pub fn offers(root: &CacheRoot, project: &Path) -> Result<Vec<Offer>, CacheError
     Ok(out)
 }
 
-/// For the run path (process and supervised tiers): add each matching cache of `sb`'s clone to
-/// the read-only paths `read` and its variables to `env`, keyed by the lockfiles in the box's
-/// own workspace. A cache that cannot be offered is simply not mounted: every package manager
-/// falls back to fetching what it cannot find. Returns what was granted.
-pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) -> Vec<Offer> {
+/// One cache a run gets: the host directory, where the box sees it (read-only), and the
+/// variables (`NAME=VALUE`) pointing the package manager at it.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    /// The cache's data directory on the host.
+    pub data: PathBuf,
+    /// Where the box sees it.
+    pub inside: String,
+    /// The package manager's variables.
+    pub env: Vec<String>,
+}
+
+/// Every cache of `sb`'s clone whose key matches the lockfiles in the box's own workspace. A
+/// cache that cannot be offered is simply not granted: every package manager falls back to
+/// fetching what it cannot find.
+pub fn granted(sb: &StoredBox) -> Vec<Granted> {
     let Some(root) = CacheRoot::of_box(sb) else {
         return Vec::new();
     };
     let Ok(all) = offers(&root, &sb.paths.workspace()) else {
         return Vec::new();
     };
-    let granted: Vec<Offer> = all
-        .into_iter()
-        .filter(|o| matches!(o, Offer::Mounted { .. }))
-        .collect();
-    for o in &granted {
-        if let Offer::Mounted {
-            data,
-            inside,
-            env: vars,
-            ..
-        } = o
-        {
-            binds.push(Bind::ro(data, inside));
-            env.extend(vars.iter().cloned());
-        }
+    all.into_iter()
+        .filter_map(|o| match o {
+            Offer::Mounted {
+                data, inside, env, ..
+            } => Some(Granted { data, inside, env }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// For the run path of the process and supervised tiers: each [`granted`] cache as a read-only
+/// bind in `binds` and its variables in `env`. (The container tier mounts the same list through
+/// Podman: `container::box_binds`.)
+pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) {
+    for g in granted(sb) {
+        binds.push(Bind::ro(&g.data, &g.inside));
+        env.extend(g.env);
     }
-    granted
 }
 
 /// The tier `tier` gets caches at all (the workspace tier runs on the host as the caller, with
@@ -148,6 +161,6 @@ pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) -> Ve
 pub fn tier_mounts_caches(tier: h5i_policy::Tier) -> bool {
     matches!(
         tier,
-        h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
+        h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
     )
 }

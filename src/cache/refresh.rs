@@ -172,6 +172,7 @@ pub fn refresh(
         .key_of(&sb.paths.workspace())?
         .ok_or_else(|| CacheError::NoLockfile {
             eco: eco.name,
+            hint: eco.lock_hint,
             files: eco.lockfiles.join(", "),
         })?;
 

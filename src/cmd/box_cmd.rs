@@ -81,6 +81,16 @@ struct CreateFlags {
     /// Base image for the container and microvm tiers (pre-pulled; runs never pull).
     #[arg(long, value_name = "IMG")]
     image: Option<String>,
+    /// The agent runtime the built-in `agent` profile is scoped to: claude or codex.
+    #[arg(long = "agent", value_name = "RUNTIME", env = "H5I_AGENT")]
+    h5i_agent: Option<String>,
+    /// The tier used when neither --isolation nor the profile names one.
+    #[arg(long, value_name = "TIER", env = "H5I_DEFAULT_ISOLATION")]
+    default_isolation: Option<String>,
+    /// `0` turns the credential proxy off: a credential grant's real credential is then passed
+    /// into the box under its `token_var` instead of a per-run dummy.
+    #[arg(long, value_name = "0|1", env = "H5I_CREDENTIAL_PROXY")]
+    credential_proxy: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -359,10 +369,6 @@ pub(super) fn store() -> anyhow::Result<BoxStore> {
     Ok(BoxStore::discover(&cwd)?)
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 fn create_request(name: Option<String>, source: SourceRequest, f: CreateFlags) -> CreateRequest {
     CreateRequest {
         name,
@@ -371,9 +377,10 @@ fn create_request(name: Option<String>, source: SourceRequest, f: CreateFlags) -
             profile: f.profile,
             isolation: f.isolation,
             image: f.image,
-            h5i_agent: env("H5I_AGENT"),
-            default_isolation: env("H5I_DEFAULT_ISOLATION"),
-            credential_proxy: env("H5I_CREDENTIAL_PROXY"),
+            // An empty value (flag or variable) is no value, as when only the variables were read.
+            h5i_agent: f.h5i_agent.filter(|v| !v.is_empty()),
+            default_isolation: f.default_isolation.filter(|v| !v.is_empty()),
+            credential_proxy: f.credential_proxy.filter(|v| !v.is_empty()),
         },
     }
 }

@@ -14,6 +14,7 @@
 //!
 //! Guarded by the unit tests below and `tests/container_tier.rs`.
 
+use h5i_log::Traced as _;
 use std::ffi::{CStr, CString, OsString};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
@@ -203,6 +204,7 @@ impl Engine {
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
+            .traced()
             .status()
             .is_ok_and(|s| s.success())
     }

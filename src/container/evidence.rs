@@ -246,10 +246,19 @@ const PODMAN_OWN: &[&str] = &[
     "/run/.containerenv",
 ];
 
+/// Whether `d` is where a warm cache appears: one directory under `/.h5i/cache` named like an
+/// ecosystem h5i caches.
+fn is_cache_dest(d: &str) -> bool {
+    crate::cache::ECOSYSTEMS
+        .iter()
+        .any(|e| d == h5i_policy::inbox::cache_dir(e.name))
+}
+
 /// Where the spec differs from what the policy asks; empty when it matches. Beside the
 /// workspace and the spool, the only binds allowed are read-only: the object store at
-/// `/.h5i/objects` and the in-box `alternates` naming it. A bind at any other path (the store's
-/// host path, say) is unplanned.
+/// `/.h5i/objects`, the in-box `alternates` naming it, and a warm cache at its ecosystem's
+/// directory under `/.h5i/cache`. A bind at any other path (the store's host path, say) is
+/// unplanned.
 pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
     let alternates = crate::process::in_box_alternates();
     let Some(s) = &ev.spec else {
@@ -316,6 +325,10 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
         } else if d == BOX_OBJECTS || Path::new(d) == alternates {
             if !m.options.iter().any(|o| o == "ro") {
                 out.push(format!("the borrowed objects' bind at {d} is writable"));
+            }
+        } else if bindish && is_cache_dest(d) {
+            if !m.options.iter().any(|o| o == "ro") {
+                out.push(format!("the warm cache's bind at {d} is writable"));
             }
         } else if d == "/tmp" {
             let want = [format!("size={TMP_SIZE}"), "nosuid".into(), "nodev".into()];
@@ -417,6 +430,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
                 || m.destination == BOX_SPOOL
                 || m.destination == "/tmp"
                 || m.destination == BOX_OBJECTS
+                || is_cache_dest(&m.destination)
         }) {
             out.push(format!(
                 "  mount     {} {} ({})",

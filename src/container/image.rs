@@ -9,6 +9,7 @@
 //!
 //! Guarded by `tests/container_tier.rs`.
 
+use h5i_log::Traced as _;
 use std::path::Path;
 use std::process::Stdio;
 
@@ -45,6 +46,7 @@ pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxEr
             name,
         ])
         .stdin(Stdio::null())
+        .traced()
         .output()
         .map_err(|e| BoxError::BadRequest {
             what: format!("cannot run podman as `{}`: {e}", engine.user),
@@ -129,6 +131,7 @@ pub fn present(engine: &Engine) -> Result<Vec<String>, String> {
         .podman()
         .args(["images", "--format", "{{.Repository}}:{{.Tag}}"])
         .stdin(Stdio::null())
+        .traced()
         .output()
         .map_err(|e| e.to_string())?;
     if !out.status.success() {

@@ -247,6 +247,9 @@ struct Sources {
     objects: PathBuf,
     /// The in-box `alternates` file (naming `/.h5i/objects`), when the workspace's own is plain.
     alternates: Option<PathBuf>,
+    /// The warm dependency caches granted to this run: (the directory as Podman sees it, where
+    /// the box sees it), each read-only.
+    caches: Vec<(PathBuf, String)>,
 }
 
 /// At `box create`: the image a container box will run, looked up in the engine's storage
@@ -355,10 +358,16 @@ pub fn run(
     let mut run_dir = RunDir::create(&engine, &id)?;
     let hooks_path = run_dir.dir("hooks")?;
 
-    let (sources, attached) = attach_sources(&engine, sb, &mut run_dir, &runc, &hook)?;
+    // Read once: what is mounted and the variables naming it come from the same answer.
+    let granted = crate::cache::mounts::granted(sb);
+    let (sources, attached) = attach_sources(&engine, sb, &granted, &mut run_dir, &runc, &hook)?;
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
     let mut env = box_env(sb, policy);
+    env.extend(granted.into_iter().flat_map(|g| g.env).filter_map(|kv| {
+        kv.split_once('=')
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    }));
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -496,7 +505,7 @@ pub fn run(
 
 /// The binds beside the workspace: the borrowed objects read-only at `/.h5i/objects`, the in-box
 /// `alternates` naming them (read-only, over the workspace's own, which names the store's host
-/// path), and the spool. No host path of the store or the parent is a box path.
+/// path), the granted warm caches read-only under `/.h5i/cache`, and the spool. No host path of the store or the parent is a box path.
 fn box_binds(sources: &Sources) -> Vec<Bind> {
     let mut binds = vec![Bind {
         source: sources.objects.clone(),
@@ -510,6 +519,11 @@ fn box_binds(sources: &Sources) -> Vec<Bind> {
             readonly: true,
         });
     }
+    binds.extend(sources.caches.iter().map(|(source, inside)| Bind {
+        source: source.clone(),
+        dest: PathBuf::from(inside),
+        readonly: true,
+    }));
     binds.push(Bind {
         source: sources.spool.clone(),
         dest: BOX_SPOOL.into(),
@@ -604,6 +618,7 @@ impl Broker {
 fn attach_sources(
     engine: &Engine,
     sb: &StoredBox,
+    granted: &[crate::cache::mounts::Granted],
     run_dir: &mut RunDir,
     runc: &Path,
     hook: &Path,
@@ -617,6 +632,10 @@ fn attach_sources(
             spool: sb.paths.spool(),
             objects: sb.manifest.store.join("objects"),
             alternates,
+            caches: granted
+                .iter()
+                .map(|g| (g.data.clone(), g.inside.clone()))
+                .collect(),
         };
         return Ok((sources, None));
     }
@@ -634,6 +653,7 @@ fn attach_sources(
         spool: run_dir.path.join("spool"),
         objects: run_dir.path.join("objects"),
         alternates: alternates.as_ref().map(|_| run_dir.path.join("alternates")),
+        caches: Vec::new(),
     };
     // (host path, mount point, a file, idmapped and writable)
     let mut plan = vec![
@@ -648,6 +668,12 @@ fn attach_sources(
     ];
     if let (Some(host), Some(at)) = (&alternates, &sources.alternates) {
         plan.push((host.clone(), at.clone(), true, false));
+    }
+    // The caches: read-only and not idmapped (refresh left them readable by every identity).
+    for (i, g) in granted.iter().enumerate() {
+        let at = run_dir.path.join(format!("cache-{i}"));
+        plan.push((g.data.clone(), at.clone(), false, false));
+        sources.caches.push((at, g.inside.clone()));
     }
     // h5i's binaries: used where they are when the engine user can reach and run them there
     // (an install under /usr/local), else attached too (a build tree under /root).

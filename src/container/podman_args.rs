@@ -4,8 +4,9 @@
 //! Owns the article's configuration in one place: the workspace read-write at `/work` and
 //! nothing else of the host but the workspace's object store (read-only at `/.h5i/objects`,
 //! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
-//! finds the base it borrows without learning the store's host path) and the box's spool
-//! (`/.h5i/spool`); a read-only
+//! finds the base it borrows without learning the store's host path), the warm dependency caches
+//! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
+//! read-only
 //! image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable tmpfs; every
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
 //! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy

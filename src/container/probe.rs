@@ -16,6 +16,7 @@
 //!
 //! Guarded by the unit tests below and `tests/container_tier.rs`.
 
+use h5i_log::Traced as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -162,6 +163,7 @@ pub fn podman_facts(engine: &Engine) -> Result<PodmanFacts, String> {
         .podman()
         .args(["info", "--format", "json"])
         .stdin(Stdio::null())
+        .traced()
         .output()
         .map_err(|e| {
             format!(

@@ -8,6 +8,7 @@
 //! Must never: create a cgroup outside this process's own cgroup, or fail setup because the
 //! remount was refused.
 
+use h5i_log::Traced as _;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -155,6 +156,7 @@ pub fn favor_dynmods(changes: &mut Vec<Change>) {
     o.push_str(",favordynmods");
     let ok = Command::new("mount")
         .args(["-o", &o, &point])
+        .traced()
         .output()
         .is_ok_and(|out| out.status.success());
     changes.push(Change(if ok {

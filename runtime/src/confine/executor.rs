@@ -62,6 +62,9 @@ impl Executor for H5iExecutor {
             tracing::error!(error = %e, "h5i confinement failed; not executing the payload");
             ExecutorError::Other(e.to_string())
         })?;
+        if let Some(argv) = spec.process().as_ref().and_then(|p| p.args().as_ref()) {
+            h5i_log::spawned_argv(argv, std::process::id(), "h5i-runc");
+        }
         default::get_executor().exec(spec)
     }
 

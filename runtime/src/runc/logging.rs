@@ -43,8 +43,9 @@ impl LogFormat {
     }
 }
 
-/// Install the global subscriber. Without `--debug` only h5i's own records pass (warnings of
-/// the runtime library, the final error of the binary); libcontainer's internal error records
+/// Install the global subscriber. Without `--debug` and without an `H5I_LOG`/`RUST_LOG` filter
+/// (h5i-log) only h5i's own records pass (warnings of the runtime library, the final error of
+/// the binary); libcontainer's internal error records
 /// repeat what the final error already says. `--debug` passes everything at debug level.
 pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<(), RuncError> {
     use tracing_subscriber::filter::Targets;
@@ -52,8 +53,12 @@ pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<()
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
 
+    // `--debug` passes everything; else h5i's one filter (`H5I_LOG`, else `RUST_LOG`; a
+    // malformed one was already named by the h5i that started this runtime) when set.
     let targets = if debug {
         Targets::new().with_default(Level::DEBUG)
+    } else if let Ok(Some(filter)) = h5i_log::filter() {
+        filter
     } else {
         Targets::new()
             .with_target("h5i_runtime", Level::WARN)

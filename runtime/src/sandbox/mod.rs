@@ -331,7 +331,10 @@ pub fn run(
     send(conn.as_raw_fd(), &body, stdio).map_err(sock_err("send the request", socket))?;
     let ready = recv(conn.as_raw_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
     let pid = match (ready.bytes.first(), ready.pid) {
-        (Some(&READY), Some(pid)) if pid > 0 => pid,
+        (Some(&READY), Some(pid)) if pid > 0 => {
+            h5i_log::spawned_argv(&req.argv, pid as u32, "box sandbox");
+            pid
+        }
         (Some(&FAILED), _) => {
             return Err(SandboxError::Refused(
                 String::from_utf8_lossy(&ready.bytes[1..]).into_owned(),
