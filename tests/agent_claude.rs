@@ -89,10 +89,12 @@ fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
 }
 
 /// Claude Code, in a box at `tier`, plays the fix script against the scripted model (checks in
-/// `agent::check_session` and `DeniedHost::was_refused`). Returns the export's report.md, or
-/// `None` when the test cannot make its denied host (not root; said `skipped:`).
-fn claude_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
-    let denied = DeniedHost::up(test)?;
+/// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
+/// the test cannot make its denied host (not root) it has said `skipped:`.
+fn claude_fixes_the_greeting(test: &str, tier: &str) {
+    let Some(denied) = DeniedHost::up(test) else {
+        return;
+    };
     let r = agent::greeting_box(&CLAUDE_AGENT, "cl", tier);
     let m = Model::start(
         &CLAUDE_AGENT,
@@ -134,7 +136,6 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
             ("Bash", "printf"),
         ],
     );
-    Some(report)
 }
 
 #[test]
@@ -163,12 +164,5 @@ fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     {
         return;
     }
-    let Some(report) = claude_fixes_the_greeting(test, "container") else {
-        return;
-    };
-    // The CONNECT to a host outside the profile was refused by the box's egress proxy.
-    assert!(
-        agent::denied_section(&report).contains("denied.test:443"),
-        "{report}"
-    );
+    claude_fixes_the_greeting(test, "container");
 }

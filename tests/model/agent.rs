@@ -172,18 +172,28 @@ impl DeniedHost {
         self.hosts.first
     }
 
-    /// After the session: the host was never reached; at the supervised tier the box's egress
-    /// table refused and counted it, and the export's report lists it under "Denied egress
-    /// attempts". (The process tier has no egress counter: its box has no route at all.)
+    /// After the session: the host was never reached, and the export's report says so under
+    /// "Denied egress attempts": at the supervised tier the box's egress table refused and
+    /// counted it; at the container tier the box's egress proxy refused the CONNECT to it and
+    /// to `denied.test`; the process tier has no egress counter (its box has no route at
+    /// all), and the report says attempts there are not seen.
     pub fn was_refused(mut self, tier: &str, report: &str) {
         assert_eq!(
             self.hosts.log(),
             Vec::<String>::new(),
             "the denied host was reached"
         );
-        if tier == "supervised" {
-            let key = format!("{}:443/tcp", self.ip());
-            assert!(denied_section(report).contains(&key), "{key}: {report}");
+        let denied = denied_section(report);
+        let keys = match tier {
+            "supervised" => vec![format!("{}:443/tcp", self.ip())],
+            "container" => vec![format!("{}:443", self.ip()), "denied.test:443".into()],
+            _ => {
+                assert!(denied.contains("none could be"), "{report}");
+                vec![]
+            }
+        };
+        for key in keys {
+            assert!(denied.contains(&key), "{key}: {report}");
         }
     }
 }
