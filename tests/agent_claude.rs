@@ -118,7 +118,7 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) {
         &argv,
         "The greeting is fixed.",
     );
-    denied.was_refused(tier, &report);
+    denied.was_refused(&CLAUDE_AGENT, tier, &report);
     // What the agent ran, call by call, staged by h5i's hook from the box's read-only managed
     // settings, listed under the host-observed run in the script's order.
     let file = format!("{WORK}/greeting.txt");

@@ -121,7 +121,7 @@ fn codex_fixes_the_greeting(test: &str, tier: &str) {
         RUN_CODEX,
         "The greeting is fixed.",
     );
-    denied.was_refused(tier, &report);
+    denied.was_refused(&CODEX_AGENT, tier, &report);
     // What the agent ran, call by call, staged by h5i's hooks from Codex's read-only system
     // folder, listed under the host-observed run in the script's order.
     agent::tool_calls_listed(

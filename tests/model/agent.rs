@@ -172,26 +172,26 @@ impl DeniedHost {
         self.hosts.first
     }
 
-    /// After the session: the host was never reached, and the export's report says so under
-    /// "Denied egress attempts": at the supervised tier the box's egress table refused and
-    /// counted it; at the container tier the box's egress proxy refused the CONNECT to it and
-    /// to `denied.test`; the process tier has no egress counter (its box has no route at
-    /// all), and the report says attempts there are not seen.
-    pub fn was_refused(mut self, tier: &str, report: &str) {
+    /// After the session: the host was never reached, and the export's report lists under
+    /// "Denied egress attempts" what refused the script's reach-out: at every tier the
+    /// credential proxy for `agent`'s host, which refused the request for the other API's host
+    /// (counted under its own host); at the supervised tier the box's egress table, which
+    /// refused and counted the connection to the test host; at the container tier the box's
+    /// egress proxy, which refused the CONNECT to it and to `denied.test`. The process tier
+    /// has no egress counter for a direct connection (its box has no route at all).
+    pub fn was_refused(mut self, agent: &Agent, tier: &str, report: &str) {
         assert_eq!(
             self.hosts.log(),
             Vec::<String>::new(),
             "the denied host was reached"
         );
         let denied = denied_section(report);
-        let keys = match tier {
-            "supervised" => vec![format!("{}:443/tcp", self.ip())],
-            "container" => vec![format!("{}:443", self.ip()), "denied.test:443".into()],
-            _ => {
-                assert!(denied.contains("none could be"), "{report}");
-                vec![]
-            }
-        };
+        let mut keys = vec![format!("`{}:443` refused", agent.host)];
+        match tier {
+            "supervised" => keys.push(format!("{}:443/tcp", self.ip())),
+            "container" => keys.extend([format!("{}:443", self.ip()), "denied.test:443".into()]),
+            _ => {}
+        }
         for key in keys {
             assert!(denied.contains(&key), "{key}: {report}");
         }
