@@ -67,9 +67,13 @@ cd "$work/agent"
 # The host's key for this demo: the scripted model checks every call carried it; the box only
 # ever holds a per-run dummy.
 export H5I_DEMO_KEY="sk-ant-demo-host-only-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
-coproc MODEL { exec "$root/target/release/examples/scripted_model" "$work/model"; }
-model_pid=$MODEL_PID
-read -r hosts <&"${MODEL[0]}"
+# The model serves until its stdin closes; its first line is the entry that points h5i's
+# credential proxy at it, the rest is what it saw. Both through fifos this shell holds open.
+mkfifo "$work/model/in" "$work/model/out"
+"$root/target/release/examples/scripted_model" "$work/model" <"$work/model/in" >"$work/model/out" &
+model_pid=$!
+exec {model_in}>"$work/model/in" {model_out}<"$work/model/out"
+read -r -u "$model_out" hosts
 
 step "h5i box create agent --profile agent-claude: Claude Code's box (tier: auto)"
 "$seams" box create agent --profile agent-claude
@@ -79,10 +83,10 @@ HOME="$work/home" ANTHROPIC_API_KEY="$H5I_DEMO_KEY" H5I_TEST_HOSTS="$hosts" \
     H5I_TEST_CA_FILE="$work/model/ca.der" \
     "$seams" box run agent -- claude -p "fix the failing word count test" \
     --allowedTools Read Edit Bash
-model_in=${MODEL[1]}
 exec {model_in}>&-
 step "what the scripted model saw"
-cat <&"${MODEL[0]}"
+cat <&"$model_out"
+exec {model_out}<&-
 wait "$model_pid"
 
 step "h5i box diff agent"
