@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job, end to end: make a box from the bundled sample repository, run a confined change
-# in it (fix the bug its failing test points at), and export the review bundle for a human.
+# in it (fix the bug its failing test points at), and export the review bundle for a human; then
+# the same fix made by Claude Code in a box of its own against a scripted model (no internet).
 # Run by `make demo` after `make setup`, with the h5i that `make install` installed (H5I).
 set -euo pipefail
 
@@ -49,5 +50,61 @@ step "the patch applies to a fresh copy of the base"
 "$root/scripts/make-sample-repo.sh" "$work/check" >/dev/null
 git -C "$work/check" apply --3way "$work/review/patch.diff"
 (cd "$work/check" && python3 -m unittest -q)
+
+# ---------------------------------------------------------------- the agent does the work
+# The same fix, made by Claude Code in a confined box of its own against a scripted model
+# (examples/scripted_model.rs: the test suite's model service on 127.0.0.1; no model, no
+# internet). h5i's credential proxy holds the key and can be pointed at a local model only in a
+# build with the test seams, so this step builds one (target/release) beside the installed h5i.
+claude=/usr/local/bin/claude
+[ -x "$claude" ] || { echo "demo: $claude is missing; run make setup (it installs the pinned Claude Code)" >&2; exit 1; }
+step "build the scripted model and an h5i with the test seams (cargo build --features test-seams)"
+(cd "$root" && cargo build --release --quiet --features test-seams --bins --example scripted_model)
+seams="$root/target/release/h5i"
+mkdir -p "$work/model" "$work/home"
+"$root/scripts/make-sample-repo.sh" "$work/agent" >/dev/null
+cd "$work/agent"
+# The host's key for this demo: the scripted model checks every call carried it; the box only
+# ever holds a per-run dummy.
+export H5I_DEMO_KEY="sk-ant-demo-host-only-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+# The model serves until its stdin closes; its first line is the entry that points h5i's
+# credential proxy at it, the rest is what it saw. Both through fifos this shell holds open.
+mkfifo "$work/model/in" "$work/model/out"
+"$root/target/release/examples/scripted_model" "$work/model" <"$work/model/in" >"$work/model/out" &
+model_pid=$!
+exec {model_in}>"$work/model/in" {model_out}<"$work/model/out"
+read -r -u "$model_out" hosts
+
+step "h5i box create agent --profile agent-claude: Claude Code's box (tier: auto)"
+"$seams" box create agent --profile agent-claude
+
+step "claude -p in the box: read, run the tests, edit, run them again, stage a proposal"
+HOME="$work/home" ANTHROPIC_API_KEY="$H5I_DEMO_KEY" H5I_TEST_HOSTS="$hosts" \
+    H5I_TEST_CA_FILE="$work/model/ca.der" \
+    "$seams" box run agent -- claude -p "fix the failing word count test" \
+    --allowedTools Read Edit Bash
+exec {model_in}>&-
+step "what the scripted model saw"
+cat <&"$model_out"
+exec {model_out}<&-
+wait "$model_pid"
+
+step "h5i box diff agent"
+"$seams" box diff agent
+
+step "h5i box export agent --out $work/agent-review"
+"$seams" box export agent --out "$work/agent-review"
+if grep -q "$H5I_DEMO_KEY" -r "$work/agent-review" "$work/agent/.git/.h5i"; then
+    echo "demo: the host's key is in the box or its export" >&2
+    exit 1
+fi
+
+step "report.md: every tool call in order with its lane, and the agent's proposal"
+cat "$work/agent-review/report.md"
+
+step "the agent's patch applies to a fresh copy of the base, and the tests pass"
+"$root/scripts/make-sample-repo.sh" "$work/agent-check" >/dev/null
+git -C "$work/agent-check" apply --3way "$work/agent-review/patch.diff"
+(cd "$work/agent-check" && python3 -m unittest -q)
 echo
-echo "demo: done. The review bundle is in $work/review"
+echo "demo: done. The review bundles are in $work/review and $work/agent-review"

@@ -2,12 +2,16 @@
 //! set by h5i so the agent runs headless and quiet inside a box.
 //!
 //! Owns [`check_installed`] (an agent box at a kernel tier is refused at create when its
-//! agent's binary is not where the box can run it) and [`runtime_env`], one reviewed table per runtime (every entry with its reason), which
-//! the process, supervised and container tiers add to an agent box's environment. The
-//! credential variables (the base URL and the per-run dummy) are the credential proxy's, in
-//! `credentials.rs`; this table never holds a credential or anything that names a host.
+//! agent's binary is not where the box can run it), [`runtime_env`], one reviewed table per
+//! runtime (every entry with its reason), which the process, supervised and container tiers add
+//! to an agent box's environment, and [`codex_config`], Codex's system `config.toml` for a run
+//! (Codex has no variables for its switches, and its provider's base URL is read from
+//! configuration only; `crate::capture` binds it read-only at `/etc/codex`). The credential
+//! variables (the base URL and the per-run dummy) are the credential proxy's, in
+//! `credentials.rs`; these tables never hold a credential, and the only host they name is the
+//! run's credential proxy on the box's own loopback.
 //!
-//! Must never: turn on anything that reaches a network destination (every entry here turns
+//! Must never: turn on anything that reaches a network destination (every switch here turns
 //! traffic or a feature off), or differ between tiers.
 //!
 //! Guarded by the unit test below and `tests/agent_claude.rs` (the variables reach the agent).
@@ -99,19 +103,62 @@ const CLAUDE: &[(&str, &str)] = &[
     ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
 ];
 
-/// Codex's switches.
-const CODEX: &[(&str, &str)] = &[
-    // Codex's update check and analytics reach hosts outside the box's egress.
-    ("CODEX_DISABLE_UPDATE_CHECK", "1"),
-];
-
-/// The variables an agent box of `runtime` gets (none for a box not scoped to an agent).
+/// The variables an agent box of `runtime` gets (none for a box not scoped to an agent, and
+/// none for Codex, whose switches are in [`codex_config`]).
 pub fn runtime_env(runtime: Option<AgentRuntime>) -> &'static [(&'static str, &'static str)] {
     match runtime {
         Some(AgentRuntime::Claude) => CLAUDE,
-        Some(AgentRuntime::Codex) => CODEX,
-        None => &[],
+        Some(AgentRuntime::Codex) | None => &[],
     }
+}
+
+/// The box variable holding the credential proxy's base URL for Codex (agent-codex's grant).
+pub const CODEX_BASE_URL_VAR: &str = "OPENAI_BASE_URL";
+/// The box variable holding the per-run dummy Codex sends as its key.
+pub const CODEX_KEY_VAR: &str = "OPENAI_API_KEY";
+
+/// Codex's switches, as `config.toml` lines (Codex 0.171's keys; an unknown key would be
+/// ignored, so the unit test below and `tests/agent_codex.rs` check the real binary reads them).
+const CODEX_SWITCHES: &str = r#"# h5i's system configuration for Codex in a box, written for this run and read-only in it.
+# The box is the sandbox: Codex's own (namespaces and seccomp) cannot start under h5i's seccomp,
+# and h5i's box already confines every command it runs.
+sandbox_mode = "danger-full-access"
+# The installation is pinned by `make setup` / the image; the check reaches a host outside the
+# box's egress (refused anyway; each refusal would be a finding that says nothing of the work).
+check_for_update_on_startup = false
+"#;
+
+/// Codex's tables of switches, after every top-level key.
+const CODEX_TABLES: &str = r#"
+# Usage analytics and OpenTelemetry export reach hosts outside the box's egress.
+[analytics]
+enabled = false
+
+[otel]
+exporter = "none"
+"#;
+
+/// Codex's system `config.toml` for one run: the switches, and when the run's credential proxy
+/// serves Codex (`base_url`, the value of [`CODEX_BASE_URL_VAR`]) a provider that reaches it
+/// over HTTP streaming with the per-run dummy as its key. (Codex 0.171's built-in `openai`
+/// provider ignores `OPENAI_BASE_URL` and opens a WebSocket, which the proxy does not serve.)
+pub fn codex_config(base_url: Option<&str>) -> String {
+    let mut toml = CODEX_SWITCHES.to_owned();
+    let Some(url) = base_url else {
+        return toml + CODEX_TABLES;
+    };
+    // A JSON string is a TOML basic string.
+    let quoted = serde_json::Value::String(url.to_owned()).to_string();
+    toml.push_str(&format!(
+        "# The model is reached only through h5i's credential proxy on the box's loopback.\n\
+         model_provider = \"h5i\"\n{CODEX_TABLES}\n\
+         [model_providers.h5i]\n\
+         name = \"h5i credential proxy\"\n\
+         base_url = {quoted}\n\
+         env_key = \"{CODEX_KEY_VAR}\"\n\
+         supports_websockets = false\n"
+    ));
+    toml
 }
 
 #[cfg(test)]
@@ -150,17 +197,45 @@ mod tests {
 
     #[test]
     fn every_switch_turns_something_off_and_names_no_host() {
-        for rt in [AgentRuntime::Claude, AgentRuntime::Codex] {
-            let env = runtime_env(Some(rt));
-            assert!(!env.is_empty(), "{rt}");
-            for (k, v) in env {
-                assert_eq!(*v, "1", "{k}");
-                assert!(
-                    k.starts_with("DISABLE_") || k.contains("_DISABLE_"),
-                    "{k} does not turn something off"
-                );
-            }
+        let env = runtime_env(Some(AgentRuntime::Claude));
+        assert!(!env.is_empty());
+        for (k, v) in env {
+            assert_eq!(*v, "1", "{k}");
+            assert!(
+                k.starts_with("DISABLE_") || k.contains("_DISABLE_"),
+                "{k} does not turn something off"
+            );
         }
+        assert!(runtime_env(Some(AgentRuntime::Codex)).is_empty());
         assert!(runtime_env(None).is_empty());
+        let off = codex_config(None);
+        for line in [
+            "sandbox_mode = \"danger-full-access\"",
+            "check_for_update_on_startup = false",
+            "[analytics]\nenabled = false",
+            "[otel]\nexporter = \"none\"",
+        ] {
+            assert!(off.contains(line), "{line}: {off}");
+        }
+        assert!(!off.contains("http"), "{off}");
+    }
+
+    #[test]
+    fn codexs_provider_is_the_runs_proxy_with_the_dummy_key_and_no_websocket() {
+        let c = codex_config(Some("http://127.0.0.1:41234/v1"));
+        let provider = c.split("[model_providers.h5i]").nth(1).unwrap();
+        assert!(
+            provider.contains("base_url = \"http://127.0.0.1:41234/v1\""),
+            "{c}"
+        );
+        assert!(provider.contains("env_key = \"OPENAI_API_KEY\""), "{c}");
+        assert!(provider.contains("supports_websockets = false"), "{c}");
+        // Top-level keys come before the first table, or TOML would put them in it.
+        let top = c.split("\n[").next().unwrap();
+        assert!(top.contains("model_provider = \"h5i\""), "{c}");
+        assert!(top.contains("sandbox_mode"), "{c}");
+        // A quote in the value cannot end the string.
+        let hostile = codex_config(Some("http://x\"\nsandbox_mode = \"read-only"));
+        assert_eq!(hostile.matches("\nsandbox_mode").count(), 1, "{hostile}");
     }
 }

@@ -1,16 +1,23 @@
 //! What an agent ran, command by command, as the box tells it: the in-box capture h5i wires
 //! into an agent box, and the host's reading of what it staged.
 //!
-//! Owns, for a Claude Code box at the process and supervised tiers: the managed settings h5i
-//! writes ([`claude_managed_settings`]: a PreToolUse and a PostToolUse hook on every tool, whose
-//! command is h5i's own `h5i-hook capture` at [`HOOK_IN_BOX`]), and where they go. Claude Code
-//! 2.1.328 reads its managed settings from the folder [`CLAUDE_MANAGED_DIR`]
-//! (`managed-settings.json` and `managed-settings.d/` in it; measured with strace: this build
-//! ignores `CLAUDE_CODE_MANAGED_SETTINGS_PATH`), so the box gets h5i's folder bound read-only
-//! over that path, which needs the path to exist on the host when the box reads the host's
-//! `/etc` (`h5i host setup` makes it, empty). On the host side, [`read_staged`] turns a staged
-//! `tool-call` record (box-claimed, hostile) into its summary (event, tool, call id, command or
-//! file) and the raw payload the host stores, redacted, under the box's `payloads/`.
+//! Owns, for an agent box at every kernel tier, the tool hooks h5i writes ([`tool_hooks`]: a
+//! PreToolUse and a PostToolUse hook on every tool, whose command is h5i's own `h5i-hook capture
+//! SOURCE` at [`HOOK_IN_BOX`]), and where they go:
+//! - Claude Code 2.1.328 reads its managed settings from the folder [`CLAUDE_MANAGED_DIR`]
+//!   (`managed-settings.json` and `managed-settings.d/` in it; measured with strace: this build
+//!   ignores `CLAUDE_CODE_MANAGED_SETTINGS_PATH`);
+//! - Codex 0.171 reads its system layer from [`CODEX_SYSTEM_DIR`]: `config.toml` (the switches
+//!   and the provider of `crate::agent::codex_config`, which names the run's credential proxy,
+//!   so the folder is written per run: [`CodexSystemDir`]) and `hooks.json`, whose hooks run
+//!   without Codex's trust review (measured: the same hooks in `$CODEX_HOME/hooks.json` do not
+//!   run in `codex exec` until trusted), and `skills/`.
+//!
+//! Each box gets h5i's folder bound read-only over that path, which needs the path to exist on
+//! the host when the box reads the host's `/etc` (`h5i host setup` makes both, empty). On the
+//! host side, [`read_staged`] turns a staged `tool-call` record (box-claimed, hostile) into its
+//! summary (event, tool, call id, command or file) and the raw payload the host stores,
+//! redacted, under the box's `payloads/`.
 //!
 //! Must never: let the box write its managed settings or the hook program (both are read-only
 //! binds of host files outside every grant), trust a staged record beyond its validated shape,
@@ -30,15 +37,17 @@ use crate::store::StoredBox;
 pub const CLAUDE_MANAGED_DIR: &str = "/etc/claude-code";
 /// Where the box runs h5i's capture hook from.
 pub const HOOK_IN_BOX: &str = "/.h5i/bin/h5i-hook";
-/// The staged record's `source` for Claude Code's hooks.
-pub const CLAUDE_SOURCE: &str = "claude-code";
+/// Where Codex reads its system configuration, hooks and skills on Linux (a folder).
+pub const CODEX_SYSTEM_DIR: &str = "/etc/codex";
 
-/// Claude Code's managed settings for a box: every tool call is staged before it runs and
-/// after it returns.
-pub fn claude_managed_settings() -> String {
+/// The agent's tool hooks for a box, in the shape both Claude Code's managed settings and
+/// Codex's `hooks.json` take: every tool call is staged before it runs and after it returns,
+/// named by the runtime's `h5i-hook capture` source.
+pub fn tool_hooks(runtime: AgentRuntime) -> String {
+    let source = h5i_hook::capture::source_of(runtime);
     let hook = json!([{
         "matcher": "*",
-        "hooks": [{"type": "command", "command": format!("{HOOK_IN_BOX} capture")}],
+        "hooks": [{"type": "command", "command": format!("{HOOK_IN_BOX} capture {source}")}],
     }]);
     let settings = json!({
         "hooks": {"PreToolUse": hook, "PostToolUse": hook},
@@ -55,49 +64,139 @@ pub struct CaptureBinds {
     pub programs: Vec<(PathBuf, PathBuf)>,
 }
 
-/// The capture binds for a box of `policy`'s runtime. None for a box of no runtime or of a
-/// runtime without a hook h5i wires yet (Codex).
-pub fn binds_for(
-    sb: &StoredBox,
-    policy: &ResolvedPolicy,
-    hook: &Path,
-) -> Result<CaptureBinds, BoxError> {
-    if policy.agent != Some(AgentRuntime::Claude) {
-        return Ok(CaptureBinds::default());
+/// The folder in the box where `runtime` reads what h5i binds over it.
+pub fn system_dir(runtime: AgentRuntime) -> &'static str {
+    match runtime {
+        AgentRuntime::Claude => CLAUDE_MANAGED_DIR,
+        AgentRuntime::Codex => CODEX_SYSTEM_DIR,
     }
+}
+
+/// Refuse a box that reads the host's `/etc` when the host lacks `runtime`'s folder: a bind
+/// needs its mount point, and the box's `/etc` is read-only.
+fn check_mount_point(policy: &ResolvedPolicy, runtime: AgentRuntime) -> Result<(), BoxError> {
+    let at = system_dir(runtime);
     let reads_host_etc = policy
         .fs
         .read
         .iter()
         .chain(&policy.fs.write)
-        .any(|g| Path::new(CLAUDE_MANAGED_DIR).starts_with(g));
-    if reads_host_etc && !Path::new(CLAUDE_MANAGED_DIR).is_dir() {
+        .any(|g| Path::new(at).starts_with(g));
+    if reads_host_etc && !Path::new(at).is_dir() {
         return Err(BoxError::BadRequest {
             what: format!(
-                "a Claude Code box reads its managed settings (h5i's capture hook) at {CLAUDE_MANAGED_DIR}, which this host lacks, so there is nowhere to bind them in the box's read-only /etc"
+                "a {runtime} box reads h5i's settings for it (the capture hook) at {at}, which this host lacks, so there is nowhere to bind them in the box's read-only /etc"
             ),
             mend: "run `h5i host setup` as root once (it makes the empty directory)".into(),
         });
     }
-    let settings = claude_managed_settings();
+    Ok(())
+}
+
+/// The capture binds for a box of `policy`'s runtime at the process and supervised tiers (none
+/// for a box of no runtime). A Codex box's folder names the run's credential proxy, so it is
+/// bound per run ([`CodexSystemDir`]); here it gets only the hook program.
+pub fn binds_for(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    hook: &Path,
+) -> Result<CaptureBinds, BoxError> {
+    let Some(runtime) = policy.agent else {
+        return Ok(CaptureBinds::default());
+    };
+    check_mount_point(policy, runtime)?;
+    let programs = vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))];
+    if runtime == AgentRuntime::Codex {
+        return Ok(CaptureBinds {
+            dirs: Vec::new(),
+            programs,
+        });
+    }
+    let settings = tool_hooks(runtime);
     let dir = sb.paths.dir.join("capture").join(digest(&settings));
-    let file = dir.join("managed-settings.json");
-    if !file.is_file() {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(&dir)
-            .map_err(|e| BoxError::io(&dir, e))?;
-        crate::store::write_atomic(&file, settings.as_bytes())?;
-        // Readable by the box's user, whoever it maps to; written by the host only.
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
-            .map_err(|e| BoxError::io(&file, e))?;
+    if !dir.join(CLAUDE_SETTINGS_FILE).is_file() {
+        write_folder(&dir, &[(CLAUDE_SETTINGS_FILE, &settings)])?;
     }
     Ok(CaptureBinds {
         dirs: vec![(dir, PathBuf::from(CLAUDE_MANAGED_DIR))],
-        programs: vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))],
+        programs,
     })
+}
+
+/// The file Claude Code reads in its managed folder.
+pub const CLAUDE_SETTINGS_FILE: &str = "managed-settings.json";
+
+/// Make `dir` (0755) holding `files` (0644: readable by the box's user, whoever it maps to;
+/// written by the host only). Returns the files' paths.
+pub fn write_folder(dir: &Path, files: &[(&str, &str)]) -> Result<Vec<PathBuf>, BoxError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)
+        .map_err(|e| BoxError::io(dir, e))?;
+    let mut written = Vec::new();
+    for (name, text) in files {
+        let file = dir.join(name);
+        crate::store::write_atomic(&file, text.as_bytes())?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| BoxError::io(&file, e))?;
+        written.push(file);
+    }
+    Ok(written)
+}
+
+/// The files of a Codex box's [`CODEX_SYSTEM_DIR`] for one run whose box environment is
+/// `env` (`KEY=VALUE`): `config.toml` and `hooks.json`.
+pub fn codex_files(env: &[String]) -> [(&'static str, String); 2] {
+    let base_url = env
+        .iter()
+        .find_map(|e| e.strip_prefix(&format!("{}=", crate::agent::CODEX_BASE_URL_VAR)));
+    [
+        ("config.toml", crate::agent::codex_config(base_url)),
+        ("hooks.json", tool_hooks(AgentRuntime::Codex)),
+    ]
+}
+
+/// A Codex box's [`CODEX_SYSTEM_DIR`] for one process- or supervised-tier run, written beside
+/// the run's bundle and removed (its two files, then the folder) when dropped.
+#[derive(Debug)]
+pub struct CodexSystemDir {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+}
+
+impl CodexSystemDir {
+    /// For a Codex box: write the folder for `run_id` under `parent` from the run's
+    /// environment and add its read-only bind to `binds`. `None` for any other box.
+    pub fn for_run(
+        policy: &ResolvedPolicy,
+        parent: &Path,
+        run_id: &str,
+        env: &[String],
+        binds: &mut Vec<h5i_runtime::bundle::Bind>,
+    ) -> Result<Option<CodexSystemDir>, BoxError> {
+        if policy.agent != Some(AgentRuntime::Codex) {
+            return Ok(None);
+        }
+        let dir = parent.join(format!("codex-{run_id}"));
+        let files = codex_files(env);
+        let written = write_folder(&dir, &files.each_ref().map(|(n, t)| (*n, t.as_str())))?;
+        binds.push(h5i_runtime::bundle::Bind::ro(&dir, CODEX_SYSTEM_DIR));
+        Ok(Some(CodexSystemDir {
+            dir,
+            files: written,
+        }))
+    }
+}
+
+impl Drop for CodexSystemDir {
+    fn drop(&mut self) {
+        for f in &self.files {
+            let _ = std::fs::remove_file(f);
+        }
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 fn digest(text: &str) -> String {
@@ -148,14 +247,40 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_managed_settings_run_h5is_hook_before_and_after_every_tool() {
-        let v: Value = serde_json::from_str(&claude_managed_settings()).unwrap();
-        for event in ["PreToolUse", "PostToolUse"] {
-            let m = &v["hooks"][event][0];
-            assert_eq!(m["matcher"], "*");
-            assert_eq!(m["hooks"][0]["type"], "command");
-            assert_eq!(m["hooks"][0]["command"], "/.h5i/bin/h5i-hook capture");
+    fn the_tool_hooks_run_h5is_hook_before_and_after_every_tool() {
+        for (rt, source) in [
+            (AgentRuntime::Claude, "claude-code"),
+            (AgentRuntime::Codex, "codex"),
+        ] {
+            let v: Value = serde_json::from_str(&tool_hooks(rt)).unwrap();
+            for event in ["PreToolUse", "PostToolUse"] {
+                let m = &v["hooks"][event][0];
+                assert_eq!(m["matcher"], "*");
+                assert_eq!(m["hooks"][0]["type"], "command");
+                assert_eq!(
+                    m["hooks"][0]["command"],
+                    format!("/.h5i/bin/h5i-hook capture {source}")
+                );
+            }
         }
+    }
+
+    #[test]
+    fn codexs_folder_names_the_runs_proxy_and_holds_the_hooks() {
+        let env = vec![
+            "PATH=/usr/bin".to_string(),
+            "OPENAI_BASE_URL=http://127.0.0.1:41234/v1".to_string(),
+        ];
+        let [(config_name, config), (hooks_name, hooks)] = codex_files(&env);
+        assert_eq!((config_name, hooks_name), ("config.toml", "hooks.json"));
+        assert!(
+            config.contains("base_url = \"http://127.0.0.1:41234/v1\""),
+            "{config}"
+        );
+        assert_eq!(hooks, tool_hooks(AgentRuntime::Codex));
+        // Without the proxy's variable there is no provider to name.
+        let [(_, config), _] = codex_files(&env[..1]);
+        assert!(!config.contains("base_url"), "{config}");
     }
 
     #[test]

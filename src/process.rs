@@ -424,6 +424,14 @@ pub fn run_plan(
         mend: "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)".into(),
     })?;
     plan.env = env_with_secrets(&plan, secrets)?;
+    // A Codex box's system folder names this run's credential proxy (in the env by now).
+    let _codex = crate::capture::CodexSystemDir::for_run(
+        policy,
+        &runtime_dir()?,
+        &plan.id,
+        &plan.env,
+        &mut plan.binds,
+    )?;
     if console.is_none() {
         under_init(&mut plan)?;
     }

@@ -9,6 +9,8 @@
 //! `H5I_TEST_CA_FILE`), never through the system resolver. Runs as root (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "model/agent.rs"]
+mod agent;
 mod common;
 mod model;
 #[path = "../broker/tests/support/mod.rs"]
@@ -16,7 +18,7 @@ mod support;
 
 use std::net::Ipv4Addr;
 
-use model::agent::{self, Agent, DeniedHost, Model, WORK};
+use agent::{Agent, DeniedHost, Model, WORK};
 use model::{Api, Call, Turn};
 use serde_json::json;
 
@@ -50,7 +52,8 @@ fn the_installed_claude_is_the_pinned_one() {
     );
 }
 
-/// The script: read the file, fix it, check it, look for the key, reach out, finish.
+/// The script: read the file, fix it, check it, look for the key, reach out, stage the
+/// proposal, finish.
 fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
     let bash = |command: String, description: &str| {
         Call::new(
@@ -77,16 +80,21 @@ fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
             agent::reach_out("$ANTHROPIC_BASE_URL/v1/models", "api.openai.com", denied_ip),
             "reach hosts outside the profile",
         )])
-        .expecting("hits=[]"),
-        Turn::finish("The greeting is fixed.").expecting("other=421"),
+        .expecting("hits=[]")
+        .expecting("skill=refused"),
+        Turn::calls(vec![bash(agent::stage_proposal(), "stage the proposal")])
+            .expecting("other=421"),
+        Turn::finish("The greeting is fixed.").expecting("staged"),
     ]
 }
 
 /// Claude Code, in a box at `tier`, plays the fix script against the scripted model (checks in
-/// `agent::check_session` and `DeniedHost::was_refused`). Returns the export's report.md, or
-/// `None` when the test cannot make its denied host (not root; said `skipped:`).
-fn claude_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
-    let denied = DeniedHost::up(test)?;
+/// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
+/// the test cannot make its denied host (not root) it has said `skipped:`.
+fn claude_fixes_the_greeting(test: &str, tier: &str) {
+    let Some(denied) = DeniedHost::up(test) else {
+        return;
+    };
     let r = agent::greeting_box(&CLAUDE_AGENT, "cl", tier);
     let m = Model::start(
         &CLAUDE_AGENT,
@@ -110,27 +118,24 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
         &argv,
         "The greeting is fixed.",
     );
-    denied.was_refused(tier, &report);
-    if tier != "container" {
-        // What the agent ran, call by call, staged by h5i's hook from the box's read-only
-        // managed settings, listed under the host-observed run in the script's order.
-        let file = format!("{WORK}/greeting.txt");
-        agent::tool_calls_listed(
-            &report,
-            "claude",
-            "inbox-capture",
-            &[
-                ("Read", &file),
-                ("Edit", &file),
-                ("Bash", &format!("cat {file}")),
-                ("Bash", "python3 -c"),
-                ("Bash", "curl -sS"),
-            ],
-        );
-        let payloads = r.box_dir("cl").join("payloads");
-        assert_eq!(std::fs::read_dir(&payloads).unwrap().count(), 10);
-    }
-    Some(report)
+    denied.was_refused(&CLAUDE_AGENT, tier, &report);
+    // What the agent ran, call by call, staged by h5i's hook from the box's read-only managed
+    // settings, listed under the host-observed run in the script's order.
+    let file = format!("{WORK}/greeting.txt");
+    agent::tool_calls_listed(
+        &r,
+        "cl",
+        &report,
+        "claude",
+        &[
+            ("Read", &file),
+            ("Edit", &file),
+            ("Bash", &format!("cat {file}")),
+            ("Bash", "python3 -c"),
+            ("Bash", "curl -sS"),
+            ("Bash", "printf"),
+        ],
+    );
 }
 
 #[test]
@@ -159,12 +164,5 @@ fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     {
         return;
     }
-    let Some(report) = claude_fixes_the_greeting(test, "container") else {
-        return;
-    };
-    // The CONNECT to a host outside the profile was refused by the box's egress proxy.
-    assert!(
-        agent::denied_section(&report).contains("denied.test:443"),
-        "{report}"
-    );
+    claude_fixes_the_greeting(test, "container");
 }

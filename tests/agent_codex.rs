@@ -4,19 +4,23 @@
 //! edit in `box diff` and in the export's patch, the real credential at the model service and
 //! nowhere the box could see it.
 //!
-//! Codex 0.171 talks to its built-in `openai` provider over a WebSocket and does not read
-//! `OPENAI_BASE_URL`, so the run names a provider (`-c model_providers.h5i=...`) whose base URL
-//! is the credential proxy's (the box's `$OPENAI_BASE_URL`), whose key is the box's dummy
-//! (`env_key = "OPENAI_API_KEY"`), over HTTP streaming. Its own sandbox is off
-//! (`--sandbox danger-full-access`): the box is the sandbox. What it really sends, recorded from
-//! this version: its tools arrive as an `additional_tools` input item, and in code mode the
-//! model drives them through one custom tool, `exec`, whose input is JavaScript calling
-//! `tools.exec_command(...)` and `tools.apply_patch(...)`; the script below is that.
+//! The box runs plain `codex exec "..."`: everything Codex needs is in the system folder h5i
+//! binds read-only at `/etc/codex` for the run (`h5i::capture`): a `config.toml` whose provider
+//! is the run's credential proxy over HTTP streaming with the box's dummy as its key, Codex's
+//! own sandbox off, its update check, analytics and OpenTelemetry off; a `hooks.json` whose
+//! PreToolUse/PostToolUse hooks stage every tool call (`inbox-capture`); and the skill. What
+//! Codex really sends, recorded from this version: its tools arrive as an `additional_tools`
+//! input item, and in code mode the model drives them through one custom tool, `exec`, whose
+//! input is JavaScript calling `tools.exec_command(...)` and `tools.apply_patch(...)`; the
+//! script below is that, and Codex's hooks fire once per nested call (as `Bash` and
+//! `apply_patch`), not per `exec` cell.
 //!
 //! The model service listens on 127.0.0.1 with a certificate from a CA this test made; the
 //! credential proxy is pointed at it through h5i's test seams. Runs as root (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "model/agent.rs"]
+mod agent;
 mod common;
 mod model;
 #[path = "../broker/tests/support/mod.rs"]
@@ -24,7 +28,7 @@ mod support;
 
 use std::net::Ipv4Addr;
 
-use model::agent::{self, Agent, DeniedHost, Model};
+use agent::{Agent, DeniedHost, Model};
 use model::{Api, Call, Turn};
 use serde_json::Value;
 
@@ -41,12 +45,8 @@ const CODEX_AGENT: Agent = Agent {
     image: "localhost/h5i-agent-codex:latest",
 };
 
-/// `codex exec` as the box runs it: the provider override reads the base URL the credential
-/// proxy handed the box, so it goes through `sh -c` (the one place the variable is expanded).
-const RUN_CODEX: &str = r#"exec codex exec --skip-git-repo-check --sandbox danger-full-access \
-  -c model_provider=h5i \
-  -c "model_providers.h5i={name=\"h5i\",base_url=\"$OPENAI_BASE_URL\",env_key=\"OPENAI_API_KEY\",supports_websockets=false}" \
-  "fix the greeting in greeting.txt""#;
+/// `codex exec` as a person runs it in the box: no flags, h5i's system folder sets the rest.
+const RUN_CODEX: &[&str] = &["codex", "exec", "fix the greeting in greeting.txt"];
 
 #[test]
 fn the_installed_codex_is_the_pinned_one() {
@@ -77,7 +77,8 @@ fn sh(cmd: &str) -> String {
     )
 }
 
-/// The script: read the file, patch it and show it, look for the key, reach out, finish.
+/// The script: read the file, patch it and show it, look for the key, reach out, stage the
+/// proposal, finish.
 fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
     let patch = "*** Begin Patch\n*** Update File: greeting.txt\n@@\n-helo wrld\n+hello world\n*** End Patch\n";
     vec![
@@ -95,16 +96,20 @@ fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
             "api.anthropic.com",
             denied_ip,
         )))])
-        .expecting("hits=[]"),
-        Turn::finish("The greeting is fixed.").expecting("other=421"),
+        .expecting("hits=[]")
+        .expecting("skill=refused"),
+        Turn::calls(vec![exec(sh(&agent::stage_proposal()))]).expecting("other=421"),
+        Turn::finish("The greeting is fixed.").expecting("staged"),
     ]
 }
 
 /// Codex, in a box at `tier`, plays the fix script against the scripted model (checks in
-/// `agent::check_session` and `DeniedHost::was_refused`). Returns the export's report.md, or
-/// `None` when the test cannot make its denied host (not root; said `skipped:`).
-fn codex_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
-    let denied = DeniedHost::up(test)?;
+/// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
+/// the test cannot make its denied host (not root) it has said `skipped:`.
+fn codex_fixes_the_greeting(test: &str, tier: &str) {
+    let Some(denied) = DeniedHost::up(test) else {
+        return;
+    };
     let r = agent::greeting_box(&CODEX_AGENT, "cx", tier);
     let m = Model::start(&CODEX_AGENT, fix_script(denied.ip()));
     let report = agent::check_session(
@@ -113,11 +118,26 @@ fn codex_fixes_the_greeting(test: &str, tier: &str) -> Option<String> {
         "cx",
         tier,
         &m,
-        &["sh", "-c", RUN_CODEX],
+        RUN_CODEX,
         "The greeting is fixed.",
     );
-    denied.was_refused(tier, &report);
-    Some(report)
+    denied.was_refused(&CODEX_AGENT, tier, &report);
+    // What the agent ran, call by call, staged by h5i's hooks from Codex's read-only system
+    // folder, listed under the host-observed run in the script's order.
+    agent::tool_calls_listed(
+        &r,
+        "cx",
+        &report,
+        "codex",
+        &[
+            ("Bash", "cat greeting.txt"),
+            ("apply_patch", "*** Begin Patch"),
+            ("Bash", "cat greeting.txt"),
+            ("Bash", "python3 -c"),
+            ("Bash", "curl -sS"),
+            ("Bash", "printf"),
+        ],
+    );
 }
 
 #[test]
@@ -146,12 +166,5 @@ fn codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     {
         return;
     }
-    let Some(report) = codex_fixes_the_greeting(test, "container") else {
-        return;
-    };
-    // The CONNECT to a host outside the profile was refused by the box's egress proxy.
-    assert!(
-        agent::denied_section(&report).contains("denied.test:443"),
-        "{report}"
-    );
+    codex_fixes_the_greeting(test, "container");
 }

@@ -215,7 +215,7 @@ out["managed"] = json.load(open(m))
 attempt("managed_write", lambda: open(m, "a").write("x"))
 attempt("hook_write", lambda: open("/.h5i/bin/h5i-hook", "a").write("x"))
 import subprocess
-out["hook_rc"] = subprocess.run(["/.h5i/bin/h5i-hook", "capture"], input=CALL.encode()).returncode
+out["hook_rc"] = subprocess.run(["/.h5i/bin/h5i-hook", "capture", "claude-code"], input=CALL.encode()).returncode
 print(json.dumps(out))
 "#;
 
@@ -285,8 +285,10 @@ fn the_box_sees_the_embedded_skill_read_only(tier: &str, as_user: bool) {
     // Claude Code's managed settings are h5i's: the capture hook on every tool call.
     assert_eq!(
         seen["managed"],
-        serde_json::from_str::<serde_json::Value>(&h5i::capture::claude_managed_settings())
-            .unwrap(),
+        serde_json::from_str::<serde_json::Value>(&h5i::capture::tool_hooks(
+            h5i_policy::AgentRuntime::Claude
+        ))
+        .unwrap(),
         "{seen}"
     );
     assert_eq!(seen["hook_rc"], 0, "{seen}");

@@ -1,7 +1,8 @@
-//! `h5i-hook capture`: the in-box half of "what the agent ran". Claude Code runs it as a
-//! PreToolUse/PostToolUse hook (from the managed settings h5i binds read-only into the box);
-//! it stages the hook's input, as it came, in the box's spool as one `tool-call` record of the
-//! `inbox-capture` lane, which the host ingests after the run as box-claimed evidence.
+//! `h5i-hook capture SOURCE`: the in-box half of "what the agent ran". Claude Code and Codex run
+//! it as a PreToolUse/PostToolUse hook (from the settings h5i binds read-only into the box:
+//! Claude Code's managed settings, Codex's system `hooks.json`); it stages the hook's input, as
+//! it came, in the box's spool as one `tool-call` record of the `inbox-capture` lane, which the
+//! host ingests after the run as box-claimed evidence.
 //!
 //! Owns the staged record's shape: `{"kind": "tool-call", "lane": "inbox-capture", "source":
 //! SOURCE, "payload": "<the hook's stdin, as text>"}` (the payload cut to fit the spool's cap,
@@ -22,6 +23,24 @@ use crate::spool::MAX_ENTRY_BYTES;
 pub const KIND: &str = "tool-call";
 /// The spool file name prefix of a staged tool call.
 pub const PREFIX: &str = "tool-call-";
+
+/// The `source` each runtime's hooks name (the argument after `capture`).
+pub fn source_of(runtime: h5i_policy::AgentRuntime) -> &'static str {
+    match runtime {
+        h5i_policy::AgentRuntime::Claude => "claude-code",
+        h5i_policy::AgentRuntime::Codex => "codex",
+    }
+}
+
+/// The runtime whose hooks name `source`, if any.
+pub fn runtime_named(source: &str) -> Option<h5i_policy::AgentRuntime> {
+    [
+        h5i_policy::AgentRuntime::Claude,
+        h5i_policy::AgentRuntime::Codex,
+    ]
+    .into_iter()
+    .find(|r| source_of(*r) == source)
+}
 
 /// Room left for the payload in a staged entry (the JSON around it and its escapes).
 const PAYLOAD_BYTES: usize = (MAX_ENTRY_BYTES as usize) / 2;

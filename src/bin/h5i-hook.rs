@@ -3,7 +3,7 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)";
 
 fn main() {
     h5i_log::init("h5i-hook");
@@ -18,7 +18,7 @@ fn main() {
         Some("net-inside") => h5i_hook::net_hooks::net_inside().map_err(Into::into),
         Some("net-down") => h5i_hook::net_hooks::net_down().map_err(Into::into),
         Some("sentry") => std::process::exit(h5i_hook::sentry::main()),
-        Some("capture") => capture(),
+        Some("capture") => capture(std::env::args().nth(2).as_deref()),
         _ => {
             eprintln!("h5i-hook: {USAGE}");
             std::process::exit(2);
@@ -59,16 +59,20 @@ fn listen(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
 
 /// An agent's tool hook: stage stdin in the box's spool. Never fails the agent's tool call: a
 /// record it cannot stage is reported on stderr, and its absence is the host's finding.
-fn capture() -> ! {
-    let staged = match std::env::var_os("H5I_ENV_CAPTURE_SPOOL") {
-        Some(spool) => h5i_hook::capture::stage(
+fn capture(source: Option<&str>) -> ! {
+    let runtime = source.and_then(h5i_hook::capture::runtime_named);
+    let staged = match (std::env::var_os("H5I_ENV_CAPTURE_SPOOL"), runtime) {
+        (_, None) => Err(format!(
+            "refusing: source {source:?} is not claude-code or codex; to fix: name the agent after `capture`"
+        )),
+        (Some(spool), Some(rt)) => h5i_hook::capture::stage(
             std::path::Path::new(&spool),
-            "claude-code",
+            h5i_hook::capture::source_of(rt),
             std::io::stdin().lock(),
         )
         .map(drop)
         .map_err(|e| e.to_string()),
-        None => Err("H5I_ENV_CAPTURE_SPOOL is not set (not inside an h5i box)".into()),
+        (None, _) => Err("H5I_ENV_CAPTURE_SPOOL is not set (not inside an h5i box)".into()),
     };
     if let Err(e) = staged {
         eprintln!("h5i-hook capture: not staged: {e}");

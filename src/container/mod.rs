@@ -380,6 +380,13 @@ pub fn run(
     };
     let broker = Broker::start(egress_plan, inputs.creds, &place, &id, &mut run_dir)?;
     env.extend(broker.env.iter().cloned());
+    // The credential proxy's base URL is among the variables Podman passes by name.
+    let box_vars: Vec<String> = env
+        .iter()
+        .chain(&broker.by_name)
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let agent = agent_binds(policy, &mut run_dir, &sources.hook, &box_vars)?;
     by_name.extend(broker.by_name.iter().cloned());
     let hooks: Vec<Vec<String>> = std::iter::once(vec![
         sources.hook.display().to_string(),
@@ -407,7 +414,8 @@ pub fn run(
             dest: BOX_WORK.into(),
             readonly: false,
         },
-        binds: box_binds(&sources),
+        binds: box_binds(&sources).into_iter().chain(agent.binds).collect(),
+        config_tmpfs: agent.config_tmpfs,
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
@@ -503,9 +511,98 @@ pub fn run(
     })
 }
 
+/// What an agent box gets beside its workspace at this tier.
+struct AgentBinds {
+    binds: Vec<Bind>,
+    /// A writable tmpfs for the agent's config directory in HOME (see [`agent_binds`]).
+    config_tmpfs: Option<PathBuf>,
+}
+
+/// An agent box's skill, its settings from h5i and the capture hook, all read-only, written
+/// into the run directory (which the engine reaches; removed with it): Claude Code gets its
+/// managed settings at `/etc/claude-code` and the skill at `~/.claude/skills/h5i`; Codex gets
+/// its system folder at `/etc/codex` (config naming this run's credential proxy, the hooks, and
+/// the skill under `skills/h5i`, where Codex reads system skills). The box's HOME is its
+/// private `/tmp`, where the runtime would make `~/.claude` (the skill's mount point's parent)
+/// root's and unwritable by the box, so a Claude box gets a tmpfs of its own there, writable
+/// by every user of the box (1777, like `/tmp`) and `nosuid,nodev`, for Claude Code's state.
+fn agent_binds(
+    policy: &ResolvedPolicy,
+    run_dir: &mut RunDir,
+    hook: &Path,
+    box_vars: &[String],
+) -> Result<AgentBinds, BoxError> {
+    use h5i_policy::AgentRuntime;
+    let Some(runtime) = policy.agent else {
+        return Ok(AgentBinds {
+            binds: Vec::new(),
+            config_tmpfs: None,
+        });
+    };
+    let ro = |source: PathBuf, dest: &str| Bind {
+        source,
+        dest: dest.into(),
+        readonly: true,
+    };
+    let system = run_dir.dir("agent-settings")?;
+    let config_dir = Path::new(BOX_HOME).join(crate::box_home::config_dir_name(runtime));
+    let mut binds = vec![ro(hook.to_path_buf(), crate::capture::HOOK_IN_BOX)];
+    let skill_parent = match runtime {
+        AgentRuntime::Claude => {
+            let settings = crate::capture::tool_hooks(runtime);
+            let files = [(crate::capture::CLAUDE_SETTINGS_FILE, settings.as_str())];
+            run_dir
+                .files
+                .extend(crate::capture::write_folder(&system, &files)?);
+            run_dir.dir("skill")?
+        }
+        AgentRuntime::Codex => {
+            let files = crate::capture::codex_files(box_vars);
+            let files = files.each_ref().map(|(n, t)| (*n, t.as_str()));
+            run_dir
+                .files
+                .extend(crate::capture::write_folder(&system, &files)?);
+            run_dir.dir("agent-settings/skills")?
+        }
+    };
+    let skill = skill_parent.join("h5i");
+    let written = crate::skill::install(&skill)?;
+    // Removed deepest last by RunDir: each directory the install made, parents first.
+    let mut dirs: Vec<PathBuf> = written
+        .iter()
+        .flat_map(|f| f.ancestors().skip(1))
+        .filter(|d| d.starts_with(&skill))
+        .map(Path::to_path_buf)
+        .collect();
+    dirs.sort_by_key(|d| d.components().count());
+    dirs.dedup();
+    run_dir.dirs.extend(dirs);
+    run_dir.files.extend(written);
+    binds.push(ro(system, crate::capture::system_dir(runtime)));
+    Ok(match runtime {
+        AgentRuntime::Claude => {
+            let at = config_dir.join("skills/h5i");
+            binds.push(Bind {
+                source: skill,
+                dest: at,
+                readonly: true,
+            });
+            AgentBinds {
+                binds,
+                config_tmpfs: Some(config_dir),
+            }
+        }
+        AgentRuntime::Codex => AgentBinds {
+            binds,
+            config_tmpfs: None,
+        },
+    })
+}
+
 /// The binds beside the workspace: the borrowed objects read-only at `/.h5i/objects`, the in-box
 /// `alternates` naming them (read-only, over the workspace's own, which names the store's host
-/// path), the granted warm caches read-only under `/.h5i/cache`, and the spool. No host path of the store or the parent is a box path.
+/// path), the granted warm caches read-only under `/.h5i/cache`, and the spool. No host path of
+/// the store or the parent is a box path.
 fn box_binds(sources: &Sources) -> Vec<Bind> {
     let mut binds = vec![Bind {
         source: sources.objects.clone(),

@@ -6,8 +6,8 @@
 //! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
 //! finds the base it borrows without learning the store's host path), the warm dependency caches
 //! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
-//! read-only
-//! image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable tmpfs; every
+//! read-only image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable
+//! tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev); every
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
 //! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
 //! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
@@ -29,6 +29,8 @@ pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
 pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
 /// The private `/tmp`'s size.
 pub const TMP_SIZE: &str = "256m";
+/// The size of an agent's config-directory tmpfs ([`PodmanRun::config_tmpfs`]).
+pub const CONFIG_TMPFS_SIZE: &str = "64m";
 /// The annotation the per-run hooks match on.
 pub const RUN_ANNOTATION: &str = "h5i.run";
 /// Where Podman binds the init program (`--init`) in the box.
@@ -63,8 +65,13 @@ pub struct PodmanRun {
     pub argv: Vec<OsString>,
     /// The workspace (read-write at `/work`).
     pub work: Bind,
-    /// Other binds (the object store read-only; the spool read-write).
+    /// Other binds (the object store read-only; the spool read-write; an agent box's skill,
+    /// settings and capture hook read-only).
     pub binds: Vec<Bind>,
+    /// A Claude Code box's `~/.claude` under its `/tmp` HOME: a tmpfs of its own (writable by
+    /// the box's users, 1777, `nosuid,nodev`, [`CONFIG_TMPFS_SIZE`]), since the skill's bind
+    /// in it would otherwise leave it root's.
+    pub config_tmpfs: Option<PathBuf>,
     /// Environment `KEY=VALUE` pairs that hold no secret.
     pub env: Vec<(String, String)>,
     /// Names of variables Podman passes from its own environment (secrets, dummies).
@@ -161,6 +168,14 @@ impl PodmanRun {
             a.push("--annotation".into());
             a.push(csv_field(&format!("{k}={v}")).into());
         }
+        if let Some(dir) = &self.config_tmpfs {
+            a.push("--tmpfs".into());
+            let mut t = dir.clone().into_os_string();
+            t.push(format!(
+                ":rw,size={CONFIG_TMPFS_SIZE},mode=1777,nosuid,nodev,notmpcopyup"
+            ));
+            a.push(t);
+        }
         a.push("-v".into());
         a.push(volume(&self.work));
         for b in &self.binds {
@@ -206,6 +221,7 @@ mod tests {
                 dest: BOX_OBJECTS.into(),
                 readonly: true,
             }],
+            config_tmpfs: None,
             env: vec![("HOME".into(), "/tmp".into())],
             env_by_name: vec!["DEPLOY_KEY".into()],
             cgroup_parent: Some("/own/h5i/x".into()),
@@ -257,6 +273,28 @@ mod tests {
         assert!(a.iter().position(|x| x == "--hooks-dir").unwrap() < verb);
         // The image, then the command, last.
         assert_eq!(&a[a.len() - 4..], ["sha256:abc", "sh", "-c", "echo hi"]);
+    }
+
+    #[test]
+    fn only_a_claude_box_gets_its_config_tmpfs_and_it_is_nosuid_nodev() {
+        let joined = text(&run()).join(" ");
+        assert_eq!(joined.matches("--tmpfs").count(), 1, "{joined}");
+        let mut r = run();
+        r.config_tmpfs = Some("/tmp/.claude".into());
+        let a = text(&r);
+        let tmpfs: Vec<&String> = a
+            .iter()
+            .zip(a.iter().skip(1))
+            .filter(|(f, _)| *f == "--tmpfs")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(
+            tmpfs,
+            [
+                "/tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+                "/tmp/.claude:rw,size=64m,mode=1777,nosuid,nodev,notmpcopyup"
+            ]
+        );
     }
 
     #[test]

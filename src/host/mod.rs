@@ -162,13 +162,19 @@ pub fn setup(req: &SetupRequest) -> Result<Vec<Change>, HostError> {
     cgroups::favor_dynmods(&mut changes);
     podman::host_config(&root, &mut changes)?;
     podman::install_hooks(&root, &hook_beside_this_h5i()?, &mut changes)?;
-    // Where a Claude Code box gets h5i's managed settings bound (the box reads the host's /etc).
-    let managed = root.path(crate::capture::CLAUDE_MANAGED_DIR);
-    if files::ensure_dir(&managed, 0o755, files::Owner::ROOT)? {
-        changes.push(Change(format!(
-            "created {} (empty: the mount point of a Claude Code box's managed settings)",
-            managed.display()
-        )));
+    // Where an agent box gets h5i's settings for its agent bound (the box reads the host's
+    // /etc): Claude Code's managed settings, Codex's system config and hooks.
+    for runtime in [
+        h5i_policy::AgentRuntime::Claude,
+        h5i_policy::AgentRuntime::Codex,
+    ] {
+        let at = root.path(crate::capture::system_dir(runtime));
+        if files::ensure_dir(&at, 0o755, files::Owner::ROOT)? {
+            changes.push(Change(format!(
+                "created {} (empty: the mount point of a {runtime} box's settings from h5i)",
+                at.display()
+            )));
+        }
     }
     if let Some(name) = &req.user {
         users::prepare(&root, &users::lookup(name)?, &mut changes)?;

@@ -139,6 +139,23 @@ pub fn reach_out(models_url: &str, other_host: &str, denied_ip: Ipv4Addr) -> Str
     )
 }
 
+/// The proposal every scripted session stages (the skill's `proposal` page: a file named
+/// `proposal.md` in the spool), and the command that stages it; it prints `staged`.
+pub const PROPOSAL: &str = "Fixed the greeting: helo wrld is now hello world.";
+
+pub fn stage_proposal() -> String {
+    format!("printf '%s\\n' '{PROPOSAL}' > \"$H5I_ENV_CAPTURE_SPOOL/proposal.md\" && echo staged")
+}
+
+/// The report's "The agent's proposal" section.
+pub fn proposal_section(report: &str) -> &str {
+    report
+        .split("## The agent's proposal")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or("")
+}
+
 /// A test host outside every agent profile, listening on 443 in the test's own network
 /// namespace, for the model to try to reach.
 pub struct DeniedHost {
@@ -155,25 +172,38 @@ impl DeniedHost {
         self.hosts.first
     }
 
-    /// After the session: the host was never reached; at the supervised tier the box's egress
-    /// table refused and counted it, and the export's report lists it under "Denied egress
-    /// attempts". (The process tier has no egress counter: its box has no route at all.)
-    pub fn was_refused(mut self, tier: &str, report: &str) {
+    /// After the session: the host was never reached, and the export's report lists under
+    /// "Denied egress attempts" what refused the script's reach-out: at every tier the
+    /// credential proxy for `agent`'s host, which refused the request for the other API's host
+    /// (counted under its own host); at the supervised tier the box's egress table, which
+    /// refused and counted the connection to the test host; at the container tier the box's
+    /// egress proxy, which refused the CONNECT to it and to `denied.test`. The process tier
+    /// has no egress counter for a direct connection (its box has no route at all).
+    pub fn was_refused(mut self, agent: &Agent, tier: &str, report: &str) {
         assert_eq!(
             self.hosts.log(),
             Vec::<String>::new(),
             "the denied host was reached"
         );
-        if tier == "supervised" {
-            let key = format!("{}:443/tcp", self.ip());
-            assert!(denied_section(report).contains(&key), "{key}: {report}");
+        let denied = denied_section(report);
+        let mut keys = vec![format!("`{}:443` refused", agent.host)];
+        match tier {
+            "supervised" => keys.push(format!("{}:443/tcp", self.ip())),
+            "container" => keys.extend([format!("{}:443", self.ip()), "denied.test:443".into()]),
+            _ => {}
+        }
+        for key in keys {
+            assert!(denied.contains(&key), "{key}: {report}");
         }
     }
 }
 
 /// A command the model runs in the box: it looks for the host's real key (passed in two
 /// halves, so the whole key is in no argv and no transcript) in its environment, every
-/// `/proc/*/environ` it can read, HOME and the workspace, and prints `hits=[...]`.
+/// `/proc/*/environ` it can read, HOME and the workspace, and prints `hits=[...]`; and it
+/// opens h5i's skill where the agent reads it (its config directory in HOME, or Codex's system
+/// skills) for appending and prints `skill=refused ERRNO` when the box refused it (EROFS, or
+/// EACCES from Landlock), `skill=writable`, or `skill=missing` when there is none.
 pub fn scan_command(real: &str) -> String {
     let (a, b) = real.split_at(12);
     let script = r#"
@@ -196,6 +226,19 @@ for top in (os.environ["HOME"], os.getcwd()):
             except OSError:
                 pass
 print("hits=%s" % hits)
+import errno
+home = os.environ["HOME"]
+skill = [p for p in (home + "/.claude/skills/h5i/SKILL.md", home + "/.codex/skills/h5i/SKILL.md",
+                     "/etc/codex/skills/h5i/SKILL.md") if os.path.isfile(p)]
+said = "missing"
+if skill:
+    try:
+        open(skill[0], "a")
+        said = "writable"
+    except OSError as e:
+        name = errno.errorcode.get(e.errno, str(e.errno))
+        said = ("refused " if name in ("EROFS", "EACCES") else "") + name
+print("skill=%s" % said)
 "#;
     format!("python3 -c '{script}' {a} {b}")
 }
@@ -297,6 +340,7 @@ pub fn check_session(
     let diff = r.ok(&["box", "diff", name]);
     assert!(diff.contains("+hello world"), "{diff}");
     let report = exported_patch_applies(r, name, agent.real);
+    assert!(proposal_section(&report).contains(PROPOSAL), "{report}");
     // Nothing the box or its records hold has the key: the box directory (workspace, HOME,
     // spool, receipts) and the export.
     assert!(common::files_containing(&r.box_dir(name), agent.real.as_bytes()).is_empty());
@@ -355,9 +399,17 @@ pub fn what_ran_section(report: &str) -> &str {
 
 /// After the session: report.md's "What ran" lists the host-observed run of `program` and,
 /// under it, in order, one line per tool call of the script (`calls`: the tool and how its
-/// command or file starts), each in `lane`, box-claimed, staged before and after it ran; and
-/// "Evidence problems" names no half-claimed call.
-pub fn tool_calls_listed(report: &str, program: &str, lane: &str, calls: &[(&str, &str)]) {
+/// command or file starts), each in the `inbox-capture` lane (staged by h5i's hook from the
+/// agent's read-only settings), box-claimed, staged before and after it ran; "Evidence
+/// problems" names no half-claimed call; and box `name` stored one raw payload per hook call.
+pub fn tool_calls_listed(
+    r: &Repo,
+    name: &str,
+    report: &str,
+    program: &str,
+    calls: &[(&str, &str)],
+) {
+    let lane = "inbox-capture";
     let ran = what_ran_section(report);
     let lines: Vec<&str> = ran
         .lines()
@@ -385,4 +437,9 @@ pub fn tool_calls_listed(report: &str, program: &str, lane: &str, calls: &[(&str
     let problems = report.split("## Evidence problems").nth(1).unwrap_or("");
     assert!(!problems.contains("call started and never"), "{problems}");
     assert!(!problems.contains("could not read"), "{problems}");
+    let payloads = r.box_dir(name).join("payloads");
+    assert_eq!(
+        std::fs::read_dir(&payloads).unwrap().count(),
+        2 * calls.len()
+    );
 }

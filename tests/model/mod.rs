@@ -17,7 +17,9 @@
 //! Bounded like the rest of the test support: at most [`MAX_CONNS`] connections and
 //! [`MAX_REQUESTS_PER_CONN`] requests per connection, every socket with a read timeout.
 //! Include it beside the broker's test support (it reuses its request reader):
-//! `#[path = "../broker/tests/support/mod.rs"] mod support; mod model;`.
+//! `#[path = "../broker/tests/support/mod.rs"] mod support; mod model;` (the agent tests add
+//! the session checks of `model/agent.rs` as their own module; `examples/scripted_model.rs`
+//! serves the demo's script with this service alone).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufReader, Write};
@@ -29,8 +31,6 @@ use rustls::{ServerConfig, ServerConnection, StreamOwned};
 use serde_json::{json, Value};
 
 use crate::support::{read_request, Seen};
-
-pub mod agent;
 
 /// Connections the service accepts before it stops by itself.
 pub const MAX_CONNS: usize = 256;
