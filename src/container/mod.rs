@@ -359,6 +359,12 @@ pub fn run(
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
     let mut env = box_env(sb, policy);
+    // A browser box's Chromium and agent-browser (nothing for any other box).
+    env.extend(
+        crate::browser::vars(policy)?
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+    );
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -403,6 +409,8 @@ pub fn run(
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
         annotations: annotations(policy, &run_dir.out, &id, wiring),
+        shm_bytes: crate::browser::is_browser_box(policy)
+            .then(|| crate::browser::shm_bytes(policy)),
         tty: wiring == StdioWiring::OwnPty,
         passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
         init: init.clone(),
