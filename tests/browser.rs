@@ -449,3 +449,73 @@ fn a_container_browser_box_reaches_only_what_its_proxy_allows() {
 fn a_container_browser_box_reaches_only_what_its_proxy_allows_as_h5i_test() {
     container_case(true);
 }
+
+/// A browser box whose policy would inject the chat gateway's credential as a secret is refused
+/// before anything runs, at every tier, and the refusal never prints the value.
+fn gateway_secret_case(tier: &str, as_user: bool) {
+    let test = "a browser box whose policy injects the chat credential";
+    if !require_root(test, "boxes as root and as h5i-test") {
+        return;
+    }
+    if tier == "container" && !browser_image_built() {
+        eprintln!("skipped: {test} at container: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        return;
+    }
+    let mut c = Caller::either(as_user)
+        .with_env("H5I_SECRET_AI_GATEWAY_API_KEY", GATEWAY_KEY)
+        .with_env("H5I_NO_PROBE_CACHE", "1");
+    if !as_user {
+        c = c.with_env("H5I_CONTAINER_USER", common::caller::TEST_USER);
+    }
+    let image = if tier == "container" {
+        format!("[profile.web.container]\nimage = \"{BROWSER_IMAGE}\"\n")
+    } else {
+        String::new()
+    };
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.web]\nisolation = \"{tier}\"\nsecrets = [\"AI_GATEWAY_API_KEY\"]\n{image}[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n"
+        ),
+    );
+    c.commit_all("a browser box with the gateway credential");
+    c.ok(&["box", "create", "web", "--profile", "web"]);
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "web",
+        "--",
+        "sh",
+        "-c",
+        "echo ran > /work/ran",
+    ]);
+    let who = c.who();
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{who} at {tier}: {err}");
+    assert!(
+        err.contains("refusing: secret `AI_GATEWAY_API_KEY` would give the browser box"),
+        "{who} at {tier}: {err}"
+    );
+    assert!(
+        !err.contains(GATEWAY_KEY) && !stdout(&out).contains(GATEWAY_KEY),
+        "{who} at {tier}: the value was printed"
+    );
+    assert!(
+        !c.workspace("web").join("ran").exists(),
+        "{who} at {tier}: the command ran"
+    );
+}
+
+#[test]
+fn a_browser_box_whose_policy_injects_the_chat_credential_is_refused_at_every_tier() {
+    for tier in ["process", "supervised", "container"] {
+        gateway_secret_case(tier, false);
+    }
+}
+
+#[test]
+fn a_browser_box_whose_policy_injects_the_chat_credential_is_refused_as_h5i_test() {
+    for tier in ["process", "supervised", "container"] {
+        gateway_secret_case(tier, true);
+    }
+}
