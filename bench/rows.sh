@@ -299,3 +299,33 @@ add_row box-cache-npm-warm-vs-cold \
     --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
     --runs 5 \
     --target 'ratio:median <= 0.2'
+
+# Browser cold start to first snapshot (issue 16): bench/browser-first-snapshot.sh serves the
+# demo app (examples/browser-demo/) on the box's own loopback, `agent-browser open` starts the
+# daemon and Debian's Chromium, and the first `snapshot -i` must show the sign-up button. The
+# baseline is the same script on the host with the variables a browser box's runs get
+# (src/browser/mod.rs). Each run is a cold start: the script closes the browser, and a box's
+# run ends its daemon with it.
+BROWSER_HOST_ENV='env HOME=$ROW_DIR/home AGENT_BROWSER_EXECUTABLE_PATH=/usr/bin/chromium AGENT_BROWSER_ARGS=--no-sandbox AGENT_BROWSER_ALLOWED_DOMAINS=localhost,127.0.0.1 AGENT_BROWSER_NO_VERSION_CHECK=1'
+for tier in process supervised; do
+    add_row "browser-first-snapshot-$tier" \
+        --title "browser cold start to first snapshot: agent-browser open + snapshot -i of the demo app served on the box's loopback, in a --isolation $tier browser box vs the same on the host" \
+        --setup '
+            mkdir -p "$ROW_DIR/home" "$ROW_DIR/repo"
+            cd "$ROW_DIR/repo"
+            git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
+            cp -r "$ROOT/examples/browser-demo" app && cp "$ROOT/bench/browser-first-snapshot.sh" .
+            mkdir -p .h5i
+            printf "[profile.web]\nisolation = \"'"$tier"'\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n" > .h5i/env.toml
+            git add -A && git commit -qm bench-browser
+            "$H5I" box create bench-web --profile web' \
+        --cwd '$ROW_DIR/repo' \
+        --baseline "$BROWSER_HOST_ENV"' sh $ROOT/bench/browser-first-snapshot.sh $ROOT/examples/browser-demo 3917' \
+        --h5i '$H5I box run bench-web -- sh browser-first-snapshot.sh app 3000' \
+        --check '
+            "$H5I" box status bench-web | grep -q "'"tier       $tier"'" || { echo "bench-web is not at the '"$tier"' tier"; exit 1; }' \
+        --teardown '"$H5I" box rm --force bench-web' \
+        --runs 10 \
+        --warmup 1 \
+        --target 'ratio:median <= 1.5'
+done

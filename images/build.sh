@@ -4,7 +4,7 @@
 #   localhost/h5i-base:latest       Containerfile.base (git, curl, python3, node/npm, ...)
 #   localhost/h5i-agent-claude      Containerfile.agent-claude (@anthropic-ai/claude-code)
 #   localhost/h5i-agent-codex       Containerfile.agent-codex (@openai/codex)
-#   localhost/h5i-browser           Containerfile.browser (Debian chromium + agent-browser@0.41.2)
+#   localhost/h5i-browser           Containerfile.browser (Debian chromium + agent-browser, pinned in agent-versions.env)
 # The npm registry and the Debian mirror are reachable; each RUN step fetches from them.
 #
 # Usage: images/build.sh [--force-base] [NAME...]   (NAME: base agent-claude agent-codex browser;

@@ -96,12 +96,14 @@ for comp in rustfmt clippy; do
     fi
 done
 
-# ---------------------------------------------------------------- coding agents
-# Claude Code and Codex, at the versions pinned in images/agent-versions.env (the agent images
-# use the same pins), from the npm registry under /usr/local: the kernel tiers' read grants
-# cover /usr, and the box's PATH names /usr/local/bin. Claude Code's native binary comes in its
-# -linux-x64 optional package and needs no node at run time (npm's engine notice about node 22
-# is only a notice). tests/agent_claude.rs runs them against a scripted model, never a real one.
+# ---------------------------------------------------------------- coding agents and agent-browser
+# Claude Code, Codex and agent-browser, at the versions pinned in images/agent-versions.env (the
+# images use the same pins), from the npm registry under /usr/local: the kernel tiers' read
+# grants cover /usr, and the box's PATH names /usr/local/bin. Claude Code's native binary comes
+# in its -linux-x64 optional package and needs no node at run time (npm's engine notice about
+# node 22 is only a notice); agent-browser's CLI is a native binary too, and it drives Debian's
+# chromium (installed above), never a browser of its own. tests/agent_claude.rs runs the agents
+# against a scripted model, never a real one; tests/browser.rs drives agent-browser in boxes.
 # shellcheck source=../images/agent-versions.env
 . "$REPO_DIR/images/agent-versions.env"
 agent_version() { # COMMAND: the installed version, or nothing
@@ -111,6 +113,7 @@ agent_version() { # COMMAND: the installed version, or nothing
 wanted=()
 [ "$(agent_version claude)" = "$CLAUDE_CODE_VERSION" ] || wanted+=("@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION")
 [ "$(agent_version codex)" = "$CODEX_VERSION" ] || wanted+=("@openai/codex@$CODEX_VERSION")
+[ "$(agent_version agent-browser)" = "$AGENT_BROWSER_VERSION" ] || wanted+=("agent-browser@$AGENT_BROWSER_VERSION")
 if [ "${#wanted[@]}" -gt 0 ]; then
     command -v npm >/dev/null || die "npm is not installed (apt-get install npm), needed for ${wanted[*]}"
     log="$(mktemp /tmp/h5i-setup-npm.XXXXXX)"
@@ -123,6 +126,8 @@ if [ "${#wanted[@]}" -gt 0 ]; then
         die "claude --version is not $CLAUDE_CODE_VERSION after the install (is the -linux-x64 package missing?)"
     [ "$(agent_version codex)" = "$CODEX_VERSION" ] ||
         die "codex --version is not $CODEX_VERSION after the install"
+    [ "$(agent_version agent-browser)" = "$AGENT_BROWSER_VERSION" ] ||
+        die "agent-browser --version is not $AGENT_BROWSER_VERSION after the install"
     changed "installed ${wanted[*]} under /usr/local"
 fi
 

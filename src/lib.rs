@@ -16,6 +16,7 @@ pub mod beneath;
 pub mod bounded;
 pub mod box_export;
 pub mod box_home;
+pub mod browser;
 pub mod cache;
 pub mod capture;
 pub mod compare;

@@ -260,6 +260,8 @@ pub fn plan(
     ];
     // Warm dependency caches whose key matches this workspace's lockfiles, read-only.
     crate::cache::mounts::grant(sb, &mut binds, &mut env);
+    // A browser box's Chromium and agent-browser (nothing for any other box).
+    crate::browser::grant(policy, &mut env)?;
     for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
         if let Ok(v) = std::env::var(k) {
             env.push(format!("{k}={v}"));
@@ -302,6 +304,7 @@ pub fn plan(
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,
+        shm_bytes: crate::browser::shm_bytes(policy),
         create_container_hooks,
         create_runtime_hooks: Vec::new(),
         poststop_hooks: Vec::new(),

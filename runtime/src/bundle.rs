@@ -37,6 +37,9 @@ use serde_json::{json, Value};
 
 use crate::confine::{ANNOTATION_NET_GATE, NET_GATE_ON};
 
+/// The `/dev/shm` a box gets unless its plan asks for more: 64 MiB, what OCI runtimes give.
+pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
+
 /// Everything a bundle needs, with `$WORK`/`$HOME` already expanded by the caller.
 #[derive(Debug, Clone)]
 pub struct BundlePlan {
@@ -67,6 +70,9 @@ pub struct BundlePlan {
     pub max_file_bytes: Option<u64>,
     /// Size of the private `/tmp`, bytes.
     pub tmp_bytes: u64,
+    /// Size of `/dev/shm`, bytes (a browser box's Chromium keeps its renderers' shared memory
+    /// there; [`DEFAULT_SHM_BYTES`] otherwise).
+    pub shm_bytes: u64,
     /// `createContainer` hooks, each an argv whose first element is the program's absolute
     /// path; the runtime runs them inside the container's namespaces, before `pivot_root`, with
     /// the container state on stdin.
@@ -155,7 +161,7 @@ impl BundlePlan {
             json!({"destination": "/dev/pts", "type": "devpts", "source": "devpts",
                    "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"]}),
             json!({"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                   "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}),
+                   "options": ["nosuid", "noexec", "nodev", "mode=1777", format!("size={}k", self.shm_bytes >> 10)]}),
             json!({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                    "options": ["nosuid", "nodev", "mode=1777", format!("size={}", self.tmp_bytes)]}),
         ];
@@ -352,6 +358,7 @@ mod tests {
             cgroups_path: Some("/x/h5i/b1/c".into()),
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,
+            shm_bytes: DEFAULT_SHM_BYTES,
             create_container_hooks: vec![vec!["/opt/h5i-hook".into(), "loopback".into()]],
             create_runtime_hooks: Vec::new(),
             poststop_hooks: Vec::new(),

@@ -398,6 +398,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         cgroups_path: Some(test_cgroup(&id)),
         max_file_bytes: None,
         tmp_bytes: 16 << 20,
+        shm_bytes: h5i_runtime::bundle::DEFAULT_SHM_BYTES,
         create_container_hooks: Vec::new(),
         create_runtime_hooks: Vec::new(),
         poststop_hooks: Vec::new(),

@@ -368,6 +368,12 @@ pub fn run(
         kv.split_once('=')
             .map(|(k, v)| (k.to_owned(), v.to_owned()))
     }));
+    // A browser box's Chromium and agent-browser (nothing for any other box).
+    env.extend(
+        crate::browser::vars(policy)?
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v)),
+    );
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -420,6 +426,8 @@ pub fn run(
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
         annotations: annotations(policy, &run_dir.out, &id, wiring),
+        shm_bytes: crate::browser::is_browser_box(policy)
+            .then(|| crate::browser::shm_bytes(policy)),
         tty: wiring == StdioWiring::OwnPty,
         passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
         init: init.clone(),

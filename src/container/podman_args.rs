@@ -80,6 +80,9 @@ pub struct PodmanRun {
     pub cgroup_parent: Option<String>,
     /// h5i-runc's annotations (`h5i.landlock`, `h5i.seccomp`, `h5i.net.unix`).
     pub annotations: Vec<(String, String)>,
+    /// `--shm-size`, bytes, when the box needs a larger `/dev/shm` than Podman's 64 MiB (a
+    /// browser box's Chromium).
+    pub shm_bytes: Option<u64>,
     /// `-t`: a pty of the container's own (`box shell`, or `box run` on a terminal).
     pub tty: bool,
     /// The init program (`--init --init-path`, catatonit) that runs as the box's pid 1, so the
@@ -150,6 +153,9 @@ impl PodmanRun {
         a.push("--init".into());
         a.push("--init-path".into());
         a.push(self.init.clone().into());
+        if let Some(n) = self.shm_bytes {
+            a.push(format!("--shm-size={n}b").into());
+        }
         if self.tty {
             a.push("-t".into());
         } else if self.passthrough {
@@ -232,6 +238,7 @@ mod tests {
                 ),
                 ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
             ],
+            shm_bytes: None,
             tty: false,
             init: "/usr/bin/catatonit".into(),
             passthrough: false,
@@ -243,6 +250,21 @@ mod tests {
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+
+    #[test]
+    fn only_a_plan_asking_for_it_gets_a_sized_dev_shm() {
+        assert!(!text(&run()).iter().any(|a| a.starts_with("--shm-size")));
+        let mut r = run();
+        r.shm_bytes = Some(1 << 30);
+        let a = text(&r);
+        assert!(a.contains(&"--shm-size=1073741824b".to_string()), "{a:?}");
+        let image = a.iter().position(|x| x == "sha256:abc").unwrap();
+        let shm = a.iter().position(|x| x.starts_with("--shm-size")).unwrap();
+        assert!(
+            shm < image,
+            "a flag after the image would be the command's: {a:?}"
+        );
     }
 
     #[test]

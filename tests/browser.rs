@@ -1,0 +1,521 @@
+//! The browser in a box, asserted with real Chromium driven by real agent-browser in real boxes,
+//! as root and as the unprivileged test user, at the process and supervised tiers: the box serves
+//! the demo app (`examples/browser-demo/`) on its own loopback (at process, as a declared box
+//! service whose network namespace the run joins; at supervised, where this build has no
+//! services, from the run itself); agent-browser opens it, reads it
+//! as an accessibility tree with @refs, fills and clicks through those refs, and takes a
+//! screenshot whose pixels are checked; Chrome runs with its own sandbox off, a fresh profile in
+//! the box's private /tmp and a sized /dev/shm; `chat` is refused because the gateway credential
+//! is never injected (the host has one set); `--allowed-domains` refuses a host outside the
+//! policy inside Chrome, and at the supervised tier the pinned table refuses an allowed name on a
+//! port it does not list (L4), which the run's receipt counts as denied; at the container tier
+//! (the `localhost/h5i-browser` image `make images` builds) Chrome's egress goes through the
+//! box's proxy, which refuses and counts the same unlisted port. Every destination is loopback
+//! or one of this test's own hosts (tests/common/testnet.rs).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use common::testnet::TestHosts;
+use common::{require_root, stderr, stdout, Caller};
+
+/// The demo app every case serves, checked in for `make demo` too.
+const DEMO_PAGE: &str = include_str!("../examples/browser-demo/index.html");
+
+/// A gateway credential set in h5i's own environment: it must never reach the box.
+const GATEWAY_KEY: &str = "h5i-test-gateway-key-never-injected";
+
+/// The swatch the demo page paints at its top-left corner (`#swatch`).
+const SWATCH_RGB: [u8; 3] = [0x1a, 0x7f, 0x37];
+
+/// The box's dev server port (its own loopback).
+const APP_PORT: u16 = 3000;
+
+/// What every case runs in the box: wait for the demo app on the box's loopback, then one
+/// agent-browser verb per step. Each step prints `== NAME`, its output, then `rc=N`.
+/// `serve_in_run`: the run starts the dev server itself (the supervised tier, which has no
+/// services in this build); otherwise the box's declared service `demo` serves it.
+fn drive_script(serve_in_run: bool, extra_steps: &str) -> String {
+    let serve = if serve_in_run {
+        format!("python3 -m http.server {APP_PORT} --bind 127.0.0.1 >/tmp/app.log 2>&1 &")
+    } else {
+        String::new()
+    };
+    format!(
+        r#"cd /work/app || exit 90
+{serve}
+python3 -c '
+import socket, time
+for _ in range(200):
+    try:
+        socket.create_connection(("127.0.0.1", {APP_PORT}), 1).close(); break
+    except OSError:
+        time.sleep(0.05)
+'
+step() {{ name=$1; shift; echo "== $name"; "$@" 2>&1; echo "rc=$?"; }}
+step open agent-browser open http://127.0.0.1:{APP_PORT}/
+step snapshot agent-browser snapshot -i
+email=$(agent-browser snapshot -i | sed -n 's/.*textbox "Email".*ref=\(e[0-9]*\).*/\1/p')
+button=$(agent-browser snapshot -i | sed -n 's/.*button "Sign up".*ref=\(e[0-9]*\).*/\1/p')
+step fill agent-browser fill "@$email" test@example.com
+step click agent-browser click "@$button"
+step text agent-browser get text '#out'
+step shot agent-browser screenshot /work/shot.png
+step chrome sh -c 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" | grep -E "^--(no-sandbox|user-data-dir=)" | sort -u'
+step shm sh -c 'df -k /dev/shm | tail -n 1'
+step gateway sh -c 'env | grep -c AI_GATEWAY'
+step chat agent-browser chat hello
+step outside agent-browser open http://denied.test/
+{extra_steps}
+agent-browser close >/dev/null 2>&1
+"#
+    )
+}
+
+/// The steps' outputs and exit codes, by name.
+fn steps(out: &str) -> BTreeMap<String, (String, i32)> {
+    let mut map = BTreeMap::new();
+    let mut name: Option<String> = None;
+    let mut text = String::new();
+    for line in out.lines() {
+        if let Some(n) = line.strip_prefix("== ") {
+            name = Some(n.to_string());
+            text.clear();
+        } else if let (Some(n), Some(rc)) = (name.as_ref(), line.strip_prefix("rc=")) {
+            map.insert(n.clone(), (text.trim().to_string(), rc.parse().unwrap()));
+            name = None;
+        } else if name.is_some() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    map
+}
+
+/// Width, height and the RGB of pixel (x, y) of the PNG at `path`, decoded by the host's
+/// python3 (zlib + the five PNG row filters): the screenshot is a real rendering.
+fn png_pixel(path: &Path, x: u32, y: u32) -> (u32, u32, [u8; 3]) {
+    const DECODE: &str = r#"
+import struct, sys, zlib
+data = open(sys.argv[1], "rb").read()
+assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+pos, idat, ihdr = 8, b"", None
+while pos < len(data):
+    n, kind = struct.unpack(">I4s", data[pos:pos + 8])
+    body = data[pos + 8:pos + 8 + n]
+    if kind == b"IHDR": ihdr = struct.unpack(">IIBBBBB", body)
+    if kind == b"IDAT": idat += body
+    pos += 12 + n
+w, h, depth, color = ihdr[:4]
+assert depth == 8 and color in (2, 6), ihdr
+bpp = 3 if color == 2 else 4
+raw, stride, prev, rows, off = zlib.decompress(idat), w * bpp, bytearray(w * bpp), [], 0
+for _ in range(h):
+    f, line = raw[off], bytearray(raw[off + 1:off + 1 + stride]); off += 1 + stride
+    for i in range(stride):
+        a = line[i - bpp] if i >= bpp else 0
+        b = prev[i]
+        c = prev[i - bpp] if i >= bpp else 0
+        if f == 1: line[i] = (line[i] + a) & 255
+        elif f == 2: line[i] = (line[i] + b) & 255
+        elif f == 3: line[i] = (line[i] + (a + b) // 2) & 255
+        elif f == 4:
+            p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+    rows.append(line); prev = line
+x, y = int(sys.argv[2]), int(sys.argv[3])
+px = rows[y][x * bpp:x * bpp + 3]
+print(w, h, px[0], px[1], px[2])
+"#;
+    let out = Command::new("python3")
+        .args(["-c", DECODE])
+        .arg(path)
+        .args([x.to_string(), y.to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "decoding {}: {}",
+        path.display(),
+        stderr(&out)
+    );
+    let v: Vec<u32> = stdout(&out)
+        .split_whitespace()
+        .map(|s| s.parse().unwrap())
+        .collect();
+    (v[0], v[1], [v[2] as u8, v[3] as u8, v[4] as u8])
+}
+
+/// A browser box `name` at `tier` for `c`: a custom profile with the browser grants
+/// (agent-browser's state directory and `net.unix`); at supervised, egress `allowed.test:8080`;
+/// at process, the demo app declared as the service `demo` on the box's port 3000.
+fn browser_box(c: &mut Caller, name: &str, tier: &str) {
+    let extra = if tier == "supervised" {
+        "egress = [\"allowed.test:8080\"]\n".to_string()
+    } else {
+        format!(
+            "[service.demo]\ncommand = \"exec python3 -m http.server {APP_PORT} --bind 127.0.0.1 --directory /work/app\"\nport = {APP_PORT}\n"
+        )
+    };
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.web]\nisolation = \"{tier}\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n{extra}"
+        ),
+    );
+    c.write("app/index.html", DEMO_PAGE);
+    c.commit_all("browser demo");
+    c.create_at_with(name, tier, &["--profile", "web"]);
+}
+
+/// The checks every tier shares; returns the steps for tier-specific ones.
+fn drive(
+    c: &mut Caller,
+    name: &str,
+    serve_in_run: bool,
+    extra_steps: &str,
+) -> BTreeMap<String, (String, i32)> {
+    let script = drive_script(serve_in_run, extra_steps);
+    let out = c.h5i(&["box", "run", name, "--", "sh", "-c", &script]);
+    let text = stdout(&out);
+    let who = c.who();
+    assert_eq!(out.status.code(), Some(0), "{who}: {text}{}", stderr(&out));
+    let s = steps(&text);
+    let step = |n: &str| {
+        s.get(n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{who}: step {n} missing: {text}"))
+    };
+
+    let (open, rc) = step("open");
+    assert_eq!(rc, 0, "{who}: open: {open}");
+    assert!(open.contains("h5i browser demo"), "{who}: {open}");
+    let (snap, rc) = step("snapshot");
+    assert_eq!(rc, 0, "{who}: snapshot: {snap}");
+    for want in ["textbox \"Email\"", "button \"Sign up\"", "[ref=e"] {
+        assert!(
+            snap.contains(want),
+            "{who}: {want} not in the snapshot: {snap}"
+        );
+    }
+    assert_eq!(step("fill").1, 0, "{who}: {text}");
+    assert_eq!(step("click").1, 0, "{who}: {text}");
+    assert_eq!(
+        step("text").0,
+        "signed up test@example.com",
+        "{who}: {text}"
+    );
+    let (shot, rc) = step("shot");
+    assert_eq!(rc, 0, "{who}: screenshot: {shot}");
+
+    let png = c.workspace(name).join("shot.png");
+    let (w, h, px) = png_pixel(&png, 8, 8);
+    assert!(w >= 640 && h >= 360, "{who}: a {w}x{h} screenshot");
+    assert_eq!(
+        px, SWATCH_RGB,
+        "{who}: pixel (8, 8) is not the demo's swatch"
+    );
+    let (_, _, white) = png_pixel(&png, w - 8, h - 8);
+    assert_eq!(white, [0xff; 3], "{who}: the page's background is white");
+
+    // Chrome's own sandbox is off (the box is the boundary) and its profile is a fresh one in
+    // the box's private /tmp, never a directory of the host.
+    let (chrome, _) = step("chrome");
+    assert!(
+        chrome.lines().any(|l| l == "--no-sandbox"),
+        "{who}: {chrome}"
+    );
+    let dirs: Vec<&str> = chrome
+        .lines()
+        .filter_map(|l| l.strip_prefix("--user-data-dir="))
+        .collect();
+    assert!(!dirs.is_empty(), "{who}: no profile directory: {chrome}");
+    for d in dirs {
+        assert!(d.starts_with("/tmp/agent-browser-chrome-"), "{who}: {d}");
+    }
+    let (shm, _) = step("shm");
+    assert_eq!(
+        shm.split_whitespace().nth(1),
+        Some("1048576"),
+        "{who}: /dev/shm is not sized for Chromium: {shm}"
+    );
+
+    // The gateway credential is in h5i's environment and never in the box's: chat is refused.
+    assert_eq!(step("gateway").0, "0", "{who}: {text}");
+    let (chat, rc) = step("chat");
+    assert_ne!(rc, 0, "{who}: chat ran: {chat}");
+    assert!(chat.contains("AI_GATEWAY_API_KEY not set"), "{who}: {chat}");
+
+    // The second layer: a host outside the policy is refused inside Chrome.
+    let (outside, rc) = step("outside");
+    assert_ne!(rc, 0, "{who}: {outside}");
+    assert!(
+        outside.contains("not in the allowed domains list"),
+        "{who}: {outside}"
+    );
+    s
+}
+
+/// Two steps that have the page fetch `allowed.test` on its listed port (`listed`) and on an
+/// unlisted one (`unlisted`); each prints `"answered"` or `"failed"`.
+fn egress_steps(scheme: &str) -> String {
+    let fetch = |port: u16| {
+        format!(
+            "agent-browser eval 'fetch(\"{scheme}://allowed.test:{port}/\").then(() => \"answered\", () => \"failed\")'"
+        )
+    };
+    format!(
+        "step listed {}\nstep unlisted {}\n",
+        fetch(8080),
+        fetch(9090)
+    )
+}
+
+/// The test hosts saw the listed destination (`first:8080`) and never the unlisted port 9090;
+/// returns the box `web`'s last host-observed run receipt.
+fn only_the_listed_port_was_reached(
+    c: &Caller,
+    hosts: &mut TestHosts,
+    s: &BTreeMap<String, (String, i32)>,
+) -> serde_json::Value {
+    let who = c.who();
+    let first = hosts.first;
+    let log = hosts.log();
+    assert!(
+        log.contains(&format!("tcp {first}:8080")),
+        "{who}: the listed destination was never dialled: {log:?} {s:?}"
+    );
+    assert!(
+        !log.iter().any(|l| l.ends_with(":9090")),
+        "{who}: the unlisted port was reached: {log:?}"
+    );
+    let receipts = std::fs::read_to_string(c.box_dir("web").join("receipts.jsonl")).unwrap();
+    receipts
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["kind"] == "run" && r["lane"] == "host-env-run")
+        .unwrap_or_else(|| panic!("{who}: no host-observed run receipt: {receipts}"))
+}
+
+fn process_case(as_user: bool) {
+    if !require_root(
+        "browser at the process tier",
+        "boxes as root and as h5i-test",
+    ) {
+        return;
+    }
+    let mut c = Caller::either(as_user).with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY);
+    browser_box(&mut c, "web", "process");
+    if as_user {
+        // An unprivileged caller's run cannot join a live service's namespaces in this build
+        // (h5i-runc: "rootless container requires valid user namespace definition", with or
+        // without a browser): the run serves the app itself.
+        drive(&mut c, "web", true, "");
+        return;
+    }
+    // The box's own dev server: the declared service, whose network namespace the run joins.
+    c.ok(&["box", "service", "start", "web", "demo"]);
+    drive(&mut c, "web", false, "");
+    c.ok(&["box", "service", "stop", "web", "demo"]);
+}
+
+#[test]
+fn a_process_tier_browser_box_drives_its_own_dev_server_and_refuses_chat() {
+    process_case(false);
+}
+
+#[test]
+fn a_process_tier_browser_box_drives_its_own_dev_server_and_refuses_chat_as_h5i_test() {
+    process_case(true);
+}
+
+/// At the supervised tier Chrome's egress is the box's: the allowed name on its listed port is
+/// dialled (the test host logs it); the same name on another port passes Chrome's domain list
+/// and is refused by the pinned table, counted as denied in the receipt, never seen by the host.
+fn supervised_case(as_user: bool) {
+    let test = "browser at the supervised tier";
+    let Some(mut hosts) = TestHosts::up(test, &[8080, 9090], &[]) else {
+        return;
+    };
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let mut c = Caller::either(as_user)
+        .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
+        .with_env("H5I_TEST_HOSTS", &pin);
+    browser_box(&mut c, "web", "supervised");
+    let s = drive(&mut c, "web", true, &egress_steps("http"));
+    let who = c.who();
+    let (unlisted, rc) = s["unlisted"].clone();
+    assert_eq!(rc, 0, "{who}: {unlisted}");
+    assert_eq!(unlisted, "\"failed\"", "{who}: {s:?}");
+
+    let first = hosts.first;
+    let rec = only_the_listed_port_was_reached(&c, &mut hosts, &s);
+    let denied = rec["egress"]["denied"][format!("{first}:9090/tcp")].as_u64();
+    assert!(
+        denied.unwrap_or(0) >= 1,
+        "{who}: the L4 refusal is not in the receipt: {rec}"
+    );
+}
+
+#[test]
+fn a_supervised_browser_box_cannot_reach_a_port_its_table_does_not_list() {
+    supervised_case(false);
+}
+
+#[test]
+fn a_supervised_browser_box_cannot_reach_a_port_its_table_does_not_list_as_h5i_test() {
+    supervised_case(true);
+}
+
+/// The image the container tier's browser boxes run (`make images`: images/Containerfile.browser).
+const BROWSER_IMAGE: &str = "localhost/h5i-browser:latest";
+
+/// Whether the container tier's engine user (h5i-test) has the browser image.
+fn browser_image_built() -> bool {
+    let home = format!("/home/{}", common::caller::TEST_USER);
+    let rundir = format!(
+        "/run/user/{}",
+        common::caller::uid_of(common::caller::TEST_USER)
+    );
+    common::caller::as_user(common::caller::TEST_USER, Some(&home))
+        .arg(format!("XDG_RUNTIME_DIR={rundir}"))
+        .args(["podman", "image", "exists", BROWSER_IMAGE])
+        .current_dir("/")
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// At the container tier Chrome's egress is the box's proxy: `https://` is a CONNECT, which the
+/// proxy opens for the listed destination (the test host logs the connection; the page then
+/// fails TLS against the plain greeter) and refuses with a count for the unlisted port.
+fn container_case(as_user: bool) {
+    let test = "browser at the container tier";
+    if !require_root(test, "boxes as root and as h5i-test") {
+        return;
+    }
+    if !browser_image_built() {
+        eprintln!("skipped: {test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        return;
+    }
+    let Some(mut hosts) = TestHosts::up(test, &[8080, 9090], &[]) else {
+        return;
+    };
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let mut c = Caller::either(as_user)
+        .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
+        .with_env("H5I_TEST_HOSTS", &pin)
+        .with_env("H5I_NO_PROBE_CACHE", "1");
+    if !as_user {
+        c = c.with_env("H5I_CONTAINER_USER", common::caller::TEST_USER);
+    }
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.web]\nisolation = \"container\"\n[profile.web.container]\nimage = \"{BROWSER_IMAGE}\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\negress = [\"allowed.test:8080\"]\n"
+        ),
+    );
+    c.write("app/index.html", DEMO_PAGE);
+    c.commit_all("browser demo");
+    c.ok(&["box", "create", "web", "--profile", "web"]);
+    let s = drive(&mut c, "web", true, &egress_steps("https"));
+    let who = c.who();
+    assert_eq!(
+        s["unlisted"],
+        (String::from("\"failed\""), 0),
+        "{who}: {s:?}"
+    );
+    let rec = only_the_listed_port_was_reached(&c, &mut hosts, &s);
+    assert!(
+        rec["egress"]["denied"]["allowed.test:9090"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1,
+        "{who}: the proxy's refusal is not in the receipt: {rec}"
+    );
+}
+
+#[test]
+fn a_container_browser_box_reaches_only_what_its_proxy_allows() {
+    container_case(false);
+}
+
+#[test]
+fn a_container_browser_box_reaches_only_what_its_proxy_allows_as_h5i_test() {
+    container_case(true);
+}
+
+/// A browser box whose policy would inject the chat gateway's credential as a secret is refused
+/// before anything runs, at every tier, and the refusal never prints the value.
+fn gateway_secret_case(tier: &str, as_user: bool) {
+    let test = "a browser box whose policy injects the chat credential";
+    if !require_root(test, "boxes as root and as h5i-test") {
+        return;
+    }
+    if tier == "container" && !browser_image_built() {
+        eprintln!("skipped: {test} at container: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        return;
+    }
+    let mut c = Caller::either(as_user)
+        .with_env("H5I_SECRET_AI_GATEWAY_API_KEY", GATEWAY_KEY)
+        .with_env("H5I_NO_PROBE_CACHE", "1");
+    if !as_user {
+        c = c.with_env("H5I_CONTAINER_USER", common::caller::TEST_USER);
+    }
+    let image = if tier == "container" {
+        format!("[profile.web.container]\nimage = \"{BROWSER_IMAGE}\"\n")
+    } else {
+        String::new()
+    };
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.web]\nisolation = \"{tier}\"\nsecrets = [\"AI_GATEWAY_API_KEY\"]\n{image}[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n"
+        ),
+    );
+    c.commit_all("a browser box with the gateway credential");
+    c.ok(&["box", "create", "web", "--profile", "web"]);
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "web",
+        "--",
+        "sh",
+        "-c",
+        "echo ran > /work/ran",
+    ]);
+    let who = c.who();
+    let err = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{who} at {tier}: {err}");
+    assert!(
+        err.contains("refusing: secret `AI_GATEWAY_API_KEY` would give the browser box"),
+        "{who} at {tier}: {err}"
+    );
+    assert!(
+        !err.contains(GATEWAY_KEY) && !stdout(&out).contains(GATEWAY_KEY),
+        "{who} at {tier}: the value was printed"
+    );
+    assert!(
+        !c.workspace("web").join("ran").exists(),
+        "{who} at {tier}: the command ran"
+    );
+}
+
+#[test]
+fn a_browser_box_whose_policy_injects_the_chat_credential_is_refused_at_every_tier() {
+    for tier in ["process", "supervised", "container"] {
+        gateway_secret_case(tier, false);
+    }
+}
+
+#[test]
+fn a_browser_box_whose_policy_injects_the_chat_credential_is_refused_as_h5i_test() {
+    for tier in ["process", "supervised", "container"] {
+        gateway_secret_case(tier, true);
+    }
+}
