@@ -21,6 +21,7 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     // Its services end first; each supervisor records the exit before this returns.
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
+    reap_if_container(&sb);
     sb.manifest.state = BoxState::Aborted;
     write_manifest(&sb.paths, &sb.manifest)?;
     events::append(
@@ -28,6 +29,14 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
         &Event::new("aborted", "stopped by the user".into()),
     )?;
     Ok(sb)
+}
+
+/// A container box's runs whose h5i was killed keep running under conmon until reaped: ending
+/// the box reaps them (with any other box's orphans on this engine).
+fn reap_if_container(sb: &StoredBox) {
+    if sb.manifest.tier == h5i_policy::Tier::Container.as_str() {
+        crate::container::reap_orphaned_runs();
+    }
 }
 
 /// Why the box's tree cannot be removed without `--force`: empty when it matches its pinned
@@ -69,6 +78,7 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     drop(frozen);
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
+    reap_if_container(&sb);
     if !sb.manifest.source.is_detached() {
         // Only this box's own pin; compare-and-delete so a reused ref name is never removed.
         let _ = Git::at(&sb.manifest.store)
