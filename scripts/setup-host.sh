@@ -61,6 +61,8 @@ PACKAGES=(
     # Workloads tests/seccomp_base.rs runs under the default-deny seccomp base: a toolchain
     # and a browser a box's identity can read (rustup's under /root is not).
     cargo chromium
+    # runtime/tests/containerd.rs: containerd's runc v2 shim pointed at h5i-runc (ctr run).
+    containerd
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
     awk '$2 == "ii" { print $1 }' || true)"
