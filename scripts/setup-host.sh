@@ -63,6 +63,8 @@ PACKAGES=(
     cargo chromium
     # tests/cli_docs.rs loads `h5i completion zsh` in zsh.
     zsh
+    # runtime/tests/containerd.rs: containerd's runc v2 shim pointed at h5i-runc (ctr run).
+    containerd
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
     awk '$2 == "ii" { print $1 }' || true)"

@@ -92,39 +92,32 @@ pub fn create(
     } else {
         Some(crate::identity::Mapping::for_caller()?)
     };
-    let name = match &req.name {
-        Some(n) => {
-            validate_name(n)?;
-            if store.name_taken(n) {
-                return Err(BoxError::BoxExists { name: n.clone() });
-            }
-            n.clone()
-        }
-        None => derive_name(store, &source),
-    };
     let agent = policy
         .agent
         .map(|a| a.as_str().to_string())
         .unwrap_or_else(|| "none".to_string());
+    let name = match &req.name {
+        Some(n) => {
+            validate_name(n)?;
+            n.clone()
+        }
+        None => derive_name(store, &source),
+    };
+    // The claim on the name: the staging directory, locked before it appears under its name,
+    // held until the box is in place (a killed create's is reclaimed by the next).
+    let claim = store
+        .claim_name(&agent, &name)?
+        .ok_or_else(|| BoxError::BoxExists { name: name.clone() })?;
     let staging = store.staging_dir(&agent, &name);
     let final_dir = store.box_dir(&agent, &name);
-    let parent = staging.parent().unwrap_or(Path::new("/")).to_path_buf();
-    fs::create_dir_all(&parent).map_err(|e| BoxError::io(&parent, e))?;
-    // create_dir (not _all) is the claim on the name: a concurrent create of the same name fails.
-    // 0700: no other host user reaches the workspace (or anything else of the box) through it.
-    std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
-        .create(&staging)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                BoxError::BoxExists { name: name.clone() }
-            } else {
-                BoxError::io(&staging, e)
-            }
-        })?;
     let mut cleanup = Cleanup {
         staging: Some(staging.clone()),
         pin: None,
+        claim: Some(claim),
     };
+    if store.name_taken_beside(&name, &agent) {
+        return Err(BoxError::BoxExists { name });
+    }
     let paths = BoxPaths { dir: staging };
     let digest = policy.digest().to_string();
     write_atomic(&paths.policy(), policy.to_canonical_toml().as_bytes())?;
@@ -467,6 +460,9 @@ fn derive_name(store: &BoxStore, source: &ParsedSource) -> String {
 struct Cleanup {
     staging: Option<PathBuf>,
     pin: Option<(PathBuf, String)>,
+    /// The claim on the name: released (its lock file removed) before the directories the
+    /// create made are, so a refused create leaves none.
+    claim: Option<crate::store::NameClaim>,
 }
 
 impl Cleanup {
@@ -483,6 +479,7 @@ impl Drop for Cleanup {
         }
         if let Some(dir) = self.staging.take() {
             let _ = fs::remove_dir_all(&dir);
+            drop(self.claim.take());
             // The agent, env and .h5i directories go too when this create made them and they
             // are empty: a refused create leaves nothing on disk.
             let mut up = dir.parent();

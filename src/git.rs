@@ -20,6 +20,7 @@
 //! and not under h5i's) and `tests/hostile_reads.rs` (discovery from inside a workspace).
 
 use std::ffi::OsStr;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
@@ -155,6 +156,22 @@ impl Git {
             .env("LC_ALL", "C")
             .stdin(Stdio::null());
         cmd.args(HARDENING).args(extra);
+        // A git h5i started dies with h5i: killed mid-verb, h5i must not leave git writing
+        // into a box directory the next verb reclaims.
+        let parent = std::process::id();
+        // SAFETY: between fork and exec the closure calls only prctl(2) and getppid(2), both
+        // async-signal-safe, and touches no memory of the parent's.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
         Git {
             cmd,
             args: Vec::new(),

@@ -21,6 +21,7 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     // Its services end first; each supervisor records the exit before this returns.
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
+    reap_if_container(&sb);
     sb.manifest.state = BoxState::Aborted;
     write_manifest(&sb.paths, &sb.manifest)?;
     events::append(
@@ -28,6 +29,14 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
         &Event::new("aborted", "stopped by the user".into()),
     )?;
     Ok(sb)
+}
+
+/// A container box's runs whose h5i was killed keep running under conmon until reaped: ending
+/// the box reaps them (with any other box's orphans on this engine).
+fn reap_if_container(sb: &StoredBox) {
+    if sb.manifest.tier == h5i_policy::Tier::Container.as_str() {
+        crate::container::reap_orphaned_runs();
+    }
 }
 
 /// Why the box's tree cannot be removed without `--force`: empty when it matches its pinned
@@ -69,21 +78,49 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     drop(frozen);
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
-    if !sb.manifest.source.is_detached() {
-        // Only this box's own pin; compare-and-delete so a reused ref name is never removed.
-        let _ = Git::at(&sb.manifest.store)
-            .args(["update-ref", "-d", &sb.manifest.base_ref, &sb.manifest.base])
-            .output();
-    }
+    reap_if_container(&sb);
     // The box directory is renamed out of the store first, so a crash mid-delete never leaves a
-    // half-removed box that `ls` would show.
+    // half-removed box that `ls` would show; its lock goes with it, held to the end, so `gc`
+    // tells a removal in flight from one whose h5i was killed.
     let doomed = sb
         .paths
         .dir
-        .with_file_name(format!(".removing-{name}-{}", std::process::id()));
+        .with_file_name(format!("{REMOVING_PREFIX}{name}-{}", std::process::id()));
     fs::rename(&sb.paths.dir, &doomed).map_err(|e| BoxError::io(&sb.paths.dir, e))?;
+    drop_pin(&sb.manifest);
+    fs::remove_dir_all(&doomed).map_err(|e| BoxError::io(&doomed, e))?;
     drop(lock);
-    fs::remove_dir_all(&doomed).map_err(|e| BoxError::io(&doomed, e))
+    Ok(())
+}
+
+/// What `rm` and `gc` name the directory of a box being removed.
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// Only this box's own pin, compare-and-delete so a reused ref name is never removed.
+fn drop_pin(m: &crate::store::Manifest) {
+    if !m.source.is_detached() {
+        let _ = Git::at(&m.store)
+            .args(["update-ref", "-d", &m.base_ref, &m.base])
+            .output();
+    }
+}
+
+/// A `.removing-*` directory whose `rm` was killed (its lock is free): its pin and the rest.
+fn reclaim_removal(dir: &std::path::Path) -> Result<bool, BoxError> {
+    let lock = dir.join("lock");
+    let Ok(file) = fs::OpenOptions::new().write(true).open(&lock) else {
+        return Ok(false);
+    };
+    if file.try_lock().is_err() {
+        return Ok(false);
+    }
+    if let Ok(bytes) = fs::read(dir.join("manifest.json")) {
+        if let Ok(m) = serde_json::from_slice::<crate::store::Manifest>(&bytes) {
+            drop_pin(&m);
+        }
+    }
+    fs::remove_dir_all(dir).map_err(|e| BoxError::io(dir, e))?;
+    Ok(true)
 }
 
 /// What `gc` reclaimed.
@@ -119,6 +156,8 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
         )?;
         report.reclaimed.push(sb.manifest.name.clone());
     }
+    // Leftovers of killed verbs: a removal whose lock is free, a create whose name claim is
+    // free (`claim_name` reclaims it); anything else of theirs only once it is an hour old.
     let cutoff = SystemTime::now() - Duration::from_secs(3600);
     if let Ok(agents) = fs::read_dir(store.env_root()) {
         for agent in agents.flatten() {
@@ -127,13 +166,34 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
             };
             for e in entries.flatten() {
                 let n = e.file_name().to_string_lossy().into_owned();
+                let path = e.path();
+                if n.starts_with(REMOVING_PREFIX) {
+                    if reclaim_removal(&path)? {
+                        report.leftovers += 1;
+                        continue;
+                    }
+                } else if let Some(name) = n.strip_prefix(".creating-") {
+                    if path.is_dir()
+                        && !name.ends_with(".tmp")
+                        && crate::store::abandoned_staging(&path)
+                        && !agent.path().join(name).exists()
+                    {
+                        fs::remove_dir_all(&path).map_err(|err| BoxError::io(&path, err))?;
+                        store.drop_orphan_pin(name);
+                        report.leftovers += 1;
+                        continue;
+                    }
+                }
                 let stale = e
                     .metadata()
                     .and_then(|m| m.modified())
                     .map(|t| t < cutoff)
                     .unwrap_or(false);
-                if (n.starts_with(".creating-") || n.starts_with(".removing-")) && stale {
-                    fs::remove_dir_all(e.path()).map_err(|err| BoxError::io(&e.path(), err))?;
+                if (n.starts_with(".creating-") || n.starts_with(REMOVING_PREFIX))
+                    && stale
+                    && path.is_dir()
+                {
+                    fs::remove_dir_all(&path).map_err(|err| BoxError::io(&path, err))?;
                     report.leftovers += 1;
                 }
             }

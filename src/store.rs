@@ -18,6 +18,7 @@
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -255,6 +256,74 @@ impl BoxStore {
             .join(format!("{PARTIAL_PREFIX}{name}"))
     }
 
+    /// Claim `name` for a create in `agent`'s directory by making its staging directory
+    /// (`.creating-NAME`, 0700): made under a temporary name, locked, then renamed into place,
+    /// so a staging directory nobody holds locked belongs to a create that was killed; such a
+    /// one is reclaimed here with the pin it may have made. `None` while another create of the
+    /// name is live.
+    pub fn claim_name(&self, agent: &str, name: &str) -> Result<Option<NameClaim>, BoxError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = self.env_root().join(agent);
+        fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
+        let staging = self.staging_dir(agent, name);
+        let tmp = dir.join(format!("{PARTIAL_PREFIX}{name}.{}.tmp", std::process::id()));
+        for _ in 0..2 {
+            let _ = fs::remove_dir_all(&tmp);
+            fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&tmp)
+                .map_err(|e| BoxError::io(&tmp, e))?;
+            let held = open_dir(&tmp)?;
+            held.try_lock()
+                .map_err(|e| BoxError::io(&tmp, std::io::Error::from(e)))?;
+            // rename(2) onto an existing non-empty directory fails: the name is claimed.
+            if fs::rename(&tmp, &staging).is_ok() {
+                return Ok(Some(NameClaim { _dir: held }));
+            }
+            let _ = fs::remove_dir_all(&tmp);
+            let Ok(other) = open_dir(&staging) else {
+                continue;
+            };
+            if other.try_lock().is_err() || self.box_dir(agent, name).exists() {
+                return Ok(None);
+            }
+            fs::remove_dir_all(&staging).map_err(|e| BoxError::io(&staging, e))?;
+            self.drop_orphan_pin(name);
+        }
+        Ok(None)
+    }
+
+    /// Whether `name` is taken in an agent directory other than `agent`, or as a box in it.
+    pub fn name_taken_beside(&self, name: &str, agent: &str) -> bool {
+        let Ok(agents) = fs::read_dir(self.env_root()) else {
+            return false;
+        };
+        agents.flatten().any(|a| {
+            a.path().join(name).exists()
+                || (a.file_name() != agent
+                    && a.path().join(format!("{PARTIAL_PREFIX}{name}")).exists())
+        })
+    }
+
+    /// Delete `refs/h5i/boxes/NAME/base` when no box of that name exists (a create or rm
+    /// killed between the ref and the directory). Best effort.
+    pub fn drop_orphan_pin(&self, name: &str) {
+        if self.box_named(name) {
+            return;
+        }
+        let _ = crate::git::Git::at(&self.common_dir)
+            .args(["update-ref", "-d", &format!("refs/h5i/boxes/{name}/base")])
+            .output();
+    }
+
+    fn box_named(&self, name: &str) -> bool {
+        fs::read_dir(self.env_root()).is_ok_and(|agents| {
+            agents
+                .flatten()
+                .any(|a| a.path().join(name).join("manifest.json").exists())
+        })
+    }
+
     /// Every complete box, sorted by name.
     pub fn list(&self) -> Result<Vec<StoredBox>, BoxError> {
         let mut out = Vec::new();
@@ -316,6 +385,27 @@ impl BoxStore {
                 || a.path().join(format!("{PARTIAL_PREFIX}{name}")).exists()
         })
     }
+}
+
+/// A create's claim on a name ([`BoxStore::claim_name`]): its staging directory, held locked.
+#[derive(Debug)]
+pub struct NameClaim {
+    _dir: fs::File,
+}
+
+/// A directory opened for its lock, never through a symlink.
+fn open_dir(path: &Path) -> Result<fs::File, BoxError> {
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| BoxError::io(path, e))
+}
+
+/// Whether the staging directory at `path` was left by a create that was killed (nobody holds
+/// its lock).
+pub fn abandoned_staging(path: &Path) -> bool {
+    open_dir(path).is_ok_and(|d| d.try_lock().is_ok())
 }
 
 /// A box name must be a plain slug: it becomes a directory and a branch name.

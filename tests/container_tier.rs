@@ -932,3 +932,162 @@ fn the_host_default_runtime_is_refused_unless_the_profile_grants_af_unix() {
     assert!(!r.h5i_dir().join("env/none/hd").exists());
     create(&r, "hdu", "u", &[]);
 }
+
+/// The pids of `h5i box run NAME ...` run by `bin`.
+fn h5i_runs_of(bin: &Path, name: &str) -> Vec<i32> {
+    let head = common::cmdline(&[bin.to_str().unwrap(), "box", "run", name]);
+    common::pids_where(|c| c.starts_with(&head))
+}
+
+/// Start `sh -c 'touch /work/started; exec sleep SECS'` in container box `name` and kill its
+/// `h5i box run` with SIGKILL (no handler runs) once the command is up: its container is left
+/// running under conmon, the case the reaper exists for.
+fn kill_h5i_mid_run(c: &common::caller::Caller, name: &str, secs: &str) {
+    let script = format!("touch /work/started; exec sleep {secs}");
+    let child = c
+        .h5i_in(&c.repo(), &["box", "run", name, "--", "sh", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = c.workspace(name).join("started");
+    let sleeping = || !common::pids_running(&["sleep", secs]).is_empty();
+    assert!(
+        common::until(std::time::Duration::from_secs(120), || started.exists()
+            && sleeping()),
+        "{}: the run never started",
+        c.who()
+    );
+    let h5i = h5i_runs_of(&c.h5i_bin(), name);
+    assert_eq!(h5i.len(), 1, "{}: {h5i:?}", c.who());
+    // SAFETY: kill(2) of the h5i this test started (found by its command line).
+    assert_eq!(unsafe { libc::kill(h5i[0], libc::SIGKILL) }, 0);
+    common::wait_bounded(child, std::time::Duration::from_secs(60), "the killed h5i");
+    assert!(
+        sleeping(),
+        "{}: the run ended with its h5i: nothing left to reap",
+        c.who()
+    );
+}
+
+/// An `h5i box run` killed with SIGKILL runs no cleanup, and its container kept running under
+/// conmon. The next container run finds the run's lock free and removes the container, its
+/// cage and its run directory, saying so.
+fn a_killed_run_is_reaped_by_the_next_run(test: &str, as_user: bool, secs: &str) {
+    if !ready(test) {
+        return;
+    }
+    let mut c = common::caller::Caller::either(as_user);
+    c.create_container("orphan", common::caller::container_image());
+    kill_h5i_mid_run(&c, "orphan", secs);
+    let next = c.h5i(&["box", "run", "orphan", "--", "true"]);
+    assert_eq!(next.status.code(), Some(0), "{}", stderr(&next));
+    assert!(
+        stderr(&next).contains("left running by an h5i that was killed"),
+        "{}: {}",
+        c.who(),
+        stderr(&next)
+    );
+    assert!(
+        common::until(std::time::Duration::from_secs(30), || common::pids_running(
+            &["sleep", secs]
+        )
+        .is_empty()),
+        "{}: the orphaned command still runs after the next run",
+        c.who()
+    );
+    let ps = podman_as_user(&["ps", "-a", "--format", "{{.Names}}"]);
+    assert!(!stdout(&ps).contains("h5i-orphan-"), "{}", stdout(&ps));
+    let runs = if as_user {
+        PathBuf::from(format!("/run/user/{}/h5i", c.uid()))
+    } else {
+        PathBuf::from("/run/h5i-engine")
+    };
+    // Another test's run may be reaping it at this moment (any run reaps every orphan): wait.
+    assert!(
+        common::until(std::time::Duration::from_secs(30), || left_in(
+            &runs, "orphan"
+        )
+        .is_empty()),
+        "{}: {:?}",
+        c.who(),
+        left_in(&runs, "orphan")
+    );
+}
+
+/// What a box's runs left in a runs directory (run directories and locks).
+fn left_in(runs: &Path, name: &str) -> Vec<String> {
+    std::fs::read_dir(runs)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(&format!("run-{name}-")))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_killed_run_is_reaped_by_the_next_run_as_root() {
+    a_killed_run_is_reaped_by_the_next_run("a_killed_run_is_reaped_..._as_root", false, "987");
+}
+
+#[test]
+fn a_killed_run_is_reaped_by_the_next_run_as_the_test_user() {
+    a_killed_run_is_reaped_by_the_next_run(
+        "a_killed_run_is_reaped_..._as_the_test_user",
+        true,
+        "986",
+    );
+}
+
+/// With no next run to reap it, a killed run still ends by its wall clock (conmon's own
+/// timeout, a few seconds past it), and `rm` removes what it left.
+#[test]
+fn a_killed_run_never_outlives_its_wall_clock() {
+    if !ready("a_killed_run_never_outlives_its_wall_clock") {
+        return;
+    }
+    let r = Repo::new();
+    r.write_policy(&policy("[profile.c.resources]\nwall = \"2s\"\n"));
+    create(&r, "walled", "c", &[]);
+    let child = Command::new(common::H5I)
+        .args(["box", "run", "walled", "--", "sh", "-c"])
+        .arg("touch /work/started; exec sleep 985")
+        .envs([("H5I_CONTAINER_USER", USER), ("H5I_NO_PROBE_CACHE", "1")])
+        .current_dir(r.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = r.workspace("walled").join("started");
+    assert!(common::until(std::time::Duration::from_secs(120), || {
+        started.exists()
+    }));
+    let running = h5i_runs_of(Path::new(common::H5I), "walled");
+    assert_eq!(running.len(), 1, "{running:?}");
+    // SAFETY: kill(2) of the h5i this test started.
+    assert_eq!(unsafe { libc::kill(running[0], libc::SIGKILL) }, 0);
+    common::wait_bounded(child, std::time::Duration::from_secs(60), "the killed h5i");
+    // The wall is 2 s; conmon's timeout is 7 s; a generous bound, never a timing claim.
+    assert!(
+        common::until(std::time::Duration::from_secs(90), || common::pids_running(
+            &["sleep", "985"]
+        )
+        .is_empty()),
+        "a killed run outlived its wall clock"
+    );
+    let rm = h5i(&r, &["box", "rm", "walled", "--force"], &[]);
+    assert_eq!(rm.status.code(), Some(0), "{}", stderr(&rm));
+    let runs = Path::new("/run/h5i-engine");
+    assert!(
+        common::until(std::time::Duration::from_secs(30), || left_in(
+            runs, "walled"
+        )
+        .is_empty()),
+        "{:?}",
+        left_in(runs, "walled")
+    );
+}

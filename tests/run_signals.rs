@@ -16,26 +16,6 @@ use std::time::Duration;
 
 use common::caller::Caller;
 
-/// Every live process whose command line is exactly `argv`.
-fn processes_running(argv: &[&str]) -> Vec<String> {
-    let want: Vec<u8> = argv
-        .iter()
-        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
-        .collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(Result::ok)
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .bytes()
-                .all(|b| b.is_ascii_digit())
-        })
-        .filter(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == want))
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
 fn an_interrupt_ends_the_run(mut c: Caller, tier: &str, marker: &str) {
     c.create_at("sig", tier);
     // A foreground command and a background job; both must end with the run.
@@ -63,7 +43,7 @@ fn an_interrupt_ends_the_run(mut c: Caller, tier: &str, marker: &str) {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
     assert!(!rest.contains("never"), "the command ran on: {rest}");
-    let left = processes_running(&["sleep", marker]);
+    let left = common::pids_running(&["sleep", marker]);
     assert!(
         left.is_empty(),
         "{} at {tier}: the run's processes outlived h5i: {left:?}",

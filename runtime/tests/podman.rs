@@ -20,14 +20,6 @@ struct Podman {
     cgroup_parent: String,
 }
 
-fn have_podman() -> bool {
-    Command::new("podman")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 impl Podman {
     /// Isolated Podman state with the busybox image imported; None (after a loud skip line)
     /// when the host cannot run it.
@@ -35,7 +27,7 @@ impl Podman {
         if !require_root(test) {
             return None;
         }
-        if !have_podman() {
+        if !installed("podman") {
             eprintln!("skipped: {test}: podman is not installed");
             return None;
         }
@@ -360,7 +352,7 @@ impl Rootless {
         if !require_root(test) {
             return None;
         }
-        if !have_podman() {
+        if !installed("podman") {
             eprintln!("skipped: {test}: podman is not installed");
             return None;
         }

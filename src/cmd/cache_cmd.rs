@@ -163,7 +163,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                 );
                 if tty {
                     eprint!("\r{line}\x1b[K");
-                } else if p.secs % 5 == 0 {
+                } else if p.secs.is_multiple_of(5) {
                     eprintln!("{line}");
                 }
             };

@@ -33,6 +33,7 @@ pub mod engine_ns;
 pub mod evidence;
 pub mod hooks_dir;
 pub mod image;
+pub mod orphans;
 pub mod podman_args;
 pub mod probe;
 
@@ -133,6 +134,25 @@ struct RunDir {
     /// recursively.
     files: Vec<PathBuf>,
     dirs: Vec<PathBuf>,
+    /// Held for the run's life; dropped after the directory (fields drop after `drop`).
+    _lock: orphans::RunLock,
+}
+
+/// The directory the caller's container runs (and their locks) are made in: root's
+/// [`ROOT_RUNS`] when the engine is another user, else `<XDG_RUNTIME_DIR>/h5i`.
+fn runs_dir(engine: &Engine) -> Result<PathBuf, BoxError> {
+    if engine.switches_user {
+        let parent = Path::new(ROOT_RUNS);
+        private_dir(parent, 0o711, 0)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| BoxError::io(parent, e))?;
+        Ok(parent.to_path_buf())
+    } else {
+        let parent = engine.runtime_dir.join("h5i");
+        private_dir(&parent, 0o700, engine.uid)?;
+        Ok(parent)
+    }
 }
 
 /// Make `dir` with `mode`, or accept an existing one only when it is a real directory owned by
@@ -159,45 +179,33 @@ fn private_dir(dir: &Path, mode: u32, uid: u32) -> Result<(), BoxError> {
 
 impl RunDir {
     fn create(engine: &Engine, id: &str) -> Result<RunDir, BoxError> {
-        let chmod = |d: &Path, mode: u32| {
+        let parent = runs_dir(engine)?;
+        let lock = orphans::RunLock::take(&parent, id).map_err(|e| BoxError::io(&parent, e))?;
+        let path = parent.join(format!("run-{id}"));
+        let out = path.join("out");
+        let mode = if engine.switches_user { 0o711 } else { 0o700 };
+        std::fs::DirBuilder::new()
+            .mode(mode)
+            .create(&path)
+            .map_err(|e| BoxError::io(&path, e))?;
+        if engine.switches_user {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode))
-                .map_err(|e| BoxError::io(d, e))
-        };
-        let (path, out) = if engine.switches_user {
-            let parent = Path::new(ROOT_RUNS);
-            private_dir(parent, 0o711, 0)?;
-            chmod(parent, 0o711)?;
-            let path = parent.join(format!("run-{id}"));
-            std::fs::DirBuilder::new()
-                .mode(0o711)
-                .create(&path)
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o711))
                 .map_err(|e| BoxError::io(&path, e))?;
-            chmod(&path, 0o711)?;
-            let out = path.join("out");
             std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(&out)
                 .and_then(|()| std::os::unix::fs::chown(&out, Some(engine.uid), Some(engine.gid)))
                 .map_err(|e| BoxError::io(&out, e))?;
-            (path, out)
         } else {
-            let parent = engine.runtime_dir.join("h5i");
-            private_dir(&parent, 0o700, engine.uid)?;
-            let path = parent.join(format!("run-{id}"));
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&path)
-                .map_err(|e| BoxError::io(&path, e))?;
-            let out = path.join("out");
             std::fs::create_dir(&out).map_err(|e| BoxError::io(&out, e))?;
-            (path, out)
-        };
+        }
         Ok(RunDir {
             dirs: vec![path.clone(), out.clone()],
             path,
             out,
             files: Vec::new(),
+            _lock: lock,
         })
     }
 
@@ -321,6 +329,7 @@ pub fn run(
         )
     })?;
     let engine = engine_for_run()?;
+    reap_orphans(&engine);
     let image = image::pinned(&engine, sb, &image_name)?;
     let runc = crate::process::runc_binary().ok_or_else(|| {
         refuse(
@@ -431,6 +440,7 @@ pub fn run(
         tty: wiring == StdioWiring::OwnPty,
         passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
         init: init.clone(),
+        wall: inputs.wall,
     };
     let evidence_file = evidence::file_for(&run_dir.out, &id);
     run_dir.files.push(evidence_file.clone());
@@ -605,6 +615,24 @@ fn agent_binds(
             config_tmpfs: None,
         },
     })
+}
+
+/// Remove what container runs whose h5i was killed left running (`orphans`); best effort, and
+/// said on stderr so a user sees why a container went away.
+fn reap_orphans(engine: &Engine) {
+    let Ok(runs) = runs_dir(engine) else {
+        return;
+    };
+    for id in orphans::reap(engine, &runs) {
+        eprintln!("h5i: removed container h5i-{id}, left running by an h5i that was killed");
+    }
+}
+
+/// At `abort` and `rm`: the same reaping, when this host has a container engine for the caller.
+pub fn reap_orphaned_runs() {
+    if let Ok(engine) = engine_for_run() {
+        reap_orphans(&engine);
+    }
 }
 
 /// The binds beside the workspace: the borrowed objects read-only at `/.h5i/objects`, the in-box

@@ -20,6 +20,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Where the workspace appears in the box (the same place at every tier).
 pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
@@ -93,7 +94,16 @@ pub struct PodmanRun {
     /// stays writable, `/dev/full` gives ENOSPC inside, a file stays that file) rather than
     /// conmon's pipes. Podman refuses it when any of them is a terminal.
     pub passthrough: bool,
+    /// `--timeout`: conmon kills the container this long after its start even when h5i is
+    /// gone (killed with SIGKILL, which no handler sees), so a run never outlives its wall
+    /// clock by more than [`WALL_GRACE`]. h5i's own wall clock fires first and is what the
+    /// receipt reports.
+    pub wall: Option<Duration>,
 }
+
+/// How long past the wall clock conmon's own timeout waits: h5i's kill comes first whenever
+/// h5i is alive.
+pub const WALL_GRACE: Duration = Duration::from_secs(5);
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
 /// baseline so both sides run the same container).
@@ -160,6 +170,10 @@ impl PodmanRun {
             a.push("-t".into());
         } else if self.passthrough {
             a.push("--log-driver=passthrough".into());
+        }
+        if let Some(wall) = self.wall {
+            let secs = (wall + WALL_GRACE).as_secs_f64().ceil() as u64;
+            a.push(format!("--timeout={secs}").into());
         }
         if let Some(p) = &self.cgroup_parent {
             // The container's group goes inside the cage; conmon stays outside it, so the
@@ -242,7 +256,21 @@ mod tests {
             tty: false,
             init: "/usr/bin/catatonit".into(),
             passthrough: false,
+            wall: None,
         }
+    }
+
+    #[test]
+    fn conmons_timeout_is_the_wall_clock_plus_the_grace_rounded_up() {
+        let mut r = run();
+        assert!(!text(&r).iter().any(|a| a.starts_with("--timeout")));
+        r.wall = Some(Duration::from_millis(2500));
+        let a = text(&r);
+        assert!(a.contains(&"--timeout=8".to_string()), "{a:?}");
+        // Before the image: Podman reads everything after it as the command.
+        let image = a.iter().position(|x| x == "sha256:abc").unwrap();
+        let timeout = a.iter().position(|x| x == "--timeout=8").unwrap();
+        assert!(timeout < image);
     }
 
     fn text(r: &PodmanRun) -> Vec<String> {

@@ -189,8 +189,14 @@ pub fn compare(before: Option<&str>, after: Option<&str>, box_profile: &str) -> 
                 continue;
             }
         }
-        // A profile the file did not have before widens what `default` gave.
-        let baseline = pb.as_ref().or(default_before.as_ref()).ok();
+        // A profile the file did not have before widens what `default` gave; one it had that
+        // did not resolve gave nothing to compare against (no box could run under it).
+        let had_before = matches!(&b, Ok(Some(f)) if f.profile_names().any(|n| n == name));
+        let baseline = match &pb {
+            Ok(p) => Some(p),
+            Err(_) if had_before => None,
+            Err(_) => default_before.as_ref().ok(),
+        };
         let widens = match (baseline, &pa) {
             (Some(x), Ok(y)) => widening(x, y),
             (None, Ok(_)) => vec!["a profile that did not resolve before now does".into()],
@@ -331,6 +337,36 @@ mod tests {
             profiles: ch,
         };
         assert!(pc.widens());
+    }
+
+    #[test]
+    fn a_profile_that_did_not_resolve_before_is_not_compared_with_default() {
+        // Parses, but a container profile without an image does not resolve.
+        let before = "[profile.dev]\nisolation = \"container\"\n";
+        let after = "[profile.dev]\nisolation = \"process\"\n";
+        let ch = compare(Some(before), Some(after), "dev");
+        let dev = ch.iter().find(|p| p.profile == "dev").unwrap();
+        assert!(dev.before.is_err(), "{:?}", dev.before);
+        assert_eq!(
+            dev.widens,
+            ["a profile that did not resolve before now does"],
+            "{:?}",
+            dev.widens
+        );
+        // A profile new in the file is still measured against what `default` gave.
+        let added = compare(
+            Some(""),
+            Some("[profile.new]\nisolation = \"workspace\"\n"),
+            "new",
+        );
+        let new = added.iter().find(|p| p.profile == "new").unwrap();
+        assert!(
+            new.widens
+                .iter()
+                .any(|w| w.starts_with("isolation ") && w.ends_with(" -> workspace")),
+            "{:?}",
+            new.widens
+        );
     }
 
     #[test]

@@ -436,3 +436,39 @@ pub fn tier_case(test: &str, tier: &str, as_user: bool, body: fn(&mut Caller, &s
     eprintln!("{test}: {tier} tier, as {}", c.who());
     body(&mut c, tier);
 }
+
+/// The pids whose command line (`/proc/PID/cmdline`, the kernel's answer) satisfies `matches`.
+pub fn pids_where(matches: impl Fn(&[u8]) -> bool) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| matches(&c)))
+        .collect()
+}
+
+/// `argv` as `/proc/PID/cmdline` spells it (each argument NUL-terminated).
+pub fn cmdline(argv: &[&str]) -> Vec<u8> {
+    argv.iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect()
+}
+
+/// The pids whose command line is exactly `argv`.
+pub fn pids_running(argv: &[&str]) -> Vec<i32> {
+    let want = cmdline(argv);
+    pids_where(|c| c == want)
+}
+
+/// Poll `done` every 50 ms for at most `limit`: a bounded wait on something no descriptor
+/// signals (a file appearing, a process leaving).
+pub fn until(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool {
+    let end = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < end {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    done()
+}

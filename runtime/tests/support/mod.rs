@@ -466,3 +466,13 @@ pub fn success_stdout(what: &str, args: &[&str], out: Output) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// Whether `tool --version` runs and succeeds (the tool is installed and on PATH).
+pub fn installed(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
