@@ -4,11 +4,13 @@
 #   make install `cargo install --path .` into target/install/bin, building in target/ (the
 #                test build shares every dependency's artifacts; tests/install.rs does the same)
 #   make build   release build of every workspace binary into target/release
-#   make test    setup, then fmt check, clippy (-D warnings), release tests
+#   make test    setup and images, then fmt check, clippy (-D warnings), release tests
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
 #   make demo    setup (which builds and installs before it installs the hooks), then
 #                scripts/demo.sh with the installed h5i
-#   make images  build the container tier's images with Podman (images/build.sh; not part of test)
+#   make images  build the container tier's images with Podman (images/build.sh; cached layers:
+#                only what changed is rebuilt). The agent and browser tests run in them, so test
+#                builds them first
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 
@@ -38,7 +40,7 @@ setup: packages install
 build:
 	$(CARGO) build --release --workspace --bins
 
-test: setup
+test: setup images
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so

@@ -17,7 +17,27 @@
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# The Debian mirror is the host's own (its apt sources; not the security archive), unless
+# DEBIAN_MIRROR names one.
+host_mirror() {
+    local f uris=()
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -r "$f" ] || continue
+        while read -r key rest; do
+            [ "$key" = "URIs:" ] && uris+=($rest)
+        done <"$f"
+    done
+    if [ -r /etc/apt/sources.list ]; then
+        while read -r kind a b _; do
+            [ "$kind" = deb ] || continue
+            case "$a" in \[*) uris+=("$b") ;; *) uris+=("$a") ;; esac
+        done </etc/apt/sources.list
+    fi
+    for f in "${uris[@]}"; do
+        case "$f" in *security*) ;; *) echo "$f"; return ;; esac
+    done
+}
+MIRROR="${DEBIAN_MIRROR:-$(host_mirror)}"
 force_base=0
 names=()
 for a in "$@"; do
@@ -69,6 +89,7 @@ for n in "${names[@]}"; do [ "$n" = base ] && need_base=1; done
 if [ "$need_base" = 1 ] && { [ "$force_base" = 1 ] || ! podman_as image exists localhost/h5i-debian:bookworm; }; then
     [ "$(id -u)" -eq 0 ] || die "localhost/h5i-debian:bookworm is missing, and debootstrap needs root: run make images as root"
     command -v debootstrap >/dev/null || die "debootstrap is not installed: apt-get install -y debootstrap"
+    [ -n "$MIRROR" ] || die "no Debian mirror in this host's apt sources: set DEBIAN_MIRROR=URL"
     rootfs="$(mktemp -d /var/tmp/h5i-debootstrap.XXXXXX)"
     trap 'rm -rf "$rootfs"' EXIT
     say "debootstrap --variant=minbase bookworm ($MIRROR) -> localhost/h5i-debian:bookworm"
