@@ -6,14 +6,17 @@
 //! the export gate passing with nothing excluded and no set-id file, no change to the clone's
 //! `.h5i/` policy unless `--allow-policy-change`, no conflict) and the landing itself: one commit
 //! on top of the pinned base, made in the snapshot's scratch object directory, published into
-//! the parent's store only after every check, then merged into the parent branch. Must never:
-//! move any ref but the parent branch, land a path the export gate would exclude, write an
-//! object into the parent before every check passed, or leave a half-merged parent.
+//! the parent's store only after every check, then landed on the parent branch by
+//! [`crate::landing`] (a merge commit made in scratch too when the branch moved on). A landing
+//! a killed `apply` left is finished by the next one, before anything else. Must never: move
+//! any ref but the parent branch, land a path the export gate would exclude, write an object
+//! into the parent before every check passed, or leave a half-merged parent.
 
 use crate::error::BoxError;
 use crate::events::{self, Event};
 use crate::export::gate::ExportGate;
 use crate::git::Git;
+use crate::landing::{LandingLane, LandingPlan};
 use crate::secrets;
 use crate::snapshot::SnapshotObjects;
 use crate::store::{
@@ -25,7 +28,8 @@ use crate::store::{
 pub struct Applied {
     /// The branch it landed on.
     pub branch: String,
-    /// The commit that carries the box's changes.
+    /// The commit now at the branch's tip: the box's own, or the merge of it when the branch
+    /// had moved on since the box's base.
     pub commit: String,
 }
 
@@ -68,6 +72,20 @@ pub struct ApplyOptions {
 pub fn apply(store: &BoxStore, name: &str, opts: ApplyOptions) -> Result<Applied, BoxError> {
     let mut sb = store.find(name)?;
     let _lock = BoxLock::take(&sb.paths, name)?;
+    let lane = LandingLane::claim(store)?;
+    if let Some(plan) = lane.cut_off()? {
+        lane.finish(&plan)?;
+        if plan.name == name && plan.created_ms == sb.manifest.created_ms {
+            return landed(&mut sb, &plan, &lane);
+        }
+        if let Ok(mut other) = store.find(&plan.name) {
+            if other.manifest.created_ms == plan.created_ms {
+                let _other_lock = BoxLock::take(&other.paths, &plan.name)?;
+                landed(&mut other, &plan, &lane)?;
+            }
+        }
+        lane.close()?;
+    }
     require_active(&sb, "apply")?;
     let branch = parent_branch(&sb, "apply")?;
     let parent = Git::at(&store.common_dir).work_tree(&store.repo_root);
@@ -156,30 +174,61 @@ pub fn apply(store: &BoxStore, name: &str, opts: ApplyOptions) -> Result<Applied
     let tip = Git::at(&store.common_dir)
         .args(["rev-parse", &format!("refs/heads/{branch}")])
         .text()?;
-    if tip != base {
-        let clean = snap
+    let to = if tip == base {
+        commit.clone()
+    } else {
+        let merged = snap
             .git_objects()
             .args(["merge-tree", "--write-tree", "--name-only", &tip, &commit])
-            .output();
-        if let Err(e) = clean {
-            return Err(BoxError::ParentNotReady {
+            .text()
+            .map_err(|e| BoxError::ParentNotReady {
                 what: format!("box `{name}` conflicts with `{branch}` as it is now ({e})"),
                 mend: format!("`h5i box rebase {name}` onto the new tip, resolve, then apply"),
-            });
-        }
-    }
+            })?;
+        let tree = merged.lines().next().unwrap_or_default();
+        snap.git_objects()
+            .args([
+                "commit-tree",
+                tree,
+                "-p",
+                &tip,
+                "-p",
+                &commit,
+                "-m",
+                &format!("h5i: merge box {name} into {branch}"),
+            ])
+            .text()?
+    };
+    let plan = LandingPlan {
+        name: name.to_string(),
+        created_ms: sb.manifest.created_ms,
+        branch,
+        from: tip,
+        to,
+    };
     // Everything is validated: only now do the snapshot's objects enter the parent's store.
     snap.publish_objects()?;
-    Git::at(&store.common_dir)
-        .work_tree(&store.repo_root)
-        .current_dir(&store.repo_root)
-        .args(["merge", "--quiet", "--no-edit", &commit])
-        .output()?;
-    sb.manifest.state = BoxState::Applied;
-    write_manifest(&sb.paths, &sb.manifest)?;
-    events::append(
-        &sb.paths,
-        &Event::new("applied", format!("commit {commit} merged into {branch}")),
-    )?;
-    Ok(Applied { branch, commit })
+    lane.check(&plan, &sb.paths.scratch())?;
+    lane.land(&plan)?;
+    landed(&mut sb, &plan, &lane)
+}
+
+/// Record on box `sb` that `plan` landed, then drop the landing's journal.
+fn landed(sb: &mut StoredBox, plan: &LandingPlan, lane: &LandingLane) -> Result<Applied, BoxError> {
+    if sb.manifest.state != BoxState::Applied {
+        sb.manifest.state = BoxState::Applied;
+        write_manifest(&sb.paths, &sb.manifest)?;
+        events::append(
+            &sb.paths,
+            &Event::new(
+                "applied",
+                format!("commit {} merged into {}", plan.to, plan.branch),
+            ),
+        )?;
+    }
+    lane.close()?;
+    Ok(Applied {
+        branch: plan.branch.clone(),
+        commit: plan.to.clone(),
+    })
 }

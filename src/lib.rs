@@ -35,6 +35,7 @@ pub mod host;
 pub mod identity;
 pub mod inspect;
 pub mod json_doc;
+pub mod landing;
 pub mod lifecycle;
 pub mod probe;
 pub mod process;

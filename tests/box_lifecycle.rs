@@ -753,3 +753,171 @@ fn export_and_apply_refuse_a_set_id_file_naming_it() {
     std::fs::set_permissions(ws.join("README.md"), std::fs::Permissions::from_mode(0o644)).unwrap();
     r.ok(&["box", "export", "s", "--out", review.to_str().unwrap()]);
 }
+
+#[test]
+fn apply_merges_onto_a_branch_that_moved_on() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "a", WS]);
+    r.ok(&["box", "run", "a", "--", "sh", "-c", "echo boxed > new.txt"]);
+    std::fs::write(r.path().join("other.txt"), "parent\n").unwrap();
+    r.git(&["add", "other.txt"]);
+    r.git(&["commit", "-q", "-m", "parent moved on"]);
+    let tip = r.git(&["rev-parse", "HEAD"]);
+    r.ok(&["box", "apply", "a"]);
+    let parents = r.git(&["log", "-1", "--format=%P"]);
+    assert!(parents.starts_with(&tip), "{parents}");
+    assert_eq!(parents.split(' ').count(), 2, "{parents}");
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("new.txt")).unwrap(),
+        "boxed\n"
+    );
+    assert!(r.path().join("other.txt").exists());
+    assert_eq!(r.git(&["status", "--porcelain"]), "");
+    assert_eq!(r.manifest("a")["state"], "applied");
+}
+
+#[test]
+fn apply_refuses_to_overwrite_an_untracked_file_and_moves_nothing() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "a", WS]);
+    r.ok(&["box", "run", "a", "--", "sh", "-c", "echo boxed > new.txt"]);
+    std::fs::write(r.path().join("new.txt"), "mine\n").unwrap();
+    let head = r.git(&["rev-parse", "HEAD"]);
+    let out = r.h5i(&["box", "apply", "a"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("to fix:"), "{}", stderr(&out));
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), head);
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("new.txt")).unwrap(),
+        "mine\n"
+    );
+    assert!(!r.h5i_dir().join("landing.json").exists());
+    assert_eq!(r.manifest("a")["state"], "active");
+}
+
+/// A landing cut off half-way, as a killed `apply` leaves it: the journal written, the work
+/// tree part-way to the box's commit, the branch not yet moved.
+fn cut_off_landing(r: &Repo, name: &str) -> String {
+    let from = r.git(&["rev-parse", "HEAD"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let index = scratch.path().join("index");
+    let with_index = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(r.path())
+            .env("GIT_INDEX_FILE", &index)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    with_index(&["read-tree", &from]);
+    let blob = {
+        std::fs::write(scratch.path().join("blob"), "landed\n").unwrap();
+        r.git(&[
+            "hash-object",
+            "-w",
+            scratch.path().join("blob").to_str().unwrap(),
+        ])
+    };
+    with_index(&[
+        "update-index",
+        "--add",
+        "--cacheinfo",
+        &format!("100644,{blob},new.txt"),
+    ]);
+    with_index(&["update-index", "--force-remove", "src/lib.txt"]);
+    let tree = with_index(&["write-tree"]);
+    let to = r.git(&["commit-tree", &tree, "-p", &from, "-m", "h5i: apply box a"]);
+    let plan = serde_json::json!({
+        "name": name,
+        "created_ms": r.manifest(name)["created_ms"],
+        "branch": "main",
+        "from": from,
+        "to": to,
+    });
+    std::fs::write(
+        r.h5i_dir().join("landing.json"),
+        serde_json::to_vec(&plan).unwrap(),
+    )
+    .unwrap();
+    // Half the work tree: the new file written, the removal not yet made.
+    std::fs::write(r.path().join("new.txt"), "landed\n").unwrap();
+    to
+}
+
+#[test]
+fn a_cut_off_landing_is_finished_by_the_next_apply() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "a", WS]);
+    let to = cut_off_landing(&r, "a");
+    // The index lock a git killed with the landing left behind.
+    std::fs::write(r.path().join(".git/index.lock"), "").unwrap();
+    let out = r.ok(&["box", "apply", "a"]);
+    assert!(out.contains(&to), "{out}");
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), to);
+    assert_eq!(r.git(&["status", "--porcelain"]), "");
+    assert!(!r.path().join("src/lib.txt").exists());
+    assert!(!r.h5i_dir().join("landing.json").exists());
+    assert_eq!(r.manifest("a")["state"], "applied");
+}
+
+#[test]
+fn a_cut_off_landing_for_another_box_is_finished_before_this_one_lands() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "a", WS]);
+    r.ok(&["box", "create", "b", WS]);
+    r.ok(&["box", "run", "b", "--", "sh", "-c", "echo b > b.txt"]);
+    let to = cut_off_landing(&r, "a");
+    r.ok(&["box", "apply", "b"]);
+    assert_eq!(r.manifest("a")["state"], "applied");
+    assert_eq!(r.manifest("b")["state"], "applied");
+    assert!(r.git(&["log", "--format=%H"]).contains(&to));
+    assert!(r.path().join("b.txt").exists() && r.path().join("new.txt").exists());
+    assert_eq!(r.git(&["status", "--porcelain"]), "");
+}
+
+#[test]
+fn a_cut_off_landing_is_not_finished_over_a_persons_later_changes() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "a", WS]);
+    let from = r.git(&["rev-parse", "HEAD"]);
+    cut_off_landing(&r, "a");
+    // A person edits a file the landing does not touch, and git holds an older lock.
+    std::fs::write(r.path().join("README.md"), "mine\n").unwrap();
+    let out = r.h5i(&["box", "apply", "a"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("was cut off") && err.contains("README.md") && err.contains("landing.json"),
+        "{err}"
+    );
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), from);
+    assert_eq!(
+        std::fs::read_to_string(r.path().join("README.md")).unwrap(),
+        "mine\n"
+    );
+    assert_eq!(r.manifest("a")["state"], "active");
+
+    r.git(&["checkout", "--", "README.md"]);
+    let lock = r.path().join(".git/index.lock");
+    std::fs::write(&lock, "").unwrap();
+    let old = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    std::fs::File::options()
+        .write(true)
+        .open(&lock)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let out = r.h5i(&["box", "apply", "a"]);
+    assert!(stderr(&out).contains("index.lock"), "{}", stderr(&out));
+    assert!(lock.exists(), "another git's lock was removed");
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), from);
+
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::write(r.h5i_dir().join("landing.json"), "{ not json").unwrap();
+    let out = r.h5i(&["box", "apply", "a"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("landing.json"), "{}", stderr(&out));
+    assert_eq!(r.git(&["rev-parse", "HEAD"]), from);
+}
