@@ -114,7 +114,7 @@ add_row box-run-process-first-run \
     --cwd '$ROW_DIR/repo' \
     --baseline 'env H5I_SANDBOX=off $H5I box run bench-perrun -- true' \
     --h5i '$H5I box run bench-first -- true' \
-    --h5i-prepare '"$H5I" box rm --force bench-first >/dev/null 2>&1; "$H5I" box create bench-first --isolation process >/dev/null' \
+    --h5i-prepare '"$H5I" box rm --force bench-first >/dev/null 2>&1 || true; "$H5I" box create bench-first --isolation process >/dev/null' \
     --check '
         "$H5I" box status bench-first | grep -q "^sandbox: up" || { echo "the first run made no sandbox"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-first; "$H5I" box rm --force bench-perrun' \

@@ -31,12 +31,9 @@ use h5i_runtime::bundle::BundlePlan;
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
-/// `h5i.net` value that turns the supervised network on (the hooks.d JSON matches it too).
-pub const NET_ANNOTATION: &str = "h5i.net";
-/// The run's net directory.
-pub const NET_DIR_ANNOTATION: &str = "h5i.net.dir";
-/// The pinned egress list, JSON.
-pub const NET_EGRESS_ANNOTATION: &str = "h5i.net.egress";
+pub use h5i_policy::spec_names::annotation::{
+    NET as NET_ANNOTATION, NET_DIR as NET_DIR_ANNOTATION, NET_EGRESS as NET_EGRESS_ANNOTATION,
+};
 
 /// Pin every `net.egress` destination for one run, or refuse naming the one that cannot be.
 ///
@@ -225,7 +222,7 @@ pub fn wire(plan: &mut BundlePlan, dir: &Path, rules: &[PinnedRule]) -> Result<(
         .insert(NET_DIR_ANNOTATION.into(), dir.display().to_string());
     plan.extra_annotations
         .insert(NET_EGRESS_ANNOTATION.into(), egress_annotation(rules));
-    plan.socket_gate = Some(dir.join("gate.sock"));
+    plan.socket_gate = Some(dir.join(h5i_policy::spec_names::net_dir::GATE_SOCK));
     let hook = hook.display().to_string();
     // net-inside brings up lo itself: the loopback hook would be redundant.
     plan.create_container_hooks

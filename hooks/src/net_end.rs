@@ -22,10 +22,10 @@ use serde_json::Value;
 
 use crate::net_spec::{SENTRY_LOG, TALLY};
 
-/// The marker h5i-runc sets beside `h5i.net.dir` (`h5i-runtime`'s `runc::net_dir`).
-pub const ANNOTATION_MADE_BY: &str = "h5i.net.dir.made-by";
-/// Its value.
-pub const MADE_BY_H5I_RUNC: &str = "h5i-runc";
+pub use h5i_policy::spec_names::annotation::NET_DIR_MADE_BY as ANNOTATION_MADE_BY;
+use h5i_policy::spec_names::annotation::{NET, NET_DIR};
+pub use h5i_policy::spec_names::value::MADE_BY_H5I_RUNC;
+use h5i_policy::spec_names::value::NET_SUPERVISED;
 /// The parent directory's name.
 const NET_DIR_NAME: &str = "h5i-net";
 /// Where the tally is kept in the bundle.
@@ -111,10 +111,10 @@ fn finish_with(
 fn made_for(config: &Value, id: &str, real_root: bool) -> Option<PathBuf> {
     let ann = config.get("annotations")?;
     let get = |k: &str| ann.get(k).and_then(Value::as_str);
-    if get("h5i.net") != Some("supervised") || get(ANNOTATION_MADE_BY) != Some(MADE_BY_H5I_RUNC) {
+    if get(NET) != Some(NET_SUPERVISED) || get(ANNOTATION_MADE_BY) != Some(MADE_BY_H5I_RUNC) {
         return None;
     }
-    let dir = PathBuf::from(get("h5i.net.dir")?);
+    let dir = PathBuf::from(get(NET_DIR)?);
     let short: String = id.chars().take(16).collect();
     let parent = dir.parent()?;
     let shaped = dir.is_absolute()

@@ -18,16 +18,8 @@ use serde_json::Value;
 
 use crate::egress::{self, EgressError, EgressRequest};
 
-/// The sentry's control socket (the inside hook's fd handback, the poststop hook's `stop`).
-pub const NET_SOCK: &str = "net.sock";
-/// The socket gate's listener (`linux.seccomp.listenerPath`).
-pub const GATE_SOCK: &str = "gate.sock";
-/// The run's network tally (`h5i_policy::receipt::NetTally` JSON).
-pub const TALLY: &str = "tally.json";
-/// The sentry's pid.
-pub const SENTRY_PID: &str = "sentry.pid";
-/// The sentry's log (its stderr, and slirp4netns's output).
-pub const SENTRY_LOG: &str = "sentry.log";
+use h5i_policy::spec_names::annotation as key;
+pub use h5i_policy::spec_names::net_dir::{GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
 /// Longest net directory: `<dir>/gate.sock` must fit a unix socket path (107 bytes).
 pub const MAX_DIR_LEN: usize = 107 - 1 - GATE_SOCK.len();
 
@@ -99,11 +91,11 @@ fn annotation<'a>(config: &'a Value, key: &str) -> Option<&'a str> {
 
 /// The net directory the spec names (checked against the rules).
 pub fn net_dir(config: &Value) -> Result<PathBuf, NetSpecError> {
-    match annotation(config, "h5i.net") {
+    match annotation(config, key::NET) {
         Some("supervised") => {}
         other => return Err(NetSpecError::NotSupervised(other.map(str::to_string))),
     }
-    let dir = PathBuf::from(annotation(config, "h5i.net.dir").ok_or(NetSpecError::NoDir)?);
+    let dir = PathBuf::from(annotation(config, key::NET_DIR).ok_or(NetSpecError::NoDir)?);
     check_dir(&dir)?;
     Ok(dir)
 }
@@ -149,12 +141,12 @@ pub fn load(config: &Value) -> Result<NetSpec, NetSpecError> {
     let dir = net_dir(config)?;
     check_network_namespace(config)?;
     check_no_net_admin(config)?;
-    let egress = egress::parse(annotation(config, "h5i.net.egress"))?;
+    let egress = egress::parse(annotation(config, key::NET_EGRESS))?;
     Ok(NetSpec {
         dir,
         egress,
-        unix: annotation(config, "h5i.net.unix") == Some("true"),
-        families: annotation(config, "h5i.net.families")
+        unix: annotation(config, key::NET_UNIX) == Some("true"),
+        families: annotation(config, key::NET_FAMILIES)
             .unwrap_or_default()
             .split(',')
             .map(str::trim)

@@ -20,6 +20,8 @@
 //!   [`ResolvedPolicy::load_verified`], which refuses (never repairs) a stored policy that does
 //!   not match its digest.
 //! - [`tier`], [`units`], [`values`]: tiers, resource units, single-value shapes.
+//! - [`spec_names`]: the `h5i.*` annotation and network-directory names h5i, h5i-runc and
+//!   h5i-hook agree on.
 //! - [`error`]: [`PolicyError`], every refusal in the form `refusing: <what>; to fix: <mend>`.
 
 pub mod builtin;
@@ -32,6 +34,7 @@ pub mod receipt;
 pub mod resolve;
 pub mod resolved;
 mod schema;
+pub mod spec_names;
 pub mod tier;
 pub mod units;
 pub mod values;

@@ -35,7 +35,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::confine::{ANNOTATION_NET_GATE, NET_GATE_ON};
+use crate::confine::{
+    ANNOTATION_LANDLOCK, ANNOTATION_NET_GATE, ANNOTATION_NET_UNIX, ANNOTATION_SECCOMP, NET_GATE_ON,
+};
 
 /// The `/dev/shm` a box gets unless its plan asks for more: 64 MiB, what OCI runtimes give.
 pub const DEFAULT_SHM_BYTES: u64 = 64 << 20;
@@ -214,13 +216,13 @@ impl BundlePlan {
         }
         let landlock = json!({"read": landlock_read, "write": landlock_write});
         let mut annotations = BTreeMap::new();
-        annotations.insert("h5i.landlock".to_string(), landlock.to_string());
+        annotations.insert(ANNOTATION_LANDLOCK.to_string(), landlock.to_string());
         annotations.insert(
-            "h5i.seccomp".to_string(),
+            ANNOTATION_SECCOMP.to_string(),
             crate::confine::seccomp::PROFILE_H5I_V2.to_string(),
         );
         annotations.insert(
-            "h5i.net.unix".to_string(),
+            ANNOTATION_NET_UNIX.to_string(),
             if self.unix_sockets { "true" } else { "false" }.to_string(),
         );
         for (k, v) in &self.extra_annotations {

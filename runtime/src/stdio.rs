@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The annotation naming the standard descriptors the caller had closed (`"2"`, `"0,2"`), for a
 /// runtime started through an engine that could not be handed them closed.
-pub const ANNOTATION_CLOSED: &str = "h5i.stdio.closed";
+pub use h5i_policy::spec_names::annotation::STDIO_CLOSED as ANNOTATION_CLOSED;
 
 /// Why an [`ANNOTATION_CLOSED`] value was refused.
 #[derive(Debug, thiserror::Error)]

@@ -17,6 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use h5i_policy::spec_names::annotation;
 use serde::{Deserialize, Serialize};
 
 use super::image::PinnedImage;
@@ -24,8 +25,7 @@ use super::podman_args::{BOX_OBJECTS, BOX_SPOOL, BOX_WORK, INIT_DEST, TMP_SIZE};
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
-/// The annotation telling h5i-runc where to write the spec it was handed.
-pub const CAPTURE_ANNOTATION: &str = "h5i.evidence.spec";
+pub use h5i_policy::spec_names::annotation::EVIDENCE_SPEC as CAPTURE_ANNOTATION;
 /// The evidence file, beside the box's manifest.
 pub const EVIDENCE_FILE: &str = "container-evidence.json";
 
@@ -354,7 +354,11 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
         out.push("the workspace is not mounted at /work".into());
     }
     if let RuntimeUsed::H5iRunc(_) = ev.runtime {
-        for k in ["h5i.landlock", "h5i.seccomp", "h5i.net.unix"] {
+        for k in [
+            annotation::LANDLOCK,
+            annotation::SECCOMP,
+            annotation::NET_UNIX,
+        ] {
             if !s.annotations.contains_key(k) {
                 out.push(format!("h5i-runc ran without {k}"));
             }

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use h5i_policy::receipt::{CgroupUsage, EgressTally, OomReport};
+use h5i_policy::spec_names::annotation;
 use h5i_policy::{ContainerRuntime, NetMode, ResolvedPolicy};
 use h5i_runtime::cage::ResourceCage;
 use h5i_runtime::confine::seccomp::PROFILE_H5I_V2;
@@ -927,10 +928,10 @@ fn annotations(
         "write": [BOX_WORK, "/tmp", BOX_SPOOL, "/dev"],
     });
     let mut annotations = vec![
-        ("h5i.landlock".into(), landlock.to_string()),
-        ("h5i.seccomp".into(), PROFILE_H5I_V2.into()),
+        (annotation::LANDLOCK.into(), landlock.to_string()),
+        (annotation::SECCOMP.into(), PROFILE_H5I_V2.into()),
         (
-            "h5i.net.unix".into(),
+            annotation::NET_UNIX.into(),
             if policy.net.unix { "true" } else { "false" }.into(),
         ),
         (

@@ -32,8 +32,7 @@ pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
 pub const TMP_SIZE: &str = "256m";
 /// The size of an agent's config-directory tmpfs ([`PodmanRun::config_tmpfs`]).
 pub const CONFIG_TMPFS_SIZE: &str = "64m";
-/// The annotation the per-run hooks match on.
-pub const RUN_ANNOTATION: &str = "h5i.run";
+pub use h5i_policy::spec_names::annotation::RUN as RUN_ANNOTATION;
 /// Where Podman binds the init program (`--init`) in the box.
 pub const INIT_DEST: &str = "/run/podman-init";
 

@@ -56,19 +56,12 @@ use self::kernel::{ConfinementKernel, KernelError};
 use self::landlock::{LandlockPlan, LandlockPlanError, LandlockRequest};
 use self::seccomp::{SeccompError, SeccompProfile};
 
-/// Annotation carrying the Landlock request (JSON).
-pub const ANNOTATION_LANDLOCK: &str = "h5i.landlock";
-/// Annotation selecting h5i's seccomp deny list.
-pub const ANNOTATION_SECCOMP: &str = "h5i.seccomp";
-/// Annotation for the policy's `net.unix` switch.
-pub const ANNOTATION_NET_UNIX: &str = "h5i.net.unix";
-/// Annotation granting address families beyond the always-allowed ones (comma-separated
-/// names from `h5i_policy::families`; the policy's `net.families`).
-pub const ANNOTATION_NET_FAMILIES: &str = "h5i.net.families";
-/// Annotation saying the spec carries the socket gate.
-pub const ANNOTATION_NET_GATE: &str = "h5i.net.gate";
-/// The only value `h5i.net.gate` takes.
-pub const NET_GATE_ON: &str = "on";
+pub use h5i_policy::spec_names::annotation::{
+    LANDLOCK as ANNOTATION_LANDLOCK, NET_FAMILIES as ANNOTATION_NET_FAMILIES,
+    NET_GATE as ANNOTATION_NET_GATE, NET_UNIX as ANNOTATION_NET_UNIX,
+    SECCOMP as ANNOTATION_SECCOMP,
+};
+pub use h5i_policy::spec_names::value::NET_GATE_ON;
 
 /// Why confinement could not be planned or applied.
 #[derive(Debug, thiserror::Error)]

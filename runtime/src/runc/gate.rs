@@ -16,14 +16,9 @@ use serde_json::Value;
 
 use crate::socket_gate::{inject, GateSpecError};
 
-/// Annotation turning the supervised network on.
-const ANNOTATION_NET: &str = "h5i.net";
-/// Its value for the supervised tier.
-const NET_SUPERVISED: &str = "supervised";
-/// Annotation naming the run's private network directory (sockets, tally).
-const ANNOTATION_NET_DIR: &str = "h5i.net.dir";
-/// The gate's listener, inside the network directory.
-pub const GATE_SOCKET: &str = "gate.sock";
+use h5i_policy::spec_names::annotation::{NET as ANNOTATION_NET, NET_DIR as ANNOTATION_NET_DIR};
+pub use h5i_policy::spec_names::net_dir::GATE_SOCK as GATE_SOCKET;
+use h5i_policy::spec_names::value::NET_SUPERVISED;
 
 /// Why the gate could not be put into a bundle.
 #[derive(Debug, thiserror::Error)]

@@ -37,23 +37,22 @@ use super::RuncError;
 
 /// The subdirectory under `/run` or `$XDG_RUNTIME_DIR`.
 pub const NET_DIR_NAME: &str = "h5i-net";
-/// Annotation h5i-runc sets beside `h5i.net.dir` when it chose the directory itself.
-pub const ANNOTATION_MADE_BY: &str = "h5i.net.dir.made-by";
-/// Its value.
-pub const MADE_BY_H5I_RUNC: &str = "h5i-runc";
-/// The sentry's pid file in the directory (`h5i-hook`'s `net_spec::SENTRY_PID`).
-const SENTRY_PID: &str = "sentry.pid";
+pub use h5i_policy::spec_names::annotation::NET_DIR_MADE_BY as ANNOTATION_MADE_BY;
+use h5i_policy::spec_names::annotation::{NET, NET_DIR};
+use h5i_policy::spec_names::net_dir::{GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
+pub use h5i_policy::spec_names::value::MADE_BY_H5I_RUNC;
+use h5i_policy::spec_names::value::NET_SUPERVISED;
 /// How long removal waits for a sentry to finish (its own stop is bounded at 12 s).
 const SENTRY_EXIT_TIMEOUT: Duration = Duration::from_secs(15);
 /// The run files a reused directory is cleared of (the sentry's, see `h5i-hook`'s `net_spec`).
 const RUN_FILES: &[&str] = &[
-    "net.sock",
-    "gate.sock",
-    "tally.json",
+    NET_SOCK,
+    GATE_SOCK,
+    TALLY,
     "tally.tmp",
-    "sentry.pid",
+    SENTRY_PID,
     "sentry.tmp",
-    "sentry.log",
+    SENTRY_LOG,
 ];
 
 /// Where the directory goes for container `id`.
@@ -77,8 +76,8 @@ pub fn default_dir(
 /// Whether the spec asks for the supervised network without naming its directory.
 pub fn wants_default(config: &Value) -> bool {
     let ann = config.get("annotations");
-    ann.and_then(|a| a.get("h5i.net")).and_then(Value::as_str) == Some("supervised")
-        && ann.and_then(|a| a.get("h5i.net.dir")).is_none()
+    ann.and_then(|a| a.get(NET)).and_then(Value::as_str) == Some(NET_SUPERVISED)
+        && ann.and_then(|a| a.get(NET_DIR)).is_none()
 }
 
 /// Set `h5i.net.dir` in `<bundle>/config.json` when the spec asks for the supervised network
@@ -211,10 +210,7 @@ fn write_back(path: &Path, mut config: Value, dir: &Path) -> Result<(), RuncErro
     let bundle = path.parent().unwrap_or(Path::new("/"));
     make_private_dir(dir)?;
     if let Some(Value::Object(ann)) = config.get_mut("annotations") {
-        ann.insert(
-            "h5i.net.dir".into(),
-            Value::String(dir.display().to_string()),
-        );
+        ann.insert(NET_DIR.into(), Value::String(dir.display().to_string()));
         ann.insert(ANNOTATION_MADE_BY.into(), MADE_BY_H5I_RUNC.into());
     }
     let text = serde_json::to_vec_pretty(&config)

@@ -13,7 +13,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 /// The annotation.
-pub const ANNOTATION: &str = "h5i.evidence.spec";
+pub use h5i_policy::spec_names::annotation::EVIDENCE_SPEC as ANNOTATION;
 
 /// Why the copy could not be written.
 #[derive(Debug, thiserror::Error)]
