@@ -323,9 +323,8 @@ impl Dir {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: fd was just returned by open and is owned here.
-        Ok(Dir {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Dir { fd })
     }
 
     /// Open `rel` beneath this directory with `flags`, following no symlink at any component

@@ -46,7 +46,8 @@ pub fn service_decl() -> Service {
 /// root (whose runs join a live service's network namespace).
 pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
     // SAFETY: geteuid has no preconditions.
-    super::is_browser_box(policy) && policy.tier == Tier::Process && unsafe { libc::geteuid() } == 0
+    let root = unsafe { libc::geteuid() } == 0;
+    super::is_browser_box(policy) && policy.tier == Tier::Process && root
 }
 
 /// Why a browser box's browser ends with each run, in a line for `h5i browser status`.

@@ -652,7 +652,7 @@ fn browser_saw(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> St
         }
         let counts: Vec<String> = lists
             .iter()
-            .map(|(what, items)| format!("{} {what}(s)", items.len()))
+            .map(|(what, items)| format!("{what}: {}", items.len()))
             .collect();
         let _ = writeln!(out, "{head}: {}", counts.join(", "));
         for (what, items) in lists {
