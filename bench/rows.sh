@@ -306,7 +306,7 @@ add_row box-cache-npm-warm-vs-cold \
 # baseline is the same script on the host with the variables a browser box's runs get
 # (src/browser/mod.rs). Each run is a cold start: the script closes the browser, and a box's
 # run ends its daemon with it.
-BROWSER_HOST_ENV='env HOME=$ROW_DIR/home AGENT_BROWSER_EXECUTABLE_PATH=/usr/bin/chromium AGENT_BROWSER_ARGS=--no-sandbox AGENT_BROWSER_ALLOWED_DOMAINS=localhost,127.0.0.1 AGENT_BROWSER_NO_VERSION_CHECK=1'
+BROWSER_HOST_ENV='env HOME=$ROW_DIR/home AGENT_BROWSER_EXECUTABLE_PATH=/usr/bin/chromium AGENT_BROWSER_ARGS=--no-sandbox,--in-process-gpu AGENT_BROWSER_ALLOWED_DOMAINS=localhost,127.0.0.1 AGENT_BROWSER_NO_VERSION_CHECK=1'
 for tier in process supervised; do
     add_row "browser-first-snapshot-$tier" \
         --title "browser cold start to first snapshot: agent-browser open + snapshot -i of the demo app served on the box's loopback, in a --isolation $tier browser box vs the same on the host" \

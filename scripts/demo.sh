@@ -106,5 +106,55 @@ step "the agent's patch applies to a fresh copy of the base, and the tests pass"
 "$root/scripts/make-sample-repo.sh" "$work/agent-check" >/dev/null
 git -C "$work/agent-check" apply --3way "$work/agent-review/patch.diff"
 (cd "$work/agent-check" && python3 -m unittest -q)
+
+# ---------------------------------------------------------------- the browser in the box
+# The demo app (examples/browser-demo: a console error, an exception and a failing request on
+# purpose) as a box service; agent-browser in the box drives the box's own browser, which lives
+# as long as the box; a human takes it and hands it back; report.md says what the page said.
+if [ "$(id -u)" = 0 ]; then
+    step "a browser box: the demo app as a box service, opened by agent-browser in one run, read in the next"
+    mkdir -p "$work/browser/app" "$work/browser/.h5i"
+    cp "$root/examples/browser-demo/index.html" "$work/browser/app/"
+    cat >"$work/browser/.h5i/env.toml" <<'TOML'
+[profile.web]
+isolation = "process"
+[profile.web.fs]
+write = ["~/.agent-browser"]
+[profile.web.net]
+unix = true
+[service.demo]
+command = "exec python3 -m http.server 3000 --bind 127.0.0.1 --directory /work/app"
+port = 3000
+TOML
+    cd "$work/browser"
+    git init -q
+    git add -A
+    git -c user.name=demo -c user.email=demo@example.com commit -qm "browser demo"
+    "$h5i" box create web --profile web
+    "$h5i" box service start web demo
+    "$h5i" box run web -- agent-browser open http://127.0.0.1:3000/
+    "$h5i" box run web -- agent-browser snapshot -i
+
+    step "h5i browser take web: the agent's click is refused while a human holds the browser; its snapshot is not"
+    "$h5i" browser take web
+    if "$h5i" box run web -- agent-browser click '#go'; then
+        echo "demo: the agent clicked while a human held the browser" >&2
+        exit 1
+    fi
+    "$h5i" box run web -- agent-browser snapshot -i
+    "$h5i" browser release web
+    "$h5i" browser status web
+
+    step "the agent snapshots again, fills, clicks and takes a screenshot"
+    "$h5i" box run web -- sh -c 'agent-browser snapshot -i >/dev/null && agent-browser fill "#email" demo@example.com && agent-browser click "#go" && agent-browser get text "#out" && agent-browser screenshot /work/shot.png'
+
+    step "report.md: what the browser saw, and who was at the controls"
+    "$h5i" box export web --out "$work/browser-review"
+    sed -n '/^## What the browser saw/,/^## The agent/p' "$work/browser-review/report.md"
+    "$h5i" box rm --force web
+else
+    step "the browser in the box: skipped (its box-lifetime browser is built for root's process-tier boxes)"
+fi
+
 echo
 echo "demo: done. The review bundles are in $work/review and $work/agent-review"

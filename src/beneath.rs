@@ -306,6 +306,27 @@ impl Dir {
         Ok(Dir { fd })
     }
 
+    /// The root directory of process `pid`, as its mount namespace shows it, held open through
+    /// the host's `/proc/PID/root` (a magic link h5i follows on purpose: it is the kernel's, not
+    /// the box's). Everything beneath it is then resolved with no symlink followed, so a link
+    /// the box planted can never lead a host verb back out to the host's own tree.
+    pub fn root_of(pid: i32) -> io::Result<Dir> {
+        let c = cstr(OsStr::new(&format!("/proc/{pid}/root")))?;
+        // SAFETY: c is a valid C string; the descriptor is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: fd was just returned by open and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Dir { fd })
+    }
+
     /// Open `rel` beneath this directory with `flags`, following no symlink at any component
     /// (`ELOOP` when there is one, `ENOTDIR` when a parent is not a directory).
     pub fn open_at(&self, rel: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {

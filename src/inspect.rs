@@ -250,6 +250,18 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             format!("quarantined spool entry {entry}"),
             format!("reason      {reason}"),
         ],
+        RecordBody::Control { action, holder, by } => vec![format!(
+            "browser     {action} by {by}: {holder} holds control"
+        )],
+        RecordBody::Page {
+            after_seq, state, ..
+        } => {
+            let mut out = vec![format!("page        {state} after record #{after_seq}")];
+            for (what, items) in body.page_findings().into_iter().flatten() {
+                out.extend(items.iter().map(|i| format!("  {what}: {i}")));
+            }
+            out
+        }
     }
 }
 
@@ -321,6 +333,10 @@ pub enum RecordKind {
     BoxClaimed,
     /// A staged entry refused at ingestion.
     Quarantined,
+    /// A change of who holds the browser.
+    Control,
+    /// What the browser saw.
+    Page,
 }
 
 impl RecordKind {
@@ -329,6 +345,8 @@ impl RecordKind {
             RecordBody::Run { .. } => RecordKind::Run,
             RecordBody::BoxClaimed { .. } => RecordKind::BoxClaimed,
             RecordBody::Quarantined { .. } => RecordKind::Quarantined,
+            RecordBody::Control { .. } => RecordKind::Control,
+            RecordBody::Page { .. } => RecordKind::Page,
         }
     }
 }
@@ -466,6 +484,8 @@ fn summary(r: &ReceiptRecord) -> LogReceipt {
         ),
         RecordBody::BoxClaimed { claimed_kind, .. } => (claimed_kind.clone(), None, None, 0),
         RecordBody::Quarantined { entry, .. } => (entry.clone(), None, None, 0),
+        RecordBody::Control { action, .. } => (format!("browser {action}"), None, None, 0),
+        RecordBody::Page { state, .. } => (format!("page {state}"), None, None, 0),
     };
     LogReceipt {
         seq: r.seq,

@@ -34,6 +34,9 @@ pub const CACHE_LS: &str = "h5i.box.cache-ls/1";
 /// `h5i box cache mounts [NAME] --json`.
 pub const CACHE_MOUNTS: &str = "h5i.box.cache-mounts/1";
 
+/// `h5i browser status NAME --json`.
+pub const BROWSER_STATUS: &str = "h5i.browser.status/1";
+
 /// `h5i box inspect NAME --capture ID --json`.
 pub const INSPECT: &str = "h5i.box.inspect/1";
 /// `h5i box log NAME --json`.
@@ -56,6 +59,7 @@ pub const ALL: &[&str] = &[
     INSPECT,
     LOG,
     COMPARE,
+    BROWSER_STATUS,
 ];
 
 /// `h5i box ls --json`.
@@ -481,4 +485,26 @@ pub struct CacheMounts {
     pub tier_mounts_caches: bool,
     /// One answer per ecosystem the project uses.
     pub offers: Vec<crate::cache::mounts::Offer>,
+}
+
+/// `h5i browser status NAME --json`.
+#[derive(Debug, Serialize)]
+pub struct BrowserStatus {
+    /// [`BROWSER_STATUS`].
+    pub schema: &'static str,
+    /// The box.
+    #[serde(rename = "box")]
+    pub name: String,
+    /// Who holds control: `agent` or `human`.
+    pub holder: &'static str,
+    /// Since when, ms since the epoch (0: since the box was made).
+    pub since_ms: u64,
+    /// Whether the agent's @refs are stale (refused until it snapshots again).
+    pub refs_stale: bool,
+    /// Whether the browser lives as long as the box (its sidecar), and so the lock is enforced.
+    pub box_lifetime: bool,
+    /// Whether that sidecar is running now.
+    pub running: bool,
+    /// What the two fields above mean here, in one line.
+    pub note: String,
 }

@@ -1,8 +1,9 @@
 //! `h5i box run NAME -- CMD...`: one command in the box, its exit code passed through, and a
 //! host-observed receipt of what the kernel said about it.
 //!
-//! Owns the verb: the command line, and joining a live service's network so the run reaches
-//! it on localhost. The run itself (lock, policy check, secrets, credentials, egress, the
+//! Owns the verb: the command line, starting a browser box's browser sidecar first, joining a
+//! live service's network so the run reaches it on localhost, and draining what the browser
+//! saw after it. The run itself (lock, policy check, secrets, credentials, egress, the
 //! tier's backend, the `host-env-run` record) is a [`RunSession`]. Must never: run at a tier
 //! other than the one the policy resolved to, or write a receipt from anything but the
 //! supervisor's own observation.
@@ -24,12 +25,19 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
             mend: format!("put the command after `--`: h5i box run {name} -- cargo test"),
         });
     }
+    // A browser box whose browser lives as long as the box: its sidecar is up before the run.
+    crate::browser::sidecar::ensure(store, name)?;
     let session = RunSession::open(store, name, Purpose::Run)?;
+    let sb = session.stored_box().clone();
+    let policy = session.policy().clone();
     let mut req = session.request(argv.to_vec());
     // A live service of this box: join its network namespace, so the run reaches it on
     // localhost (no other box ever gets this path).
     if let Some(pid) = crate::service::live_network_pid(session.stored_box()) {
         req.network = Network::JoinService(pid);
     }
-    session.run(req)
+    let outcome = session.run(req)?;
+    // What the browser saw, when the run drove it: collected by h5i, not reported by the box.
+    crate::browser::drain::after_run(&sb, &policy, outcome.receipt_seq)?;
+    Ok(outcome)
 }

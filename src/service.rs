@@ -249,14 +249,23 @@ fn all_states(paths: &BoxPaths) -> Vec<ServiceState> {
     out
 }
 
-fn declared<'a>(
-    policy: &'a ResolvedPolicy,
+/// The declaration of `service`: the policy's, or the built-in browser sidecar of a browser
+/// box (`crate::browser::sidecar`), which a policy's own `[service.browser]` overrides.
+fn declared(
+    policy: &ResolvedPolicy,
     name: &str,
     service: &str,
-) -> Result<&'a h5i_policy::resolved::Service, ServiceError> {
+) -> Result<h5i_policy::resolved::Service, ServiceError> {
+    if service == crate::browser::sidecar::SERVICE
+        && !policy.services.contains_key(service)
+        && crate::browser::is_browser_box(policy)
+    {
+        return Ok(crate::browser::sidecar::service_decl());
+    }
     policy
         .services
         .get(service)
+        .cloned()
         .ok_or_else(|| ServiceError::NotDeclared {
             name: name.to_string(),
             service: service.to_string(),
@@ -581,7 +590,7 @@ fn supervise_inner(
     let session = RunSession::open(store, name, Purpose::Service)?;
     let policy = session.policy();
     let paths = session.stored_box().paths.clone();
-    let decl = declared(policy, name, service)?.clone();
+    let decl = declared(policy, name, service)?;
     require_service_tier(name, policy.tier)?;
     let me = std::process::id() as i32;
     let supervisor = ProcId::of(me).ok_or_else(|| BoxError::BadRequest {
@@ -737,19 +746,31 @@ fn spawn_starter(
         // ended with the service's output.
         let mut forwarder = None;
         match pid.and_then(ProcId::of) {
-            Some(proc_id) => match start_forward(&paths, &state, proc_id, forward) {
-                Ok(serve) => {
-                    ready.say("ok");
-                    match serve {
-                        Some(Serve::Thread(l, ns, p)) => {
-                            std::thread::spawn(move || serve_forward(l, Some(Arc::new(ns)), p));
-                        }
-                        Some(Serve::Process(child)) => forwarder = Some(child),
-                        None => {}
+            Some(proc_id) => {
+                match start_forward(&paths, &state, proc_id, forward).and_then(|serve| {
+                    if lock(&state).service == crate::browser::sidecar::SERVICE {
+                        crate::browser::sidecar::start_relay(&paths, proc_id.pid).map_err(|e| {
+                            BoxError::BadRequest {
+                                what: e,
+                                mend: "check the box's HOME (`h5i box doctor`)".into(),
+                            }
+                        })?;
                     }
+                    Ok(serve)
+                }) {
+                    Ok(serve) => {
+                        ready.say("ok");
+                        match serve {
+                            Some(Serve::Thread(l, ns, p)) => {
+                                std::thread::spawn(move || serve_forward(l, Some(Arc::new(ns)), p));
+                            }
+                            Some(Serve::Process(child)) => forwarder = Some(child),
+                            None => {}
+                        }
+                    }
+                    Err(e) => ready.say(&format!("err {e}")),
                 }
-                Err(e) => ready.say(&format!("err {e}")),
-            },
+            }
             None => ready.say("err it ended before it could be observed"),
         }
         let _ = io::copy(&mut out, &mut log);

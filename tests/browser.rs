@@ -10,8 +10,11 @@
 //! policy inside Chrome, and at the supervised tier the pinned table refuses an allowed name on a
 //! port it does not list (L4), which the run's receipt counts as denied; at the container tier
 //! (the `localhost/h5i-browser` image `make images` builds) Chrome's egress goes through the
-//! box's proxy, which refuses and counts the same unlisted port. Every destination is loopback
-//! or one of this test's own hosts (tests/common/testnet.rs).
+//! box's proxy, which refuses and counts the same unlisted port. At the process tier as root the
+//! browser is the box's `browser` sidecar: it outlives each run, and h5i's relay in front of it
+//! enforces the control lock (`h5i browser take|release`) and feeds "What the browser saw" in
+//! report.md. Every destination is loopback or one of this test's own hosts
+//! (tests/common/testnet.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -40,7 +43,9 @@ const APP_PORT: u16 = 3000;
 /// agent-browser verb per step. Each step prints `== NAME`, its output, then `rc=N`.
 /// `serve_in_run`: the run starts the dev server itself (the supervised tier, which has no
 /// services in this build); otherwise the box's declared service `demo` serves it.
-fn drive_script(serve_in_run: bool, extra_steps: &str) -> String {
+/// `close`: the script closes the browser at its end (a box-lifetime browser is left open for
+/// the host to inspect).
+fn drive_script(serve_in_run: bool, close: bool, extra_steps: &str) -> String {
     let serve = if serve_in_run {
         format!("python3 -m http.server {APP_PORT} --bind 127.0.0.1 >/tmp/app.log 2>&1 &")
     } else {
@@ -72,8 +77,13 @@ step gateway sh -c 'env | grep -c AI_GATEWAY'
 step chat agent-browser chat hello
 step outside agent-browser open http://denied.test/
 {extra_steps}
-agent-browser close >/dev/null 2>&1
-"#
+{close}
+"#,
+        close = if close {
+            "agent-browser close >/dev/null 2>&1"
+        } else {
+            ""
+        }
     )
 }
 
@@ -178,9 +188,10 @@ fn drive(
     c: &mut Caller,
     name: &str,
     serve_in_run: bool,
+    sidecar: bool,
     extra_steps: &str,
 ) -> BTreeMap<String, (String, i32)> {
-    let script = drive_script(serve_in_run, extra_steps);
+    let script = drive_script(serve_in_run, !sidecar, extra_steps);
     let out = c.h5i(&["box", "run", name, "--", "sh", "-c", &script]);
     let text = stdout(&out);
     let who = c.who();
@@ -224,8 +235,13 @@ fn drive(
     assert_eq!(white, [0xff; 3], "{who}: the page's background is white");
 
     // Chrome's own sandbox is off (the box is the boundary) and its profile is a fresh one in
-    // the box's private /tmp, never a directory of the host.
-    let (chrome, _) = step("chrome");
+    // the box's private /tmp, never a directory of the host. A box-lifetime browser runs in the
+    // box's sidecar, whose processes the run cannot see: read them from the host.
+    let (chrome, _) = if sidecar {
+        (sidecar_chrome_args(c, name).join("\n"), 0)
+    } else {
+        step("chrome")
+    };
     assert!(
         chrome.lines().any(|l| l == "--no-sandbox"),
         "{who}: {chrome}"
@@ -316,13 +332,16 @@ fn process_case(as_user: bool) {
         // An unprivileged caller's run cannot join a live service's namespaces in this build
         // (h5i-runc: "rootless container requires valid user namespace definition", with or
         // without a browser): the run serves the app itself.
-        drive(&mut c, "web", true, "");
+        drive(&mut c, "web", true, false, "");
         return;
     }
     // The box's own dev server: the declared service, whose network namespace the run joins.
     c.ok(&["box", "service", "start", "web", "demo"]);
-    drive(&mut c, "web", false, "");
+    drive(&mut c, "web", false, true, "");
     c.ok(&["box", "service", "stop", "web", "demo"]);
+    // The browser sidecar lives as long as the box: removing the box ends it.
+    assert!(c.box_dir("web").join("services/browser.json").is_file());
+    c.ok(&["box", "rm", "--force", "web"]);
 }
 
 #[test]
@@ -348,7 +367,7 @@ fn supervised_case(as_user: bool) {
         .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
         .with_env("H5I_TEST_HOSTS", &pin);
     browser_box(&mut c, "web", "supervised");
-    let s = drive(&mut c, "web", true, &egress_steps("http"));
+    let s = drive(&mut c, "web", true, false, &egress_steps("http"));
     let who = c.who();
     let (unlisted, rc) = s["unlisted"].clone();
     assert_eq!(rc, 0, "{who}: {unlisted}");
@@ -423,7 +442,7 @@ fn container_case(as_user: bool) {
     c.write("app/index.html", DEMO_PAGE);
     c.commit_all("browser demo");
     c.ok(&["box", "create", "web", "--profile", "web"]);
-    let s = drive(&mut c, "web", true, &egress_steps("https"));
+    let s = drive(&mut c, "web", true, false, &egress_steps("https"));
     let who = c.who();
     assert_eq!(
         s["unlisted"],
@@ -518,4 +537,234 @@ fn a_browser_box_whose_policy_injects_the_chat_credential_is_refused_as_h5i_test
     for tier in ["process", "supervised", "container"] {
         gateway_secret_case(tier, true);
     }
+}
+
+/// Removes a box (and so stops its services and browser sidecar) when dropped, so a failing
+/// case leaves no sidecar running.
+struct RemovedAtEnd<'a>(&'a Caller, &'static str);
+
+impl Drop for RemovedAtEnd<'_> {
+    fn drop(&mut self) {
+        let _ = self.0.h5i(&["box", "rm", "--force", self.1]);
+    }
+}
+
+/// Run `script` in box `name` (`sh -c`); its stdout and stderr together, and its exit code.
+fn box_sh(c: &Caller, name: &str, script: &str) -> (String, i32) {
+    let out = c.h5i(&["box", "run", name, "--", "sh", "-c", script]);
+    (
+        format!("{}{}", stdout(&out), stderr(&out)),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// The ref agent-browser's snapshot gives the demo's "Sign up" button.
+fn sign_up_ref(snapshot: &str) -> String {
+    snapshot
+        .lines()
+        .find(|l| l.contains("button \"Sign up\""))
+        .and_then(|l| l.split("[ref=").nth(1))
+        .and_then(|r| r.split(']').next())
+        .map(|r| format!("@{r}"))
+        .unwrap_or_else(|| panic!("no Sign up button in {snapshot}"))
+}
+
+/// The Chromium browser processes (not their helpers) in box `name`'s sidecar, read from the
+/// host: (pid, argv).
+fn sidecar_chromes(c: &Caller, name: &str) -> Vec<(String, Vec<String>)> {
+    let state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(c.box_dir(name).join("services/browser.json")).unwrap(),
+    )
+    .unwrap();
+    let init = state["pid"]["pid"].as_i64().unwrap();
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
+    let want = ns(&init.to_string()).unwrap();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || ns(&pid) != Some(want.clone()) {
+            continue;
+        }
+        let argv = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: Vec<String> = argv
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let chrome = args.first().is_some_and(|a| a.ends_with("/chromium"));
+        if chrome && !args.iter().any(|a| a.starts_with("--type=")) {
+            found.push((pid, args));
+        }
+    }
+    found
+}
+
+/// The sandbox and profile flags of the sidecar's Chromium, as the in-box step prints them.
+fn sidecar_chrome_args(c: &Caller, name: &str) -> Vec<String> {
+    let mut flags: Vec<String> = sidecar_chromes(c, name)
+        .into_iter()
+        .flat_map(|(_, args)| args)
+        .filter(|a| a == "--no-sandbox" || a.starts_with("--user-data-dir="))
+        .collect();
+    flags.sort();
+    flags.dedup();
+    flags
+}
+
+/// Kill the Chromium browser process (not its helpers) of box `name`'s sidecar, from the host.
+fn kill_sidecar_chrome(c: &Caller, name: &str) {
+    let chromes = sidecar_chromes(c, name);
+    assert_eq!(chromes.len(), 1, "the sidecar's Chromium: {chromes:?}");
+    assert!(Command::new("kill")
+        .args(["-KILL", &chromes[0].0])
+        .status()
+        .unwrap()
+        .success());
+}
+
+/// A page whose title and console error carry terminal escapes (OSC title, SGR colour).
+const HOSTILE_PAGE: &str = "printf '<title>\\033]0;pwned\\007evil</title><script>console.error(\"\\033[31mred \\033]52;c;AAAA\\007\")</script>' > /work/app/evil.html";
+
+/// At the process tier a browser box's browser is a sidecar that outlives each run: a second
+/// run sees the page the first opened. A human takes control: the agent's click is refused
+/// with the typed message while its snapshot works, a second take is refused, and after the
+/// release a pre-take @ref is refused until a new snapshot. Report.md lists what the browser
+/// saw (the demo's console error, exception and failing request exactly once across runs, a
+/// hostile page's escapes escaped), a run after Chromium was killed is `unavailable`, take and
+/// release are viewer-lane records, and `box rm` stops the sidecar.
+#[test]
+fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
+    if !require_root(
+        "the box-lifetime browser",
+        "a root caller's runs join the sidecar's network",
+    ) {
+        return;
+    }
+    let mut c = Caller::either(false);
+    browser_box(&mut c, "web", "process");
+    let c = c;
+    let _removed = RemovedAtEnd(&c, "web");
+    c.ok(&["box", "service", "start", "web", "demo"]);
+
+    let (open, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/"),
+    );
+    assert_eq!(rc, 0, "{open}");
+    assert!(open.contains("h5i browser demo"), "{open}");
+    let (url, rc) = box_sh(&c, "web", "agent-browser get url");
+    assert_eq!(rc, 0, "{url}");
+    assert!(
+        url.contains(&format!("http://127.0.0.1:{APP_PORT}/")),
+        "the second run does not see the first run's page: {url}"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "agent", "{status}");
+    assert_eq!(status["running"], true, "{status}");
+
+    let (snap, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    assert_eq!(rc, 0, "{snap}");
+    let button = sign_up_ref(&snap);
+
+    c.ok(&["browser", "take", "web"]);
+    let again = c.h5i(&["browser", "take", "web"]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        stderr(&again).contains("refusing: a human already holds the browser of box `web`"),
+        "{}",
+        stderr(&again)
+    );
+    let (click, rc) = box_sh(&c, "web", &format!("agent-browser click {button}"));
+    assert_ne!(
+        rc, 0,
+        "the agent clicked while a human held the browser: {click}"
+    );
+    assert!(
+        click.contains("refusing: a human holds the browser of box `web`"),
+        "{click}"
+    );
+    let (watch, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    assert_eq!(rc, 0, "a read-only verb was refused: {watch}");
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "human", "{status}");
+
+    c.ok(&["browser", "release", "web"]);
+    let none = c.h5i(&["browser", "release", "web"]);
+    assert_eq!(none.status.code(), Some(1));
+    assert!(
+        stderr(&none).contains("nothing to release"),
+        "{}",
+        stderr(&none)
+    );
+    // The snapshot taken while the human held control predates the release too.
+    let (stale, rc) = box_sh(&c, "web", &format!("agent-browser click {button}"));
+    assert_ne!(rc, 0, "a stale ref was acted on: {stale}");
+    assert!(
+        stale.contains(&format!("refusing: {button} is from before a human drove")),
+        "{stale}"
+    );
+    let (fresh, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser snapshot -i >/dev/null && agent-browser fill @e1 x@example.com; agent-browser click {button} && agent-browser get text '#out'"),
+    );
+    assert_eq!(rc, 0, "{fresh}");
+    assert!(fresh.contains("signed up"), "{fresh}");
+
+    let (hostile, rc) = box_sh(
+        &c,
+        "web",
+        &format!("{HOSTILE_PAGE} && agent-browser open http://127.0.0.1:{APP_PORT}/evil.html"),
+    );
+    assert_eq!(rc, 0, "{hostile}");
+
+    // Chromium dies under the sidecar: the next run that uses the browser is `unavailable`.
+    kill_sidecar_chrome(&c, "web");
+    let (after, _) = box_sh(&c, "web", "agent-browser get url");
+
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
+    let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    let saw = report
+        .split("## What the browser saw")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap_or_else(|| panic!("no browser section: {report}"));
+    for (what, n) in [
+        ("h5i-demo: deliberate console error", 1),
+        ("h5i-demo: deliberate uncaught exception", 1),
+        ("404 GET http://127.0.0.1:3000/h5i-demo-missing.json", 1),
+        ("visited: `http://127.0.0.1:3000/evil.html`", 1),
+        ("**unavailable**", 1),
+    ] {
+        assert_eq!(
+            saw.matches(what).count(),
+            n,
+            "{what} in: {saw}\n(after: {after})"
+        );
+    }
+    assert!(!report.contains('\u{1b}'), "a raw escape reached report.md");
+    assert!(saw.contains("\\x1b[31mred"), "{saw}");
+    let viewer = report
+        .split("## Viewer sessions")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    assert!(viewer.contains("browser take by"), "{viewer}");
+    assert!(viewer.contains("browser release by"), "{viewer}");
+
+    let init = serde_json::from_slice::<serde_json::Value>(
+        &std::fs::read(c.box_dir("web").join("services/browser.json")).unwrap(),
+    )
+    .unwrap()["pid"]["pid"]
+        .as_i64()
+        .unwrap();
+    c.ok(&["box", "rm", "--force", "web"]);
+    assert!(
+        !Path::new(&format!("/proc/{init}")).exists(),
+        "the browser sidecar outlived `box rm`"
+    );
 }

@@ -156,12 +156,13 @@ fn every_json_output_matches_its_documented_shape() {
     let r = Repo::new();
     std::fs::write(r.path().join("package-lock.json"), "{}").unwrap();
     r.write_policy(
-        "[service.web]\ncommand = \"sleep 1\"\nport = 3000\n\n[profile.s]\nisolation = \"workspace\"\nsecrets = [\"H5I_JSON_DOC_TOKEN\"]\n",
+        "[service.web]\ncommand = \"sleep 1\"\nport = 3000\n\n[profile.s]\nisolation = \"workspace\"\nsecrets = [\"H5I_JSON_DOC_TOKEN\"]\n\n[profile.b]\nisolation = \"workspace\"\n[profile.b.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.b.net]\nunix = true\n",
     );
     r.git(&["add", "-A"]);
     r.git(&["commit", "-q", "-m", "policy"]);
     r.ok(&["box", "create", "j", "--profile", "s"]);
     r.ok(&["box", "create", "k", "--profile", "s"]);
+    r.ok(&["box", "create", "w", "--profile", "b"]);
     // A receipt for `inspect` and `log` (the grant resolves for this one run only).
     let run = r.h5i_env(
         &[
@@ -206,6 +207,7 @@ fn every_json_output_matches_its_documented_shape() {
         json_of(&r, &["box", "inspect", "j", "--capture", "1", "--json"], 0),
         json_of(&r, &["box", "log", "j", "--json"], 0),
         json_of(&r, &["box", "compare", "j", "k", "--json"], 0),
+        json_of(&r, &["browser", "status", "w", "--json"], 0),
     ];
     let mut seen = std::collections::BTreeSet::new();
     for doc in &docs {

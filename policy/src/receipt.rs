@@ -230,6 +230,36 @@ pub enum RecordBody {
         /// The staged record, as validated JSON.
         claim: serde_json::Value,
     },
+    /// Who holds a box's browser changed (`h5i browser take|release`), lane `viewer`.
+    Control {
+        /// What was done: `take` or `release`.
+        action: String,
+        /// Who holds control after it: `human` or `agent`.
+        holder: String,
+        /// The host user who did it.
+        by: String,
+    },
+    /// What the box's browser saw since the previous drain, collected by h5i itself right
+    /// after a run that could drive it (host-observed: h5i asked the browser, the box did not
+    /// report it).
+    Page {
+        /// The run record this drain follows.
+        after_seq: u64,
+        /// `observed`, or `unavailable` when no browser answered: never read as a clean page.
+        state: String,
+        /// Console messages at level error.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        console_errors: Vec<String>,
+        /// Uncaught exceptions.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        exceptions: Vec<String>,
+        /// Requests that failed (no response, or a status of 400 and up).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        failed_requests: Vec<String>,
+        /// Documents the page navigated to.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        visited: Vec<String>,
+    },
     /// A staged spool entry that failed validation; kept out of every other lane.
     Quarantined {
         /// Spool file name (sanitized).
@@ -237,6 +267,29 @@ pub enum RecordBody {
         /// Why it was refused.
         reason: String,
     },
+}
+
+impl RecordBody {
+    /// A `page` record's lists, each with the label reports give it, in the order they show
+    /// them (visited, console errors, uncaught exceptions, failed requests); `None` for any
+    /// other record.
+    pub fn page_findings(&self) -> Option<[(&'static str, &[String]); 4]> {
+        match self {
+            RecordBody::Page {
+                visited,
+                console_errors,
+                exceptions,
+                failed_requests,
+                ..
+            } => Some([
+                ("visited", visited),
+                ("console error", console_errors),
+                ("uncaught exception", exceptions),
+                ("failed request", failed_requests),
+            ]),
+            _ => None,
+        }
+    }
 }
 
 /// One line of `receipts.jsonl`.

@@ -25,6 +25,11 @@
 //!
 //! Guarded by `tests/browser.rs` and the unit tests below.
 
+pub mod control;
+pub mod drain;
+pub mod relay;
+pub mod sidecar;
+
 use h5i_policy::resolved::SecretInject;
 use h5i_policy::ResolvedPolicy;
 
@@ -32,6 +37,9 @@ use crate::error::BoxError;
 
 /// Debian's Chromium, which agent-browser drives instead of downloading its own.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The flags agent-browser adds to Chromium's (see [`box_env`]).
+pub const CHROME_ARGS: &[&str] = &["--no-sandbox", "--in-process-gpu"];
 
 /// agent-browser's state directory in the box's HOME, as policies write it.
 pub const STATE_GRANT: &str = "$HOME/.agent-browser";
@@ -65,7 +73,11 @@ pub fn box_env(policy: &ResolvedPolicy) -> Vec<(&'static str, String)> {
     vec![
         ("AGENT_BROWSER_EXECUTABLE_PATH", CHROMIUM.to_string()),
         // Chrome's sandbox needs namespaces h5i's seccomp list refuses: the box is the boundary.
-        ("AGENT_BROWSER_ARGS", "--no-sandbox".to_string()),
+        // The display compositor runs in the browser process, not a GPU process of its own: a
+        // screenshot waits on a frame from it, and a GPU process starved under load (or killed
+        // by Chrome's GPU watchdog for it) drops the capture until agent-browser's 30 s CDP
+        // timeout ("CDP command timed out: Page.captureScreenshot", reproduced by stopping it).
+        ("AGENT_BROWSER_ARGS", CHROME_ARGS.join(",")),
         (
             "AGENT_BROWSER_ALLOWED_DOMAINS",
             allowed_domains(policy).join(","),

@@ -2,6 +2,7 @@
 //! per command group; each parses, calls the library, and prints.
 
 mod box_cmd;
+mod browser_cmd;
 mod cache_cmd;
 mod completion;
 mod host_cmd;
@@ -27,6 +28,8 @@ enum Command {
     /// Create, run, inspect and export boxes.
     #[command(alias = "dev", alias = "env")]
     Box(Box<box_cmd::BoxArgs>),
+    /// The control lock of a box's browser: who drives it, the agent or a human.
+    Browser(browser_cmd::BrowserArgs),
     /// Prepare this host (as root) and its users for h5i.
     Host(host_cmd::HostArgs),
     /// Write or print the agent skill this binary carries (skills/h5i, embedded at build time).
@@ -50,6 +53,7 @@ enum Command {
 pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Box(args) => box_cmd::dispatch(*args),
+        Command::Browser(args) => browser_cmd::dispatch(args),
         Command::Host(args) => host_cmd::dispatch(args),
         Command::Skill(args) => skill::dispatch(args),
         Command::Completion { shell } => completion::run(shell),

@@ -92,13 +92,8 @@ pub fn render_report(
     header(&mut head, input, &c);
     denied_egress(&mut head, input, &c);
     what_ran(&mut head, input, redactor, &c);
-    let _ = writeln!(head, "{}\n", SECTIONS[2]);
-    head.push_str(
-        "No browser observation recorded. h5i records console errors, uncaught exceptions and \
-         failed requests itself after a run that drives the browser; this log holds none, so \
-         nothing here says the page was clean.\n\n",
-    );
-    viewer_sessions(&mut head, input);
+    browser_saw(&mut head, input, &c);
+    viewer_sessions(&mut head, input, &c);
 
     let mut tail = String::new();
     excluded(&mut tail, input, &c);
@@ -629,7 +624,59 @@ fn tool_calls(records: &[ReceiptRecord]) -> Vec<ToolCall<'_>> {
     calls
 }
 
-fn viewer_sessions(out: &mut String, input: &ReportInput<'_>) {
+/// Each drain of the box's browser, after the run it follows: what it visited and what went
+/// wrong there, every URL and message escaped and in code spans; an `unavailable` drain says so
+/// (no browser answered), never reads as a clean page.
+fn browser_saw(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
+    let _ = writeln!(out, "{}\n", SECTIONS[2]);
+    let mut any = false;
+    for r in &input.receipts.records {
+        let (
+            RecordBody::Page {
+                after_seq, state, ..
+            },
+            Some(lists),
+        ) = (&r.body, r.body.page_findings())
+        else {
+            continue;
+        };
+        any = true;
+        let head = format!("- after run #{after_seq}, {}", lane_label(r));
+        if state != "observed" {
+            let _ = writeln!(
+                out,
+                "{head}: **unavailable** — the run could drive the browser and no browser \
+                 answered, so nothing was observed (this is not a clean page)"
+            );
+            continue;
+        }
+        let counts: Vec<String> = lists
+            .iter()
+            .map(|(what, items)| format!("{what}: {}", items.len()))
+            .collect();
+        let _ = writeln!(out, "{head}: {}", counts.join(", "));
+        for (what, items) in lists {
+            for i in items {
+                let _ = writeln!(out, "  - {what}: {}", code(&c(i)));
+            }
+        }
+        let found: usize = lists[1..].iter().map(|(_, items)| items.len()).sum();
+        if found == 0 {
+            let _ = writeln!(out, "  - nothing new went wrong on the page");
+        }
+    }
+    if any {
+        out.push('\n');
+    } else {
+        out.push_str(
+            "No browser observation recorded. h5i records console errors, uncaught exceptions and \
+             failed requests itself after a run that drives the box's browser; this log holds \
+             none, so nothing here says the page was clean.\n\n",
+        );
+    }
+}
+
+fn viewer_sessions(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) {
     let _ = writeln!(out, "{}\n", SECTIONS[3]);
     let viewer: Vec<&ReceiptRecord> = input
         .receipts
@@ -643,9 +690,16 @@ fn viewer_sessions(out: &mut String, input: &ReportInput<'_>) {
     }
     for r in viewer {
         let what = match &r.body {
-            RecordBody::Run { .. } => "run",
-            RecordBody::BoxClaimed { .. } => "record",
-            RecordBody::Quarantined { .. } => "quarantined entry",
+            RecordBody::Run { .. } => "run".to_string(),
+            RecordBody::BoxClaimed { .. } => "record".to_string(),
+            RecordBody::Quarantined { .. } => "quarantined entry".to_string(),
+            RecordBody::Page { .. } => "page record".to_string(),
+            RecordBody::Control { action, holder, by } => format!(
+                "browser {} by {}: {} holds control",
+                c(action),
+                code(&c(by)),
+                c(holder)
+            ),
         };
         let _ = writeln!(out, "- #{} {} {what}", r.seq, lane_label(r));
     }

@@ -1,0 +1,131 @@
+//! The box-lifetime browser: agent-browser's daemon (and the Chromium it launches) as the box's
+//! built-in service `browser`, so the page one run opened is still there for the next.
+//!
+//! Owns the sidecar's declaration (the daemon in the foreground, its socket in the sidecar's
+//! private `/tmp`), which boxes get one ([`lives_for_the_box`]: a browser box at the process
+//! tier run by root, the one place in this build where runs share a service's network
+//! namespace, so the browser reaches the dev server the runs start), starting it before a run
+//! needs it ([`ensure`]), and starting the relay when the supervisor has the sidecar's pid
+//! ([`start_relay`]). Everything else is the service machinery's (`crate::service`): its
+//! supervisor, its state file, its receipt, and `abort`/`rm` stopping it with the box's
+//! other services.
+//!
+//! Must never: start a sidecar for a box whose runs could not reach it (they would get a
+//! browser that cannot see their dev server), or serve the relay before the sidecar's pid is
+//! known and re-identified. Elsewhere (supervised, container, an unprivileged caller's process
+//! box) the browser lives as long as the run that started it, and `h5i browser status` says so.
+//!
+//! Guarded by `tests/browser.rs`.
+
+use h5i_policy::resolved::Service;
+use h5i_policy::{ResolvedPolicy, Tier};
+
+use super::relay::{Relay, DAEMON_DIR, SESSION};
+use crate::error::BoxError;
+use crate::service::ServiceError;
+use crate::store::{BoxPaths, BoxStore, StoredBox};
+
+/// How long the daemon may take to answer after its sidecar started.
+const DAEMON_START: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The built-in service's name.
+pub const SERVICE: &str = "browser";
+
+/// The sidecar's declaration: agent-browser's daemon in the foreground, its socket directory
+/// in the sidecar's own `/tmp`.
+pub fn service_decl() -> Service {
+    Service {
+        command: format!(
+            "mkdir -p {DAEMON_DIR} && AGENT_BROWSER_DAEMON=1 AGENT_BROWSER_SESSION={SESSION} AGENT_BROWSER_SOCKET_DIR={DAEMON_DIR} exec agent-browser"
+        ),
+        port: None,
+    }
+}
+
+/// Whether `policy`'s browser outlives each run: a browser box at the process tier, run by
+/// root (whose runs join a live service's network namespace).
+pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    super::is_browser_box(policy) && policy.tier == Tier::Process && root
+}
+
+/// Why a browser box's browser ends with each run, in a line for `h5i browser status`.
+pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
+    if policy.tier != Tier::Process {
+        "the box-lifetime browser is built at the process tier only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced"
+    } else {
+        "an unprivileged caller's runs cannot join a service's network namespace in this build: each run's browser ends with the run, and the control lock is recorded but not enforced"
+    }
+}
+
+/// Whether the sidecar of `sb` is running.
+pub fn alive(sb: &StoredBox) -> bool {
+    crate::service::read_state(&sb.paths, SERVICE)
+        .filter(crate::service::ServiceState::alive)
+        .is_some()
+}
+
+/// Before a run of box `name`: start its browser sidecar when it should have one and has none.
+pub fn ensure(store: &BoxStore, name: &str) -> Result<(), BoxError> {
+    let sb = store.find(name)?;
+    let policy = crate::store::load_policy(&sb)?;
+    if !lives_for_the_box(&policy) {
+        return Ok(());
+    }
+    if alive(&sb) {
+        if super::relay::still_bound(&sb.paths) {
+            return Ok(());
+        }
+        // The box replaced the relay's socket: the browser behind it is unreachable for its
+        // runs, so it is restarted (with a fresh profile, as after any restart).
+        eprintln!("h5i: box {name}: the browser relay's socket in the box's HOME was replaced; restarting the box's browser");
+        if let Err(e) = crate::service::stop(store, name, SERVICE) {
+            if !matches!(e, ServiceError::NotRunning { .. }) {
+                return Err(BoxError::BadRequest {
+                    what: format!(
+                        "box `{name}`'s browser could not be restarted ({})",
+                        e.to_string().trim_start_matches("refusing: ")
+                    ),
+                    mend: format!("`h5i box service stop {name} browser`"),
+                });
+            }
+        }
+    }
+    match crate::service::start(store, name, SERVICE) {
+        Ok(_) => Ok(()),
+        // Started by a run in parallel: that one is the box's.
+        Err(ServiceError::AlreadyRunning { .. }) => Ok(()),
+        Err(ServiceError::Box(e)) => Err(e),
+        Err(other) => Err(BoxError::BadRequest {
+            what: format!(
+                "box `{name}`'s browser did not start ({})",
+                other.to_string().trim_start_matches("refusing: ")
+            ),
+            mend: format!("read `h5i box service logs {name} browser`"),
+        }),
+    }
+}
+
+/// In the sidecar's supervisor, once the daemon's container init `pid` is known: bind the
+/// relay in the box's HOME and serve it on a thread for as long as this process lives.
+pub fn start_relay(paths: &BoxPaths, pid: i32) -> Result<(), String> {
+    let name = paths
+        .dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let home = paths.home();
+    let ids = crate::identity::Mapping::for_caller().map_err(|e| e.to_string())?;
+    let owner = ids.range.then_some((ids.uid, ids.gid));
+    super::relay::wait_for_daemon(pid, DAEMON_START).map_err(|e| {
+        format!(
+            "agent-browser's daemon did not answer within {} s: {e}",
+            DAEMON_START.as_secs()
+        )
+    })?;
+    let relay = Relay::bind(paths, &name, &home, pid, owner)
+        .map_err(|e| format!("cannot bind the browser relay in {}: {e}", home.display()))?;
+    std::thread::spawn(move || relay.serve());
+    Ok(())
+}
