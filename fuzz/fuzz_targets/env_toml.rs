@@ -26,7 +26,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
             let toml = policy.to_canonical_toml();
             let digest = policy.digest();
             let again = ResolvedPolicy::load_verified(&toml, digest.as_str());
-            assert!(again.is_ok(), "a resolved policy does not load back: {again:?}\n{toml}");
+            assert!(
+                again.is_ok(),
+                "a resolved policy does not load back: {again:?}\n{toml}"
+            );
         }
     }
 });

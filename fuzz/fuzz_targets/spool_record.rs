@@ -12,6 +12,10 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(entries.len(), 1);
     for e in &entries {
-        assert!(!e.lane.is_host_observed(), "a box's spool entry under {:?}", e.lane);
+        assert!(
+            !e.lane.is_host_observed(),
+            "a box's spool entry under {:?}",
+            e.lane
+        );
     }
 });
