@@ -8,6 +8,9 @@
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
 #   make demo    setup (which builds and installs before it installs the hooks), then
 #                scripts/demo.sh with the installed h5i
+#   make fuzz    run each fuzz target in fuzz/ for FUZZ_SECONDS (default 60) over its checked-in
+#                corpus (scripts/fuzz.sh: cargo-fuzz, nightly with ASan when installed, else
+#                stable with --sanitizer none)
 #   make images  build the container tier's images with Podman (images/build.sh; cached layers:
 #                only what changed is rebuilt). The agent and browser tests run in them, so test
 #                builds them first
@@ -19,7 +22,7 @@ export PATH := /root/.cargo/bin:$(PATH)
 CARGO ?= cargo
 ROWS ?=
 
-.PHONY: packages install setup build test bench demo images
+.PHONY: packages install setup build test bench demo images fuzz
 
 # What building needs (libseccomp-dev, ...), before the first build.
 packages:
@@ -56,3 +59,6 @@ demo: setup
 
 images: setup
 	bash images/build.sh
+
+fuzz:
+	bash scripts/fuzz.sh

@@ -73,16 +73,30 @@ pub fn doctor(store: &BoxStore, name: &str) -> Result<Vec<Check>, crate::error::
         },
     );
 
+    let rebase = crate::rebase::interrupted(&sb);
+    check(
+        "rebase",
+        matches!(rebase, Ok(None)),
+        match &rebase {
+            Ok(None) => "no rebase interrupted".to_string(),
+            Ok(Some(j)) => format!("a rebase from {} onto {} was interrupted, so the workspace is between the two; to fix: `h5i box rebase {name}` finishes it", j.from, j.to),
+            Err(e) => e.to_string(),
+        },
+    );
+
     let pin = Git::at(&m.store)
         .args(["rev-parse", "--verify", "--quiet", &m.base_ref])
         .text()
         .unwrap_or_default();
     let pinned = pin == m.base;
+    let rebased_to = rebase.ok().flatten().map(|j| j.to);
     check(
         "pin",
         pinned,
         if pinned {
             format!("{} -> {}", m.base_ref, m.base)
+        } else if rebased_to.as_ref() == Some(&pin) {
+            format!("{} is at {pin}, where the interrupted rebase moved it (manifest says {}); to fix: `h5i box rebase {name}` finishes it", m.base_ref, m.base)
         } else if pin.is_empty() {
             format!(
                 "{} is gone; to fix: `git update-ref {} {}` in the store",

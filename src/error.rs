@@ -83,6 +83,12 @@ pub enum BoxError {
         /// The box.
         name: String,
     },
+    /// A rebase of the box was killed part-way: its tree is between two bases.
+    #[error("refusing: box `{name}`'s last rebase was interrupted, so its workspace is between two bases; to fix: `h5i box rebase {name}` finishes it (or `h5i box rm --force {name}`)")]
+    RebaseInterrupted {
+        /// The box.
+        name: String,
+    },
     /// The creation flags contradict each other or name nothing.
     #[error("refusing: {what}; to fix: {mend}")]
     BadRequest {

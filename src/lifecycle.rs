@@ -63,7 +63,7 @@ pub fn unexported(sb: &StoredBox) -> Result<Vec<String>, BoxError> {
 /// Remove a box entirely. An active box with unexported changes needs `force`.
 pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     let sb = store.find(name)?;
-    let lock = BoxLock::take(&sb.paths, name)?;
+    let lock = BoxLock::take_mid_rebase(&sb.paths, name)?;
     // Held still while the has-changes check reads the tree; thawed before the services stop.
     let frozen = crate::freeze::hold(&sb)?;
     if !force && sb.manifest.state == BoxState::Active {

@@ -14,8 +14,8 @@
 //! what h5i read and inspected. The result is what `git add -A` would stage (bytes as written: a
 //! base `.gitattributes` asking for end-of-line conversion is not applied), in a handful of git
 //! processes whatever the number of changed files. Then: the entries, the changes and the patch
-//! against the base, the tree, exclusions (a path reset to its base entry), and a checkout of
-//! another tree for `box rebase`.
+//! against the base, the tree, exclusions (a path reset to its base entry), and handing the
+//! scratch on as `box rebase`'s journal ([`Snapshot::keep_as`]).
 //!
 //! A snapshot is of one state of the tree or of none: every read must find what the listing
 //! saw at its path (the same kind of thing, or nothing, or nothing reachable), a file must be
@@ -37,7 +37,7 @@
 //! set-id file (it is refused, named); let box-written `.gitattributes` steer a host git
 //! (attributes come from the pinned base, `GIT_ATTR_SOURCE`); add a nested repository as a
 //! gitlink; write into the store's objects before [`Snapshot::publish_objects`]; or leave its
-//! scratch behind (dropping a snapshot removes it).
+//! scratch behind (dropping a snapshot removes it; only [`Snapshot::keep_as`] hands it on).
 //!
 //! Guarded by the unit tests below and `tests/export_gate.rs`.
 
@@ -795,30 +795,30 @@ impl Snapshot {
         Ok(tree)
     }
 
-    /// Move the workspace from `from` (the tree [`Snapshot::write_tree`] returned) to `to`: git
-    /// rewrites the files that differ (refusing to write through a symlink) and this snapshot's
-    /// index follows. For `box rebase`, after a clean merge.
-    pub fn checkout_tree(&self, from: &str, to: &str) -> Result<(), SnapshotError> {
-        require_rev(from)?;
-        require_rev(to)?;
-        // Fresh stat data lets read-tree tell untouched files from edited ones; a refresh that
-        // finds edits exits non-zero, which read-tree then reports properly.
-        let _ = self
-            .git()
-            .env("GIT_ATTR_SOURCE", to)
-            .args(["update-index", "-q", "--refresh"])
-            .output();
-        self.git()
-            .env("GIT_ATTR_SOURCE", to)
-            .args(["read-tree", "-m", "-u", from, to])
-            .output()
-            .map_err(|source| SnapshotError::Git {
-                step: "check the merged tree out into the workspace",
-                source,
-                mend: "nothing of the merge was kept; `h5i box doctor` the box, then retry",
-            })?;
-        *self.changes.borrow_mut() = None;
-        Ok(())
+    /// Remove a scratch kept by [`Snapshot::keep_as`]: first renamed back into `scratch_dir`
+    /// under this process's snapshot name (one rename: `dir` is gone at once), then deleted; a
+    /// kill during the delete leaves it where the next snapshot reclaims it.
+    pub fn discard_kept(dir: &Path, scratch_dir: &Path) -> Result<(), SnapshotError> {
+        let err = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| SnapshotError::Scratch { path, source }
+        };
+        fs::create_dir_all(scratch_dir).map_err(err(scratch_dir))?;
+        let n = SNAPSHOT_SEQ.fetch_add(1, Ordering::Relaxed);
+        let gone = scratch_dir.join(format!("snap-{}-{n}", std::process::id()));
+        fs::rename(dir, &gone).map_err(err(dir))?;
+        fs::remove_dir_all(&gone).map_err(err(&gone))
+    }
+
+    /// Keep this snapshot's scratch (its index and the objects it and [`Snapshot::git_objects`]
+    /// wrote) as `dir`, one rename on the same filesystem, and let go of it: `box rebase`'s
+    /// journal, so a rebase killed after its commit point can be finished from what it
+    /// computed. `dir` must not exist; the caller owns it from here on.
+    pub fn keep_as(self, dir: &Path) -> Result<(), SnapshotError> {
+        fs::rename(&self.dir, dir).map_err(|source| SnapshotError::Scratch {
+            path: dir.to_path_buf(),
+            source,
+        })
     }
 
     /// The bytes of these blobs, in one `git cat-file --batch`, as `(id, bytes)` in order.

@@ -51,6 +51,9 @@ pub struct StatusReport {
     pub drift: Option<(String, u64)>,
     /// The egress table the last supervised run actually loaded (the sentry's own account).
     pub egress_table: Option<h5i_policy::receipt::LoadedEgressTable>,
+    /// An interrupted rebase's old and new base: the workspace is between the two until
+    /// `h5i box rebase` finishes it.
+    pub rebase_interrupted: Option<(String, String)>,
     /// What a bounded scan of the workspace found (set-id files, fifos, devices), or why it
     /// could not look; `None` when the workspace was reclaimed.
     pub workspace: Option<Result<crate::bounded::TreeScan, String>>,
@@ -100,6 +103,7 @@ pub fn status(store: &BoxStore, name: &str) -> Result<StatusReport, BoxError> {
     let ws = sb.paths.workspace();
     let workspace = ws.exists().then(|| scan_held(&sb, name, &ws));
     Ok(StatusReport {
+        rebase_interrupted: crate::rebase::interrupted(&sb)?.map(|j| (j.from, j.to)),
         workspace,
         egress_table: crate::supervised::last_table(&sb),
         evidence: (host, readout.records.len() - host, readout.damaged.len()),
@@ -121,7 +125,7 @@ fn scan_held(
     name: &str,
     ws: &std::path::Path,
 ) -> Result<crate::bounded::TreeScan, String> {
-    let _lock = BoxLock::take(&sb.paths, name).map_err(|e| match e {
+    let _lock = BoxLock::take_mid_rebase(&sb.paths, name).map_err(|e| match e {
         BoxError::Busy { .. } => "a run or shell of the box is live, so its tree is not held still; to see it: run `h5i box status` again when it ends".to_string(),
         other => other.to_string(),
     })?;

@@ -14,6 +14,9 @@
 //! - `base.git/`: for detached boxes, the host-only store holding the pinned base's objects
 //! - `workspace/`: the box's tree, with a `.git` of its own that borrows the store's objects
 //! - `scratch/`: host-private temporary space (snapshots for diff and export)
+//! - `rebase/`: a `box rebase` past its commit point (`journal.json`, with the index and
+//!   objects it computed); while it is there the box is between two bases, and every verb but
+//!   `rebase` (which finishes it), `rm` and `status` refuses
 
 use std::fs;
 use std::io::{self, Write};
@@ -187,6 +190,10 @@ impl BoxPaths {
     /// `scratch/`.
     pub fn scratch(&self) -> PathBuf {
         self.dir.join("scratch")
+    }
+    /// `rebase/`: an interrupted rebase's journal (see `rebase`).
+    pub fn rebase_journal(&self) -> PathBuf {
+        self.dir.join("rebase")
     }
     /// `lock`.
     pub fn lock(&self) -> PathBuf {
@@ -480,16 +487,28 @@ pub struct BoxLock {
 }
 
 impl BoxLock {
-    /// Take the box's lock exclusively (export, apply, rebase, abort, rm), refusing (not
-    /// waiting) while a run or another verb holds it.
+    /// Take the box's lock exclusively (export, apply, abort, diff), refusing (not waiting)
+    /// while a run or another verb holds it, and refusing a box whose rebase was killed
+    /// part-way (its tree is between two bases until `box rebase` finishes it).
     pub fn take(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
-        Self::lock(paths, name, libc::LOCK_EX)
+        let lock = Self::lock(paths, name, libc::LOCK_EX)?;
+        refuse_mid_rebase(paths, name)?;
+        Ok(lock)
     }
 
     /// Take the box's lock shared, for the length of a run: runs go side by side, and no verb
-    /// that reads or moves the whole tree (export, apply, rebase) runs under a live one.
+    /// that reads or moves the whole tree (export, apply, rebase) runs under a live one. A box
+    /// mid-rebase is refused, as by [`BoxLock::take`].
     pub fn shared(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
-        Self::lock(paths, name, libc::LOCK_SH)
+        let lock = Self::lock(paths, name, libc::LOCK_SH)?;
+        refuse_mid_rebase(paths, name)?;
+        Ok(lock)
+    }
+
+    /// Take the box's lock exclusively whether or not a rebase of it was interrupted: for
+    /// `rebase` (which finishes it), `rm` (which removes it whole) and `status`'s read-only scan.
+    pub fn take_mid_rebase(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
+        Self::lock(paths, name, libc::LOCK_EX)
     }
 
     fn lock(paths: &BoxPaths, name: &str, how: libc::c_int) -> Result<BoxLock, BoxError> {
@@ -509,6 +528,20 @@ impl BoxLock {
         }
         Ok(BoxLock { _file: file })
     }
+}
+
+/// Whether a rebase of the box was killed past its commit point (its journal is there).
+pub fn rebase_interrupted(paths: &BoxPaths) -> bool {
+    paths.rebase_journal().join("journal.json").exists()
+}
+
+fn refuse_mid_rebase(paths: &BoxPaths, name: &str) -> Result<(), BoxError> {
+    if rebase_interrupted(paths) {
+        return Err(BoxError::RebaseInterrupted {
+            name: name.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch.

@@ -1,4 +1,4 @@
-//! Crash safety of h5i's own verbs: `create`, `run`, `export`, `apply` and `rm`,
+//! Crash safety of h5i's own verbs: `create`, `run`, `export`, `apply`, `rebase` and `rm`,
 //! each killed with SIGKILL (no handler, no cleanup) at a random point of its run, 100 trials
 //! each. After every kill: no half box (a name is a whole box `status` and `doctor` accept, or
 //! free for a new `create`), no torn receipt line, no half-written export (the directory is
@@ -7,9 +7,9 @@
 //! The kill points are spread over the verb's own duration, measured first in the same run;
 //! the dice are seeded (`H5I_CRASH_SEED`, printed) so a failing trial can be replayed. Runs as
 //! root at the workspace tier: what is under test is h5i's own state (store, manifest, refs,
-//! receipt log, export), which every tier shares. `rebase` is not here yet: killed between
-//! moving the pin and writing the manifest, or during the in-place checkout, it leaves a box
-//! `doctor` fails (issue 20's note).
+//! receipt log, export), which every tier shares. A rebase killed past its commit point leaves
+//! a journal: `doctor` names the mend (`h5i box rebase NAME`), other verbs refuse the box until
+//! it is finished, and finishing lands exactly the merge the killed rebase computed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -359,4 +359,158 @@ fn rm_killed_at_any_point_leaves_a_whole_box_or_nothing() {
     // No pin outlives its box.
     let pins = r.git(&["for-each-ref", "--format=%(refname)", "refs/h5i/boxes/"]);
     assert!(pins.is_empty(), "{pins}");
+}
+
+/// Files the parent rewrites on every rebase trial, so the in-place checkout takes long enough
+/// for kills to land in it.
+const BULK: usize = 300;
+
+/// A parent commit for trial `i`: every bulk file rewritten, `p{i}.txt` added and the last
+/// trial's removed.
+fn parent_commit(r: &Repo, i: usize) {
+    let bulk = r.path().join("bulk");
+    std::fs::create_dir_all(&bulk).unwrap();
+    for f in 0..BULK {
+        std::fs::write(
+            bulk.join(format!("f{f:03}")),
+            format!("trial {i} file {f}\n"),
+        )
+        .unwrap();
+    }
+    std::fs::write(r.path().join(format!("p{i}.txt")), format!("parent {i}\n")).unwrap();
+    if i > 0 {
+        std::fs::remove_file(r.path().join(format!("p{}.txt", i - 1))).unwrap();
+    }
+    r.git(&["add", "-A"]);
+    r.git(&["commit", "-q", "-m", &format!("parent {i}")]);
+}
+
+/// The box holds exactly the parent's trial `i` plus its own edits.
+fn rebased_whole(r: &Repo, i: usize, trial: &str) {
+    let tip = r.git(&["rev-parse", "HEAD"]);
+    assert_eq!(
+        r.manifest("b")["base"],
+        tip.as_str(),
+        "{trial}: manifest base"
+    );
+    let pin = r.git(&["rev-parse", "refs/h5i/boxes/b/base"]);
+    assert_eq!(pin, tip, "{trial}: pin");
+    let ws = r.workspace("b");
+    for f in 0..BULK {
+        let got = std::fs::read_to_string(ws.join(format!("bulk/f{f:03}"))).unwrap();
+        assert_eq!(
+            got,
+            format!("trial {i} file {f}\n"),
+            "{trial}: bulk/f{f:03}"
+        );
+    }
+    assert!(ws.join(format!("p{i}.txt")).is_file(), "{trial}: p{i}.txt");
+    if i > 0 {
+        let gone = ws.join(format!("p{}.txt", i - 1));
+        assert!(!gone.exists(), "{trial}: p{}.txt is back", i - 1);
+    }
+    let readme = std::fs::read_to_string(ws.join("README.md")).unwrap();
+    assert!(
+        readme.contains("change-0"),
+        "{trial}: the box's edit was lost"
+    );
+    let note = std::fs::read_to_string(ws.join("box-note.txt")).unwrap();
+    assert_eq!(note, "the box's own file\n", "{trial}: the box's new file");
+    let head = std::fs::read_to_string(
+        ws.join(".git/refs/heads/")
+            .join(r.manifest("b")["branch"].as_str().unwrap()),
+    )
+    .unwrap();
+    assert_eq!(head.trim(), tip, "{trial}: the box's branch");
+    assert!(
+        !r.box_dir("b").join("rebase").exists(),
+        "{trial}: the journal outlived the rebase"
+    );
+}
+
+#[test]
+fn rebase_killed_at_any_point_leaves_a_whole_box_or_a_journal_that_finishes() {
+    if !common::require_root("rebase_killed_...", "the suite's host setup runs as root") {
+        return;
+    }
+    let r = Repo::new();
+    create(&r, "b");
+    edit(&r, "b", 0);
+    r.ok(&[
+        "box",
+        "run",
+        "b",
+        "--",
+        "sh",
+        "-c",
+        "echo \"the box's own file\" > box-note.txt",
+    ]);
+    parent_commit(&r, 0);
+    let span = duration_of(r.path(), &["box", "rebase", "b"]);
+    rebased_whole(&r, 0, "the uninterrupted rebase");
+    let mut dice = Dice::new("rebase_killed");
+    let (mut journaled, mut untouched) = (0, 0);
+    for i in 1..=TRIALS {
+        parent_commit(&r, i);
+        let at = dice.within(span);
+        kill_after(r.path(), &["box", "rebase", "b"], at);
+        let trial = format!("rebase trial {i} killed at {at:?} of {span:?}");
+        receipts_whole(&r, "b", &trial);
+        assert!(listed(&r, &trial).contains(&"b".to_owned()), "{trial}: ls");
+        let st = r.h5i(&["box", "status", "b"]);
+        assert!(st.status.success(), "{trial}: status: {}", stderr(&st));
+        let doc = r.h5i(&["box", "doctor", "b"]);
+        let tip = r.git(&["rev-parse", "HEAD"]);
+        if !doc.status.success() {
+            // Past the commit point: doctor and status name the mend, other verbs refuse.
+            journaled += 1;
+            let said = stdout(&doc);
+            assert!(
+                said.contains("`h5i box rebase b` finishes it"),
+                "{trial}: doctor fails without naming the mend: {said}{}",
+                stderr(&doc)
+            );
+            assert!(
+                stdout(&st).contains("h5i box rebase b"),
+                "{trial}: status does not name the mend: {}",
+                stdout(&st)
+            );
+            let run = r.h5i(&["box", "run", "b", "--", "true"]);
+            assert!(
+                !run.status.success() && stderr(&run).contains("rebase was interrupted"),
+                "{trial}: a run went ahead mid-rebase: {}",
+                stderr(&run)
+            );
+            let fin = r.h5i(&["box", "rebase", "b"]);
+            assert!(
+                fin.status.success() && stdout(&fin).contains("interrupted"),
+                "{trial}: finishing: {}{}",
+                stdout(&fin),
+                stderr(&fin)
+            );
+        } else if r.manifest("b")["base"] != tip.as_str() {
+            // Before the commit point: the old box is whole, and a new rebase goes through.
+            untouched += 1;
+            let again = r.h5i(&["box", "rebase", "b"]);
+            assert!(
+                again.status.success(),
+                "{trial}: rebase again: {}",
+                stderr(&again)
+            );
+        }
+        rebased_whole(&r, i, &trial);
+        box_whole(&r, "b", &trial);
+    }
+    eprintln!(
+        "rebase_killed: {journaled} trial(s) finished from the journal, {untouched} left untouched, {} completed before the kill",
+        TRIALS - journaled - untouched
+    );
+    parent_sound(&r, "rebase");
+    r.ok(&[
+        "box",
+        "export",
+        "b",
+        "--out",
+        r.path().join("out").to_str().unwrap(),
+    ]);
 }

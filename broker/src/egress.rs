@@ -367,6 +367,30 @@ fn split_absolute(target: &str) -> Result<(String, u16, String), String> {
     Ok((host, port, path))
 }
 
+/// The request-target handling, driven on `target` for the fuzz targets (`fuzzing` feature):
+/// what it splits out holds the properties the proxy relies on.
+#[cfg(feature = "fuzzing")]
+pub(crate) fn fuzz_target(target: &str) {
+    let plan = EgressPlan::deny_all();
+    if let Some((host, port)) = split_authority(target) {
+        assert!(
+            port != 0 && !host.is_empty(),
+            "split {target:?} into {host:?}:{port}"
+        );
+        let _ = tally_host(host);
+        let _ = plan.decide(host, port);
+    }
+    if let Ok((host, port, path)) = split_absolute(target) {
+        assert!(
+            path.starts_with('/') && !path.contains('#') && !host.contains('@') && port != 0,
+            "split {target:?} into {host:?}:{port} {path:?}"
+        );
+        let _ = tally_host(&host);
+        let _ = plan.decide(&host, port);
+    }
+    assert!(printable(target).len() <= 255);
+}
+
 /// The egress proxy, running.
 pub struct EgressProxy {
     server: Server,

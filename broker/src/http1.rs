@@ -465,6 +465,10 @@ pub(crate) fn read_response<R: BufRead>(r: &mut R) -> Result<Response, HeadError
     let status: u16 = String::from_utf8_lossy(status)
         .parse()
         .map_err(|_| HeadError::Malformed("the status code is not a number".into()))?;
+    // `002` is three digits but no status: relayed, it would go out as `2` (fuzz/ found it).
+    if status < 100 {
+        return Err(HeadError::Malformed("the status code is below 100".into()));
+    }
     if reason
         .iter()
         .any(|b| (*b < 0x20 && *b != b'\t') || *b == 0x7f)
@@ -656,6 +660,22 @@ pub(crate) fn json_error(kind: &str, message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_status_below_100_is_refused_not_relayed_as_two_digits() {
+        for line in ["HTTP/1.1 002 OK", "HTTP/1.1 099 X", "HTTP/1.0 000 Z"] {
+            let head = format!("{line}\r\nContent-Length: 0\r\n\r\n");
+            let got = read_response(&mut io::BufReader::new(head.as_bytes()));
+            assert!(
+                matches!(got, Err(HeadError::Malformed(_))),
+                "{line}: {got:?}"
+            );
+        }
+        let ok = read_response(&mut io::BufReader::new(
+            &b"HTTP/1.1 100 Continue\r\n\r\n"[..],
+        ));
+        assert!(matches!(ok, Ok(r) if r.status == 100));
+    }
+
     use super::*;
     use std::io::BufReader;
 

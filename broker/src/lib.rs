@@ -25,6 +25,8 @@
 pub mod credential;
 pub mod egress;
 mod forward;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod home;
 mod http1;
 pub mod pin;

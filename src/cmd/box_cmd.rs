@@ -654,7 +654,12 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Rebase { name } => {
             let r = h5i::rebase::rebase(&store()?, &name)?;
-            say!("rebased box {name}: base {} -> {}", r.from, r.to);
+            let how = if r.resumed {
+                " (finished the rebase that was interrupted)"
+            } else {
+                ""
+            };
+            say!("rebased box {name}: base {} -> {}{how}", r.from, r.to);
             Ok(0)
         }
         BoxVerb::Abort { name } => {
@@ -912,6 +917,12 @@ fn print_status(s: &h5i::status::StatusReport) {
     say!("box        {} ({})", m.name, m.state.as_str());
     say!("source     {}", m.source.label());
     say!("base       {} (pinned as {})", m.base, m.base_ref);
+    if let Some((from, to)) = &s.rebase_interrupted {
+        say!(
+            "rebase     interrupted ({from} -> {to}): the workspace is between the two; to fix: `h5i box rebase {}` finishes it",
+            m.name
+        );
+    }
     let how = if s.policy.tier_choice.auto {
         "auto: the strongest tier this host could run for this policy"
     } else {
