@@ -613,3 +613,43 @@ fn a_symlinked_cargo_lock_is_refused_not_followed() {
         "{text}"
     );
 }
+
+/// pip's refresh takes requirements.txt as a lockfile: a line without its hash, or a VCS
+/// requirement (whose metadata step would run the repository's code in the refresh box), fails
+/// the install step, and nothing is stored.
+#[test]
+fn pip_refresh_refuses_an_unhashed_or_vcs_requirement_and_stores_nothing() {
+    let Some(reg) = Registry::up("box cache pip hostile requirements") else {
+        return;
+    };
+    let mut c = Caller::root().with_env("H5I_TEST_HOSTS", &reg.pin());
+    for (k, v) in PIP.host_env {
+        c = c.with_env(k, v);
+    }
+    project(&c, &reg, &PIP);
+    for (what, line) in [
+        ("unhashed", "h5i-fixture-000==1.0.0\n"),
+        (
+            "vcs",
+            "h5i-evil @ git+http://registry.test:8080/evil.git --hash=sha256:00\n",
+        ),
+    ] {
+        c.write("requirements.txt", line);
+        c.commit_all(what);
+        let out = c.h5i(&["box", "cache", "refresh", "pip"]);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("refusing: the pip install step exited"),
+            "{what}: {}",
+            stderr(&out)
+        );
+        assert!(
+            c.ok(&["box", "cache", "ls"]).contains("no caches"),
+            "{what}"
+        );
+        assert!(
+            !c.ok(&["box", "ls"]).contains("refresh"),
+            "{what}: the refresh box was left behind"
+        );
+    }
+}

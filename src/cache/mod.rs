@@ -111,13 +111,16 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         name: "pip",
         lockfiles: &["requirements.txt"],
         // The cache is a wheelhouse: `pip download` of the pinned set, wheels only, so no
-        // package's build code (setup.py) runs while the cache is filled.
+        // package's build code (setup.py) runs while the cache is filled. --require-hashes
+        // makes the file a lockfile: every line pinned with `==` and its hashes, and a VCS,
+        // URL or editable requirement (whose metadata step would run its code) refused.
         install: &[
             "python3",
             "-m",
             "pip",
             "download",
             "--only-binary=:all:",
+            "--require-hashes",
             "--no-input",
             "--disable-pip-version-check",
             "-r",
@@ -125,7 +128,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
             "-d",
             "{dir}",
         ],
-        lock_hint: "pip-compile --generate-hashes, or pip freeze > requirements.txt",
+        lock_hint: "pip-compile --generate-hashes",
         default_hosts: &["pypi.org:443", "files.pythonhosted.org:443"],
         mirror: mirror::pip,
         // pip installs from the wheelhouse alone: the key says it holds the whole pinned set,
