@@ -300,6 +300,37 @@ add_row box-cache-npm-warm-vs-cold \
     --runs 5 \
     --target 'ratio:median <= 0.2'
 
+# Where the warm install spends its time: the same warm `npm ci` in the box (the cache mounted
+# read-only by h5i) and on the host (the same cache directory, bind-mounted read-only in a
+# private mount namespace, the same npm variables). The difference is h5i's share.
+add_row box-cache-npm-warm-box-vs-host \
+    --title 'warm npm ci of the 300-package project: in a supervised box with the cache mounted read-only vs on the host with the same cache read-only' \
+    --shell bash \
+    --setup '
+        mkdir -p "$ROW_DIR/reg" "$ROW_DIR/repo" "$ROW_DIR/host"
+        cd "$ROW_DIR/repo"
+        git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
+        python3 "$ROOT/bench/npm_fixture.py" "$ROW_DIR/reg" . 300 20000 http://198.19.251.2:8080
+        cp package.json package-lock.json "$ROW_DIR/host/"
+        mkdir -p .h5i
+        printf "[profile.cache-npm]\nisolation = \"supervised\"\n[profile.cache-npm.net]\negress = [\"198.19.251.2:8080\"]\n[profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"198.19.251.2:8080\"]\n" > .h5i/env.toml
+        git add -A && git commit -qm bench-npm
+        "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
+        "$H5I" box cache refresh npm
+        "$ROOT/bench/npm_registry.sh" down
+        ln -s "$(ls -d "$ROW_DIR"/repo/.git/.h5i/cache/npm/*/data)" "$ROW_DIR/cache"
+        "$H5I" box create bench-warm --profile dev' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'unshare -m sh -c "d=\$(readlink -f $ROW_DIR/cache) && mount --bind \$d \$d && mount -o remount,ro,bind \$d && cd $ROW_DIR/host && rm -rf node_modules && npm_config_cache=\$d npm_config_prefer_offline=true npm_config_logs_dir=/tmp/.npm-logs npm_config_update_notifier=false npm ci --no-audit --no-fund >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && npm ci --no-audit --no-fund >/dev/null"' \
+    --check '
+        n="$("$H5I" box run bench-warm -- sh -c "ls node_modules | wc -l")"
+        [ "$n" = 300 ] || { echo "the box installed ${n:-no} packages, not 300"; exit 1; }
+        [ "$(ls "$ROW_DIR/host/node_modules" | wc -l)" = 300 ] || { echo "the host install is not complete"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-warm' \
+    --runs 5 \
+    --target 'ratio:median <= 1.1'
+
 # Browser cold start to first snapshot (issue 16): bench/browser-first-snapshot.sh serves the
 # demo app (examples/browser-demo/) on the box's own loopback, `agent-browser open` starts the
 # daemon and Debian's Chromium, and the first `snapshot -i` must show the sign-up button. The

@@ -88,9 +88,49 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
         .with_file_name(format!("{REMOVING_PREFIX}{name}-{}", std::process::id()));
     fs::rename(&sb.paths.dir, &doomed).map_err(|e| BoxError::io(&sb.paths.dir, e))?;
     drop_pin(&sb.manifest);
-    fs::remove_dir_all(&doomed).map_err(|e| BoxError::io(&doomed, e))?;
+    remove_tree(&doomed).map_err(|e| BoxError::io(&doomed, e))?;
     drop(lock);
     Ok(())
+}
+
+/// Remove a box's tree, which a box may have left with directories its owner cannot write
+/// (Go's module cache under HOME is 0555 by design; a non-root caller then cannot unlink their
+/// entries). When the plain removal fails, every directory of the tree the caller owns gets
+/// u+rwx, each opened `O_NOFOLLOW | O_DIRECTORY` and changed through its descriptor (a symlink
+/// is never followed, nothing outside `dir` is touched), and the removal is tried once more.
+pub fn remove_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    if fs::remove_dir_all(dir).is_ok() {
+        return Ok(());
+    }
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(f) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
+            .open(&d)
+        else {
+            continue;
+        };
+        if let Ok(meta) = f.metadata() {
+            if meta.permissions().mode() & 0o700 != 0o700 {
+                let _ = f.set_permissions(fs::Permissions::from_mode(
+                    (meta.permissions().mode() | 0o700) & 0o7777,
+                ));
+            }
+        }
+        // Listed through the descriptor, so a directory swapped for a symlink since is not read.
+        use std::os::fd::AsRawFd;
+        let Ok(rd) = fs::read_dir(format!("/proc/self/fd/{}", f.as_raw_fd())) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(d.join(e.file_name()));
+            }
+        }
+    }
+    fs::remove_dir_all(dir)
 }
 
 /// What `rm` and `gc` name the directory of a box being removed.
@@ -119,7 +159,7 @@ fn reclaim_removal(dir: &std::path::Path) -> Result<bool, BoxError> {
             drop_pin(&m);
         }
     }
-    fs::remove_dir_all(dir).map_err(|e| BoxError::io(dir, e))?;
+    remove_tree(dir).map_err(|e| BoxError::io(dir, e))?;
     Ok(true)
 }
 
@@ -144,7 +184,7 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
         };
         for d in [sb.paths.workspace(), sb.paths.scratch()] {
             if d.exists() {
-                fs::remove_dir_all(&d).map_err(|e| BoxError::io(&d, e))?;
+                remove_tree(&d).map_err(|e| BoxError::io(&d, e))?;
             }
         }
         events::append(
@@ -178,7 +218,7 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
                         && crate::store::abandoned_staging(&path)
                         && !agent.path().join(name).exists()
                     {
-                        fs::remove_dir_all(&path).map_err(|err| BoxError::io(&path, err))?;
+                        remove_tree(&path).map_err(|err| BoxError::io(&path, err))?;
                         store.drop_orphan_pin(name);
                         report.leftovers += 1;
                         continue;
@@ -193,7 +233,7 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
                     && stale
                     && path.is_dir()
                 {
-                    fs::remove_dir_all(&path).map_err(|err| BoxError::io(&path, err))?;
+                    remove_tree(&path).map_err(|err| BoxError::io(&path, err))?;
                     report.leftovers += 1;
                 }
             }

@@ -1,6 +1,8 @@
-//! Warm dependency caches (`h5i box cache`), asserted with a real npm project and a real cargo
-//! project, each against a static registry stand-in this test serves from its own network
-//! namespace (HOST.md network rules; the names are `registry.test`), as root and as h5i-test:
+//! Warm dependency caches (`h5i box cache`), asserted with a real npm, cargo, pip and Go project,
+//! each against a static registry stand-in this test serves from its own network namespace
+//! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. pip and Go
+//! find the stand-in the way a host names its mirror (PIP_INDEX_URL, GOPROXY in the caller's
+//! environment), which `refresh` hands its box:
 //! - a cold install in a supervised box fetches (the stand-in's log and the receipt's egress
 //!   tally agree); `refresh` fills the cache in a dedicated box it removes;
 //! - a warm install with the cache mounted makes no request at all (no allowed and no denied
@@ -28,8 +30,10 @@ const PORT: u16 = 8080;
 /// One ecosystem as the test drives it.
 struct Eco {
     name: &'static str,
-    /// bench/<fixture> REGISTRY_DIR PROJECT_DIR COUNT ... BASE_URL
+    /// bench/<fixture> REGISTRY_DIR PROJECT_DIR ARGS... (`{base}` is the stand-in's URL)
     fixture: &'static [&'static str],
+    /// The caller's own registry configuration, naming the stand-in.
+    host_env: &'static [(&'static str, &'static str)],
     /// The variable that points the package manager at the cache.
     var: &'static str,
     /// The install in a box.
@@ -44,7 +48,8 @@ struct Eco {
 
 const NPM: Eco = Eco {
     name: "npm",
-    fixture: &["npm_fixture.py", "5", "4096"],
+    fixture: &["npm_fixture.py", "5", "4096", "{base}"],
+    host_env: &[],
     var: "npm_config_cache",
     install: "npm ci --no-audit --no-fund",
     prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
@@ -54,7 +59,8 @@ const NPM: Eco = Eco {
 
 const CARGO: Eco = Eco {
     name: "cargo",
-    fixture: &["cargo_fixture.py", "3"],
+    fixture: &["cargo_fixture.py", "3", "{base}"],
+    host_env: &[],
     var: "CARGO_HOME",
     install: "cargo fetch --locked",
     // What the build needs must already be where cargo looks (at the process tier there is no
@@ -62,6 +68,37 @@ const CARGO: Eco = Eco {
     prove: "cargo build --locked -q && ./target/debug/fixture-app",
     proved: "3",
     lockfile: "Cargo.lock",
+};
+
+const PIP: Eco = Eco {
+    name: "pip",
+    fixture: &["pip_fixture.py", "3", "4096"],
+    host_env: &[
+        ("PIP_INDEX_URL", "http://registry.test:8080/simple"),
+        ("PIP_TRUSTED_HOST", "registry.test"),
+    ],
+    var: "PIP_FIND_LINKS",
+    // The cold box has no cache: it names the index itself (a box's environment is not the
+    // caller's). Warm, PIP_NO_INDEX makes pip use the wheelhouse alone.
+    install: "python3 -m pip install -q --disable-pip-version-check --target deps \
+              --index-url http://registry.test:8080/simple --trusted-host registry.test \
+              -r requirements.txt",
+    prove: "python3 -c \"import sys; sys.path.insert(0, 'deps'); import h5i_fixture_002 as m; print(m.VALUE)\"",
+    proved: "3",
+    lockfile: "requirements.txt",
+};
+
+const GO: Eco = Eco {
+    name: "go",
+    fixture: &["go_fixture.py", "3"],
+    host_env: &[("GOPROXY", "http://registry.test:8080")],
+    var: "GOMODCACHE",
+    install: "GOPROXY=http://registry.test:8080 go mod download",
+    // What the build needs must already be in the module cache (no network at the process
+    // tier, and GOPROXY=off besides).
+    prove: "GOPROXY=off go build -o app . && ./app",
+    proved: "3",
+    lockfile: "go.sum",
 };
 
 /// The static registry: `python3 -m http.server` on the first test host, in the test's netns.
@@ -151,8 +188,11 @@ fn project(c: &Caller, reg: &Registry, eco: &Eco) {
         vec![concat!(env!("CARGO_MANIFEST_DIR"), "/bench/").to_string() + eco.fixture[0]];
     args.push(reg.root.display().to_string());
     args.push(c.repo().display().to_string());
-    args.extend(eco.fixture[1..].iter().map(|s| s.to_string()));
-    args.push(format!("http://registry.test:{PORT}"));
+    args.extend(
+        eco.fixture[1..]
+            .iter()
+            .map(|s| s.replace("{base}", &format!("http://registry.test:{PORT}"))),
+    );
     let st = Command::new("python3").args(&args).status().unwrap();
     assert!(st.success(), "{args:?}");
     c.write(".h5i/env.toml", profiles(eco));
@@ -270,7 +310,10 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
     let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    for (k, v) in eco.host_env {
+        c = c.with_env(k, v);
+    }
     project(&c, &reg, eco);
     assert!(c.ok(&["box", "cache", "ls"]).contains("no caches"));
 
@@ -370,25 +413,30 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
     }
 }
 
-#[test]
-fn npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root() {
-    cold_refresh_warm_stale(&NPM, false);
+/// Two tests per ecosystem, the whole story as root and as h5i-test.
+macro_rules! each_caller {
+    ($($eco:ident: $as_root:ident, $as_user:ident;)*) => {$(
+        #[test]
+        fn $as_root() {
+            cold_refresh_warm_stale(&$eco, false);
+        }
+
+        #[test]
+        fn $as_user() {
+            cold_refresh_warm_stale(&$eco, true);
+        }
+    )*};
 }
 
-#[test]
-fn npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test() {
-    cold_refresh_warm_stale(&NPM, true);
-}
-
-#[test]
-fn cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root() {
-    cold_refresh_warm_stale(&CARGO, false);
-}
-
-#[test]
-fn cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test()
-{
-    cold_refresh_warm_stale(&CARGO, true);
+each_caller! {
+    NPM: npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    CARGO: cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    PIP: pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    GO: go_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        go_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
 }
 
 /// The container tier mounts the same cache read-only (the test image has no npm: the box
@@ -465,15 +513,51 @@ fn a_container_box_reads_but_cannot_write_the_cache_as_h5i_test() {
 
 #[test]
 fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
-    for (eco, lock, hosts) in [
-        ("npm", "package-lock.json", "\"registry.npmjs.org:443\""),
+    // pip's and Go's hosts come from the caller's own configuration (here its environment;
+    // pip.conf and Go's env file are read the same way).
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: [Case; 4] = [
+        (
+            "npm",
+            "package-lock.json",
+            "\"registry.npmjs.org:443\"",
+            &[],
+        ),
         (
             "cargo",
             "Cargo.lock",
             "\"index.crates.io:443\", \"static.crates.io:443\"",
+            &[],
         ),
-    ] {
-        let c = Caller::root();
+        (
+            "pip",
+            "requirements.txt",
+            "\"mirror.example.com:443\", \"extra.example.com:8443\"",
+            &[
+                ("PIP_INDEX_URL", "https://mirror.example.com/pypi/simple"),
+                (
+                    "PIP_EXTRA_INDEX_URL",
+                    "https://extra.example.com:8443/simple",
+                ),
+            ],
+        ),
+        (
+            "go",
+            "go.sum",
+            "\"goproxy.example.com:443\"",
+            &[("GOPROXY", "https://goproxy.example.com,direct")],
+        ),
+    ];
+    for (eco, lock, hosts, host_env) in cases {
+        let mut c = Caller::root();
+        for (k, v) in host_env {
+            c = c.with_env(k, v);
+        }
         c.write(lock, "{}");
         c.commit_all("lock");
         for policy in [
@@ -528,4 +612,44 @@ fn a_symlinked_cargo_lock_is_refused_not_followed() {
             && text.contains("Cargo.lock is "),
         "{text}"
     );
+}
+
+/// pip's refresh takes requirements.txt as a lockfile: a line without its hash, or a VCS
+/// requirement (whose metadata step would run the repository's code in the refresh box), fails
+/// the install step, and nothing is stored.
+#[test]
+fn pip_refresh_refuses_an_unhashed_or_vcs_requirement_and_stores_nothing() {
+    let Some(reg) = Registry::up("box cache pip hostile requirements") else {
+        return;
+    };
+    let mut c = Caller::root().with_env("H5I_TEST_HOSTS", &reg.pin());
+    for (k, v) in PIP.host_env {
+        c = c.with_env(k, v);
+    }
+    project(&c, &reg, &PIP);
+    for (what, line) in [
+        ("unhashed", "h5i-fixture-000==1.0.0\n"),
+        (
+            "vcs",
+            "h5i-evil @ git+http://registry.test:8080/evil.git --hash=sha256:00\n",
+        ),
+    ] {
+        c.write("requirements.txt", line);
+        c.commit_all(what);
+        let out = c.h5i(&["box", "cache", "refresh", "pip"]);
+        assert_eq!(out.status.code(), Some(1), "{what}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("refusing: the pip install step exited"),
+            "{what}: {}",
+            stderr(&out)
+        );
+        assert!(
+            c.ok(&["box", "cache", "ls"]).contains("no caches"),
+            "{what}"
+        );
+        assert!(
+            !c.ok(&["box", "ls"]).contains("refresh"),
+            "{what}: the refresh box was left behind"
+        );
+    }
 }

@@ -51,6 +51,106 @@ fn the_h5i_variables_appear_in_help_through_clap_env() {
     assert!(text.contains("[env: H5I_AGENT=codex]"), "{text}");
 }
 
+/// The non-test part of every Rust source of the workspace's own crates (vendored patches
+/// left out): each file up to its `#[cfg(test)]`.
+fn workspace_sources() -> Vec<(std::path::PathBuf, String)> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    let mut stack: Vec<_> = [
+        "src",
+        "log/src",
+        "policy/src",
+        "runtime/src",
+        "broker/src",
+        "hooks",
+    ]
+    .iter()
+    .map(|d| root.join(d))
+    .collect();
+    while let Some(dir) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap().to_string();
+                out.push((p, code));
+            }
+        }
+    }
+    assert!(out.len() > 20, "found only {} sources", out.len());
+    out
+}
+
+/// Every variable the code reads by a literal name: each `"H5I_..."` literal (a read, a prefix
+/// like `H5I_SECRET_`, or a variable h5i sets in a box, which the help names too) and each
+/// `var("NAME")` / `var_os("NAME")` call.
+fn variables_the_code_reads() -> std::collections::BTreeSet<String> {
+    let mut vars = std::collections::BTreeSet::new();
+    for (_, code) in workspace_sources() {
+        for (i, _) in code.match_indices("\"H5I_") {
+            let name: String = code[i + 1..]
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            vars.insert(name.trim_end_matches('_').to_string());
+        }
+        for call in ["var(\"", "var_os(\""] {
+            for (i, _) in code.match_indices(call) {
+                let name: String = code[i + call.len()..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    vars.insert(name);
+                }
+            }
+        }
+    }
+    // The names read through tables rather than a literal call: the registry mirror's.
+    vars.extend(["PIP_INDEX_URL", "PIP_CONFIG_FILE", "GOPROXY", "GOENV"].map(String::from));
+    vars
+}
+
+#[test]
+fn every_variable_the_code_reads_is_in_h5i_help_and_the_man_page() {
+    let vars = variables_the_code_reads();
+    for expected in [
+        "H5I_LOG",
+        "H5I_CONTAINER_USER",
+        "H5I_SANDBOX",
+        "H5I_SKILL_DIR",
+        "H5I_NO_PROBE_CACHE",
+        "HOME",
+    ] {
+        assert!(
+            vars.contains(expected),
+            "the scan missed {expected}: {vars:?}"
+        );
+    }
+    let help = Command::new(H5I).arg("--help").output().unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8_lossy(&help.stdout);
+    let man = Command::new(H5I).arg("man").output().unwrap();
+    assert!(man.status.success());
+    // roff escapes `-` and `_` stays; undo the dash escape before looking.
+    let man = String::from_utf8_lossy(&man.stdout).replace("\\-", "-");
+    for var in &vars {
+        assert!(
+            help.contains(var.as_str()),
+            "{var} is read by h5i but `h5i --help` does not name it:\n{help}"
+        );
+        assert!(
+            man.contains(var.as_str()),
+            "{var} is read by h5i but h5i(1) does not name it"
+        );
+    }
+}
+
 #[test]
 fn the_zsh_completion_script_loads() {
     if !on_path("zsh") {

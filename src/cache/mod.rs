@@ -14,6 +14,7 @@
 //! registry stand-in in the test's own network namespace) and the unit tests below.
 
 pub mod ls;
+pub mod mirror;
 pub mod mounts;
 pub mod refresh;
 pub mod rm;
@@ -36,16 +37,46 @@ pub struct Ecosystem {
     /// The lockfiles at the project root whose bytes make the key; the ecosystem is in use
     /// when at least one exists.
     pub lockfiles: &'static [&'static str],
-    /// The install step `refresh` runs in the project root of its dedicated box.
+    /// The install step `refresh` runs in the project root of its dedicated box (`{dir}` in an
+    /// argument becomes the cache's data directory as the box sees it).
     pub install: &'static [&'static str],
     /// How a project makes the lockfile, for the refusal when it has none.
     pub lock_hint: &'static str,
-    /// The registry hosts the ready-to-paste profile names.
-    pub registry_hosts: &'static [&'static str],
-    /// Variables pointing the package manager at the cache: `(NAME, VALUE)`, where `{dir}` in
-    /// VALUE becomes the cache's data directory.
+    /// The registry hosts the ready-to-paste profile names when the host's configuration names
+    /// no mirror ([`mirror`]): the package manager's own documented default.
+    pub default_hosts: &'static [&'static str],
+    /// The mirror the host's own configuration names, which the refresh box is pointed at.
+    pub mirror: fn(mirror::Lookup) -> mirror::Mirror,
+    /// Variables pointing an agent box's package manager at the cache (read-only):
+    /// `(NAME, VALUE)`, where `{dir}` in VALUE becomes the cache's data directory.
     pub env: &'static [(&'static str, &'static str)],
+    /// Variables pointing the refresh box's install step at the cache it fills, the same way.
+    pub fill_env: &'static [(&'static str, &'static str)],
 }
+
+/// npm's variables, the same in agent boxes and the refresh box.
+const NPM_ENV: &[(&str, &str)] = &[
+    ("npm_config_cache", "{dir}"),
+    // Use what the cache holds without asking the registry whether it is current: the
+    // lockfile's integrity hashes already say which bytes are wanted.
+    ("npm_config_prefer_offline", "true"),
+    // npm writes debug logs under its cache by default, which is read-only in a box.
+    ("npm_config_logs_dir", "/tmp/.npm-logs"),
+    ("npm_config_update_notifier", "false"),
+];
+
+/// cargo's variables, the same in agent boxes and the refresh box. The whole CARGO_HOME is the
+/// cache: cargo uses a read-only one whose registry holds every locked crate (index, .crate
+/// files and unpacked sources; it takes its package lock shared when the home is read-only). A
+/// box's own ~/.cargo (its config, `cargo install`) is not used while the cache is mounted.
+const CARGO_ENV: &[(&str, &str)] = &[
+    ("CARGO_HOME", "{dir}"),
+    // cargo's own default. Cargo 1.65 (Debian 12's) turns off libgit2's repository owner check
+    // only when an http option is configured (fixed in 1.66), and a root caller's cache is
+    // owned by the caller, not by the box's identity: without it that cargo cannot open the
+    // cached registry index. (`--offline` still trips it there.)
+    ("CARGO_HTTP_TIMEOUT", "30"),
+];
 
 /// Every ecosystem h5i keeps a cache for. Each entry is proved by a real install in
 /// `tests/box_cache.rs`; an ecosystem without such a test is not listed.
@@ -58,16 +89,10 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         // what the registry served.
         install: &["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
         lock_hint: "npm install --package-lock-only",
-        registry_hosts: &["registry.npmjs.org:443"],
-        env: &[
-            ("npm_config_cache", "{dir}"),
-            // Use what the cache holds without asking the registry whether it is current: the
-            // lockfile's integrity hashes already say which bytes are wanted.
-            ("npm_config_prefer_offline", "true"),
-            // npm writes debug logs under its cache by default, which is read-only in a box.
-            ("npm_config_logs_dir", "/tmp/.npm-logs"),
-            ("npm_config_update_notifier", "false"),
-        ],
+        default_hosts: &["registry.npmjs.org:443"],
+        mirror: mirror::none,
+        env: NPM_ENV,
+        fill_env: NPM_ENV,
     },
     Ecosystem {
         name: "cargo",
@@ -77,19 +102,54 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         // own output.
         install: &["cargo", "fetch", "--locked"],
         lock_hint: "cargo generate-lockfile",
-        registry_hosts: &["index.crates.io:443", "static.crates.io:443"],
-        // The whole CARGO_HOME is the cache: cargo uses a read-only one whose registry holds
-        // every locked crate (index, .crate files and unpacked sources; it takes its package
-        // lock shared when the home is read-only). A box's own ~/.cargo (its config, `cargo
-        // install`) is not used while the cache is mounted.
-        env: &[
-            ("CARGO_HOME", "{dir}"),
-            // cargo's own default. Cargo 1.65 (Debian 12's) turns off libgit2's repository
-            // owner check only when an http option is configured (fixed in 1.66), and a root
-            // caller's cache is owned by the caller, not by the box's identity: without it that
-            // cargo cannot open the cached registry index. (`--offline` still trips it there.)
-            ("CARGO_HTTP_TIMEOUT", "30"),
+        default_hosts: &["index.crates.io:443", "static.crates.io:443"],
+        mirror: mirror::none,
+        env: CARGO_ENV,
+        fill_env: CARGO_ENV,
+    },
+    Ecosystem {
+        name: "pip",
+        lockfiles: &["requirements.txt"],
+        // The cache is a wheelhouse: `pip download` of the pinned set, wheels only, so no
+        // package's build code (setup.py) runs while the cache is filled. --require-hashes
+        // makes the file a lockfile: every line pinned with `==` and its hashes, and a VCS,
+        // URL or editable requirement (whose metadata step would run its code) refused.
+        install: &[
+            "python3",
+            "-m",
+            "pip",
+            "download",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-r",
+            "requirements.txt",
+            "-d",
+            "{dir}",
         ],
+        lock_hint: "pip-compile --generate-hashes",
+        default_hosts: &["pypi.org:443", "files.pythonhosted.org:443"],
+        mirror: mirror::pip,
+        // pip installs from the wheelhouse alone: the key says it holds the whole pinned set,
+        // and asking the index too would be a request per package. A package outside the
+        // lockfile needs `PIP_NO_INDEX=0` (and the box's egress to the index).
+        env: &[("PIP_FIND_LINKS", "{dir}"), ("PIP_NO_INDEX", "1")],
+        fill_env: &[],
+    },
+    Ecosystem {
+        name: "go",
+        lockfiles: &["go.sum"],
+        // `go mod download` fetches every module of the build list into GOMODCACHE, checked
+        // against go.sum; it builds and runs nothing.
+        install: &["go", "mod", "download"],
+        lock_hint: "go mod tidy",
+        default_hosts: &["proxy.golang.org:443"],
+        mirror: mirror::go,
+        env: &[("GOMODCACHE", "{dir}")],
+        // Writable module directories in the fill (Go makes them read-only), so a failed
+        // refresh's staging directory can be removed; the stored cache is read-only anyway.
+        fill_env: &[("GOMODCACHE", "{dir}"), ("GOFLAGS", "-modcacherw")],
     },
 ];
 
@@ -173,10 +233,20 @@ impl Ecosystem {
         format!("cache-{}", self.name)
     }
 
-    /// The profile `refresh` asks for, ready to paste into `.h5i/env.toml`.
-    pub fn profile_text(&self) -> String {
+    /// The registry hosts of `mirror`, or the package manager's default ones when it names none.
+    pub fn registry_hosts(&self, mirror: &mirror::Mirror) -> Vec<String> {
+        if mirror.hosts.is_empty() {
+            self.default_hosts.iter().map(|h| h.to_string()).collect()
+        } else {
+            mirror.hosts.clone()
+        }
+    }
+
+    /// The profile `refresh` asks for, ready to paste into `.h5i/env.toml`, naming the hosts
+    /// of the host's configured mirror.
+    pub fn profile_text(&self, mirror: &mirror::Mirror) -> String {
         let hosts = self
-            .registry_hosts
+            .registry_hosts(mirror)
             .iter()
             .map(|h| format!("\"{h}\""))
             .collect::<Vec<_>>()
@@ -187,12 +257,28 @@ impl Ecosystem {
         )
     }
 
-    /// The variables pointing this ecosystem's package manager at `data`.
+    /// The variables pointing an agent box's package manager at `data`.
     pub fn env_for(&self, data: &Path) -> Vec<String> {
-        self.env
+        with_dir(self.env, data)
+    }
+
+    /// The variables pointing the refresh box's install step at `data`.
+    pub fn fill_env_for(&self, data: &Path) -> Vec<String> {
+        with_dir(self.fill_env, data)
+    }
+
+    /// The install step with `{dir}` made `data`.
+    pub fn install_for(&self, data: &Path) -> Vec<String> {
+        let dir = data.display().to_string();
+        self.install
             .iter()
-            .map(|(k, v)| format!("{k}={}", v.replace("{dir}", &data.display().to_string())))
+            .map(|a| a.replace("{dir}", &dir))
             .collect()
+    }
+
+    /// Every variable name this ecosystem sets in any box.
+    pub fn var_names(&self) -> impl Iterator<Item = &'static str> {
+        self.env.iter().chain(self.fill_env).map(|(k, _)| *k)
     }
 
     /// The key of the project rooted at `root`: `None` when it has none of the lockfiles.
@@ -231,6 +317,12 @@ impl Ecosystem {
         let d = h.finalize();
         Ok(Some(format!("{:x}", d)[..32].to_string()))
     }
+}
+
+fn with_dir(vars: &[(&str, &str)], data: &Path) -> Vec<String> {
+    vars.iter()
+        .map(|(k, v)| format!("{k}={}", v.replace("{dir}", &data.display().to_string())))
+        .collect()
 }
 
 /// `.git/.h5i/cache` of one clone.
@@ -385,12 +477,23 @@ mod tests {
     #[test]
     fn the_ready_to_paste_profile_parses_and_names_only_the_registry() {
         for eco in ECOSYSTEMS {
-            let f = h5i_policy::parse_env_file(Path::new(".h5i/env.toml"), &eco.profile_text())
-                .unwrap();
-            assert_eq!(
-                f.profile_names().collect::<Vec<_>>(),
-                [eco.profile_name().as_str()]
-            );
+            let mirror = mirror::Mirror {
+                env: Vec::new(),
+                hosts: vec!["mirror.example.com:443".into()],
+            };
+            for text in [
+                eco.profile_text(&mirror::Mirror::default()),
+                eco.profile_text(&mirror),
+            ] {
+                let f = h5i_policy::parse_env_file(Path::new(".h5i/env.toml"), &text).unwrap();
+                assert_eq!(
+                    f.profile_names().collect::<Vec<_>>(),
+                    [eco.profile_name().as_str()]
+                );
+            }
+            assert!(eco
+                .profile_text(&mirror)
+                .contains("egress = [\"mirror.example.com:443\"]"));
         }
     }
 

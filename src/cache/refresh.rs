@@ -5,7 +5,8 @@
 //! profile written out ready to paste, before any box exists; create a dedicated box from this
 //! repository at HEAD at the supervised tier, with no agent; key the cache by the lockfiles in
 //! that box's workspace; run the ecosystem's install step alone there with a fresh staging
-//! directory as the only cache it can write; on exit 0, take the staging directory back from
+//! directory as the only cache it can write and the registry settings the host's own
+//! configuration names ([`super::mirror`]); on exit 0, take the staging directory back from
 //! the box's identity, store it under its key (replacing this ecosystem's other caches: one
 //! per project and ecosystem) and remove the box.
 //!
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use h5i_policy::{NetMode, ResolveRequest, Tier};
 
+use super::mirror::Mirror;
 use super::{tree_bytes, CacheError, CacheRoot, Ecosystem, RefreshRecord};
 use crate::error::BoxError;
 use crate::session::{Purpose, RunOutcome, RunSession};
@@ -93,6 +95,7 @@ impl Drop for Scratch<'_> {
 fn registry_policy(
     store: &BoxStore,
     eco: &Ecosystem,
+    mirror: &Mirror,
     req: &ResolveRequest,
 ) -> Result<h5i_policy::ResolvedPolicy, CacheError> {
     let profile = eco.profile_name();
@@ -100,7 +103,7 @@ fn registry_policy(
         eco: eco.name,
         profile: profile.clone(),
         why,
-        text: eco.profile_text(),
+        text: eco.profile_text(mirror),
     };
     let declared = match crate::create::policy_file_text(store)? {
         None => return Err(refuse("there is no .h5i/env.toml".into())),
@@ -148,7 +151,8 @@ pub fn refresh(
         isolation: Some(Tier::Supervised.as_str().to_string()),
         ..ResolveRequest::default()
     };
-    registry_policy(store, eco, &req)?;
+    let mirror = (eco.mirror)(&|k| std::env::var(k).ok());
+    registry_policy(store, eco, &mirror, &req)?;
 
     let box_name = format!("cache-{}-refresh-{}", eco.name, std::process::id());
     let mut scratch = Scratch {
@@ -182,7 +186,17 @@ pub fn refresh(
         .and_then(|ids| ids.own(std::slice::from_ref(&data)))
         .map_err(BoxError::from)?;
 
-    let run = install(store, &box_name, &root, eco, &data, progress)?;
+    let inside = h5i_policy::inbox::cache_dir(eco.name);
+    let argv = eco.install_for(Path::new(&inside));
+    let fill = Fill {
+        root: &root,
+        eco,
+        mirror: &mirror,
+        data: &data,
+        inside: &inside,
+        argv: &argv,
+    };
+    let run = install(store, &box_name, &fill, progress)?;
     if run.exit.passthrough_code() != 0 {
         return Err(CacheError::InstallFailed {
             eco: eco.name,
@@ -203,7 +217,7 @@ pub fn refresh(
         eco: eco.name.to_string(),
         key: key.clone(),
         at_ms: now_ms(),
-        argv: eco.install.iter().map(|s| s.to_string()).collect(),
+        argv,
         wall_ms: run.wall.as_millis() as u64,
         policy_digest: sb.manifest.policy_digest.clone(),
         egress: run.egress,
@@ -240,29 +254,47 @@ pub fn refresh(
     })
 }
 
+/// What one refresh box fills, and from where.
+struct Fill<'a> {
+    root: &'a CacheRoot,
+    eco: &'a Ecosystem,
+    mirror: &'a Mirror,
+    /// The staging data directory on the host.
+    data: &'a Path,
+    /// Where the box sees it.
+    inside: &'a str,
+    /// The install step.
+    argv: &'a [String],
+}
+
 /// Run the install step in the refresh box at the supervised tier, `data` its only writable
-/// cache, with a progress line while it runs.
+/// cache and the host's mirror settings its only registry settings, with a progress line while
+/// it runs.
 fn install(
     store: &BoxStore,
     box_name: &str,
-    root: &CacheRoot,
-    eco: &Ecosystem,
-    data: &Path,
+    fill: &Fill,
     progress: &(dyn Fn(Progress) + Sync),
 ) -> Result<RunOutcome, CacheError> {
     let session = RunSession::open(store, box_name, Purpose::CacheRefresh)?;
-    // The run path offers every agent box the matching cache read-only; the refresh box gets
-    // only its own staging directory, read-write.
-    let inside = h5i_policy::inbox::cache_dir(eco.name);
+    // The run path offers every agent box the matching caches read-only; the refresh box gets
+    // none of them, only its own staging directory, read-write.
     let own_cache = |plan: &mut h5i_runtime::bundle::BundlePlan| {
-        plan.binds.retain(|b| !b.source.starts_with(&root.dir));
-        plan.env
-            .retain(|e| !eco.env.iter().any(|(k, _)| e.starts_with(&format!("{k}="))));
+        plan.binds.retain(|b| !b.source.starts_with(&fill.root.dir));
+        plan.env.retain(|e| {
+            !super::ECOSYSTEMS
+                .iter()
+                .flat_map(Ecosystem::var_names)
+                .any(|k| e.starts_with(&format!("{k}=")))
+        });
         plan.binds
-            .push(h5i_runtime::bundle::Bind::rw(data, &inside));
-        plan.env.extend(eco.env_for(Path::new(&inside)));
+            .push(h5i_runtime::bundle::Bind::rw(fill.data, fill.inside));
+        plan.env
+            .extend(fill.eco.fill_env_for(Path::new(fill.inside)));
+        plan.env.extend(fill.mirror.env.iter().cloned());
     };
-    let mut req = session.request(eco.install.iter().map(OsString::from).collect());
+    let data = fill.data;
+    let mut req = session.request(fill.argv.iter().map(OsString::from).collect());
     req.edit_plan = Some(&own_cache);
     let started = Instant::now();
     progress(Progress { bytes: 0, secs: 0 });

@@ -31,14 +31,18 @@ pub enum CacheVerb {
         json: bool,
     },
     /// Populate one ecosystem's cache, in a dedicated box with no agent in it; needs the
-    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts.
+    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts. pip and go
+    /// fetch from the mirror the host's own configuration names (pip.conf and PIP_INDEX_URL,
+    /// PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE; GOPROXY, GOSUMDB, GONOSUMDB,
+    /// GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file, GOENV), which the refresh box is
+    /// handed.
     Refresh {
-        /// The ecosystem (npm).
+        /// The ecosystem: npm, cargo, pip or go.
         eco: String,
     },
     /// Remove one ecosystem's caches.
     Rm {
-        /// The ecosystem (npm).
+        /// The ecosystem: npm, cargo, pip or go.
         eco: String,
     },
 }

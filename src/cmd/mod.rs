@@ -5,6 +5,7 @@ mod box_cmd;
 mod browser_cmd;
 mod cache_cmd;
 mod completion;
+mod env_help;
 mod host_cmd;
 mod man;
 pub mod out;
@@ -17,7 +18,14 @@ pub use box_cmd::RunRefused;
 
 /// h5i: a contained development environment for coding agents.
 #[derive(Debug, Parser)]
-#[command(name = "h5i", version, about, long_about = None, propagate_version = true)]
+#[command(
+    name = "h5i",
+    version,
+    about,
+    long_about = None,
+    propagate_version = true,
+    after_long_help = env_help::TEXT
+)]
 pub struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -1,0 +1,30 @@
+//! The environment variables h5i reads, for `h5i --help` (after the commands) and h5i(1)
+//! (clap_mangen renders it as the page's EXTRA section). `tests/cli_docs.rs` scans the
+//! workspace's sources for every variable the code reads and insists it is named here.
+
+/// The text: one variable (or a group of them) a line, what it does.
+pub const TEXT: &str = "\
+Environment (all optional):
+  H5I_AGENT               box create --agent: the runtime a box is scoped to (claude, codex)
+  H5I_DEFAULT_ISOLATION   box create --default-isolation: this clone's default tier
+  H5I_CREDENTIAL_PROXY    box create --credential-proxy: 0 turns the credential proxy off
+  H5I_SECRET_<NAME>       the default source of the secret grant <NAME> (one run, redacted)
+  H5I_SKILL_DIR           where `h5i skill install` writes
+  H5I_LOG                 tracing filter for h5i's own diagnostics on stderr, e.g. h5i=debug
+                          (RUST_LOG when H5I_LOG is unset); every h5i binary reads it
+  H5I_NO_PROBE_CACHE      re-probe host capabilities instead of reusing the cached answer
+  H5I_SANDBOX             off: a container per run instead of the long-lived box sandbox
+  H5I_CONTAINER_USER      the engine user whose rootless Podman runs a root caller's
+                          container boxes (overrides /etc/h5i/container.toml)
+  H5I_TEST_HOSTS          test seam, with H5I_TEST_CA_FILE: name=ip:port pins for the
+                          credential proxy and a DER test CA it trusts (both or neither)
+  H5I_BLESS_SECCOMP       developers: rewrite the seccomp golden data in its unit test
+Read on the host for `box cache refresh` (the mirror the refresh box fetches from):
+  PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE (and pip.conf);
+  GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE, GOENV (and Go's env file);
+  XDG_CONFIG_HOME, HOME
+Passed from the caller into a box's runs: TERM, LANG, LC_ALL, COLORTERM, NO_COLOR, and the
+  variables a profile's `credential_env` names (read on the host, never seen in the box)
+Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF (for Podman)
+Set by h5i inside a box (do not set them yourself): H5I_ENV_ID, H5I_ENV_POLICY_DIGEST,
+  H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>";
