@@ -65,6 +65,8 @@ PACKAGES=(
     zsh
     # runtime/tests/containerd.rs: containerd's runc v2 shim pointed at h5i-runc (ctr run).
     containerd
+    # tests/box_cache.rs: the pip and go caches, filled and used by the host's own tools.
+    python3-pip golang-go
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
     awk '$2 == "ii" { print $1 }' || true)"
