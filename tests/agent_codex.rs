@@ -146,9 +146,9 @@ fn codex_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
 }
 
 /// Codex loaded h5i's skill (the one embedded in h5i, in Codex's read-only system folder): the
-/// request that opened the session, as the model service received it, lists the skill by its
-/// name and its description (read from `skills/h5i/SKILL.md`) with the path Codex loaded it
-/// from.
+/// request that opened the session, as the model service received it, lists the skill in its
+/// catalog by its name and its description (read from `skills/h5i/SKILL.md`) with the file
+/// Codex found it in.
 fn codex_loaded_the_skill(m: &Model, tier: &str) {
     let skill = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/h5i/SKILL.md"),
@@ -165,13 +165,19 @@ fn codex_loaded_the_skill(m: &Model, tier: &str) {
         .find(|l| l.kind == Kind::Turn(0))
         .expect("the session's first turn");
     let sent = first.seen.all_text();
-    // The entry: the description, then (within a few hundred characters) the file it names.
-    let entry: Option<String> = sent
-        .find(description)
-        .map(|at| sent[at..].chars().take(description.len() + 400).collect());
+    // Its entry in Codex's catalog of available skills: `- NAME: DESCRIPTION (file: PATH)`,
+    // the path under one of Codex's aliased skill roots (`r0/h5i/SKILL.md`).
+    let entry = format!("- h5i: {description} (file: ");
+    let path: Option<String> = sent.find(&entry).map(|at| {
+        sent[at + entry.len()..]
+            .chars()
+            .take_while(|c| *c != ')')
+            .collect()
+    });
     assert!(
-        entry.is_some_and(|e| e.contains("/skills/h5i/SKILL.md")),
-        "at {tier}, Codex did not list h5i's skill to the model: {sent}"
+        path.as_deref()
+            .is_some_and(|p| p.ends_with("/h5i/SKILL.md")),
+        "at {tier}, Codex did not list h5i's skill to the model ({path:?}): {sent}"
     );
 }
 
