@@ -222,9 +222,12 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             });
             out.push(match egress {
                 Some(t) => format!(
-                    "egress      allowed {}; denied {}",
+                    "egress      allowed {}; denied {}{}",
                     tally_text(&t.allowed),
-                    tally_text(&t.denied)
+                    tally_text(&t.denied),
+                    t.uncounted
+                        .map(|u| format!("; uncounted: {}", u.describe()))
+                        .unwrap_or_default()
                 ),
                 None => "egress      no tally (nothing at this tier counted connections)".into(),
             });
@@ -573,6 +576,7 @@ mod tests {
                 egress: Some(EgressTally {
                     allowed: Default::default(),
                     denied: [("198.19.0.2:443".to_string(), 2)].into(),
+                    uncounted: None,
                 }),
                 socket_gate: None,
             },

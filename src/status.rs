@@ -27,8 +27,9 @@ pub struct Enforcement {
     pub asked: String,
     /// Whether this tier holds it.
     pub enforced: bool,
-    /// Why a row is not enforced when its reason is its own (shown under it as `* what: note`);
-    /// rows without one share the report's `unenforced_reason`.
+    /// Why a row is not enforced when its reason is its own (shown under it as `* what: note`;
+    /// rows without one share the report's `unenforced_reason`), or, on an enforced row, what it
+    /// does not cover (shown as `- what: note`).
     pub note: Option<String>,
 }
 
@@ -167,7 +168,8 @@ pub fn enforcement_of(
             what: "network",
             asked: net,
             enforced: confined,
-            note: None,
+            note: h5i_policy::receipt::UncountedEgress::at(policy.tier, policy.net.mode)
+                .map(|u| format!("not counted: {}", u.describe())),
         },
         Enforcement {
             what: "unix sockets",

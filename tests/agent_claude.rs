@@ -4,9 +4,11 @@
 //! the edit in `box diff` and in the export's patch, the real credential at the model service
 //! and nowhere the box could see it.
 //!
-//! The model service listens on 127.0.0.1 with a certificate from a CA this test made; the
-//! credential proxy is pointed at it through h5i's test seams (`H5I_TEST_HOSTS`,
-//! `H5I_TEST_CA_FILE`), never through the system resolver. Runs as root (CI).
+//! The model service listens on a test host of the test's own (a `198.18.0.0/15` address in a
+//! network namespace the test made) with a certificate from a CA this test made; the credential
+//! proxy is pointed at it through h5i's test seams (`H5I_TEST_HOSTS`, `H5I_TEST_CA_FILE`), never
+//! through the system resolver. Every tier runs twice: h5i as root, and as the unprivileged test
+//! user `h5i-test` (`_as_h5i_test`); the test process itself is root (it makes the test hosts).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "model/agent.rs"]
@@ -91,15 +93,19 @@ fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
 /// Claude Code, in a box at `tier`, plays the fix script against the scripted model (checks in
 /// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
 /// the test cannot make its denied host (not root) it has said `skipped:`.
-fn claude_fixes_the_greeting(test: &str, tier: &str) {
+fn claude_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
     let Some(denied) = DeniedHost::up(test) else {
         return;
     };
-    let r = agent::greeting_box(&CLAUDE_AGENT, "cl", tier);
-    let m = Model::start(
+    let mut c = agent::greeting_box(&CLAUDE_AGENT, "cl", tier, as_user);
+    let Some(m) = Model::start(
+        test,
         &CLAUDE_AGENT,
+        &c,
         fix_script(&format!("{WORK}/greeting.txt"), denied.ip()),
-    );
+    ) else {
+        return;
+    };
     let argv = [
         "claude",
         "-p",
@@ -111,7 +117,7 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) {
     ];
     let report = agent::check_session(
         &CLAUDE_AGENT,
-        &r,
+        &mut c,
         "cl",
         tier,
         &m,
@@ -123,7 +129,7 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) {
     // settings, listed under the host-observed run in the script's order.
     let file = format!("{WORK}/greeting.txt");
     agent::tool_calls_listed(
-        &r,
+        &c,
         "cl",
         &report,
         "claude",
@@ -142,7 +148,16 @@ fn claude_fixes_the_greeting(test: &str, tier: &str) {
 fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "process");
+        claude_fixes_the_greeting(test, "process", false);
+    }
+}
+
+#[test]
+fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test =
+        "claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CLAUDE) {
+        claude_fixes_the_greeting(test, "process", true);
     }
 }
 
@@ -150,19 +165,32 @@ fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
 fn claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "supervised");
+        claude_fixes_the_greeting(test, "supervised", false);
+    }
+}
+
+#[test]
+fn claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test =
+        "claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CLAUDE) {
+        claude_fixes_the_greeting(test, "supervised", true);
     }
 }
 
 #[test]
 fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key";
-    if !common::require_root(
-        test,
-        "the container tier runs as the engine user make setup made",
-    ) || !agent::image_built(test, CLAUDE_AGENT.image)
-    {
-        return;
+    if agent::have_agent(test, CLAUDE) && agent::image_built(test, CLAUDE_AGENT.image) {
+        claude_fixes_the_greeting(test, "container", false);
     }
-    claude_fixes_the_greeting(test, "container");
+}
+
+#[test]
+fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test =
+        "claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CLAUDE) && agent::image_built(test, CLAUDE_AGENT.image) {
+        claude_fixes_the_greeting(test, "container", true);
+    }
 }

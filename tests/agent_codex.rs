@@ -15,8 +15,10 @@
 //! script below is that, and Codex's hooks fire once per nested call (as `Bash` and
 //! `apply_patch`), not per `exec` cell.
 //!
-//! The model service listens on 127.0.0.1 with a certificate from a CA this test made; the
-//! credential proxy is pointed at it through h5i's test seams. Runs as root (CI).
+//! The model service listens on a test host of the test's own (a `198.18.0.0/15` address in a
+//! network namespace the test made) with a certificate from a CA this test made; the credential
+//! proxy is pointed at it through h5i's test seams. Every tier runs twice: h5i as root, and as
+//! the unprivileged test user `h5i-test` (`_as_h5i_test`); the test process itself is root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "model/agent.rs"]
@@ -29,7 +31,7 @@ mod support;
 use std::net::Ipv4Addr;
 
 use agent::{Agent, DeniedHost, Model};
-use model::{Api, Call, Turn};
+use model::{Api, Call, Kind, Turn};
 use serde_json::Value;
 
 const CODEX: &str = "/usr/local/bin/codex";
@@ -106,15 +108,17 @@ fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
 /// Codex, in a box at `tier`, plays the fix script against the scripted model (checks in
 /// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
 /// the test cannot make its denied host (not root) it has said `skipped:`.
-fn codex_fixes_the_greeting(test: &str, tier: &str) {
+fn codex_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
     let Some(denied) = DeniedHost::up(test) else {
         return;
     };
-    let r = agent::greeting_box(&CODEX_AGENT, "cx", tier);
-    let m = Model::start(&CODEX_AGENT, fix_script(denied.ip()));
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, fix_script(denied.ip())) else {
+        return;
+    };
     let report = agent::check_session(
         &CODEX_AGENT,
-        &r,
+        &mut c,
         "cx",
         tier,
         &m,
@@ -122,10 +126,11 @@ fn codex_fixes_the_greeting(test: &str, tier: &str) {
         "The greeting is fixed.",
     );
     denied.was_refused(&CODEX_AGENT, tier, &report);
+    codex_loaded_the_skill(&m, tier);
     // What the agent ran, call by call, staged by h5i's hooks from Codex's read-only system
     // folder, listed under the host-observed run in the script's order.
     agent::tool_calls_listed(
-        &r,
+        &c,
         "cx",
         &report,
         "codex",
@@ -140,11 +145,55 @@ fn codex_fixes_the_greeting(test: &str, tier: &str) {
     );
 }
 
+/// Codex loaded h5i's skill (the one embedded in h5i, in Codex's read-only system folder): the
+/// request that opened the session, as the model service received it, lists the skill in its
+/// catalog by its name and its description (read from `skills/h5i/SKILL.md`) with the file
+/// Codex found it in.
+fn codex_loaded_the_skill(m: &Model, tier: &str) {
+    let skill = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("skills/h5i/SKILL.md"),
+    )
+    .unwrap();
+    let description = skill
+        .lines()
+        .find_map(|l| l.strip_prefix("description: "))
+        .expect("SKILL.md has a description");
+    let first = m
+        .service
+        .requests()
+        .into_iter()
+        .find(|l| l.kind == Kind::Turn(0))
+        .expect("the session's first turn");
+    let sent = first.seen.all_text();
+    // Its entry in Codex's catalog of available skills: `- NAME: DESCRIPTION (file: PATH)`,
+    // the path under one of Codex's aliased skill roots (`r0/h5i/SKILL.md`).
+    let entry = format!("- h5i: {description} (file: ");
+    let path: Option<String> = sent.find(&entry).map(|at| {
+        sent[at + entry.len()..]
+            .chars()
+            .take_while(|c| *c != ')')
+            .collect()
+    });
+    assert!(
+        path.as_deref()
+            .is_some_and(|p| p.ends_with("/h5i/SKILL.md")),
+        "at {tier}, Codex did not list h5i's skill to the model ({path:?}): {sent}"
+    );
+}
+
 #[test]
 fn codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
     let test = "codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CODEX) {
-        codex_fixes_the_greeting(test, "process");
+        codex_fixes_the_greeting(test, "process", false);
+    }
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test = "codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_fixes_the_greeting(test, "process", true);
     }
 }
 
@@ -152,19 +201,32 @@ fn codex_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
 fn codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key() {
     let test = "codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CODEX) {
-        codex_fixes_the_greeting(test, "supervised");
+        codex_fixes_the_greeting(test, "supervised", false);
+    }
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test =
+        "codex_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_fixes_the_greeting(test, "supervised", true);
     }
 }
 
 #[test]
 fn codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     let test = "codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key";
-    if !common::require_root(
-        test,
-        "the container tier runs as the engine user make setup made",
-    ) || !agent::image_built(test, CODEX_AGENT.image)
-    {
-        return;
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_fixes_the_greeting(test, "container", false);
     }
-    codex_fixes_the_greeting(test, "container");
+}
+
+#[test]
+fn codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test() {
+    let test =
+        "codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_fixes_the_greeting(test, "container", true);
+    }
 }

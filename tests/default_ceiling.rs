@@ -259,13 +259,7 @@ fn allocation_past_the_default_ceiling(c: &mut Caller, tier: &str) {
     }
 
     // h5i's record of it.
-    let receipts = std::fs::read_to_string(c.box_dir("ceil").join("receipts.jsonl")).unwrap();
-    let rec: serde_json::Value = receipts
-        .lines()
-        .rev()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .find(|r| r["lane"] == "host-env-run")
-        .unwrap();
+    let rec = c.last_run("ceil");
     assert_eq!(rec["exit"]["oom_killed"], true, "{rec}");
     assert_eq!(rec["oom"]["limit_bytes"], CEILING, "{rec}");
     assert!(rec["oom"]["kill_count"].as_u64().unwrap() >= 1, "{rec}");

@@ -488,3 +488,92 @@ fn probe_reports_what_this_host_can_enforce() {
         assert!(text.contains(want), "missing `{want}` in:\n{text}");
     }
 }
+
+/// A process box's own connection to a test host is refused by the kernel (no route out of its
+/// loopback-only network: `ENETUNREACH`, the host never reached), the box cannot give itself a
+/// route (`ip route add` refused: it holds no capability), and since no counter at this tier can
+/// see that attempt, the run's receipt, `box status` and the export's report say so rather than
+/// reading as a complete tally. As root and as the unprivileged test user.
+fn a_direct_connection_is_refused_and_said_to_be_uncounted(as_user: bool) {
+    let test = "a_direct_connection_is_refused_and_said_to_be_uncounted";
+    let Some(mut hosts) = common::testnet::TestHosts::up(test, &[8080], &[]) else {
+        return;
+    };
+    let mut c = common::Caller::either(as_user);
+    let who = c.who();
+    c.create_at("nc", "process");
+    let script = r#"
+import errno, socket, subprocess, sys
+s = socket.socket()
+s.settimeout(10)
+try:
+    s.connect((sys.argv[1], 8080))
+    print("connect=OK")
+except OSError as e:
+    print("connect=%s" % errno.errorcode.get(e.errno, e.errno))
+r = subprocess.run(["/usr/bin/ip", "route", "add", sys.argv[1], "dev", "lo"], capture_output=True, text=True)
+print("route=%d %s" % (r.returncode, r.stderr.strip()))
+"#;
+    let first = hosts.first.to_string();
+    let out = c.h5i(&["box", "run", "nc", "--", "python3", "-c", script, &first]);
+    let res = probe_results(&stdout(&out));
+    assert_eq!(
+        res.get("connect").map(String::as_str),
+        Some("ENETUNREACH"),
+        "{who}: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        res["route"].starts_with('2') && res["route"].contains("Operation not permitted"),
+        "{who}: the box gave itself a route: {res:?}"
+    );
+    assert_eq!(
+        hosts.log(),
+        Vec::<String>::new(),
+        "{who}: the host was reached"
+    );
+
+    let rec = c.last_run("nc");
+    assert_eq!(
+        rec["egress"]["uncounted"], "refused-without-count",
+        "{who}: {rec}"
+    );
+    assert_eq!(
+        rec["egress"]["denied"],
+        serde_json::json!({}),
+        "{who}: {rec}"
+    );
+
+    let status = c.ok(&["box", "status", "nc"]);
+    assert!(
+        status.contains(
+            "- network: not counted: connections the box makes itself are refused by the kernel"
+        ),
+        "{who}: {status}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(c.uid()), Some(c.uid())).unwrap();
+    let review = dir.path().join("review");
+    c.ok(&["box", "export", "nc", "--out", review.to_str().unwrap()]);
+    let report = std::fs::read_to_string(review.join("report.md")).unwrap();
+    let denied = report
+        .split("## Denied egress attempts")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap();
+    assert!(
+        denied.contains("Not counted: connections the box makes itself are refused by the kernel"),
+        "{who}: {denied}"
+    );
+}
+
+#[test]
+fn a_direct_connection_is_refused_by_the_kernel_and_said_to_be_uncounted() {
+    a_direct_connection_is_refused_and_said_to_be_uncounted(false);
+}
+
+#[test]
+fn a_direct_connection_is_refused_by_the_kernel_and_said_to_be_uncounted_as_h5i_test() {
+    a_direct_connection_is_refused_and_said_to_be_uncounted(true);
+}

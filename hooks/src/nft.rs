@@ -208,7 +208,11 @@ pub fn tally(json: &[u8], rules: &[PinnedRule]) -> Result<EgressTally, TallyErro
     if total > keyed {
         denied.insert(UNRECORDED_KEY.to_string(), total - keyed);
     }
-    Ok(EgressTally { allowed, denied })
+    Ok(EgressTally {
+        allowed,
+        denied,
+        uncounted: None,
+    })
 }
 
 fn rule_packets(rule: &Value) -> Option<u64> {

@@ -130,6 +130,55 @@ pub struct EgressTally {
     pub allowed: std::collections::BTreeMap<String, u64>,
     /// `host:port` -> denied attempt count.
     pub denied: std::collections::BTreeMap<String, u64>,
+    /// The connections no counter of this run could see, when the tier has such (the process
+    /// tier: only its credential proxy counts), so the counts are never read as all of the
+    /// run's egress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncounted: Option<UncountedEgress>,
+}
+
+/// Connections a run makes that no counter of its tier sees: what an [`EgressTally`] cannot
+/// hold. Set by the tier, from its network mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UncountedEgress {
+    /// The box's network namespace has loopback only (the process tier, `net = "deny"`): the
+    /// kernel refuses every connection the box makes itself (`ENETUNREACH`: no route) before a
+    /// packet exists, so nothing counts the attempt.
+    RefusedWithoutCount,
+    /// The box shares the host's network (the process tier, `net = "host"`): its own
+    /// connections go out, and nothing counts them.
+    HostNetwork,
+}
+
+impl UncountedEgress {
+    /// What no counter sees at `tier` with network `mode`: the process tier's own connections
+    /// (it has no egress table; its credential proxy is its only counter); `None` elsewhere
+    /// (the supervised table and the container proxy count what they refuse; the workspace
+    /// tier confines nothing and says so itself).
+    pub fn at(tier: crate::tier::Tier, mode: crate::resolved::NetMode) -> Option<Self> {
+        use crate::resolved::NetMode;
+        match (tier, mode) {
+            (crate::tier::Tier::Process, NetMode::Deny) => Some(Self::RefusedWithoutCount),
+            (crate::tier::Tier::Process, NetMode::Host) => Some(Self::HostNetwork),
+            _ => None,
+        }
+    }
+
+    /// One sentence for a reader (report, inspect, status).
+    pub fn describe(self) -> &'static str {
+        match self {
+            UncountedEgress::RefusedWithoutCount => {
+                "connections the box makes itself are refused by the kernel (no route out of \
+                 its loopback-only network) and counted by nothing at this tier; only the \
+                 credential proxy counts what it refuses"
+            }
+            UncountedEgress::HostNetwork => {
+                "the box shares the host's network, so its own connections go out and nothing \
+                 at this tier counts them; only the credential proxy counts what it refuses"
+            }
+        }
+    }
 }
 
 impl EgressTally {
@@ -143,6 +192,7 @@ impl EgressTally {
             for (k, n) in other.denied {
                 *self.denied.entry(k).or_default() += n;
             }
+            self.uncounted = self.uncounted.or(other.uncounted);
         }
         self
     }

@@ -946,9 +946,13 @@ fn print_status(s: &h5i::status::StatusReport) {
     if let Some(why) = &s.unenforced_reason {
         say!("  * {why}");
     }
-    for e in s.enforcement.iter().filter(|e| !e.enforced) {
+    for e in &s.enforcement {
         if let Some(note) = &e.note {
-            say!("  * {}: {note}", e.what);
+            say!(
+                "  {} {}: {note}",
+                if e.enforced { "-" } else { "*" },
+                e.what
+            );
         }
     }
     if let Some(t) = &s.egress_table {

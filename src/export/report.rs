@@ -338,6 +338,7 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
     // host:port -> (count, [(seq, host observed)])
     let mut denied: BTreeMap<String, (u64, Vec<(u64, bool)>)> = BTreeMap::new();
     let mut counted = 0usize;
+    let mut uncounted = std::collections::BTreeSet::new();
     for r in &input.receipts.records {
         if let RecordBody::Run {
             egress: Some(tally),
@@ -345,6 +346,9 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
         } = &r.body
         {
             counted += 1;
+            if let Some(u) = tally.uncounted {
+                uncounted.insert(u.describe());
+            }
             for (dest, n) in &tally.denied {
                 let e = denied.entry(dest.clone()).or_default();
                 e.0 += n;
@@ -372,10 +376,17 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
             );
         }
         out.push('\n');
+        uncounted_egress(out, &uncounted);
         return;
     }
     let tier = c(input.tier);
-    let text = if counted > 0 {
+    let text = if counted > 0 && !uncounted.is_empty() {
+        format!(
+            "None recorded: the credential proxy counted for {counted} run(s) at this box's tier \
+             ({}) and refused none.",
+            code(&tier)
+        )
+    } else if counted > 0 {
         format!(
             "None recorded: the egress allowlist counted connections for {counted} run(s) at this \
              box's tier ({}) and refused none.",
@@ -408,6 +419,15 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
         }
     };
     let _ = writeln!(out, "{text}\n");
+    uncounted_egress(out, &uncounted);
+}
+
+/// What the runs' tallies say no counter saw, one line each: nothing counted there is not the
+/// same as nothing attempted.
+fn uncounted_egress(out: &mut String, uncounted: &std::collections::BTreeSet<&str>) {
+    for what in uncounted {
+        let _ = writeln!(out, "Not counted: {what}.\n");
+    }
 }
 
 fn exit_text(e: &ExitOutcome) -> String {
@@ -939,6 +959,40 @@ mod tests {
         assert!(t.contains("line 4: torn"));
         assert!(t.contains("record(s) #2..#2 are missing"));
         assert!(t.contains("None staged."));
+    }
+
+    #[test]
+    fn a_process_tier_tally_says_what_no_counter_saw_with_or_without_denials() {
+        let uncounted = |denied: &[(&str, u64)]| EgressTally {
+            denied: denied.iter().map(|(k, n)| (k.to_string(), *n)).collect(),
+            uncounted: Some(h5i_policy::receipt::UncountedEgress::RefusedWithoutCount),
+            ..EgressTally::default()
+        };
+        let g = gated();
+        for (tally, listed) in [
+            (uncounted(&[("`api.openai.com:443` refused", 1)]), true),
+            (uncounted(&[]), false),
+        ] {
+            let receipts = ReceiptReadout {
+                records: vec![run(1, ReceiptLane::HostEnvRun, &["claude"], Some(tally))],
+                damaged: vec![],
+            };
+            let r = render_report(
+                &input(&receipts, &g, "process", None),
+                &Redactor::default(),
+                1 << 20,
+            )
+            .unwrap();
+            let section = r.text.split(SECTIONS[1]).next().unwrap();
+            assert_eq!(section.contains("api.openai.com:443"), listed, "{section}");
+            assert!(!section.contains("egress allowlist"), "{section}");
+            assert!(
+                section.contains(
+                    "Not counted: connections the box makes itself are refused by the kernel"
+                ),
+                "{section}"
+            );
+        }
     }
 
     fn staged(seq: u64, event: &str, tool: &str, id: &str, what: &str) -> ReceiptRecord {

@@ -12,8 +12,8 @@ use std::io::{Read, Seek};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Duration;
 
-use h5i_policy::receipt::EgressTally;
-use h5i_policy::ResolvedPolicy;
+use h5i_policy::receipt::{EgressTally, UncountedEgress};
+use h5i_policy::{ResolvedPolicy, Tier};
 use h5i_runtime::bundle::BundlePlan;
 use h5i_runtime::process_tier::{Console, ProcessRunReport};
 use h5i_runtime::pty::{ConsoleSocket, PtyProxy};
@@ -26,6 +26,7 @@ pub(super) struct Process;
 
 impl TierBackend for Process {
     fn run(&self, resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
+        let uncounted = uncounted_egress(resolved.policy);
         let mut plan = plan_for(&resolved, &req)?;
         if let Network::JoinService(pid) = req.network {
             crate::process::join_network_of(&mut plan, pid);
@@ -38,13 +39,24 @@ impl TierBackend for Process {
                 return Ok(TierRun::supervised(
                     run.report.child,
                     run.report.cage.oom,
-                    None,
+                    Some(uncounted),
                 ));
             }
         }
         let (run, egress) = run_in_container(resolved, plan, req.wall, req.stdio)?;
         let run = run?;
-        Ok(TierRun::supervised(run.child, run.cage.oom, egress))
+        let egress = uncounted.merged(egress);
+        Ok(TierRun::supervised(run.child, run.cage.oom, Some(egress)))
+    }
+}
+
+/// The process tier's egress tally before its credential proxy's counts are added: empty, and
+/// saying what no counter here sees (the tier has no egress table), so the receipt never reads
+/// as all of the run's egress.
+fn uncounted_egress(policy: &ResolvedPolicy) -> EgressTally {
+    EgressTally {
+        uncounted: UncountedEgress::at(Tier::Process, policy.net.mode),
+        ..EgressTally::default()
     }
 }
 

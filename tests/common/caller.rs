@@ -265,6 +265,21 @@ impl Caller {
         out
     }
 
+    /// [`Caller::h5i_with`], bounded by `limit` (see [`super::output_bounded`]).
+    pub fn h5i_bounded(
+        &mut self,
+        args: &[&str],
+        extra: &[(&str, &str)],
+        limit: std::time::Duration,
+    ) -> Output {
+        let keep = self.env.len();
+        self.env
+            .extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let cmd = self.h5i_in(&self.repo(), args);
+        self.env.truncate(keep);
+        super::output_bounded(cmd, limit, &format!("h5i {args:?} as {}", self.who()))
+    }
+
     /// Run h5i and insist it succeeded; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         succeeded(&self.h5i(args), args, self.who())
@@ -292,12 +307,32 @@ impl Caller {
         assert!(out.status.success(), "{}", stderr(&out));
     }
 
+    /// The directory of box `name` (under its agent's directory: `none` unless the box was
+    /// made for an agent runtime).
     pub fn box_dir(&self, name: &str) -> PathBuf {
-        self.repo().join(".git/.h5i/env/none").join(name)
+        let env = self.repo().join(".git/.h5i/env");
+        std::fs::read_dir(&env)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|agent| agent.path().join(name))
+            .find(|d| d.join("manifest.json").exists())
+            .unwrap_or_else(|| env.join("none").join(name))
     }
 
     pub fn workspace(&self, name: &str) -> PathBuf {
         self.box_dir(name).join("workspace")
+    }
+
+    /// Box `name`'s latest host-observed run record.
+    pub fn last_run(&self, name: &str) -> serde_json::Value {
+        let receipts = std::fs::read_to_string(self.box_dir(name).join("receipts.jsonl")).unwrap();
+        receipts
+            .lines()
+            .rev()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .find(|r| r["lane"] == "host-env-run")
+            .expect("a host-env-run receipt")
     }
 
     pub fn manifest(&self, name: &str) -> serde_json::Value {

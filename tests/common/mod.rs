@@ -224,18 +224,48 @@ pub fn wait_bounded(
     what: &str,
 ) -> std::process::ExitStatus {
     let pid = child.id() as libc::pid_t;
+    within(limit, what, pid, move || child.wait()).unwrap()
+}
+
+/// Run `cmd` (stdin empty, output captured) as the leader of a process group of its own, for
+/// at most `limit`; past it, SIGTERM the group, then after a short grace SIGKILL it, and fail
+/// the test: a hung agent fails its test instead of hanging CI.
+pub fn output_bounded(mut cmd: Command, limit: std::time::Duration, what: &str) -> Output {
+    use std::os::unix::process::CommandExt;
+    let child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let group = -(child.id() as libc::pid_t);
+    within(limit, what, group, move || child.wait_with_output()).unwrap()
+}
+
+/// `wait()` on a thread of its own for at most `limit`; past it, SIGTERM `target` (a pid, or a
+/// process group as `-pgid`), give it ten more seconds, SIGKILL it, and panic naming `what`.
+fn within<T: Send + 'static>(
+    limit: std::time::Duration,
+    what: &str,
+    target: libc::pid_t,
+    wait: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = tx.send(child.wait());
+        let _ = tx.send(wait());
     });
-    match rx.recv_timeout(limit) {
-        Ok(status) => status.unwrap(),
-        Err(_) => {
-            // SAFETY: kill(2) of the test's own child, not yet reaped (its waiter still blocks).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("{what} did not end within {limit:?} (killed)");
-        }
+    if let Ok(done) = rx.recv_timeout(limit) {
+        return done;
     }
+    // SAFETY: kill(2) of the test's own child (or its process group), not yet reaped: the
+    // waiting thread still blocks in wait.
+    unsafe { libc::kill(target, libc::SIGTERM) };
+    if rx.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+        // SAFETY: as above; the child has still not been reaped.
+        unsafe { libc::kill(target, libc::SIGKILL) };
+    }
+    panic!("{what} did not end within {limit:?} (killed)");
 }
 
 pub fn stderr(o: &Output) -> String {

@@ -5,7 +5,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, TcpListener};
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 
 const SERVER: &str = r#"
@@ -132,6 +133,26 @@ impl TestHosts {
     /// The network namespace holding the test hosts (to start another server there).
     pub fn ns(&self) -> &str {
         &self.ns
+    }
+
+    /// A TCP listener on `addr:port` inside the test hosts' network namespace, for a server of
+    /// the test's own (a scripted model service, say). The socket is made by a thread that
+    /// joins the namespace and then ends, so this process stays in its own namespace; the
+    /// socket keeps the one it was made in.
+    pub fn listen(&self, addr: Ipv4Addr, port: u16) -> TcpListener {
+        let ns = format!("/run/netns/{}", self.ns);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let f = std::fs::File::open(&ns).unwrap();
+                // SAFETY: setns(2) moves only the calling thread (a network namespace is per
+                // thread), and `f` is an open namespace file for the whole call.
+                let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+                assert_eq!(rc, 0, "setns {ns}: {}", std::io::Error::last_os_error());
+                TcpListener::bind((addr, port)).unwrap()
+            })
+            .join()
+            .unwrap()
+        })
     }
 
     /// Stop the servers and return everything they logged (`tcp ADDR:PORT`, `udp ADDR:PORT`).

@@ -5,13 +5,18 @@
 //! every agent row makes: the edit in `box diff` and in the export's patch, the real key at the
 //! model service on every call and never the dummy, and the key nowhere the box or its export
 //! holds.
+//!
+//! The model service and the denied host are test hosts of the test's own, each in a network
+//! namespace it made (`common::testnet`, HOST.md's network rules); h5i is run as root or as the
+//! unprivileged test user ([`Caller`]), every session bounded by [`SESSION_LIMIT`].
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::time::Duration;
 
 use crate::common::testnet::TestHosts;
-use crate::common::{self, stderr, stdout, Repo};
+use crate::common::{self, stderr, stdout, Caller, TEST_USER};
 use crate::model::{Api, Kind, ModelService, Turn};
 use crate::support::TestCa;
 
@@ -35,9 +40,15 @@ pub struct Agent {
     pub image: &'static str,
 }
 
-/// The scripted model, the CA file the proxy trusts for it, and a HOME with no agent config.
+/// How long one scripted session may take before the test kills it and fails (the sessions
+/// measured in BENCHMARKS.md take seconds): a hung agent fails its test, never CI.
+pub const SESSION_LIMIT: Duration = Duration::from_secs(300);
+
+/// The scripted model on a test host of its own (`agent.host` pinned to it, port 443), the CA
+/// file the proxy trusts for it, and a HOME with no agent config, both owned by the caller.
 pub struct Model {
     pub service: ModelService,
+    _net: TestHosts,
     _dir: tempfile::TempDir,
     ca_file: String,
     home: String,
@@ -46,23 +57,34 @@ pub struct Model {
 }
 
 impl Model {
-    pub fn start(agent: &Agent, turns: Vec<Turn>) -> Model {
+    /// `None` (after `skipped:`) when this process cannot make network namespaces.
+    pub fn start(test: &str, agent: &Agent, c: &Caller, turns: Vec<Turn>) -> Option<Model> {
+        let net = TestHosts::up(test, &[], &[])?;
         let ca = TestCa::new();
         let n = turns.len();
-        let service = ModelService::start(ca.server_config(&[agent.host]), agent.api, turns);
+        let service = ModelService::serve(
+            net.listen(net.first, 443),
+            ca.server_config(&[agent.host]),
+            agent.api,
+            turns,
+        );
         let dir = tempfile::tempdir().unwrap();
         let ca_file = dir.path().join("ca.der");
         std::fs::write(&ca_file, &ca.ca_der).unwrap();
         let home = dir.path().join("home");
         std::fs::create_dir(&home).unwrap();
-        Model {
+        for p in [dir.path(), &ca_file, &home] {
+            std::os::unix::fs::chown(p, Some(c.uid()), Some(c.uid())).unwrap();
+        }
+        Some(Model {
             hosts: format!("{}={}", agent.host, service.addr),
             service,
+            _net: net,
             ca_file: ca_file.display().to_string(),
             home: home.display().to_string(),
             turns: n,
             _dir: dir,
-        }
+        })
     }
 
     /// h5i's environment: the host's real key and the seams that point the proxy here.
@@ -76,9 +98,13 @@ impl Model {
     }
 }
 
-/// Whether the test runs (root), and the agent `make setup` installs is there.
+/// Whether the test runs (root: it makes network namespaces, and runs h5i as root or switches
+/// to the test user), and the agent `make setup` installs is there.
 pub fn have_agent(test: &str, binary: &str) -> bool {
-    if !common::require_root(test, "boxes run as root in CI") {
+    if !common::require_root(
+        test,
+        "boxes as root and as h5i-test, and test hosts in netns",
+    ) {
         return false;
     }
     assert!(
@@ -104,15 +130,7 @@ pub fn pinned(var: &str) -> String {
 /// setup`); when it does not, says `skipped:` loudly with the mend.
 pub fn image_built(test: &str, image: &str) -> bool {
     let exists = std::process::Command::new("runuser")
-        .args([
-            "-u",
-            common::TEST_USER,
-            "--",
-            "podman",
-            "image",
-            "exists",
-            image,
-        ])
+        .args(["-u", TEST_USER, "--", "podman", "image", "exists", image])
         .current_dir("/")
         .status()
         .is_ok_and(|s| s.success());
@@ -178,7 +196,8 @@ impl DeniedHost {
     /// (counted under its own host); at the supervised tier the box's egress table, which
     /// refused and counted the connection to the test host; at the container tier the box's
     /// egress proxy, which refused the CONNECT to it and to `denied.test`. The process tier
-    /// has no egress counter for a direct connection (its box has no route at all).
+    /// has no egress counter for a direct connection (its box has no route at all), and the
+    /// report says so under the section rather than leaving the list to read as complete.
     pub fn was_refused(mut self, agent: &Agent, tier: &str, report: &str) {
         assert_eq!(
             self.hosts.log(),
@@ -195,6 +214,13 @@ impl DeniedHost {
         for key in keys {
             assert!(denied.contains(&key), "{key}: {report}");
         }
+        assert_eq!(
+            denied.contains(
+                "Not counted: connections the box makes itself are refused by the kernel"
+            ),
+            tier == "process",
+            "{report}"
+        );
     }
 }
 
@@ -243,13 +269,18 @@ print("skill=%s" % said)
     format!("python3 -c '{script}' {a} {b}")
 }
 
-/// A repository whose `greeting.txt` says `helo wrld`, and a box `name` of `agent`'s profile at
-/// `tier`.
-pub fn greeting_box(agent: &Agent, name: &str, tier: &str) -> Repo {
-    let r = Repo::new();
-    std::fs::write(r.path().join("greeting.txt"), "helo wrld\n").unwrap();
-    r.git(&["add", "-A"]);
-    r.git(&["commit", "-q", "-m", "greeting"]);
+/// A repository whose `greeting.txt` says `helo wrld`, owned by root or the test user (by
+/// `as_user`), and a box `name` of `agent`'s profile at `tier` made by that caller.
+pub fn greeting_box(agent: &Agent, name: &str, tier: &str, as_user: bool) -> Caller {
+    let mut c = Caller::either(as_user);
+    if tier == "container" {
+        c = c.with_env("H5I_NO_PROBE_CACHE", "1");
+        if !as_user {
+            c = c.with_env("H5I_CONTAINER_USER", TEST_USER);
+        }
+    }
+    c.write("greeting.txt", "helo wrld\n");
+    c.commit_all("greeting");
     let mut create = vec![
         "box",
         "create",
@@ -262,19 +293,18 @@ pub fn greeting_box(agent: &Agent, name: &str, tier: &str) -> Repo {
     if tier == "container" {
         create.extend(["--image", agent.image]);
     }
-    let out = r.h5i(&create);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    r
+    c.ok(&create);
+    c
 }
 
-/// Run `argv` in box `name` against `m` and check the session: it ended 0 having played every
-/// turn in order with no disagreement and printed `finish`; every model call carried the real
-/// key and no request the dummy; the file is fixed in the workspace, in `box diff` and in the
-/// export's patch; nothing the box directory or the export holds has the key. Returns the
-/// export's report.md.
+/// Run `argv` in box `name` against `m` (bounded by [`SESSION_LIMIT`]) and check the session:
+/// it ended 0 having played every turn in order with no disagreement and printed `finish`;
+/// every model call carried the real key and no request the dummy; the file is fixed in the
+/// workspace, in `box diff` and in the export's patch; nothing the box directory or the export
+/// holds has the key. Returns the export's report.md.
 pub fn check_session(
     agent: &Agent,
-    r: &Repo,
+    c: &mut Caller,
     name: &str,
     tier: &str,
     m: &Model,
@@ -283,10 +313,11 @@ pub fn check_session(
 ) -> String {
     let mut args = vec!["box", "run", name, "--"];
     args.extend(argv);
+    let who = c.who();
     let started = std::time::Instant::now();
-    let out = r.h5i_env(&args, &m.env(agent));
+    let out = c.h5i_bounded(&args, &m.env(agent), SESSION_LIMIT);
     eprintln!(
-        "{} scripted session at {tier}: {:.2} s",
+        "{} scripted session at {tier} as {who}: {:.2} s",
         agent.profile,
         started.elapsed().as_secs_f64()
     );
@@ -294,7 +325,7 @@ pub fn check_session(
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{}\n{}\nproblems: {:?}\nrequests: {:?}",
+        "{who}: {}\n{}\nproblems: {:?}\nrequests: {:?}",
         stdout(&out),
         stderr(&out),
         m.service.problems(),
@@ -334,46 +365,39 @@ pub fn check_session(
     assert!(reqs.iter().all(|l| !l.seen.path.ends_with("/models")));
 
     assert_eq!(
-        std::fs::read_to_string(r.workspace(name).join("greeting.txt")).unwrap(),
+        std::fs::read_to_string(c.workspace(name).join("greeting.txt")).unwrap(),
         "hello world\n"
     );
-    let diff = r.ok(&["box", "diff", name]);
+    let diff = c.ok(&["box", "diff", name]);
     assert!(diff.contains("+hello world"), "{diff}");
-    let report = exported_patch_applies(r, name, agent.real);
+    let report = exported_patch_applies(c, name, agent.real);
     assert!(proposal_section(&report).contains(PROPOSAL), "{report}");
     // Nothing the box or its records hold has the key: the box directory (workspace, HOME,
     // spool, receipts) and the export.
-    assert!(common::files_containing(&r.box_dir(name), agent.real.as_bytes()).is_empty());
+    assert!(common::files_containing(&c.box_dir(name), agent.real.as_bytes()).is_empty());
     report
 }
 
-/// Export `name` and apply its patch to a fresh checkout of main: the edit lands, and the
-/// export holds no credential. Returns the export's report.md.
-pub fn exported_patch_applies(r: &Repo, name: &str, real: &str) -> String {
+/// Export `name` as the caller and apply its patch, as the caller, to a fresh clone of main:
+/// the edit lands, and the export holds no credential. Returns the export's report.md.
+pub fn exported_patch_applies(c: &Caller, name: &str, real: &str) -> String {
     let out_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(out_dir.path(), Some(c.uid()), Some(c.uid())).unwrap();
     let review = out_dir.path().join("review");
-    r.ok(&["box", "export", name, "--out", review.to_str().unwrap()]);
+    c.ok(&["box", "export", name, "--out", review.to_str().unwrap()]);
     assert!(common::files_containing(&review, real.as_bytes()).is_empty());
-    let clone = out_dir.path().join("clone");
-    common::git(
-        out_dir.path(),
-        &[
-            "clone",
-            "-q",
-            r.path().to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
-    common::git(
-        &clone,
-        &[
-            "apply",
-            "--3way",
-            review.join("patch.diff").to_str().unwrap(),
-        ],
-    );
+    let out = c
+        .sh_in(
+            out_dir.path(),
+            "git clone -q \"$1\" clone && cd clone && git apply --3way ../review/patch.diff",
+        )
+        .arg("sh")
+        .arg(c.repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
     assert_eq!(
-        std::fs::read_to_string(clone.join("greeting.txt")).unwrap(),
+        std::fs::read_to_string(out_dir.path().join("clone/greeting.txt")).unwrap(),
         "hello world\n"
     );
     std::fs::read_to_string(review.join("report.md")).unwrap()
@@ -403,7 +427,7 @@ pub fn what_ran_section(report: &str) -> &str {
 /// agent's read-only settings), box-claimed, staged before and after it ran; "Evidence
 /// problems" names no half-claimed call; and box `name` stored one raw payload per hook call.
 pub fn tool_calls_listed(
-    r: &Repo,
+    c: &Caller,
     name: &str,
     report: &str,
     program: &str,
@@ -437,7 +461,7 @@ pub fn tool_calls_listed(
     let problems = report.split("## Evidence problems").nth(1).unwrap_or("");
     assert!(!problems.contains("call started and never"), "{problems}");
     assert!(!problems.contains("could not read"), "{problems}");
-    let payloads = r.box_dir(name).join("payloads");
+    let payloads = c.box_dir(name).join("payloads");
     assert_eq!(
         std::fs::read_dir(&payloads).unwrap().count(),
         2 * calls.len()

@@ -1,6 +1,8 @@
-//! A scripted model service for end-to-end agent tests: a TLS server on 127.0.0.1 (with a
-//! certificate from the test's own CA) that speaks enough of the Anthropic Messages API (for
-//! `claude -p`) and the OpenAI Responses API (for `codex exec`) to play a script.
+//! A scripted model service for end-to-end agent tests: a TLS server (with a certificate from
+//! the test's own CA) on a test host of the test's own (a `198.18.0.0/15` address in a network
+//! namespace the test made, [`ModelService::serve`]) or, for the demo, on 127.0.0.1; it speaks
+//! enough of the Anthropic Messages API (for `claude -p`) and the OpenAI Responses API (for
+//! `codex exec`) to play a script.
 //!
 //! A script is data: a list of [`Turn`]s, each the model's reply (text, tool calls, or both)
 //! and what the client must have sent before it (substrings of the task prompt for the first
@@ -141,15 +143,25 @@ pub struct ModelService {
 }
 
 impl ModelService {
-    /// Serve `turns` as `api` over TLS with `cfg` on a fresh 127.0.0.1 port.
+    /// Serve `turns` as `api` over TLS with `cfg` on a fresh 127.0.0.1 port (the demo's way).
     pub fn start(cfg: Arc<ServerConfig>, api: Api, turns: Vec<Turn>) -> Self {
+        Self::serve(TcpListener::bind("127.0.0.1:0").unwrap(), cfg, api, turns)
+    }
+
+    /// Serve `turns` as `api` over TLS with `cfg` on `listener` (the tests': one bound on a
+    /// test host of their own, see `common::testnet::TestHosts::listen`).
+    pub fn serve(
+        listener: TcpListener,
+        cfg: Arc<ServerConfig>,
+        api: Api,
+        turns: Vec<Turn>,
+    ) -> Self {
         for (i, t) in turns.iter().enumerate() {
             assert!(
                 i + 1 == turns.len() || !t.calls.is_empty(),
                 "turn {i}: only the last turn may end the session (it has no calls)"
             );
         }
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
         let script = Arc::new(turns);
