@@ -36,6 +36,7 @@ pub mod identity;
 pub mod inspect;
 pub mod json_doc;
 pub mod lifecycle;
+pub mod microvm;
 pub mod probe;
 pub mod process;
 pub mod rebase;
