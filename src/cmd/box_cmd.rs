@@ -474,7 +474,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                 }
             }
             if report.policy.tier == h5i_policy::Tier::Microvm {
-                for line in h5i::microvm::status_lines(&report.sb) {
+                for line in h5i::microvm::status_lines(&report.sb, &report.policy) {
                     say!("{line}");
                 }
             }

@@ -57,14 +57,19 @@ pub struct KvmFacts {
     pub pvm: bool,
 }
 
-/// Read the facts from this host.
-pub fn kvm_facts() -> KvmFacts {
-    let openable = std::fs::OpenOptions::new()
+/// Whether `/dev/kvm` opens read-write for this caller (or why not).
+pub fn kvm_openable() -> Result<(), String> {
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/kvm")
         .map(drop)
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())
+}
+
+/// Read the facts from this host.
+pub fn kvm_facts() -> KvmFacts {
+    let openable = kvm_openable();
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let hw_virt = cpuinfo
         .lines()

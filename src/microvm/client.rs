@@ -21,7 +21,7 @@ use super::vm::{Flock, Vm};
 use crate::error::BoxError;
 
 /// How long after a kill the guest has to report the exit before the VM is called stuck.
-pub const KILL_GRACE: Duration = Duration::from_secs(15);
+pub const KILL_GRACE: Duration = Duration::from_secs(30);
 
 /// A fresh session number.
 fn session_number() -> u32 {
@@ -209,7 +209,7 @@ pub fn run(
     let opened = Session::open(
         &vm.port_socket(port),
         None,
-        Instant::now() + Duration::from_secs(30),
+        Instant::now() + Duration::from_secs(90),
     );
     let mut s = match opened {
         Ok(s) => s,

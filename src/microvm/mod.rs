@@ -16,6 +16,10 @@
 //! 4. KVM when this host's KVM can run a stock guest, software emulation (TCG) otherwise,
 //!    said plainly by `probe` and `status` ([`accel`]).
 //!
+//! The **msb** backend (microsandbox) serves a box instead when the host has all three of msb's
+//! requirements for its image ([`msb`]: h5i's contract with `msb`, tested against a recording
+//! fake, since msb cannot run on this kind of host).
+//!
 //! Must never: give the guest a network device (egress through the broker is not built for
 //! this backend, so a policy that allows egress is refused rather than silently cut off),
 //! share a host path beyond the box's workspace and spool, run QEMU as root, or call an
@@ -27,6 +31,7 @@ pub mod accel;
 pub mod client;
 pub mod initramfs;
 pub mod kernel;
+pub mod msb;
 pub mod rootfs;
 pub mod vm;
 
@@ -169,6 +174,10 @@ impl QemuFacts {
                 ),
             ),
             ("microvm acceleration".into(), self.accel.1.clone()),
+            (
+                "microvm msb".into(),
+                msb::probe_line(&msb::MsbFacts::gather()),
+            ),
         ]
     }
 }
@@ -200,8 +209,8 @@ pub struct MicrovmRun {
     pub child: ChildReport,
     /// OOM evidence from the run's guest cgroup.
     pub oom: Option<OomReport>,
-    /// The guest cgroup's figures.
-    pub usage: CgroupUsage,
+    /// The guest cgroup's figures (`None` on msb, whose client is all h5i reaps).
+    pub usage: Option<CgroupUsage>,
 }
 
 /// Everything a run needs beyond the box and its policy.
@@ -313,7 +322,7 @@ fn run_env(
     sb: &StoredBox,
     policy: &ResolvedPolicy,
     secrets: &[h5i_broker::secrets::ResolvedSecret],
-) -> Result<Vec<Vec<u8>>, BoxError> {
+) -> Result<Vec<(String, String)>, BoxError> {
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
@@ -351,10 +360,7 @@ fn run_env(
         }
         env.push((s.name.clone(), s.value().to_owned()));
     }
-    Ok(env
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}").into_bytes())
-        .collect())
+    Ok(env)
 }
 
 /// Run `inputs.argv` in `sb`'s VM (booting it first when it is down).
@@ -363,10 +369,24 @@ pub fn run(
     policy: &ResolvedPolicy,
     inputs: RunInputs<'_>,
 ) -> Result<MicrovmRun, BoxError> {
+    let env = run_env(sb, policy, inputs.secrets)?;
+    if let Some(image) = &policy.image {
+        if msb::MsbFacts::gather().missing(Some(image)).is_empty() {
+            let child = msb::run(sb, policy, image, inputs.argv, &env, inputs.wall)?;
+            return Ok(MicrovmRun {
+                child,
+                oom: None,
+                usage: None,
+            });
+        }
+    }
     check_policy(sb, policy)?;
     let spec = RunSpec {
         argv: inputs.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
-        env: run_env(sb, policy, inputs.secrets)?,
+        env: env
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}").into_bytes())
+            .collect(),
         cwd: GUEST_WORK.as_bytes().to_vec(),
         mem_bytes: policy.resources.mem_bytes.unwrap_or(0),
         procs: policy.resources.procs.unwrap_or(0),
@@ -451,7 +471,7 @@ fn observed_to_run(o: client::Observed, pid: i32) -> MicrovmRun {
             pid,
         },
         oom,
-        usage,
+        usage: Some(usage),
     }
 }
 
@@ -474,7 +494,19 @@ pub fn image_for_create(
 }
 
 /// `status`'s lines for a microvm box: the backend, whether its VM is up, and how it runs.
-pub fn status_lines(sb: &StoredBox) -> Vec<String> {
+pub fn status_lines(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<String> {
+    let msb = msb::MsbFacts::gather();
+    if let Some(image) = policy
+        .image
+        .as_deref()
+        .filter(|i| msb.missing(Some(i)).is_empty())
+    {
+        return vec![
+            format!("microvm backend: msb (microsandbox), image `{image}` pulled into msb"),
+            "microvm egress: default deny plus one address rule per pinned destination, enforced by msb's network stack".into(),
+            "microvm evidence: exit and wall from msb's client; no per-request egress tally (msb's netstack drops packets without reporting them)".into(),
+        ];
+    }
     let accel = accel::choose(&accel::kvm_facts()).1;
     let vm = match vm::status(sb) {
         Some(s) => format!(

@@ -176,11 +176,16 @@ fn read_state(dir: &Path) -> Option<VmState> {
     serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
 }
 
-/// Field 22 of `/proc/<pid>/stat`: the process's start time.
+/// Field 22 of `/proc/<pid>/stat`: the start time of a process that is still running (`None`
+/// for a zombie or a dead one: a killed QEMU nobody has reaped yet serves nothing).
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let after = &stat[stat.rfind(')')? + 2..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = after.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// Whether the QEMU `state` names is still the process h5i started.

@@ -32,7 +32,10 @@ impl TierBackend for Microvm {
             oom: run.oom,
             egress: None,
             socket_gate: None,
-            usage: Usage::Cgroup(Some(run.usage)),
+            usage: match run.usage {
+                Some(u) => Usage::Cgroup(Some(u)),
+                None => Usage::Supervisor,
+            },
         })
     }
 }
