@@ -49,7 +49,7 @@ pub fn find(boot: &Path, modules_root: &Path) -> Result<GuestKernel, String> {
                 .map(str::to_owned)
         })
         .collect();
-    releases.sort_by(|a, b| version_key(b).cmp(&version_key(a)));
+    releases.sort_by_key(|r| std::cmp::Reverse(version_key(r)));
     let mut why = Vec::new();
     for release in releases {
         let dir = modules_root.join(&release);
@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn the_newest_release_sorts_first() {
         let mut r = vec!["6.1.0-9-amd64".to_string(), "6.1.0-57-amd64".to_string()];
-        r.sort_by(|a, b| version_key(b).cmp(&version_key(a)));
+        r.sort_by_key(|v| std::cmp::Reverse(version_key(v)));
         assert_eq!(r[0], "6.1.0-57-amd64");
     }
 }
