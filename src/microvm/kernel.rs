@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn the_newest_release_sorts_first() {
-        let mut r = vec!["6.1.0-9-amd64".to_string(), "6.1.0-57-amd64".to_string()];
+        let mut r = ["6.1.0-9-amd64".to_string(), "6.1.0-57-amd64".to_string()];
         r.sort_by_key(|v| std::cmp::Reverse(version_key(v)));
         assert_eq!(r[0], "6.1.0-57-amd64");
     }
