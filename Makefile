@@ -34,6 +34,7 @@ packages:
 INSTALL_ROOT := target/install
 install: packages
 	$(CARGO) install --locked --force --path . --root $(INSTALL_ROOT) --target-dir target
+	$(CARGO) install --locked --force --path guest --target x86_64-unknown-linux-musl --root $(INSTALL_ROOT) --target-dir target
 
 # The install comes before the host phase, so the hooks it installs are this tree's.
 setup: packages install
@@ -42,6 +43,7 @@ setup: packages install
 # Every bin: the integration tests run h5i's sibling binaries (h5i-runc, h5i-hook).
 build:
 	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release -p h5i-guest --target x86_64-unknown-linux-musl
 
 test: setup images
 	$(CARGO) fmt --all --check

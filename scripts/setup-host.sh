@@ -67,6 +67,11 @@ PACKAGES=(
     containerd
     # tests/box_cache.rs: the pip and go caches, filled and used by the host's own tools.
     python3-pip golang-go
+    # The microvm tier's QEMU backend (src/microvm): QEMU -M microvm, a Debian guest kernel
+    # (its image and the 9p/virtio modules the guest loads; the cloud flavour has no 9p),
+    # mke2fs for the image-to-root conversion, xz to unpack the kernel once. Debian bookworm
+    # ships no virtiofsd, so /work is shared over 9p.
+    qemu-system-x86 linux-image-amd64 e2fsprogs xz-utils
 )
 installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null |
     awk '$2 == "ii" { print $1 }' || true)"
@@ -99,6 +104,12 @@ for comp in rustfmt clippy; do
         changed "added rustup component $comp"
     fi
 done
+# The microvm guest agent (guest/, h5i-guest) is the guest's /init: a static musl binary.
+if ! PATH="$CARGO_BIN:$PATH" rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    PATH="$CARGO_BIN:$PATH" rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1 ||
+        die "rustup target x86_64-unknown-linux-musl missing and could not be added"
+    changed "added rustup target x86_64-unknown-linux-musl"
+fi
 
 # ---------------------------------------------------------------- coding agents and agent-browser
 # Claude Code, Codex and agent-browser, at the versions pinned in images/agent-versions.env (the

@@ -50,7 +50,9 @@ pub fn doctor(store: &BoxStore, name: &str) -> Result<Vec<Check>, crate::error::
         let tiers = crate::probe::host_tiers();
         let (ok, detail) = match (p.tier, tiers.availability(p.tier)) {
             (Tier::Workspace, _) => (true, "workspace: nothing to enforce".to_string()),
-            (t, TierAvailability::Available) => (true, format!("this host can still run {t}")),
+            (t, TierAvailability::Available | TierAvailability::OnRequest(_)) => {
+                (true, format!("this host can still run {t}"))
+            }
             (t, TierAvailability::Unavailable(why)) => (
                 false,
                 format!("this host can no longer run {t}: {why}; to fix: restore it (h5i box probe), or recreate the box at a tier the host can run"),

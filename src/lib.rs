@@ -37,6 +37,7 @@ pub mod inspect;
 pub mod json_doc;
 pub mod landing;
 pub mod lifecycle;
+pub mod microvm;
 pub mod probe;
 pub mod process;
 pub mod rebase;

@@ -21,6 +21,7 @@ pub fn abort(store: &BoxStore, name: &str) -> Result<StoredBox, BoxError> {
     // Its services end first; each supervisor records the exit before this returns.
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
+    crate::microvm::teardown(&sb)?;
     reap_if_container(&sb);
     sb.manifest.state = BoxState::Aborted;
     write_manifest(&sb.paths, &sb.manifest)?;
@@ -78,6 +79,7 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
     drop(frozen);
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
+    crate::microvm::teardown(&sb)?;
     reap_if_container(&sb);
     // The box directory is renamed out of the store first, so a crash mid-delete never leaves a
     // half-removed box that `ls` would show; its lock goes with it, held to the end, so `gc`

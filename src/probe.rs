@@ -141,7 +141,8 @@ fn cgroups() -> (String, Result<(), String>) {
 pub fn host_tiers() -> HostTiers {
     let f = kernel_facts();
     let mut t = tiers_from(&f);
-    let _ = crate::container::probe::set_availability(&mut t, &f.cgroups.1);
+    let container = crate::container::probe::set_availability(&mut t, &f.cgroups.1);
+    crate::microvm::set_availability(&mut t, &crate::microvm::qemu_facts(), &container);
     if let Some(bytes) = memory_total() {
         t.set_memory_bytes(bytes);
     }
@@ -211,7 +212,7 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
     };
     t.set_unavailable(
         Tier::Microvm,
-        "the microvm tier is not in this build of h5i (needs msb 0.6+ and /dev/kvm)",
+        "the microvm tier's backend has not been probed",
     );
     t
 }
@@ -221,6 +222,8 @@ pub fn probe_lines() -> Vec<ProbeLine> {
     let f = kernel_facts();
     let mut tiers = tiers_from(&f);
     let container = crate::container::probe::set_availability(&mut tiers, &f.cgroups.1);
+    let qemu = crate::microvm::qemu_facts();
+    crate::microvm::set_availability(&mut tiers, &qemu, &container);
     let mut out = Vec::new();
     let line = |what: &str, answer: String| ProbeLine {
         what: what.into(),
@@ -232,6 +235,12 @@ pub fn probe_lines() -> Vec<ProbeLine> {
             match tiers.availability(tier) {
                 h5i_policy::TierAvailability::Available => "available".into(),
                 h5i_policy::TierAvailability::Unavailable(why) => format!("unavailable: {why}"),
+                h5i_policy::TierAvailability::OnRequest(why) => {
+                    format!(
+                        "available with --isolation {}; auto passes over it: {why}",
+                        tier.as_str()
+                    )
+                }
             },
         ));
     }
@@ -292,6 +301,11 @@ pub fn probe_lines() -> Vec<ProbeLine> {
     ));
     out.extend(
         crate::container::probe::lines(&container, &f.cgroups.1)
+            .into_iter()
+            .map(|(what, answer)| line(&what, answer)),
+    );
+    out.extend(
+        qemu.lines()
             .into_iter()
             .map(|(what, answer)| line(&what, answer)),
     );

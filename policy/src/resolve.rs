@@ -276,7 +276,7 @@ fn explicit_tier(
         None => {}
     }
     match host.availability(tier) {
-        TierAvailability::Available => Ok(tier),
+        TierAvailability::Available | TierAvailability::OnRequest(_) => Ok(tier),
         TierAvailability::Unavailable(reason) => Err(PolicyError::TierUnavailable {
             tier,
             requested_by: requested_by.to_owned(),
@@ -310,6 +310,9 @@ fn auto_tier(
                 None => match host.availability(tier) {
                     TierAvailability::Available => None,
                     TierAvailability::Unavailable(r) => Some(format!("this host cannot run it: {r}")),
+                    TierAvailability::OnRequest(r) => {
+                        Some(format!("it runs only when asked for by name: {r}"))
+                    }
                 },
             }
         };
@@ -501,6 +504,32 @@ mod tests {
         assert!(
             m.contains(".h5i/env.toml:2") && m.contains("profile.r.isolation"),
             "{m}"
+        );
+    }
+
+    #[test]
+    fn a_tier_on_request_runs_when_named_and_auto_passes_over_it() {
+        let mut host = HostTiers::all_available();
+        host.set_on_request(Tier::Microvm, "emulated here");
+        let with_image = ResolveRequest {
+            image: Some("localhost/img:1".to_owned()),
+            ..ResolveRequest::default()
+        };
+        assert_eq!(
+            resolve(None, &with_image, &host).unwrap().tier,
+            Tier::Container
+        );
+        let named = ResolveRequest {
+            isolation: Some("microvm".to_owned()),
+            ..with_image.clone()
+        };
+        assert_eq!(resolve(None, &named, &host).unwrap().tier, Tier::Microvm);
+        let mut only = host_with(&[]);
+        only.set_on_request(Tier::Microvm, "emulated here");
+        let err = resolve(None, &with_image, &only).unwrap_err().to_string();
+        assert!(
+            err.contains("microvm: it runs only when asked for by name: emulated here"),
+            "{err}"
         );
     }
 

@@ -98,6 +98,9 @@ pub enum TierAvailability {
     Available,
     /// It does not; the probe's reason, shown to the user verbatim.
     Unavailable(String),
+    /// It runs when asked for by name, but `auto` passes over it; the probe's reason (as a
+    /// backend that would refuse what most policies ask, or would run them far slower).
+    OnRequest(String),
 }
 
 /// What the host can run, tier by tier, as the caller's probe found it.
@@ -136,6 +139,14 @@ impl HostTiers {
     pub fn set_unavailable(&mut self, tier: Tier, reason: impl Into<String>) -> &mut Self {
         self.tiers
             .insert(tier, TierAvailability::Unavailable(reason.into()));
+        self
+    }
+
+    /// Record that the host runs `tier` only when asked for by name, and why `auto` passes
+    /// over it.
+    pub fn set_on_request(&mut self, tier: Tier, reason: impl Into<String>) -> &mut Self {
+        self.tiers
+            .insert(tier, TierAvailability::OnRequest(reason.into()));
         self
     }
 

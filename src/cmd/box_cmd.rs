@@ -473,6 +473,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     say!("{line}");
                 }
             }
+            if report.policy.tier == h5i_policy::Tier::Microvm {
+                for line in h5i::microvm::status_lines(&report.sb, &report.policy) {
+                    say!("{line}");
+                }
+            }
             if matches!(
                 report.policy.tier,
                 h5i_policy::Tier::Process | h5i_policy::Tier::Supervised

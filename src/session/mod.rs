@@ -6,7 +6,8 @@
 //! digest (a mismatch is refused, never repaired), resolve the secrets, prepare every
 //! credential grant (fail closed), pin `net.egress` when the tier enforces it, hand a
 //! [`RunRequest`] to the tier's backend (one [`TierBackend`] per tier: [`workspace`],
-//! [`process`] (a warm box sandbox or a container per run), [`supervised`], [`container`]), and
+//! [`process`] (a warm box sandbox or a container per run), [`supervised`], [`container`],
+//! [`microvm`]), and
 //! append exactly one host-observed `host-env-run` record and one event from what the backend
 //! observed ([`record`]).
 //!
@@ -24,6 +25,7 @@
 //! `supervised_tier`, `container_tier`, `sandbox`), and the unit tests below.
 
 mod container;
+mod microvm;
 mod process;
 pub mod record;
 mod supervised;
@@ -223,7 +225,7 @@ fn backend_for(tier: Tier) -> Option<&'static dyn TierBackend> {
         Tier::Process => Some(&process::Process),
         Tier::Supervised => Some(&supervised::Supervised),
         Tier::Container => Some(&container::Container),
-        Tier::Microvm => None,
+        Tier::Microvm => Some(&microvm::Microvm),
     }
 }
 

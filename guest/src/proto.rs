@@ -1,0 +1,473 @@
+//! The frames h5i and its guest agent exchange over one virtio-serial port.
+//!
+//! A frame is a 9-byte header — kind (`u8`), session (`u32` LE), payload length (`u32` LE) —
+//! and the payload. The host opens a session with [`Kind::Hello`] carrying a session number of
+//! its choosing; every frame of that session carries it. A `Hello` always resets the port: a
+//! run still going from an earlier session (whose host end went away) is killed first, and
+//! the host drops any frame whose session is not its own, so bytes a killed run left in flight
+//! never reach the next run's output.
+//!
+//! Must never: accept a payload over [`MAX_PAYLOAD`], a string over [`MAX_FIELD`], more than
+//! [`MAX_LIST`] list entries, or trailing bytes after a message.
+
+use std::io::{self, Read, Write};
+
+/// The protocol version the agent announces in [`Kind::Ready`].
+pub const VERSION: &str = "h5i-guest/1";
+
+/// The largest payload either side sends or accepts.
+pub const MAX_PAYLOAD: usize = 1 << 20;
+/// The largest string field (one argv word, one environment entry).
+pub const MAX_FIELD: usize = 128 << 10;
+/// The most entries in one list (argv, environment).
+pub const MAX_LIST: usize = 4096;
+/// The name prefix of the agent's ports (`h5i.0`, `h5i.1`, ...).
+pub const PORT_PREFIX: &str = "h5i.";
+/// How many ports a VM has: up to this many runs of one box at once.
+pub const PORTS: usize = 4;
+
+/// Every kind of frame. Host-to-guest kinds are below 0x80, guest-to-host at or above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Host: open a session (empty payload).
+    Hello,
+    /// Host: run a command ([`RunSpec`]).
+    Run,
+    /// Host: bytes for the command's stdin.
+    Stdin,
+    /// Host: the command's stdin is at its end.
+    StdinEof,
+    /// Host: kill everything of the run (the wall clock fired, or the caller was interrupted).
+    Kill,
+    /// Guest: the session is open; payload is [`VERSION`].
+    Ready,
+    /// Guest: bytes the command wrote to stdout.
+    Stdout,
+    /// Guest: bytes the command wrote to stderr.
+    Stderr,
+    /// Guest: the command ended ([`ExitReport`]).
+    Exit,
+    /// Guest: the command could not be started (UTF-8 reason).
+    Failed,
+}
+
+impl Kind {
+    fn code(self) -> u8 {
+        match self {
+            Kind::Hello => 0x01,
+            Kind::Run => 0x02,
+            Kind::Stdin => 0x03,
+            Kind::StdinEof => 0x04,
+            Kind::Kill => 0x05,
+            Kind::Ready => 0x81,
+            Kind::Stdout => 0x82,
+            Kind::Stderr => 0x83,
+            Kind::Exit => 0x84,
+            Kind::Failed => 0x85,
+        }
+    }
+
+    fn from_code(c: u8) -> Option<Kind> {
+        Some(match c {
+            0x01 => Kind::Hello,
+            0x02 => Kind::Run,
+            0x03 => Kind::Stdin,
+            0x04 => Kind::StdinEof,
+            0x05 => Kind::Kill,
+            0x81 => Kind::Ready,
+            0x82 => Kind::Stdout,
+            0x83 => Kind::Stderr,
+            0x84 => Kind::Exit,
+            0x85 => Kind::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// One frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// What it is.
+    pub kind: Kind,
+    /// The session it belongs to.
+    pub session: u32,
+    /// Its payload.
+    pub payload: Vec<u8>,
+}
+
+/// A frame that broke the protocol.
+fn bad(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("h5i-guest protocol: {what}"),
+    )
+}
+
+impl Frame {
+    /// A frame of `kind` in `session`.
+    pub fn new(kind: Kind, session: u32, payload: Vec<u8>) -> Frame {
+        Frame {
+            kind,
+            session,
+            payload,
+        }
+    }
+
+    /// The frame's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(9 + self.payload.len());
+        out.push(self.kind.code());
+        out.extend_from_slice(&self.session.to_le_bytes());
+        out.extend_from_slice(&(self.payload.len() as u32).to_le_bytes());
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Write it whole.
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        if self.payload.len() > MAX_PAYLOAD {
+            return Err(bad("payload too large"));
+        }
+        w.write_all(&self.encode())
+    }
+
+    /// Read one frame; `Ok(None)` at a clean end of stream before a header.
+    pub fn read_from(r: &mut impl Read) -> io::Result<Option<Frame>> {
+        let mut header = [0u8; 9];
+        let mut got = 0;
+        while got < header.len() {
+            match r.read(&mut header[got..]) {
+                Ok(0) if got == 0 => return Ok(None),
+                Ok(0) => return Err(bad("stream ended inside a frame header")),
+                Ok(n) => got += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let (kind, session, len) = parse_header(&header)?;
+        let mut payload = vec![0u8; len];
+        r.read_exact(&mut payload)?;
+        Ok(Some(Frame {
+            kind,
+            session,
+            payload,
+        }))
+    }
+}
+
+/// A header's kind, session and payload length (checked against [`MAX_PAYLOAD`]).
+pub fn parse_header(h: &[u8; 9]) -> io::Result<(Kind, u32, usize)> {
+    let kind = Kind::from_code(h[0]).ok_or_else(|| bad("unknown frame kind"))?;
+    let session = u32::from_le_bytes([h[1], h[2], h[3], h[4]]);
+    let len = u32::from_le_bytes([h[5], h[6], h[7], h[8]]) as usize;
+    if len > MAX_PAYLOAD {
+        return Err(bad("payload too large"));
+    }
+    Ok((kind, session, len))
+}
+
+/// Incremental frame parsing over a byte buffer (for a non-blocking reader).
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    buf: Vec<u8>,
+}
+
+impl FrameBuffer {
+    /// Append bytes read from the stream.
+    pub fn extend(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next whole frame, if the buffer holds one.
+    pub fn next_frame(&mut self) -> io::Result<Option<Frame>> {
+        if self.buf.len() < 9 {
+            return Ok(None);
+        }
+        let mut h = [0u8; 9];
+        h.copy_from_slice(&self.buf[..9]);
+        let (kind, session, len) = parse_header(&h)?;
+        if self.buf.len() < 9 + len {
+            return Ok(None);
+        }
+        let payload = self.buf[9..9 + len].to_vec();
+        self.buf.drain(..9 + len);
+        Ok(Some(Frame {
+            kind,
+            session,
+            payload,
+        }))
+    }
+}
+
+/// What to run: the payload of [`Kind::Run`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RunSpec {
+    /// The command and its arguments (at least one word).
+    pub argv: Vec<Vec<u8>>,
+    /// The whole environment, `KEY=VALUE` (nothing is inherited from the agent).
+    pub env: Vec<Vec<u8>>,
+    /// The working directory.
+    pub cwd: Vec<u8>,
+    /// The run's memory ceiling in bytes (0: the VM's size is the only one).
+    pub mem_bytes: u64,
+    /// The run's process-count ceiling (0: none beyond the VM's).
+    pub procs: u64,
+}
+
+/// How the command ended: the payload of [`Kind::Exit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExitReport {
+    /// Its exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// OOM kills in the run's cgroup (`memory.events` `oom_kill`).
+    pub oom_kills: u64,
+    /// The run's memory ceiling in force (0: none).
+    pub mem_limit: u64,
+    /// Peak memory of the run's cgroup (`memory.peak`), 0 when the kernel does not say.
+    pub mem_peak: u64,
+    /// CPU time of the run's cgroup, user and system, microseconds (`cpu.stat`).
+    pub user_us: u64,
+    /// System CPU time, microseconds.
+    pub sys_us: u64,
+}
+
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        self.0.extend_from_slice(b);
+    }
+    fn list(&mut self, l: &[Vec<u8>]) {
+        self.0.extend_from_slice(&(l.len() as u32).to_le_bytes());
+        for b in l {
+            self.bytes(b);
+        }
+    }
+}
+
+struct Dec<'a>(&'a [u8]);
+
+impl Dec<'_> {
+    fn take(&mut self, n: usize) -> io::Result<&[u8]> {
+        if self.0.len() < n {
+            return Err(bad("message ends early"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn bytes(&mut self) -> io::Result<Vec<u8>> {
+        let n = self.u32()? as usize;
+        if n > MAX_FIELD {
+            return Err(bad("field too long"));
+        }
+        Ok(self.take(n)?.to_vec())
+    }
+    fn list(&mut self) -> io::Result<Vec<Vec<u8>>> {
+        let n = self.u32()? as usize;
+        if n > MAX_LIST {
+            return Err(bad("list too long"));
+        }
+        (0..n).map(|_| self.bytes()).collect()
+    }
+    fn end(self) -> io::Result<()> {
+        match self.0.is_empty() {
+            true => Ok(()),
+            false => Err(bad("trailing bytes after a message")),
+        }
+    }
+}
+
+impl RunSpec {
+    /// Its payload bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc(Vec::new());
+        e.list(&self.argv);
+        e.list(&self.env);
+        e.bytes(&self.cwd);
+        e.u64(self.mem_bytes);
+        e.u64(self.procs);
+        e.0
+    }
+
+    /// Parse a payload strictly: no NUL inside a word, at least one argv word, every
+    /// environment entry `KEY=VALUE`.
+    pub fn decode(b: &[u8]) -> io::Result<RunSpec> {
+        let mut d = Dec(b);
+        let spec = RunSpec {
+            argv: d.list()?,
+            env: d.list()?,
+            cwd: d.bytes()?,
+            mem_bytes: d.u64()?,
+            procs: d.u64()?,
+        };
+        d.end()?;
+        if spec.argv.is_empty() || spec.argv[0].is_empty() {
+            return Err(bad("empty command"));
+        }
+        let words = spec.argv.iter().chain(&spec.env).chain([&spec.cwd]);
+        if words.into_iter().any(|w| w.contains(&0)) {
+            return Err(bad("NUL inside a word"));
+        }
+        if spec
+            .env
+            .iter()
+            .any(|kv| kv.iter().position(|&c| c == b'=').is_none_or(|i| i == 0))
+        {
+            return Err(bad("environment entry without KEY="));
+        }
+        Ok(spec)
+    }
+}
+
+impl ExitReport {
+    /// Its payload bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Enc(Vec::new());
+        e.u64(self.code.map_or(u64::MAX, |c| c as u32 as u64));
+        e.u64(self.signal.map_or(u64::MAX, |s| s as u32 as u64));
+        for v in [
+            self.oom_kills,
+            self.mem_limit,
+            self.mem_peak,
+            self.user_us,
+            self.sys_us,
+        ] {
+            e.u64(v);
+        }
+        e.0
+    }
+
+    /// Parse a payload strictly (a code is 0..=255, a signal 1..=64).
+    pub fn decode(b: &[u8]) -> io::Result<ExitReport> {
+        let mut d = Dec(b);
+        let code = match d.u64()? {
+            u64::MAX => None,
+            c if c <= 255 => Some(c as i32),
+            _ => return Err(bad("exit code out of range")),
+        };
+        let signal = match d.u64()? {
+            u64::MAX => None,
+            s if (1..=64).contains(&s) => Some(s as i32),
+            _ => return Err(bad("signal out of range")),
+        };
+        let r = ExitReport {
+            code,
+            signal,
+            oom_kills: d.u64()?,
+            mem_limit: d.u64()?,
+            mem_peak: d.u64()?,
+            user_us: d.u64()?,
+            sys_us: d.u64()?,
+        };
+        d.end()?;
+        if r.code.is_some() == r.signal.is_some() {
+            return Err(bad("an exit names exactly one of a code and a signal"));
+        }
+        Ok(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_spec_and_an_exit_round_trip() {
+        let spec = RunSpec {
+            argv: vec![b"sh".to_vec(), b"-c".to_vec(), b"echo \xff".to_vec()],
+            env: vec![b"A=b=c".to_vec()],
+            cwd: b"/work".to_vec(),
+            mem_bytes: 64 << 20,
+            procs: 32,
+        };
+        assert_eq!(RunSpec::decode(&spec.encode()).unwrap(), spec);
+        let exit = ExitReport {
+            signal: Some(9),
+            oom_kills: 1,
+            ..ExitReport::default()
+        };
+        assert_eq!(ExitReport::decode(&exit.encode()).unwrap(), exit);
+    }
+
+    #[test]
+    fn hostile_messages_are_refused_not_trusted() {
+        let ok = RunSpec {
+            argv: vec![b"true".to_vec()],
+            ..RunSpec::default()
+        };
+        let mut trailing = ok.encode();
+        trailing.push(0);
+        assert!(RunSpec::decode(&trailing).is_err());
+        let nul = RunSpec {
+            argv: vec![b"tr\0ue".to_vec()],
+            ..RunSpec::default()
+        };
+        assert!(RunSpec::decode(&nul.encode()).is_err());
+        let env = RunSpec {
+            env: vec![b"=x".to_vec()],
+            ..ok.clone()
+        };
+        assert!(RunSpec::decode(&env.encode()).is_err());
+        // A list claiming more entries than allowed is refused before any allocation.
+        let mut huge = Vec::new();
+        huge.extend_from_slice(&(u32::MAX).to_le_bytes());
+        assert!(RunSpec::decode(&huge).is_err());
+        // An exit that claims both a code and a signal, or a code out of range.
+        let both = ExitReport {
+            code: Some(0),
+            signal: Some(9),
+            ..ExitReport::default()
+        };
+        assert!(ExitReport::decode(&both.encode()).is_err());
+        let mut wide = ExitReport::default().encode();
+        wide[..8].copy_from_slice(&300u64.to_le_bytes());
+        assert!(ExitReport::decode(&wide).is_err());
+    }
+
+    #[test]
+    fn an_oversized_frame_header_is_refused_before_reading_the_payload() {
+        let mut h = Frame::new(Kind::Stdout, 7, Vec::new()).encode();
+        h[5..9].copy_from_slice(&((MAX_PAYLOAD as u32) + 1).to_le_bytes());
+        let mut fb = FrameBuffer::default();
+        fb.extend(&h);
+        assert!(fb.next_frame().is_err());
+        let mut fb = FrameBuffer::default();
+        fb.extend(&[0x7f, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(fb.next_frame().is_err(), "an unknown kind");
+    }
+
+    #[test]
+    fn frames_split_anywhere_reassemble() {
+        let frames = [
+            Frame::new(Kind::Ready, 3, VERSION.as_bytes().to_vec()),
+            Frame::new(Kind::Stdout, 3, b"hello".to_vec()),
+        ];
+        let bytes: Vec<u8> = frames.iter().flat_map(Frame::encode).collect();
+        let mut fb = FrameBuffer::default();
+        let mut got = Vec::new();
+        for b in bytes {
+            fb.extend(&[b]);
+            while let Some(f) = fb.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got, frames);
+    }
+}

@@ -1,0 +1,499 @@
+//! The box's VM: one QEMU `-M microvm` process per box, booted by the first run and kept for
+//! the box's life (until `abort`/`rm`, or until the guest powers itself off after
+//! [`IDLE_SECS`] without a run), so a run pays a connection, not a boot.
+//!
+//! Owns the VM directory (`<runtime dir>/microvm-<hash of the box directory>`, 0700, the
+//! caller's): `state.json` (QEMU's pid and start time, the digest of what it was booted from),
+//! `lock` (exclusive to boot or tear down, shared while a run uses the VM), `port-N.sock` (the
+//! listeners QEMU serves the guest agent's ports on; h5i binds them here and hands QEMU the
+//! descriptors, so QEMU needs no path of its own), `port-N.lock` (one run per port),
+//! `initramfs.cpio` and `console.log` (the guest kernel's console and QEMU's own stderr).
+//!
+//! QEMU runs as the box's identity (the caller, or `h5i-box`'s range when h5i is root), never
+//! as root, with QEMU's own seccomp sandbox on, no network device, and every host object it
+//! needs (kernel, initramfs, root image, the workspace and spool directories, the listeners)
+//! passed as an inherited descriptor: it is granted nothing by path.
+//!
+//! Must never: serve a run from a VM booted from another configuration, let a VM outlive its
+//! box's `rm`, or kill a process it did not start (a pid is checked against its start time).
+
+use std::io::Write as _;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use h5i_guest::proto::PORTS;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::accel::Accel;
+use crate::error::BoxError;
+use crate::store::StoredBox;
+
+/// How long an idle guest waits for the next run before it powers off.
+pub const IDLE_SECS: u64 = 600;
+
+/// How long a boot may take before it is called failed (software emulation on a busy host is
+/// slow; the measured boot is seconds).
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// What `state.json` holds.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct VmState {
+    /// QEMU's pid.
+    pub pid: i32,
+    /// Its start time (field 22 of `/proc/<pid>/stat`), so a reused pid is never taken for it.
+    pub start_time: u64,
+    /// Digest of the configuration it was booted from.
+    pub digest: String,
+    /// How it runs (`kvm` or `tcg`).
+    pub accel: String,
+    /// When it booted (ms since the epoch).
+    pub booted_ms: u64,
+    /// How long the boot took, to the guest agent's first answer (ms).
+    pub boot_ms: u64,
+}
+
+/// Everything a boot is made from.
+pub struct BootPlan {
+    /// The kernel QEMU loads (an uncompressed `vmlinux`, else the package's `vmlinuz`).
+    pub kernel: PathBuf,
+    /// The initramfs bytes (agent + modules).
+    pub initramfs: Vec<u8>,
+    /// The guest's root image.
+    pub root_image: PathBuf,
+    /// The box's workspace (`/work`) and spool (`/.h5i/spool`).
+    pub work: PathBuf,
+    /// The spool.
+    pub spool: PathBuf,
+    /// Guest RAM, MiB.
+    pub ram_mib: u64,
+    /// Virtual CPUs.
+    pub cpus: usize,
+    /// KVM or software emulation.
+    pub accel: Accel,
+    /// The uid and gid QEMU runs as (`None`: the caller's own).
+    pub run_as: Option<(u32, u32)>,
+    /// Idle seconds before the guest powers off.
+    pub idle_secs: u64,
+}
+
+impl BootPlan {
+    /// The digest a running VM is compared against.
+    pub fn digest(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(&self.initramfs);
+        h.update(
+            format!(
+                "{}\n{}\n{}\n{}\n{}\n{}\n{}\n{:?}\n{}",
+                self.kernel.display(),
+                self.root_image.display(),
+                self.work.display(),
+                self.spool.display(),
+                self.ram_mib,
+                self.cpus,
+                self.accel.name(),
+                self.run_as,
+                self.idle_secs
+            )
+            .as_bytes(),
+        );
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
+}
+
+/// The VM directory of `sb` (not created).
+pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
+    let hash = Sha256::digest(sb.paths.dir.as_os_str().as_encoded_bytes());
+    let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    Ok(crate::process::runtime_dir()?.join(format!("microvm-{short}")))
+}
+
+/// A held `flock`.
+pub struct Flock(std::fs::File);
+
+impl Flock {
+    /// Take `how` (`LOCK_SH`/`LOCK_EX`, maybe `| LOCK_NB`) on `path`; `Ok(None)` when
+    /// non-blocking and held elsewhere.
+    pub fn take(path: &Path, how: libc::c_int) -> Result<Option<Flock>, BoxError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| BoxError::io(path, e))?;
+        loop {
+            // SAFETY: flock(2) on a descriptor this function owns.
+            if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+                return Ok(Some(Flock(file)));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EWOULDBLOCK) if how & libc::LOCK_NB != 0 => return Ok(None),
+                _ => return Err(BoxError::io(path, e)),
+            }
+        }
+    }
+
+    fn downgrade(&self) -> Result<(), std::io::Error> {
+        // SAFETY: flock(2) on the descriptor this lock owns.
+        match unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_SH) } {
+            0 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        }
+    }
+}
+
+/// A VM that is up, held shared for one run.
+pub struct Vm {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its state.
+    pub state: VmState,
+    /// Whether this run booted it.
+    pub booted_now: bool,
+    _lock: Flock,
+}
+
+impl Vm {
+    /// The listener path of port `i`.
+    pub fn port_socket(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("port-{i}.sock"))
+    }
+
+    /// The guest console log.
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+}
+
+fn read_state(dir: &Path) -> Option<VmState> {
+    serde_json::from_slice(&std::fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+/// Field 22 of `/proc/<pid>/stat`: the start time of a process that is still running (`None`
+/// for a zombie or a dead one: a killed QEMU nobody has reaped yet serves nothing).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let mut fields = after.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X" | "x")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// Whether the QEMU `state` names is still the process h5i started.
+fn alive(state: &VmState) -> bool {
+    state.pid > 0 && start_time(state.pid) == Some(state.start_time)
+}
+
+/// The state of the box's VM, when one is up.
+pub fn status(sb: &StoredBox) -> Option<VmState> {
+    let dir = dir_for(sb).ok()?;
+    read_state(&dir).filter(alive)
+}
+
+/// The box's VM, booted from `plan` (when it is down, or was booted from another plan).
+pub fn ensure(
+    sb: &StoredBox,
+    plan: impl FnOnce() -> Result<BootPlan, BoxError>,
+) -> Result<Vm, BoxError> {
+    let dir = dir_for(sb)?;
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(BoxError::io(&dir, e)),
+    }
+    let lock = Flock::take(&dir.join("lock"), libc::LOCK_EX)?
+        .ok_or_else(|| BoxError::io(&dir, std::io::Error::other("lock")))?;
+    let plan = plan()?;
+    let digest = plan.digest();
+    let current = read_state(&dir).filter(alive);
+    let (state, booted_now) = match current {
+        Some(s) if s.digest == digest => (s, false),
+        other => {
+            if let Some(old) = other {
+                kill(&old);
+            }
+            (boot(&dir, &plan, digest)?, true)
+        }
+    };
+    lock.downgrade().map_err(|e| BoxError::io(&dir, e))?;
+    Ok(Vm {
+        dir,
+        state,
+        booted_now,
+        _lock: lock,
+    })
+}
+
+/// Kill the QEMU `state` names (when it is still that process) and wait for it to go.
+fn kill(state: &VmState) {
+    if !alive(state) {
+        return;
+    }
+    // SAFETY: pidfd_open on a pid whose start time was just checked; the fd is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, state.pid, 0) } as RawFd;
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: fd is a fresh pidfd nothing else owns.
+    let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    if start_time(state.pid) != Some(state.start_time) {
+        return;
+    }
+    // SAFETY: pidfd_send_signal on the pidfd of the process checked above.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    let mut p = libc::pollfd {
+        fd: pidfd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one local pollfd (the pidfd turns readable when the process exits).
+    unsafe { libc::poll(&mut p, 1, 10_000) };
+}
+
+/// Stop the box's VM and remove its directory (`abort`, `rm`). Waits for runs in flight.
+pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
+    let dir = dir_for(sb)?;
+    if !dir.is_dir() {
+        return Ok(());
+    }
+    let lock = Flock::take(&dir.join("lock"), libc::LOCK_EX)?;
+    if let Some(state) = read_state(&dir) {
+        kill(&state);
+    }
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    drop(lock);
+    let _ = std::fs::remove_file(dir.join("lock"));
+    let _ = std::fs::remove_dir(&dir);
+    Ok(())
+}
+
+/// Open `path` read-only (a directory too) for QEMU to inherit.
+fn open_for_qemu(path: &Path, dir: bool) -> Result<OwnedFd, BoxError> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(true);
+    if dir {
+        o.custom_flags(libc::O_DIRECTORY);
+    }
+    o.open(path)
+        .map(OwnedFd::from)
+        .map_err(|e| BoxError::io(path, e))
+}
+
+fn boot_failed(what: String, console: &Path) -> BoxError {
+    let tail = std::fs::read_to_string(console)
+        .map(|t| {
+            let lines: Vec<&str> = t.lines().rev().take(8).collect();
+            lines.into_iter().rev().collect::<Vec<_>>().join("\n  ")
+        })
+        .unwrap_or_default();
+    BoxError::BadRequest {
+        what: format!("{what}; the guest console ({}) ends:\n  {tail}", console.display()),
+        mend: "check `h5i box probe` (qemu-system-x86, the guest kernel and h5i-guest), then run again".into(),
+    }
+}
+
+/// Boot a VM from `plan` in `dir` and wait for its guest agent's first answer.
+fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError> {
+    for i in 0..PORTS {
+        let _ = std::fs::remove_file(dir.join(format!("port-{i}.sock")));
+    }
+    let _ = std::fs::remove_file(dir.join("state.json"));
+    let initramfs = dir.join("initramfs.cpio");
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .open(&initramfs)
+            .map_err(|e| BoxError::io(&initramfs, e))?;
+        f.write_all(&plan.initramfs)
+            .map_err(|e| BoxError::io(&initramfs, e))?;
+    }
+    let console = dir.join("console.log");
+    let log = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&console)
+        .map_err(|e| BoxError::io(&console, e))?;
+    let mut inherited: Vec<OwnedFd> = Vec::new();
+    let mut pass = |fd: OwnedFd| -> String {
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        inherited.push(fd);
+        path
+    };
+    let kernel = pass(open_for_qemu(&plan.kernel, false)?);
+    let initrd = pass(open_for_qemu(&initramfs, false)?);
+    let root = pass(open_for_qemu(&plan.root_image, false)?);
+    let work = pass(open_for_qemu(&plan.work, true)?);
+    let spool = pass(open_for_qemu(&plan.spool, true)?);
+    let mut listeners = Vec::new();
+    for i in 0..PORTS {
+        let path = dir.join(format!("port-{i}.sock"));
+        let l = UnixListener::bind(&path).map_err(|e| BoxError::io(&path, e))?;
+        listeners.push(OwnedFd::from(l));
+    }
+    let listener_fds: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut cmdline = format!(
+        "console=ttyS0 quiet panic=-1 rdinit=/init h5i.idle={}",
+        plan.idle_secs
+    );
+    if plan.accel == Accel::Tcg {
+        // Without these the guest spends seconds calibrating its clock under emulation.
+        cmdline.push_str(" tsc_early_khz=2000000 lpj=4000000");
+    }
+    let mut args: Vec<String> = vec![
+        "-M".into(),
+        "microvm,isa-serial=on,rtc=on".into(),
+        "-accel".into(),
+        plan.accel.qemu_arg().into(),
+        "-cpu".into(),
+        plan.accel.cpu().into(),
+        "-m".into(),
+        format!("{}M", plan.ram_mib),
+        "-smp".into(),
+        plan.cpus.to_string(),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-sandbox".into(),
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into(),
+        "-chardev".into(),
+        "stdio,id=con,signal=off".into(),
+        "-serial".into(),
+        "chardev:con".into(),
+        "-kernel".into(),
+        kernel,
+        "-initrd".into(),
+        initrd,
+        "-append".into(),
+        cmdline,
+        "-drive".into(),
+        format!("file={root},format=raw,if=none,id=root,readonly=on,file.locking=off"),
+        "-device".into(),
+        "virtio-blk-device,drive=root".into(),
+        "-fsdev".into(),
+        format!("local,id=work,path={work},security_model=none"),
+        "-device".into(),
+        "virtio-9p-device,fsdev=work,mount_tag=work".into(),
+        "-fsdev".into(),
+        format!("local,id=spool,path={spool},security_model=none"),
+        "-device".into(),
+        "virtio-9p-device,fsdev=spool,mount_tag=spool".into(),
+        "-device".into(),
+        "virtio-serial-device,max_ports=8".into(),
+    ];
+    for (i, fd) in listener_fds.iter().enumerate() {
+        args.push("-chardev".into());
+        args.push(format!("socket,id=port{i},fd={fd},server=on,wait=off"));
+        args.push("-device".into());
+        args.push(format!(
+            "virtserialport,chardev=port{i},name={}{i}",
+            h5i_guest::proto::PORT_PREFIX
+        ));
+    }
+    let keep: Vec<RawFd> = inherited
+        .iter()
+        .map(AsRawFd::as_raw_fd)
+        .chain(listener_fds.iter().copied())
+        .collect();
+    let stderr = log.try_clone().map_err(|e| BoxError::io(&console, e))?;
+    let mut cmd = std::process::Command::new(super::accel::QEMU);
+    cmd.args(&args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(stderr);
+    if let Some((uid, gid)) = plan.run_as {
+        cmd.uid(uid).gid(gid);
+    }
+    // SAFETY: the closure makes only async-signal-safe calls (setsid, fcntl) in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::setsid();
+            for fd in &keep {
+                let fl = libc::fcntl(*fd, libc::F_GETFD);
+                if fl < 0 || libc::fcntl(*fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let started = Instant::now();
+    let child = cmd.spawn().map_err(|e| BoxError::BadRequest {
+        what: format!("cannot start {} ({e})", super::accel::QEMU),
+        mend: "install it: apt-get install qemu-system-x86 (`make setup` does)".into(),
+    })?;
+    let pid = child.id() as i32;
+    drop(inherited);
+    drop(listeners);
+    let start = start_time(pid).unwrap_or(0);
+    let mut state = VmState {
+        pid,
+        start_time: start,
+        digest,
+        accel: plan.accel.name().into(),
+        booted_ms: crate::store::now_ms(),
+        boot_ms: 0,
+    };
+    // The state is written before the wait, so a kill of this h5i leaves a VM teardown finds.
+    write_state(dir, &state)?;
+    let deadline = started + BOOT_TIMEOUT;
+    // Readiness is asked on the last port, so the first run (which takes port 0) opens a port
+    // no session has closed yet: a reconnect right behind the readiness session's close was
+    // seen to go unanswered (about one boot in three here).
+    let last = dir.join(format!("port-{}.sock", PORTS - 1));
+    let ready = super::client::wait_ready(&last, pid, deadline);
+    match ready {
+        Ok(()) => {}
+        Err(why) => {
+            kill(&state);
+            drop(child);
+            return Err(boot_failed(
+                format!("the microVM did not come up: {why}"),
+                &console,
+            ));
+        }
+    }
+    drop(child);
+    state.boot_ms = started.elapsed().as_millis() as u64;
+    write_state(dir, &state)?;
+    Ok(state)
+}
+
+fn write_state(dir: &Path, state: &VmState) -> Result<(), BoxError> {
+    let path = dir.join("state.json");
+    let text = serde_json::to_vec(state).map_err(|e| BoxError::Corrupt {
+        path: path.clone(),
+        what: e.to_string(),
+    })?;
+    crate::store::write_atomic(&path, &text)
+}
