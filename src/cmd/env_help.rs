@@ -25,6 +25,7 @@ Read on the host for `box cache refresh` (the mirror the refresh box fetches fro
   XDG_CONFIG_HOME, HOME
 Passed from the caller into a box's runs: TERM, LANG, LC_ALL, COLORTERM, NO_COLOR, and the
   variables a profile's `credential_env` names (read on the host, never seen in the box)
-Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF (for Podman)
+Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF (for Podman);
+  XDG_CACHE_HOME (the microvm tier's extracted guest kernels, under h5i/microvm)
 Set by h5i inside a box (do not set them yourself): H5I_ENV_ID, H5I_ENV_POLICY_DIGEST,
   H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>";
