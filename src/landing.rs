@@ -105,6 +105,9 @@ impl LandingLane {
     pub fn check(&self, plan: &LandingPlan, scratch: &Path) -> Result<(), BoxError> {
         let index = self.store.common_dir.join("index");
         let copy = scratch.join("landing-index");
+        // A check killed before left its lock in the box's own scratch (held under the box's
+        // exclusive lock): nobody else's.
+        let _ = fs::remove_file(scratch.join("landing-index.lock"));
         fs::copy(&index, &copy).map_err(|e| BoxError::io(&index, e))?;
         let checked = self
             .git()
