@@ -67,10 +67,7 @@ impl LandingLane {
             });
         }
         Ok(LandingLane {
-            store: BoxStore {
-                repo_root: store.repo_root.clone(),
-                common_dir: store.common_dir.clone(),
-            },
+            store: store.clone(),
             _lock: file,
         })
     }
