@@ -146,10 +146,9 @@ pub fn create(
                     mend: "pass --from a branch, tag or commit that `git rev-parse` knows".into(),
                 })?;
             let parent_branch = parent_branch_of(store, &from);
-            Git::at(&store.common_dir)
-                .args(["update-ref", &pin_ref, &base, ""])
-                .output()?;
-            cleanup.pin = Some((store.common_dir.clone(), pin_ref.clone()));
+            // Under the claim, with no box of the name: a pin already there is an orphan.
+            crate::pin::BoxPin::new(&store.common_dir, &name).set(&base)?;
+            cleanup.pin = Some((store.common_dir.clone(), name.clone()));
             (
                 store.common_dir.clone(),
                 base,
@@ -477,8 +476,8 @@ impl Cleanup {
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some((git_dir, r)) = self.pin.take() {
-            let _ = Git::at(&git_dir).args(["update-ref", "-d", &r]).output();
+        if let Some((git_dir, name)) = self.pin.take() {
+            let _ = crate::pin::BoxPin::new(&git_dir, &name).remove();
         }
         if let Some(dir) = self.staging.take() {
             let _ = fs::remove_dir_all(&dir);

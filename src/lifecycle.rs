@@ -10,7 +10,6 @@ use std::time::{Duration, SystemTime};
 
 use crate::error::BoxError;
 use crate::events::{self, Event};
-use crate::git::Git;
 use crate::store::{require_active, write_manifest, BoxLock, BoxState, BoxStore, StoredBox};
 
 /// Stop a box: no further runs; its manifest and workspace stay for forensics.
@@ -77,6 +76,13 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
         }
     }
     drop(frozen);
+    // The name's claim, held while the pin goes, so a create of the name cannot write it
+    // meanwhile; a killed rm's claim is reclaimed by the next verb that wants the name.
+    let claim = store
+        .claim_name(&agent_of(&sb.paths), name)?
+        .ok_or_else(|| BoxError::Busy {
+            name: name.to_string(),
+        })?;
     crate::service::stop_all(&sb)?;
     crate::sandbox::teardown(&sb)?;
     crate::microvm::teardown(&sb)?;
@@ -89,8 +95,9 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
         .dir
         .with_file_name(format!("{REMOVING_PREFIX}{name}-{}", std::process::id()));
     fs::rename(&sb.paths.dir, &doomed).map_err(|e| BoxError::io(&sb.paths.dir, e))?;
-    drop_pin(&sb.manifest);
+    drop_pin(store, &sb.manifest)?;
     remove_tree(&doomed).map_err(|e| BoxError::io(&doomed, e))?;
+    claim.release()?;
     drop(lock);
     Ok(())
 }
@@ -138,17 +145,28 @@ pub fn remove_tree(dir: &std::path::Path) -> std::io::Result<()> {
 /// What `rm` and `gc` name the directory of a box being removed.
 const REMOVING_PREFIX: &str = ".removing-";
 
-/// Only this box's own pin, compare-and-delete so a reused ref name is never removed.
-fn drop_pin(m: &crate::store::Manifest) {
-    if !m.source.is_detached() {
-        let _ = Git::at(&m.store)
-            .args(["update-ref", "-d", &m.base_ref, &m.base])
-            .output();
-    }
+/// The agent directory a box lives in (`.git/.h5i/env/AGENT/NAME`).
+fn agent_of(paths: &crate::store::BoxPaths) -> String {
+    paths
+        .dir
+        .parent()
+        .and_then(|a| a.file_name())
+        .map(|a| a.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
-/// A `.removing-*` directory whose `rm` was killed (its lock is free): its pin and the rest.
-fn reclaim_removal(dir: &std::path::Path) -> Result<bool, BoxError> {
+/// The pin of a box that is no longer in the store (the caller holds its name's claim). A
+/// detached box's pin lives in its own `base.git` and goes with the directory.
+fn drop_pin(store: &BoxStore, m: &crate::store::Manifest) -> Result<(), BoxError> {
+    if m.source.is_detached() || store.find(&m.name).is_ok() {
+        return Ok(());
+    }
+    crate::pin::BoxPin::new(&m.store, &m.name).remove()
+}
+
+/// A `.removing-*` directory whose `rm` was killed (its lock is free): its pin, when the name's
+/// claim can be had (a verb holding the name owns the pin now), and the rest.
+fn reclaim_removal(store: &BoxStore, dir: &std::path::Path) -> Result<bool, BoxError> {
     let lock = dir.join("lock");
     let Ok(file) = fs::OpenOptions::new().write(true).open(&lock) else {
         return Ok(false);
@@ -158,11 +176,38 @@ fn reclaim_removal(dir: &std::path::Path) -> Result<bool, BoxError> {
     }
     if let Ok(bytes) = fs::read(dir.join("manifest.json")) {
         if let Ok(m) = serde_json::from_slice::<crate::store::Manifest>(&bytes) {
-            drop_pin(&m);
+            let removing = crate::store::BoxPaths {
+                dir: dir.to_path_buf(),
+            };
+            if let Some(claim) = store.claim_unowned_name(&agent_of(&removing), &m.name)? {
+                drop_pin(store, &m)?;
+                claim.release()?;
+            }
         }
     }
     remove_tree(dir).map_err(|e| BoxError::io(dir, e))?;
     Ok(true)
+}
+
+/// The agent directory `gc` claims a name in to drop its orphan pin (any agent's would do: a
+/// claim is seen from every agent's directory).
+const ORPHAN_CLAIM_AGENT: &str = "none";
+
+/// Pins in the parent repository that no box owns (a verb killed between the ref and the
+/// directory), each dropped under its name's claim. Returns how many went.
+fn sweep_orphan_pins(store: &BoxStore) -> Result<usize, BoxError> {
+    let mut dropped = 0;
+    for name in store.pinned_names()? {
+        if store.find(&name).is_ok() {
+            continue;
+        }
+        if let Some(claim) = store.claim_unowned_name(ORPHAN_CLAIM_AGENT, &name)? {
+            store.drop_orphan_pin(&name)?;
+            claim.release()?;
+            dropped += 1;
+        }
+    }
+    Ok(dropped)
 }
 
 /// What `gc` reclaimed.
@@ -210,7 +255,7 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
                 let n = e.file_name().to_string_lossy().into_owned();
                 let path = e.path();
                 if n.starts_with(REMOVING_PREFIX) {
-                    if reclaim_removal(&path)? {
+                    if reclaim_removal(store, &path)? {
                         report.leftovers += 1;
                         continue;
                     }
@@ -218,11 +263,14 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
                     if path.is_dir()
                         && !name.ends_with(".tmp")
                         && crate::store::abandoned_staging(&path)
-                        && !agent.path().join(name).exists()
                     {
-                        remove_tree(&path).map_err(|err| BoxError::io(&path, err))?;
-                        store.drop_orphan_pin(name);
-                        report.leftovers += 1;
+                        // Claiming the name reclaims the staging directory, and the pin the
+                        // killed verb may have left once no box of the name exists.
+                        let agent_name = agent.file_name().to_string_lossy().into_owned();
+                        if let Some(claim) = store.claim_name(&agent_name, name)? {
+                            claim.release()?;
+                            report.leftovers += 1;
+                        }
                         continue;
                     }
                 }
@@ -241,5 +289,6 @@ pub fn gc(store: &BoxStore) -> Result<GcReport, BoxError> {
             }
         }
     }
+    report.leftovers += sweep_orphan_pins(store)?;
     Ok(report)
 }

@@ -263,17 +263,21 @@ impl BoxStore {
             .join(format!("{PARTIAL_PREFIX}{name}"))
     }
 
-    /// Claim `name` for a create in `agent`'s directory by making its staging directory
-    /// (`.creating-NAME`, 0700): made under a temporary name, locked, then renamed into place,
-    /// so a staging directory nobody holds locked belongs to a create that was killed; such a
-    /// one is reclaimed here with the pin it may have made. `None` while another create of the
-    /// name is live.
+    /// Claim `name` in `agent`'s directory by making its staging directory (`.creating-NAME`,
+    /// 0700): made under a temporary name, locked, then renamed into place without replacing
+    /// anything, so a staging directory nobody holds locked belongs to a verb that was killed;
+    /// such a one is reclaimed here, and once the claim is held the pin it may have left goes
+    /// too when no box of the name exists. `None` while another verb holds the name.
+    ///
+    /// Create holds the claim for its life; rm and gc hold it while they drop a pin
+    /// ([`crate::pin`]), so no two verbs write one name's pin at once.
     pub fn claim_name(&self, agent: &str, name: &str) -> Result<Option<NameClaim>, BoxError> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = self.env_root().join(agent);
         fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
         let staging = self.staging_dir(agent, name);
         let tmp = dir.join(format!("{PARTIAL_PREFIX}{name}.{}.tmp", std::process::id()));
+        let mut reclaimed = false;
         for _ in 0..2 {
             let _ = fs::remove_dir_all(&tmp);
             fs::DirBuilder::new()
@@ -283,19 +287,31 @@ impl BoxStore {
             let held = open_dir(&tmp)?;
             held.try_lock()
                 .map_err(|e| BoxError::io(&tmp, std::io::Error::from(e)))?;
-            // rename(2) onto an existing non-empty directory fails: the name is claimed.
-            if fs::rename(&tmp, &staging).is_ok() {
-                return Ok(Some(NameClaim { _dir: held }));
+            match crate::rename::rename_noreplace(&tmp, &staging) {
+                Ok(()) => {
+                    if reclaimed {
+                        self.drop_orphan_pin(name)?;
+                    }
+                    return Ok(Some(NameClaim {
+                        _dir: held,
+                        staging,
+                    }));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    let _ = fs::remove_dir_all(&tmp);
+                    return Err(BoxError::io(&staging, e));
+                }
             }
             let _ = fs::remove_dir_all(&tmp);
             let Ok(other) = open_dir(&staging) else {
                 continue;
             };
-            if other.try_lock().is_err() || self.box_dir(agent, name).exists() {
+            if other.try_lock().is_err() {
                 return Ok(None);
             }
             fs::remove_dir_all(&staging).map_err(|e| BoxError::io(&staging, e))?;
-            self.drop_orphan_pin(name);
+            reclaimed = true;
         }
         Ok(None)
     }
@@ -312,15 +328,44 @@ impl BoxStore {
         })
     }
 
-    /// Delete `refs/h5i/boxes/NAME/base` when no box of that name exists (a create or rm
-    /// killed between the ref and the directory). Best effort.
-    pub fn drop_orphan_pin(&self, name: &str) {
-        if self.box_named(name) {
-            return;
+    /// The name's claim when nothing else holds the name: no box of it and no other verb's claim
+    /// in any agent's directory (create checks the same after claiming, so of two verbs racing
+    /// for one name in different agents' directories at least one sees the other).
+    pub fn claim_unowned_name(
+        &self,
+        agent: &str,
+        name: &str,
+    ) -> Result<Option<NameClaim>, BoxError> {
+        let Some(claim) = self.claim_name(agent, name)? else {
+            return Ok(None);
+        };
+        if self.name_taken_beside(name, agent) {
+            claim.release()?;
+            return Ok(None);
         }
-        let _ = crate::git::Git::at(&self.common_dir)
-            .args(["update-ref", "-d", &format!("refs/h5i/boxes/{name}/base")])
-            .output();
+        Ok(Some(claim))
+    }
+
+    /// Delete `refs/h5i/boxes/NAME/base` when no box of that name exists (a verb killed between
+    /// the ref and the directory). The caller holds the name's claim.
+    pub fn drop_orphan_pin(&self, name: &str) -> Result<(), BoxError> {
+        if self.box_named(name) {
+            return Ok(());
+        }
+        crate::pin::BoxPin::new(&self.common_dir, name).remove()
+    }
+
+    /// Every name `refs/h5i/boxes/` pins in this repository.
+    pub fn pinned_names(&self) -> Result<Vec<String>, BoxError> {
+        let refs = crate::git::Git::at(&self.common_dir)
+            .args(["for-each-ref", "--format=%(refname)", "refs/h5i/boxes/"])
+            .text()?;
+        Ok(refs
+            .lines()
+            .filter_map(|r| r.strip_prefix("refs/h5i/boxes/")?.strip_suffix("/base"))
+            .filter(|n| validate_name(n).is_ok())
+            .map(str::to_owned)
+            .collect())
     }
 
     fn box_named(&self, name: &str) -> bool {
@@ -398,6 +443,18 @@ impl BoxStore {
 #[derive(Debug)]
 pub struct NameClaim {
     _dir: fs::File,
+    staging: PathBuf,
+}
+
+impl NameClaim {
+    /// Give the name back, removing the staging directory a verb other than create held it by.
+    pub fn release(self) -> Result<(), BoxError> {
+        match fs::remove_dir(&self.staging) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(BoxError::io(&self.staging, e)),
+        }
+    }
 }
 
 /// A directory opened for its lock, never through a symlink.

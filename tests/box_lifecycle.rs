@@ -529,6 +529,50 @@ fn rm_refuses_unexported_changes_without_force_and_removes_the_pin() {
 }
 
 #[test]
+fn git_locks_a_killed_verb_left_on_pins_stop_neither_create_nor_rm() {
+    let r = Repo::new();
+    // What a `git update-ref` killed inside `create` leaves: the pin's own lock.
+    std::fs::create_dir_all(r.path().join(".git/refs/h5i/boxes/p")).unwrap();
+    std::fs::write(r.path().join(".git/refs/h5i/boxes/p/base.lock"), "").unwrap();
+    r.ok(&["box", "create", "p", WS]);
+    assert_eq!(
+        r.git(&["rev-parse", "refs/h5i/boxes/p/base"]),
+        r.git(&["rev-parse", "HEAD"])
+    );
+    // A `packed-refs.lock` (someone's git at work, or one killed) is not h5i's to take, and a
+    // loose pin is removed without it.
+    std::fs::write(r.path().join(".git/packed-refs.lock"), "").unwrap();
+    r.ok(&["box", "rm", "p"]);
+    assert!(r.git(&["for-each-ref", "refs/h5i/"]).is_empty());
+    assert!(r.path().join(".git/packed-refs.lock").exists());
+    std::fs::remove_file(r.path().join(".git/packed-refs.lock")).unwrap();
+    // A packed pin goes through git, so packed-refs does not bring it back.
+    r.ok(&["box", "create", "q", WS]);
+    r.git(&["pack-refs", "--all"]);
+    r.ok(&["box", "rm", "q"]);
+    assert!(r.git(&["for-each-ref", "refs/h5i/"]).is_empty());
+}
+
+#[test]
+fn gc_drops_a_pin_no_box_owns_and_keeps_every_boxs_own() {
+    let r = Repo::new();
+    r.ok(&["box", "create", "kept", WS]);
+    // The pin a create or rm killed between the ref and the directory leaves.
+    r.git(&["update-ref", "refs/h5i/boxes/ghost/base", "HEAD"]);
+    // A create of the orphan's name takes the name over rather than refuse.
+    r.git(&["update-ref", "refs/h5i/boxes/reborn/base", "HEAD"]);
+    r.ok(&["box", "create", "reborn", WS]);
+    r.ok(&["box", "gc"]);
+    let pins = r.git(&["for-each-ref", "--format=%(refname)", "refs/h5i/"]);
+    assert_eq!(
+        pins, "refs/h5i/boxes/kept/base\nrefs/h5i/boxes/reborn/base",
+        "{pins}"
+    );
+    r.ok(&["box", "doctor", "kept"]);
+    r.ok(&["box", "doctor", "reborn"]);
+}
+
+#[test]
 fn gc_reclaims_aborted_workspaces_and_keeps_their_receipts() {
     let r = Repo::new();
     r.ok(&["box", "create", "old", WS]);

@@ -14,12 +14,13 @@
 //! Guarded by the unit tests below and `tests/export_gate.rs` (an injected failure between files,
 //! and a process killed mid-export).
 
-use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+use crate::rename::{rename_exchange, rename_noreplace};
 
 /// The bundle could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -271,49 +272,6 @@ fn place(tmp: &Path, out: &Path, force: bool, parent: &Path) -> Result<(), Bundl
     File::open(parent)
         .and_then(|d| d.sync_all())
         .map_err(io_err("sync", parent))
-}
-
-fn cpath(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
-}
-
-fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
-    let (f, t) = (cpath(from)?, cpath(to)?);
-    // SAFETY: both are valid NUL-terminated strings that outlive the call; AT_FDCWD resolves
-    // them like rename(2) would; no memory is shared with the kernel beyond the call.
-    let r = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            f.as_ptr(),
-            libc::AT_FDCWD,
-            t.as_ptr(),
-            flags,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// rename(2) that fails rather than replace anything at `to`.
-fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
-    match renameat2(from, to, libc::RENAME_NOREPLACE) {
-        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL) | Some(libc::ENOSYS)) => {
-            if fs::symlink_metadata(to).is_ok() {
-                return Err(io::Error::from(io::ErrorKind::AlreadyExists));
-            }
-            fs::rename(from, to)
-        }
-        other => other,
-    }
-}
-
-/// Swap `a` and `b` atomically.
-fn rename_exchange(a: &Path, b: &Path) -> io::Result<()> {
-    renameat2(a, b, libc::RENAME_EXCHANGE)
 }
 
 #[cfg(test)]
