@@ -185,15 +185,13 @@ pub fn prepare(policy: &ResolvedPolicy) -> Result<Prepared, BoxError> {
     if !policy.credential_proxy {
         let mut passthrough = Vec::new();
         for g in policy.auth_grants() {
-            let value = lookup(&g.credential_env)
-                .filter(|v| !v.is_empty())
-                .ok_or_else(|| {
-                    refused(CredentialError::Unresolved {
-                        host: g.host.clone(),
-                        var: g.credential_env.clone(),
-                    })
-                })?;
-            passthrough.push((g.token_var.clone(), value));
+            let (chosen, value) = g.choose(lookup).ok_or_else(|| {
+                refused(CredentialError::Unresolved {
+                    host: g.host.clone(),
+                    grant: Box::new(g.clone()),
+                })
+            })?;
+            passthrough.push((chosen.token_var, value));
         }
         return Ok(Prepared {
             routes: Vec::new(),

@@ -113,12 +113,9 @@ pub fn redactor_with(policy: &ResolvedPolicy, extra: Vec<SecretValue>) -> Redact
             values.push(SecretValue::new(format!("secret:{}", grant.name), v));
         }
     }
-    for auth in &policy.auth {
-        if let Ok(v) = std::env::var(&auth.credential_env) {
-            values.push(SecretValue::new(
-                format!("credential:{}", auth.credential_env),
-                v,
-            ));
+    for (env, _) in policy.auth.iter().flat_map(|a| a.credential_choices()) {
+        if let Ok(v) = std::env::var(env) {
+            values.push(SecretValue::new(format!("credential:{env}"), v));
         }
     }
     Redactor::new(values)

@@ -37,6 +37,16 @@ const CLAUDE_AGENT: Agent = Agent {
     image: "localhost/h5i-agent-claude:latest",
 };
 
+/// Claude Code logged in with a subscription token (`claude setup-token`) instead of an API
+/// key: the host has only `CLAUDE_CODE_OAUTH_TOKEN`, which Claude Code sends as a bearer token.
+const CLAUDE_SUBSCRIPTION: Agent = Agent {
+    key_var: "CLAUDE_CODE_OAUTH_TOKEN",
+    real: "sk-ant-oat01-REAL-host-only-subscription-5f1a",
+    key_header: "authorization",
+    key_prefix: "Bearer ",
+    ..CLAUDE_AGENT
+};
+
 #[test]
 fn the_installed_claude_is_the_pinned_one() {
     if !agent::have_agent("the_installed_claude_is_the_pinned_one", CLAUDE) {
@@ -56,7 +66,7 @@ fn the_installed_claude_is_the_pinned_one() {
 
 /// The script: read the file, fix it, check it, look for the key, reach out, stage the
 /// proposal, finish.
-fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
+fn fix_script(agent: &Agent, file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
     let bash = |command: String, description: &str| {
         Call::new(
             "Bash",
@@ -74,7 +84,7 @@ fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
         Turn::calls(vec![bash(format!("cat {file}"), "show the fixed file")])
             .expecting("has been updated"),
         Turn::calls(vec![bash(
-            agent::scan_command(CLAUDE_AGENT.real),
+            agent::scan_command(agent.real),
             "look for the host's key",
         )])
         .expecting("hello world"),
@@ -93,16 +103,16 @@ fn fix_script(file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
 /// Claude Code, in a box at `tier`, plays the fix script against the scripted model (checks in
 /// `agent::check_session`, `agent::tool_calls_listed` and `DeniedHost::was_refused`); when
 /// the test cannot make its denied host (not root) it has said `skipped:`.
-fn claude_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
+fn claude_fixes_the_greeting(who: &Agent, test: &str, tier: &str, as_user: bool) {
     let Some(denied) = DeniedHost::up(test) else {
         return;
     };
-    let mut c = agent::greeting_box(&CLAUDE_AGENT, "cl", tier, as_user);
+    let mut c = agent::greeting_box(who, "cl", tier, as_user);
     let Some(m) = Model::start(
         test,
-        &CLAUDE_AGENT,
+        who,
         &c,
-        fix_script(&format!("{WORK}/greeting.txt"), denied.ip()),
+        fix_script(who, &format!("{WORK}/greeting.txt"), denied.ip()),
     ) else {
         return;
     };
@@ -115,16 +125,8 @@ fn claude_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
         "Edit",
         "Bash",
     ];
-    let report = agent::check_session(
-        &CLAUDE_AGENT,
-        &mut c,
-        "cl",
-        tier,
-        &m,
-        &argv,
-        "The greeting is fixed.",
-    );
-    denied.was_refused(&CLAUDE_AGENT, tier, &report);
+    let report = agent::check_session(who, &mut c, "cl", tier, &m, &argv, "The greeting is fixed.");
+    denied.was_refused(who, tier, &report);
     // What the agent ran, call by call, staged by h5i's hook from the box's read-only managed
     // settings, listed under the host-observed run in the script's order.
     let file = format!("{WORK}/greeting.txt");
@@ -148,7 +150,7 @@ fn claude_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
 fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "process", false);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "process", false);
     }
 }
 
@@ -157,7 +159,7 @@ fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5
     let test =
         "claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5i_test";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "process", true);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "process", true);
     }
 }
 
@@ -165,7 +167,7 @@ fn claude_fixes_a_file_at_the_process_tier_and_the_box_never_holds_the_key_as_h5
 fn claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "supervised", false);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "supervised", false);
     }
 }
 
@@ -174,7 +176,7 @@ fn claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as
     let test =
         "claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as_h5i_test";
     if agent::have_agent(test, CLAUDE) {
-        claude_fixes_the_greeting(test, "supervised", true);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "supervised", true);
     }
 }
 
@@ -182,7 +184,7 @@ fn claude_fixes_a_file_at_the_supervised_tier_and_the_box_never_holds_the_key_as
 fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key() {
     let test = "claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key";
     if agent::have_agent(test, CLAUDE) && agent::image_built(test, CLAUDE_AGENT.image) {
-        claude_fixes_the_greeting(test, "container", false);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "container", false);
     }
 }
 
@@ -191,6 +193,23 @@ fn claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_
     let test =
         "claude_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test";
     if agent::have_agent(test, CLAUDE) && agent::image_built(test, CLAUDE_AGENT.image) {
-        claude_fixes_the_greeting(test, "container", true);
+        claude_fixes_the_greeting(&CLAUDE_AGENT, test, "container", true);
+    }
+}
+
+#[test]
+fn claude_with_a_subscription_token_at_the_process_tier_never_holds_the_token() {
+    let test = "claude_with_a_subscription_token_at_the_process_tier_never_holds_the_token";
+    if agent::have_agent(test, CLAUDE) {
+        claude_fixes_the_greeting(&CLAUDE_SUBSCRIPTION, test, "process", false);
+    }
+}
+
+#[test]
+fn claude_with_a_subscription_token_at_the_supervised_tier_never_holds_the_token_as_h5i_test() {
+    let test =
+        "claude_with_a_subscription_token_at_the_supervised_tier_never_holds_the_token_as_h5i_test";
+    if agent::have_agent(test, CLAUDE) {
+        claude_fixes_the_greeting(&CLAUDE_SUBSCRIPTION, test, "supervised", true);
     }
 }

@@ -50,13 +50,13 @@ use crate::serve::{Conn, Server, Tracked};
 /// The credential proxy cannot be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum CredentialError {
-    /// The grant's host variable is unset or empty.
-    #[error("refusing: the credential for {host} cannot be read: host variable {var} is not set; to fix: export {var}=... in the shell that runs h5i (it stays on the host), or drop the grant from the profile")]
+    /// None of the grant's host variables is set (non-empty).
+    #[error("refusing: the credential for {host} cannot be read: host variable {} is not set; to fix: export {} in the shell that runs h5i (it stays on the host), or drop the grant from the profile", .grant.credential_vars(), assignments(.grant))]
     Unresolved {
         /// The grant's upstream host.
         host: String,
-        /// Its `credential_env`.
-        var: String,
+        /// The grant.
+        grant: Box<AuthGrant>,
     },
     /// The grant's host is not a DNS name TLS can verify.
     #[error("refusing: credential grant host `{host}` is not a DNS name: {why}; to fix: name the API host in the grant, like \"api.github.com\"")]
@@ -178,17 +178,17 @@ impl CredentialRoute {
                 why: "it is an IP address, and certificates are checked against a name".into(),
             });
         }
-        let credential = lookup(&grant.credential_env)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| CredentialError::Unresolved {
-                host: host.clone(),
-                var: grant.credential_env.clone(),
-            })?;
+        let (mut grant, credential) =
+            grant
+                .choose(lookup)
+                .ok_or_else(|| CredentialError::Unresolved {
+                    host: host.clone(),
+                    grant: Box::new(grant.clone()),
+                })?;
         let pinned = match pin(&host, UPSTREAM_PORT, resolver, rules) {
             Pinned::Addrs(a) => a,
             Pinned::Unusable(why) => return Err(CredentialError::Unpinned { host, why }),
         };
-        let mut grant = grant.clone();
         grant.host = host;
         Ok(CredentialRoute {
             grant,
@@ -247,6 +247,20 @@ impl CredentialRoute {
             format!("credential:{}", self.grant.credential_env),
             self.credential.clone(),
         )
+    }
+}
+
+/// `A=...`, or `A=... (or B=...)` for a grant with fallbacks.
+fn assignments(grant: &AuthGrant) -> String {
+    let mut vars = grant
+        .credential_choices()
+        .map(|(env, _)| format!("{env}=..."));
+    let first = vars.next().unwrap_or_default();
+    let rest: Vec<String> = vars.collect();
+    if rest.is_empty() {
+        first
+    } else {
+        format!("{first} (or {})", rest.join(", "))
     }
 }
 

@@ -155,6 +155,78 @@ fn the_upstream_sees_the_real_credential_and_never_the_dummy() {
 }
 
 #[test]
+fn a_subscription_token_is_used_when_the_host_has_no_api_key_and_the_box_gets_only_its_dummy() {
+    const REAL_OAUTH: &str = "sk-ant-oat01-REAL-host-only-subscription-token";
+    let s = setup(Answer::Json);
+    let oauth_only = |var: &str| (var == "CLAUDE_CODE_OAUTH_TOKEN").then(|| REAL_OAUTH.to_owned());
+    let mut routes = routes_for_policy(
+        &policy("agent-claude", None),
+        oauth_only,
+        &s.resolver,
+        &AddressRules::allowing_loopback(),
+    )
+    .unwrap();
+    let route = routes.remove(0);
+    assert_eq!(route.grant().credential_env, "CLAUDE_CODE_OAUTH_TOKEN");
+    assert_eq!(
+        format!("{:?}", route.redaction()),
+        "SecretValue(credential:CLAUDE_CODE_OAUTH_TOKEN, <redacted>)"
+    );
+    let dummy = route.dummy_token().to_owned();
+    let proxy = s.serve(route);
+    let addr = proxy.local_addr();
+    // The box is told the token under Claude Code's own variable, and has no API key at all.
+    let env = proxy.route().box_env(addr);
+    assert_eq!(
+        env,
+        vec![
+            ("ANTHROPIC_BASE_URL".into(), format!("http://{addr}")),
+            ("CLAUDE_CODE_OAUTH_TOKEN".into(), dummy.clone()),
+        ]
+    );
+    let mut c = dial(addr);
+    let mut r = BufReader::new(c.try_clone().unwrap());
+    c.write_all(messages_request(addr, &format!("Authorization: Bearer {dummy}\r\n")).as_bytes())
+        .unwrap();
+    let got = read_response(&mut r, "POST").unwrap();
+    assert_eq!(got.status, 200, "{}", got.text());
+    let seen = s.anthropic.seen();
+    assert_eq!(
+        seen[0].header("authorization"),
+        Some(format!("Bearer {REAL_OAUTH}").as_str())
+    );
+    assert!(!seen[0].all_text().contains(&dummy));
+    // With both set the API key wins, as Claude Code itself prefers it.
+    let both = |var: &str| match var {
+        "CLAUDE_CODE_OAUTH_TOKEN" => Some(REAL_OAUTH.to_owned()),
+        other => host_env(other),
+    };
+    let routes = routes_for_policy(
+        &policy("agent-claude", None),
+        both,
+        &s.resolver,
+        &AddressRules::allowing_loopback(),
+    )
+    .unwrap();
+    assert_eq!(routes[0].grant().token_var, "ANTHROPIC_API_KEY");
+    // With neither, the refusal names both and how to set either.
+    let err = routes_for_policy(
+        &policy("agent-claude", None),
+        |_| None,
+        &s.resolver,
+        &AddressRules::allowing_loopback(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("ANTHROPIC_API_KEY (or CLAUDE_CODE_OAUTH_TOKEN) is not set")
+            && err.contains("export ANTHROPIC_API_KEY=... (or CLAUDE_CODE_OAUTH_TOKEN=...)"),
+        "{err}"
+    );
+    drop(proxy.shutdown());
+}
+
+#[test]
 fn an_openai_grant_forwards_chat_completions_and_responses_with_the_real_key() {
     let s = setup(Answer::Json);
     let route = s.route("agent-codex");
@@ -399,7 +471,7 @@ fn an_unset_host_credential_fails_the_run_closed() {
     )
     .unwrap_err();
     assert!(
-        matches!(err, CredentialError::Unresolved { ref var, .. } if var == "OPENAI_API_KEY"),
+        matches!(err, CredentialError::Unresolved { ref grant, .. } if grant.credential_env == "OPENAI_API_KEY"),
         "{err}"
     );
 }

@@ -11,7 +11,7 @@
 
 use crate::error::{Location, PolicyError};
 use crate::profile::{Located, ProfilePolicy};
-use crate::resolved::{AgentRuntime, AuthGrant, NetMode, Resources};
+use crate::resolved::{AgentRuntime, AuthGrant, CredentialFallback, NetMode, Resources};
 
 use crate::values::{normalize_fs_path, HostPort};
 
@@ -37,6 +37,8 @@ pub struct BuiltinAuth {
     pub base_url_var: &'static str,
     /// Box variable given the per-run dummy token.
     pub token_var: &'static str,
+    /// Other `(credential_env, token_var)` pairs tried in order when `credential_env` is unset.
+    pub fallbacks: &'static [(&'static str, &'static str)],
 }
 
 /// One built-in profile.
@@ -110,6 +112,9 @@ pub const BUILTIN_PROFILES: &[BuiltinProfile] = &[
             credential_env: "ANTHROPIC_API_KEY",
             base_url_var: "ANTHROPIC_BASE_URL",
             token_var: "ANTHROPIC_API_KEY",
+            // A subscription login (`claude setup-token`): Claude Code sends it as
+            // `Authorization: Bearer`, which the proxy swaps like the key.
+            fallbacks: &[("CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")],
         }],
     },
     // Codex: its HOME state, the OpenAI API, and the proxy grant for the OpenAI key.
@@ -127,6 +132,7 @@ pub const BUILTIN_PROFILES: &[BuiltinProfile] = &[
             credential_env: "OPENAI_API_KEY",
             base_url_var: "OPENAI_BASE_URL",
             token_var: "OPENAI_API_KEY",
+            fallbacks: &[],
         }],
     },
     // The agent profile plus headless Chromium and the agent-browser daemon. No egress beyond
@@ -296,15 +302,22 @@ fn add_entry(policy: &mut ProfilePolicy, entry: &BuiltinProfile) -> Result<(), P
     policy.unix |= entry.unix;
     if !entry.auth.is_empty() {
         policy.auth.at = Location::builtin(n, "auth");
-        policy
-            .auth
-            .value
-            .extend(entry.auth.iter().map(|a| AuthGrant {
+        policy.auth.value.extend(entry.auth.iter().map(|a| {
+            AuthGrant {
                 host: a.host.to_owned(),
                 credential_env: a.credential_env.to_owned(),
                 base_url_var: a.base_url_var.to_owned(),
                 token_var: a.token_var.to_owned(),
-            }));
+                fallbacks: a
+                    .fallbacks
+                    .iter()
+                    .map(|(env, var)| CredentialFallback {
+                        credential_env: (*env).to_owned(),
+                        token_var: (*var).to_owned(),
+                    })
+                    .collect(),
+            }
+        }));
     }
     Ok(())
 }

@@ -569,6 +569,7 @@ impl Cx<'_> {
                 credential_env: a.credential_env.get_ref().clone(),
                 base_url_var: a.base_url_var.get_ref().clone(),
                 token_var: a.token_var.get_ref().clone(),
+                fallbacks: Vec::new(),
             });
         }
         for s in &p.secrets {

@@ -43,8 +43,8 @@ pub use envfile::{parse_env_file, EnvFile};
 pub use error::{Location, PolicyError};
 pub use resolve::{resolve, ResolveRequest};
 pub use resolved::{
-    AgentRuntime, AuthGrant, ContainerRuntime, FsPolicy, NetMode, NetPolicy, PolicyDigest,
-    ResolvedPolicy, Resources, SecretGrant, SecretInject, SecretSource, Service,
+    AgentRuntime, AuthGrant, ContainerRuntime, CredentialFallback, FsPolicy, NetMode, NetPolicy,
+    PolicyDigest, ResolvedPolicy, Resources, SecretGrant, SecretInject, SecretSource, Service,
 };
 pub use tier::{HostTiers, Tier, TierAvailability, TierChoice, TierSource};
 pub use values::HostPort;

@@ -475,6 +475,13 @@ mod tests {
                 "ANTHROPIC_API_KEY"
             )
         );
+        assert_eq!(
+            a.credential_choices().collect::<Vec<_>>(),
+            [
+                ("ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
+                ("CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+            ]
+        );
         assert!(p.fs.write.contains(&"$HOME/.claude".to_owned()));
     }
 

@@ -281,6 +281,60 @@ pub struct AuthGrant {
     pub base_url_var: String,
     /// Box variable set to the per-run dummy token.
     pub token_var: String,
+    /// Other credentials for the same upstream, tried in order when `credential_env` is unset
+    /// on the host (Claude Code's subscription token beside its API key). The box gets the
+    /// dummy under the `token_var` of the one found, and only that one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<CredentialFallback>,
+}
+
+/// A credential a grant falls back to ([`AuthGrant::fallbacks`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialFallback {
+    /// Host environment variable holding the credential.
+    pub credential_env: String,
+    /// Box variable set to the per-run dummy when this credential is the one used.
+    pub token_var: String,
+}
+
+impl AuthGrant {
+    /// Every `(credential_env, token_var)` the grant may use, in the order they are tried.
+    pub fn credential_choices(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once((self.credential_env.as_str(), self.token_var.as_str())).chain(
+            self.fallbacks
+                .iter()
+                .map(|f| (f.credential_env.as_str(), f.token_var.as_str())),
+        )
+    }
+
+    /// The first credential set (and non-empty) under `lookup`, with the grant narrowed to it:
+    /// its `credential_env` and `token_var` are that one's, and it has no fallbacks left.
+    pub fn choose(&self, lookup: impl Fn(&str) -> Option<String>) -> Option<(AuthGrant, String)> {
+        self.credential_choices().find_map(|(env, token_var)| {
+            let value = lookup(env).filter(|v| !v.is_empty())?;
+            let chosen = AuthGrant {
+                credential_env: env.to_owned(),
+                token_var: token_var.to_owned(),
+                fallbacks: Vec::new(),
+                ..self.clone()
+            };
+            Some((chosen, value))
+        })
+    }
+
+    /// The credential variables, for a message: `A` or `A (or B, C)`.
+    pub fn credential_vars(&self) -> String {
+        if self.fallbacks.is_empty() {
+            return self.credential_env.clone();
+        }
+        let rest: Vec<&str> = self
+            .fallbacks
+            .iter()
+            .map(|f| f.credential_env.as_str())
+            .collect();
+        format!("{} (or {})", self.credential_env, rest.join(", "))
+    }
 }
 
 /// A declared long-lived process (`[service.NAME]`).
@@ -505,6 +559,7 @@ mod tests {
                 inject: SecretInject::Env,
             }],
             auth: vec![AuthGrant {
+                fallbacks: Vec::new(),
                 host: "api.github.com".into(),
                 credential_env: "GITHUB_TOKEN".into(),
                 base_url_var: "GH_HOST".into(),

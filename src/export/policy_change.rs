@@ -289,7 +289,7 @@ pub fn widening(before: &ResolvedPolicy, after: &ResolvedPolicy) -> Vec<String> 
     let auths = |p: &ResolvedPolicy| -> Vec<String> {
         p.auth
             .iter()
-            .map(|a| format!("{} ({})", a.host, a.credential_env))
+            .map(|a| format!("{} ({})", a.host, a.credential_vars()))
             .collect()
     };
     for a in added(&auths(before), &auths(after)) {
