@@ -765,6 +765,7 @@ mod tests {
             credential_env: "REAL_KEY".into(),
             base_url_var: "X_BASE_URL".into(),
             token_var: "X_TOKEN".into(),
+            fallbacks: Vec::new(),
         }
     }
 
