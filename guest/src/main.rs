@@ -9,7 +9,9 @@
 //! A run's command is never pid 1 and never root: it runs as the owner of `/work` (the box's
 //! identity on the host), with no capabilities and `no_new_privs`, in a cgroup of its own that
 //! holds the run's `mem` and `procs` and is killed whole when the run ends, the wall clock
-//! fires, or the host end of its port goes away.
+//! fires, a new session's Hello arrives on its port, or the host end of its port goes away (a
+//! close that stays [`HOST_GONE_AFTER`] with no byte arriving: the kernel's connection notices
+//! are not ordered with the bytes, so a session is never ended by a notice alone).
 //!
 //! Must never: run a command as root, leave a process of a finished run alive, write a frame
 //! for a session other than the port's current one, or keep the VM up past its idle time with

@@ -525,10 +525,9 @@ mod tests {
         for b in bytes {
             fb.extend(&[b]);
             synced = synced || fb.skip_to(Kind::Ready, 42);
-            while synced {
-                match fb.next_frame().unwrap() {
-                    Some(f) => got.push(f),
-                    None => break,
+            if synced {
+                while let Some(f) = fb.next_frame().unwrap() {
+                    got.push(f);
                 }
             }
         }
