@@ -3,7 +3,8 @@
 //! Each row wires fds 0/1/2 of a command one way (`>/dev/null`, `2>/dev/null`, `</dev/null`,
 //! `2>&-`, `>/dev/full`, pipes, a regular file, a pty) and runs the static probe
 //! (`probe stdio OUT`: type, device, access mode, tty, what a one-byte write and a read get)
-//! twice with the same wiring: directly on the host, and as `h5i box run B -- ./probe ...`.
+//! twice with the same wiring (the pty row: the same terminal, made once for both runs):
+//! directly on the host, and as `h5i box run B -- ./probe ...`.
 //! The two reports must be identical. Issue 14: `>/dev/null` at the process and supervised
 //! tiers gave the box a read-only `/dev/null` (libcontainer's init reopens it with
 //! `File::open`), so every write failed with EBADF. At the container tier Podman's conmon
@@ -56,6 +57,27 @@ const ROWS: [Wiring; 8] = [
     Wiring::Pty,
 ];
 
+/// One row: its wiring and, for the pty row, the terminal both of its runs are wired to. One
+/// terminal per row, never one per run: a second pty made for the box's run gets whatever index
+/// is free at that moment (another test's terminal, or a forked child of another test thread
+/// still holding a copy of the first one, moves it), so two reports of two ptys would differ
+/// for reasons that have nothing to do with the box.
+struct Row {
+    wiring: Wiring,
+    /// The pty pair (master, slave) of a `Pty` row; the master outlives both runs, so the
+    /// terminal never hangs up under either.
+    tty: Option<(OwnedFd, OwnedFd)>,
+}
+
+impl Row {
+    fn new(wiring: Wiring) -> Row {
+        Row {
+            wiring,
+            tty: matches!(wiring, Wiring::Pty).then(pty_pair),
+        }
+    }
+}
+
 /// The read end of a pipe whose write end is already closed: a stdin at EOF before the command
 /// starts (no race with the command's first read).
 fn eof_pipe() -> File {
@@ -68,8 +90,9 @@ fn eof_pipe() -> File {
     File::from(r)
 }
 
-/// Run `cmd` with `wiring`; returns its exit code and what reached a captured stdout.
-fn run_wired(mut cmd: Command, wiring: Wiring, scratch: &Path) -> (Option<i32>, Vec<u8>) {
+/// Run `cmd` wired as `row` says; returns its exit code and what reached a captured stdout.
+fn run_wired(mut cmd: Command, row: &Row, scratch: &Path) -> (Option<i32>, Vec<u8>) {
+    let wiring = row.wiring;
     let null = |write: bool| {
         OpenOptions::new()
             .read(!write)
@@ -80,7 +103,6 @@ fn run_wired(mut cmd: Command, wiring: Wiring, scratch: &Path) -> (Option<i32>, 
     cmd.stdin(eof_pipe())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut pty = None;
     match wiring {
         Wiring::Pipes => {}
         Wiring::NullOut => {
@@ -113,12 +135,11 @@ fn run_wired(mut cmd: Command, wiring: Wiring, scratch: &Path) -> (Option<i32>, 
             cmd.stdout(f);
         }
         Wiring::Pty => {
-            let (master, slave) = pty_pair();
+            let (_, slave) = row.tty.as_ref().expect("a pty row has its terminal");
             cmd.stdin(File::from(slave.try_clone().unwrap()))
                 .stdout(File::from(slave.try_clone().unwrap()))
-                .stderr(File::from(slave));
+                .stderr(File::from(slave.try_clone().unwrap()));
             with_controlling_terminal(&mut cmd);
-            pty = Some(master);
         }
     }
     let mut child = cmd.spawn().unwrap();
@@ -131,20 +152,19 @@ fn run_wired(mut cmd: Command, wiring: Wiring, scratch: &Path) -> (Option<i32>, 
         s.read_to_end(&mut err).unwrap();
     }
     let status = child.wait().unwrap();
-    // The master outlives the child, so its terminal never hung up under it.
-    drop(pty);
     if status.code() != Some(0) {
         eprintln!("{wiring:?}: stderr: {}", String::from_utf8_lossy(&err));
     }
     (status.code(), out)
 }
 
-/// The probe run directly on the host with `wiring`: its report and stdout.
-fn on_host(wiring: Wiring) -> (String, Vec<u8>) {
+/// The probe run directly on the host wired as `row` says: its report and stdout.
+fn on_host(row: &Row) -> (String, Vec<u8>) {
+    let wiring = row.wiring;
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(probe());
     cmd.args(["stdio", "stdio.out"]).current_dir(dir.path());
-    let (code, out) = run_wired(cmd, wiring, dir.path());
+    let (code, out) = run_wired(cmd, row, dir.path());
     assert_eq!(code, Some(0), "{wiring:?}: the probe failed on the host");
     (
         std::fs::read_to_string(dir.path().join("stdio.out")).unwrap(),
@@ -155,23 +175,24 @@ fn on_host(wiring: Wiring) -> (String, Vec<u8>) {
 /// The arguments of `h5i` that run the probe in box `name`.
 const PROBE_RUN: [&str; 7] = ["box", "run", "b", "--", "./probe", "stdio", "stdio.out"];
 
-/// The probe run in box `name` with `wiring`.
-fn in_box(r: &Repo, name: &str, wiring: Wiring) -> (String, Vec<u8>) {
+/// The probe run in box `name` wired as `row` says.
+fn in_box(r: &Repo, name: &str, row: &Row) -> (String, Vec<u8>) {
     let mut cmd = Command::new(H5I);
     cmd.args(["box", "run", name, "--", "./probe", "stdio", "stdio.out"])
         .current_dir(r.path());
     for k in ["H5I_AGENT", "H5I_DEFAULT_ISOLATION", "H5I_CREDENTIAL_PROXY"] {
         cmd.env_remove(k);
     }
-    wired_in_box(cmd, &r.workspace(name), wiring)
+    wired_in_box(cmd, &r.workspace(name), row)
 }
 
-/// `cmd` (an `h5i box run` of the probe) with `wiring`: the report the probe left in `ws`.
-fn wired_in_box(cmd: Command, ws: &Path, wiring: Wiring) -> (String, Vec<u8>) {
+/// `cmd` (an `h5i box run` of the probe) wired as `row` says: the report the probe left in `ws`.
+fn wired_in_box(cmd: Command, ws: &Path, row: &Row) -> (String, Vec<u8>) {
+    let wiring = row.wiring;
     let report = ws.join("stdio.out");
     let _ = std::fs::remove_file(&report);
     let scratch = tempfile::tempdir().unwrap();
-    let (code, out) = run_wired(cmd, wiring, scratch.path());
+    let (code, out) = run_wired(cmd, row, scratch.path());
     assert_eq!(code, Some(0), "{wiring:?}: `h5i box run` failed");
     (
         std::fs::read_to_string(&report)
@@ -189,8 +210,9 @@ fn every_row_matches_the_host_at(tier: &str) {
     common::copy_program(probe(), &r.workspace(name).join("probe"));
     let mut diffs = Vec::new();
     for wiring in ROWS {
-        let (host, host_out) = on_host(wiring);
-        let (boxed, box_out) = in_box(&r, name, wiring);
+        let row = Row::new(wiring);
+        let (host, host_out) = on_host(&row);
+        let (boxed, box_out) = in_box(&r, name, &row);
         if host != boxed || host_out != box_out {
             diffs.push(format!(
                 "{wiring:?}:\n  host: {host:?} stdout {host_out:?}\n  box:  {boxed:?} stdout {box_out:?}"
@@ -269,9 +291,10 @@ fn every_row_matches_the_host_in_a_container_box(test: &str, as_user: bool) {
     common::copy_program(probe(), &c.workspace("b").join("probe"));
     let mut diffs = Vec::new();
     for wiring in ROWS {
-        let (host, host_out) = on_host(wiring);
+        let row = Row::new(wiring);
+        let (host, host_out) = on_host(&row);
         let cmd = c.h5i_in(&c.repo(), &PROBE_RUN);
-        let (boxed, box_out) = wired_in_box(cmd, &c.workspace("b"), wiring);
+        let (boxed, box_out) = wired_in_box(cmd, &c.workspace("b"), &row);
         if without_tty_devices(&host) != without_tty_devices(&boxed) || host_out != box_out {
             diffs.push(format!(
                 "{wiring:?}:\n  host: {host:?} stdout {host_out:?}\n  box:  {boxed:?} stdout {box_out:?}"

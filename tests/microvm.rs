@@ -5,8 +5,8 @@
 //! network device; nothing of the host outside `/work` is visible, and a symlink planted in
 //! `/work` resolves inside the guest, never on the host; the VM boots once and serves the next
 //! run warm; the wall clock kills with 124 and an OOM at the memory ceiling is reported; `rm`
-//! stops the VM; a policy allowing egress is refused before anything boots; `probe` and
-//! `status` say "software-emulated".
+//! stops the VM; a run whose `h5i` is killed ends in the guest; a policy allowing egress is
+//! refused before anything boots; `probe` and `status` say "software-emulated".
 //!
 //! Run as root (CI): the image is the registry-free `localhost/h5i-busybox` in the container
 //! engine user's storage (scripts/make-test-image.sh), as at the container tier. The guest
@@ -261,6 +261,45 @@ fn the_wall_clock_kills_a_microvm_run_with_124_and_an_oom_is_reported() {
         "{}",
         stdout(&out)
     );
+}
+
+/// A run whose `h5i` is killed (its host end of the port gone, no Kill sent) is ended in the
+/// guest with its whole cgroup, without another run on that port to reset it; the VM then
+/// serves the next run.
+#[test]
+fn a_run_whose_host_end_goes_away_is_killed_in_the_guest() {
+    let Some(_one) = ready("a_run_whose_host_end_goes_away_is_killed_in_the_guest") else {
+        return;
+    };
+    let r = Repo::new();
+    let b = VmBox::create(&r, "vm", &["--isolation", "microvm"]);
+    assert!(b.sh("true").status.success(), "the first run boots the VM");
+    let beat = r.workspace("vm").join("beat");
+    let mut orphan = Command::new(common::H5I)
+        .args(["box", "run", "vm", "--", "sh", "-c"])
+        .arg("i=0; while :; do i=$((i+1)); echo $i > /work/beat.new && mv /work/beat.new /work/beat; sleep 0.2; done")
+        .current_dir(r.path())
+        .env("H5I_CONTAINER_USER", USER)
+        .spawn()
+        .unwrap();
+    assert!(
+        common::until(std::time::Duration::from_secs(120), || beat.exists()),
+        "the run never started"
+    );
+    orphan.kill().unwrap();
+    orphan.wait().unwrap();
+    // The beat stops: unchanged over 2 s (ten of its periods), and still unchanged 3 s later.
+    let still = |quiet: u64| {
+        let before = std::fs::read(&beat).unwrap_or_default();
+        std::thread::sleep(std::time::Duration::from_secs(quiet));
+        std::fs::read(&beat).unwrap_or_default() == before
+    };
+    assert!(
+        common::until(std::time::Duration::from_secs(90), || still(2)) && still(3),
+        "the run of a killed h5i kept running in the guest"
+    );
+    let out = b.sh("echo served");
+    assert_eq!(stdout(&out), "served\n", "{}", stderr(&out));
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! A run's command is never pid 1 and never root: it runs as the owner of `/work` (the box's
 //! identity on the host), with no capabilities and `no_new_privs`, in a cgroup of its own that
 //! holds the run's `mem` and `procs` and is killed whole when the run ends, the wall clock
-//! fires, or the host end of its port goes away.
+//! fires, a new session's Hello arrives on its port, or the host end of its port goes away (a
+//! close that stays [`HOST_GONE_AFTER`] with no byte arriving: the kernel's connection notices
+//! are not ordered with the bytes, so a session is never ended by a notice alone).
 //!
 //! Must never: run a command as root, leave a process of a finished run alive, write a frame
 //! for a session other than the port's current one, or keep the VM up past its idle time with
@@ -388,77 +390,144 @@ fn notify_on_host_change(port: RawFd, sig: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Wait until the host end of the port has been opened (or a second has passed).
-fn wait_host(sig: libc::c_int) {
-    // SAFETY: sigtimedwait on this thread's own blocked signal with a local timeout.
+/// How long the host end of a port must stay closed, with no byte arriving, before its session
+/// is over (its run killed, its queued output and any partial frame dropped).
+///
+/// The guest kernel learns of a connection's open and close on virtio-serial's control queue,
+/// apart from the data queue, and handles the two at different times: the close of the previous
+/// connection, or the open of the next one, can be seen after the next connection's first bytes
+/// arrived. So "the host end is closed" is a fact about the notices handled so far, not about
+/// the stream: it never ends a session by itself, and output for a host the port calls closed
+/// is held, never dropped. A close that is the previous connection's is followed by the next
+/// one's open, which the kernel already holds (QEMU sends it before that connection's bytes):
+/// it is undone as soon as the kernel's control work runs. Only a close that stays, with no
+/// byte arriving, is a host gone.
+const HOST_GONE_AFTER: Duration = Duration::from_secs(5);
+
+/// How many bytes of output a port holds for its host before the run's pipes are left unread
+/// (the run then blocks on its own writes, as it would on a slow terminal).
+const OUTBOX_HIGH: usize = 1 << 20;
+
+/// A signalfd of this thread's port signal (blocked in every thread since `serve`).
+fn port_notices(sig: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: sigset manipulation on a local set, then signalfd(2) making a new descriptor
+    // that is owned right away.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, sig);
-        let ts = libc::timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
-        };
-        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+        let fd = libc::signalfd(-1, &set, libc::SFD_NONBLOCK | libc::SFD_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(OwnedFd::from_raw_fd(fd))
+    }
+}
+
+/// Take every queued notice off `notices` (each only says "look at the port again").
+fn drain_notices(notices: &OwnedFd) {
+    let mut sink = [0u8; 128 * 16];
+    // SAFETY: read into a local buffer from a non-blocking signalfd this thread owns.
+    while unsafe { libc::read(notices.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+}
+
+/// What the port says right now: readable, and whether its host end is closed (as far as the
+/// notices the kernel has handled go).
+struct PortState {
+    readable: bool,
+    closed: bool,
+}
+
+fn port_state(port: &fs::File) -> PortState {
+    let mut p = libc::pollfd {
+        fd: port.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: a zero-timeout poll on one local pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) };
+    PortState {
+        readable: p.revents & libc::POLLIN != 0,
+        closed: p.revents & libc::POLLHUP != 0,
+    }
+}
+
+/// Whole frames for the host, written as the port takes them.
+#[derive(Default)]
+struct Outbox {
+    bytes: Vec<u8>,
+}
+
+impl Outbox {
+    /// Queue `payload` as frames of `kind` in `session` (an empty payload is still one frame).
+    fn push(&mut self, kind: Kind, session: u32, payload: &[u8]) {
+        for chunk in payload
+            .chunks(h5i_guest::proto::MAX_PAYLOAD)
+            .chain(payload.is_empty().then_some(&[][..]))
+        {
+            self.bytes
+                .extend(Frame::new(kind, session, chunk.to_vec()).encode());
+        }
+    }
+
+    /// Drop everything queued (a new session began, or the host is gone). A frame cut short
+    /// here leaves the host a tail it skips: it reads nothing before its own session's Ready.
+    fn clear(&mut self) {
+        self.bytes.clear();
+    }
+
+    /// Write what the port takes now, without blocking.
+    fn flush(&mut self, mut port: &fs::File) {
+        while !self.bytes.is_empty() {
+            match port.write(&self.bytes) {
+                Ok(0) => return,
+                Ok(n) => {
+                    self.bytes.drain(..n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
     }
 }
 
 fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
     let mut port = fs::OpenOptions::new().read(true).write(true).open(dev)?;
     let sig = port_signal(index);
+    let notices = port_notices(sig)?;
     notify_on_host_change(port.as_raw_fd(), sig)?;
     let mut frames = FrameBuffer::default();
     let mut session: Option<u32> = None;
     let mut run: Option<Running> = None;
+    let mut outbox = Outbox::default();
+    // Since when the port has said its host end is closed with no byte arriving.
+    let mut closed_since: Option<Instant> = None;
     let mut buf = vec![0u8; 64 << 10];
     let mut runs = 0u64;
     loop {
-        let mut fds = vec![libc::pollfd {
-            fd: port.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        if let Some(r) = &run {
-            for (fd, ev) in [
-                (r.stdout.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN),
-                (r.stderr.as_ref().map(AsRawFd::as_raw_fd), libc::POLLIN),
-                (Some(r.exited.as_raw_fd()), libc::POLLIN),
-                (
-                    r.stdin
-                        .as_ref()
-                        .filter(|_| !r.stdin_pending.is_empty())
-                        .map(AsRawFd::as_raw_fd),
-                    libc::POLLOUT,
-                ),
-            ] {
-                fds.push(libc::pollfd {
-                    fd: fd.unwrap_or(-1),
-                    events: ev,
-                    revents: 0,
-                });
-            }
+        drain_notices(&notices);
+        let state = port_state(&port);
+        if !state.closed {
+            closed_since = None;
+        } else if closed_since.is_none() {
+            closed_since = Some(Instant::now());
         }
-        // SAFETY: poll over a local array of pollfds with its length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            continue;
-        }
-        if fds[0].revents & (libc::POLLIN | libc::POLLHUP) != 0 {
+        if state.readable {
             match port.read(&mut buf) {
-                Ok(0) => {
-                    // The host end is closed: whatever it was running goes, and the port
-                    // waits for the next host.
-                    if let Some(r) = run.take() {
-                        finish(r, shared, None, &mut port);
+                // Bytes are a host's, whatever the notices say so far.
+                Ok(n) if n > 0 => {
+                    frames.extend(&buf[..n]);
+                    if closed_since.is_some() {
+                        closed_since = Some(Instant::now());
                     }
-                    session = None;
-                    frames = FrameBuffer::default();
-                    wait_host(sig);
-                    continue;
                 }
-                Ok(n) => frames.extend(&buf[..n]),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // 0: nothing to read and the host end closed, which the state already says.
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
                 Err(e) => return Err(e),
             }
             loop {
@@ -474,10 +543,11 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                 };
                 if frame.kind == Kind::Hello {
                     if let Some(r) = run.take() {
-                        finish(r, shared, None, &mut port);
+                        finish(r, shared, None);
                     }
+                    outbox.clear();
                     session = Some(frame.session);
-                    send(&mut port, Kind::Ready, frame.session, VERSION.as_bytes());
+                    outbox.push(Kind::Ready, frame.session, VERSION.as_bytes());
                     continue;
                 }
                 let Some(s) = session.filter(|s| *s == frame.session) else {
@@ -494,15 +564,12 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                                 b.0 += 1;
                                 run = Some(r);
                             }
-                            Err(e) => send(&mut port, Kind::Failed, s, e.to_string().as_bytes()),
+                            Err(e) => outbox.push(Kind::Failed, s, e.to_string().as_bytes()),
                         }
                     }
-                    Kind::Run => send(
-                        &mut port,
-                        Kind::Failed,
-                        s,
-                        b"a run is already going on this port",
-                    ),
+                    Kind::Run => {
+                        outbox.push(Kind::Failed, s, b"a run is already going on this port")
+                    }
                     Kind::Stdin => {
                         if let Some(r) = run.as_mut() {
                             r.stdin_pending.extend_from_slice(&frame.payload);
@@ -522,35 +589,25 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                 }
             }
         }
-        let Some(r) = run.as_mut() else { continue };
-        let s = session.unwrap_or(0);
-        for (slot, kind) in [(1, Kind::Stdout), (2, Kind::Stderr)] {
-            if fds
-                .get(slot)
-                .is_some_and(|p| p.revents & (libc::POLLIN | libc::POLLHUP) != 0)
-            {
-                let pipe = if slot == 1 {
-                    &mut r.stdout
-                } else {
-                    &mut r.stderr
-                };
+        if let Some(r) = run.as_mut() {
+            let s = session.unwrap_or(0);
+            for (i, kind) in [(0, Kind::Stdout), (1, Kind::Stderr)] {
+                if outbox.bytes.len() >= OUTBOX_HIGH {
+                    break;
+                }
+                let pipe = if i == 0 { &mut r.stdout } else { &mut r.stderr };
                 if let Some(fd) = pipe {
-                    // SAFETY: read into a local buffer from the run's own pipe.
+                    // SAFETY: read into a local buffer from the run's own non-blocking pipe.
                     let got =
                         unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
                     if got > 0 {
-                        send(&mut port, kind, s, &buf[..got as usize]);
+                        outbox.push(kind, s, &buf[..got as usize]);
                     } else if got == 0 {
                         *pipe = None;
                     }
                 }
             }
-        }
-        if fds
-            .get(4)
-            .is_some_and(|p| p.revents & (libc::POLLOUT | libc::POLLERR) != 0)
-        {
-            if let Some(fd) = &r.stdin {
+            if let Some(fd) = r.stdin.as_ref().filter(|_| !r.stdin_pending.is_empty()) {
                 // SAFETY: write from the pending buffer to the run's stdin pipe (non-blocking).
                 let put = unsafe {
                     libc::write(
@@ -567,53 +624,107 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                     r.stdin_pending.clear();
                 }
             }
-        }
-        if r.stdin_eof && r.stdin_pending.is_empty() {
-            r.stdin = None;
-        }
-        if fds.get(3).is_some_and(|p| p.revents & libc::POLLIN != 0) {
-            let mut r8 = [0u8; 8];
-            // SAFETY: read of the eventfd's 8-byte counter into a local.
-            unsafe { libc::read(r.exited.as_raw_fd(), r8.as_mut_ptr().cast(), 8) };
-            let mut reaped = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
-            r.status = reaped.exits.remove(&r.pid);
-        }
-        if r.status.is_some() && r.stdout.is_none() && r.stderr.is_none() {
-            if let Some(r) = run.take() {
-                finish(r, shared, Some(s), &mut port);
+            if r.stdin_eof && r.stdin_pending.is_empty() {
+                r.stdin = None;
+            }
+            if r.status.is_none() {
+                let mut r8 = [0u8; 8];
+                // SAFETY: read of the non-blocking eventfd's 8-byte counter into a local.
+                if unsafe { libc::read(r.exited.as_raw_fd(), r8.as_mut_ptr().cast(), 8) } == 8 {
+                    let mut reaped = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
+                    r.status = reaped.exits.remove(&r.pid);
+                }
+            }
+            if r.status.is_some() && r.stdout.is_none() && r.stderr.is_none() {
+                if let Some(r) = run.take() {
+                    finish(r, shared, Some((s, &mut outbox, &port)));
+                }
             }
         }
+        outbox.flush(&port);
+        // The host end has stayed closed with nothing arriving: its session is over.
+        let live =
+            run.is_some() || session.is_some() || !outbox.bytes.is_empty() || !frames.is_empty();
+        let gone_at = closed_since.filter(|_| live).map(|t| t + HOST_GONE_AFTER);
+        if gone_at.is_some_and(|at| Instant::now() >= at) {
+            if let Some(r) = run.take() {
+                finish(r, shared, None);
+            }
+            session = None;
+            frames = FrameBuffer::default();
+            outbox.clear();
+            continue;
+        }
+        wait(
+            &port,
+            &notices,
+            run.as_ref(),
+            &outbox,
+            closed_since.is_some(),
+            gone_at,
+        );
     }
 }
 
-fn send(port: &mut fs::File, kind: Kind, session: u32, payload: &[u8]) {
-    for chunk in payload.chunks(h5i_guest::proto::MAX_PAYLOAD).chain(
-        // An empty payload is still one frame.
-        payload.is_empty().then_some(&[][..]),
-    ) {
-        let bytes = Frame::new(kind, session, chunk.to_vec()).encode();
-        let mut off = 0;
-        while off < bytes.len() {
-            match port.write(&bytes[off..]) {
-                Ok(0) => return,
-                Ok(n) => off += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let mut p = libc::pollfd {
-                        fd: port.as_raw_fd(),
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    // SAFETY: poll on one local pollfd, bounded to a second.
-                    unsafe { libc::poll(&mut p, 1, 1000) };
-                    if p.revents & libc::POLLHUP != 0 {
-                        return;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return,
-            }
+/// Sleep until something on the port or the run may have changed: the port turns readable or
+/// writable (while its host end is open: a closed one would wake `poll` at once, so then only
+/// its notices count), a notice arrives, a run's pipe or exit is ready, or `gone_at` (when a
+/// session's host end has stayed closed for [`HOST_GONE_AFTER`]) comes.
+fn wait(
+    port: &fs::File,
+    notices: &OwnedFd,
+    run: Option<&Running>,
+    outbox: &Outbox,
+    closed: bool,
+    gone_at: Option<Instant>,
+) {
+    let mut fds = vec![libc::pollfd {
+        fd: notices.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    if !closed {
+        let write = if outbox.bytes.is_empty() {
+            0
+        } else {
+            libc::POLLOUT
+        };
+        fds.push(libc::pollfd {
+            fd: port.as_raw_fd(),
+            events: libc::POLLIN | write,
+            revents: 0,
+        });
+    }
+    if let Some(r) = run {
+        let reading = outbox.bytes.len() < OUTBOX_HIGH;
+        let pipes = [&r.stdout, &r.stderr]
+            .into_iter()
+            .filter(|_| reading)
+            .flatten()
+            .map(|fd| (fd.as_raw_fd(), libc::POLLIN));
+        let exit = (r.status.is_none()).then_some((r.exited.as_raw_fd(), libc::POLLIN));
+        let stdin = r
+            .stdin
+            .as_ref()
+            .filter(|_| !r.stdin_pending.is_empty())
+            .map(|fd| (fd.as_raw_fd(), libc::POLLOUT));
+        for (fd, events) in pipes.chain(exit).chain(stdin) {
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
         }
     }
+    let timeout = match gone_at {
+        Some(at) => at
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .clamp(1, i32::MAX as u128) as libc::c_int,
+        None => -1,
+    };
+    // SAFETY: poll over a local array of pollfds with its length.
+    unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
 }
 
 /// Start `spec` as the owner of `/work`, in a cgroup of its own.
@@ -720,9 +831,10 @@ fn cgroup_value(cgroup: &Path, file: &str, key: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// End a run: kill what is left of it, wait for its main process, report its exit to
-/// `session` (none when the host went away), and remove its cgroup.
-fn finish(mut r: Running, shared: &Shared, session: Option<u32>, port: &mut fs::File) {
+/// End a run: kill what is left of it, wait for its main process, report its exit to its
+/// session (`to`: the session, its outbox and port; none when the host went away or a new
+/// session replaced it), and remove its cgroup.
+fn finish(mut r: Running, shared: &Shared, to: Option<(u32, &mut Outbox, &fs::File)>) {
     let _ = fs::write(r.cgroup.join("cgroup.kill"), "1");
     r.stdin = None;
     r.stdout = None;
@@ -749,8 +861,9 @@ fn finish(mut r: Running, shared: &Shared, session: Option<u32>, port: &mut fs::
         user_us: cgroup_value(&r.cgroup, "cpu.stat", "user_usec"),
         sys_us: cgroup_value(&r.cgroup, "cpu.stat", "system_usec"),
     };
-    if let Some(s) = session {
-        send(port, Kind::Exit, s, &report.encode());
+    if let Some((s, outbox, port)) = to {
+        outbox.push(Kind::Exit, s, &report.encode());
+        outbox.flush(port);
     }
     // The killed processes leave the group as the reaper collects them: wait (bounded) for
     // `populated 0`, then remove it.

@@ -3,9 +3,14 @@
 //! A frame is a 9-byte header — kind (`u8`), session (`u32` LE), payload length (`u32` LE) —
 //! and the payload. The host opens a session with [`Kind::Hello`] carrying a session number of
 //! its choosing; every frame of that session carries it. A `Hello` always resets the port: a
-//! run still going from an earlier session (whose host end went away) is killed first, and
-//! the host drops any frame whose session is not its own, so bytes a killed run left in flight
-//! never reach the next run's output.
+//! run still going from an earlier session (whose host end went away) is killed first, output
+//! still queued for it is dropped, and the host reads nothing before its own session's
+//! [`Kind::Ready`] ([`FrameBuffer::skip_to`]) and drops any frame whose session is not its
+//! own, so bytes a killed run left in flight never reach the next run's output.
+//!
+//! Sessions are delimited by frames only, never by the port's connection state: the guest
+//! kernel hears of a host connection's open and close apart from its bytes, and can hear of
+//! the previous connection's close after the next one's first bytes.
 //!
 //! Must never: accept a payload over [`MAX_PAYLOAD`], a string over [`MAX_FIELD`], more than
 //! [`MAX_LIST`] list entries, or trailing bytes after a message.
@@ -176,6 +181,34 @@ impl FrameBuffer {
     /// Append bytes read from the stream.
     pub fn extend(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Whether no byte is buffered.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// Drop every byte before the first header of `kind` in `session`, keeping a tail that may
+    /// be the start of one; true when the buffer now starts with such a header. The host's way
+    /// into a port: what a new connection reads first may be the unwritten rest of an earlier
+    /// session's output (cut anywhere, so not parseable), and nothing before its own session's
+    /// first frame is of any use to it. A session number is random and the guest's commands
+    /// never learn it, so no earlier output can pose as that header but by chance (2^-32).
+    pub fn skip_to(&mut self, kind: Kind, session: u32) -> bool {
+        let mut want = [0u8; 5];
+        want[0] = kind.code();
+        want[1..].copy_from_slice(&session.to_le_bytes());
+        if let Some(at) = self.buf.windows(want.len()).position(|w| w == want) {
+            self.buf.drain(..at);
+            return true;
+        }
+        let keep = (1..want.len())
+            .rev()
+            .find(|&n| self.buf.ends_with(&want[..n]))
+            .unwrap_or(0);
+        let cut = self.buf.len() - keep;
+        self.buf.drain(..cut);
+        false
     }
 
     /// The next whole frame, if the buffer holds one.
@@ -469,5 +502,43 @@ mod tests {
             }
         }
         assert_eq!(got, frames);
+    }
+
+    /// What a new connection may read first: the cut-off rest of an earlier session's output
+    /// (a frame's tail, then whole frames of that session, one posing as a Ready of another
+    /// session), then its own Ready. Fed a byte at a time, the host finds its Ready and every
+    /// frame after it, and nothing before.
+    #[test]
+    fn a_host_finds_its_ready_behind_an_earlier_sessions_cut_off_output() {
+        let earlier = Frame::new(Kind::Stdout, 41, vec![0x81; 300]).encode();
+        let mut bytes = earlier[100..].to_vec();
+        bytes.extend(Frame::new(Kind::Exit, 41, ExitReport::default().encode()).encode());
+        bytes.extend(Frame::new(Kind::Ready, 40, VERSION.as_bytes().to_vec()).encode());
+        let mine = [
+            Frame::new(Kind::Ready, 42, VERSION.as_bytes().to_vec()),
+            Frame::new(Kind::Stdout, 42, b"out".to_vec()),
+        ];
+        bytes.extend(mine.iter().flat_map(Frame::encode));
+        let mut fb = FrameBuffer::default();
+        let mut synced = false;
+        let mut got = Vec::new();
+        for b in bytes {
+            fb.extend(&[b]);
+            synced = synced || fb.skip_to(Kind::Ready, 42);
+            if synced {
+                while let Some(f) = fb.next_frame().unwrap() {
+                    got.push(f);
+                }
+            }
+        }
+        assert_eq!(got, mine);
+        let mut none = FrameBuffer::default();
+        none.extend(&earlier);
+        none.extend(&Frame::new(Kind::Exit, 41, ExitReport::default().encode()).encode());
+        assert!(!none.skip_to(Kind::Ready, 42));
+        assert!(
+            none.is_empty(),
+            "bytes that cannot start the header are dropped"
+        );
     }
 }

@@ -63,8 +63,12 @@ struct Session {
 }
 
 impl Session {
-    /// Connect to `socket` and open a session; waits for the agent's answer until `deadline`,
-    /// watching `qemu` (a pidfd) so a VM that died is not waited for.
+    /// Connect to `socket` and open a session: one Hello, then a blocking read for the agent's
+    /// Ready of this session until `deadline`, watching `qemu` (a pidfd) so a VM that died is
+    /// not waited for. Nothing is sent again and nothing reconnects: QEMU holds the Hello in
+    /// the socket until the guest has the port open, and the agent answers every Hello it
+    /// reads. Bytes before the Ready (the cut-off rest of an earlier session's output) are
+    /// skipped unparsed.
     fn open(socket: &Path, qemu: Option<RawFd>, deadline: Instant) -> Result<Session, String> {
         let sock = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
         let id = session_number();
@@ -75,8 +79,8 @@ impl Session {
         };
         s.send(Kind::Hello, &[]).map_err(|e| e.to_string())?;
         loop {
-            match s.next(qemu, Some(deadline))? {
-                Some(f) if f.kind == Kind::Ready => {
+            if s.frames.skip_to(Kind::Ready, id) {
+                if let Some(f) = s.frames.next_frame().map_err(|e| e.to_string())? {
                     if f.payload != VERSION.as_bytes() {
                         return Err(format!(
                             "the guest agent speaks {}, not {VERSION}",
@@ -85,8 +89,9 @@ impl Session {
                     }
                     return Ok(s);
                 }
-                Some(_) => {}
-                None => return Err("no answer from the guest agent in time".into()),
+            }
+            if !s.wait_fill(qemu, Some(deadline))? {
+                return Err("no answer from the guest agent in time".into());
             }
         }
     }
@@ -95,19 +100,14 @@ impl Session {
         Frame::new(kind, self.id, payload.to_vec()).write_to(&mut self.sock)
     }
 
-    /// The next frame of this session; `Ok(None)` at the deadline.
-    fn next(
+    /// Wait for bytes (until `deadline`, or `qemu` exits) and buffer them; false at the
+    /// deadline.
+    fn wait_fill(
         &mut self,
         qemu: Option<RawFd>,
         deadline: Option<Instant>,
-    ) -> Result<Option<Frame>, String> {
+    ) -> Result<bool, String> {
         loop {
-            if let Some(f) = self.frames.next_frame().map_err(|e| e.to_string())? {
-                if f.session == self.id {
-                    return Ok(Some(f));
-                }
-                continue;
-            }
             let mut fds = vec![libc::pollfd {
                 fd: self.sock.as_raw_fd(),
                 events: libc::POLLIN,
@@ -122,7 +122,7 @@ impl Session {
             }
             if readable(&mut fds, deadline).map_err(|e| e.to_string())? == 0 {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 continue;
             }
@@ -130,6 +130,7 @@ impl Session {
                 return Err("the VM's QEMU process exited".into());
             }
             self.fill()?;
+            return Ok(true);
         }
     }
 

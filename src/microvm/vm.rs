@@ -467,11 +467,9 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     // The state is written before the wait, so a kill of this h5i leaves a VM teardown finds.
     write_state(dir, &state)?;
     let deadline = started + BOOT_TIMEOUT;
-    // Readiness is asked on the last port, so the first run (which takes port 0) opens a port
-    // no session has closed yet: a reconnect right behind the readiness session's close was
-    // seen to go unanswered (about one boot in three here).
-    let last = dir.join(format!("port-{}.sock", PORTS - 1));
-    let ready = super::client::wait_ready(&last, pid, deadline);
+    // Readiness is a session on port 0, the port the first run then reopens right behind it:
+    // the agent delimits sessions by their Hello, never by the port's connection notices.
+    let ready = super::client::wait_ready(&dir.join("port-0.sock"), pid, deadline);
     match ready {
         Ok(()) => {}
         Err(why) => {
