@@ -70,8 +70,10 @@ button=$(agent-browser snapshot -i | sed -n 's/.*button "Sign up".*ref=\(e[0-9]*
 step fill agent-browser fill "@$email" test@example.com
 step click agent-browser click "@$button"
 step text agent-browser get text '#out'
+step tabs agent-browser tab
+step visibility agent-browser eval document.visibilityState
 step shot agent-browser screenshot /work/shot.png
-step chrome sh -c 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" | grep -E "^--(no-sandbox|user-data-dir=)" | sort -u'
+step chrome sh -c 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" | grep -E "^--(no-sandbox|no-startup-window|user-data-dir=)" | sort -u'
 step shm sh -c 'df -k /dev/shm | tail -n 1'
 step gateway sh -c 'env | grep -c AI_GATEWAY'
 step chat agent-browser chat hello
@@ -221,6 +223,13 @@ fn drive(
         "signed up test@example.com",
         "{who}: {text}"
     );
+    // The tab agent-browser drives is the browser's only one, so it is in front and painted:
+    // a tab behind another in Chrome's headless window is hidden and never gives a frame.
+    let (tabs, rc) = step("tabs");
+    assert_eq!(rc, 0, "{who}: tab: {tabs}");
+    assert_eq!(tabs.lines().count(), 1, "{who}: not one tab: {tabs}");
+    assert!(tabs.contains("127.0.0.1:3000"), "{who}: {tabs}");
+    assert_eq!(step("visibility").0, "\"visible\"", "{who}: {text}");
     let (shot, rc) = step("shot");
     assert_eq!(rc, 0, "{who}: screenshot: {shot}");
 
@@ -234,7 +243,8 @@ fn drive(
     let (_, _, white) = png_pixel(&png, w - 8, h - 8);
     assert_eq!(white, [0xff; 3], "{who}: the page's background is white");
 
-    // Chrome's own sandbox is off (the box is the boundary) and its profile is a fresh one in
+    // Chrome's own sandbox is off (the box is the boundary), it opens no startup tab of its own
+    // (`h5i::browser::box_env` says why), and its profile is a fresh one in
     // the box's private /tmp, never a directory of the host. A box-lifetime browser runs in the
     // box's sidecar, whose processes the run cannot see: read them from the host.
     let (chrome, _) = if sidecar {
@@ -242,10 +252,9 @@ fn drive(
     } else {
         step("chrome")
     };
-    assert!(
-        chrome.lines().any(|l| l == "--no-sandbox"),
-        "{who}: {chrome}"
-    );
+    for flag in ["--no-sandbox", "--no-startup-window"] {
+        assert!(chrome.lines().any(|l| l == flag), "{who}: {flag}: {chrome}");
+    }
     let dirs: Vec<&str> = chrome
         .lines()
         .filter_map(|l| l.strip_prefix("--user-data-dir="))
@@ -598,12 +607,16 @@ fn sidecar_chromes(c: &Caller, name: &str) -> Vec<(String, Vec<String>)> {
     found
 }
 
-/// The sandbox and profile flags of the sidecar's Chromium, as the in-box step prints them.
+/// The sandbox, startup and profile flags of the sidecar's Chromium, as the in-box step prints
+/// them.
 fn sidecar_chrome_args(c: &Caller, name: &str) -> Vec<String> {
     let mut flags: Vec<String> = sidecar_chromes(c, name)
         .into_iter()
         .flat_map(|(_, args)| args)
-        .filter(|a| a == "--no-sandbox" || a.starts_with("--user-data-dir="))
+        .filter(|a| {
+            ["--no-sandbox", "--no-startup-window"].contains(&a.as_str())
+                || a.starts_with("--user-data-dir=")
+        })
         .collect();
     flags.sort();
     flags.dedup();
