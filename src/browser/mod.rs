@@ -29,6 +29,7 @@ pub mod control;
 pub mod drain;
 pub mod relay;
 pub mod sidecar;
+pub mod viewer;
 
 use h5i_policy::resolved::SecretInject;
 use h5i_policy::ResolvedPolicy;
