@@ -70,8 +70,10 @@ button=$(agent-browser snapshot -i | sed -n 's/.*button "Sign up".*ref=\(e[0-9]*
 step fill agent-browser fill "@$email" test@example.com
 step click agent-browser click "@$button"
 step text agent-browser get text '#out'
+step tabs agent-browser tab
+step visibility agent-browser eval document.visibilityState
 step shot agent-browser screenshot /work/shot.png
-step chrome sh -c 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" | grep -E "^--(no-sandbox|user-data-dir=)" | sort -u'
+step chrome sh -c 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\0" "\n" | grep -E "^--(no-sandbox|no-startup-window|user-data-dir=)" | sort -u'
 step shm sh -c 'df -k /dev/shm | tail -n 1'
 step gateway sh -c 'env | grep -c AI_GATEWAY'
 step chat agent-browser chat hello
@@ -221,6 +223,13 @@ fn drive(
         "signed up test@example.com",
         "{who}: {text}"
     );
+    // The tab agent-browser drives is the browser's only one, so it is in front and painted:
+    // a tab behind another in Chrome's headless window is hidden and never gives a frame.
+    let (tabs, rc) = step("tabs");
+    assert_eq!(rc, 0, "{who}: tab: {tabs}");
+    assert_eq!(tabs.lines().count(), 1, "{who}: not one tab: {tabs}");
+    assert!(tabs.contains("127.0.0.1:3000"), "{who}: {tabs}");
+    assert_eq!(step("visibility").0, "\"visible\"", "{who}: {text}");
     let (shot, rc) = step("shot");
     assert_eq!(rc, 0, "{who}: screenshot: {shot}");
 
@@ -234,7 +243,8 @@ fn drive(
     let (_, _, white) = png_pixel(&png, w - 8, h - 8);
     assert_eq!(white, [0xff; 3], "{who}: the page's background is white");
 
-    // Chrome's own sandbox is off (the box is the boundary) and its profile is a fresh one in
+    // Chrome's own sandbox is off (the box is the boundary), it opens no startup tab of its own
+    // (`h5i::browser::box_env` says why), and its profile is a fresh one in
     // the box's private /tmp, never a directory of the host. A box-lifetime browser runs in the
     // box's sidecar, whose processes the run cannot see: read them from the host.
     let (chrome, _) = if sidecar {
@@ -242,10 +252,9 @@ fn drive(
     } else {
         step("chrome")
     };
-    assert!(
-        chrome.lines().any(|l| l == "--no-sandbox"),
-        "{who}: {chrome}"
-    );
+    for flag in ["--no-sandbox", "--no-startup-window"] {
+        assert!(chrome.lines().any(|l| l == flag), "{who}: {flag}: {chrome}");
+    }
     let dirs: Vec<&str> = chrome
         .lines()
         .filter_map(|l| l.strip_prefix("--user-data-dir="))
@@ -390,6 +399,100 @@ fn a_supervised_browser_box_cannot_reach_a_port_its_table_does_not_list() {
 #[test]
 fn a_supervised_browser_box_cannot_reach_a_port_its_table_does_not_list_as_h5i_test() {
     supervised_case(true);
+}
+
+/// `h5i browser url`: a loopback URL carrying the box's viewer token, the same token on every
+/// ask and on any port, kept 0600 in the box directory, which the box cannot read (from inside
+/// the box: the file is not there and no file the box can read holds the token). A box without
+/// a browser, port 0 and a name that walks out of the store are refused.
+fn viewer_url_case(as_user: bool) {
+    if !require_root("h5i browser url", "boxes as root and as h5i-test") {
+        return;
+    }
+    let mut c = Caller::either(as_user);
+    let who = c.who();
+    browser_box(&mut c, "web", "process");
+    let url = c.ok(&["browser", "url", "web"]);
+    let token = url
+        .trim()
+        .strip_prefix("http://127.0.0.1:7331/?token=")
+        .unwrap_or_else(|| panic!("{who}: not a loopback viewer URL: {url}"))
+        .to_string();
+    assert!(
+        token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{who}: {url}"
+    );
+    let other = c.ok(&["browser", "url", "web", "--port", "8123"]);
+    assert_eq!(
+        other.trim(),
+        format!("http://127.0.0.1:8123/?token={token}"),
+        "{who}: the token changed"
+    );
+
+    let file = c.box_dir("web").join("browser/viewer.token");
+    let meta = std::fs::metadata(&file).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{who}");
+    assert_eq!(meta.uid(), c.uid(), "{who}");
+
+    let (inside, rc) = box_sh(
+        &c,
+        "web",
+        &format!(
+            "cat '{}' 2>&1; echo cat=$?; timeout 120 grep -rslF {token} /work /tmp /.h5i /etc /run /var \"$HOME\" 2>/dev/null; echo grep=$?",
+            file.display()
+        ),
+    );
+    assert_eq!(rc, 0, "{who}: {inside}");
+    assert!(
+        !inside.contains("cat=0"),
+        "{who}: the box read the token file: {inside}"
+    );
+    // grep: 1 when nothing matched, 2 when a listed directory is absent too; 124 is a timeout.
+    assert!(
+        (inside.contains("grep=1") || inside.contains("grep=2"))
+            && !inside.lines().any(|l| l.starts_with('/')),
+        "{who}: a file in the box holds the token: {inside}"
+    );
+
+    for (args, want) in [
+        (
+            vec!["browser", "url", "web", "--port", "0"],
+            "0 is not in 1..=65535",
+        ),
+        (vec!["browser", "url", "../web"], "refusing:"),
+    ] {
+        let out = c.h5i(&args);
+        assert_ne!(out.status.code(), Some(0), "{who}: {args:?}");
+        assert!(
+            stderr(&out).contains(want),
+            "{who}: {args:?}: {}",
+            stderr(&out)
+        );
+    }
+    c.create_at("plain", "process");
+    let out = c.h5i(&["browser", "url", "plain"]);
+    assert_ne!(out.status.code(), Some(0), "{who}");
+    assert!(
+        stderr(&out).contains("refusing: box `plain` has no browser"),
+        "{who}: {}",
+        stderr(&out)
+    );
+    assert!(
+        !c.box_dir("plain").join("browser/viewer.token").exists(),
+        "{who}: a refused ask minted a token"
+    );
+    c.ok(&["box", "rm", "--force", "web"]);
+}
+
+#[test]
+fn the_viewer_url_is_loopback_and_its_token_out_of_the_boxs_reach() {
+    viewer_url_case(false);
+}
+
+#[test]
+fn the_viewer_url_is_loopback_and_its_token_out_of_the_boxs_reach_as_h5i_test() {
+    viewer_url_case(true);
 }
 
 /// The image the container tier's browser boxes run (`make images`: images/Containerfile.browser).
@@ -598,12 +701,16 @@ fn sidecar_chromes(c: &Caller, name: &str) -> Vec<(String, Vec<String>)> {
     found
 }
 
-/// The sandbox and profile flags of the sidecar's Chromium, as the in-box step prints them.
+/// The sandbox, startup and profile flags of the sidecar's Chromium, as the in-box step prints
+/// them.
 fn sidecar_chrome_args(c: &Caller, name: &str) -> Vec<String> {
     let mut flags: Vec<String> = sidecar_chromes(c, name)
         .into_iter()
         .flat_map(|(_, args)| args)
-        .filter(|a| a == "--no-sandbox" || a.starts_with("--user-data-dir="))
+        .filter(|a| {
+            ["--no-sandbox", "--no-startup-window"].contains(&a.as_str())
+                || a.starts_with("--user-data-dir=")
+        })
         .collect();
     flags.sort();
     flags.dedup();

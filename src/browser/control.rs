@@ -110,7 +110,8 @@ pub enum ControlError {
     Box(#[from] BoxError),
 }
 
-fn dir(paths: &BoxPaths) -> PathBuf {
+/// The box's browser directory on the host (the control and viewer state).
+pub(super) fn dir(paths: &BoxPaths) -> PathBuf {
     paths.dir.join("browser")
 }
 
@@ -195,7 +196,8 @@ fn update(
     Ok(next)
 }
 
-fn browser_box(store: &BoxStore, name: &str) -> Result<StoredBox, ControlError> {
+/// Box `name`, refused unless it is a browser box.
+pub(super) fn browser_box(store: &BoxStore, name: &str) -> Result<StoredBox, ControlError> {
     let sb = store.find(name)?;
     let policy = crate::store::load_policy(&sb)?;
     if !super::is_browser_box(&policy) {

@@ -29,6 +29,7 @@ pub mod control;
 pub mod drain;
 pub mod relay;
 pub mod sidecar;
+pub mod viewer;
 
 use h5i_policy::resolved::SecretInject;
 use h5i_policy::ResolvedPolicy;
@@ -39,7 +40,7 @@ use crate::error::BoxError;
 pub const CHROMIUM: &str = "/usr/bin/chromium";
 
 /// The flags agent-browser adds to Chromium's (see [`box_env`]).
-pub const CHROME_ARGS: &[&str] = &["--no-sandbox", "--in-process-gpu"];
+pub const CHROME_ARGS: &[&str] = &["--no-sandbox", "--no-startup-window"];
 
 /// agent-browser's state directory in the box's HOME, as policies write it.
 pub const STATE_GRANT: &str = "$HOME/.agent-browser";
@@ -73,10 +74,12 @@ pub fn box_env(policy: &ResolvedPolicy) -> Vec<(&'static str, String)> {
     vec![
         ("AGENT_BROWSER_EXECUTABLE_PATH", CHROMIUM.to_string()),
         // Chrome's sandbox needs namespaces h5i's seccomp list refuses: the box is the boundary.
-        // The display compositor runs in the browser process, not a GPU process of its own: a
-        // screenshot waits on a frame from it, and a GPU process starved under load (or killed
-        // by Chrome's GPU watchdog for it) drops the capture until agent-browser's 30 s CDP
-        // timeout ("CDP command timed out: Page.captureScreenshot", reproduced by stopping it).
+        // No startup tab: Chrome otherwise opens one of its own, and agent-browser (which
+        // adopts the page targets it finds at launch, or makes one when it finds none) can, on a
+        // slow start (a loaded host, the supervised tier's socket gate), end up driving the tab
+        // behind the other one in the same headless window. That tab is hidden, gets no frames,
+        // and every screenshot of it waits out agent-browser's 30 s CDP timeout ("CDP command
+        // timed out: Page.captureScreenshot"). With none, the only tab is agent-browser's own.
         ("AGENT_BROWSER_ARGS", CHROME_ARGS.join(",")),
         (
             "AGENT_BROWSER_ALLOWED_DOMAINS",

@@ -1,8 +1,8 @@
-//! `h5i browser status|take|release`: parse, call `h5i::browser::control`, print.
+//! `h5i browser status|take|release|url`: parse, call `h5i::browser::{control, viewer}`, print.
 
 use clap::{Args, Subcommand};
 
-use h5i::browser::{control, sidecar};
+use h5i::browser::{control, sidecar, viewer};
 
 /// `h5i browser ...`.
 #[derive(Debug, Args)]
@@ -32,6 +32,15 @@ enum BrowserVerb {
     Release {
         /// The box.
         name: String,
+    },
+    /// The URL a human's viewer of the box's browser connects to, token included: loopback
+    /// only; the box's token is minted on first ask and kept where the box cannot read it.
+    Url {
+        /// The box.
+        name: String,
+        /// The viewer's loopback port.
+        #[arg(long, default_value_t = viewer::DEFAULT_PORT, value_parser = clap::value_parser!(u16).range(1..))]
+        port: u16,
     },
 }
 
@@ -101,6 +110,10 @@ pub fn dispatch(args: BrowserArgs) -> anyhow::Result<i32> {
         BrowserVerb::Release { name } => {
             control::release(&store, &name)?;
             line(&format!("browser of box {name}: the agent holds control; its @refs are stale until it snapshots again"));
+            Ok(0)
+        }
+        BrowserVerb::Url { name, port } => {
+            line(&viewer::url(&store, &name, port)?);
             Ok(0)
         }
     }

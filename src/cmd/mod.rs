@@ -36,7 +36,8 @@ enum Command {
     /// Create, run, inspect and export boxes.
     #[command(alias = "dev", alias = "env")]
     Box(Box<box_cmd::BoxArgs>),
-    /// The control lock of a box's browser: who drives it, the agent or a human.
+    /// The control lock of a box's browser (who drives it, the agent or a human) and its
+    /// viewer URL.
     Browser(browser_cmd::BrowserArgs),
     /// Prepare this host (as root) and its users for h5i.
     Host(host_cmd::HostArgs),
