@@ -65,8 +65,9 @@ PACKAGES=(
     zsh
     # runtime/tests/containerd.rs: containerd's runc v2 shim pointed at h5i-runc (ctr run).
     containerd
-    # tests/box_cache.rs: the pip and go caches, filled and used by the host's own tools.
-    python3-pip golang-go
+    # tests/box_cache.rs: the pip, poetry and go caches, filled and used by the host's own
+    # tools (uv, which Debian 12 does not package, comes from PyPI below).
+    python3-pip golang-go python3-poetry
     # The microvm tier's QEMU backend (src/microvm): QEMU -M microvm, a Debian guest kernel
     # (its image and the 9p/virtio modules the guest loads; the cloud flavour has no 9p),
     # mke2fs for the image-to-root conversion, xz to unpack the kernel once. Debian bookworm
@@ -109,6 +110,28 @@ if ! PATH="$CARGO_BIN:$PATH" rustup target list --installed 2>/dev/null | grep -
     PATH="$CARGO_BIN:$PATH" rustup target add x86_64-unknown-linux-musl >/dev/null 2>&1 ||
         die "rustup target x86_64-unknown-linux-musl missing and could not be added"
     changed "added rustup target x86_64-unknown-linux-musl"
+fi
+
+# ---------------------------------------------------------------- uv
+# tests/box_cache.rs's uv project: uv from PyPI (its wheel is one static binary), installed with
+# Debian's pip into its own directory under /usr/local (--target leaves Debian's Python alone),
+# linked into /usr/local/bin, which the kernel tiers' read grants and a box's PATH cover.
+UV_VERSION=0.13.8
+if [ "$(/usr/local/bin/uv --version 2>/dev/null | awk '{ print $2 }')" != "$UV_VERSION" ]; then
+    log="$(mktemp /tmp/h5i-setup-uv.XXXXXX)"
+    rm -rf /usr/local/lib/h5i-uv.new
+    if ! /usr/bin/python3 -m pip install -q --disable-pip-version-check --no-input --only-binary=:all: \
+        --target /usr/local/lib/h5i-uv.new "uv==$UV_VERSION" >"$log" 2>&1 </dev/null; then
+        tail -n 30 "$log" >&2
+        die "pip install uv==$UV_VERSION failed (full log: $log)"
+    fi
+    rm -f "$log"
+    rm -rf /usr/local/lib/h5i-uv
+    mv /usr/local/lib/h5i-uv.new /usr/local/lib/h5i-uv
+    ln -sfn /usr/local/lib/h5i-uv/bin/uv /usr/local/bin/uv
+    [ "$(/usr/local/bin/uv --version | awk '{ print $2 }')" = "$UV_VERSION" ] ||
+        die "uv --version is not $UV_VERSION after the install"
+    changed "installed uv $UV_VERSION under /usr/local"
 fi
 
 # ---------------------------------------------------------------- coding agents and agent-browser

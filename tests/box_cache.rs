@@ -1,17 +1,20 @@
-//! Warm dependency caches (`h5i box cache`), asserted with a real npm, cargo, pip and Go project,
+//! Warm dependency caches (`h5i box cache`), asserted with a real npm, cargo, pip, uv, Poetry and
+//! Go project,
 //! each against a static registry stand-in this test serves from its own network namespace
 //! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. pip and Go
 //! find the stand-in the way a host names its mirror (PIP_INDEX_URL, GOPROXY in the caller's
-//! environment), which `refresh` hands its box:
+//! environment; uv's as UV_DEFAULT_INDEX, Poetry's as pip's), which `refresh` hands its box:
 //! - a cold install in a supervised box fetches (the stand-in's log and the receipt's egress
 //!   tally agree); `refresh` fills the cache in a dedicated box it removes;
 //! - a warm install with the cache mounted makes no request at all (no allowed and no denied
 //!   connection in the tally, nothing in the stand-in's log) at the supervised tier, and works
-//!   at the process tier, which has no network;
+//!   at the process tier, which has no network (no route to the stand-in, from inside);
 //! - a box cannot write the cache (EROFS/EACCES from inside) at the process, supervised and
 //!   container tiers;
 //! - a changed lockfile makes the cache stale: not mounted, the variable not even set;
-//! - refresh without a registry profile refuses with the profile text, before any box exists.
+//! - refresh without a registry profile refuses with the profile text, before any box exists;
+//! - a uv.lock or poetry.lock with a tampered hash or an option smuggled into a package name
+//!   fails the refresh, and nothing is stored.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -38,6 +41,9 @@ struct Eco {
     var: &'static str,
     /// The install in a box.
     install: &'static str,
+    /// The install in a box with the cache mounted, when it differs (uv and Poetry install the
+    /// locked set from the wheelhouse with pip's interface: their own installers cannot use it).
+    warm_install: Option<&'static str>,
     /// A command whose stdout proves the packages are there and usable.
     prove: &'static str,
     /// What `prove` prints.
@@ -52,6 +58,7 @@ const NPM: Eco = Eco {
     host_env: &[],
     var: "npm_config_cache",
     install: "npm ci --no-audit --no-fund",
+    warm_install: None,
     prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
     proved: "2",
     lockfile: "package-lock.json",
@@ -63,6 +70,7 @@ const CARGO: Eco = Eco {
     host_env: &[],
     var: "CARGO_HOME",
     install: "cargo fetch --locked",
+    warm_install: None,
     // What the build needs must already be where cargo looks (at the process tier there is no
     // network to fetch it from).
     prove: "cargo build --locked -q && ./target/debug/fixture-app",
@@ -83,9 +91,53 @@ const PIP: Eco = Eco {
     install: "python3 -m pip install -q --disable-pip-version-check --target deps \
               --index-url http://registry.test:8080/simple --trusted-host registry.test \
               -r requirements.txt",
+    warm_install: None,
     prove: "python3 -c \"import sys; sys.path.insert(0, 'deps'); import h5i_fixture_002 as m; print(m.VALUE)\"",
     proved: "3",
     lockfile: "requirements.txt",
+};
+
+/// Poetry with its virtualenv in the project (`.venv`) and no keyring (a box has no session bus).
+macro_rules! poetry {
+    ($args:literal) => {
+        concat!(
+            "POETRY_VIRTUALENVS_IN_PROJECT=true PYTHON_KEYRING_BACKEND=keyring.backends.null.Keyring poetry ",
+            $args
+        )
+    };
+}
+
+/// What proves a uv or Poetry install: the project's venv imports a locked package.
+const VENV_PROVE: &str = ".venv/bin/python -c \"import h5i_fixture_002 as m; print(m.VALUE)\"";
+
+const UV: Eco = Eco {
+    name: "uv",
+    fixture: &["pip_fixture.py", "3", "4096", "uv", "{base}"],
+    host_env: &[("UV_DEFAULT_INDEX", "http://registry.test:8080/simple")],
+    var: "UV_FIND_LINKS",
+    // Cold: uv's own installer, from the wheel URLs uv.lock names.
+    install: "uv sync --frozen -q",
+    warm_install: Some(
+        "uv venv -q && uv pip install -q -r \"$UV_FIND_LINKS/h5i-requirements.txt\"",
+    ),
+    prove: VENV_PROVE,
+    proved: "3",
+    lockfile: "uv.lock",
+};
+
+const POETRY: Eco = Eco {
+    name: "poetry",
+    fixture: &["pip_fixture.py", "3", "4096", "poetry", "{base}"],
+    host_env: PIP.host_env,
+    var: "PIP_FIND_LINKS",
+    // Cold: Poetry's own installer, from the source pyproject.toml names.
+    install: poetry!("install --no-root -q"),
+    warm_install: Some(poetry!(
+        "run pip install -q --disable-pip-version-check -r \"$PIP_FIND_LINKS/h5i-requirements.txt\""
+    )),
+    prove: VENV_PROVE,
+    proved: "3",
+    lockfile: "poetry.lock",
 };
 
 const GO: Eco = Eco {
@@ -94,6 +146,7 @@ const GO: Eco = Eco {
     host_env: &[("GOPROXY", "http://registry.test:8080")],
     var: "GOMODCACHE",
     install: "GOPROXY=http://registry.test:8080 go mod download",
+    warm_install: None,
     // What the build needs must already be in the module cache (no network at the process
     // tier, and GOPROXY=off besides).
     prove: "GOPROXY=off go build -o app . && ./app",
@@ -227,14 +280,14 @@ fn last_run(c: &Caller, name: &str) -> serde_json::Value {
         .expect("a host-env-run receipt")
 }
 
-/// Install in box `name`, insist it worked and the packages are usable; the install's receipt.
-fn install(c: &Caller, eco: &Eco, name: &str) -> serde_json::Value {
-    let out = run(c, name, eco.install);
+/// Install in box `name` with `script`, insist it worked and the packages are usable; the
+/// install's receipt.
+fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> serde_json::Value {
+    let out = run(c, name, script);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "{} in {name} as {}: {}{}",
-        eco.install,
+        "{script} in {name} as {}: {}{}",
         c.who(),
         stdout(&out),
         stderr(&out)
@@ -300,6 +353,22 @@ fn assert_cannot_write(c: &Caller, eco: &Eco, name: &str) {
     }
 }
 
+/// From inside box `name`: a TCP connect to the stand-in fails with ENETUNREACH (the box has no
+/// route to any registry, so whatever it installs comes from the cache).
+fn assert_no_route(c: &Caller, reg: &Registry, name: &str) {
+    let probe = format!(
+        "import errno, socket\ns = socket.socket()\ns.settimeout(10)\ntry:\n    s.connect(('{ip}', {PORT}))\n    print('CONNECTED')\nexcept OSError as e:\n    print(errno.errorcode.get(e.errno, e))\n",
+        ip = reg.hosts.first
+    );
+    let out = c.h5i(&["box", "run", name, "--", "python3", "-c", &probe]);
+    assert_eq!(
+        stdout(&out).trim(),
+        "ENETUNREACH",
+        "box {name} reached for the registry: {}",
+        stderr(&out)
+    );
+}
+
 /// The whole story for one ecosystem and one caller.
 fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
     let test = format!(
@@ -319,7 +388,7 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
 
     // Cold: a supervised box with no cache fetches from the registry.
     c.ok(&["box", "create", "cold", "--profile", "dev"]);
-    let cold = install(&c, eco, "cold");
+    let cold = install(&c, eco, "cold", eco.install);
     assert!(
         tally(&cold, "allowed") >= 1,
         "cold install made no connection: {cold}"
@@ -356,7 +425,8 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
         mounts.contains(&format!("{}: ", eco.name)) && mounts.contains("mounted read-only at"),
         "{mounts}"
     );
-    let warm = install(&c, eco, "warm");
+    let warm_install = eco.warm_install.unwrap_or(eco.install);
+    let warm = install(&c, eco, "warm", warm_install);
     assert_eq!(
         tally(&warm, "allowed"),
         0,
@@ -384,7 +454,8 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
 
     // Warm, process tier: no network at all there, so the install works from the cache alone.
     c.ok(&["box", "create", "warmp", "--isolation", "process"]);
-    install(&c, eco, "warmp");
+    assert_no_route(&c, &reg, "warmp");
+    install(&c, eco, "warmp", warm_install);
     assert_cannot_write(&c, eco, "warmp");
     assert_eq!(reg.requests().len(), after_refresh);
 
@@ -435,6 +506,10 @@ each_caller! {
         cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     PIP: pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    UV: uv_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        uv_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    POETRY: poetry_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        poetry_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     GO: go_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         go_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
 }
@@ -521,7 +596,7 @@ fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
         &'static str,
         &'static [(&'static str, &'static str)],
     );
-    let cases: [Case; 4] = [
+    let cases: [Case; 6] = [
         (
             "npm",
             "package-lock.json",
@@ -545,6 +620,18 @@ fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
                     "https://extra.example.com:8443/simple",
                 ),
             ],
+        ),
+        (
+            "uv",
+            "uv.lock",
+            "\"mirror.example.com:443\"",
+            &[("UV_DEFAULT_INDEX", "https://mirror.example.com/simple")],
+        ),
+        (
+            "poetry",
+            "poetry.lock",
+            "\"mirror.example.com:443\"",
+            &[("PIP_INDEX_URL", "https://mirror.example.com/pypi/simple")],
         ),
         (
             "go",
@@ -651,5 +738,71 @@ fn pip_refresh_refuses_an_unhashed_or_vcs_requirement_and_stores_nothing() {
             !c.ok(&["box", "ls"]).contains("refresh"),
             "{what}: the refresh box was left behind"
         );
+    }
+}
+
+/// A uv.lock or poetry.lock is hostile input to the refresh: a tampered hash (a well-formed one
+/// that is not the file's) fails pip's check in the refresh box, and a name carrying a pip
+/// option is refused on the host before the install step runs. Either way nothing is stored,
+/// no refresh box is left, and the refusal names the mend.
+#[test]
+fn uv_and_poetry_refresh_refuse_a_tampered_hash_or_a_smuggled_option_and_store_nothing() {
+    let Some(reg) = Registry::up("box cache uv and poetry hostile lockfiles") else {
+        return;
+    };
+    for eco in [&UV, &POETRY] {
+        let mut c = Caller::root().with_env("H5I_TEST_HOSTS", &reg.pin());
+        for (k, v) in eco.host_env {
+            c = c.with_env(k, v);
+        }
+        project(&c, &reg, eco);
+        let locked = std::fs::read_to_string(c.repo().join(eco.lockfile)).unwrap();
+        let hash_at = locked.find("sha256:").unwrap() + "sha256:".len();
+        let mut tampered = locked.clone();
+        tampered.replace_range(hash_at..hash_at + 64, &"0123456789abcdef".repeat(4));
+        let entry = "[[package]]\nname = \"h5i-fixture-000\"";
+        assert!(locked.contains(entry), "{locked}");
+        let smuggled = locked.replacen(
+            entry,
+            "[[package]]\nname = \"h5i-fixture-000 --index-url http://registry.test:8080/evil\"",
+            1,
+        );
+        for (what, text, refusal) in [
+            (
+                "tampered hash",
+                tampered,
+                format!("refusing: the {} install step exited 1", eco.name),
+            ),
+            (
+                "smuggled option",
+                smuggled,
+                format!("refusing: {} package ", eco.lockfile),
+            ),
+        ] {
+            let before = reg.requests().len();
+            c.write(eco.lockfile, text);
+            c.commit_all(what);
+            let out = c.h5i(&["box", "cache", "refresh", eco.name]);
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(1), "{} {what}: {err}", eco.name);
+            assert!(
+                err.contains(&refusal) && err.contains("; to fix: "),
+                "{} {what}: {err}",
+                eco.name
+            );
+            assert!(
+                c.ok(&["box", "cache", "ls"]).contains("no caches"),
+                "{} {what}: a cache was stored",
+                eco.name
+            );
+            assert!(
+                !c.ok(&["box", "ls"]).contains("refresh"),
+                "{} {what}: the refresh box was left behind",
+                eco.name
+            );
+            if what == "smuggled option" {
+                assert_eq!(reg.requests().len(), before, "{}: fetched anyway", eco.name);
+            }
+        }
     }
 }

@@ -112,7 +112,20 @@ fn variables_the_code_reads() -> std::collections::BTreeSet<String> {
         }
     }
     // The names read through tables rather than a literal call: the registry mirror's.
-    vars.extend(["PIP_INDEX_URL", "PIP_CONFIG_FILE", "GOPROXY", "GOENV"].map(String::from));
+    vars.extend(
+        [
+            "PIP_INDEX_URL",
+            "PIP_CONFIG_FILE",
+            "GOPROXY",
+            "GOENV",
+            "UV_DEFAULT_INDEX",
+            "UV_INDEX_URL",
+            "UV_INDEX",
+            "UV_EXTRA_INDEX_URL",
+            "UV_INSECURE_HOST",
+        ]
+        .map(String::from),
+    );
     vars
 }
 

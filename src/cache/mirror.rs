@@ -1,5 +1,6 @@
 //! The registry a refresh box fetches from, as the host's own configuration names it: pip's
-//! `index-url` (its config files and `PIP_*` variables), Go's `GOPROXY` (the variable or Go's
+//! `index-url` (its config files and `PIP_*` variables), uv's indexes (uv.toml and `UV_*`
+//! variables, handed to the box as pip's, which downloads uv's locked set), Go's `GOPROXY` (the variable or Go's
 //! env file). The refresh box gets the same settings, so it fills the cache from the mirror the
 //! caller's own installs use, and the ready-to-paste profile names that mirror's hosts.
 //!
@@ -166,6 +167,111 @@ pub fn pip(var: Lookup) -> Mirror {
     m
 }
 
+/// uv's config files, lowest precedence first: the system's, then the user's (uv's own
+/// discovery); `UV_CONFIG_FILE` alone when set, none with `UV_NO_CONFIG`.
+fn uv_files(var: Lookup) -> Vec<PathBuf> {
+    if var("UV_NO_CONFIG").is_some_and(|v| !v.is_empty() && v != "0" && v != "false") {
+        return Vec::new();
+    }
+    if let Some(file) = var("UV_CONFIG_FILE").filter(|f| !f.is_empty()) {
+        return vec![PathBuf::from(file)];
+    }
+    let mut files = vec![PathBuf::from("/etc/uv/uv.toml")];
+    files.extend(config_home(var).map(|d| d.join("uv/uv.toml")));
+    files
+}
+
+/// The index settings of one uv.toml: the default index (`index-url`, or an `[[index]]` with
+/// `default = true`), the others (`extra-index-url`, the other `[[index]]` entries) and
+/// `allow-insecure-host`.
+fn uv_toml(
+    text: &str,
+    default: &mut Option<String>,
+    extra: &mut Vec<String>,
+    insecure: &mut Vec<String>,
+) {
+    let Ok(doc) = text.parse::<toml::Table>() else {
+        return;
+    };
+    let strings = |v: Option<&toml::Value>| -> Vec<String> {
+        v.and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    if let Some(url) = doc.get("index-url").and_then(toml::Value::as_str) {
+        *default = Some(url.to_string());
+    }
+    extra.extend(strings(doc.get("extra-index-url")));
+    for index in doc
+        .get("index")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(url) = index.get("url").and_then(toml::Value::as_str) else {
+            continue;
+        };
+        if index.get("default").and_then(toml::Value::as_bool) == Some(true) {
+            *default = Some(url.to_string());
+        } else {
+            extra.push(url.to_string());
+        }
+    }
+    insecure.extend(strings(doc.get("allow-insecure-host")));
+}
+
+/// uv: its indexes from uv.toml, then `UV_DEFAULT_INDEX`/`UV_INDEX_URL`, `UV_INDEX`/
+/// `UV_EXTRA_INDEX_URL` and `UV_INSECURE_HOST` over them (uv's precedence), as pip's settings:
+/// the refresh box downloads uv's locked set with pip ([`super::lockfile`]). An `http://`
+/// index is a trusted host for pip, as it is plainly usable for uv.
+pub fn uv(var: Lookup) -> Mirror {
+    let (mut default, mut extra, mut insecure) = (None, Vec::new(), Vec::new());
+    for file in uv_files(var) {
+        if let Some(text) = read_capped(&file) {
+            uv_toml(&text, &mut default, &mut extra, &mut insecure);
+        }
+    }
+    let env = |k: &str| var(k).filter(|v| !v.trim().is_empty());
+    if let Some(url) = env("UV_DEFAULT_INDEX").or_else(|| env("UV_INDEX_URL")) {
+        default = Some(url);
+    }
+    for key in ["UV_INDEX", "UV_EXTRA_INDEX_URL"] {
+        if let Some(list) = env(key) {
+            // UV_INDEX entries may be named: `name=https://...`.
+            extra.extend(
+                list.split_whitespace()
+                    .map(|e| e.split_once('=').map_or(e, |(_, url)| url).to_string()),
+            );
+        }
+    }
+    if let Some(list) = env("UV_INSECURE_HOST") {
+        insecure.extend(list.split_whitespace().map(str::to_string));
+    }
+    let mut m = Mirror::default();
+    let urls = default.iter().chain(&extra);
+    m.hosts = urls.clone().filter_map(|u| host_port(u)).collect();
+    m.hosts.dedup();
+    insecure.extend(
+        urls.filter(|u| u.to_ascii_lowercase().starts_with("http://"))
+            .filter_map(|u| host_port(u)),
+    );
+    if let Some(url) = default {
+        m.env.push(format!("PIP_INDEX_URL={url}"));
+    }
+    if !extra.is_empty() {
+        m.env
+            .push(format!("PIP_EXTRA_INDEX_URL={}", extra.join(" ")));
+    }
+    if !insecure.is_empty() {
+        insecure.dedup();
+        m.env
+            .push(format!("PIP_TRUSTED_HOST={}", insecure.join(" ")));
+    }
+    m
+}
+
 /// Go's settings that choose where modules and checksums come from.
 const GO_KEYS: &[&str] = &[
     "GOPROXY",
@@ -217,6 +323,15 @@ pub fn go(var: Lookup) -> Mirror {
 mod tests {
     use super::*;
 
+    /// A config file holding `text` (kept while the directory lives) and its path.
+    fn config_file(text: &str) -> (tempfile::TempDir, String) {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("config");
+        std::fs::write(&path, text).unwrap();
+        let path = path.display().to_string();
+        (d, path)
+    }
+
     fn table(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: BTreeMap<String, String> = pairs
             .iter()
@@ -242,17 +357,12 @@ mod tests {
 
     #[test]
     fn pip_reads_the_config_file_and_the_variables_win() {
-        let d = tempfile::tempdir().unwrap();
-        let conf = d.path().join("pip.conf");
-        std::fs::write(
-            &conf,
+        let (_dir, conf) = config_file(
             "[global]\nindex_url = https://global.example.com/simple\ntimeout = 60\n\
              [download]\nindex-url = https://mirror.example.com/pypi/simple\n\
              extra-index-url =\n  https://extra.example.com/simple\n  http://other.test:8080/simple\n\
              [install]\nindex-url = https://ignored.example.com/simple\n",
-        )
-        .unwrap();
-        let conf = conf.display().to_string();
+        );
         let m = pip(&table(&[("PIP_CONFIG_FILE", &conf)]));
         assert_eq!(
             m.hosts,
@@ -281,15 +391,51 @@ mod tests {
     }
 
     #[test]
+    fn uv_reads_uv_toml_and_the_variables_win_as_pips_settings() {
+        let (_dir, conf) = config_file(
+            "extra-index-url = [\"https://extra.example.com/simple\"]\n\
+             [[index]]\nname = \"corp\"\nurl = \"https://mirror.example.com/simple\"\ndefault = true\n",
+        );
+        let m = uv(&table(&[("UV_CONFIG_FILE", &conf)]));
+        assert_eq!(m.hosts, ["mirror.example.com:443", "extra.example.com:443"]);
+        assert_eq!(
+            m.env,
+            [
+                "PIP_INDEX_URL=https://mirror.example.com/simple",
+                "PIP_EXTRA_INDEX_URL=https://extra.example.com/simple"
+            ]
+        );
+        let m = uv(&table(&[
+            ("UV_CONFIG_FILE", &conf),
+            ("UV_DEFAULT_INDEX", "http://registry.test:8080/simple"),
+            ("UV_INDEX", "other=https://other.example.com/simple"),
+        ]));
+        assert_eq!(
+            (m.hosts, m.env),
+            (
+                vec![
+                    "registry.test:8080".to_string(),
+                    "extra.example.com:443".into(),
+                    "other.example.com:443".into(),
+                ],
+                vec![
+                    "PIP_INDEX_URL=http://registry.test:8080/simple".to_string(),
+                    "PIP_EXTRA_INDEX_URL=https://extra.example.com/simple https://other.example.com/simple".into(),
+                    "PIP_TRUSTED_HOST=registry.test:8080".into(),
+                ]
+            )
+        );
+        assert_eq!(
+            uv(&table(&[("UV_CONFIG_FILE", &conf), ("UV_NO_CONFIG", "1")])),
+            Mirror::default()
+        );
+    }
+
+    #[test]
     fn go_reads_the_env_file_and_the_variable_wins() {
-        let d = tempfile::tempdir().unwrap();
-        let env = d.path().join("env");
-        std::fs::write(
-            &env,
+        let (_dir, env) = config_file(
             "GOPROXY=https://goproxy.example.com|https://backup.example.com,direct\nGOFLAGS=-x\n",
-        )
-        .unwrap();
-        let env = env.display().to_string();
+        );
         let m = go(&table(&[("GOENV", &env)]));
         assert_eq!(
             m.hosts,

@@ -10,9 +10,10 @@
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
 //! that cannot mount it read-only, or let anything but [`refresh`] write one.
 //!
-//! Guarded by `tests/box_cache.rs` (a real npm project and a real cargo project, each against a
-//! registry stand-in in the test's own network namespace) and the unit tests below.
+//! Guarded by `tests/box_cache.rs` (a real npm, cargo, pip, uv, Poetry and Go project, each
+//! against a registry stand-in in the test's own network namespace) and the unit tests below.
 
+pub mod lockfile;
 pub mod ls;
 pub mod mirror;
 pub mod mounts;
@@ -52,6 +53,10 @@ pub struct Ecosystem {
     pub env: &'static [(&'static str, &'static str)],
     /// Variables pointing the refresh box's install step at the cache it fills, the same way.
     pub fill_env: &'static [(&'static str, &'static str)],
+    /// For an ecosystem whose install step reads a hashed requirements list h5i derives from
+    /// the lockfile ([`lockfile`]): the lockfile's format. `refresh` writes the list into the
+    /// cache before the install step runs, and a box installs from the same list.
+    pub derived: Option<lockfile::LockFormat>,
 }
 
 /// npm's variables, the same in agent boxes and the refresh box.
@@ -78,6 +83,36 @@ const CARGO_ENV: &[(&str, &str)] = &[
     ("CARGO_HTTP_TIMEOUT", "30"),
 ];
 
+/// The install step of a wheelhouse cache (pip, uv, poetry): `pip download` of a hashed
+/// requirements list, wheels only, so no package's build code (setup.py) runs while the cache
+/// is filled, and every file checked against the hash the list pins.
+macro_rules! pip_download {
+    ($list:literal) => {
+        [
+            "python3",
+            "-m",
+            "pip",
+            "download",
+            "--only-binary=:all:",
+            "--require-hashes",
+            "--no-input",
+            "--disable-pip-version-check",
+            "-r",
+            $list,
+            "-d",
+            "{dir}",
+        ]
+    };
+}
+
+/// PyPI's hosts, for the profile text when the host names no mirror.
+const PYPI_HOSTS: &[&str] = &["pypi.org:443", "files.pythonhosted.org:443"];
+
+/// pip's variables in an agent box: it installs from the wheelhouse alone, since the key says
+/// it holds the whole locked set and asking the index too would be a request per package. A
+/// package outside the lockfile needs `PIP_NO_INDEX=0` (and the box's egress to the index).
+const PIP_WHEELHOUSE_ENV: &[(&str, &str)] = &[("PIP_FIND_LINKS", "{dir}"), ("PIP_NO_INDEX", "1")];
+
 /// Every ecosystem h5i keeps a cache for. Each entry is proved by a real install in
 /// `tests/box_cache.rs`; an ecosystem without such a test is not listed.
 pub const ECOSYSTEMS: &[Ecosystem] = &[
@@ -93,6 +128,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         mirror: mirror::none,
         env: NPM_ENV,
         fill_env: NPM_ENV,
+        derived: None,
     },
     Ecosystem {
         name: "cargo",
@@ -106,36 +142,53 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         mirror: mirror::none,
         env: CARGO_ENV,
         fill_env: CARGO_ENV,
+        derived: None,
     },
     Ecosystem {
         name: "pip",
         lockfiles: &["requirements.txt"],
-        // The cache is a wheelhouse: `pip download` of the pinned set, wheels only, so no
-        // package's build code (setup.py) runs while the cache is filled. --require-hashes
-        // makes the file a lockfile: every line pinned with `==` and its hashes, and a VCS,
-        // URL or editable requirement (whose metadata step would run its code) refused.
-        install: &[
-            "python3",
-            "-m",
-            "pip",
-            "download",
-            "--only-binary=:all:",
-            "--require-hashes",
-            "--no-input",
-            "--disable-pip-version-check",
-            "-r",
-            "requirements.txt",
-            "-d",
-            "{dir}",
-        ],
+        // --require-hashes makes the file a lockfile: every line pinned with `==` and its
+        // hashes, and a VCS, URL or editable requirement (whose metadata step would run its
+        // code) refused.
+        install: &pip_download!("requirements.txt"),
         lock_hint: "pip-compile --generate-hashes",
-        default_hosts: &["pypi.org:443", "files.pythonhosted.org:443"],
+        default_hosts: PYPI_HOSTS,
         mirror: mirror::pip,
-        // pip installs from the wheelhouse alone: the key says it holds the whole pinned set,
-        // and asking the index too would be a request per package. A package outside the
-        // lockfile needs `PIP_NO_INDEX=0` (and the box's egress to the index).
-        env: &[("PIP_FIND_LINKS", "{dir}"), ("PIP_NO_INDEX", "1")],
+        env: PIP_WHEELHOUSE_ENV,
         fill_env: &[],
+        derived: None,
+    },
+    Ecosystem {
+        name: "uv",
+        lockfiles: &["uv.lock"],
+        // uv cannot use a read-only cache of its own (it takes a lock inside it), so the cache
+        // is a wheelhouse of the locked set, as pip's is: h5i derives the hashed list from
+        // uv.lock ([`lockfile`]) and pip downloads it.
+        install: &pip_download!("{dir}/h5i-requirements.txt"),
+        lock_hint: "uv lock",
+        default_hosts: PYPI_HOSTS,
+        mirror: mirror::uv,
+        // uv installs from the wheelhouse alone (`uv pip install -r {dir}/h5i-requirements.txt`
+        // in a venv): UV_OFFLINE keeps it off every index, as PIP_NO_INDEX does pip.
+        env: &[("UV_FIND_LINKS", "{dir}"), ("UV_OFFLINE", "1")],
+        fill_env: &[],
+        derived: Some(lockfile::LockFormat::Uv),
+    },
+    Ecosystem {
+        name: "poetry",
+        lockfiles: &["poetry.lock"],
+        // Poetry asks its sources for every locked package's links at install time, so no cache
+        // of its own serves a box offline: the cache is a wheelhouse of the locked set derived
+        // from poetry.lock ([`lockfile`]), installed with pip (`poetry run pip install -r
+        // {dir}/h5i-requirements.txt`). Poetry names no mirror of its own for PyPI: the refresh
+        // box fetches from pip's.
+        install: &pip_download!("{dir}/h5i-requirements.txt"),
+        lock_hint: "poetry lock",
+        default_hosts: PYPI_HOSTS,
+        mirror: mirror::pip,
+        env: PIP_WHEELHOUSE_ENV,
+        fill_env: &[],
+        derived: Some(lockfile::LockFormat::Poetry),
     },
     Ecosystem {
         name: "go",
@@ -150,6 +203,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         // Writable module directories in the fill (Go makes them read-only), so a failed
         // refresh's staging directory can be removed; the stored cache is read-only anyway.
         fill_env: &[("GOMODCACHE", "{dir}"), ("GOFLAGS", "-modcacherw")],
+        derived: None,
     },
 ];
 
@@ -202,6 +256,14 @@ pub enum CacheError {
         receipt: u64,
         /// The egress tally, one line.
         egress: String,
+    },
+    /// A uv or Poetry lockfile that does not pin a package the cache can hold.
+    #[error("refusing: {file} {why}; to fix: lock every package from a registry with its hashes (`uv lock`, `poetry lock`), commit it, then refresh")]
+    UnlockedPackage {
+        /// The lockfile.
+        file: &'static str,
+        /// Which package and why.
+        why: String,
     },
     /// No cache of that ecosystem to remove.
     #[error("refusing: there is no {0} cache on this clone; to fix: `h5i box cache ls` lists what there is")]

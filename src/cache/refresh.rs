@@ -4,7 +4,8 @@
 //! the registry hosts, no host network, no secrets, no credential grants) or refuse with the
 //! profile written out ready to paste, before any box exists; create a dedicated box from this
 //! repository at HEAD at the supervised tier, with no agent; key the cache by the lockfiles in
-//! that box's workspace; run the ecosystem's install step alone there with a fresh staging
+//! that box's workspace (and, for uv and Poetry, derive the hashed requirements list from the
+//! lockfile there: [`super::lockfile`]); run the ecosystem's install step alone there with a fresh staging
 //! directory as the only cache it can write and the registry settings the host's own
 //! configuration names ([`super::mirror`]); on exit 0, take the staging directory back from
 //! the box's identity, store it under its key (replacing this ecosystem's other caches: one
@@ -182,6 +183,10 @@ pub fn refresh(
 
     let data = scratch.staging.join("data");
     std::fs::create_dir_all(&data).map_err(|e| BoxError::io(&data, e))?;
+    if let Some(format) = eco.derived {
+        let list = super::lockfile::requirements_of(&sb.paths.workspace(), format)?;
+        crate::store::write_atomic(&data.join(super::lockfile::REQUIREMENTS), list.as_bytes())?;
+    }
     crate::identity::Mapping::for_caller()
         .and_then(|ids| ids.own(std::slice::from_ref(&data)))
         .map_err(BoxError::from)?;

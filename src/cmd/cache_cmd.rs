@@ -31,18 +31,19 @@ pub enum CacheVerb {
         json: bool,
     },
     /// Populate one ecosystem's cache, in a dedicated box with no agent in it; needs the
-    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts. pip and go
-    /// fetch from the mirror the host's own configuration names (pip.conf and PIP_INDEX_URL,
-    /// PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE; GOPROXY, GOSUMDB, GONOSUMDB,
-    /// GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file, GOENV), which the refresh box is
-    /// handed.
+    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts. pip, poetry,
+    /// uv and go fetch from the mirror the host's own configuration names (pip.conf and
+    /// PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE for pip and poetry;
+    /// uv.toml and UV_DEFAULT_INDEX, UV_INDEX, UV_EXTRA_INDEX_URL, UV_INSECURE_HOST for uv;
+    /// GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file, GOENV),
+    /// which the refresh box is handed.
     Refresh {
-        /// The ecosystem: npm, cargo, pip or go.
+        /// The ecosystem: npm, cargo, pip, uv, poetry or go.
         eco: String,
     },
     /// Remove one ecosystem's caches.
     Rm {
-        /// The ecosystem: npm, cargo, pip or go.
+        /// The ecosystem: npm, cargo, pip, uv, poetry or go.
         eco: String,
     },
 }

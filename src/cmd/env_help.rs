@@ -22,6 +22,8 @@ Environment (all optional):
 Read on the host for `box cache refresh` (the mirror the refresh box fetches from):
   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE (and pip.conf);
   GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE, GOENV (and Go's env file);
+  UV_DEFAULT_INDEX, UV_INDEX_URL, UV_INDEX, UV_EXTRA_INDEX_URL, UV_INSECURE_HOST,
+  UV_CONFIG_FILE, UV_NO_CONFIG (and uv.toml), for the uv cache (poetry's uses pip's);
   XDG_CONFIG_HOME, HOME
 Passed from the caller into a box's runs: TERM, LANG, LC_ALL, COLORTERM, NO_COLOR, and the
   variables a profile's `credential_env` names (read on the host, never seen in the box)
