@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/root/.cargo/bin:$PATH"
 seconds="${FUZZ_SECONDS:-60}"
-targets="${FUZZ_TARGETS:-http1_messages egress_target socket_gate env_toml spool_record}"
+targets="${FUZZ_TARGETS:-http1_messages egress_target socket_gate env_toml spool_record export_paths runc_config}"
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked

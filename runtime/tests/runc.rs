@@ -13,6 +13,7 @@ use std::os::unix::net::UnixListener;
 use std::process::Stdio;
 use std::time::Duration;
 
+use support::rootless::{cgroup_v1, RootlessRunc};
 use support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -1078,24 +1079,6 @@ fn run_forwards_signals_to_the_container() {
 // ---------------------------------------------------------------------------------------------
 // Conformance (issue 20): each found with a plain bundle against runc.
 
-fn cgroup_v1() -> bool {
-    !std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
-}
-
-/// Mount points of every cgroup hierarchy (v1 and the hybrid's cgroup2).
-fn cgroup_hierarchies() -> Vec<String> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    mi.lines()
-        .filter_map(|l| {
-            let (left, right) = l.split_once(" - ")?;
-            let fstype = right.split_whitespace().next()?;
-            matches!(fstype, "cgroup" | "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(str::to_string))
-                .flatten()
-        })
-        .collect()
-}
-
 /// Mounts at or under `dir` in this process's mount table that are read-only.
 fn readonly_mounts_under(mountinfo: &str, dir: &str) -> Vec<String> {
     mountinfo
@@ -1552,153 +1535,7 @@ fn create_errors_name_their_cause() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rootless: h5i-runc run directly by the unprivileged test user, with a user namespace in the
-// spec, inside cgroups root delegated to the user (`support::Delegated`, as tests/podman.rs
-// does for rootless Podman).
-
-struct RootlessRunc {
-    dir: tempfile::TempDir,
-    user: String,
-    uid: u32,
-    gid: u32,
-    cgroups: Delegated,
-    bin: std::path::PathBuf,
-}
-
-impl RootlessRunc {
-    fn new(test: &str) -> Option<RootlessRunc> {
-        use std::os::unix::fs::PermissionsExt;
-        if !require_root(test) {
-            return None;
-        }
-        let (user, uid, gid) = test_user(test)?;
-        let dir = tempfile::Builder::new()
-            .prefix("h5i-runc-rootless")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::create_dir(dir.path().join("state")).unwrap();
-        std::os::unix::fs::chown(dir.path().join("state"), Some(uid), Some(gid)).unwrap();
-        // The build tree may sit where the user cannot reach: the user runs a copy.
-        let bin_copy = dir.path().join("h5i-runc");
-        std::fs::copy(bin(), &bin_copy).unwrap();
-        std::fs::set_permissions(&bin_copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let cgroups = Delegated::new(test, uid, gid);
-        Some(RootlessRunc {
-            dir,
-            user,
-            uid,
-            gid,
-            cgroups,
-            bin: bin_copy,
-        })
-    }
-
-    /// A bundle the user can run: a user namespace mapping container root to the user, no
-    /// resources (v1 device rules need real root), the bundle and its /tmp the user's.
-    fn bundle(&self, args: &[&str], cgroup: Option<String>) -> Bundle {
-        use std::os::unix::fs::PermissionsExt;
-        let mut b = Bundle::new(args, cgroup);
-        let linux = b.config["linux"].as_object_mut().unwrap();
-        linux.remove("resources");
-        linux["namespaces"]
-            .as_array_mut()
-            .unwrap()
-            .push(serde_json::json!({"type": "user"}));
-        linux.insert(
-            "uidMappings".into(),
-            serde_json::json!([{"containerID": 0, "hostID": self.uid, "size": 1}]),
-        );
-        linux.insert(
-            "gidMappings".into(),
-            serde_json::json!([{"containerID": 0, "hostID": self.gid, "size": 1}]),
-        );
-        b.save();
-        std::fs::set_permissions(b.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        for p in [b.path().to_path_buf(), b.rootfs().join("tmp")] {
-            std::os::unix::fs::chown(&p, Some(self.uid), Some(self.gid)).unwrap();
-        }
-        b
-    }
-
-    /// `h5i-runc ARGS` as the user, inside the delegated cgroups.
-    fn run(&self, args: &[&str]) -> std::process::Output {
-        let mut cmd = self.cgroups.command_as(&self.user);
-        cmd.arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
-            .arg(&self.bin)
-            .arg("--root")
-            .arg(self.dir.path().join("state"))
-            .args(args);
-        run_to_files(&mut cmd)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        success_stdout("rootless h5i-runc", args, self.run(args))
-    }
-
-    /// `sh -c SCRIPT` as the user inside the delegated cgroups, in a private mount namespace
-    /// made for it (so a runtime that remounted its caller's mounts changes that copy, never
-    /// the machine's); `$H5I_RUNC` is the runtime with this state root.
-    fn script_in_private_mounts(&self, script: &str) -> std::process::Output {
-        let inner = self.cgroups.command_as(&self.user);
-        let mut cmd = std::process::Command::new("unshare");
-        cmd.args(["-m", "--propagation", "private"])
-            .arg(inner.get_program())
-            .args(inner.get_args())
-            .arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
-            .arg(format!(
-                "H5I_RUNC={} --root {}",
-                self.bin.display(),
-                self.dir.path().join("state").display()
-            ))
-            .args(["sh", "-c", script]);
-        run_to_files(&mut cmd)
-    }
-
-    /// `new`, on cgroup v1 only (a loud skip line otherwise, saying `why`).
-    fn new_on_v1(test: &str, why: &str) -> Option<RootlessRunc> {
-        let r = RootlessRunc::new(test)?;
-        if !cgroup_v1() {
-            eprintln!("skipped: {test}: {why}");
-            return None;
-        }
-        Some(r)
-    }
-
-    /// Asserts that nothing of container `id` is left: no state, no cgroup in any hierarchy.
-    fn assert_gone(&self, id: &str) {
-        assert!(
-            !self.dir.path().join("state").join(id).exists(),
-            "state of {id} left"
-        );
-        for d in &self.cgroups.dirs {
-            let leaf = d.join("h5i-runc").join(id);
-            assert!(!leaf.exists(), "{} left behind", leaf.display());
-        }
-    }
-
-    /// The delegated directory in the memory hierarchy (the only one on cgroup v2).
-    fn memory_dir(&self) -> &std::path::Path {
-        self.cgroups
-            .dirs
-            .iter()
-            .find(|d| d.starts_with("/sys/fs/cgroup/memory") || !cgroup_v1())
-            .unwrap()
-    }
-}
-
-impl Drop for RootlessRunc {
-    fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(self.dir.path().join("state")) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().into_owned();
-                if !name.starts_with('.') {
-                    let _ = self.run(&["delete", "--force", &name]);
-                }
-            }
-        }
-    }
-}
+// Rootless: h5i-runc run directly by the unprivileged test user (`support::rootless`).
 
 #[test]
 fn rootless_relative_cgroup_hook_state_poststop_failure_and_error_word() {
@@ -2021,118 +1858,227 @@ fn rootless_create_errors_name_their_cause() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Crash safety (issue 20): h5i-runc killed with SIGKILL at spread-out points of create, start and
-// delete leaves a state directory that `state` and `delete --force` still handle.
+// Crash safety (issue 20): h5i-runc killed with SIGKILL (no handler, no cleanup) at a random point
+// of `create`, `start` and `delete --force`, as root and as the test user. After every kill the
+// state directory is one Podman can clean up: `state` answers with a status or says the
+// container does not exist (never a parse error), `delete --force` then succeeds or says "does
+// not exist" (Podman's rule for a gone container), and afterwards nothing of the container is
+// left (no state, no sidecar, no cgroup, no process, including an init a killed `create`
+// orphaned before it saved a pid) and the id is free for a new container. Kill points are
+// spread over each verb's own duration, measured first in the same run; the dice are seeded
+// (`H5I_CRASH_SEED`, printed) so a failing trial can be replayed.
 
-/// A small deterministic generator (the seed is printed, so a failing trial can be replayed).
-struct Lcg(u64);
+/// Trials per verb (`H5I_CRASH_TRIALS` overrides).
+const CRASH_TRIALS: usize = 100;
 
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n.max(1)
+/// A runtime the crash trials drive: root's, or the test user's.
+trait Runc {
+    /// `h5i-runc` with this runtime's state root; append the verb.
+    fn command(&self) -> std::process::Command;
+    /// The state root.
+    fn state_root(&self) -> std::path::PathBuf;
+    /// Where container `id`'s default cgroup goes, in every hierarchy.
+    fn cgroup_leaves(&self, id: &str) -> Vec<std::path::PathBuf>;
+
+    fn output(&self, args: &[&str]) -> std::process::Output {
+        run_to_files(self.command().args(args))
+    }
+
+    fn must(&self, args: &[&str]) {
+        success_stdout("h5i-runc", args, self.output(args));
+    }
+
+    /// Start `args`, SIGKILL it after `delay` (it may have finished by then), reap it.
+    fn kill_after(&self, args: &[&str], delay: Duration) {
+        let mut child = self
+            .command()
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // Not a wait: where in the operation the kill lands.
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        child.wait().unwrap();
     }
 }
 
-/// Start `h5i-runc ARGS`, SIGKILL it after `delay` (it may have finished by then), reap it.
-fn kill_after(rt: &Runtime, args: &[&str], delay: Duration) {
-    let mut child = rt
-        .cmd()
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    // Not a wait: where in the operation the kill lands.
-    std::thread::sleep(delay);
-    let _ = child.kill();
-    child.wait().unwrap();
+impl Runc for Runtime {
+    fn command(&self) -> std::process::Command {
+        self.cmd()
+    }
+
+    fn state_root(&self) -> std::path::PathBuf {
+        self.root.path().to_path_buf()
+    }
+
+    fn cgroup_leaves(&self, id: &str) -> Vec<std::path::PathBuf> {
+        default_cgroup_levels(&[id])
+            .into_iter()
+            .filter(|d| d.ends_with(id))
+            .collect()
+    }
+}
+
+impl Runc for RootlessRunc {
+    fn command(&self) -> std::process::Command {
+        self.cmd()
+    }
+
+    fn state_root(&self) -> std::path::PathBuf {
+        self.dir.path().join("state")
+    }
+
+    fn cgroup_leaves(&self, id: &str) -> Vec<std::path::PathBuf> {
+        self.cgroups
+            .dirs
+            .iter()
+            .map(|d| d.join("h5i-runc").join(id))
+            .collect()
+    }
+}
+
+/// The bundle's init names the container id in its command line (`sh -c SCRIPT ID`, a shell
+/// that stays), as does every h5i-runc process working on it (the init before its exec is one),
+/// so a process a trial left behind is found by the id.
+fn name_init_after(b: &mut Bundle, id: &str) {
+    b.config["process"]["args"] = serde_json::json!(["sh", "-c", "sleep 600", id]);
+    b.save();
+}
+
+/// Live processes whose command line has `id` as an argument.
+fn processes_naming(id: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == id.as_bytes()))
+        })
+        .collect()
 }
 
 /// After a killed operation: `state` answers (a status, or "does not exist"), `delete --force`
-/// ends whatever is there, and then nothing of `id` is left: no state, no process, no cgroup.
-fn assert_recoverable(rt: &Runtime, id: &str, what: &str) {
-    let out = rt.run(&["state", id]);
-    let pid = if out.status.success() {
+/// ends whatever is there, and then nothing of `id` is left.
+fn assert_recoverable(rt: &dyn Runc, id: &str, what: &str) {
+    let out = rt.output(&["state", id]);
+    if out.status.success() {
         let st: serde_json::Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{what}: state is not JSON ({e}): {out:?}"));
-        let status = st["status"].as_str().unwrap_or_default().to_string();
+        let status = st["status"].as_str().unwrap_or_default();
         assert!(
-            ["creating", "created", "running", "stopped", "paused"].contains(&status.as_str()),
+            ["creating", "created", "running", "stopped", "paused"].contains(&status),
             "{what}: state says {st}"
         );
-        st["pid"].as_i64().filter(|p| *p > 0).map(|p| p as i32)
     } else {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(
             err.contains("does not exist"),
             "{what}: state failed: {err}"
         );
-        None
-    };
-    let out = rt.run(&["delete", "--force", id]);
+    }
+    let out = rt.output(&["delete", "--force", id]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() || err.contains("does not exist"),
-        "{what}: delete --force failed: {err}"
+        "{what}: delete --force failed: {err}\nprocesses naming it: {:?}",
+        processes_naming(id)
+            .iter()
+            .map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default())
+            .collect::<Vec<_>>()
     );
-    if let Some(pid) = pid {
+    let again = rt.output(&["state", id]);
+    assert!(
+        !again.status.success()
+            && String::from_utf8_lossy(&again.stderr).contains("does not exist"),
+        "{what}: the container is still there after delete --force"
+    );
+    for pid in processes_naming(id) {
         assert!(
             wait_exit(pid, WAIT),
-            "{what}: pid {pid} outlived delete --force"
+            "{what}: process {pid} outlived delete --force: {:?}",
+            std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default()
         );
     }
-    assert!(
-        !rt.root.path().join(id).exists(),
-        "{what}: state directory left"
-    );
-    let leaves: Vec<_> = default_cgroup_levels(&[id])
+    let root = rt.state_root();
+    for left in [root.join(id), root.join(".h5i").join(id)] {
+        assert!(!left.exists(), "{what}: {} left", left.display());
+    }
+    let leaves: Vec<_> = rt
+        .cgroup_leaves(id)
         .into_iter()
-        .filter(|d| d.ends_with(id) && d.exists())
+        .filter(|d| d.exists())
         .collect();
     assert!(leaves.is_empty(), "{what}: cgroups left: {leaves:?}");
 }
 
-#[test]
-fn killed_create_start_and_delete_leave_a_state_directory_that_recovers() {
-    if !require_root("killed_create_start_and_delete_leave_a_state_directory_that_recovers") {
-        return;
-    }
-    const TRIALS: u64 = 100;
-    let seed = u64::from(std::process::id());
-    eprintln!("crash trials: seed {seed}");
-    let mut rng = Lcg(seed);
-    let rt = Runtime::new();
-    let b = Bundle::new(&["sleep", "600"], None);
+/// Every verb killed at random points, `H5I_CRASH_TRIALS` (default [`CRASH_TRIALS`]) times each.
+fn killed_verbs_recover(rt: &dyn Runc, b: &mut Bundle, test: &str) {
+    let trials = std::env::var("H5I_CRASH_TRIALS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(CRASH_TRIALS);
     let bundle = b.path().to_str().unwrap().to_string();
-    // How long an undisturbed create and delete take here: kills land across that span.
+    // How long each undisturbed verb takes here: kills land across that span.
     let probe = id("crash-probe");
-    let t = std::time::Instant::now();
-    rt.ok(&["create", "--bundle", &bundle, &probe]);
-    let span = t.elapsed().as_micros() as u64 * 2;
-    rt.ok(&["delete", "--force", &probe]);
-    for verb in ["create", "start", "delete"] {
-        for trial in 0..TRIALS {
+    name_init_after(b, &probe);
+    let timed = |args: &[&str]| {
+        let t = std::time::Instant::now();
+        rt.must(args);
+        t.elapsed()
+    };
+    let spans = [
+        timed(&["create", "--bundle", &bundle, &probe]),
+        timed(&["start", &probe]),
+        timed(&["delete", "--force", &probe]),
+    ];
+    let mut dice = support::dice::Dice::new(test);
+    for trial in 0..trials {
+        for (verb, span) in ["create", "start", "delete"].into_iter().zip(spans) {
             let id = id(&format!("crash-{verb}-{trial}"));
-            let delay = Duration::from_micros(rng.below(span));
-            let what = format!("{verb} killed after {delay:?} (seed {seed}, trial {trial})");
+            name_init_after(b, &id);
+            let delay = dice.within(span);
+            let what = format!("{test}: {verb} trial {trial} killed after {delay:?} of {span:?}");
             match verb {
-                "create" => kill_after(&rt, &["create", "--bundle", &bundle, &id], delay),
+                "create" => rt.kill_after(&["create", "--bundle", &bundle, &id], delay),
                 "start" => {
-                    rt.ok(&["create", "--bundle", &bundle, &id]);
-                    kill_after(&rt, &["start", &id], delay);
+                    rt.must(&["create", "--bundle", &bundle, &id]);
+                    rt.kill_after(&["start", &id], delay);
                 }
                 _ => {
-                    rt.ok(&["create", "--bundle", &bundle, &id]);
-                    rt.ok(&["start", &id]);
-                    kill_after(&rt, &["delete", "--force", &id], delay);
+                    rt.must(&["create", "--bundle", &bundle, &id]);
+                    rt.must(&["start", &id]);
+                    rt.kill_after(&["delete", "--force", &id], delay);
                 }
             }
-            assert_recoverable(&rt, &id, &what);
+            assert_recoverable(rt, &id, &what);
+            // The id is free again: a new container of that name is made and deleted.
+            rt.must(&["create", "--bundle", &bundle, &id]);
+            rt.must(&["delete", "--force", &id]);
         }
     }
+}
+
+#[test]
+fn killed_create_start_and_delete_leave_a_state_directory_that_recovers() {
+    let test = "killed_create_start_and_delete_leave_a_state_directory_that_recovers";
+    if !require_root(test) {
+        return;
+    }
+    let rt = Runtime::new();
+    let mut b = Bundle::new(&["true"], None);
+    killed_verbs_recover(&rt, &mut b, test);
+}
+
+#[test]
+fn killed_create_start_and_delete_leave_a_state_directory_that_recovers_as_h5i_test() {
+    let test = "killed_create_start_and_delete_leave_a_state_directory_that_recovers_as_h5i_test";
+    let Some(r) = RootlessRunc::new(test) else {
+        return;
+    };
+    let mut b = r.bundle(&["true"], None);
+    killed_verbs_recover(&r, &mut b, test);
 }

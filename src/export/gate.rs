@@ -703,8 +703,8 @@ fn is_git_control_file(name: &[u8]) -> bool {
 
 /// Resolve a symlink's target lexically from the link's directory, following symlinks inside
 /// the workspace as they are met; report a target that is absolute, leaves the tree, enters a
-/// `.git`, or loops.
-fn symlink_problem(
+/// `.git`, or loops. `link` is the symlink's path relative to `workspace`.
+pub fn symlink_problem(
     workspace: &Path,
     link: &[u8],
     target: &[u8],

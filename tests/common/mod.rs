@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod caller;
+pub mod dice;
 pub mod secrets;
 pub mod testnet;
 

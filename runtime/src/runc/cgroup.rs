@@ -17,6 +17,7 @@
 //! `h5i-runc` level).
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 /// Directory under the anchor that holds h5i-runc's containers.
@@ -303,6 +304,76 @@ pub fn place(
     let roots = hierarchy_roots(&mountinfo, layout);
     let clean = dirs_to_clean(&roots, &path, |p| p.exists());
     Ok((path, clean, layout))
+}
+
+/// Longest [`end_processes`] waits for the processes it killed.
+pub const END_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// SIGKILL every process in the cgroup at `cgroup_path` (relative to each hierarchy root, as
+/// the spec names it) in every hierarchy, and wait for each to be gone: on a pidfd opened
+/// before the signal (so a reused pid is never signalled or waited for), bounded by
+/// [`END_WAIT`] in all. libcontainer's delete gives killed processes about 100 ms before its
+/// `rmdir` gives up, too short on a loaded host for the ones a killed `create` leaves (its
+/// intermediate process, never named in the state): `delete --force` then failed.
+pub fn end_processes(cgroup_path: &Path) {
+    let Ok(layout) = detect_layout() else {
+        return;
+    };
+    let Ok(mountinfo) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let rel: PathBuf = cgroup_path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    if rel.as_os_str().is_empty() {
+        return;
+    }
+    let mut pids: Vec<i32> = hierarchy_roots(&mountinfo, layout)
+        .iter()
+        .filter_map(|root| std::fs::read_to_string(root.join(&rel).join("cgroup.procs")).ok())
+        .flat_map(|text| {
+            text.lines()
+                .filter_map(|l| l.trim().parse().ok())
+                .collect::<Vec<i32>>()
+        })
+        .filter(|pid| *pid > 0)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let deadline = std::time::Instant::now() + END_WAIT;
+    let pidfds: Vec<OwnedFd> = pids.into_iter().filter_map(pidfd_open).collect();
+    for fd in &pidfds {
+        // SAFETY: pidfd_send_signal on a pidfd we own, with no siginfo and no flags.
+        unsafe {
+            libc::syscall(
+                libc::SYS_pidfd_send_signal,
+                fd.as_raw_fd(),
+                libc::SIGKILL,
+                std::ptr::null::<libc::siginfo_t>(),
+                0,
+            );
+        }
+    }
+    for fd in &pidfds {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, its descriptor open for the call; a pidfd turns readable
+        // when its process has exited.
+        unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+    }
+}
+
+/// A pidfd for `pid`, or `None` when it is already gone.
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative return is a freshly opened descriptor owned by nothing else.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

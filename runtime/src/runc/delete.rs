@@ -10,6 +10,10 @@
 //! hooks are taken out of libcontainer's copy of the config before its delete (and put back if
 //! that delete fails), and run one by one afterwards, each failure logged as a warning.
 //!
+//! With `--force`, every process in the container's cgroup is killed and waited for first
+//! (`cgroup::end_processes`), so the cgroup can be removed even when a killed `create` left
+//! processes the state never named.
+//!
 //! Must never: fail a delete because of a poststop hook, or skip the hooks after one fails.
 //! Guarded by `tests/runc.rs` (`failing_poststop_hook_is_a_warning_and_delete_finishes`).
 
@@ -19,7 +23,7 @@ use libcontainer::config::YoukiConfig;
 use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::oci_spec::runtime::Hook;
 
-use super::{net_dir, sidecar, Context, RuncError};
+use super::{cgroup, net_dir, sidecar, Context, RuncError};
 
 /// Delete container `id`.
 pub fn delete(ctx: &Context, id: &str, force: bool) -> Result<(), RuncError> {
@@ -51,6 +55,13 @@ pub fn remove(ctx: &Context, container: &mut Container, force: bool) -> Result<(
     let id = container.id().to_string();
     let state_dir = ctx.root.join(&id);
     let poststop = take_poststop_hooks(&state_dir);
+    // A paused container is thawed and killed by libcontainer itself (a frozen process would
+    // not die before the thaw); every other one's processes are ended here and waited for.
+    if force && container.status() != ContainerStatus::Paused {
+        if let Ok(config) = container.spec() {
+            cgroup::end_processes(&config.cgroup_path);
+        }
+    }
     if let Err(source) = container.delete(force) {
         if let Some((config, _)) = &poststop {
             if state_dir.exists() {

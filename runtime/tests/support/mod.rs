@@ -11,6 +11,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+#[path = "../../../tests/common/dice.rs"]
+pub mod dice;
+pub mod rootless;
+
 /// The binary under test: `h5i-runc`, a binary of the root package (so `cargo install --path .`
 /// installs it), found in the profile directory above this test's `deps/`. Build every binary
 /// first: `cargo build --release --workspace --bins` (`make test` does).
@@ -63,6 +67,20 @@ pub fn own_cgroup() -> String {
             .find_map(|l| l.strip_prefix("0::").map(str::to_string))
     })
     .unwrap()
+}
+
+/// Mount points of every cgroup hierarchy (v1 and the hybrid's cgroup2).
+pub fn cgroup_hierarchies() -> Vec<String> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    mi.lines()
+        .filter_map(|l| {
+            let (left, right) = l.split_once(" - ")?;
+            let fstype = right.split_whitespace().next()?;
+            matches!(fstype, "cgroup" | "cgroup2")
+                .then(|| left.split_whitespace().nth(4).map(str::to_string))
+                .flatten()
+        })
+        .collect()
 }
 
 /// Where tests put explicit cgroups: under our own cgroup.
@@ -409,11 +427,21 @@ impl Delegated {
         let mut dirs = Vec::new();
         for h in hierarchies {
             let d = PathBuf::from(format!("{}{rel}", h.display()));
-            std::fs::create_dir_all(&d).unwrap();
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                if d.join(f).exists() {
-                    let parent = std::fs::read(d.parent().unwrap().join(f)).unwrap();
-                    std::fs::write(d.join(f), parent).unwrap();
+            // Level by level from the hierarchy's root: a cpuset level made here (the caller's
+            // memory cgroup path need not exist in the cpuset hierarchy) starts with no cpus
+            // and mems, and no process can join below it until it has its parent's.
+            let mut level = h.clone();
+            for part in rel.split('/').filter(|p| !p.is_empty()) {
+                let parent = level.clone();
+                level.push(part);
+                if !level.exists() {
+                    std::fs::create_dir(&level).unwrap();
+                }
+                for f in ["cpuset.cpus", "cpuset.mems"] {
+                    let own = level.join(f);
+                    if own.exists() && std::fs::read(&own).unwrap().trim_ascii().is_empty() {
+                        std::fs::write(&own, std::fs::read(parent.join(f)).unwrap()).unwrap();
+                    }
                 }
             }
             for f in [d.clone(), d.join("cgroup.procs")] {
