@@ -128,6 +128,9 @@ pub fn create(
     for d in [paths.spool(), paths.payloads(), paths.scratch()] {
         fs::create_dir(&d).map_err(|e| BoxError::io(&d, e))?;
     }
+    if crate::browser::is_browser_box(&policy) {
+        crate::browser::viewer::mint(&paths)?;
+    }
     let host_home = std::env::var_os("HOME").map(PathBuf::from);
     let home_seed = crate::box_home::create(&paths, &policy, host_home.as_deref())?;
     if let Some(pin) = &image_pin {

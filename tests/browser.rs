@@ -401,8 +401,8 @@ fn a_supervised_browser_box_cannot_reach_a_port_its_table_does_not_list_as_h5i_t
     supervised_case(true);
 }
 
-/// `h5i browser url`: a loopback URL carrying the box's viewer token, the same token on every
-/// ask and on any port, kept 0600 in the box directory, which the box cannot read (from inside
+/// `h5i browser url`: a loopback URL carrying the box's viewer token (minted at creation), the
+/// same token on every ask and on any port, kept 0600 in the box directory, which the box cannot read (from inside
 /// the box: the file is not there and no file the box can read holds the token). A box without
 /// a browser, port 0 and a name that walks out of the store are refused.
 fn viewer_url_case(as_user: bool) {
@@ -412,6 +412,9 @@ fn viewer_url_case(as_user: bool) {
     let mut c = Caller::either(as_user);
     let who = c.who();
     browser_box(&mut c, "web", "process");
+    // Minted at creation, before anyone asked for the URL.
+    let minted = std::fs::read_to_string(c.box_dir("web").join("browser/viewer.token"))
+        .unwrap_or_else(|e| panic!("{who}: no viewer token after create: {e}"));
     let url = c.ok(&["browser", "url", "web"]);
     let token = url
         .trim()
@@ -421,6 +424,11 @@ fn viewer_url_case(as_user: bool) {
     assert!(
         token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()),
         "{who}: {url}"
+    );
+    assert_eq!(
+        minted.trim(),
+        token,
+        "{who}: the URL's token is not the one minted"
     );
     let other = c.ok(&["browser", "url", "web", "--port", "8123"]);
     assert_eq!(

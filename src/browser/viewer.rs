@@ -2,8 +2,9 @@
 //!
 //! Owns `<box>/browser/viewer.token`, the box's viewer token (32 random bytes as 64 hex
 //! digits, mode 0600, in the box directory, which no grant exposes: the box can neither read
-//! nor write it), minted the first time it is asked for, and the URL built from it: loopback
-//! only, on the port asked for ([`DEFAULT_PORT`] unless told), the token in the query.
+//! nor write it), minted when the box is created ([`mint`]; a box made before that gets it the
+//! first time it is asked for), and the URL built from it: loopback only, on the port asked for
+//! ([`DEFAULT_PORT`] unless told), the token in the query.
 //!
 //! Must never: print a URL for anything but loopback, mint a second token for a box that has
 //! one (a viewer already opened keeps its URL), or leave a partial token: a new one is written
@@ -33,6 +34,11 @@ pub fn url(store: &BoxStore, name: &str, port: u16) -> Result<String, ControlErr
     let sb = control::browser_box(store, name)?;
     let token = token(&sb.paths)?;
     Ok(format!("http://127.0.0.1:{port}/?token={token}"))
+}
+
+/// Mint the viewer token of a browser box being created (in its staging directory).
+pub fn mint(paths: &BoxPaths) -> Result<(), BoxError> {
+    token(paths).map(drop)
 }
 
 fn token_path(paths: &BoxPaths) -> PathBuf {
