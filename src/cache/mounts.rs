@@ -150,10 +150,36 @@ pub fn granted(sb: &StoredBox) -> Vec<Granted> {
 /// bind in `binds` and its variables in `env`. (The container tier mounts the same list through
 /// Podman: `container::box_binds`.)
 pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) {
-    for g in granted(sb) {
+    let granted = granted(sb);
+    for g in &granted {
         binds.push(Bind::ro(&g.data, &g.inside));
-        env.extend(g.env);
     }
+    env.extend(env_of(&granted));
+}
+
+/// Variables a package manager reads as a space-separated list: two caches naming the same one
+/// (pip's wheelhouse and Poetry's, in a project with both lockfiles) are joined. (uv's own
+/// `UV_FIND_LINKS` is comma-separated, and only the uv cache sets it.)
+const LIST_VARS: &[&str] = &["PIP_FIND_LINKS"];
+
+/// The variables of every granted cache (`NAME=VALUE`), each name once: a list variable's
+/// values joined, any other repeated name kept at its first value (they agree: `PIP_NO_INDEX=1`).
+pub fn env_of(granted: &[Granted]) -> Vec<String> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for kv in granted.iter().flat_map(|g| &g.env) {
+        let Some((k, v)) = kv.split_once('=') else {
+            continue;
+        };
+        match out.iter_mut().find(|(name, _)| name == k) {
+            Some((_, have)) if LIST_VARS.contains(&k) && !have.split(' ').any(|h| h == v) => {
+                have.push(' ');
+                have.push_str(v);
+            }
+            Some(_) => {}
+            None => out.push((k.to_owned(), v.to_owned())),
+        }
+    }
+    out.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
 /// The tier `tier` gets caches at all (the workspace tier runs on the host as the caller, with
@@ -163,4 +189,32 @@ pub fn tier_mounts_caches(tier: h5i_policy::Tier) -> bool {
         tier,
         h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn granted(env: &[&str]) -> Granted {
+        Granted {
+            data: PathBuf::from("/unused"),
+            inside: String::new(),
+            env: env.iter().map(|s| (*s).to_owned()).collect(),
+        }
+    }
+
+    #[test]
+    fn two_wheelhouses_share_one_find_links_and_nothing_repeats() {
+        let pip = granted(&["PIP_FIND_LINKS=/.h5i/cache/pip", "PIP_NO_INDEX=1"]);
+        let poetry = granted(&["PIP_FIND_LINKS=/.h5i/cache/poetry", "PIP_NO_INDEX=1"]);
+        let npm = granted(&["npm_config_cache=/.h5i/cache/npm"]);
+        assert_eq!(
+            env_of(&[pip.clone(), npm, poetry, pip]),
+            [
+                "PIP_FIND_LINKS=/.h5i/cache/pip /.h5i/cache/poetry",
+                "PIP_NO_INDEX=1",
+                "npm_config_cache=/.h5i/cache/npm",
+            ]
+        );
+    }
 }

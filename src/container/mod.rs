@@ -374,10 +374,14 @@ pub fn run(
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
     let mut env = box_env(sb, policy);
-    env.extend(granted.into_iter().flat_map(|g| g.env).filter_map(|kv| {
-        kv.split_once('=')
-            .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    }));
+    env.extend(
+        crate::cache::mounts::env_of(&granted)
+            .into_iter()
+            .filter_map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            }),
+    );
     // A browser box's Chromium and agent-browser (nothing for any other box).
     env.extend(
         crate::browser::vars(policy)?
