@@ -200,6 +200,42 @@ fn refusals_at_create_leave_nothing_on_disk() {
 }
 
 #[test]
+fn an_agent_box_whose_agent_is_not_installed_is_refused_at_create_and_leaves_nothing() {
+    if !common::require_root(
+        "an_agent_box_whose_agent_is_not_installed_...",
+        "it empties /usr/local in a mount namespace of its own",
+    ) {
+        return;
+    }
+    let r = Repo::new();
+    // This h5i alone sees /usr/local/{bin,sbin} empty: the pinned agents `make setup` installs
+    // are not where a kernel-tier box could run them.
+    let hidden = "mount -t tmpfs -o ro tmpfs /usr/local/bin && mount -t tmpfs -o ro tmpfs /usr/local/sbin && exec \"$0\" \"$@\"";
+    for (profile, agent) in [("agent-claude", "claude"), ("agent-codex", "codex")] {
+        let out = std::process::Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c", hidden])
+            .arg(common::H5I)
+            .args(["box", "create", "a", "--profile", profile])
+            .args(["--isolation", "process"])
+            .env_remove("H5I_AGENT")
+            .current_dir(r.path())
+            .output()
+            .unwrap();
+        let e = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{profile}: {e}");
+        assert!(
+            e.contains(&format!("`{agent}` is not installed"))
+                && e.contains("to fix: run `make setup`"),
+            "{profile}: {e}"
+        );
+        assert!(
+            !r.h5i_dir().exists(),
+            "{profile}: the refused create left state"
+        );
+    }
+}
+
+#[test]
 fn a_second_box_with_the_same_name_is_refused() {
     let r = Repo::new();
     r.ok(&["box", "create", "dup", WS]);
