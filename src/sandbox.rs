@@ -108,9 +108,51 @@ fn read_state(dir: &Path) -> Option<SandboxState> {
 /// A held `flock` on the sandbox's lock file.
 struct SandboxLock(fs::File);
 
+/// How many times [`SandboxLock::take_in_place`] takes the lock again after a sweep removed
+/// the directory under it (each retry means another h5i removed it meanwhile).
+const LOCK_ATTEMPTS: usize = 8;
+
 impl SandboxLock {
     fn take(dir: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
         SandboxLock::take_file(&dir.join("lock"), how)
+    }
+
+    /// The exclusive lock of the sandbox directory `dir`, making the directory when it is not
+    /// there. Another h5i's sweep may remove an orphaned-looking directory, lock file included,
+    /// between this one's `mkdir` and its `flock` (a sandbox being made has no state yet): a
+    /// lock on a file no longer at its path guards nothing, so it is taken again on the one
+    /// that is.
+    fn take_in_place(dir: &Path) -> Result<SandboxLock, BoxError> {
+        let path = dir.join("lock");
+        let mut last = None;
+        for _ in 0..LOCK_ATTEMPTS {
+            match fs::DirBuilder::new().mode(0o700).create(dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(BoxError::io(dir, e)),
+            }
+            let lock = match SandboxLock::take_file(&path, libc::LOCK_EX) {
+                Ok(lock) => lock,
+                Err(BoxError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    last = Some(source);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            let held = lock.0.metadata().map_err(|e| BoxError::io(&path, e))?;
+            match fs::symlink_metadata(&path) {
+                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => return Ok(lock),
+                Ok(_) => last = None,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => last = Some(e),
+                Err(e) => return Err(BoxError::io(&path, e)),
+            }
+        }
+        Err(BoxError::io(
+            &path,
+            last.unwrap_or_else(|| std::io::Error::other("the lock file kept being replaced")),
+        ))
     }
 
     fn take_file(path: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
@@ -227,11 +269,6 @@ pub fn run(
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
     })?;
     let dir = dir_for(sb)?;
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(BoxError::io(&dir, e)),
-    }
     let mut base = sandbox_plan(sb, plan, &runc);
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
@@ -248,7 +285,7 @@ pub fn run(
         }
     };
     let socket = dir.join("init.sock");
-    let lock = SandboxLock::take(&dir, libc::LOCK_EX)?;
+    let lock = SandboxLock::take_in_place(&dir)?;
     // A supervised sandbox whose sentry is gone has no network to serve a run with.
     let current = read_state(&dir)
         .filter(|s| s.digest == digest)

@@ -294,6 +294,41 @@ fn a_run_cannot_read_signal_or_stop_the_init_it_was_forked_from() {
     assert_eq!(sandbox_id(&r, "nosy"), Some(id), "the sandbox was rebuilt");
 }
 
+/// Every box's first run makes its sandbox, and each making sweeps the other boxes' sandbox
+/// directories that look orphaned, as one still being set up does: no run may lose its
+/// directory to another's sweep.
+#[test]
+fn first_runs_of_many_boxes_at_once_each_keep_the_sandbox_they_make() {
+    if !root() {
+        return;
+    }
+    let r = Repo::new();
+    for round in 0..4 {
+        let names: Vec<String> = (0..6).map(|i| format!("m{round}-{i}")).collect();
+        for n in &names {
+            r.ok(&["box", "create", n, "--isolation=process"]);
+        }
+        std::thread::scope(|s| {
+            let runs: Vec<_> = names
+                .iter()
+                .map(|n| (n, s.spawn(|| run(&r, n, &["echo", "up"]))))
+                .collect();
+            for (n, h) in runs {
+                let out = h.join().unwrap();
+                assert!(
+                    out.status.success() && stdout(&out).trim() == "up",
+                    "round {round}, box {n}: {}",
+                    stderr(&out)
+                );
+                assert!(
+                    sandbox_id(&r, n).is_some(),
+                    "round {round}: {n} has no sandbox up"
+                );
+            }
+        });
+    }
+}
+
 #[test]
 fn rm_leaves_no_init_cgroup_or_sandbox_directory_behind() {
     if !root() {
