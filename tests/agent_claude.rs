@@ -213,3 +213,11 @@ fn claude_with_a_subscription_token_at_the_supervised_tier_never_holds_the_token
         claude_fixes_the_greeting(&CLAUDE_SUBSCRIPTION, test, "supervised", true);
     }
 }
+
+#[test]
+fn claude_with_a_subscription_token_at_the_container_tier_never_holds_the_token() {
+    let test = "claude_with_a_subscription_token_at_the_container_tier_never_holds_the_token";
+    if agent::have_agent(test, CLAUDE) && agent::image_built(test, CLAUDE_SUBSCRIPTION.image) {
+        claude_fixes_the_greeting(&CLAUDE_SUBSCRIPTION, test, "container", false);
+    }
+}
