@@ -29,6 +29,7 @@ pub mod error;
 pub mod escape;
 pub mod events;
 pub mod export;
+pub mod file_lock;
 pub mod freeze;
 pub mod git;
 pub mod host;

@@ -34,7 +34,7 @@
 use std::fs;
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -50,6 +50,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 use crate::store::{now_ms, StoredBox};
 
 /// How long an idle sandbox's init waits for the next run before it ends.
@@ -103,86 +104,6 @@ pub fn status_line(sb: &StoredBox) -> String {
 
 fn read_state(dir: &Path) -> Option<SandboxState> {
     serde_json::from_slice(&fs::read(dir.join("state.json")).ok()?).ok()
-}
-
-/// A held `flock` on the sandbox's lock file.
-struct SandboxLock(fs::File);
-
-/// How many times [`SandboxLock::take_in_place`] takes the lock again after a sweep removed
-/// the directory under it (each retry means another h5i removed it meanwhile).
-const LOCK_ATTEMPTS: usize = 8;
-
-impl SandboxLock {
-    fn take(dir: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
-        SandboxLock::take_file(&dir.join("lock"), how)
-    }
-
-    /// The exclusive lock of the sandbox directory `dir`, making the directory when it is not
-    /// there. Another h5i's sweep may remove an orphaned-looking directory, lock file included,
-    /// between this one's `mkdir` and its `flock` (a sandbox being made has no state yet): a
-    /// lock on a file no longer at its path guards nothing, so it is taken again on the one
-    /// that is.
-    fn take_in_place(dir: &Path) -> Result<SandboxLock, BoxError> {
-        let path = dir.join("lock");
-        let mut last = None;
-        for _ in 0..LOCK_ATTEMPTS {
-            match fs::DirBuilder::new().mode(0o700).create(dir) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(BoxError::io(dir, e)),
-            }
-            let lock = match SandboxLock::take_file(&path, libc::LOCK_EX) {
-                Ok(lock) => lock,
-                Err(BoxError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    last = Some(source);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let held = lock.0.metadata().map_err(|e| BoxError::io(&path, e))?;
-            match fs::symlink_metadata(&path) {
-                Ok(now) if now.dev() == held.dev() && now.ino() == held.ino() => return Ok(lock),
-                Ok(_) => last = None,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => last = Some(e),
-                Err(e) => return Err(BoxError::io(&path, e)),
-            }
-        }
-        Err(BoxError::io(
-            &path,
-            last.unwrap_or_else(|| std::io::Error::other("the lock file kept being replaced")),
-        ))
-    }
-
-    fn take_file(path: &Path, how: libc::c_int) -> Result<SandboxLock, BoxError> {
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| BoxError::io(path, e))?;
-        flock(&file, how).map_err(|e| BoxError::io(path, e))?;
-        Ok(SandboxLock(file))
-    }
-
-    fn downgrade(&self) -> std::io::Result<()> {
-        flock(&self.0, libc::LOCK_SH)
-    }
-}
-
-fn flock(file: &fs::File, how: libc::c_int) -> std::io::Result<()> {
-    loop {
-        // SAFETY: flock(2) on a descriptor this function borrows for the call.
-        if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 /// The plan of the sandbox's own container: `plan` with the box init as its process, no
@@ -285,7 +206,9 @@ pub fn run(
         }
     };
     let socket = dir.join("init.sock");
-    let lock = SandboxLock::take_in_place(&dir)?;
+    // Another h5i's sweep may remove a sandbox being made (it has no state yet) under this one.
+    let lock =
+        FileLock::take_in_place(&dir, "lock").map_err(|e| BoxError::io(&dir.join("lock"), e))?;
     // A supervised sandbox whose sentry is gone has no network to serve a run with.
     let current = read_state(&dir)
         .filter(|s| s.digest == digest)
@@ -311,18 +234,15 @@ pub fn run(
     let net_lock = match egress {
         None => None,
         Some(rules) => {
-            match SandboxLock::take_file(&dir.join("net.lock"), libc::LOCK_EX | libc::LOCK_NB) {
-                Ok(held) => {
+            let path = dir.join("net.lock");
+            match FileLock::try_take(&path, LockKind::Exclusive) {
+                Ok(Some(held)) => {
                     crate::supervised::refresh_hosts(&net, &hostname, rules)?;
                     crate::supervised::begin(&net, rules)?;
                     Some(held)
                 }
-                Err(BoxError::Io { source, .. })
-                    if source.raw_os_error() == Some(libc::EWOULDBLOCK) =>
-                {
-                    return Ok(None)
-                }
-                Err(e) => return Err(e),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(BoxError::io(&path, e)),
             }
         }
     };
@@ -532,7 +452,7 @@ fn sweep_orphaned_sandboxes(ours: &Path) {
         if dir == ours || !e.file_name().to_string_lossy().starts_with("sandbox-") {
             continue;
         }
-        let Ok(lock) = SandboxLock::take(&dir, libc::LOCK_EX | libc::LOCK_NB) else {
+        let Ok(Some(lock)) = FileLock::try_take(&dir.join("lock"), LockKind::Exclusive) else {
             continue;
         };
         let orphaned = match read_state(&dir) {
@@ -553,7 +473,8 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     if !dir.exists() {
         return Ok(());
     }
-    let _lock = SandboxLock::take(&dir, libc::LOCK_EX)?;
+    let path = dir.join("lock");
+    let _lock = FileLock::wait(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))?;
     teardown_locked(&dir)?;
     fs::remove_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))
 }

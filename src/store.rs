@@ -20,13 +20,13 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 
 /// Version of the manifest schema.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -540,7 +540,7 @@ pub fn write_manifest(paths: &BoxPaths, m: &Manifest) -> Result<(), BoxError> {
 
 /// An exclusive lock on one box, held for the length of a lifecycle verb.
 pub struct BoxLock {
-    _file: fs::File,
+    _held: FileLock,
 }
 
 impl BoxLock {
@@ -548,7 +548,7 @@ impl BoxLock {
     /// while a run or another verb holds it, and refusing a box whose rebase was killed
     /// part-way (its tree is between two bases until `box rebase` finishes it).
     pub fn take(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
-        let lock = Self::lock(paths, name, libc::LOCK_EX)?;
+        let lock = Self::lock(paths, name, LockKind::Exclusive)?;
         refuse_mid_rebase(paths, name)?;
         Ok(lock)
     }
@@ -557,7 +557,7 @@ impl BoxLock {
     /// that reads or moves the whole tree (export, apply, rebase) runs under a live one. A box
     /// mid-rebase is refused, as by [`BoxLock::take`].
     pub fn shared(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
-        let lock = Self::lock(paths, name, libc::LOCK_SH)?;
+        let lock = Self::lock(paths, name, LockKind::Shared)?;
         refuse_mid_rebase(paths, name)?;
         Ok(lock)
     }
@@ -565,25 +565,18 @@ impl BoxLock {
     /// Take the box's lock exclusively whether or not a rebase of it was interrupted: for
     /// `rebase` (which finishes it), `rm` (which removes it whole) and `status`'s read-only scan.
     pub fn take_mid_rebase(paths: &BoxPaths, name: &str) -> Result<BoxLock, BoxError> {
-        Self::lock(paths, name, libc::LOCK_EX)
+        Self::lock(paths, name, LockKind::Exclusive)
     }
 
-    fn lock(paths: &BoxPaths, name: &str, how: libc::c_int) -> Result<BoxLock, BoxError> {
+    fn lock(paths: &BoxPaths, name: &str, kind: LockKind) -> Result<BoxLock, BoxError> {
         let p = paths.lock();
-        let file = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(|e| BoxError::io(&p, e))?;
-        // SAFETY: flock on a valid open fd; no memory is involved.
-        let r = unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) };
-        if r != 0 {
-            return Err(BoxError::Busy {
+        match FileLock::try_take(&p, kind) {
+            Ok(Some(held)) => Ok(BoxLock { _held: held }),
+            Ok(None) => Err(BoxError::Busy {
                 name: name.to_string(),
-            });
+            }),
+            Err(e) => Err(BoxError::io(&p, e)),
         }
-        Ok(BoxLock { _file: file })
     }
 }
 

@@ -16,7 +16,6 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
@@ -24,6 +23,7 @@ use h5i_policy::receipt::{ReceiptLane, ReceiptRecord, RecordBody};
 use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 use crate::store::{now_ms, write_atomic, BoxPaths, BoxStore, StoredBox};
 
 /// Who drives a box's browser.
@@ -152,9 +152,9 @@ fn caller_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// Held for a read-modify-write of the control state (the flock lives as long as the file).
+/// Held for a read-modify-write of the control state.
 struct ControlLock {
-    _held: fs::File,
+    _held: FileLock,
 }
 
 impl ControlLock {
@@ -166,17 +166,8 @@ impl ControlLock {
             Err(e) => return Err(BoxError::io(&d, e)),
         }
         let p = d.join("control.lock");
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(|e| BoxError::io(&p, e))?;
-        // SAFETY: flock on a descriptor this function owns; no memory involved.
-        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(BoxError::io(&p, io::Error::last_os_error()));
-        }
-        Ok(ControlLock { _held: f })
+        let held = FileLock::wait(&p, LockKind::Exclusive).map_err(|e| BoxError::io(&p, e))?;
+        Ok(ControlLock { _held: held })
     }
 }
 

@@ -15,7 +15,6 @@
 //! install, run an install whose egress was not narrowed, or run with an agent in the box.
 
 use std::ffi::OsString;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -24,6 +23,7 @@ use h5i_policy::{NetMode, ResolveRequest, Tier};
 use super::mirror::Mirror;
 use super::{tree_bytes, CacheError, CacheRoot, Ecosystem, RefreshRecord};
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 use crate::session::{Purpose, RunOutcome, RunSession};
 use crate::store::{now_ms, BoxStore};
 
@@ -49,7 +49,7 @@ pub struct Progress {
 
 /// An exclusive lock on one ecosystem's caches (refresh and rm), refused rather than waited for.
 pub struct EcoLock {
-    _file: std::fs::File,
+    _held: FileLock,
 }
 
 impl EcoLock {
@@ -58,21 +58,15 @@ impl EcoLock {
         let dir = root.eco_dir(eco);
         std::fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
         let p = dir.join(".lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&p)
-            .map_err(|e| BoxError::io(&p, e))?;
-        // SAFETY: flock on a valid open fd; no memory is involved.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(BoxError::BadRequest {
+        match FileLock::try_take(&p, LockKind::Exclusive) {
+            Ok(Some(held)) => Ok(EcoLock { _held: held }),
+            Ok(None) => Err(BoxError::BadRequest {
                 what: format!("another refresh or rm of the {} cache is running", eco.name),
                 mend: "wait for it to finish, then try again".into(),
             }
-            .into());
+            .into()),
+            Err(e) => Err(BoxError::io(&p, e).into()),
         }
-        Ok(EcoLock { _file: file })
     }
 }
 

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use h5i_guest::proto::{ExitReport, Frame, FrameBuffer, Kind, RunSpec, PORTS, VERSION};
 
-use super::vm::{Flock, Vm};
+use super::vm::Vm;
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 
 /// How long after a kill the guest has to report the exit before the VM is called stuck.
 pub const KILL_GRACE: Duration = Duration::from_secs(30);
@@ -185,18 +186,19 @@ pub enum SessionError {
 }
 
 /// A port of `vm` no other run holds (waits for port 0's when all are busy).
-fn take_port(vm: &Vm) -> Result<(usize, Flock), BoxError> {
+fn take_port(vm: &Vm) -> Result<(usize, FileLock), BoxError> {
+    let path = |i: usize| vm.dir.join(format!("port-{i}.lock"));
     for i in 0..PORTS {
-        if let Some(l) = Flock::take(
-            &vm.dir.join(format!("port-{i}.lock")),
-            libc::LOCK_EX | libc::LOCK_NB,
-        )? {
+        let p = path(i);
+        if let Some(l) =
+            FileLock::try_take(&p, LockKind::Exclusive).map_err(|e| BoxError::io(&p, e))?
+        {
             return Ok((i, l));
         }
     }
     let i = std::process::id() as usize % PORTS;
-    let l = Flock::take(&vm.dir.join(format!("port-{i}.lock")), libc::LOCK_EX)?
-        .ok_or_else(|| BoxError::io(&vm.dir, std::io::Error::other("port lock")))?;
+    let p = path(i);
+    let l = FileLock::wait(&p, LockKind::Exclusive).map_err(|e| BoxError::io(&p, e))?;
     Ok((i, l))
 }
 

@@ -31,6 +31,7 @@ use sha2::{Digest, Sha256};
 
 use super::accel::Accel;
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 use crate::store::StoredBox;
 
 /// How long an idle guest waits for the next run before it powers off.
@@ -112,41 +113,10 @@ pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
     Ok(crate::process::runtime_dir()?.join(format!("microvm-{short}")))
 }
 
-/// A held `flock`.
-pub struct Flock(std::fs::File);
-
-impl Flock {
-    /// Take `how` (`LOCK_SH`/`LOCK_EX`, maybe `| LOCK_NB`) on `path`; `Ok(None)` when
-    /// non-blocking and held elsewhere.
-    pub fn take(path: &Path, how: libc::c_int) -> Result<Option<Flock>, BoxError> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| BoxError::io(path, e))?;
-        loop {
-            // SAFETY: flock(2) on a descriptor this function owns.
-            if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
-                return Ok(Some(Flock(file)));
-            }
-            let e = std::io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EINTR) => {}
-                Some(libc::EWOULDBLOCK) if how & libc::LOCK_NB != 0 => return Ok(None),
-                _ => return Err(BoxError::io(path, e)),
-            }
-        }
-    }
-
-    fn downgrade(&self) -> Result<(), std::io::Error> {
-        // SAFETY: flock(2) on the descriptor this lock owns.
-        match unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_SH) } {
-            0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
-        }
-    }
+/// The exclusive lock of the VM directory `dir`.
+fn take_lock(dir: &Path) -> Result<FileLock, BoxError> {
+    let path = dir.join("lock");
+    FileLock::wait(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))
 }
 
 /// A VM that is up, held shared for one run.
@@ -157,7 +127,7 @@ pub struct Vm {
     pub state: VmState,
     /// Whether this run booted it.
     pub booted_now: bool,
-    _lock: Flock,
+    _lock: FileLock,
 }
 
 impl Vm {
@@ -210,8 +180,7 @@ pub fn ensure(
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(BoxError::io(&dir, e)),
     }
-    let lock = Flock::take(&dir.join("lock"), libc::LOCK_EX)?
-        .ok_or_else(|| BoxError::io(&dir, std::io::Error::other("lock")))?;
+    let lock = take_lock(&dir)?;
     let plan = plan()?;
     let digest = plan.digest();
     let current = read_state(&dir).filter(alive);
@@ -273,7 +242,7 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     if !dir.is_dir() {
         return Ok(());
     }
-    let lock = Flock::take(&dir.join("lock"), libc::LOCK_EX)?;
+    let lock = take_lock(&dir)?;
     if let Some(state) = read_state(&dir) {
         kill(&state);
     }
