@@ -101,7 +101,9 @@ pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
     let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     let len = exe.metadata().map_err(step("stat the binary"))?.len();
     let image = elf_image_len(exe, len).unwrap_or(len);
-    let copied = io::copy(&mut exe.take(image), &mut memfd).map_err(step("copy binary"))?;
+    // Through a buffer, not io::copy: its sendfile/splice path can leave the memfd's pages
+    // pinned for a moment after it returns, and F_SEAL_WRITE answers EBUSY while they are.
+    let copied = copy_buffered(&mut exe.take(image), &mut memfd).map_err(step("copy binary"))?;
     if copied != image {
         return Err(step("copy binary")(io::Error::new(
             io::ErrorKind::UnexpectedEof,
@@ -124,6 +126,23 @@ pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
         return Err(step("F_ADD_SEALS")(io::Error::last_os_error()));
     }
     Ok(memfd)
+}
+
+/// Copy with read(2)/write(2) only.
+fn copy_buffered(from: &mut impl io::Read, to: &mut File) -> io::Result<u64> {
+    use std::io::Write as _;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut total = 0u64;
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
 }
 
 const ELF_PHOFF: u64 = 0x20;
