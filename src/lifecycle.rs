@@ -158,10 +158,10 @@ fn agent_of(paths: &crate::store::BoxPaths) -> String {
 /// The pin of a box that is no longer in the store (the caller holds its name's claim). A
 /// detached box's pin lives in its own `base.git` and goes with the directory.
 fn drop_pin(store: &BoxStore, m: &crate::store::Manifest) -> Result<(), BoxError> {
-    if m.source.is_detached() || store.find(&m.name).is_ok() {
+    if m.source.is_detached() {
         return Ok(());
     }
-    crate::pin::BoxPin::new(&m.store, &m.name).remove()
+    store.drop_orphan_pin(&m.name)
 }
 
 /// A `.removing-*` directory whose `rm` was killed (its lock is free): its pin, when the name's

@@ -3,13 +3,15 @@
 //!
 //! Owns writing and deleting that ref. h5i alone writes the `refs/h5i/boxes/NAME/` namespace, and
 //! only while it holds the name's claim ([`crate::store::BoxStore::claim_name`]: create for its
-//! whole life, rm and gc while they drop a pin), so a git lock file found for a pin was left by a
-//! killed h5i and is removed. A loose pin is deleted with one `unlink`, not `git update-ref -d`:
+//! whole life, rm and gc while they drop a pin) or, for a box that exists, the box's exclusive
+//! lock (rebase moves the pin), so a git lock file found for a pin was left by a killed h5i and
+//! is removed. A loose pin is deleted with one `unlink`, not `git update-ref -d`:
 //! git takes `packed-refs.lock` for every deletion, and a deletion killed while holding it leaves
 //! a lock that refuses every later deletion in the person's repository, theirs included.
 //!
-//! Must never: write or delete a pin without holding its name's claim, or while a box of that
-//! name exists (the pin is that box's); touch any ref outside `refs/h5i/boxes/NAME/`.
+//! Must never: set or delete a pin without holding its name's claim, or while a box of that
+//! name exists (the pin is that box's); move a box's pin without its exclusive lock, or from
+//! any commit but the one the box recorded; touch any ref outside `refs/h5i/boxes/NAME/`.
 
 use std::fs;
 use std::io;
@@ -46,6 +48,16 @@ impl<'a> BoxPin<'a> {
         self.clear_stale_lock()?;
         Git::at(self.git_dir)
             .args(["update-ref", &self.refname(), base])
+            .output()?;
+        Ok(())
+    }
+
+    /// Move the pin of an existing box from `from` to `to`; the caller holds the box's exclusive
+    /// lock. A pin anyone else moved is refused by git, not overwritten.
+    pub fn advance(&self, from: &str, to: &str) -> Result<(), BoxError> {
+        self.clear_stale_lock()?;
+        Git::at(self.git_dir)
+            .args(["update-ref", &self.refname(), to, from])
             .output()?;
         Ok(())
     }
@@ -162,6 +174,37 @@ mod tests {
         pin.remove().unwrap();
         assert_eq!(pinned(&git_dir, "b"), None);
         assert!(!git_dir.join("refs/h5i").exists());
+    }
+
+    #[test]
+    fn advancing_clears_a_killed_updates_lock_but_never_moves_a_pin_someone_else_moved() {
+        let (t, git_dir, head) = repo();
+        let pin = BoxPin::new(&git_dir, "b");
+        pin.set(&head).unwrap();
+        let out = Command::new("git")
+            .args(["commit", "-q", "--allow-empty", "-m", "d"])
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let out = Command::new("git")
+            .args(["rev-parse", "HEAD"])
+            .current_dir(t.path())
+            .output()
+            .unwrap();
+        let next = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        fs::write(git_dir.join("refs/h5i/boxes/b/base.lock"), "").unwrap();
+        pin.advance(&head, &next).unwrap();
+        assert_eq!(pinned(&git_dir, "b").as_deref(), Some(next.as_str()));
+        assert!(
+            pin.advance(&head, &next).is_err(),
+            "the pin is no longer at the old base"
+        );
+        assert_eq!(pinned(&git_dir, "b").as_deref(), Some(next.as_str()));
     }
 
     #[test]

@@ -261,21 +261,14 @@ fn finish(sb: &mut StoredBox, journal: &Journal, how: Checkout) -> Result<(), Bo
     if sb.manifest.tier != h5i_policy::Tier::Workspace.as_str() {
         crate::identity::Mapping::for_caller()?.own(std::slice::from_ref(&ws))?;
     }
-    let store = Git::at(&sb.manifest.store);
     let pin = Git::at(&sb.manifest.store)
         .args(["rev-parse", "--verify", "--quiet", &sb.manifest.base_ref])
         .text()
         .unwrap_or_default();
     if pin != journal.to {
-        // From the old base only: a pin anyone else moved is refused by git, not overwritten.
-        store
-            .args([
-                "update-ref",
-                &sb.manifest.base_ref,
-                &journal.to,
-                &journal.from,
-            ])
-            .output()?;
+        // A killed rebase may have left git's `base.lock`: the box's lock says it is ours.
+        crate::pin::BoxPin::new(&sb.manifest.store, &sb.manifest.name)
+            .advance(&journal.from, &journal.to)?;
     }
     let event = Event::new(
         "rebased",
