@@ -1875,6 +1875,11 @@ const CRASH_TRIALS: usize = 100;
 trait Runc {
     /// `h5i-runc` with this runtime's state root; append the verb.
     fn command(&self) -> std::process::Command;
+    /// As [`Runc::command`], with h5i-runc itself as the process spawned (no wrapper left
+    /// waiting on it), so a kill lands on the runtime.
+    fn killable(&self) -> std::process::Command {
+        self.command()
+    }
     /// The state root.
     fn state_root(&self) -> std::path::PathBuf;
     /// Where container `id`'s default cgroup goes, in every hierarchy.
@@ -1891,7 +1896,7 @@ trait Runc {
     /// Start `args`, SIGKILL it after `delay` (it may have finished by then), reap it.
     fn kill_after(&self, args: &[&str], delay: Duration) {
         let mut child = self
-            .command()
+            .killable()
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -1925,6 +1930,10 @@ impl Runc for Runtime {
 impl Runc for RootlessRunc {
     fn command(&self) -> std::process::Command {
         self.cmd()
+    }
+
+    fn killable(&self) -> std::process::Command {
+        self.exec_cmd()
     }
 
     fn state_root(&self) -> std::path::PathBuf {

@@ -118,12 +118,35 @@ pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
             .write_all_at(&[0u8; 4], ELF_SHNUM)
             .map_err(step("patch ELF header"))?;
     }
-    // SAFETY: F_ADD_SEALS on a valid memfd created with MFD_ALLOW_SEALING; integer argument.
-    let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
-    if rc != 0 {
-        return Err(step("F_ADD_SEALS")(io::Error::last_os_error()));
-    }
+    retry_while_busy(SEAL_ATTEMPTS, || {
+        // SAFETY: F_ADD_SEALS on a valid memfd created with MFD_ALLOW_SEALING; integer argument.
+        let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    })
+    .map_err(step("F_ADD_SEALS"))?;
     Ok(memfd)
+}
+
+/// How many times F_ADD_SEALS is asked before EBUSY is final.
+const SEAL_ATTEMPTS: u32 = 10;
+
+/// Run `add` until it answers anything but EBUSY, at most `attempts` times. F_SEAL_WRITE
+/// answers EBUSY when a page of the copy still has a reference the kernel did not expect (a
+/// per-CPU LRU batch not yet drained, a page being migrated or collapsed) after waiting about
+/// 75 ms for it to go: references that outlast that on a loaded machine are still transient,
+/// and a refused F_ADD_SEALS applies no seal, so asking again is safe. Each ask is itself the
+/// kernel's bounded wait, so this never spins.
+fn retry_while_busy(attempts: u32, mut add: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+    let mut tried = 1;
+    loop {
+        match add() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tried < attempts => tried += 1,
+            done => return done,
+        }
+    }
 }
 
 const ELF_PHOFF: u64 = 0x20;
@@ -210,6 +233,36 @@ mod tests {
             copy.set_len(1).is_err(),
             "shrinking a sealed copy must fail"
         );
+    }
+
+    #[test]
+    fn a_busy_seal_is_asked_again_a_bounded_number_of_times_and_nothing_else_is() {
+        let busy = || io::Error::from_raw_os_error(libc::EBUSY);
+        let mut asked = 0;
+        retry_while_busy(10, || {
+            asked += 1;
+            if asked < 3 {
+                Err(busy())
+            } else {
+                Ok(())
+            }
+        })
+        .unwrap();
+        assert_eq!(asked, 3);
+        let mut asked = 0;
+        let err = retry_while_busy(10, || {
+            asked += 1;
+            Err(busy())
+        })
+        .unwrap_err();
+        assert_eq!((asked, err.raw_os_error()), (10, Some(libc::EBUSY)));
+        let mut asked = 0;
+        let err = retry_while_busy(10, || {
+            asked += 1;
+            Err(io::Error::from_raw_os_error(libc::EPERM))
+        })
+        .unwrap_err();
+        assert_eq!((asked, err.raw_os_error()), (1, Some(libc::EPERM)));
     }
 
     #[test]

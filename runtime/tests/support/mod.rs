@@ -460,18 +460,44 @@ impl Delegated {
     /// `runuser -u USER -- env ...` started by a root shell that first moves itself into the
     /// delegated cgroups; append the environment and the command.
     pub fn command_as(&self, user: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            &self.enter_script(),
+            "sh",
+            "runuser",
+            "-u",
+            user,
+            "--",
+            "env",
+        ]);
+        cmd
+    }
+
+    /// As [`Delegated::command_as`], but every step execs the next (`setpriv`, where `runuser`
+    /// stays as the command's parent): the spawned pid becomes the command itself, so a SIGKILL
+    /// sent to it ends the command, not a wrapper that would leave the command running.
+    pub fn exec_as(&self, user: &str) -> Command {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &self.enter_script(), "sh", "setpriv"])
+            .arg(format!("--reuid={user}"))
+            .arg(format!("--regid={user}"))
+            .args(["--init-groups", "--reset-env", "--", "env"]);
+        cmd
+    }
+
+    /// A root shell script that moves itself into the delegated cgroups, then execs its
+    /// arguments.
+    fn enter_script(&self) -> String {
         let procs: Vec<String> = self
             .dirs
             .iter()
             .map(|d| d.join("cgroup.procs").display().to_string())
             .collect();
-        let script = format!(
+        format!(
             "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
             procs.join(" ")
-        );
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", &script, "sh", "runuser", "-u", user, "--", "env"]);
-        cmd
+        )
     }
 }
 

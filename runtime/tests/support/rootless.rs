@@ -84,12 +84,22 @@ impl RootlessRunc {
     /// `h5i-runc` with this state root, as the user inside the delegated cgroups; append the
     /// verb and its arguments.
     pub fn cmd(&self) -> Command {
-        let mut cmd = self.cgroups.command_as(&self.user);
-        cmd.arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
+        self.runtime(self.cgroups.command_as(&self.user))
+    }
+
+    /// As [`RootlessRunc::cmd`], every step exec'ing the next: the pid spawned is h5i-runc's
+    /// (for tests that kill it).
+    pub fn exec_cmd(&self) -> Command {
+        self.runtime(self.cgroups.exec_as(&self.user))
+    }
+
+    fn runtime(&self, mut as_user: Command) -> Command {
+        as_user
+            .arg(format!("XDG_RUNTIME_DIR={}", self.dir.path().display()))
             .arg(&self.bin)
             .arg("--root")
             .arg(self.dir.path().join("state"));
-        cmd
+        as_user
     }
 
     pub fn ok(&self, args: &[&str]) -> String {
