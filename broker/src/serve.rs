@@ -1,7 +1,9 @@
 //! The accept loop both proxies share: one thread waits on the caller's listener and a wake
 //! pipe, each accepted connection gets its own thread, and shutdown ends all of them.
 //!
-//! Owns accepting (bounded in-flight connections), the registry of every socket a connection
+//! Owns accepting (bounded in-flight connections; one over the bound is answered `503` and held
+//! in the accept loop's poll set, briefly and boundedly, until its client has read it), the
+//! registry of every socket a connection
 //! holds (so shutdown can end a tunnel blocked in a read), and a bounded wait for connection
 //! threads at stop. Must never: fork, bind a listener of its own (the caller creates it, inside
 //! a box's network namespace when it must be), or outlive [`Server::shutdown`] with a live
