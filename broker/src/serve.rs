@@ -3,9 +3,8 @@
 //!
 //! Owns accepting (bounded in-flight connections; one over the bound is answered `503` and held
 //! in the accept loop's poll set, briefly and boundedly, until its client has read it), the
-//! registry of every socket a connection
-//! holds (so shutdown can end a tunnel blocked in a read), and a bounded wait for connection
-//! threads at stop. Must never: fork, bind a listener of its own (the caller creates it, inside
+//! registry of every socket a connection holds (so shutdown can end a tunnel blocked in a
+//! read), and a bounded wait for connection threads at stop. Must never: fork, bind a listener of its own (the caller creates it, inside
 //! a box's network namespace when it must be), or outlive [`Server::shutdown`] with a live
 //! socket.
 
