@@ -1,14 +1,15 @@
 //! The accept loop both proxies share: one thread waits on the caller's listener and a wake
 //! pipe, each accepted connection gets its own thread, and shutdown ends all of them.
 //!
-//! Owns accepting (bounded in-flight connections), the registry of every socket a connection
-//! holds (so shutdown can end a tunnel blocked in a read), and a bounded wait for connection
-//! threads at stop. Must never: fork, bind a listener of its own (the caller creates it, inside
+//! Owns accepting (bounded in-flight connections; one over the bound is answered `503` and held
+//! in the accept loop's poll set, briefly and boundedly, until its client has read it), the
+//! registry of every socket a connection holds (so shutdown can end a tunnel blocked in a
+//! read), and a bounded wait for connection threads at stop. Must never: fork, bind a listener of its own (the caller creates it, inside
 //! a box's network namespace when it must be), or outlive [`Server::shutdown`] with a live
 //! socket.
 
 use std::collections::HashMap;
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
@@ -130,6 +131,73 @@ pub(crate) struct Server {
 /// Connections above this count are answered `503` and closed.
 pub(crate) const MAX_CONNECTIONS: usize = 512;
 
+/// Refused connections held at once while their clients read the `503`; past it the oldest
+/// is closed first.
+const MAX_REFUSED: usize = 512;
+
+/// How long a refused connection is held open (its input read and dropped) for the client to
+/// read the `503` and close: closing at once, with the client's request unread or still on
+/// its way, answers it with a reset that can discard the `503` from the client's queue.
+const REFUSED_LINGER: Duration = Duration::from_secs(2);
+
+/// Connections refused over the cap: the `503` written and the write side shut down, each
+/// read (and its bytes dropped) until its client closes or its linger ends.
+#[derive(Default)]
+struct Refused {
+    held: std::collections::VecDeque<(TcpStream, Instant)>,
+}
+
+impl Refused {
+    /// Answer `stream` with `busy`, shut its write side (the client sees the `503` and then
+    /// end of file) and hold it.
+    fn refuse(&mut self, mut stream: TcpStream, busy: fn(&mut TcpStream)) {
+        busy(&mut stream);
+        if stream.shutdown(Shutdown::Write).is_err() || stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.held.len() >= MAX_REFUSED {
+            self.held.pop_front();
+        }
+        self.held
+            .push_back((stream, Instant::now() + REFUSED_LINGER));
+    }
+
+    /// The poll timeout (ms) until the next linger ends; -1 when none is held.
+    fn timeout_ms(&self) -> i32 {
+        self.held.front().map_or(-1, |(_, until)| {
+            let left = until.saturating_duration_since(Instant::now());
+            i32::try_from(left.as_millis()).unwrap_or(i32::MAX).max(1)
+        })
+    }
+
+    /// Read what each readable held connection sent, dropping it, and close those whose
+    /// client closed (or failed) and those whose linger ended.
+    fn serve(&mut self, readable: &[bool]) {
+        let now = Instant::now();
+        let mut scratch = [0u8; 4096];
+        let mut i = 0;
+        self.held.retain_mut(|(stream, until)| {
+            let ready = readable.get(i).copied().unwrap_or(false);
+            i += 1;
+            if *until <= now {
+                return false;
+            }
+            if !ready {
+                return true;
+            }
+            loop {
+                match stream.read(&mut scratch) {
+                    Ok(0) => return false,
+                    Ok(_) => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                }
+            }
+        });
+    }
+}
+
 impl Server {
     /// Serve `listener`, handing each connection to `handle` on its own thread. `busy` writes
     /// the refusal for a connection over [`MAX_CONNECTIONS`].
@@ -204,22 +272,25 @@ fn accept_loop(
     busy: fn(&mut TcpStream),
 ) {
     let next_id = AtomicU64::new(1);
+    let mut refused = Refused::default();
     loop {
-        let mut fds = [
-            libc::pollfd {
-                fd: listener.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: `fds` is a valid array of two initialized pollfd structs for the length given,
-        // and both descriptors stay open for the duration of the call (owned by this frame).
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let pollfd = |fd: i32| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds = vec![pollfd(listener.as_raw_fd()), pollfd(wake.as_raw_fd())];
+        fds.extend(refused.held.iter().map(|(s, _)| pollfd(s.as_raw_fd())));
+        // SAFETY: `fds` is a valid, initialized array of pollfd structs of the length given,
+        // and every descriptor in it stays open for the duration of the call (the listener and
+        // wake socket are owned by this frame, the refused streams by `refused`).
+        let n = unsafe {
+            libc::poll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                refused.timeout_ms(),
+            )
+        };
         if n < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -229,12 +300,19 @@ fn accept_loop(
         if fds[1].revents != 0 {
             return;
         }
+        let readable: Vec<bool> = fds[2..].iter().map(|f| f.revents != 0).collect();
+        refused.serve(&readable);
+        if fds[0].revents == 0 {
+            continue;
+        }
         loop {
             match listener.accept() {
                 Ok((stream, _peer)) => {
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_nodelay(true);
-                    spawn_conn(&registry, &next_id, name, &handle, busy, stream);
+                    if let Some(over) = spawn_conn(&registry, &next_id, name, &handle, stream) {
+                        refused.refuse(over, busy);
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -250,29 +328,27 @@ fn accept_loop(
     }
 }
 
+/// Hand `stream` to a connection thread; gives it back when it is over [`MAX_CONNECTIONS`].
 fn spawn_conn(
     registry: &Arc<Registry>,
     next_id: &AtomicU64,
     name: &'static str,
     handle: &Arc<dyn Fn(Conn) + Send + Sync>,
-    busy: fn(&mut TcpStream),
-    mut stream: TcpStream,
-) {
+    stream: TcpStream,
+) -> Option<TcpStream> {
     {
         let Ok(mut live) = registry.live.lock() else {
-            return;
+            return None;
         };
         if *live >= MAX_CONNECTIONS {
-            drop(live);
-            busy(&mut stream);
-            return;
+            return Some(stream);
         }
         *live += 1;
     }
     let id = next_id.fetch_add(1, Ordering::Relaxed);
     if registry.track(id, &stream).is_err() {
         end_conn(registry, id);
-        return;
+        return None;
     }
     let reg = Arc::clone(registry);
     let h = Arc::clone(handle);
@@ -293,6 +369,7 @@ fn spawn_conn(
     if spawned.is_err() {
         end_conn(registry, id);
     }
+    None
 }
 
 fn end_conn(registry: &Registry, id: u64) {
@@ -306,6 +383,38 @@ fn end_conn(registry: &Registry, id: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_client_reads_the_refusal_and_one_that_never_closes_is_dropped_at_its_linger() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        let mut refused = Refused::default();
+        refused.refuse(accepted, |s| {
+            let _ = s.write_all(b"HTTP/1.1 503 busy\r\n\r\n");
+        });
+        // The request arrives after the refusal was written: it is read, not answered with a
+        // reset, and the client reads the whole refusal and then end of file.
+        client
+            .write_all(b"CONNECT a.test:443 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        let mut got = Vec::new();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"HTTP/1.1 503 busy\r\n\r\n");
+        refused.serve(&[true]);
+        assert_eq!(refused.held.len(), 1, "dropped before the client closed");
+        // A hostile client keeps sending and never closes: held only until its linger ends.
+        client.write_all(&[b'x'; 1000]).unwrap();
+        refused.serve(&[true]);
+        assert_eq!(refused.held.len(), 1);
+        refused.held[0].1 = Instant::now();
+        refused.serve(&[false]);
+        assert!(refused.held.is_empty(), "held past its linger");
+        assert_eq!(refused.timeout_ms(), -1);
+    }
 
     #[test]
     fn a_tracked_socket_is_untracked_when_its_guard_drops() {

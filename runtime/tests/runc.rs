@@ -181,9 +181,12 @@ fn kill_and_delete_of_a_stopped_container() {
     rt.ok(&["start", &id]);
     assert!(wait_exit(pid, WAIT));
     assert_eq!(rt.status(&id), "stopped");
-    // A plain kill of a stopped container is refused (nothing to signal) ...
+    // A plain kill of a stopped container is refused (nothing to signal), a wrong-state answer
+    // that says `error` like every other (tools scanning stderr rely on it) ...
     let out = rt.run(&["kill", &id, "TERM"]);
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error") && err.contains(&id), "{err}");
     // ... kill --all is allowed (it signals whatever is left in the cgroup: nothing).
     rt.ok(&["kill", "--all", &id, "KILL"]);
     rt.ok(&["delete", &id]);
@@ -206,6 +209,13 @@ fn delete_of_running_needs_force_and_force_kills() {
         !out.status.success(),
         "delete of a running container must be refused"
     );
+    // Wrong-state answers say `error`, like runc's `level=error`.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error") && err.contains(&id), "{err}");
+    let out = rt.run(&["start", &id]);
+    assert!(!out.status.success(), "start of a running container");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("error") && err.contains(&id), "{err}");
     assert_eq!(rt.status(&id), "running");
     rt.ok(&["delete", "--force", &id]);
     assert!(wait_exit(pid, WAIT), "delete --force did not kill init");
@@ -1572,6 +1582,11 @@ fn rootless_relative_cgroup_hook_state_poststop_failure_and_error_word() {
     let pid = st["pid"].as_i64().unwrap() as i32;
     r.ok(&["start", &id]);
     assert!(wait_exit(pid, WAIT));
+    // A wrong-state answer (start of a stopped container) says `error` too.
+    let out = r.run(&["start", &id]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "start of a stopped container: {err}");
+    assert!(err.contains("error") && err.contains(&id), "{err}");
     let out = r.run(&["delete", &id]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "delete failed: {err}");
