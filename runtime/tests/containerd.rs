@@ -91,25 +91,45 @@ impl Containerd {
     /// `ctr run --rm` of `argv` in `rootfs` with h5i-runc as the shim's runtime and
     /// `annotations`, cgroup under the test's own.
     fn run(&self, id: &str, rootfs: &Path, annotations: &[(&str, &str)], argv: &[&str]) -> Output {
-        let cgroup = test_cgroup(id);
+        // `--rootfs` makes the first argument a rootfs directory, not an image; with no image
+        // config there is no PATH unless given.
+        let flags = ["--rootfs", "--env", "PATH=/bin"];
+        self.run_target(id, &flags, &rootfs.display().to_string(), annotations, argv)
+    }
+
+    /// `ctr run --rm` of `argv` in the imported image `image` (its own config: PATH, cwd).
+    fn run_image(
+        &self,
+        id: &str,
+        image: &str,
+        annotations: &[(&str, &str)],
+        argv: &[&str],
+    ) -> Output {
+        self.run_target(id, &[], image, annotations, argv)
+    }
+
+    fn run_target(
+        &self,
+        id: &str,
+        flags: &[&str],
+        target: &str,
+        annotations: &[(&str, &str)],
+        argv: &[&str],
+    ) -> Output {
         let mut args: Vec<String> = vec![
             "run".into(),
             "--rm".into(),
             "--runc-binary".into(),
             bin().into(),
-            // A flag: the first argument is then a rootfs directory, not an image.
-            "--rootfs".into(),
             "--cgroup".into(),
-            cgroup,
-            // No image config with --rootfs, so no PATH unless given.
-            "--env".into(),
-            "PATH=/bin".into(),
+            test_cgroup(id),
         ];
+        args.extend(flags.iter().map(|f| f.to_string()));
         for (k, v) in annotations {
             args.push("--annotation".into());
             args.push(format!("{k}={v}"));
         }
-        args.push(rootfs.display().to_string());
+        args.push(target.into());
         args.push(id.into());
         args.extend(argv.iter().map(|a| a.to_string()));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -203,6 +223,75 @@ fn ctr_run_with_h5i_annotations_is_confined_and_without_them_is_not() {
         .collect();
     assert_eq!(writes, ["EACCES", "OK"], "{}", text(&confined));
     assert!(!root.join("etc/h5i-denied").exists());
+}
+
+/// The registry-free test image (scripts/make-test-image.sh), moved from root's Podman storage
+/// into this containerd by `podman save` and `ctr images import`, runs under h5i-runc with its
+/// own image config, and `h5i.landlock` confines it where the same image without it is not.
+#[test]
+fn ctr_run_of_an_imported_podman_image_is_confined_by_h5i_landlock() {
+    const TEST: &str = "ctr_run_of_an_imported_podman_image_is_confined_by_h5i_landlock";
+    const IMAGE: &str = "localhost/h5i-busybox:latest";
+    let Some(c) = Containerd::start(TEST) else {
+        return;
+    };
+    if !installed("podman") {
+        eprintln!("skipped: {TEST}: podman is not installed (make setup installs it)");
+        return;
+    }
+    let archive = c.dir.path().join("h5i-busybox.tar");
+    let save = Command::new("podman")
+        .args(["save", "--format", "docker-archive", "--output"])
+        .arg(&archive)
+        .arg(IMAGE)
+        .output()
+        .unwrap();
+    if !save.status.success() {
+        eprintln!(
+            "skipped: {TEST}: {IMAGE} is not in root's Podman storage (make setup makes it): {}",
+            text(&save)
+        );
+        return;
+    }
+    let import = c.ctr(&["images", "import", &archive.display().to_string()]);
+    assert!(import.status.success(), "{}", text(&import));
+    let listed = c.ctr(&["images", "list", "--quiet"]);
+    assert!(
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .any(|l| l == IMAGE),
+        "{}",
+        text(&listed)
+    );
+
+    // The image's own PATH finds busybox's applets; each write's exit status is echoed.
+    let script = "echo in-image; touch /etc/h5i-denied; echo etc=$?; \
+                  touch /tmp/h5i-allowed; echo tmp=$?; exit 5";
+    // Runs the script, asserting its exit code and what it echoed; returns the run.
+    let run = |name: &str, annotations: &[(&str, &str)], echoed: &str| {
+        let out = c.run_image(&id(name), IMAGE, annotations, &["sh", "-c", script]);
+        assert_eq!(out.status.code(), Some(5), "{}", text(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            echoed,
+            "{}",
+            text(&out)
+        );
+        out
+    };
+    run("ctrd-img-plain", &[], "in-image\netc=0\ntmp=0\n");
+    let confined = run(
+        "ctrd-img-h5i",
+        &[("h5i.landlock", r#"{"read":["/"],"write":["/tmp","/dev"]}"#)],
+        "in-image\netc=1\ntmp=0\n",
+    );
+    // The kernel's answer, as busybox reports it: EACCES (Landlock), not EROFS or EPERM.
+    assert!(
+        String::from_utf8_lossy(&confined.stderr)
+            .contains("touch: /etc/h5i-denied: Permission denied"),
+        "{}",
+        text(&confined)
+    );
 }
 
 /// A malformed annotation is refused by h5i-runc at create: the container never runs, and
