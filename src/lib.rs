@@ -54,3 +54,5 @@ pub mod snapshot;
 pub mod status;
 pub mod store;
 pub mod supervised;
+#[cfg(feature = "ui")]
+pub mod ui;
