@@ -401,3 +401,32 @@ add_row box-run-microvm-boot \
     --runs 3 \
     --warmup 0 \
     --target 'added_ms:median < 30000'
+
+# The console (h5i ui, src/ui): the fleet document the page draws first, for 50 boxes with one
+# receipt each, over HTTP on loopback with the session cookie (curl), against the CLI's listing of
+# the same store (`h5i box ls --json`, a process start included). The console is started once in
+# setup (its URL, token included, read from its stdout) and the token traded for the cookie.
+add_row ui-fleet-50 \
+    --title 'h5i ui: GET api/fleet with 50 boxes (first document the page draws) vs h5i box ls --json' \
+    --setup '
+        mkdir -p "$ROW_DIR/repo" && cd "$ROW_DIR/repo"
+        git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
+        git commit -q --allow-empty -m bench-ui
+        for i in $(seq 1 50); do
+            "$H5I" box create "b$i" --isolation workspace >/dev/null && "$H5I" box run "b$i" -- true
+        done
+        "$H5I" ui --port 0 >"$ROW_DIR/url" 2>/dev/null &
+        echo $! >"$ROW_DIR/pid"
+        for _ in $(seq 200); do [ -s "$ROW_DIR/url" ] && break; sleep 0.05; done
+        url="$(head -1 "$ROW_DIR/url")"
+        curl -s -o /dev/null -D "$ROW_DIR/login" "$url"
+        path="$(sed -n "s/^location: *//Ip" "$ROW_DIR/login" | tr -d "\r")"
+        cookie="$(sed -n "s/^set-cookie: *\([^;]*\).*/\1/Ip" "$ROW_DIR/login")"
+        printf "url = \"%s%sapi/fleet\"\ncookie = \"%s\"\n" "${url%%/?token=*}" "$path" "$cookie" >"$ROW_DIR/fleet.curl"' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline '$H5I box ls --json' \
+    --h5i 'curl -sf -o /dev/null -K $ROW_DIR/fleet.curl' \
+    --check '
+        curl -sf -K "$ROW_DIR/fleet.curl" | python3 -c "import json, sys; d = json.load(sys.stdin); assert len(d[\"boxes\"]) == 50, d"' \
+    --teardown 'kill "$(cat "$ROW_DIR/pid")"' \
+    --target 'ratio:median <= 3'

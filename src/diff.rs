@@ -105,8 +105,18 @@ pub fn snapshot_held(sb: &StoredBox) -> Result<(Snapshot, Unread), BoxError> {
     snapshot_bounded(sb)
 }
 
-/// Print the box's diff (or its stat) to stdout; what was not read goes to stderr, named.
-pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxError> {
+/// A box's diff (or its stat) made displayable: each line redacted and escaped, and what was
+/// not read, named and redacted. What `h5i box diff` prints and the console shows.
+#[derive(Debug)]
+pub struct DiffText {
+    /// The diff's lines, without their newlines.
+    pub lines: Vec<String>,
+    /// One line per path or finding the snapshot did not read.
+    pub unread: Vec<String>,
+}
+
+/// The box's diff against its pinned base (its `--stat` when `stat`), taken under export's hold.
+pub fn diff_text(store: &BoxStore, name: &str, stat: bool) -> Result<DiffText, BoxError> {
     let sb = store.find(name)?;
     let (snap, unread) = snapshot_held(&sb)?;
     let out = if stat {
@@ -116,14 +126,32 @@ pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxErr
     };
     let policy = crate::store::load_policy(&sb)?;
     let redactor = crate::secrets::redactor_for(&policy);
+    let body = out.strip_suffix(b"\n").unwrap_or(&out);
+    let lines = match body.is_empty() {
+        true => Vec::new(),
+        false => body
+            .split(|b| *b == b'\n')
+            .map(|line| crate::export::gate::display_text(&redactor, line))
+            .collect(),
+    };
+    Ok(DiffText {
+        lines,
+        unread: unread
+            .lines()
+            .iter()
+            .map(|line| redactor.redact(line).0)
+            .collect(),
+    })
+}
+
+/// Print the box's diff (or its stat) to stdout; what was not read goes to stderr, named.
+pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxError> {
+    let text = diff_text(store, name, stat)?;
     let mut stdout = std::io::stdout().lock();
     let mut write = || -> std::io::Result<()> {
-        for line in out.split_inclusive(|b| *b == b'\n') {
-            let body = line.strip_suffix(b"\n").unwrap_or(line);
-            stdout.write_all(crate::export::gate::display_text(&redactor, body).as_bytes())?;
-            if body.len() < line.len() {
-                stdout.write_all(b"\n")?;
-            }
+        for line in &text.lines {
+            stdout.write_all(line.as_bytes())?;
+            stdout.write_all(b"\n")?;
         }
         stdout.flush()
     };
@@ -132,9 +160,8 @@ pub fn print_diff(store: &BoxStore, name: &str, stat: bool) -> Result<(), BoxErr
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
         other => other.map_err(|e| BoxError::io(std::path::Path::new("<stdout>"), e))?,
     }
-    for line in unread.lines() {
-        let (shown, _) = redactor.redact(&line);
-        eprintln!("h5i: box {name}: not in the diff: {shown}");
+    for line in &text.unread {
+        eprintln!("h5i: box {name}: not in the diff: {line}");
     }
     Ok(())
 }

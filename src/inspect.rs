@@ -268,7 +268,8 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
     }
 }
 
-fn shown_argv(argv: &[String]) -> String {
+/// A command as receipts show it: each argument in backquotes, so where one ends is plain.
+pub(crate) fn shown_argv(argv: &[String]) -> String {
     argv.iter()
         .map(|a| format!("`{a}`"))
         .collect::<Vec<_>>()
@@ -543,11 +544,13 @@ impl LogView {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use h5i_policy::receipt::{EgressTally, ExitOutcome};
 
-    fn run_record(seq: u64, lane: ReceiptLane, code: i32) -> ReceiptRecord {
+    /// A host-observed-shaped run record whose argv carries an escape sequence and whose tally
+    /// refused one destination twice (also the console's test record).
+    pub(crate) fn run_record(seq: u64, lane: ReceiptLane, code: i32) -> ReceiptRecord {
         ReceiptRecord {
             v: 1,
             seq,

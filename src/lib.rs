@@ -55,3 +55,5 @@ pub mod snapshot;
 pub mod status;
 pub mod store;
 pub mod supervised;
+#[cfg(feature = "ui")]
+pub mod ui;

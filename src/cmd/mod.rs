@@ -11,6 +11,8 @@ mod man;
 pub mod out;
 mod skill;
 mod source_arg;
+#[cfg(feature = "ui")]
+mod ui_cmd;
 
 use clap::{Parser, Subcommand};
 
@@ -41,6 +43,10 @@ enum Command {
     Browser(browser_cmd::BrowserArgs),
     /// Prepare this host (as root) and its users for h5i.
     Host(host_cmd::HostArgs),
+    /// The box console: one read-only screen over the whole fleet, on 127.0.0.1 (prints its URL,
+    /// token included).
+    #[cfg(feature = "ui")]
+    Ui(ui_cmd::UiArgs),
     /// Write or print the agent skill this binary carries (skills/h5i, embedded at build time).
     Skill(skill::SkillArgs),
     /// Shell completions, generated from the command definitions: `source <(h5i completion bash)`.
@@ -64,6 +70,8 @@ pub fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Box(args) => box_cmd::dispatch(*args),
         Command::Browser(args) => browser_cmd::dispatch(args),
         Command::Host(args) => host_cmd::dispatch(args),
+        #[cfg(feature = "ui")]
+        Command::Ui(args) => ui_cmd::dispatch(args),
         Command::Skill(args) => skill::dispatch(args),
         Command::Completion { shell } => completion::run(shell),
         Command::Man { command, out } => man::run(&command, out.as_deref()),

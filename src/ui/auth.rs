@@ -1,0 +1,205 @@
+//! Who may talk to the console, decided before any route runs.
+//!
+//! Three secrets, minted per `h5i ui` process from the kernel's random source and kept in this
+//! process's memory only (never written to disk, so no box can read them):
+//! - the token, in the URL `h5i ui` prints (`/?token=…`); presented on `/`, it is traded for
+//! - the session cookie (`SameSite=Strict; HttpOnly`), scoped to
+//! - the session path `/c/<random>/`, where every other route lives. Browsers send a cookie to
+//!   every port of a host, so a box's service published on `127.0.0.1:<port>` would be sent a
+//!   cookie scoped to `/`; scoped to a path the box cannot know, it is never sent there.
+//!
+//! Every request, before anything else: a method other than GET is refused (405), a `Host` other
+//! than `127.0.0.1:<our port>` is refused (DNS rebinding: another name pointed at loopback), an
+//! `Origin` other than ours is refused, and so is a `Sec-Fetch-Site` other than `none` or
+//! `same-origin` (a page of a box's service on another loopback port is same-site to us). Then a
+//! request without the token (on `/`) or the cookie (under the session path) is 401.
+//!
+//! Must never: accept a secret by prefix or in variable time, send the token in a response, or
+//! let a request reach a route before these checks.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// The session cookie's name.
+const COOKIE: &str = "h5i_ui";
+
+/// Random bytes in each secret.
+const SECRET_BYTES: usize = 32;
+
+/// The console's secrets and the address it answers as.
+pub struct Gate {
+    token: String,
+    session: String,
+    /// `/c/<random>`: the session path, without its trailing slash.
+    pub base: String,
+    /// `127.0.0.1:<port>`: the only `Host` accepted.
+    host: String,
+    /// `http://127.0.0.1:<port>`: the only `Origin` accepted.
+    origin: String,
+}
+
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut raw = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Whether `a` and `b` are equal, in time that depends on their lengths only.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl Gate {
+    /// Fresh secrets for a console answering on loopback `port`.
+    pub fn mint(port: u16) -> std::io::Result<Gate> {
+        Ok(Gate {
+            token: random_hex(SECRET_BYTES)?,
+            session: random_hex(SECRET_BYTES)?,
+            base: format!("/c/{}", random_hex(16)?),
+            host: format!("127.0.0.1:{port}"),
+            origin: format!("http://127.0.0.1:{port}"),
+        })
+    }
+
+    /// The URL a human opens: the only place the token is ever written.
+    pub fn url(&self) -> String {
+        format!("{}/?token={}", self.origin, self.token)
+    }
+
+    /// Why this request is refused before routing, if it is.
+    fn refusal(&self, method: &Method, headers: &HeaderMap) -> Option<Response> {
+        if method != Method::GET {
+            return Some(
+                (
+                    StatusCode::METHOD_NOT_ALLOWED,
+                    [(header::ALLOW, "GET")],
+                    "refusing: the console is read-only; every route is a GET\n",
+                )
+                    .into_response(),
+            );
+        }
+        let one = |name: header::HeaderName| -> Result<Option<&str>, ()> {
+            let mut all = headers.get_all(name).iter();
+            match (all.next(), all.next()) {
+                (None, _) => Ok(None),
+                (Some(v), None) => v.to_str().map(Some).map_err(drop),
+                (Some(_), Some(_)) => Err(()),
+            }
+        };
+        let forbidden =
+            |why: &str| Some((StatusCode::FORBIDDEN, format!("refusing: {why}\n")).into_response());
+        if one(header::HOST) != Ok(Some(self.host.as_str())) {
+            return forbidden("a Host other than the console's own address (127.0.0.1 and its port); to fix: open the URL `h5i ui` printed");
+        }
+        match one(header::ORIGIN) {
+            Ok(None) => {}
+            Ok(Some(o)) if o == self.origin => {}
+            _ => return forbidden("a request from another origin"),
+        }
+        match one(header::HeaderName::from_static("sec-fetch-site")) {
+            Ok(None | Some("none" | "same-origin")) => {}
+            _ => return forbidden("a request another site started"),
+        }
+        None
+    }
+
+    /// Whether the request carries the token in its query.
+    fn has_token(&self, req: &Request) -> bool {
+        req.uri().query().is_some_and(|q| {
+            q.split('&')
+                .filter_map(|kv| kv.strip_prefix("token="))
+                .any(|t| same(t.as_bytes(), self.token.as_bytes()))
+        })
+    }
+
+    /// Whether the request carries the session cookie (any cookie of that name matching: a
+    /// box's service can set a cookie of the same name, never one of the same value).
+    fn has_session(&self, headers: &HeaderMap) -> bool {
+        headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|c| c.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+            .any(|v| same(v.as_bytes(), self.session.as_bytes()))
+    }
+
+    /// `/?token=…` answered: the cookie set, and a redirect to the session path (so the token
+    /// leaves the address bar).
+    fn login(&self) -> Response {
+        let cookie = format!(
+            "{COOKIE}={}; Path={}/; HttpOnly; SameSite=Strict",
+            self.session, self.base
+        );
+        let mut res = (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, format!("{}/", self.base))],
+        )
+            .into_response();
+        if let Ok(v) = HeaderValue::from_str(&cookie) {
+            res.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        res
+    }
+}
+
+/// The middleware in front of every route (see the module doc), and the headers every response
+/// carries: no caching, no sniffing, no referrer, no framing.
+pub async fn guard(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
+    let mut res = match gate.refusal(req.method(), req.headers()) {
+        Some(refused) => refused,
+        None if req.uri().path() == "/" && gate.has_token(&req) => gate.login(),
+        None if req.uri().path().starts_with(&format!("{}/", gate.base))
+            && gate.has_session(req.headers()) =>
+        {
+            next.run(req).await
+        }
+        None => (
+            StatusCode::UNAUTHORIZED,
+            "refusing: no console session; to fix: open the URL `h5i ui` printed (it carries the token)\n",
+        )
+            .into_response(),
+    };
+    let h = res.headers_mut();
+    for (name, value) in [
+        (header::CACHE_CONTROL, "no-store"),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
+             img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+        ),
+    ] {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+    res
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_matches_whole_or_not_at_all() {
+        assert!(same(b"abcd", b"abcd"));
+        assert!(!same(b"abc", b"abcd"));
+        assert!(!same(b"abce", b"abcd"));
+        assert!(!same(b"", b"abcd"));
+    }
+
+    #[test]
+    fn every_secret_is_fresh() {
+        let (a, b) = (Gate::mint(1).unwrap(), Gate::mint(1).unwrap());
+        assert_ne!(a.token, b.token);
+        assert_ne!(a.session, b.session);
+        assert_ne!(a.token, a.session);
+        assert_eq!(a.token.len(), 2 * SECRET_BYTES);
+    }
+}

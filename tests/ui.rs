@@ -1,0 +1,614 @@
+//! `h5i ui`, the box console: the real binary serving real HTTP on loopback, asked by a raw
+//! client (every refusal: no token, a mutating method, a foreign origin or host, a traversal)
+//! and loaded by a real headless Chromium (the page draws the fleet's colours; its screenshot is
+//! docs/ui-console.png). Boxes are real, and so are their receipts: a supervised box's refused
+//! egress (its test hosts in 198.19.0.0/16) and a run that fails.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::testnet::TestHosts;
+use common::{stderr, Repo, H5I};
+
+/// One HTTP answer.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+    }
+}
+
+/// A raw HTTP/1.1 request on loopback (the path sent exactly as given: no client normalises it).
+fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
+        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
+    }
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("Connection: close\r\nContent-Length: 0\r\n\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {text}"));
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let chunked = headers
+        .iter()
+        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A running `h5i ui --port 0`; ended (and reaped) on drop.
+struct Console {
+    child: Child,
+    port: u16,
+    url: String,
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Console {
+    fn start(repo: &Repo) -> Console {
+        let mut child = Command::new(H5I)
+            .args(["ui", "--port", "0"])
+            .current_dir(repo.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let url = line.trim().to_string();
+        let rest = url
+            .strip_prefix("http://127.0.0.1:")
+            .unwrap_or_else(|| panic!("not a loopback URL: {url:?}"));
+        let port = rest[..rest.find('/').unwrap()].parse().unwrap();
+        assert!(url.contains("/?token="), "{url}");
+        Console { child, port, url }
+    }
+
+    fn token_path(&self) -> &str {
+        &self.url[self.url.find("/?token=").unwrap()..]
+    }
+
+    /// Trade the token for the cookie: (the `Cookie` header to send, the session path).
+    fn login(&self) -> (String, String) {
+        let r = request(self.port, "GET", self.token_path(), &[]);
+        assert_eq!(r.status, 303, "{r:?}");
+        let set = r.header("set-cookie").unwrap().to_string();
+        let location = r.header("location").unwrap().to_string();
+        (set.split(';').next().unwrap().to_string(), location)
+    }
+
+    fn get(&self, cookie: &str, path: &str) -> Reply {
+        request(self.port, "GET", path, &[("Cookie", cookie)])
+    }
+}
+
+#[test]
+fn the_console_refuses_a_request_without_its_token_and_trades_the_token_for_a_strict_cookie() {
+    let repo = Repo::new();
+    let c = Console::start(&repo);
+    for path in [
+        "/",
+        "/?token=",
+        "/?token=00",
+        "/c/0/api/fleet",
+        "/api/fleet",
+    ] {
+        let r = request(c.port, "GET", path, &[]);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+        assert!(r.body.starts_with("refusing: "), "{r:?}");
+    }
+    // The token with one digit changed is no token.
+    let mut wrong = c.token_path().to_string();
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == '0' { '1' } else { '0' });
+    assert_eq!(request(c.port, "GET", &wrong, &[]).status, 401);
+
+    let r = request(c.port, "GET", c.token_path(), &[]);
+    assert_eq!(r.status, 303, "{r:?}");
+    let set = r.header("set-cookie").unwrap();
+    let location = r.header("location").unwrap();
+    assert!(
+        location.starts_with("/c/") && location.ends_with('/'),
+        "{location}"
+    );
+    assert!(!location.contains("token"), "{location}");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(set.contains(&format!("Path={location}")), "{set}");
+    let token = &c.token_path()["/?token=".len()..];
+    assert!(!set.contains(token), "the cookie is not the token: {set}");
+
+    let cookie = set.split(';').next().unwrap();
+    let page = c.get(cookie, location);
+    assert_eq!(page.status, 200, "{page:?}");
+    assert!(page.body.contains("box console"), "{page:?}");
+    assert!(page.header("content-security-policy").is_some(), "{page:?}");
+    assert_eq!(c.get(cookie, &format!("{location}api/fleet")).status, 200);
+    // The session path without the cookie, and the cookie with another value, are refused.
+    assert_eq!(request(c.port, "GET", location, &[]).status, 401);
+    let forged = format!("{}0", &cookie[..cookie.len() - 1]);
+    let forged = if forged == cookie {
+        format!("{}1", &cookie[..cookie.len() - 1])
+    } else {
+        forged
+    };
+    assert_eq!(c.get(&forged, location).status, 401);
+    // A cookie of the same name a box's service set beside ours does not shadow ours.
+    let tossed = format!("h5i_ui=from-a-box; {cookie}");
+    assert_eq!(c.get(&tossed, location).status, 200);
+}
+
+#[test]
+fn every_method_but_get_is_refused_on_every_route() {
+    let repo = Repo::new();
+    let c = Console::start(&repo);
+    let (cookie, base) = c.login();
+    let routes = [
+        "/".to_string(),
+        c.token_path().to_string(),
+        base.clone(),
+        format!("{base}api/fleet"),
+        format!("{base}api/box/b"),
+        format!("{base}no-such-route"),
+    ];
+    for method in ["POST", "PUT", "DELETE", "PATCH"] {
+        for path in &routes {
+            let r = request(c.port, method, path, &[("Cookie", &cookie)]);
+            assert_eq!(r.status, 405, "{method} {path}: {r:?}");
+            assert_eq!(r.header("allow"), Some("GET"), "{r:?}");
+        }
+    }
+}
+
+#[test]
+fn a_foreign_origin_host_or_site_is_refused() {
+    let repo = Repo::new();
+    let c = Console::start(&repo);
+    let (cookie, base) = c.login();
+    let fleet = format!("{base}api/fleet");
+    let own = format!("http://127.0.0.1:{}", c.port);
+    assert_eq!(
+        request(
+            c.port,
+            "GET",
+            &fleet,
+            &[("Cookie", &cookie), ("Origin", &own)]
+        )
+        .status,
+        200
+    );
+    let foreign_host = format!("rebound.test:{}", c.port);
+    let refused: [(&str, &str); 7] = [
+        // A box's dev server published on another loopback port is another origin.
+        ("Origin", "http://127.0.0.1:3000"),
+        ("Origin", "null"),
+        ("Origin", "http://example.com"),
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Sec-Fetch-Site", "same-site"),
+        // DNS rebinding: another name pointed at 127.0.0.1.
+        ("Host", &foreign_host),
+        ("Host", "localhost"),
+    ];
+    for (k, v) in refused {
+        let r = request(c.port, "GET", &fleet, &[("Cookie", &cookie), (k, v)]);
+        assert_eq!(r.status, 403, "{k}: {v}: {r:?}");
+        assert!(!r.body.contains("boxes"), "{r:?}");
+        // Not even the token is traded from there.
+        let r = request(c.port, "GET", c.token_path(), &[(k, v)]);
+        assert_eq!(r.status, 403, "login with {k}: {v}: {r:?}");
+        assert!(r.header("set-cookie").is_none(), "{r:?}");
+    }
+}
+
+#[test]
+fn path_traversal_reaches_no_file() {
+    let repo = Repo::new();
+    repo.ok(&["box", "create", "b", "--isolation", "workspace"]);
+    let c = Console::start(&repo);
+    let (cookie, base) = c.login();
+    for path in [
+        format!("{base}../../../../etc/passwd"),
+        format!("{base}app.js/../../../../etc/passwd"),
+        format!("{base}%2e%2e/%2e%2e/%2e%2e/etc/passwd"),
+        format!("{base}api/box/..%2F..%2F..%2F..%2Fetc%2Fpasswd"),
+        format!("{base}api/box/..%2F..%2Fenv%2Fnone%2Fb"),
+        format!("{base}api/box/b%2F..%2F..%2Fb"),
+        format!("{base}api/box/../b"),
+        format!("{base}api/box/b/receipt/..%2F1"),
+        format!("{base}page/app.js"),
+        format!("{base}index.html"),
+        format!("{base}/etc/passwd"),
+    ] {
+        let r = c.get(&cookie, &path);
+        assert!(
+            r.status == 404 || r.status == 400,
+            "{path}: {}: {}",
+            r.status,
+            r.body
+        );
+        assert!(!r.body.contains("root:"), "{path}: {r:?}");
+    }
+    assert_eq!(c.get(&cookie, &format!("{base}api/box/b")).status, 200);
+}
+
+/// A supervised box whose run dialled a destination its allowlist refuses, a box whose run
+/// failed, and a box whose run passed; `None` (skipped, said) without root for the test hosts.
+fn three_boxes(repo: &Repo) -> Option<TestHosts> {
+    let hosts = TestHosts::up("ui: a denied egress run", &[8080, 9090], &[])?;
+    repo.write_policy(
+        "[profile.sup]\nisolation = \"supervised\"\n[profile.sup.net]\negress = [\"allowed.test:8080\"]\n",
+    );
+    let pin = hosts.pin(&[("allowed.test", hosts.first)]);
+    let env = [("H5I_TEST_HOSTS", pin.as_str())];
+    let out = repo.h5i_env(&["box", "create", "leaky", "--profile", "sup"], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let dial = format!(
+        "import socket\ntry:\n socket.create_connection(('{}', 9090), timeout=3)\nexcept OSError as e:\n print('refused', e)\n",
+        hosts.first
+    );
+    let out = repo.h5i_env(&["box", "run", "leaky", "--", "python3", "-c", &dial], &env);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        repo.last_run("leaky")["egress"]["denied"]
+            .as_object()
+            .is_some_and(|d| !d.is_empty()),
+        "the run's refused dial was not counted: {}",
+        repo.last_run("leaky")
+    );
+    repo.ok(&["box", "create", "failing", "--isolation", "process"]);
+    let out = repo.h5i(&["box", "run", "failing", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    repo.ok(&["box", "create", "quiet", "--isolation", "process"]);
+    repo.ok(&["box", "run", "quiet", "--", "true"]);
+    Some(hosts)
+}
+
+#[test]
+fn a_denied_egress_run_is_red_a_failed_run_amber_and_a_row_opens_to_the_inspect_text() {
+    let repo = Repo::new();
+    let Some(_hosts) = three_boxes(&repo) else {
+        return;
+    };
+    let c = Console::start(&repo);
+    let (cookie, base) = c.login();
+    let fleet = c.get(&cookie, &format!("{base}api/fleet")).json();
+    let colour = |name: &str| {
+        fleet["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not listed: {fleet}"))["signal"]["colour"]
+            .clone()
+    };
+    assert_eq!(colour("leaky"), "red", "{fleet}");
+    assert_eq!(colour("failing"), "amber", "{fleet}");
+    assert_eq!(colour("quiet"), "plain", "{fleet}");
+
+    let leaky = c.get(&cookie, &format!("{base}api/box/leaky")).json();
+    let rows = leaky["flight"].as_array().unwrap();
+    let red: Vec<_> = rows.iter().filter(|r| r["colour"] == "red").collect();
+    assert_eq!(red.len(), 1, "{leaky}");
+    assert_eq!(red[0]["evidence"], "host-observed");
+    let net = red[0]["cells"][1].as_str().unwrap();
+    assert!(net.contains(&format!("{}:9090", _hosts.first)), "{net}");
+    assert_eq!(leaky["status"]["tier"], "supervised", "{leaky}");
+    assert!(leaky["status"]["enforced"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty()));
+
+    let failing = c.get(&cookie, &format!("{base}api/box/failing")).json();
+    let row = failing["flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["colour"] == "amber")
+        .unwrap_or_else(|| panic!("no amber row: {failing}"));
+    let seq = row["seq"].as_u64().unwrap();
+    // The row opens to exactly what `h5i box inspect` prints.
+    let shown = c
+        .get(&cookie, &format!("{base}api/box/failing/receipt/{seq}"))
+        .json();
+    let printed = repo.ok(&["box", "inspect", "failing", "--capture", &seq.to_string()]);
+    let lines: Vec<&str> = shown["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.join("\n"), printed.trim_end(), "{shown}");
+    assert!(printed.contains("exit        3"), "{printed}");
+    // And the diffstat is `h5i box diff --stat`'s.
+    let stat = repo.ok(&["box", "diff", "failing", "--stat"]);
+    let lines: Vec<&str> = failing["diffstat"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.join("\n"), stat.trim_end(), "{failing}");
+}
+
+#[test]
+fn a_finished_run_arrives_live_without_a_reload() {
+    let repo = Repo::new();
+    repo.ok(&["box", "create", "b", "--isolation", "process"]);
+    let c = Console::start(&repo);
+    let (cookie, base) = c.login();
+    let first = c.get(&cookie, &format!("{base}api/changes")).json();
+    let seen = first["version"].as_str().unwrap().to_string();
+    // Nothing changed: the wait ends with the same version (the page asks again).
+    let port = c.port;
+    let waiting = {
+        let (cookie, path) = (cookie.clone(), format!("{base}api/changes?seen={seen}"));
+        std::thread::spawn(move || request(port, "GET", &path, &[("Cookie", &cookie)]))
+    };
+    let out = repo.h5i(&["box", "run", "b", "--", "sh", "-c", "exit 5"]);
+    assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
+    let changed = waiting.join().unwrap().json();
+    assert_ne!(changed["version"], first["version"], "{changed}");
+    let fleet = c.get(&cookie, &format!("{base}api/fleet")).json();
+    assert_eq!(fleet["boxes"][0]["signal"]["colour"], "amber", "{fleet}");
+}
+
+/// Headless Chromium, or `None` (said) when this host has none.
+fn chromium() -> Option<&'static str> {
+    let path = "/usr/bin/chromium";
+    if std::path::Path::new(path).exists() {
+        return Some(path);
+    }
+    println!("skipped: no Chromium at {path}");
+    None
+}
+
+/// A headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
+/// commands on its fd 3, answers on its fd 4, each message ending in a NUL). Killed on drop; a
+/// watchdog kills it after two minutes, which ends any read with EOF.
+struct Browser {
+    child: Child,
+    to: std::process::ChildStdin,
+    from: BufReader<std::process::ChildStdout>,
+    next_id: u64,
+    session: Option<String>,
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Browser {
+    fn launch(path: &str, profile: &std::path::Path) -> Browser {
+        let mut child = Command::new("sh")
+            .args([
+                "-c",
+                r#"exec "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null"#,
+                path,
+            ])
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--hide-scrollbars",
+                "--window-size=1400,1000",
+                "--remote-debugging-pipe",
+            ])
+            .arg(format!("--user-data-dir={}", profile.display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(120));
+            // SAFETY: kill(2) on the browser's pid; if it was already reaped the pid is still
+            // ours to name for this test's short life (no other process of ours took it).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        });
+        Browser {
+            to: child.stdin.take().unwrap(),
+            from: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            next_id: 0,
+            session: None,
+        }
+    }
+
+    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
+        self.next_id += 1;
+        let mut msg = serde_json::json!({"id": self.next_id, "method": method, "params": params});
+        if let Some(s) = &self.session {
+            msg["sessionId"] = s.clone().into();
+        }
+        self.to.write_all(msg.to_string().as_bytes()).unwrap();
+        self.to.write_all(b"\0").unwrap();
+        loop {
+            let mut buf = Vec::new();
+            self.from.read_until(0, &mut buf).unwrap();
+            assert!(
+                buf.pop() == Some(0),
+                "the browser went away during {method}"
+            );
+            let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
+            if v["id"] == self.next_id {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                return v["result"].clone();
+            }
+        }
+    }
+
+    /// Open `url` in a new tab and talk to that tab from now on.
+    fn open(&mut self, url: &str) {
+        let target = self.call("Target.createTarget", serde_json::json!({ "url": url }));
+        let attached = self.call(
+            "Target.attachToTarget",
+            serde_json::json!({"targetId": target["targetId"], "flatten": true}),
+        );
+        self.session = attached["sessionId"].as_str().map(String::from);
+    }
+
+    fn eval(&mut self, expression: &str) -> serde_json::Value {
+        let r = self.call(
+            "Runtime.evaluate",
+            serde_json::json!({"expression": expression, "returnByValue": true}),
+        );
+        r["result"]["value"].clone()
+    }
+
+    /// Wait (bounded: 60 s) until `expression` is true in the page.
+    fn until(&mut self, expression: &str) {
+        for _ in 0..600 {
+            if self.eval(expression) == true {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("the page never got to {expression}");
+    }
+
+    fn screenshot(&mut self) -> Vec<u8> {
+        let shot = self.call(
+            "Page.captureScreenshot",
+            serde_json::json!({"format": "png"}),
+        );
+        base64_decode(shot["data"].as_str().unwrap())
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(text.len() * 3 / 4);
+    let (mut acc, mut bits) = (0u32, 0);
+    for c in text.bytes().filter(|c| *c != b'=') {
+        let v = ALPHABET.iter().position(|a| *a == c).unwrap() as u32;
+        acc = (acc << 6) | v;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    out
+}
+
+/// The class of box `name`'s row in the fleet list, as the page drew it.
+fn row_class(name: &str) -> String {
+    format!("(document.querySelector('#boxes li[data-box=\"{name}\"]') || {{}}).className")
+}
+
+#[test]
+fn chromium_draws_the_fleet_in_its_colours_follows_a_finished_run_and_the_screenshot_is_the_docs_one(
+) {
+    let Some(path) = chromium() else {
+        return;
+    };
+    let repo = Repo::new();
+    let Some(_hosts) = three_boxes(&repo) else {
+        return;
+    };
+    let c = Console::start(&repo);
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = Browser::launch(path, profile.path());
+    // The printed URL, as a human opens it: the token is traded for the cookie and leaves the
+    // address bar.
+    b.open(&format!("{}#box=leaky", c.url));
+    b.until("document.querySelectorAll('table.flight tr.red').length === 1");
+    assert_eq!(b.eval(&row_class("leaky")), "red picked");
+    assert_eq!(b.eval(&row_class("failing")), "amber");
+    assert_eq!(b.eval(&row_class("quiet")), "plain");
+    let href = b.eval("location.href");
+    assert!(!href.as_str().unwrap().contains("token"), "{href}");
+    assert_eq!(b.eval("document.cookie"), "", "the cookie is HttpOnly");
+    // A click on the red row opens the receipt as `h5i box inspect` renders it.
+    b.eval("document.querySelector('table.flight tr.red').click()");
+    b.until("!!document.querySelector('#receipt pre')");
+    let seq = b.eval("Number(document.querySelector('table.flight tr.red').dataset.seq)");
+    let printed = repo.ok(&["box", "inspect", "leaky", "--capture", &seq.to_string()]);
+    b.until("document.querySelector('#receipt pre').textContent.length > 0");
+    assert_eq!(
+        b.eval("document.querySelector('#receipt pre').textContent"),
+        printed.trim_end()
+    );
+    let png = b.screenshot();
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 10_000);
+    if std::env::var_os("H5I_WRITE_DOCS").is_some() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/ui-console.png");
+        std::fs::write(docs, &png).unwrap();
+    }
+    // A run that fails while the page is open turns its box amber without a reload.
+    let out = repo.h5i(&["box", "run", "quiet", "--", "sh", "-c", "exit 4"]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    b.until(&format!("{} === 'amber'", row_class("quiet")));
+}
