@@ -129,3 +129,28 @@ pub fn start_relay(paths: &BoxPaths, pid: i32) -> Result<(), String> {
     std::thread::spawn(move || relay.serve());
     Ok(())
 }
+
+/// The loopback port, inside the sidecar's network namespace, of the screencast stream
+/// agent-browser's daemon serves (read from its `stream_status` answer); why not when the
+/// sidecar is not running or not streaming. The port is the daemon's word, never a host port:
+/// h5i connects to it only from inside the box's network namespace.
+pub fn stream_port(sb: &StoredBox) -> Result<u16, String> {
+    let st = crate::service::read_state(&sb.paths, SERVICE)
+        .filter(crate::service::ServiceState::alive)
+        .ok_or("the box's browser is not running")?;
+    let pid = st.pid.ok_or("the box's browser has no process yet")?.pid;
+    let answer = super::relay::ask(
+        pid,
+        &serde_json::json!({"action": "stream_status", "id": "h5i-view"}),
+    )
+    .map_err(|e| format!("the box's browser does not answer ({e})"))?;
+    let data = &answer["data"];
+    if answer["success"] != true || data["enabled"] != true {
+        return Err("the box's browser is not streaming".into());
+    }
+    data["port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p != 0)
+        .ok_or_else(|| "the box's browser named no stream port".into())
+}
