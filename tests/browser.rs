@@ -1146,6 +1146,7 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
         st["egress"].as_str().unwrap().starts_with("deny all"),
         "{st}"
     );
+    assert_eq!(st["origin"], format!("http://127.0.0.1:{APP_PORT}"), "{st}");
 
     // Where the page's button is, asked the browser (a read-only verb, fine for either holder).
     let (bbox, rc) = box_sh(&c, "web", "agent-browser get box '#go' --json");

@@ -298,14 +298,15 @@ fn record(v: &View, event: &str, t: &Tally) {
 
 type BoxStream = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
-/// Connect to the box's stream from inside its network namespace.
-async fn connect_box(v: &View) -> Result<BoxStream, String> {
+/// Connect to the box's stream from inside its network namespace; with it, the origin of the
+/// page the browser shows now (later ones arrive on the stream).
+async fn connect_box(v: &View) -> Result<(BoxStream, String), String> {
     let sb = v.sb.clone();
-    let (port, stream) = tokio::task::spawn_blocking(move || {
+    let (port, stream, url) = tokio::task::spawn_blocking(move || {
         let port = sidecar::stream_port(&sb)?;
-        crate::service::connect_inside(&sb.paths, sidecar::SERVICE, port)
-            .map(|s| (port, s))
-            .map_err(|e| format!("cannot reach the box's stream ({e})"))
+        let stream = crate::service::connect_inside(&sb.paths, sidecar::SERVICE, port)
+            .map_err(|e| format!("cannot reach the box's stream ({e})"))?;
+        Ok::<_, String>((port, stream, sidecar::page_url(&sb)))
     })
     .await
     .map_err(|e| format!("the connecting task failed ({e})"))??;
@@ -322,8 +323,9 @@ async fn connect_box(v: &View) -> Result<BoxStream, String> {
         stream,
         Some(config),
     );
+    let origin = url.as_deref().map(origin_of).unwrap_or_default();
     match tokio::time::timeout(CONNECT, handshake).await {
-        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Ok((ws, _))) => Ok((ws, origin)),
         Ok(Err(e)) => Err(format!("the box's stream refused the handshake ({e})")),
         Err(_) => Err("the box's stream did not answer the handshake".into()),
     }
@@ -458,7 +460,7 @@ async fn session(v: Arc<View>, page: WebSocket) {
     let mut t = Tally::default();
     record(&v, "opened", &t);
     let (mut page_tx, mut page_rx) = page.split();
-    let upstream = match connect_box(&v).await {
+    let (upstream, mut origin) = match connect_box(&v).await {
         Ok(s) => s,
         Err(e) => {
             let text = status(
@@ -475,7 +477,6 @@ async fn session(v: Arc<View>, page: WebSocket) {
         }
     };
     let (mut box_tx, mut box_rx) = upstream.split();
-    let mut origin = String::new();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     loop {
         let said = tokio::select! {
