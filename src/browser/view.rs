@@ -24,6 +24,11 @@
 //! it opens and when it closes (who, whether a human took control from it, inputs sent and
 //! dropped); a viewer killed mid-session leaves the `opened` record alone.
 //!
+//! What it does not close: the stream port is on the box's own loopback, so a process in the
+//! box can connect to it too and send input events of its own; the lock binds the viewer and
+//! agent-browser's channel (the relay), not every socket in the box (as with Chromium's DevTools
+//! port, `relay.rs`). A viewer killed by a signal writes no `closed` record.
+//!
 //! Must never: bind anything but loopback, answer a request without the token, accept a
 //! cross-origin WebSocket, pass input to the box while the agent (or another user) holds the
 //! lock, hand the page any box-supplied text but a checked frame and an escaped origin, publish
