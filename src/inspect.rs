@@ -256,6 +256,9 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
         RecordBody::Control { action, holder, by } => vec![format!(
             "browser     {action} by {by}: {holder} holds control"
         )],
+        RecordBody::ViewerSession { .. } => {
+            vec![format!("viewer      {}", viewer_session_line(body))]
+        }
         RecordBody::Page {
             after_seq, state, ..
         } => {
@@ -266,6 +269,32 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             out
         }
     }
+}
+
+/// A viewer-session record as one line (`box inspect`, report.md's "Viewer sessions"); empty
+/// for any other record.
+pub fn viewer_session_line(body: &RecordBody) -> String {
+    let RecordBody::ViewerSession {
+        event,
+        via,
+        by,
+        took_control,
+        input_sent,
+        input_dropped,
+    } = body
+    else {
+        return String::new();
+    };
+    let line = format!("{via} {event} by {by}");
+    if event != "closed" {
+        return line;
+    }
+    let control = if *took_control {
+        "a human took control"
+    } else {
+        "watched only"
+    };
+    format!("{line}: {control}; {input_sent} input events sent, {input_dropped} dropped while the agent held control")
 }
 
 /// A command as receipts show it: each argument in backquotes, so where one ends is plain.
@@ -339,6 +368,8 @@ pub enum RecordKind {
     Quarantined,
     /// A change of who holds the browser.
     Control,
+    /// A human's viewer opened or closed.
+    ViewerSession,
     /// What the browser saw.
     Page,
 }
@@ -350,6 +381,7 @@ impl RecordKind {
             RecordBody::BoxClaimed { .. } => RecordKind::BoxClaimed,
             RecordBody::Quarantined { .. } => RecordKind::Quarantined,
             RecordBody::Control { .. } => RecordKind::Control,
+            RecordBody::ViewerSession { .. } => RecordKind::ViewerSession,
             RecordBody::Page { .. } => RecordKind::Page,
         }
     }
@@ -489,6 +521,7 @@ fn summary(r: &ReceiptRecord) -> LogReceipt {
         RecordBody::BoxClaimed { claimed_kind, .. } => (claimed_kind.clone(), None, None, 0),
         RecordBody::Quarantined { entry, .. } => (entry.clone(), None, None, 0),
         RecordBody::Control { action, .. } => (format!("browser {action}"), None, None, 0),
+        RecordBody::ViewerSession { event, via, .. } => (format!("{via} {event}"), None, None, 0),
         RecordBody::Page { state, .. } => (format!("page {state}"), None, None, 0),
     };
     LogReceipt {

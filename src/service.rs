@@ -956,6 +956,45 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
     Ok(0)
 }
 
+/// Connect to `127.0.0.1:port` inside the network namespace of the live process-tier service
+/// `service` of the box at `paths` (re-identified: its pid still the process the supervisor
+/// recorded, the namespace opened still the inode it recorded), from a thread of its own that
+/// alone enters the namespace and ends after the connect. Root only: an unprivileged caller
+/// would have to join the box's user namespace, which a threaded process cannot.
+pub fn connect_inside(paths: &BoxPaths, service: &str, port: u16) -> io::Result<TcpStream> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(io::Error::other(
+            "only root can enter a service's network namespace from this process",
+        ));
+    }
+    let st = read_state(paths, service)
+        .filter(ServiceState::alive)
+        .ok_or_else(|| io::Error::other(format!("service {service} is not running")))?;
+    let (Some(p), Some(ino)) = (st.pid, st.netns_ino) else {
+        return Err(io::Error::other(format!(
+            "service {service} has no network namespace of its own"
+        )));
+    };
+    let ns = OwnedFd::from(fs::File::open(format!("/proc/{}/ns/net", p.pid))?);
+    let opened = fs::File::from(ns.try_clone()?).metadata()?;
+    use std::os::unix::fs::MetadataExt;
+    if opened.ino() != ino || !p.alive() {
+        return Err(io::Error::other(format!(
+            "service {service} is no longer the process its supervisor recorded"
+        )));
+    }
+    std::thread::spawn(move || {
+        setns_net(&ns)?;
+        TcpStream::connect_timeout(
+            &SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            Duration::from_secs(10),
+        )
+    })
+    .join()
+    .unwrap_or_else(|_| Err(io::Error::other("the connecting thread panicked")))
+}
+
 /// Accept on the host side; for each connection, a thread connects to `127.0.0.1:port` in the
 /// service's network namespace (entering it first when `netns` is given) and splices both ways.
 fn serve_forward(listener: TcpListener, netns: Option<Arc<OwnedFd>>, port: u16) {

@@ -144,23 +144,29 @@ x, y = int(sys.argv[2]), int(sys.argv[3])
 px = rows[y][x * bpp:x * bpp + 3]
 print(w, h, px[0], px[1], px[2])
 "#;
+    let v = python_numbers(
+        DECODE,
+        &[
+            path.to_str().unwrap().to_string(),
+            x.to_string(),
+            y.to_string(),
+        ],
+    );
+    (v[0], v[1], [v[2] as u8, v[3] as u8, v[4] as u8])
+}
+
+/// The whitespace-separated numbers the host's python3 prints running `script` with `args`.
+fn python_numbers(script: &str, args: &[String]) -> Vec<u32> {
     let out = Command::new("python3")
-        .args(["-c", DECODE])
-        .arg(path)
-        .args([x.to_string(), y.to_string()])
+        .args(["-c", script])
+        .args(args)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "decoding {}: {}",
-        path.display(),
-        stderr(&out)
-    );
-    let v: Vec<u32> = stdout(&out)
+    assert!(out.status.success(), "python3 {args:?}: {}", stderr(&out));
+    stdout(&out)
         .split_whitespace()
         .map(|s| s.parse().unwrap())
-        .collect();
-    (v[0], v[1], [v[2] as u8, v[3] as u8, v[4] as u8])
+        .collect()
 }
 
 /// A browser box `name` at `tier` for `c`: a custom profile with the browser grants
@@ -660,6 +666,18 @@ impl Drop for RemovedAtEnd<'_> {
     }
 }
 
+/// As root (or `None`, said as skipped): the process-tier browser box `web`, whose browser is
+/// the box-lifetime sidecar, with the demo app served by its `demo` service.
+fn demo_sidecar_box(test: &str, why: &str) -> Option<Caller> {
+    if !require_root(test, why) {
+        return None;
+    }
+    let mut c = Caller::either(false);
+    browser_box(&mut c, "web", "process");
+    c.ok(&["box", "service", "start", "web", "demo"]);
+    Some(c)
+}
+
 /// Run `script` in box `name` (`sh -c`); its stdout and stderr together, and its exit code.
 fn box_sh(c: &Caller, name: &str, script: &str) -> (String, i32) {
     let out = c.h5i(&["box", "run", name, "--", "sh", "-c", script]);
@@ -748,17 +766,13 @@ const HOSTILE_PAGE: &str = "printf '<title>\\033]0;pwned\\007evil</title><script
 /// release are viewer-lane records, and `box rm` stops the sidecar.
 #[test]
 fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
-    if !require_root(
+    let Some(c) = demo_sidecar_box(
         "the box-lifetime browser",
         "a root caller's runs join the sidecar's network",
-    ) {
+    ) else {
         return;
-    }
-    let mut c = Caller::either(false);
-    browser_box(&mut c, "web", "process");
-    let c = c;
+    };
     let _removed = RemovedAtEnd(&c, "web");
-    c.ok(&["box", "service", "start", "web", "demo"]);
 
     let (open, rc) = box_sh(
         &c,
@@ -882,4 +896,359 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
         !Path::new(&format!("/proc/{init}")).exists(),
         "the browser sidecar outlived `box rm`"
     );
+}
+
+/// `h5i box view` running for one test: killed (and reaped) when dropped.
+#[cfg(feature = "ui")]
+struct Viewer(std::process::Child);
+
+#[cfg(feature = "ui")]
+impl Drop for Viewer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 GET of `path` at the viewer on `port` with `host` as its Host header and
+/// `extra` header lines: the whole answer (status line, headers, body).
+#[cfg(feature = "ui")]
+fn viewer_get(port: u16, host: &str, path: &str, extra: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = s.read_to_string(&mut answer);
+    answer
+}
+
+#[cfg(feature = "ui")]
+type ViewerSocket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// Open the viewer's WebSocket with `origin` (none when `None`): the socket, or the HTTP status
+/// the handshake was refused with.
+#[cfg(feature = "ui")]
+async fn viewer_ws(port: u16, token: &str, origin: Option<&str>) -> Result<ViewerSocket, u16> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut req = format!("ws://127.0.0.1:{port}/ws?token={token}")
+        .into_client_request()
+        .unwrap();
+    if let Some(o) = origin {
+        req.headers_mut().insert("Origin", o.parse().unwrap());
+    }
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    match tokio_tungstenite::client_async(req, tcp).await {
+        Ok((ws, _)) => Ok(ws),
+        Err(tokio_tungstenite::tungstenite::Error::Http(r)) => Err(r.status().as_u16()),
+        Err(e) => panic!("the viewer's WebSocket: {e}"),
+    }
+}
+
+/// The next message from the viewer for which `want` says yes (bounded: 60 s in all).
+#[cfg(feature = "ui")]
+async fn viewer_next(
+    ws: &mut ViewerSocket,
+    want: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    use futures_util::StreamExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let m = tokio::time::timeout_at(deadline, ws.next())
+            .await
+            .expect("the viewer said nothing wanted within 60 s")
+            .expect("the viewer closed")
+            .unwrap();
+        if let tokio_tungstenite::tungstenite::Message::Text(t) = m {
+            let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            if want(&v) {
+                return v;
+            }
+        }
+    }
+}
+
+#[cfg(feature = "ui")]
+async fn viewer_send(ws: &mut ViewerSocket, v: serde_json::Value) {
+    use futures_util::SinkExt;
+    ws.send(tokio_tungstenite::tungstenite::Message::Text(
+        v.to_string().into(),
+    ))
+    .await
+    .unwrap();
+}
+
+/// Width and height of the JPEG whose base64 is `data`, and its size in bytes (decoded by the
+/// host's python3: base64, then the first start-of-frame marker).
+#[cfg(feature = "ui")]
+fn jpeg_size(data: &str) -> (u32, u32, u32) {
+    const DECODE: &str = r#"
+import base64, struct, sys
+b = base64.b64decode(open(sys.argv[1]).read())
+assert b[:2] == b"\xff\xd8", "not a JPEG"
+i = 2
+while i < len(b):
+    marker, n = b[i + 1], struct.unpack(">H", b[i + 2:i + 4])[0]
+    if marker in (0xC0, 0xC1, 0xC2):
+        h, w = struct.unpack(">HH", b[i + 5:i + 9]); print(w, h, len(b)); break
+    i += 2 + n
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("frame.b64");
+    std::fs::write(&file, data).unwrap();
+    let v = python_numbers(DECODE, &[file.to_str().unwrap().to_string()]);
+    assert_eq!(v.len(), 3, "not a JPEG frame: {v:?}");
+    (v[0], v[1], v[2])
+}
+
+/// `h5i box view`: served on loopback only, every request without the box's token is 401, a
+/// foreign Host is 421, a WebSocket from another origin (or none) is refused; the page's socket
+/// carries the box's frames (a JPEG the size of the in-box screenshot); a click from the page
+/// while the agent holds the lock is dropped and counted and the page does not change; taking
+/// control from the page takes the lock (the agent's click is then refused by the relay) and
+/// the human's click lands; both sessions are in report.md's "Viewer sessions".
+#[cfg(feature = "ui")]
+#[test]
+fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder() {
+    let Some(c) = demo_sidecar_box(
+        "h5i box view",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let _removed = RemovedAtEnd(&c, "web");
+    let (open, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+    );
+    assert_eq!(rc, 0, "{open}");
+    let (shot_w, shot_h, _) = png_pixel(&c.workspace("web").join("shot.png"), 8, 8);
+
+    let mut child = c
+        .h5i_in(&c.repo(), &["box", "view", "web", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let viewer = Viewer(child);
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut said).unwrap();
+    let url = said
+        .split(" at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no URL in {said:?}"))
+        .trim()
+        .to_string();
+    let rest = url
+        .strip_prefix("http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("not loopback: {url}"));
+    let (port, token) = rest.split_once("/?token=").unwrap();
+    let port: u16 = port.parse().unwrap();
+    let token = token.to_string();
+    assert_eq!(
+        c.ok(&["browser", "url", "web", "--port", &port.to_string()])
+            .trim(),
+        url
+    );
+    // Bound to loopback alone: the host's other addresses do not answer on the port.
+    let listening = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let hex_port = format!(":{port:04X} ");
+    let lines: Vec<&str> = listening
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .is_some_and(|a| a.ends_with(hex_port.trim()))
+                && l.split_whitespace().nth(3) == Some("0A")
+        })
+        .collect();
+    assert!(
+        !lines.is_empty()
+            && lines.iter().all(|l| l
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .starts_with("0100007F:")),
+        "the viewer listens beyond loopback: {lines:?}"
+    );
+
+    let host = format!("127.0.0.1:{port}");
+    for (path, what) in [
+        ("/".to_string(), "no token"),
+        ("/?token=".to_string(), "an empty token"),
+        (format!("/?token={}", "0".repeat(64)), "a wrong token"),
+        (format!("/?token={token}x"), "a longer token"),
+        ("/ws".to_string(), "the socket without a token"),
+        ("/../browser/viewer.token".to_string(), "a traversal"),
+    ] {
+        let answer = viewer_get(port, &host, &path, "");
+        assert!(answer.starts_with("HTTP/1.1 401"), "{what}: {answer}");
+        assert!(!answer.contains(&token), "{what}: the token leaked");
+    }
+    let page = viewer_get(port, &host, &format!("/?token={token}"), "");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let lower = page.to_ascii_lowercase();
+    assert!(
+        lower.contains("content-security-policy: default-src 'none'"),
+        "{page}"
+    );
+    assert!(lower.contains("x-frame-options: deny"), "{page}");
+    assert!(page.contains("h5i box view"), "{page}");
+    let rebound = viewer_get(
+        port,
+        &format!("evil.test:{port}"),
+        &format!("/?token={token}"),
+        "",
+    );
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let own = format!("http://127.0.0.1:{port}");
+    for origin in [
+        Some("http://evil.test"),
+        Some("http://localhost:1"),
+        Some("null"),
+        None,
+    ] {
+        let refused = rt.block_on(viewer_ws(port, &token, origin));
+        assert_eq!(refused.err(), Some(403), "origin {origin:?} was let in");
+    }
+    assert_eq!(
+        rt.block_on(viewer_ws(port, "nope", Some(&own))).err(),
+        Some(401)
+    );
+
+    let mut ws = rt.block_on(viewer_ws(port, &token, Some(&own))).unwrap();
+    let frame = rt.block_on(viewer_next(&mut ws, |m| m["type"] == "frame"));
+    let (w, h, bytes) = jpeg_size(frame["data"].as_str().unwrap());
+    assert_eq!(
+        (w, h),
+        (shot_w, shot_h),
+        "a frame unlike the in-box screenshot"
+    );
+    assert!(bytes > 2000, "a blank frame of {bytes} bytes");
+    let st = rt.block_on(viewer_next(&mut ws, |m| m["type"] == "h5i"));
+    assert_eq!(st["box"], "web", "{st}");
+    assert_eq!(st["holder"], "agent", "{st}");
+    assert!(
+        st["egress"].as_str().unwrap().starts_with("deny all"),
+        "{st}"
+    );
+    assert_eq!(st["origin"], format!("http://127.0.0.1:{APP_PORT}"), "{st}");
+
+    // Where the page's button is, asked the browser (a read-only verb, fine for either holder).
+    let (bbox, rc) = box_sh(&c, "web", "agent-browser get box '#go' --json");
+    assert_eq!(rc, 0, "{bbox}");
+    let b: serde_json::Value =
+        serde_json::from_str(bbox.trim()).unwrap_or_else(|e| panic!("{e}: {bbox}"));
+    let b = if b["data"].is_object() {
+        b["data"].clone()
+    } else {
+        b
+    };
+    let x = b["x"].as_f64().unwrap() + b["width"].as_f64().unwrap() / 2.0;
+    let y = b["y"].as_f64().unwrap() + b["height"].as_f64().unwrap() / 2.0;
+    let click = |ws: &mut ViewerSocket| {
+        for kind in ["mousePressed", "mouseReleased"] {
+            rt.block_on(viewer_send(
+                ws,
+                serde_json::json!({"type": "input_mouse", "eventType": kind, "x": x, "y": y, "button": "left", "clickCount": 1}),
+            ));
+        }
+    };
+
+    // The agent holds the lock: the human's click is dropped, counted, and changes nothing.
+    click(&mut ws);
+    let st = rt.block_on(viewer_next(&mut ws, |m| {
+        m["type"] == "h5i" && m["input_dropped"] == 2
+    }));
+    assert_eq!(st["input_sent"], 0, "{st}");
+    let (out_text, _) = box_sh(&c, "web", "agent-browser get text '#out'");
+    assert!(
+        !out_text.contains("signed up"),
+        "a dropped click landed: {out_text}"
+    );
+
+    // Taking control from the page takes the lock: the agent's click is refused by the relay,
+    // and the human's lands.
+    rt.block_on(viewer_send(&mut ws, serde_json::json!({"type": "take"})));
+    let st = rt.block_on(viewer_next(&mut ws, |m| {
+        m["type"] == "h5i" && m["mine"] == true
+    }));
+    assert!(
+        st["holder"].as_str().unwrap().starts_with("human: "),
+        "{st}"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "human", "{status}");
+    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
+    assert_ne!(
+        rc, 0,
+        "the agent clicked while the human held control: {agent}"
+    );
+    assert!(
+        agent.contains("refusing: a human holds the browser of box `web`"),
+        "{agent}"
+    );
+    click(&mut ws);
+    rt.block_on(viewer_next(&mut ws, |m| {
+        m["type"] == "h5i" && m["input_sent"] == 2
+    }));
+    let (out_text, rc) = box_sh(&c, "web", "agent-browser get text '#out'");
+    assert_eq!(rc, 0, "{out_text}");
+    assert!(
+        out_text.contains("signed up"),
+        "the human's click did not land: {out_text}"
+    );
+    rt.block_on(viewer_send(&mut ws, serde_json::json!({"type": "release"})));
+    rt.block_on(viewer_next(&mut ws, |m| {
+        m["type"] == "h5i" && m["holder"] == "agent"
+    }));
+    rt.block_on(async {
+        let _ = ws.close(None).await;
+    });
+    drop(ws);
+
+    // The session's closing record is written as the server sees the close: wait for it.
+    let receipts = c.box_dir("web").join("receipts.jsonl");
+    let closed = (0..200).any(|_| {
+        let text = std::fs::read_to_string(&receipts).unwrap_or_default();
+        let done = text.contains("\"event\":\"closed\"");
+        if !done {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        done
+    });
+    assert!(closed, "no closing viewer record");
+    drop(viewer);
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
+    let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    let sessions = report
+        .split("## Viewer sessions")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    for want in [
+        "browser viewer opened by root (uid 0)",
+        "browser viewer closed by root (uid 0): a human took control; 2 input events sent, 2 dropped",
+        "browser take by",
+        "browser release by",
+    ] {
+        assert!(sessions.contains(want), "{want} not in: {sessions}");
+    }
 }

@@ -289,6 +289,21 @@ pub enum RecordBody {
         /// The host user who did it.
         by: String,
     },
+    /// A human's viewer of a box's browser (`h5i box view`) opened or closed, lane `viewer`.
+    ViewerSession {
+        /// `opened` or `closed`.
+        event: String,
+        /// The viewer: `browser viewer` (the page `h5i box view` serves).
+        via: String,
+        /// The host user who ran it.
+        by: String,
+        /// Whether a human took control from this viewer (so far, at `opened`: false).
+        took_control: bool,
+        /// Input events the viewer passed to the browser while a human held control.
+        input_sent: u64,
+        /// Input events dropped because the agent held control.
+        input_dropped: u64,
+    },
     /// What the box's browser saw since the previous drain, collected by h5i itself right
     /// after a run that could drive it (host-observed: h5i asked the browser, the box did not
     /// report it).

@@ -147,7 +147,7 @@ pub fn ago(ms: u64) -> String {
     format!("{} s ago", now_ms().saturating_sub(ms) / 1000)
 }
 
-fn caller_uid() -> u32 {
+pub(super) fn caller_uid() -> u32 {
     // SAFETY: getuid has no preconditions.
     unsafe { libc::getuid() }
 }
@@ -200,6 +200,18 @@ pub(super) fn browser_box(store: &BoxStore, name: &str) -> Result<StoredBox, Con
 }
 
 fn record(sb: &StoredBox, action: &str, holder: Holder) -> Result<(), BoxError> {
+    record_viewer(
+        sb,
+        RecordBody::Control {
+            action: action.to_string(),
+            holder: holder.as_str().to_string(),
+            by: user_label(caller_uid()),
+        },
+    )
+}
+
+/// Append `body` to box `sb`'s receipt log in the `viewer` lane.
+pub(super) fn record_viewer(sb: &StoredBox, body: RecordBody) -> Result<(), BoxError> {
     let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
     log.append(ReceiptRecord {
         v: 0,
@@ -209,11 +221,7 @@ fn record(sb: &StoredBox, action: &str, holder: Holder) -> Result<(), BoxError> 
         policy_digest: sb.manifest.policy_digest.clone(),
         redactions: Vec::new(),
         payload: None,
-        body: RecordBody::Control {
-            action: action.to_string(),
-            holder: holder.as_str().to_string(),
-            by: user_label(caller_uid()),
-        },
+        body,
     })
     .map_err(|e| BoxError::BadRequest {
         what: format!("cannot append to the receipt log: {e}"),

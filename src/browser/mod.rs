@@ -29,6 +29,8 @@ pub mod control;
 pub mod drain;
 pub mod relay;
 pub mod sidecar;
+#[cfg(feature = "ui")]
+pub mod view;
 pub mod viewer;
 
 use h5i_policy::resolved::SecretInject;

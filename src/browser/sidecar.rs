@@ -129,3 +129,40 @@ pub fn start_relay(paths: &BoxPaths, pid: i32) -> Result<(), String> {
     std::thread::spawn(move || relay.serve());
     Ok(())
 }
+
+/// The loopback port, inside the sidecar's network namespace, of the screencast stream
+/// agent-browser's daemon serves (read from its `stream_status` answer); why not when the
+/// sidecar is not running or not streaming. The port is the daemon's word, never a host port:
+/// h5i connects to it only from inside the box's network namespace.
+pub fn stream_port(sb: &StoredBox) -> Result<u16, String> {
+    let answer = ask_daemon(sb, "stream_status")?;
+    let data = &answer["data"];
+    if answer["success"] != true || data["enabled"] != true {
+        return Err("the box's browser is not streaming".into());
+    }
+    data["port"]
+        .as_u64()
+        .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p != 0)
+        .ok_or_else(|| "the box's browser named no stream port".into())
+}
+
+/// The URL of the page the box's browser shows, as its daemon says (`None` when it cannot).
+pub fn page_url(sb: &StoredBox) -> Option<String> {
+    let answer = ask_daemon(sb, "url").ok()?;
+    answer["data"]["url"].as_str().map(str::to_string)
+}
+
+/// Ask the daemon of `sb`'s running sidecar the read-only `action` (h5i's own request, never
+/// through the relay): its whole answer.
+fn ask_daemon(sb: &StoredBox, action: &str) -> Result<serde_json::Value, String> {
+    let st = crate::service::read_state(&sb.paths, SERVICE)
+        .filter(crate::service::ServiceState::alive)
+        .ok_or("the box's browser is not running")?;
+    let pid = st.pid.ok_or("the box's browser has no process yet")?.pid;
+    super::relay::ask(
+        pid,
+        &serde_json::json!({"action": action, "id": "h5i-view"}),
+    )
+    .map_err(|e| format!("the box's browser does not answer ({e})"))
+}

@@ -32,8 +32,12 @@ const TOKEN_BYTES: usize = 32;
 /// has none. Refuses a box that is not a browser box.
 pub fn url(store: &BoxStore, name: &str, port: u16) -> Result<String, ControlError> {
     let sb = control::browser_box(store, name)?;
-    let token = token(&sb.paths)?;
-    Ok(format!("http://127.0.0.1:{port}/?token={token}"))
+    Ok(url_with(&token(&sb.paths)?, port))
+}
+
+/// The viewer URL on loopback `port` carrying `token`.
+pub fn url_with(token: &str, port: u16) -> String {
+    format!("http://127.0.0.1:{port}/?token={token}")
 }
 
 /// Mint the viewer token of a browser box being created (in its staging directory).
@@ -45,8 +49,15 @@ fn token_path(paths: &BoxPaths) -> PathBuf {
     control::dir(paths).join("viewer.token")
 }
 
+/// Whether `given` is the box's token `expected`, compared in constant time (every byte of
+/// equal-length inputs is looked at whatever the first difference).
+pub fn token_matches(expected: &str, given: &str) -> bool {
+    let (e, g) = (expected.as_bytes(), given.as_bytes());
+    e.len() == g.len() && e.iter().zip(g).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+}
+
 /// The box's token, minted on first ask.
-fn token(paths: &BoxPaths) -> Result<String, BoxError> {
+pub(super) fn token(paths: &BoxPaths) -> Result<String, BoxError> {
     let path = token_path(paths);
     if let Some(t) = read_token(&path)? {
         return Ok(t);
@@ -125,6 +136,21 @@ mod tests {
         assert_eq!(left.len(), 1, "a temporary file was left: {left:?}");
         let other = tempfile::tempdir().unwrap();
         assert_ne!(token(&paths(&other)).unwrap(), first);
+    }
+
+    #[test]
+    fn only_the_whole_token_matches() {
+        let t = "ab".repeat(TOKEN_BYTES);
+        assert!(token_matches(&t, &t));
+        for bad in [
+            "",
+            "ab",
+            &format!("{t}0"),
+            &"ab".repeat(TOKEN_BYTES - 1),
+            &"ba".repeat(TOKEN_BYTES),
+        ] {
+            assert!(!token_matches(&t, bad), "{bad}");
+        }
     }
 
     #[test]

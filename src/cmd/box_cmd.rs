@@ -293,6 +293,17 @@ enum BoxVerb {
         #[command(subcommand)]
         verb: super::cache_cmd::CacheVerb,
     },
+    /// Watch the box's browser from your own browser, and take control when you want it:
+    /// served on 127.0.0.1 only, every request carrying the box's token, input passed only
+    /// while you hold the control lock. Serves until interrupted.
+    #[cfg(feature = "ui")]
+    View {
+        /// The box.
+        name: String,
+        /// The viewer's loopback port (0: any free one).
+        #[arg(long, default_value_t = h5i::browser::viewer::DEFAULT_PORT)]
+        port: u16,
+    },
     /// Internal: the background supervisor `service start` launches.
     #[command(name = "__service-supervise", hide = true)]
     ServiceSupervise {
@@ -783,6 +794,14 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
                     None => say!("(none) -> {}  ({}: {})", l.box_port, l.service, l.note),
                 }
             }
+            Ok(0)
+        }
+        #[cfg(feature = "ui")]
+        BoxVerb::View { name, port } => {
+            h5i::browser::view::serve(&store()?, &name, port, |url| {
+                say!("watching box {name}'s browser at {url}");
+                say!("(loopback only; the URL carries the box's token; Ctrl-C stops the viewer)");
+            })?;
             Ok(0)
         }
         BoxVerb::ServiceSupervise { name, service } => {

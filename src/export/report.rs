@@ -720,6 +720,7 @@ fn viewer_sessions(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -
                 code(&c(by)),
                 c(holder)
             ),
+            RecordBody::ViewerSession { .. } => c(&crate::inspect::viewer_session_line(&r.body)),
         };
         let _ = writeln!(out, "- #{} {} {what}", r.seq, lane_label(r));
     }

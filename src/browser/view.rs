@@ -1,0 +1,559 @@
+//! `h5i box view NAME [--port N]`: a human's window onto a box's browser, served on loopback.
+//!
+//! Owns the viewer server: a listener on `127.0.0.1` only (on `--port`, `viewer::DEFAULT_PORT`
+//! unless told, `0` for one the OS picks), a current-thread tokio runtime serving two GET
+//! routes with axum: `/` (the page, `view.html`, embedded) and `/ws` (the WebSocket the page
+//! opens). Every request must carry the box's token (`viewer.rs`, compared in constant time)
+//! or gets 401, before anything else is looked at; a request naming another host (a rebound DNS
+//! name) gets 421; a WebSocket handshake whose `Origin` is not the viewer's own gets 403.
+//!
+//! Each WebSocket session connects to the box's screencast stream (agent-browser's, whose port
+//! the daemon names, `sidecar::stream_port`) from inside the sidecar's network namespace
+//! (`service::connect_inside`: the port is never published), and then:
+//! - box -> page: only `frame` messages (base64 checked, re-encoded by h5i)
+//!   and the page's URL, cut to its origin (userinfo dropped, escapes escaped) for h5i's status
+//!   bar; everything else the box sends is dropped;
+//! - page -> box: `input_mouse|input_keyboard|input_touch` pass only while a human holds the
+//!   control lock and that human is the user running the viewer (`control.rs`, read per event);
+//!   otherwise they are dropped and counted; `take` and `release` are `h5i browser take|release`
+//!   (the same code, the same `viewer`-lane record);
+//! - h5i's own status (box, holder, page origin, egress policy, inputs sent and dropped) every
+//!   second and after every change.
+//!
+//! Each session lands in the box's receipt log as a `viewer`-lane `viewer-session` record when
+//! it opens and when it closes (who, whether a human took control from it, inputs sent and
+//! dropped); a viewer killed mid-session leaves the `opened` record alone.
+//!
+//! What it does not close: the stream port is on the box's own loopback, so a process in the
+//! box can connect to it too and send input events of its own; the lock binds the viewer and
+//! agent-browser's channel (the relay), not every socket in the box (as with Chromium's DevTools
+//! port, `relay.rs`). A viewer killed by a signal writes no `closed` record.
+//!
+//! Must never: bind anything but loopback, answer a request without the token, accept a
+//! cross-origin WebSocket, pass input to the box while the agent (or another user) holds the
+//! lock, hand the page any box-supplied text but a checked frame and an escaped origin, publish
+//! the box's stream port, or write the token anywhere.
+//!
+//! Guarded by `tests/browser_view.rs` and the unit tests below.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{Message as PageMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use futures_util::{SinkExt, StreamExt};
+use h5i_policy::receipt::RecordBody;
+use h5i_policy::ResolvedPolicy;
+use serde_json::{json, Value};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message as BoxMessage;
+
+use super::control::{self, ControlError, Holder};
+use super::{sidecar, viewer};
+use crate::error::BoxError;
+use crate::store::{BoxStore, StoredBox};
+
+/// The page, with `{NONCE}` where its script's CSP nonce goes.
+const PAGE: &str = include_str!("view.html");
+/// Longest message the page may send (an input event is a few hundred bytes).
+const MAX_PAGE_MESSAGE: usize = 64 << 10;
+/// Longest message taken from the box's stream (a frame of a large viewport as base64).
+const MAX_BOX_MESSAGE: usize = 16 << 20;
+/// Longest page origin shown; a longer one is cut from the left (its registrable end stays).
+const ORIGIN_MAX: usize = 64;
+/// How long connecting to the box's stream may take.
+const CONNECT: Duration = Duration::from_secs(15);
+/// Input message types the page may send, which pass only for the lock's human holder.
+const INPUT: &[&str] = &["input_mouse", "input_keyboard", "input_touch"];
+
+/// What one viewer serves.
+struct View {
+    store: BoxStore,
+    sb: StoredBox,
+    token: String,
+    /// `127.0.0.1:PORT`, the only Host the viewer answers.
+    host: String,
+    /// `http://127.0.0.1:PORT`, the only Origin a WebSocket may come from.
+    origin: String,
+    egress: String,
+    nonce: String,
+}
+
+/// One session's counts.
+#[derive(Default)]
+struct Tally {
+    took_control: bool,
+    input_sent: u64,
+    input_dropped: u64,
+}
+
+/// `h5i box view NAME`: check the box can be watched, bind `127.0.0.1:port`, call `ready` with
+/// the viewer's URL, and serve until killed.
+pub fn serve(
+    store: &BoxStore,
+    name: &str,
+    port: u16,
+    ready: impl FnOnce(&str),
+) -> Result<(), ControlError> {
+    let sb = control::browser_box(store, name)?;
+    let policy = crate::store::load_policy(&sb)?;
+    let refuse =
+        |what: String, mend: String| ControlError::Box(BoxError::BadRequest { what, mend });
+    if !sidecar::lives_for_the_box(&policy) {
+        return Err(refuse(
+            format!(
+                "box `{name}` has no box-lifetime browser to watch ({})",
+                sidecar::why_per_run(&policy)
+            ),
+            "watch a process-tier browser box created by root".into(),
+        ));
+    }
+    sidecar::stream_port(&sb).map_err(|e| {
+        refuse(
+            format!("box `{name}` cannot be watched: {e}"),
+            format!("start its browser and stream it: `h5i box run {name} -- agent-browser stream enable`"),
+        )
+    })?;
+    let token = viewer::token(&sb.paths)?;
+    let listener = std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+        .and_then(|l| l.set_nonblocking(true).map(|()| l))
+        .map_err(|e| {
+            refuse(
+                format!("cannot bind 127.0.0.1:{port} for the viewer ({e})"),
+                "pick another port with `--port N` (0: any free one)".into(),
+            )
+        })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| BoxError::io(std::path::Path::new("127.0.0.1"), e))?
+        .port();
+    let view = Arc::new(View {
+        store: store.clone(),
+        host: format!("127.0.0.1:{bound}"),
+        origin: format!("http://127.0.0.1:{bound}"),
+        egress: egress_summary(&policy),
+        nonce: nonce()?,
+        sb,
+        token,
+    });
+    ready(&viewer::url_with(&view.token, bound));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| {
+            refuse(
+                format!("cannot start the viewer's runtime ({e})"),
+                "report this as a bug".into(),
+            )
+        })?;
+    let app = Router::new()
+        .route("/", get(page))
+        .route("/ws", get(socket))
+        .fallback(page)
+        .with_state(view);
+    runtime
+        .block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener)?;
+            axum::serve(listener, app).await
+        })
+        .map_err(|e| {
+            refuse(
+                format!("the viewer stopped ({e})"),
+                "run `h5i box view` again".into(),
+            )
+        })
+}
+
+/// The egress policy as the status bar shows it.
+fn egress_summary(policy: &ResolvedPolicy) -> String {
+    if policy.net.mode == h5i_policy::resolved::NetMode::Host {
+        return "host network (unscoped)".into();
+    }
+    if policy.net.egress.is_empty() {
+        return "deny all (the box's own loopback only)".into();
+    }
+    let hosts: Vec<String> = policy.net.egress.iter().map(ToString::to_string).collect();
+    format!("deny all but {}", hosts.join(", "))
+}
+
+/// A fresh CSP nonce for the page's script (hex of 16 random bytes).
+fn nonce() -> Result<String, BoxError> {
+    let mut raw = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| BoxError::io(std::path::Path::new("/dev/urandom"), e))?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn refusal(status: StatusCode, text: String) -> Response {
+    (status, [(header::CACHE_CONTROL, "no-store")], text + "\n").into_response()
+}
+
+/// The token first (401 without it, whatever else the request says), then the Host.
+fn admit(v: &View, headers: &HeaderMap, query: &HashMap<String, String>) -> Result<(), Response> {
+    let name = v.sb.manifest.name.as_str();
+    if !query
+        .get("token")
+        .is_some_and(|t| viewer::token_matches(&v.token, t))
+    {
+        return Err(refusal(
+            StatusCode::UNAUTHORIZED,
+            format!("refusing: no valid viewer token; to fix: open the URL `h5i browser url {name}` prints"),
+        ));
+    }
+    if headers.get(header::HOST).and_then(|h| h.to_str().ok()) != Some(v.host.as_str()) {
+        return Err(refusal(
+            StatusCode::MISDIRECTED_REQUEST,
+            format!("refusing: the viewer answers only as {}; to fix: open the URL `h5i browser url {name}` prints", v.host),
+        ));
+    }
+    Ok(())
+}
+
+/// `/` (the page) and every other path (404), each behind [`admit`].
+async fn page(
+    State(v): State<Arc<View>>,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    if let Err(r) = admit(&v, &headers, &query) {
+        return r;
+    }
+    if uri.path() != "/" {
+        return refusal(
+            StatusCode::NOT_FOUND,
+            "refusing: no such page; to fix: open `/`".into(),
+        );
+    }
+    let csp = format!(
+        "default-src 'none'; script-src 'nonce-{n}'; style-src 'nonce-{n}'; img-src data:; connect-src ws://{h}; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        n = v.nonce,
+        h = v.host
+    );
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8".to_string()),
+            (header::CONTENT_SECURITY_POLICY, csp),
+            (header::X_FRAME_OPTIONS, "DENY".into()),
+            (header::REFERRER_POLICY, "no-referrer".into()),
+            (header::CACHE_CONTROL, "no-store".into()),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".into()),
+        ],
+        PAGE.replace("{NONCE}", &v.nonce),
+    )
+        .into_response()
+}
+
+async fn socket(
+    State(v): State<Arc<View>>,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    if let Err(r) = admit(&v, &headers, &query) {
+        return r;
+    }
+    let origin = headers.get(header::ORIGIN).and_then(|o| o.to_str().ok());
+    if origin != Some(v.origin.as_str()) {
+        return refusal(
+            StatusCode::FORBIDDEN,
+            format!(
+                "refusing: a WebSocket from origin {}, not the viewer's own ({}); to fix: use the viewer's own page",
+                crate::escape::escape_controls(origin.unwrap_or("(none)")),
+                v.origin
+            ),
+        );
+    }
+    match upgrade {
+        Ok(u) => u
+            .max_message_size(MAX_PAGE_MESSAGE)
+            .on_upgrade(move |ws| session(v, ws)),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The host user running the viewer, as recorded.
+fn me() -> String {
+    control::user_label(control::caller_uid())
+}
+
+fn record(v: &View, event: &str, t: &Tally) {
+    let body = RecordBody::ViewerSession {
+        event: event.to_string(),
+        via: "browser viewer".into(),
+        by: me(),
+        took_control: t.took_control,
+        input_sent: t.input_sent,
+        input_dropped: t.input_dropped,
+    };
+    if let Err(e) = control::record_viewer(&v.sb, body) {
+        eprintln!("{e}");
+    }
+}
+
+type BoxStream = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// Connect to the box's stream from inside its network namespace; with it, the origin of the
+/// page the browser shows now (later ones arrive on the stream).
+async fn connect_box(v: &View) -> Result<(BoxStream, String), String> {
+    let sb = v.sb.clone();
+    let (port, stream, url) = tokio::task::spawn_blocking(move || {
+        let port = sidecar::stream_port(&sb)?;
+        let stream = crate::service::connect_inside(&sb.paths, sidecar::SERVICE, port)
+            .map_err(|e| format!("cannot reach the box's stream ({e})"))?;
+        Ok::<_, String>((port, stream, sidecar::page_url(&sb)))
+    })
+    .await
+    .map_err(|e| format!("the connecting task failed ({e})"))??;
+    stream
+        .set_nonblocking(true)
+        .map_err(|e| format!("cannot use the box's stream ({e})"))?;
+    let stream = tokio::net::TcpStream::from_std(stream)
+        .map_err(|e| format!("cannot use the box's stream ({e})"))?;
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_BOX_MESSAGE))
+        .max_frame_size(Some(MAX_BOX_MESSAGE));
+    let handshake = tokio_tungstenite::client_async_with_config(
+        format!("ws://127.0.0.1:{port}/"),
+        stream,
+        Some(config),
+    );
+    let origin = url.as_deref().map(origin_of).unwrap_or_default();
+    match tokio::time::timeout(CONNECT, handshake).await {
+        Ok(Ok((ws, _))) => Ok((ws, origin)),
+        Ok(Err(e)) => Err(format!("the box's stream refused the handshake ({e})")),
+        Err(_) => Err("the box's stream did not answer the handshake".into()),
+    }
+}
+
+/// What h5i passes to the page of one message from the box: a checked frame, re-encoded; a
+/// URL only updates `origin`.
+fn from_box(text: &str, origin: &mut String) -> Option<String> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    match v["type"].as_str()? {
+        "frame" => {
+            let data = v["data"].as_str()?;
+            let base64 = !data.is_empty()
+                && data
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
+            if !base64 {
+                return None;
+            }
+            Some(
+                json!({
+                    "type": "frame",
+                    "seq": v["seq"].as_u64().unwrap_or(0),
+                    "data": data,
+                })
+                .to_string(),
+            )
+        }
+        "url" => {
+            *origin = origin_of(v["url"].as_str()?);
+            None
+        }
+        _ => None,
+    }
+}
+
+/// The origin of `url` as the status bar shows it: scheme and host (userinfo dropped), escapes
+/// escaped, cut from the left when too long, so the end of the host that names who owns it
+/// always shows.
+fn origin_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let host = authority.rsplit('@').next().unwrap_or("");
+    let whole = if scheme.is_empty() {
+        url.split([':', ',']).next().unwrap_or("").to_string() + ":"
+    } else {
+        format!("{scheme}://{host}")
+    };
+    let shown = crate::escape::escape_controls(&whole);
+    let chars: Vec<char> = shown.chars().collect();
+    if chars.len() <= ORIGIN_MAX {
+        return shown;
+    }
+    let tail: String = chars[chars.len() - (ORIGIN_MAX - 1)..].iter().collect();
+    format!("…{tail}")
+}
+
+/// What the page asked for.
+enum FromPage {
+    /// An input event to pass to the box.
+    Input(String),
+    /// Taking or handing back control was done (or refused: the text says why).
+    Control(Option<String>),
+    /// Nothing to do.
+    Nothing,
+}
+
+/// Judge one message from the page.
+async fn from_page(v: &Arc<View>, text: &str, t: &mut Tally) -> FromPage {
+    let Ok(Value::Object(msg)) = serde_json::from_str::<Value>(text) else {
+        return FromPage::Nothing;
+    };
+    let kind = msg.get("type").and_then(Value::as_str).unwrap_or("");
+    if INPUT.contains(&kind) {
+        let c = control::read(&v.sb.paths);
+        if c.holder == Holder::Human && c.taken_by_uid == Some(control::caller_uid()) {
+            t.input_sent += 1;
+            return FromPage::Input(Value::Object(msg).to_string());
+        }
+        t.input_dropped += 1;
+        return FromPage::Nothing;
+    }
+    let take = match kind {
+        "take" => true,
+        "release" => false,
+        _ => return FromPage::Nothing,
+    };
+    let (store, name) = (v.store.clone(), v.sb.manifest.name.clone());
+    let done = tokio::task::spawn_blocking(move || {
+        if take {
+            control::take(&store, &name)
+        } else {
+            control::release(&store, &name)
+        }
+    })
+    .await;
+    match done {
+        Ok(Ok(_)) => {
+            t.took_control |= take;
+            FromPage::Control(None)
+        }
+        Ok(Err(e)) => FromPage::Control(Some(e.to_string())),
+        Err(e) => FromPage::Control(Some(format!(
+            "refusing: the control change failed ({e}); to fix: use `h5i browser take|release`"
+        ))),
+    }
+}
+
+/// h5i's status line for the page.
+fn status(v: &View, t: &Tally, origin: &str, error: Option<&str>) -> String {
+    let c = control::read(&v.sb.paths);
+    let holder = match (c.holder, c.taken_by_uid) {
+        (Holder::Human, Some(uid)) => format!("human: {}", control::user_label(uid)),
+        (h, _) => h.as_str().to_string(),
+    };
+    json!({
+        "type": "h5i",
+        "box": v.sb.manifest.name,
+        "holder": holder,
+        "mine": c.holder == Holder::Human && c.taken_by_uid == Some(control::caller_uid()),
+        "origin": origin,
+        "egress": v.egress,
+        "input_sent": t.input_sent,
+        "input_dropped": t.input_dropped,
+        "error": error,
+    })
+    .to_string()
+}
+
+/// One page's session: the box's stream out, the human's input in (while they hold the lock).
+async fn session(v: Arc<View>, page: WebSocket) {
+    let mut t = Tally::default();
+    record(&v, "opened", &t);
+    let (mut page_tx, mut page_rx) = page.split();
+    let (upstream, mut origin) = match connect_box(&v).await {
+        Ok(s) => s,
+        Err(e) => {
+            let text = status(
+                &v,
+                &t,
+                "",
+                Some(&format!(
+                    "refusing: {e}; to fix: start the box's browser with a run"
+                )),
+            );
+            let _ = page_tx.send(PageMessage::Text(text.into())).await;
+            record(&v, "closed", &t);
+            return;
+        }
+    };
+    let (mut box_tx, mut box_rx) = upstream.split();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        let said = tokio::select! {
+            m = box_rx.next() => match m {
+                Some(Ok(BoxMessage::Text(text))) => from_box(&text, &mut origin),
+                Some(Ok(BoxMessage::Close(_)) | Err(_)) | None => break,
+                Some(Ok(_)) => None,
+            },
+            m = page_rx.next() => match m {
+                Some(Ok(PageMessage::Text(text))) => match from_page(&v, &text, &mut t).await {
+                    FromPage::Input(line) => {
+                        if box_tx.send(BoxMessage::Text(line.into())).await.is_err() {
+                            break;
+                        }
+                        None
+                    }
+                    FromPage::Control(error) => Some(status(&v, &t, &origin, error.as_deref())),
+                    FromPage::Nothing => Some(status(&v, &t, &origin, None)),
+                },
+                Some(Ok(PageMessage::Close(_)) | Err(_)) | None => break,
+                Some(Ok(_)) => None,
+            },
+            _ = tick.tick() => Some(status(&v, &t, &origin, None)),
+        };
+        if let Some(text) = said {
+            if page_tx.send(PageMessage::Text(text.into())).await.is_err() {
+                break;
+            }
+        }
+    }
+    record(&v, "closed", &t);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_is_passed_only_as_checked_base64_and_anything_else_is_dropped() {
+        let mut origin = String::new();
+        let frame = r#"{"type":"frame","seq":3,"data":"/9j/4AAQ+/=","metadata":{"deviceWidth":1280,"deviceHeight":720}}"#;
+        let out: Value = serde_json::from_str(&from_box(frame, &mut origin).unwrap()).unwrap();
+        assert_eq!(out["seq"], 3);
+        assert_eq!(out["data"], "/9j/4AAQ+/=");
+        for bad in [
+            r#"{"type":"frame","data":"\"><script>x</script>"}"#,
+            r#"{"type":"frame","data":""}"#,
+            r#"{"type":"console","text":"\u001b]52;c;AAAA\u0007"}"#,
+            r#"{"type":"status"}"#,
+            "not json",
+        ] {
+            assert!(from_box(bad, &mut origin).is_none(), "{bad}");
+        }
+        assert!(from_box(
+            r#"{"type":"url","url":"http://u:p@a.test:3000/x?y"}"#,
+            &mut origin
+        )
+        .is_none());
+        assert_eq!(origin, "http://a.test:3000");
+    }
+
+    #[test]
+    fn a_long_origin_is_cut_from_the_left_and_escapes_are_escaped() {
+        let long = format!("https://bank.example.{}.evil.test/login", "x".repeat(80));
+        let shown = origin_of(&long);
+        assert!(
+            shown.starts_with('…') && shown.ends_with(".evil.test"),
+            "{shown}"
+        );
+        assert_eq!(shown.chars().count(), ORIGIN_MAX);
+        let esc = origin_of("http://a\u{1b}]0;t\u{7}.test/");
+        assert!(!esc.contains('\u{1b}'), "{esc:?}");
+        assert_eq!(origin_of("about:blank"), "about:");
+    }
+}
