@@ -373,13 +373,7 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
         if ready[fds.len() - 1] {
             break;
         }
-        let mut i = 0;
-        for s in streams.iter_mut().filter(|s| s.from.is_some()) {
-            if ready[i] {
-                s.pump();
-            }
-            i += 1;
-        }
+        pump_ready(&mut streams, &ready);
     }
     let status = child.wait()?;
     // SAFETY: closing the pidfd this function opened, once.
@@ -405,6 +399,14 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
     Ok(ran)
 }
 
+/// Pump each open stream `ready` (in the order of the open streams) says is readable.
+fn pump_ready(streams: &mut [Stream; 2], ready: &[bool]) {
+    let open = streams.iter_mut().filter(|s| s.from.is_some());
+    for (s, _) in open.zip(ready).filter(|(_, r)| **r) {
+        s.pump();
+    }
+}
+
 /// Fork a copy of the shim that passes on what is left of `streams` (blocking again) until
 /// each ends; the shim itself goes on to record and exit.
 fn pass_on_after(mut streams: [Stream; 2]) {
@@ -428,13 +430,7 @@ fn pass_on_after(mut streams: [Stream; 2]) {
             break;
         }
         let ready = poll_readable(&fds);
-        let mut i = 0;
-        for s in streams.iter_mut().filter(|s| s.from.is_some()) {
-            if ready[i] {
-                s.pump();
-            }
-            i += 1;
-        }
+        pump_ready(&mut streams, &ready);
     }
     // SAFETY: ending the forked copy without running the parent's exit handlers.
     unsafe { libc::_exit(0) }
