@@ -136,6 +136,12 @@ enabled = false
 
 [otel]
 exporter = "none"
+
+# Codex's shell snapshot wraps every command in a preamble of its own (and runs a shell at
+# start to take it): h5i's tee shim would record the wrapper, not the command the model asked
+# for, and the box's two accounts of what ran could not be compared.
+[features]
+shell_snapshot = false
 "#;
 
 /// Codex's system `config.toml` for one run: the switches, and when the run's credential proxy
@@ -214,6 +220,7 @@ mod tests {
             "check_for_update_on_startup = false",
             "[analytics]\nenabled = false",
             "[otel]\nexporter = \"none\"",
+            "[features]\nshell_snapshot = false",
         ] {
             assert!(off.contains(line), "{line}: {off}");
         }

@@ -104,6 +104,7 @@ pub fn export_box(
         policy_digest: &sb.manifest.policy_digest,
         proposal: read_proposal(&sb.paths.spool())?,
         box_profile: &policy.profile,
+        tee_shim: crate::capture::tee_shim_wired(&policy),
         unchecked_secrets: &scan.unchecked,
     })?;
     crate::events::append(

@@ -105,8 +105,9 @@ pub fn binds_for(
         return Ok(CaptureBinds::default());
     };
     check_mount_point(policy, runtime)?;
-    let programs = vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))];
+    let mut programs = vec![(hook.to_path_buf(), PathBuf::from(HOOK_IN_BOX))];
     if runtime == AgentRuntime::Codex {
+        programs.extend(tee_shim_binds(policy, hook));
         return Ok(CaptureBinds {
             dirs: Vec::new(),
             programs,
@@ -121,6 +122,27 @@ pub fn binds_for(
         dirs: vec![(dir, PathBuf::from(CLAUDE_MANAGED_DIR))],
         programs,
     })
+}
+
+/// The tee shim's binds for a Codex box at a kernel tier (`h5i_hook::tee_shim`): the host's
+/// bash at the shim's [`REAL_BASH`](h5i_hook::tee_shim::REAL_BASH), and `hook` over each
+/// `bash` of the box that its read grants bring in. None when the host has no bash (the box
+/// then has none to run either).
+fn tee_shim_binds(policy: &ResolvedPolicy, hook: &Path) -> Vec<(PathBuf, PathBuf)> {
+    use h5i_hook::tee_shim::{REAL_BASH, SHIM_AT};
+    let Some(bash) = SHIM_AT.iter().find_map(|p| std::fs::canonicalize(p).ok()) else {
+        return Vec::new();
+    };
+    let granted = |p: &Path| policy.fs.read.iter().any(|g| p.starts_with(g));
+    let mut binds = vec![(bash, PathBuf::from(REAL_BASH))];
+    binds.extend(
+        SHIM_AT
+            .iter()
+            .map(Path::new)
+            .filter(|p| granted(p))
+            .map(|p| (hook.to_path_buf(), p.to_path_buf())),
+    );
+    binds
 }
 
 /// The file Claude Code reads in its managed folder.
@@ -242,6 +264,42 @@ pub fn read_staged(mut claim: Value) -> (Value, Option<String>) {
     (claim, Some(payload))
 }
 
+/// Whether h5i binds the tee shim into `policy`'s boxes (a Codex box at a kernel tier), so
+/// each command its agent runs should have a `tee-shim` record beside the hooks' tool call.
+pub fn tee_shim_wired(policy: &ResolvedPolicy) -> bool {
+    policy.agent == Some(AgentRuntime::Codex)
+        && matches!(
+            policy.tier,
+            h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
+        )
+}
+
+/// A staged `command` claim (the tee shim's), read: the claim with its output heads taken out
+/// (the payload the host stores, as JSON `{"stdout": ..., "stderr": ...}`), and `unparsed:
+/// true` in it when its summary is not the shim's shape (`command` and `cwd` strings, `exit`
+/// and `signal` integers or null), so the report never shows a forged shape as a command.
+pub fn read_command(mut claim: Value) -> (Value, Option<String>) {
+    let Some(obj) = claim.as_object_mut() else {
+        return (claim, None);
+    };
+    let mut out = serde_json::Map::new();
+    for key in ["stdout", "stderr"] {
+        if let Some(v) = obj.remove(key) {
+            out.insert(key.into(), v);
+        }
+    }
+    let int_or_null = |v: Option<&Value>| v.is_some_and(|v| v.is_null() || v.is_i64());
+    let shaped = obj.get("command").is_some_and(Value::is_string)
+        && obj.get("cwd").is_some_and(Value::is_string)
+        && int_or_null(obj.get("exit"))
+        && int_or_null(obj.get("signal"));
+    if !shaped {
+        obj.insert("unparsed".into(), Value::Bool(true));
+    }
+    let payload = (!out.is_empty()).then(|| Value::Object(out).to_string());
+    (claim, payload)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,6 +358,25 @@ mod tests {
         assert_eq!(claim["tool_use_id"], "toolu_1");
         assert_eq!(claim["command"], "cat /work/a");
         assert!(claim.get("payload").is_none());
+    }
+
+    #[test]
+    fn a_shim_command_keeps_its_summary_and_its_output_goes_to_the_payload() {
+        let (c, raw) = read_command(json!({"kind": "command", "lane": "tee-shim",
+            "command": "cat a", "cwd": "/work", "exit": 0, "signal": null,
+            "stdout": "hi\n", "stderr": ""}));
+        assert_eq!(c["command"], "cat a");
+        assert!(c.get("stdout").is_none() && c.get("unparsed").is_none());
+        let raw: Value = serde_json::from_str(&raw.unwrap()).unwrap();
+        assert_eq!(raw["stdout"], "hi\n");
+        // A forged shape: no command, an exit that is not a number.
+        for forged in [
+            json!({"kind": "command", "cwd": "/", "exit": 0}),
+            json!({"kind": "command", "command": "x", "cwd": "/", "exit": "0"}),
+            json!({"kind": "command", "command": ["x"], "cwd": "/", "exit": 0}),
+        ] {
+            assert_eq!(read_command(forged).0["unparsed"], true);
+        }
     }
 
     #[test]

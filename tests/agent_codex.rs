@@ -143,6 +143,40 @@ fn codex_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
             ("Bash", "printf"),
         ],
     );
+    if tier != "container" {
+        shim_recorded_each_command(&c, &report, tier);
+    }
+}
+
+/// Each command Codex ran, as the tee shim h5i binds over the box's bash recorded it: listed
+/// under the run in the `tee-shim` lane, in the script's order, each with its exit and working
+/// directory; the two box-side accounts (the hooks' `Bash` calls and the shim's commands) agree,
+/// so "Evidence problems" names no gap; and each command's output head is stored, redacted,
+/// as a payload (the first `cat` printed the file before the fix).
+fn shim_recorded_each_command(c: &common::Caller, report: &str, tier: &str) {
+    let want = [
+        "cat greeting.txt",
+        "cat greeting.txt",
+        "python3 -c",
+        "curl -sS",
+        "printf",
+    ];
+    let listed = agent::listed_under_run(report, "codex", "tee-shim");
+    assert_eq!(listed.len(), want.len(), "at {tier}: {listed:#?}\n{report}");
+    for (line, cmd) in listed.iter().zip(want) {
+        assert!(
+            line.contains(&format!("`tee-shim` (box-claimed) `{cmd}"))
+                && line.ends_with("— exit 0 in `/work`"),
+            "at {tier}, {cmd}: {line}"
+        );
+    }
+    let problems = agent::problems_section(report);
+    assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
+    let payloads = agent::payloads_of(c, "cx", "tee-shim");
+    assert_eq!(payloads.len(), want.len(), "{payloads:?}");
+    let first: Value =
+        serde_json::from_str(&std::fs::read_to_string(&payloads[0]).unwrap()).unwrap();
+    assert_eq!(first["stdout"], "helo wrld\n", "{first}");
 }
 
 /// Codex loaded h5i's skill (the one embedded in h5i, in Codex's read-only system folder): the
@@ -228,5 +262,103 @@ fn codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h
         "codex_fixes_a_file_at_the_container_tier_and_the_box_never_holds_the_key_as_h5i_test";
     if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
         codex_fixes_the_greeting(test, "container", true);
+    }
+}
+
+/// What a hostile box stages for a run: a `Bash` call (PreToolUse and PostToolUse) its hooks
+/// never made, a `tee-shim` record of a command nothing ran, and shim records h5i must refuse or
+/// not read: raw escapes (not JSON), an escape in a string, one over the spool's cap, and one
+/// of the wrong shape.
+const FORGE: &str = r#"
+import json, os
+sp = os.environ["H5I_ENV_CAPTURE_SPOOL"]
+def put(name, text):
+    with open(os.path.join(sp, name), "w") as f:
+        f.write(text)
+def call(ev):
+    hook = {"hook_event_name": ev, "tool_name": "Bash", "tool_use_id": "forged-1",
+            "tool_input": {"command": "ls"}}
+    return json.dumps({"kind": "tool-call", "lane": "inbox-capture", "source": "codex",
+                       "payload": json.dumps(hook)})
+def shim(**k):
+    return json.dumps(dict({"kind": "command", "lane": "tee-shim", "cwd": "/work", "exit": 0}, **k))
+put("tool-call-1.json", call("PreToolUse"))
+put("tool-call-2.json", call("PostToolUse"))
+put("command-1.json", shim(command="rm -rf /", signal=None, stdout="", stderr=""))
+put("command-2.json", '{"kind":"command","lane":"tee-shim","command":"\x1b]52;c;aGk=\x07"}')
+put("command-3.json", shim(command="a" * 100000))
+put("command-4.json", shim(command=["x"], exit="0"))
+put("command-5.json", shim(command="\x1b[2J"))
+print("forged")
+"#;
+
+/// The tee shim at `tier`, without a model: a person's `bash -c` in a Codex box passes through
+/// unchanged (its output bytes, escapes and all, and its exit code) and is recorded in the
+/// `tee-shim` lane with its output head as a payload, with no finding (no agent ran it); then
+/// the box forges its account ([`FORGE`]) and every forged or hostile record is a finding in
+/// "Evidence problems", never a line that reads as a command that ran, and no escape byte
+/// reaches report.md.
+fn forged_shim_records_are_findings(test: &str, tier: &str) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, false);
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, Vec::new()) else {
+        return;
+    };
+    let env = m.env(&CODEX_AGENT);
+    let person = "printf '\\033[31mred\\n'; echo err >&2; exit 3";
+    let out = c.h5i_bounded(
+        &["box", "run", "cx", "--", "bash", "-c", person],
+        &env,
+        agent::SESSION_LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", common::stderr(&out));
+    assert_eq!(out.stdout, b"\x1b[31mred\n");
+    assert!(common::stderr(&out).contains("err"));
+    let out = c.h5i_bounded(
+        &["box", "run", "cx", "--", "python3", "-c", FORGE],
+        &env,
+        agent::SESSION_LIMIT,
+    );
+    assert_eq!(common::stdout(&out), "forged\n", "{}", common::stderr(&out));
+    let report = agent::export_report(&c, "cx");
+    assert!(
+        !report.contains('\x1b') && !report.contains('\x07'),
+        "{report:?}"
+    );
+    let listed = agent::listed_under_run(&report, "bash", "tee-shim");
+    assert_eq!(listed.len(), 1, "{report}");
+    assert!(listed[0].ends_with("— exit 3 in `/work`"), "{}", listed[0]);
+    let problems = agent::problems_section(&report);
+    for finding in [
+        "the box's hooks claim the `Bash` call `ls` ran, and its shell shim recorded no such command",
+        "the shell shim recorded `rm -rf /`, which no tool call the box claims ran",
+        "a staged command h5i could not read",
+        "`command-2.json` was refused (not JSON",
+        "`command-3.json` was refused (",
+        "`command-5.json` was refused (a string holds control characters",
+    ] {
+        assert!(problems.contains(finding), "at {tier}, {finding}: {problems}");
+    }
+    assert!(!problems.contains("printf"), "{problems}");
+    let payloads = agent::payloads_of(&c, "cx", "tee-shim");
+    let first: Value =
+        serde_json::from_str(&std::fs::read_to_string(&payloads[0]).unwrap()).unwrap();
+    assert_eq!(first["stdout"], "\\x1b[31mred\n", "{first}");
+    assert_eq!(first["stderr"], "err\n", "{first}");
+}
+
+#[test]
+fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_process_tier() {
+    let test = "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_process_tier";
+    if agent::have_agent(test, CODEX) {
+        forged_shim_records_are_findings(test, "process");
+    }
+}
+
+#[test]
+fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_supervised_tier() {
+    let test =
+        "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_supervised_tier";
+    if agent::have_agent(test, CODEX) {
+        forged_shim_records_are_findings(test, "supervised");
     }
 }

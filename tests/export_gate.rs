@@ -165,6 +165,7 @@ impl Fixture {
             policy_digest: "sha256:feed",
             proposal: None,
             box_profile: "default",
+            tee_shim: false,
             unchecked_secrets: &[],
         }
     }
@@ -844,6 +845,7 @@ fn crash_child_helper() {
         policy_digest: "sha256:feed",
         proposal: None,
         box_profile: "default",
+        tee_shim: false,
         unchecked_secrets: &[],
     };
     let _ = export_with_hook(&req, &mut |name| {

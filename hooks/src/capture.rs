@@ -64,12 +64,19 @@ pub fn stage(spool: &Path, source: &str, input: impl Read) -> io::Result<PathBuf
     if cut {
         record["payload_cut"] = serde_json::Value::Bool(true);
     }
-    let bytes = serde_json::to_vec(&record).map_err(io::Error::other)?;
+    write_entry(spool, PREFIX, &record)
+}
+
+/// Write `record` as a new spool entry named `PREFIX<nanoseconds>-<pid>.json`, so the spool's
+/// name order is the order of staging for each prefix; never replacing an entry or following
+/// a link. The entry's path.
+pub fn write_entry(spool: &Path, prefix: &str, record: &serde_json::Value) -> io::Result<PathBuf> {
+    let bytes = serde_json::to_vec(record).map_err(io::Error::other)?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    let path = spool.join(format!("{PREFIX}{now:024}-{}.json", std::process::id()));
+    let path = spool.join(format!("{prefix}{now:024}-{}.json", std::process::id()));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -37,4 +37,5 @@ pub mod spool;
 pub mod state;
 pub mod sys;
 pub mod tap;
+pub mod tee_shim;
 pub mod uplink;

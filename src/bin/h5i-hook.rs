@@ -3,9 +3,17 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)\n       bash ARGS   (h5i-hook bound over a Codex box's bash: the tee shim, which records each `-c` command)";
 
 fn main() {
+    // Bound over a Codex box's bash, h5i-hook is the tee shim (h5i_hook::tee_shim).
+    let mut args = std::env::args_os();
+    if let Some(argv0) = args
+        .next()
+        .filter(|a| h5i_hook::tee_shim::invoked_as_shell(a))
+    {
+        h5i_hook::tee_shim::main(argv0, args.collect());
+    }
     h5i_log::init("h5i-hook");
     let arg = std::env::args().nth(1);
     let result = match arg.as_deref() {

@@ -132,6 +132,8 @@ pub struct ExportRequest<'a> {
     pub proposal: Option<String>,
     /// The profile the box was resolved from (whose policy a `.h5i/` change is compared on).
     pub box_profile: &'a str,
+    /// Whether h5i bound the tee shim into the box (`crate::capture::tee_shim_wired`).
+    pub tee_shim: bool,
     /// Granted secrets not scanned for (`--skip-secret-check`), `NAME (env:VAR)`.
     pub unchecked_secrets: &'a [String],
 }
@@ -200,6 +202,7 @@ pub fn export_with_hook(
         gated: &gated,
         patch_sha256: &patch_sha256,
         notices: &notices,
+        tee_shim: req.tee_shim,
     };
     let rendered = report::render_report(&input, req.redactor, req.caps.report)?;
     let receipt = report::render_receipt(&input, req.redactor, req.caps.receipt)?;

@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 
 use h5i_broker::receipt_log::ReceiptReadout;
 use h5i_broker::redact::Redactor;
-use h5i_policy::receipt::{ExitOutcome, ReceiptRecord, RecordBody};
+use h5i_policy::receipt::{ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
 use h5i_policy::Tier;
 use serde_json::{json, Value};
 
@@ -70,6 +70,10 @@ pub struct ReportInput<'a> {
     /// Lines the reader must see before anything else (a skipped secret scan, a policy
     /// change); rendered through the report's escaper.
     pub notices: &'a [String],
+    /// Whether h5i bound the tee shim into the box (`crate::capture::tee_shim_wired`): each
+    /// `Bash` call its hooks claim should have the shim's record of the command, and a
+    /// `tee-shim` record in any other box is forged.
+    pub tee_shim: bool,
 }
 
 /// A rendered `report.md`.
@@ -459,6 +463,9 @@ fn what_ran(
         if let Some(call) = calls.iter().find(|k| k.records[0].record.seq == r.seq) {
             let _ = writeln!(out, "  - {}", call.line(c));
         }
+        if let Some(cmd) = as_shim_command(r) {
+            let _ = writeln!(out, "  - {}", cmd.line(c));
+        }
         if let RecordBody::Run {
             argv,
             tier,
@@ -490,7 +497,11 @@ fn what_ran(
         .receipts
         .records
         .iter()
-        .filter(|r| matches!(r.body, RecordBody::BoxClaimed { .. }) && as_tool_call(r).is_none())
+        .filter(|r| {
+            matches!(r.body, RecordBody::BoxClaimed { .. })
+                && as_tool_call(r).is_none()
+                && as_shim_command(r).is_none()
+        })
         .collect();
     if !claims.is_empty() {
         out.push_str("Box-claimed records (the box's own account, not observed by h5i):\n\n");
@@ -531,17 +542,19 @@ struct ToolRecord<'a> {
     unparsed: bool,
 }
 
-fn as_tool_call(r: &ReceiptRecord) -> Option<ToolRecord<'_>> {
-    let RecordBody::BoxClaimed {
-        claimed_kind,
-        claim,
-    } = &r.body
-    else {
-        return None;
-    };
-    if claimed_kind != h5i_hook::capture::KIND {
-        return None;
+/// A box-claimed record's claim, when the record claims `kind`.
+fn claim_of<'a>(r: &'a ReceiptRecord, kind: &str) -> Option<&'a Value> {
+    match &r.body {
+        RecordBody::BoxClaimed {
+            claimed_kind,
+            claim,
+        } if claimed_kind == kind => Some(claim),
+        _ => None,
     }
+}
+
+fn as_tool_call(r: &ReceiptRecord) -> Option<ToolRecord<'_>> {
+    let claim = claim_of(r, h5i_hook::capture::KIND)?;
     let s = |k: &str| claim.get(k).and_then(Value::as_str);
     Some(ToolRecord {
         record: r,
@@ -616,6 +629,140 @@ impl ToolCall<'_> {
             _ => None,
         }
     }
+}
+
+/// A `tee-shim` `command` record's summary (see `crate::capture::read_command`).
+struct ShimCommand<'a> {
+    record: &'a ReceiptRecord,
+    command: Option<&'a str>,
+    cwd: Option<&'a str>,
+    exit: Option<i64>,
+    signal: Option<i64>,
+}
+
+fn as_shim_command(r: &ReceiptRecord) -> Option<ShimCommand<'_>> {
+    let claim = claim_of(r, h5i_hook::tee_shim::KIND).filter(|_| r.lane == ReceiptLane::TeeShim)?;
+    let unparsed = claim.get("unparsed").is_some_and(|u| u == true);
+    let s = |k: &str| claim.get(k).and_then(Value::as_str).filter(|_| !unparsed);
+    Some(ShimCommand {
+        record: r,
+        command: s("command"),
+        cwd: s("cwd"),
+        exit: claim.get("exit").and_then(Value::as_i64),
+        signal: claim.get("signal").and_then(Value::as_i64),
+    })
+}
+
+impl ShimCommand<'_> {
+    fn line(&self, c: &dyn Fn(&str) -> String) -> String {
+        let Some(command) = self.command else {
+            return format!(
+                "#{} {} (a staged command h5i could not read)",
+                self.record.seq,
+                lane_label(self.record)
+            );
+        };
+        let what = shown(c, command);
+        let ended = match (self.exit, self.signal) {
+            (Some(code), _) => format!("exit {code}"),
+            (None, Some(sig)) => format!("killed by signal {sig}"),
+            (None, None) => "no exit claimed".to_string(),
+        };
+        format!(
+            "#{} {} {} — {ended} in {}",
+            self.record.seq,
+            lane_label(self.record),
+            code(&what),
+            code(&c(self.cwd.unwrap_or("?")))
+        )
+    }
+}
+
+/// Box-supplied text as the report shows it inline: escaped, cut to [`CLAIM_SHOWN`].
+fn shown(c: &dyn Fn(&str) -> String, text: &str) -> String {
+    let what = c(text);
+    if what.chars().count() > CLAIM_SHOWN {
+        what.chars().take(CLAIM_SHOWN).collect::<String>() + " …"
+    } else {
+        what
+    }
+}
+
+/// Where the box's two accounts of what ran disagree, per run (the records between one
+/// host-observed run and the next): each `Bash` call its hooks claim should have the shim's
+/// record of the same command, and each shim record a `Bash` call; with no shim in the box,
+/// every `tee-shim` record is forged. A shim record h5i could not read is a finding too.
+fn shim_gaps(input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) -> Vec<String> {
+    let records = &input.receipts.records;
+    let mut problems = Vec::new();
+    let mut segments: Vec<&[ReceiptRecord]> = Vec::new();
+    let mut from = 0;
+    for (i, r) in records.iter().enumerate() {
+        if matches!(r.body, RecordBody::Run { .. }) {
+            segments.push(&records[from..i]);
+            from = i;
+        }
+    }
+    segments.push(&records[from..]);
+    for seg in segments {
+        let shim: Vec<ShimCommand<'_>> = seg.iter().filter_map(as_shim_command).collect();
+        if !input.tee_shim {
+            problems.extend(shim.iter().map(|s| {
+                format!(
+                    "- record #{}: a `tee-shim` record, but h5i binds no shell shim into this box: the box forged it",
+                    s.record.seq
+                )
+            }));
+            continue;
+        }
+        // A run of the agent, or one whose box claims tool calls: each command should be in
+        // both accounts. (A person's `box run -- bash -c ...` has a shim record and no call.)
+        let agent_run = seg.first().is_some_and(|r| {
+            matches!(&r.body, RecordBody::Run { argv, .. }
+                if argv.first().is_some_and(|a| a.rsplit('/').next() == Some("codex")))
+        });
+        let calls = tool_calls(seg);
+        let cross_check = agent_run || !calls.is_empty();
+        let mut unmatched: Vec<&ShimCommand<'_>> = Vec::new();
+        for s in &shim {
+            if s.command.is_none() {
+                problems.push(format!(
+                    "- record #{}: a staged command h5i could not read (not the shell shim's shape)",
+                    s.record.seq
+                ));
+            } else {
+                unmatched.push(s);
+            }
+        }
+        if !cross_check {
+            continue;
+        }
+        for call in &calls {
+            let first = &call.records[0];
+            if first.tool != Some("Bash") || first.unparsed {
+                continue;
+            }
+            let Some(cmd) = first.what else { continue };
+            match unmatched.iter().position(|s| s.command == Some(cmd)) {
+                Some(at) => {
+                    unmatched.remove(at);
+                }
+                None => problems.push(format!(
+                    "- record #{}: the box's hooks claim the `Bash` call {} ran, and its shell shim recorded no such command: what the box says ran and what ran may differ",
+                    first.record.seq,
+                    code(&shown(c, cmd))
+                )),
+            }
+        }
+        problems.extend(unmatched.iter().map(|s| {
+            format!(
+                "- record #{}: the shell shim recorded {}, which no tool call the box claims ran: what the box says ran and what ran may differ",
+                s.record.seq,
+                code(&shown(c, s.command.unwrap_or("")))
+            )
+        }));
+    }
+    problems
 }
 
 /// Every staged tool call in log order, each with its records (grouped by call id within
@@ -791,6 +938,7 @@ fn evidence_problems(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str)
             .iter()
             .filter_map(|k| k.gap(c)),
     );
+    problems.extend(shim_gaps(input, c));
     let host_runs = input
         .receipts
         .records
@@ -827,7 +975,7 @@ mod tests {
     use super::*;
     use h5i_broker::receipt_log::DamagedLine;
     use h5i_broker::redact::SecretValue;
-    use h5i_policy::receipt::{EgressTally, ReceiptLane};
+    use h5i_policy::receipt::EgressTally;
 
     fn run(
         seq: u64,
@@ -890,6 +1038,7 @@ mod tests {
             gated: g,
             patch_sha256: "ff",
             notices: &[],
+            tee_shim: false,
         }
     }
 

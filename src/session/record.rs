@@ -142,12 +142,26 @@ fn ingest_spool(
                 };
                 (body, raw)
             }
+            RecordBody::BoxClaimed {
+                claimed_kind,
+                claim,
+            } if claimed_kind == h5i_hook::tee_shim::KIND
+                && entry.lane == h5i_policy::receipt::ReceiptLane::TeeShim =>
+            {
+                let (claim, raw) = crate::capture::read_command(claim);
+                let body = RecordBody::BoxClaimed {
+                    claimed_kind,
+                    claim,
+                };
+                (body, raw)
+            }
             body => (body, None),
         };
         let (body, mut redactions) = redact_body(body, redactor);
         let payload = match raw {
             Some(raw) => Some(store_payload(
                 sb,
+                entry.lane,
                 at_ms,
                 i,
                 &raw,
@@ -180,6 +194,7 @@ pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 /// name (h5i's, never the box's), for the record to name.
 fn store_payload(
     sb: &StoredBox,
+    lane: h5i_policy::receipt::ReceiptLane,
     at_ms: u64,
     index: usize,
     raw: &str,
@@ -192,7 +207,7 @@ fn store_payload(
     while !clean.is_char_boundary(end) {
         end -= 1;
     }
-    let name = format!("inbox-{at_ms}-{index}.txt");
+    let name = format!("{}-{at_ms}-{index}.txt", lane.as_str());
     let dir = sb.paths.payloads();
     std::fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
     crate::store::write_atomic(&dir.join(&name), &clean.as_bytes()[..end])?;

@@ -378,6 +378,15 @@ pub fn check_session(
     report
 }
 
+/// Export `name` as the caller; its report.md.
+pub fn export_report(c: &Caller, name: &str) -> String {
+    let out_dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(out_dir.path(), Some(c.uid()), Some(c.uid())).unwrap();
+    let review = out_dir.path().join("review");
+    c.ok(&["box", "export", name, "--out", review.to_str().unwrap()]);
+    std::fs::read_to_string(review.join("report.md")).unwrap()
+}
+
 /// Export `name` as the caller and apply its patch, as the caller, to a fresh clone of main:
 /// the edit lands, and the export holds no credential. Returns the export's report.md.
 pub fn exported_patch_applies(c: &Caller, name: &str, real: &str) -> String {
@@ -448,6 +457,7 @@ pub fn tool_calls_listed(
     let listed: Vec<&str> = lines[run + 1..]
         .iter()
         .take_while(|l| l.starts_with("  - #"))
+        .filter(|l| l.contains(&format!("`{lane}`")))
         .copied()
         .collect();
     assert_eq!(listed.len(), calls.len(), "{ran}");
@@ -461,9 +471,50 @@ pub fn tool_calls_listed(
     let problems = report.split("## Evidence problems").nth(1).unwrap_or("");
     assert!(!problems.contains("call started and never"), "{problems}");
     assert!(!problems.contains("could not read"), "{problems}");
-    let payloads = c.box_dir(name).join("payloads");
-    assert_eq!(
-        std::fs::read_dir(&payloads).unwrap().count(),
-        2 * calls.len()
-    );
+    assert_eq!(payloads_of(c, name, lane).len(), 2 * calls.len());
+}
+
+/// The raw payloads box `name` stored for records of `lane`, in name order.
+pub fn payloads_of(c: &Caller, name: &str, lane: &str) -> Vec<std::path::PathBuf> {
+    let mut found: Vec<_> = std::fs::read_dir(c.box_dir(name).join("payloads"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{lane}-")))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The lines of report.md's "What ran" under the host-observed run of `program` that are
+/// records of `lane`.
+pub fn listed_under_run<'a>(report: &'a str, program: &str, lane: &str) -> Vec<&'a str> {
+    let ran = what_ran_section(report);
+    let lines: Vec<&str> = ran
+        .lines()
+        .filter(|l| l.trim_start().starts_with("- #"))
+        .collect();
+    let run = lines
+        .iter()
+        .position(|l| {
+            l.contains("`host-env-run` (host-observed)") && l.contains(&format!("`{program}"))
+        })
+        .unwrap_or_else(|| panic!("no host-observed run of {program}: {ran}"));
+    lines[run + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("  - #"))
+        .filter(|l| l.contains(&format!("`{lane}` (box-claimed)")))
+        .copied()
+        .collect()
+}
+
+/// The report's "Evidence problems" section.
+pub fn problems_section(report: &str) -> &str {
+    report
+        .split("## Evidence problems")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or("")
 }
