@@ -305,6 +305,9 @@ fn flight_row(r: &ReceiptRecord) -> FlightRow {
         RecordBody::Control { action, holder, by } => {
             *page = Some(format!("browser {action} by {by}: {holder} holds control"));
         }
+        RecordBody::ViewerSession { .. } => {
+            *page = Some(crate::inspect::viewer_session_line(&r.body));
+        }
         RecordBody::Page { state, visited, .. } => {
             let errors = page_errors(&r.body);
             *page = Some(format!(
