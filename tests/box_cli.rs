@@ -49,10 +49,10 @@ fn a_mistyped_verb_is_a_usage_error_naming_the_nearest_verb() {
 #[test]
 fn an_unknown_verb_with_an_argument_names_the_verb_not_the_argument() {
     let r = Repo::new();
-    let out = r.h5i(&["box", "view", "x"]);
+    let out = r.h5i(&["box", "peek", "x"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        stderr(&out).contains("unrecognized subcommand 'view'"),
+        stderr(&out).contains("unrecognized subcommand 'peek'"),
         "{}",
         stderr(&out)
     );
