@@ -30,4 +30,5 @@ Passed from the caller into a box's runs: TERM, LANG, LC_ALL, COLORTERM, NO_COLO
 Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF (for Podman);
   XDG_CACHE_HOME (the microvm tier's extracted guest kernels, under h5i/microvm)
 Set by h5i inside a box (do not set them yourself): H5I_ENV_ID, H5I_ENV_POLICY_DIGEST,
-  H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>";
+  H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>, H5I_TEE_SHIM_NESTED (a Codex box's bash shim: a
+  command inside a recorded command)";
