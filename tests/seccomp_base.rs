@@ -8,6 +8,9 @@
 //!   multiprocessing, subprocess, sqlite) and Chromium headless `--dump-dom` of a file:// page.
 //!   Each workload's script first checks, with the probe, that the base is in force in that
 //!   very box, so a pass cannot come from an unconfined run.
+//! - Claude Code and Codex run their scripted sessions under it at every tier, as root and as
+//!   the test user, in tests/agent_claude.rs and tests/agent_codex.rs: each session's box then
+//!   answers the same probe with ENOSYS (`agent::base_was_in_force`, tests/model/agent.rs).
 //!
 //! A workload whose tool this host lacks prints `skipped: <reason>` to stderr (loudly) and
 //! returns; `make setup` installs Debian's `cargo` and `chromium` (the rustup toolchain under

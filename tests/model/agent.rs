@@ -13,6 +13,7 @@
 
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::testnet::TestHosts;
@@ -375,7 +376,35 @@ pub fn check_session(
     // Nothing the box or its records hold has the key: the box directory (workspace, HOME,
     // spool, receipts) and the export.
     assert!(common::files_containing(&c.box_dir(name), agent.real.as_bytes()).is_empty());
+    base_was_in_force(c, name, tier, &m.env(agent));
     report
+}
+
+/// The agent above ran under the default-deny seccomp base (`h5i-v2`, issue 20): the same box
+/// answers a call the base leaves out with ENOSYS, where the host (no filter) answers it
+/// itself. Checked after the export, so the probe is in no patch or report the test reads.
+fn base_was_in_force(c: &mut Caller, name: &str, tier: &str, env: &[(&str, &str)]) {
+    let host = Command::new(common::probe())
+        .arg("unlisted")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&host).lines().any(|l| l == "kcmp=OK"),
+        "{}",
+        stdout(&host)
+    );
+    let probe = c.workspace(name).join("h5i-seccomp-probe");
+    common::copy_program(common::probe(), &probe);
+    let out = c.h5i_with(
+        &["box", "run", name, "--", "./h5i-seccomp-probe", "unlisted"],
+        env,
+    );
+    assert_eq!(out.status.code(), Some(0), "{tier}: {}", stderr(&out));
+    let inside = stdout(&out);
+    assert!(
+        inside.lines().any(|l| l == "kcmp=ENOSYS"),
+        "{tier}: the h5i-v2 base is not in force in the agent's box: {inside}"
+    );
 }
 
 /// Export `name` as the caller; its report.md.
