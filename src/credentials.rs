@@ -34,7 +34,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -48,6 +48,7 @@ use h5i_broker::redact::SecretValue;
 use h5i_policy::receipt::EgressTally;
 use h5i_policy::ResolvedPolicy;
 use h5i_runtime::bundle::BundlePlan;
+use h5i_sys::fd_passing::Wait;
 
 use crate::error::BoxError;
 
@@ -400,50 +401,15 @@ fn receive_and_serve(
         .map_err(|e| e.to_string())
 }
 
-/// Receive one `SCM_RIGHTS` fd (close-on-exec) from `sock`.
+/// Receive the one listener the hook sends over `sock` (close-on-exec); a message with more
+/// descriptors, or none, is refused.
 pub(crate) fn receive_fd(sock: &UnixStream) -> io::Result<OwnedFd> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut control = [0u64; 8];
-    // SAFETY: msghdr is plain data; zeroed is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: msg points at live buffers of the stated sizes for the call's duration.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut got: Option<OwnedFd> = None;
-    // SAFETY: walking the control messages the kernel just wrote into `control`, bounded by
-    // msg_controllen; each fd read from an SCM_RIGHTS payload is now owned by this process.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
-                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
-                    / std::mem::size_of::<RawFd>();
-                for k in 0..count {
-                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(k)));
-                    // Keep the first; any extra is closed on drop.
-                    if got.is_none() {
-                        got = Some(fd);
-                    }
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    if msg.msg_flags & libc::MSG_CTRUNC != 0 {
-        return Err(io::Error::other("the control message was truncated"));
-    }
-    got.ok_or_else(|| io::Error::other("no listener fd arrived"))
+    let got = h5i_sys::fd_passing::recv_with_fds(sock, &mut byte, 1, Wait::Block)?;
+    got.fds
+        .into_iter()
+        .next()
+        .ok_or_else(|| io::Error::other("no listener fd arrived"))
 }
 
 enum Waiter {

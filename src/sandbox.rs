@@ -33,7 +33,7 @@
 
 use std::fs;
 use std::io::Write as _;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -247,7 +247,8 @@ pub fn run(
         }
     };
     sweep_stale_runs(&state.container);
-    let (fds, open) = caller_stdio();
+    let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+    let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]);
     let req = RunRequest {
         argv: plan.argv.clone(),
         env,
@@ -296,15 +297,14 @@ fn base_notes(plan: &BundlePlan) -> h5i_runtime::bundle::BundleNotes {
 
 /// Which standard descriptors the caller has (closed at start stays closed), and the list to
 /// send.
-fn caller_stdio() -> (Vec<RawFd>, [bool; 3]) {
+fn caller_stdio<'a>(standard: [BorrowedFd<'a>; 3]) -> (Vec<BorrowedFd<'a>>, [bool; 3]) {
     let closed: Vec<RawFd> = h5i_runtime::stdio::closed_at_start().fds().collect();
     let mut open = [false; 3];
     let mut fds = Vec::new();
-    for fd in 0..3 {
-        // SAFETY: F_GETFD only reads the descriptor table.
-        let valid = unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1;
-        if valid && !closed.contains(&fd) {
-            open[fd as usize] = true;
+    for (n, fd) in standard.into_iter().enumerate() {
+        let valid = rustix::io::fcntl_getfd(fd).is_ok();
+        if valid && !closed.contains(&fd.as_raw_fd()) {
+            open[n] = true;
             fds.push(fd);
         }
     }

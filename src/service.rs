@@ -163,7 +163,7 @@ impl ProcId {
 
     /// A pidfd for this process, re-identified after opening (so it cannot be a recycled pid).
     fn pidfd(&self) -> Option<OwnedFd> {
-        let fd = pidfd_open(self.pid).ok()?;
+        let fd = h5i_sys::pidfd::open(self.pid).ok()?;
         self.alive().then_some(fd)
     }
 }
@@ -381,7 +381,7 @@ fn read_ready(fd: &OwnedFd, timeout: Duration) -> Option<String> {
     let mut file = fs::File::from(fd.try_clone().ok()?);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() || !poll_readable(fd.as_raw_fd(), left) {
+        if left.is_zero() || !poll_readable(fd, left) {
             return None;
         }
         let mut chunk = [0u8; 256];
@@ -491,11 +491,11 @@ fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let Some(sup) = sup else {
         return Ok(());
     };
-    if poll_readable(sup.as_raw_fd(), STOP_TIMEOUT) {
+    if poll_readable(&sup, STOP_TIMEOUT) {
         return Ok(());
     }
     signal_service(st, libc::SIGKILL);
-    if poll_readable(sup.as_raw_fd(), STOP_TIMEOUT) {
+    if poll_readable(&sup, STOP_TIMEOUT) {
         return Ok(());
     }
     Err(BoxError::BadRequest {
@@ -520,7 +520,7 @@ fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
         return false;
     };
     if st.tier == Tier::Process.as_str() {
-        pidfd_send_signal(&fd, sig)
+        h5i_sys::pidfd::send_signal(&fd, sig).is_ok()
     } else {
         // SAFETY: kill(2) on the group the re-identified service leads; no memory involved.
         // The pidfd held open keeps the pid (and so the group id) from being recycled.
@@ -1059,52 +1059,9 @@ fn netns_ino(pid: i32) -> Option<u64> {
         .map(|m| m.ino())
 }
 
-fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the fd was just returned by the kernel and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-fn pidfd_send_signal(fd: &OwnedFd, sig: libc::c_int) -> bool {
-    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            fd.as_raw_fd(),
-            sig,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        ) == 0
-    }
-}
-
 /// Whether `fd` became readable within `timeout` (a pidfd: the process ended).
-fn poll_readable(fd: RawFd, timeout: Duration) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let ms = i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX);
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd for the length of the call.
-        let n = unsafe { libc::poll(&mut p, 1, ms) };
-        if n > 0 {
-            return true;
-        }
-        if n == 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return false;
-        }
-        if left.is_zero() {
-            return false;
-        }
-    }
+fn poll_readable(fd: &OwnedFd, timeout: Duration) -> bool {
+    matches!(h5i_sys::fds::poll_readable(&[fd.as_fd()], Some(timeout)), Ok(r) if !r.is_empty())
 }
 
 /// Enter a network namespace on the calling thread only.

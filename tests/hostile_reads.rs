@@ -18,13 +18,12 @@
 
 mod common;
 
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use common::{assert_nothing_raw, stderr, stdout, tier_case as case, Caller};
 
-const TIMEOUT_MS: i32 = 60_000;
+const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 const RSS_CEILING_KB: i64 = 200 * 1024;
 
 /// What one bounded run of a verb gave.
@@ -48,19 +47,8 @@ fn run_bounded(mut cmd: Command) -> Bounded {
     cmd.process_group(0);
     let child = cmd.spawn().unwrap();
     let pid = child.id() as libc::pid_t;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-    assert!(raw >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
-    // SAFETY: raw was just returned by pidfd_open and is owned here.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut pfd = libc::pollfd {
-        fd: std::os::fd::AsRawFd::as_raw_fd(&pidfd),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: pfd is one valid pollfd.
-    let ready = unsafe { libc::poll(&mut pfd, 1, TIMEOUT_MS) };
-    let timed_out = ready == 0;
+    let pidfd = h5i_sys::pidfd::open(pid).unwrap();
+    let timed_out = !h5i_sys::pidfd::wait_exited(&pidfd, TIMEOUT).unwrap();
     if timed_out {
         // SAFETY: signalling the child's own process group.
         unsafe { libc::kill(-pid, libc::SIGKILL) };

@@ -35,7 +35,6 @@ pub mod nft;
 pub mod sentry;
 pub mod spool;
 pub mod state;
-pub mod sys;
 pub mod tap;
 pub mod tee_shim;
 pub mod uplink;

@@ -13,9 +13,11 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
+
+use h5i_sys::fd_passing::send_with_fds;
 
 /// Why the listener could not be handed over.
 #[derive(Debug, thiserror::Error)]
@@ -66,48 +68,8 @@ pub fn listen_inside(port: u16, send: &Path) -> Result<(), ListenError> {
         source,
     };
     let sock = UnixStream::connect(send).map_err(err)?;
-    send_fd(&sock, listener.as_raw_fd()).map_err(err)
-}
-
-/// Send `fd` over `sock` as one `SCM_RIGHTS` message carrying one data byte.
-pub fn send_fd(sock: &UnixStream, fd: RawFd) -> io::Result<()> {
-    let mut byte = [b'L'];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    // Aligned control buffer, larger than CMSG_SPACE(sizeof(int)) on every Linux ABI.
-    let mut control = [0u64; 4];
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
-    if space > std::mem::size_of_val(&control) {
-        return Err(io::Error::other("control buffer too small"));
-    }
-    // SAFETY: msghdr is plain data; zeroed is a valid value.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: msg points at a control buffer of `space` bytes, enough for one header.
-    let cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    if cmsg.is_null() {
-        return Err(io::Error::other("no room for the control message"));
-    }
-    // SAFETY: cmsg points into `control`, which is aligned and large enough; CMSG_DATA points
-    // at the int-sized payload inside it.
-    unsafe {
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>(), fd);
-    }
-    // SAFETY: msg and everything it points to live across the call.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n != 1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // One data byte carries the descriptor (h5i reads exactly one).
+    send_with_fds(&sock, b"L", &[listener.as_fd()]).map_err(|e| err(e.into()))
 }
 
 #[cfg(test)]
@@ -125,16 +87,5 @@ mod tests {
             listen_inside(0, Path::new("/run/x.sock")),
             Err(ListenError::ZeroPort)
         ));
-    }
-
-    #[test]
-    fn an_fd_crosses_a_unix_socket() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        send_fd(&a, l.as_raw_fd()).unwrap();
-        let mut buf = [0u8; 1];
-        use std::io::Read;
-        (&b).read_exact(&mut buf).unwrap();
-        assert_eq!(buf, [b'L']);
     }
 }

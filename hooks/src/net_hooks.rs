@@ -24,7 +24,7 @@
 //! report success for a run without a tally.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -35,7 +35,8 @@ use std::time::Duration;
 use crate::net_spec::{self, GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
 use crate::sentry::SentryPlan;
 use crate::state::OciState;
-use crate::sys::{self, AsFdBorrowed};
+use h5i_sys::fd_passing::send_with_fds;
+use h5i_sys::{fds, pidfd};
 
 /// How long the sentry may take to pin, bind and say ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -109,7 +110,7 @@ fn sentry_error(dir: &Path, answer: impl Into<String>) -> NetHookError {
 
 /// Read one answer line from `conn` within `timeout`.
 fn read_answer(conn: &mut UnixStream, timeout: Duration) -> Result<String, String> {
-    let ready = sys::poll_readable(&[conn.as_fd_borrowed()], Some(timeout))
+    let ready = fds::poll_readable(&[conn.as_fd()], Some(timeout))
         .map_err(|e| format!("refusing: waiting for the sentry failed: {e}"))?;
     if ready.is_empty() {
         return Err(format!(
@@ -227,7 +228,7 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
     drop(stdin);
     let answer = match (sent, child.stdout.take()) {
         (Some(Ok(())), Some(mut out)) => {
-            let ready = sys::poll_readable(&[out.as_fd_borrowed()], Some(READY_TIMEOUT));
+            let ready = fds::poll_readable(&[out.as_fd()], Some(READY_TIMEOUT));
             match ready {
                 Ok(r) if r.is_empty() => Err(format!(
                     "refusing: the sentry was not ready within {}s",
@@ -346,8 +347,8 @@ fn hand_over(
         UnixStream::connect(&sock).map_err(|e| io_err("cannot reach the sentry at", e))?;
     let net = net.map_err(|e| io_err("cannot open this box's network namespace for", e))?;
     let user = user.map_err(|e| io_err("cannot open this box's user namespace for", e))?;
-    sys::send_with_fds(&conn, b"attach\n", &[net.as_raw_fd(), user.as_raw_fd()])
-        .map_err(|e| io_err("cannot send the namespaces to the sentry at", e))?;
+    send_with_fds(&conn, b"attach\n", &[net.as_fd(), user.as_fd()])
+        .map_err(|e| io_err("cannot send the namespaces to the sentry at", e.into()))?;
     match read_answer(&mut conn, ATTACH_TIMEOUT) {
         Ok(line) if line == "ok" => Ok(()),
         Ok(line) => Err(sentry_error(dir, line)),
@@ -378,15 +379,15 @@ fn stop_sentry(config: &serde_json::Value) -> Result<(), NetHookError> {
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())
         .filter(|pid| *pid > 1)
-        .and_then(|pid| sys::pidfd_open(pid).ok());
+        .and_then(|pid| pidfd::open(pid).ok());
     let mut answer = None;
     if let Ok(mut conn) = UnixStream::connect(dir.join(NET_SOCK)) {
-        if sys::send_with_fds(&conn, b"stop\n", &[]).is_ok() {
+        if send_with_fds(&conn, b"stop\n", &[]).is_ok() {
             answer = Some(read_answer(&mut conn, STOP_TIMEOUT));
         }
     }
-    if let Some(pidfd) = &sentry {
-        if !matches!(sys::wait_pidfd(pidfd, STOP_TIMEOUT), Ok(true)) {
+    if let Some(sentry) = &sentry {
+        if !matches!(pidfd::wait_exited(sentry, STOP_TIMEOUT), Ok(true)) {
             return Err(sentry_error(
                 &dir,
                 format!(

@@ -198,7 +198,7 @@ impl BoxNamespaces {
         }
         let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
         h5i_log::spawned(&cmd, Some(child.id()));
-        let pidfd = match crate::sys::pidfd_open(child.id() as i32) {
+        let pidfd = match h5i_sys::pidfd::open(child.id() as i32) {
             Ok(p) => p,
             Err(e) => {
                 let _ = child.kill();
@@ -255,7 +255,7 @@ impl NftRun {
     /// Whether it is still running (a held-back nft waiting for its request).
     pub fn alive(&self) -> bool {
         matches!(
-            crate::sys::wait_pidfd(&self.pidfd, std::time::Duration::ZERO),
+            h5i_sys::pidfd::wait_exited(&self.pidfd, std::time::Duration::ZERO),
             Ok(false)
         )
     }
@@ -285,7 +285,7 @@ impl NftRun {
         let out = match done.recv_timeout(NFT_TIMEOUT) {
             Ok(out) => out.map_err(NetnsError::Spawn)?,
             Err(e) => {
-                let _ = crate::sys::pidfd_kill(&self.pidfd);
+                let _ = h5i_sys::pidfd::kill(&self.pidfd);
                 let why = match e {
                     RecvTimeoutError::Timeout => {
                         format!("no answer within {}s; killed", NFT_TIMEOUT.as_secs())
@@ -316,7 +316,7 @@ impl Drop for NftRun {
     /// the thread reaps it.
     fn drop(&mut self) {
         if self.done.is_some() {
-            let _ = crate::sys::pidfd_kill(&self.pidfd);
+            let _ = h5i_sys::pidfd::kill(&self.pidfd);
         }
     }
 }

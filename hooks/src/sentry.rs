@@ -58,9 +58,11 @@ use serde::{Deserialize, Serialize};
 use crate::egress::{self, EgressRequest};
 use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
 use crate::netns::{BoxNamespaces, NftInput, NftRun};
-use crate::sys::{self, AsFdBorrowed};
+use crate::nft;
 use crate::uplink::Uplink;
-use crate::{nft, sys::poll_readable};
+use h5i_sys::fd_passing::{self, Wait};
+use h5i_sys::fds::{self, poll_readable};
+use h5i_sys::pidfd;
 
 /// Largest plan or request read.
 const MAX_PLAN: u64 = 1 << 20;
@@ -148,7 +150,7 @@ struct Attached {
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
 pub fn main() -> i32 {
-    if let Err(e) = sys::close_inherited_fds() {
+    if let Err(e) = fds::close_inherited_fds() {
         eprintln!("h5i sentry: cannot close inherited fds: {e}");
         return 1;
     }
@@ -234,7 +236,7 @@ fn start_with(plan: SentryPlan, created: &mut Vec<PathBuf>) -> Result<Sentry, Se
     if plan.init_pid <= 1 {
         return Err(SentryError::Plan(format!("init pid {}", plan.init_pid)));
     }
-    let init = sys::pidfd_open(plan.init_pid).map_err(|source| SentryError::Init {
+    let init = pidfd::open(plan.init_pid).map_err(|source| SentryError::Init {
         pid: plan.init_pid,
         source,
     })?;
@@ -321,18 +323,20 @@ enum Request {
 fn read_request(conn: &UnixStream) -> Result<Request, String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
-    match sys::peer_uid(conn) {
+    match fds::peer_uid(conn) {
         Ok(uid) if uid == euid => {}
         Ok(uid) => return Err(format!("refusing: a peer of uid {uid} is not this run's")),
         Err(e) => return Err(format!("refusing: cannot identify the peer: {e}")),
     }
-    let ready = poll_readable(&[conn.as_fd_borrowed()], Some(REQUEST_TIMEOUT))
-        .map_err(|e| e.to_string())?;
+    let ready = poll_readable(&[conn.as_fd()], Some(REQUEST_TIMEOUT)).map_err(|e| e.to_string())?;
     if ready.is_empty() {
         return Err("refusing: no request within 5s".into());
     }
     let mut buf = [0u8; 64];
-    let (n, fds) = sys::recv_with_fds(conn, &mut buf).map_err(|e| format!("refusing: {e}"))?;
+    // At most the two namespace descriptors of `attach`; a message with more is refused.
+    let got = fd_passing::recv_with_fds(conn, &mut buf, 2, Wait::Block)
+        .map_err(|e| format!("refusing: {e}"))?;
+    let (n, fds) = (got.len, got.fds);
     match (&buf[..n], fds.len()) {
         (b"attach\n", 2) => Ok(Request::Attach(fds)),
         (b"stop\n", 0) => Ok(Request::Stop),
@@ -369,13 +373,7 @@ impl Sentry {
     /// the tally.
     fn serve(&mut self) -> Vec<UnixStream> {
         loop {
-            let ready = match poll_readable(
-                &[
-                    self.init.as_fd_borrowed(),
-                    self.net_listener.as_fd_borrowed(),
-                ],
-                None,
-            ) {
+            let ready = match poll_readable(&[self.init.as_fd(), self.net_listener.as_fd()], None) {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("h5i sentry: poll failed: {e}; finishing");

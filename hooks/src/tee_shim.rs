@@ -336,12 +336,8 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
     real.stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let mut child = real.spawn()?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1; the child is
-    // unreaped, so the pid is its own.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id(), 0) } as RawFd;
-    if pidfd < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // The child is unreaped, so the pid is its own.
+    let pidfd = h5i_sys::pidfd::open(child.id() as i32)?;
     let mut streams = [
         Stream {
             from: child
@@ -368,7 +364,7 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
             .iter()
             .filter_map(|s| s.from.as_ref().map(AsRawFd::as_raw_fd))
             .collect();
-        fds.push(pidfd);
+        fds.push(pidfd.as_raw_fd());
         let ready = poll_readable(&fds);
         if ready[fds.len() - 1] {
             break;
@@ -376,8 +372,7 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
         pump_ready(&mut streams, &ready);
     }
     let status = child.wait()?;
-    // SAFETY: closing the pidfd this function opened, once.
-    unsafe { libc::close(pidfd) };
+    drop(pidfd);
     // What is already in the pipes belongs to the command's output.
     for s in streams.iter_mut() {
         if let Some(f) = &s.from {

@@ -34,14 +34,14 @@
 //! of the pipe closes; `PR_SET_PDEATHSIG` too).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::netns::BoxNamespaces;
-use crate::sys;
+use h5i_sys::{fds, pidfd};
 
 /// Where slirp4netns is looked for (hooks run with a cleared environment).
 const SLIRP_PATHS: &[&str] = &["/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns"];
@@ -149,11 +149,11 @@ impl Uplink {
         let (ready_r, ready_w) = pipe().map_err(UplinkError::Spawn)?;
         let (exit_r, exit_w) = pipe().map_err(UplinkError::Spawn)?;
         // Sources above every target number, so the child's dup2s cannot clobber one another.
-        let high = |fd: RawFd| sys::dup_at_least(fd, 16).map_err(UplinkError::Spawn);
-        let ready_src = high(ready_w.as_raw_fd())?;
-        let exit_src = high(exit_r.as_raw_fd())?;
-        let net_src = high(ns.net().as_raw_fd())?;
-        let user_src = ns.user().map(|u| high(u.as_raw_fd())).transpose()?;
+        let high = |fd: BorrowedFd<'_>| fds::dup_at_least(fd, 16).map_err(UplinkError::Spawn);
+        let ready_src = high(ready_w.as_fd())?;
+        let exit_src = high(exit_r.as_fd())?;
+        let net_src = high(ns.net().as_fd())?;
+        let user_src = ns.user().map(|u| high(u.as_fd())).transpose()?;
         drop((ready_w, exit_r));
         let plan: Vec<(RawFd, RawFd)> = [
             Some((ready_src.as_raw_fd(), READY_FD)),
@@ -210,7 +210,7 @@ impl Uplink {
         let child = cmd.spawn().map_err(UplinkError::Spawn)?;
         h5i_log::spawned(&cmd, Some(child.id()));
         drop((ready_src, exit_src, net_src, user_src));
-        let pidfd = sys::pidfd_open(child.id() as i32).map_err(UplinkError::Spawn)?;
+        let pidfd = pidfd::open(child.id() as i32).map_err(UplinkError::Spawn)?;
         let mut uplink = Uplink {
             child,
             pidfd,
@@ -227,14 +227,14 @@ impl Uplink {
 
     /// Whether slirp4netns is still running.
     pub fn alive(&self) -> bool {
-        matches!(sys::wait_pidfd(&self.pidfd, Duration::ZERO), Ok(false))
+        matches!(pidfd::wait_exited(&self.pidfd, Duration::ZERO), Ok(false))
     }
 
     /// End the uplink: close the exit fd, wait (bounded), then kill; reap it.
     pub fn stop(&mut self) {
         self.exit_w.take();
-        if !matches!(sys::wait_pidfd(&self.pidfd, EXIT_TIMEOUT), Ok(true)) {
-            let _ = sys::pidfd_kill(&self.pidfd);
+        if !matches!(pidfd::wait_exited(&self.pidfd, EXIT_TIMEOUT), Ok(true)) {
+            let _ = pidfd::kill(&self.pidfd);
         }
         let _ = self.child.wait();
     }
@@ -249,8 +249,7 @@ impl Drop for Uplink {
 }
 
 fn wait_ready(ready_r: &OwnedFd) -> Result<(), UplinkError> {
-    use sys::AsFdBorrowed;
-    let ready = sys::poll_readable(&[ready_r.as_fd_borrowed()], Some(READY_TIMEOUT))
+    let ready = fds::poll_readable(&[ready_r.as_fd()], Some(READY_TIMEOUT))
         .map_err(|e| UplinkError::NotReady(e.to_string()))?;
     if ready.is_empty() {
         return Err(UplinkError::NotReady(format!(

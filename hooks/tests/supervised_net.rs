@@ -815,11 +815,11 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
             .and_then(|s| s.trim().parse::<i32>().ok())
             .filter(|pid| *pid > 1)
         {
-            if let Ok(fd) = h5i_hook::sys::pidfd_open(pid) {
+            if let Ok(fd) = h5i_sys::pidfd::open(pid) {
                 // The pid Podman recorded for the pause process it started for this test's
                 // private runtime dir; its cgroup can go only once it has exited.
-                let _ = h5i_hook::sys::pidfd_kill(&fd);
-                let _ = h5i_hook::sys::wait_pidfd(&fd, std::time::Duration::from_secs(10));
+                let _ = h5i_sys::pidfd::kill(&fd);
+                let _ = h5i_sys::pidfd::wait_exited(&fd, std::time::Duration::from_secs(10));
             }
         }
     }
@@ -1018,7 +1018,7 @@ fn a_100_mb_stream_from_an_allowed_host_arrives_whole_through_the_box() {
 #[test]
 fn the_sentry_refuses_a_bogus_attach_and_still_ends_with_a_tally() {
     use std::io::{BufRead, Read, Write};
-    use std::os::fd::AsRawFd;
+    use std::os::fd::AsFd;
     use std::os::unix::net::UnixStream;
     use std::process::Stdio;
 
@@ -1048,19 +1048,19 @@ fn the_sentry_refuses_a_bogus_attach_and_still_ends_with_a_tally() {
         .unwrap();
     assert_eq!(ready, "ready\n", "{}", sentry_log(&dir));
 
-    let ask = |data: &[u8], fds: &[std::os::fd::RawFd]| {
+    let ask = |data: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]| {
         let mut c = UnixStream::connect(dir.join("net.sock")).unwrap();
-        h5i_hook::sys::send_with_fds(&c, data, fds).unwrap();
+        h5i_sys::fd_passing::send_with_fds(&c, data, fds).unwrap();
         let mut answer = String::new();
         c.read_to_string(&mut answer).unwrap();
         answer
     };
     let null = std::fs::File::open("/dev/null").unwrap();
-    let a = ask(b"attach\n", &[null.as_raw_fd(), null.as_raw_fd()]);
+    let a = ask(b"attach\n", &[null.as_fd(), null.as_fd()]);
     assert!(a.starts_with("refusing: the network fd"), "{a}");
     let net = std::fs::File::open("/proc/self/ns/net").unwrap();
     let user = std::fs::File::open("/proc/self/ns/user").unwrap();
-    let a = ask(b"attach\n", &[net.as_raw_fd(), user.as_raw_fd()]);
+    let a = ask(b"attach\n", &[net.as_fd(), user.as_fd()]);
     assert!(a.contains("already attached"), "{a}");
     let a = ask(b"hello\n", &[]);
     assert!(a.starts_with("refusing: unknown request"), "{a}");

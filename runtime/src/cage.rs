@@ -410,24 +410,12 @@ fn register_oom_eventfd(dir: &Path) -> io::Result<(OwnedFd, fs::File)> {
 fn signal_each(pids: Vec<i32>, signal: libc::c_int) -> Vec<OwnedFd> {
     let mut fds = Vec::new();
     for pid in pids {
-        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if fd < 0 {
+        let Ok(fd) = h5i_sys::pidfd::open(pid) else {
             continue;
-        }
-        // SAFETY: fd was just returned by pidfd_open and is owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-        // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo; the pidfd names the process
-        // read from the group, never a reused pid.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
         };
+        // The pidfd names the process read from the group, never a reused pid; one that ended
+        // since is waited on all the same (its pidfd is readable at once).
+        let _ = h5i_sys::pidfd::send_signal(&fd, signal);
         fds.push(fd);
     }
     fds

@@ -35,6 +35,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use h5i_sys::fd_passing::Wait;
+
 use crate::supervise::Companion;
 
 /// Longest a unix socket path may be (`sun_path` is 108 bytes, NUL included).
@@ -299,45 +301,12 @@ impl Drop for ConsoleSocket {
     }
 }
 
-/// Receive one descriptor sent over `conn` with `SCM_RIGHTS` (close-on-exec). Ok(None): the
-/// peer closed without sending one.
+/// Receive the one descriptor the console-socket protocol sends over `conn` (close-on-exec).
+/// Ok(None): the peer closed without sending one. A message with more is refused.
 fn recv_fd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
     let mut data = [0u8; 256];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    // Room for a few descriptors: any beyond the first are closed, never used.
-    let mut cbuf = [0u64; 16];
-    // SAFETY: msghdr is plain data; the fields set below point at live buffers.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cbuf.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
-    // SAFETY: msg points at iov/data/cbuf, all live and writable for the call.
-    let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut received: Vec<OwnedFd> = Vec::new();
-    // SAFETY: the CMSG_* macros walk the control buffer the kernel just filled, within
-    // msg_controllen; each SCM_RIGHTS payload is an array of ints the kernel installed as new
-    // descriptors of this process, which are taken into ownership exactly once.
-    unsafe {
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let payload = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                let fds = libc::CMSG_DATA(cmsg).cast::<libc::c_int>();
-                for i in 0..payload / std::mem::size_of::<libc::c_int>() {
-                    received.push(OwnedFd::from_raw_fd(fds.add(i).read_unaligned()));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-    }
-    Ok(received.into_iter().next())
+    let got = h5i_sys::fd_passing::recv_with_fds(conn, &mut data, 1, Wait::Block)?;
+    Ok(got.fds.into_iter().next())
 }
 
 /// Whether `fd` is the master side of a pseudo-terminal (only a master answers `TIOCGPTN`).
@@ -819,6 +788,7 @@ impl Companion for PtyProxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsFd;
 
     #[test]
     fn a_pair_is_close_on_exec_at_both_ends() {
@@ -863,40 +833,19 @@ mod tests {
         let pair = PtyPair::open(None).unwrap();
         let client = UnixStream::connect(s.path()).unwrap();
         let (conn, _) = s.listener.accept().unwrap();
-        send_fd(&client, pair.master.as_raw_fd());
+        send_fd(&client, pair.master.as_fd());
         let got = recv_fd(&conn).unwrap().unwrap();
         assert!(is_pty_master(got.as_raw_fd()));
         // A descriptor that is not a pty master is recognised as such.
         let f = std::fs::File::open("/dev/null").unwrap();
-        send_fd(&client, f.as_raw_fd());
+        send_fd(&client, f.as_fd());
         let got = recv_fd(&conn).unwrap().unwrap();
         assert!(!is_pty_master(got.as_raw_fd()));
         drop(client);
         assert!(recv_fd(&conn).unwrap().is_none());
     }
 
-    fn send_fd(conn: &UnixStream, fd: RawFd) {
-        let data = b"/dev/ptmx";
-        let mut iov = libc::iovec {
-            iov_base: data.as_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        let mut cbuf = [0u64; 4];
-        // SAFETY: test helper; every pointer refers to a live local buffer.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = libc::CMSG_SPACE(4) as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(4) as _;
-            libc::CMSG_DATA(cmsg)
-                .cast::<libc::c_int>()
-                .write_unaligned(fd);
-            assert!(libc::sendmsg(conn.as_raw_fd(), &msg, 0) > 0);
-        }
+    fn send_fd(conn: &UnixStream, fd: std::os::fd::BorrowedFd<'_>) {
+        h5i_sys::fd_passing::send_with_fds(conn, b"/dev/ptmx", &[fd]).unwrap();
     }
 }

@@ -271,20 +271,16 @@ fn kill_group(pid: i32, sig: libc::c_int) {
 }
 
 fn pidfd_open(pid: i32) -> Result<OwnedFd, SuperviseError> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; the child is not yet
-    // reaped (only this function's caller reaps it), so the pid cannot have been reused.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        let source = io::Error::last_os_error();
+    // The child is not yet reaped (only this function's caller reaps it), so the pid cannot
+    // have been reused.
+    h5i_sys::pidfd::open(pid).map_err(|source| {
         kill_group(pid, libc::SIGKILL);
         let _ = reap(pid);
-        return Err(SuperviseError::Kernel {
+        SuperviseError::Kernel {
             call: "pidfd_open",
             source,
-        });
-    }
-    // SAFETY: fd is a freshly returned, owned file descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        }
+    })
 }
 
 fn reap(pid: i32) -> Result<(i32, Rusage), SuperviseError> {

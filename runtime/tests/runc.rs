@@ -8,7 +8,7 @@
 mod support;
 
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::process::Stdio;
 use std::time::Duration;
@@ -392,30 +392,13 @@ fn is_frozen(id: &str) -> bool {
 /// Receive one fd over a unix stream (the OCI console-socket protocol: SCM_RIGHTS).
 fn recv_fd(stream: &std::os::unix::net::UnixStream) -> OwnedFd {
     let mut data = [0u8; 256];
-    let mut iov = libc::iovec {
-        iov_base: data.as_mut_ptr().cast(),
-        iov_len: data.len(),
-    };
-    let mut cmsg = [0u8; 64];
-    // SAFETY: msghdr is plain data; zeroed is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = cmsg.as_mut_ptr().cast();
-    msg.msg_controllen = cmsg.len();
-    // SAFETY: msg points at live buffers for the duration of the call.
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, 0) };
-    assert!(n >= 0, "recvmsg: {}", std::io::Error::last_os_error());
-    // SAFETY: msg was filled by recvmsg; CMSG_FIRSTHDR reads within msg_control.
-    let hdr = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    assert!(!hdr.is_null(), "no control message: no fd was sent");
-    // SAFETY: hdr is a valid cmsghdr inside cmsg.
-    let (level, ty) = unsafe { ((*hdr).cmsg_level, (*hdr).cmsg_type) };
-    assert_eq!((level, ty), (libc::SOL_SOCKET, libc::SCM_RIGHTS));
-    // SAFETY: an SCM_RIGHTS payload holds at least one int fd.
-    let fd = unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(hdr).cast::<i32>()) };
-    // SAFETY: the kernel installed this fd for us; we own it now.
-    unsafe { OwnedFd::from_raw_fd(fd) }
+    let got =
+        h5i_sys::fd_passing::recv_with_fds(stream, &mut data, 1, h5i_sys::fd_passing::Wait::Block)
+            .unwrap();
+    got.fds
+        .into_iter()
+        .next()
+        .expect("no control message: no fd was sent")
 }
 
 #[test]

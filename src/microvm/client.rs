@@ -152,13 +152,8 @@ impl Session {
 /// Wait until the guest agent behind `socket` answers a session, QEMU (`pid`) is gone, or
 /// `deadline` passes.
 pub fn wait_ready(socket: &Path, pid: i32, deadline: Instant) -> Result<(), String> {
-    // SAFETY: pidfd_open of the QEMU this process just started (its child: no reuse yet).
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-    if fd < 0 {
-        return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: fd is a fresh pidfd nothing else owns.
-    let pidfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // The QEMU this process just started (its child: no reuse yet).
+    let pidfd = h5i_sys::pidfd::open(pid).map_err(|e| format!("pidfd_open: {e}"))?;
     Session::open(socket, Some(pidfd.as_raw_fd()), deadline).map(drop)
 }
 

@@ -207,33 +207,15 @@ fn kill(state: &VmState) {
     if !alive(state) {
         return;
     }
-    // SAFETY: pidfd_open on a pid whose start time was just checked; the fd is owned below.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, state.pid, 0) } as RawFd;
-    if fd < 0 {
+    let Ok(pidfd) = h5i_sys::pidfd::open(state.pid) else {
         return;
-    }
-    // SAFETY: fd is a fresh pidfd nothing else owns.
-    let pidfd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    };
+    // Re-identified after opening: the pidfd is the checked process's, never a reused pid's.
     if start_time(state.pid) != Some(state.start_time) {
         return;
     }
-    // SAFETY: pidfd_send_signal on the pidfd of the process checked above.
-    unsafe {
-        libc::syscall(
-            libc::SYS_pidfd_send_signal,
-            pidfd.as_raw_fd(),
-            libc::SIGKILL,
-            std::ptr::null::<libc::siginfo_t>(),
-            0,
-        )
-    };
-    let mut p = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: poll on one local pollfd (the pidfd turns readable when the process exits).
-    unsafe { libc::poll(&mut p, 1, 10_000) };
+    let _ = h5i_sys::pidfd::kill(&pidfd);
+    let _ = h5i_sys::pidfd::wait_exited(&pidfd, Duration::from_secs(10));
 }
 
 /// Stop the box's VM and remove its directory (`abort`, `rm`). Waits for runs in flight.

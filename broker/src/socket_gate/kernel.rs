@@ -2,12 +2,12 @@
 //! wrapper each.
 //!
 //! Owns the seccomp user-notification ioctls (`SECCOMP_IOCTL_NOTIF_RECV`, `_ID_VALID`,
-//! `_SEND`), `poll(2)`, `recvmsg(2)` with `SCM_RIGHTS`, and `SO_PEERCRED`. Must never: decide
-//! anything (that is `decide`/`classify` in the parent module), or hand out a received
-//! descriptor other than as an `OwnedFd` (so every refused descriptor is closed on drop).
+//! `_SEND`) and `poll(2)`; the hand-off's `recvmsg` with `SCM_RIGHTS` and `SO_PEERCRED` are
+//! h5i-sys's (`fd_passing`, `fds`). Must never: decide anything (that is `decide`/`classify`
+//! in the parent module).
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 
 /// One pending notification, as the kernel reported it.
 pub(super) type Notification = libc::seccomp_notif;
@@ -103,107 +103,6 @@ pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usiz
         return Err(err);
     }
     Ok(rc as usize)
-}
-
-/// What one `recvmsg` brought.
-pub(super) struct Received {
-    /// Bytes written into the caller's buffer; 0 is end of stream.
-    pub len: usize,
-    /// Descriptors passed with `SCM_RIGHTS` (close-on-exec).
-    pub fds: Vec<OwnedFd>,
-    /// The kernel cut the data or the control message short (`MSG_TRUNC`/`MSG_CTRUNC`).
-    pub truncated: bool,
-}
-
-/// Room for this many descriptors in one control message; more is reported as truncated.
-const MAX_FDS: usize = 4;
-
-/// One non-blocking `recvmsg` on a connected unix stream, collecting `SCM_RIGHTS`
-/// descriptors as close-on-exec `OwnedFd`s.
-pub(super) fn recv_with_fds(sock: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<Received> {
-    // u64 elements keep the control buffer aligned for `cmsghdr`.
-    let mut control = [0u64; 16];
-    // SAFETY: CMSG_SPACE is a pure size computation.
-    let space = unsafe { libc::CMSG_SPACE((MAX_FDS * std::mem::size_of::<RawFd>()) as u32) };
-    let control_len = (space as usize).min(std::mem::size_of_val(&control));
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: `msghdr` is plain old data; all-zero is a valid (empty) header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = control_len as _;
-    // SAFETY: `sock` is live; `msg` points at `iov` (our exclusively borrowed `buf`) and at
-    // `control`, both alive for the call and sized as declared in `msg`.
-    let n = unsafe {
-        libc::recvmsg(
-            sock.as_raw_fd(),
-            &mut msg,
-            libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT,
-        )
-    };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut fds = Vec::new();
-    // SAFETY: `msg` was filled by a successful recvmsg; CMSG_FIRSTHDR/CMSG_NXTHDR walk only
-    // within `msg_control[..msg_controllen]`.
-    let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-    while !cmsg.is_null() {
-        // SAFETY: `cmsg` is non-null and points inside the control buffer (see above).
-        let hdr = unsafe { &*cmsg };
-        if hdr.cmsg_level == libc::SOL_SOCKET && hdr.cmsg_type == libc::SCM_RIGHTS {
-            // SAFETY: CMSG_LEN is a pure size computation.
-            let header = unsafe { libc::CMSG_LEN(0) } as usize;
-            let count =
-                (hdr.cmsg_len as usize).saturating_sub(header) / std::mem::size_of::<RawFd>();
-            // SAFETY: an SCM_RIGHTS message's data is `count` ints within the buffer.
-            let data = unsafe { libc::CMSG_DATA(cmsg) }.cast::<RawFd>();
-            for i in 0..count {
-                // SAFETY: `i < count`, so the read stays inside this message's data; the data
-                // may be unaligned, hence read_unaligned.
-                let raw = unsafe { data.add(i).read_unaligned() };
-                // SAFETY: the kernel just installed `raw` in our table for us; nothing else owns
-                // it, so the OwnedFd becomes its only owner (and closes it on drop).
-                fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
-            }
-        }
-        // SAFETY: as for CMSG_FIRSTHDR; returns null past the last message.
-        cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
-    }
-    Ok(Received {
-        len: n as usize,
-        fds,
-        truncated: msg.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0,
-    })
-}
-
-/// The uid of the process at the other end of a connected unix socket (`SO_PEERCRED`).
-pub(super) fn peer_uid(sock: BorrowedFd<'_>) -> io::Result<u32> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: u32::MAX,
-        gid: u32::MAX,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `sock` is live; the kernel writes at most `len` bytes into `cred`, which we own,
-    // and updates `len`.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cred.uid)
 }
 
 /// This process's effective uid.

@@ -58,6 +58,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use h5i_sys::fd_passing::{self, FdPassError, Wait};
+
 pub use h5i_policy::families::FamilySet;
 pub use h5i_policy::receipt::SocketGateTally;
 
@@ -107,6 +109,9 @@ pub const MAX_MESSAGE_BYTES: usize = 256 * 1024;
 pub const HANDOFF_TIMEOUT: Duration = Duration::from_secs(5);
 /// Hand-offs read at once; connections beyond are refused.
 const MAX_PENDING: usize = 8;
+/// Descriptors one hand-off message may bring (the runtime sends one; a message with up to this
+/// many is read whole and refused by name in `validate_handoff`, one with more is refused as is).
+const HANDOFF_MAX_FDS: usize = 4;
 /// Notification descriptors served at once (the init's, plus one per `exec`).
 const MAX_LISTENERS: usize = 64;
 /// Family numbers at or above this are outside every kernel's table.
@@ -502,7 +507,7 @@ impl Gate {
                 }
             };
             let me = kernel::euid();
-            match kernel::peer_uid(stream.as_fd()) {
+            match h5i_sys::fds::peer_uid(&stream) {
                 Ok(uid) if uid == me => {}
                 Ok(uid) => {
                     log(format_args!(
@@ -542,17 +547,21 @@ impl Gate {
 fn read_some(handoff: &mut Handoff) -> Result<bool, String> {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let got = match kernel::recv_with_fds(handoff.stream.as_fd(), &mut buf) {
+        // Room for a few descriptors: a message with more is refused (each one closed).
+        let got = match fd_passing::recv_with_fds(
+            &handoff.stream,
+            &mut buf,
+            HANDOFF_MAX_FDS,
+            Wait::DontWait,
+        ) {
             Ok(got) => got,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(FdPassError::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+            Err(
+                e @ (FdPassError::ControlTruncated { .. } | FdPassError::TooManyReceived { .. }),
+            ) => return Err(format!("too many descriptors in one message ({e})")),
             Err(e) => return Err(format!("read failed: {e}")),
         };
-        let truncated = got.truncated;
         handoff.fds.extend(got.fds);
-        if truncated {
-            return Err("too many descriptors in one message".into());
-        }
         if got.len == 0 {
             return Ok(true);
         }

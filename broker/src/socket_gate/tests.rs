@@ -2,7 +2,9 @@
 //! hand-offs and a real seccomp filter installed in a forked child.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use h5i_sys::fd_passing::send_with_fds;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
 use std::time::Duration;
@@ -332,41 +334,6 @@ fn unsafe_zeroed_sockaddr() -> libc::sockaddr_un {
     unsafe { std::mem::zeroed() }
 }
 
-/// `sendmsg` of `data` with `fds` as SCM_RIGHTS on `sock`.
-fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()> {
-    let mut control = [0u64; 16];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: plain old data; zero is an empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if !fds.is_empty() {
-        let bytes = std::mem::size_of_val(fds) as u32;
-        // SAFETY: pure size computation.
-        msg.msg_controllen = unsafe { libc::CMSG_SPACE(bytes) } as _;
-        assert!(msg.msg_controllen as usize <= std::mem::size_of_val(&control));
-        msg.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: the control buffer is large enough (asserted) and aligned (u64 elements).
-        unsafe {
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = libc::CMSG_LEN(bytes) as _;
-            std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(cmsg).cast(), fds.len());
-        }
-    }
-    // SAFETY: `msg` points at live buffers sized as declared.
-    let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    assert_eq!(n as usize, data.len(), "short send in a test");
-    Ok(())
-}
-
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: `fds` has room for the two descriptors pipe2 writes.
@@ -393,9 +360,9 @@ fn closed_everywhere(read_end: &OwnedFd) -> bool {
 /// of them (it refused and kept nothing).
 fn handoff_is_refused(gate: &TestGate, message: &[u8], n_fds: usize) -> bool {
     let pipes: Vec<(OwnedFd, OwnedFd)> = (0..n_fds).map(|_| pipe()).collect();
-    let raw: Vec<RawFd> = pipes.iter().map(|(_, w)| w.as_raw_fd()).collect();
+    let ends: Vec<BorrowedFd<'_>> = pipes.iter().map(|(_, w)| w.as_fd()).collect();
     let sock = UnixStream::connect(gate.path()).unwrap();
-    send_with_fds(sock.as_raw_fd(), message, &raw).unwrap();
+    send_with_fds(&sock, message, &ends).unwrap();
     drop(sock);
     pipes.into_iter().all(|(read_end, write_end)| {
         drop(write_end);
@@ -408,7 +375,15 @@ fn garbage_message_is_refused_and_its_descriptor_closed() {
     let gate = TestGate::start(OFF);
     assert!(handoff_is_refused(&gate, b"\x00\xffnot json at all{{{", 1));
     assert!(handoff_is_refused(&gate, b"{\"fds\": 7}", 1));
-    assert!(handoff_is_refused(&gate, b"", 1));
+    // A descriptor with no data byte never leaves the sender (a stream socket would drop it):
+    // h5i-sys refuses the send; the gate sees a connection that closes empty.
+    let (_read_end, write_end) = pipe();
+    let sock = UnixStream::connect(gate.path()).unwrap();
+    assert!(matches!(
+        send_with_fds(&sock, b"", &[write_end.as_fd()]),
+        Err(h5i_sys::fd_passing::FdPassError::NoData)
+    ));
+    drop(sock);
     assert_eq!(gate.handle.tally(), SocketGateTally::default());
 }
 
@@ -456,11 +431,7 @@ fn an_oversized_message_is_refused() {
     let (read_end, write_end) = pipe();
     let sock = UnixStream::connect(gate.path()).unwrap();
     // The gate may close the connection before the sender is done: a failed send is fine.
-    let _ = send_with_fds(
-        sock.as_raw_fd(),
-        &big[..64 * 1024],
-        &[write_end.as_raw_fd()],
-    );
+    let _ = send_with_fds(&sock, &big[..64 * 1024], &[write_end.as_fd()]);
     let mut rest = &sock;
     let _ = rest.write_all(&big[64 * 1024..]);
     drop(sock);
@@ -474,7 +445,7 @@ fn a_stalled_sender_is_dropped_after_the_timeout() {
     let (read_end, write_end) = pipe();
     let mut sock = UnixStream::connect(gate.path()).unwrap();
     // Half a message and a descriptor, then silence (the connection stays open).
-    send_with_fds(sock.as_raw_fd(), b"{\"fds\": [", &[write_end.as_raw_fd()]).unwrap();
+    send_with_fds(&sock, b"{\"fds\": [", &[write_end.as_fd()]).unwrap();
     drop(write_end);
     assert!(closed_everywhere(&read_end));
     sock.set_read_timeout(Some(Duration::from_secs(30)))
@@ -580,12 +551,6 @@ fn run_filtered_child_with(
         resume_read.as_raw_fd(),
     );
     let probes = probes.to_vec();
-    let mut control = [0u64; 8];
-    let cmsg_bytes = std::mem::size_of::<RawFd>() as u32;
-    // SAFETY: pure size computations.
-    let (cmsg_space, cmsg_len) =
-        unsafe { (libc::CMSG_SPACE(cmsg_bytes), libc::CMSG_LEN(cmsg_bytes)) };
-
     // SAFETY: fork in a test; the child only makes raw syscalls on memory prepared above and
     // leaves with _exit.
     let pid = unsafe { libc::fork() };
@@ -623,26 +588,15 @@ fn run_filtered_child_with(
             if notify < 0 {
                 fail(11);
             }
-            let mut iov = libc::iovec {
-                iov_base: message.as_ptr() as *mut libc::c_void,
-                iov_len: message.len(),
-            };
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control.as_mut_ptr().cast();
-            msg.msg_controllen = cmsg_space as _;
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            (*cmsg).cmsg_level = libc::SOL_SOCKET;
-            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-            (*cmsg).cmsg_len = cmsg_len as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), notify);
             // A gate that refuses this peer may close the connection before the message is
             // sent (it checks the peer's uid at accept): then the send fails, which is the
-            // refusal this caller is testing, not a broken child.
-            if libc::sendmsg(sock_fd, &msg, libc::MSG_NOSIGNAL) != message.len() as isize
-                && as_uid.is_none()
-            {
+            // refusal this caller is testing, not a broken child. The send allocates nothing.
+            let sent = send_with_fds(
+                BorrowedFd::borrow_raw(sock_fd),
+                &message,
+                &[BorrowedFd::borrow_raw(notify)],
+            );
+            if sent.is_err() && as_uid.is_none() {
                 fail(12);
             }
             libc::close(sock_fd);

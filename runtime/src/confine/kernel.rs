@@ -9,7 +9,7 @@
 //! Must never: report success for a partially enforced ruleset.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 
 use landlock::{
     CompatLevel, Compatible, NetPort, PathBeneath, PathFd, RestrictionStatus, Ruleset, RulesetAttr,
@@ -169,7 +169,8 @@ impl ConfinementKernel for LinuxKernel {
         // taking ownership closes it when this call returns.
         let to = unsafe { OwnedFd::from_raw_fd(to) };
         let listener = install_with_listener(program).map_err(KernelError::GateHandoff)?;
-        send_with_fd(to.as_fd(), message, listener.as_fd()).map_err(KernelError::GateHandoff)
+        h5i_sys::fd_passing::send_with_fds(&to, message, &[listener.as_fd()])
+            .map_err(|e| KernelError::GateHandoff(e.into()))
     }
 }
 
@@ -198,45 +199,6 @@ fn install_with_listener(program: &BpfProgram) -> io::Result<OwnedFd> {
     }
     // SAFETY: the kernel just installed this descriptor for us; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// One `sendmsg` of `message` with `fd` as `SCM_RIGHTS` on the connected stream `sock`.
-fn send_with_fd(sock: BorrowedFd<'_>, message: &[u8], fd: BorrowedFd<'_>) -> io::Result<()> {
-    // u64 elements keep the control buffer aligned for `cmsghdr`.
-    let mut control = [0u64; 4];
-    let fd_bytes = std::mem::size_of::<RawFd>() as u32;
-    let mut iov = libc::iovec {
-        iov_base: message.as_ptr() as *mut libc::c_void,
-        iov_len: message.len(),
-    };
-    // SAFETY: `msghdr` is plain old data; all-zero is a valid empty header.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    // SAFETY: CMSG_SPACE is a pure size computation (24 bytes for one fd: fits `control`).
-    msg.msg_controllen = unsafe { libc::CMSG_SPACE(fd_bytes) } as _;
-    // SAFETY: the control buffer is aligned and holds one cmsghdr plus one int (see above);
-    // CMSG_FIRSTHDR/CMSG_DATA point inside it.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&msg);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(fd_bytes) as _;
-        libc::CMSG_DATA(cmsg)
-            .cast::<RawFd>()
-            .write_unaligned(fd.as_raw_fd());
-    }
-    // SAFETY: `sock` is live; `msg` points at `iov` (over `message`) and `control`, both alive
-    // for the call and sized as declared.
-    let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if n as usize != message.len() {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short hand-off"));
-    }
-    Ok(())
 }
 
 /// A test double that records the calls in order.

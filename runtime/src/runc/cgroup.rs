@@ -17,7 +17,7 @@
 //! `h5i-runc` level).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
 /// Directory under the anchor that holds h5i-runc's containers.
@@ -342,38 +342,18 @@ pub fn end_processes(cgroup_path: &Path) {
     pids.sort_unstable();
     pids.dedup();
     let deadline = std::time::Instant::now() + END_WAIT;
-    let pidfds: Vec<OwnedFd> = pids.into_iter().filter_map(pidfd_open).collect();
+    // A pid already gone has no pidfd and needs no kill.
+    let pidfds: Vec<OwnedFd> = pids
+        .into_iter()
+        .filter_map(|pid| h5i_sys::pidfd::open(pid).ok())
+        .collect();
     for fd in &pidfds {
-        // SAFETY: pidfd_send_signal on a pidfd we own, with no siginfo and no flags.
-        unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                fd.as_raw_fd(),
-                libc::SIGKILL,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            );
-        }
+        let _ = h5i_sys::pidfd::kill(fd);
     }
     for fd in &pidfds {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd, its descriptor open for the call; a pidfd turns readable
-        // when its process has exited.
-        unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        let _ = h5i_sys::pidfd::wait_exited(fd, left);
     }
-}
-
-/// A pidfd for `pid`, or `None` when it is already gone.
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a non-negative return is a freshly opened descriptor owned by nothing else.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

@@ -26,10 +26,9 @@
 //! the spec but those two annotations, reuse a directory that is not a private directory of
 //! this user's, or remove anything outside it.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -177,30 +176,9 @@ fn wait_for_sentry(dir: &Path, timeout: Duration) {
     let Some(pid) = pid else {
         return;
     };
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return;
-    }
-    // SAFETY: fd was just returned by pidfd_open and nothing else owns it.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let mut pfd = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        // SAFETY: pfd is one valid pollfd for the call's duration.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        // Readable (the sentry exited) or the bound reached; only a signal asks to wait on.
-        let interrupted =
-            n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
-        if !interrupted || left.is_zero() {
-            return;
-        }
+    // Gone already, exited, or the bound reached: the caller goes on either way.
+    if let Ok(pidfd) = h5i_sys::pidfd::open(pid) {
+        let _ = h5i_sys::pidfd::wait_exited(&pidfd, timeout);
     }
 }
 

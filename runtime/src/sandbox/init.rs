@@ -17,11 +17,12 @@ use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
+use h5i_sys::fd_passing::{send_with_fds, FdPassError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use super::{recv, send, RunEnd, RunRequest, DONE, FAILED, GO, MAX_REQUEST, READY};
+use super::{recv, RunEnd, RunRequest, DONE, FAILED, GO, MAX_REQUEST, READY};
 
 /// The descriptor the listening socket arrives on (`--preserve-fds 1`).
 pub const LISTEN_FD: RawFd = 3;
@@ -177,7 +178,7 @@ fn reap_all(runs: &mut HashMap<i32, OwnedFd>) {
             };
             let mut msg = vec![DONE];
             msg.extend(serde_json::to_vec(&end).unwrap_or_default());
-            let _ = send(conn.as_raw_fd(), &msg, &[]);
+            let _ = send_with_fds(conn, &msg, &[]);
         }
     }
 }
@@ -185,22 +186,22 @@ fn reap_all(runs: &mut HashMap<i32, OwnedFd>) {
 fn refuse(conn: &OwnedFd, why: &str) {
     let mut msg = vec![FAILED];
     msg.extend(why.as_bytes());
-    let _ = send(conn.as_raw_fd(), &msg, &[]);
+    let _ = send_with_fds(conn, &msg, &[]);
 }
 
 /// Read one request from `conn` and fork its child; the child's pid, or None when refused.
 fn start(conn: &OwnedFd) -> Option<i32> {
-    let got = match recv(conn.as_raw_fd(), MAX_REQUEST + 1) {
+    let got = match recv(conn.as_fd(), MAX_REQUEST + 1) {
         Ok(g) => g,
+        Err(FdPassError::DataTruncated { .. }) => {
+            refuse(conn, "the request is larger than the sandbox reads");
+            return None;
+        }
         Err(e) => {
             refuse(conn, &format!("reading the request: {e}"));
             return None;
         }
     };
-    if got.truncated {
-        refuse(conn, "the request is larger than the sandbox reads");
-        return None;
-    }
     let req: RunRequest = match serde_json::from_slice(&got.bytes) {
         Ok(r) => r,
         Err(e) => {
@@ -310,10 +311,10 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
         say(&format!("h5i: cannot enter {}: {e}\n", req.cwd.display()));
         return 126;
     }
-    if send(conn.as_raw_fd(), &[READY], &[]).is_err() {
+    if send_with_fds(conn, &[READY], &[]).is_err() {
         return 126;
     }
-    match recv(conn.as_raw_fd(), 16) {
+    match recv(conn.as_fd(), 16) {
         Ok(g) if g.bytes == [GO] => {}
         _ => return 126,
     }

@@ -35,16 +35,13 @@
 
 pub mod init;
 
-use std::io::{IoSlice, IoSliceMut};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use h5i_policy::receipt::{ExitOutcome, Rusage};
-use nix::sys::socket::{
-    self, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
-    SockType, UnixAddr,
-};
+use h5i_sys::fd_passing::{self, send_with_fds, FdPassError, Wait};
+use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::cage::{CageError, CageReport, ResourceCage};
@@ -146,14 +143,14 @@ pub struct RunSlot<'a> {
     pub wall: Option<Duration>,
 }
 
-fn sock_err<'a>(
+fn sock_err<'a, E: Into<std::io::Error>>(
     step: &'static str,
     socket: &'a Path,
-) -> impl FnOnce(nix::Error) -> SandboxError + 'a {
+) -> impl FnOnce(E) -> SandboxError + 'a {
     move |e| SandboxError::Socket {
         step,
         socket: socket.to_path_buf(),
-        source: std::io::Error::from(e),
+        source: e.into(),
     }
 }
 
@@ -192,13 +189,8 @@ pub fn connect(path: &Path) -> Result<OwnedFd, SandboxError> {
     Ok(fd)
 }
 
-/// Send one message with `fds` attached.
-pub(crate) fn send(fd: RawFd, msg: &[u8], fds: &[RawFd]) -> nix::Result<()> {
-    let iov = [IoSlice::new(msg)];
-    let cmsg = [ControlMessage::ScmRights(fds)];
-    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
-    socket::sendmsg::<()>(fd, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map(|_| ())
-}
+/// Most descriptors one protocol message carries (the request's standard descriptors).
+const MAX_FDS: usize = 3;
 
 /// One received message.
 pub(crate) struct Received {
@@ -208,46 +200,18 @@ pub(crate) struct Received {
     pub fds: Vec<OwnedFd>,
     /// The sender's pid in our pid namespace, when `SO_PASSCRED` is on.
     pub pid: Option<i32>,
-    /// The message did not fit.
-    pub truncated: bool,
 }
 
-/// Receive one message of at most `max` bytes.
-pub(crate) fn recv(fd: RawFd, max: usize) -> nix::Result<Received> {
+/// Receive one message of at most `max` bytes; a longer one, or one with more than
+/// [`MAX_FDS`] descriptors, is refused (`FdPassError::DataTruncated`, ...).
+pub(crate) fn recv(conn: BorrowedFd<'_>, max: usize) -> Result<Received, FdPassError> {
     let mut buf = vec![0u8; max];
-    let mut cmsg = nix::cmsg_space!([RawFd; 3], libc::ucred);
-    let (n, truncated, fds, pid) = {
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let msg = loop {
-            match socket::recvmsg::<()>(fd, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Err(nix::Error::EINTR) => continue,
-                other => break other?,
-            }
-        };
-        let mut fds = Vec::new();
-        let mut pid = None;
-        for c in msg.cmsgs()? {
-            match c {
-                ControlMessageOwned::ScmRights(list) => {
-                    // SAFETY: the kernel installed these descriptors in this process for this
-                    // message; nothing else owns them.
-                    fds.extend(list.into_iter().map(|f| unsafe { OwnedFd::from_raw_fd(f) }));
-                }
-                ControlMessageOwned::ScmCredentials(c) => pid = Some(c.pid()),
-                _ => {}
-            }
-        }
-        let truncated = msg
-            .flags
-            .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
-        (msg.bytes, truncated, fds, pid)
-    };
-    buf.truncate(n);
+    let got = fd_passing::recv_with_fds(conn, &mut buf, MAX_FDS, Wait::Block)?;
+    buf.truncate(got.len);
     Ok(Received {
         bytes: buf,
-        fds,
-        pid,
-        truncated,
+        fds: got.fds,
+        pid: got.sender_pid,
     })
 }
 
@@ -312,7 +276,7 @@ pub fn run(
     slot: &RunSlot<'_>,
     conn: OwnedFd,
     req: &RunRequest,
-    stdio: &[RawFd],
+    stdio: &[BorrowedFd<'_>],
 ) -> Result<SandboxRunReport, SandboxError> {
     let cage = ResourceCage::create(slot.cage_id, slot.mem, slot.procs)?;
     let socket = slot.socket;
@@ -328,8 +292,8 @@ pub fn run(
     let signals = crate::supervise::SignalBlock::forwarded()
         .map_err(|e| SandboxError::Refused(e.to_string()))?;
     let started = Instant::now();
-    send(conn.as_raw_fd(), &body, stdio).map_err(sock_err("send the request", socket))?;
-    let ready = recv(conn.as_raw_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
+    send_with_fds(&conn, &body, stdio).map_err(sock_err("send the request", socket))?;
+    let ready = recv(conn.as_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
     let pid = match (ready.bytes.first(), ready.pid) {
         (Some(&READY), Some(pid)) if pid > 0 => {
             h5i_log::spawned_argv(&req.argv, pid as u32, "box sandbox");
@@ -356,7 +320,7 @@ pub fn run(
             source: e.1,
         });
     }
-    send(conn.as_raw_fd(), &[GO], &[]).map_err(sock_err("release the child", socket))?;
+    send_with_fds(&conn, &[GO], &[]).map_err(sock_err("release the child", socket))?;
     let deadline = slot.wall.map(|w| started + w);
     let mut timed_out = false;
     if !end_by(&conn, &signals, &cage, deadline).map_err(sock_err("wait for the end", socket))? {
@@ -370,7 +334,7 @@ pub fn run(
             ));
         }
     }
-    let end = recv(conn.as_raw_fd(), 4096).map_err(sock_err("read the end", socket))?;
+    let end = recv(conn.as_fd(), 4096).map_err(sock_err("read the end", socket))?;
     let wall = started.elapsed();
     // Whatever the command left running (a background job) ends with the run.
     cage.kill_members();

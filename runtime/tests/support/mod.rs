@@ -3,7 +3,6 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -342,21 +341,10 @@ pub fn run_to_files(cmd: &mut Command) -> Output {
 
 /// Wait until `pid` has exited, via pidfd + poll (bounded).
 pub fn wait_exit(pid: i32, timeout: Duration) -> bool {
-    // SAFETY: pidfd_open takes a pid and flags; returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    match h5i_sys::pidfd::open(pid) {
+        Ok(fd) => h5i_sys::pidfd::wait_exited(&fd, timeout).unwrap_or(false),
+        Err(e) => e.raw_os_error() == Some(libc::ESRCH),
     }
-    // SAFETY: fd was just returned by pidfd_open and is owned by nothing else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let mut pfd = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
-    n == 1
 }
 
 /// Parse probe output lines `name=RESULT` into pairs.

@@ -1,0 +1,112 @@
+//! Bounded waits on descriptors and descriptor hygiene: `poll` for readability, closing what a
+//! process inherited, duplicating above a floor, and the uid behind a unix socket.
+//!
+//! Must never: wait without the bound the caller passed (`None` is the caller's explicit
+//! choice), or sleep in a loop.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+
+/// Wait until one of `fds` is readable or hung up, at most `timeout` (`None`: no bound, for a
+/// loop whose end is its peer's end). Returns the indexes that are ready; empty when the time
+/// ran out. An interrupted wait is resumed with the time left.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<usize>> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut pfds: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
+        .collect();
+    loop {
+        let left = match deadline {
+            None => None,
+            Some(d) => Some(
+                Timespec::try_from(d.saturating_duration_since(Instant::now()))
+                    .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
+            ),
+        };
+        match rustix::event::poll(&mut pfds, left.as_ref()) {
+            Ok(_) => break,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(pfds
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| !p.revents().is_empty())
+        .map(|(i, _)| i)
+        .collect())
+}
+
+/// Close every descriptor from 3 up (a process that crosses a privilege boundary starts clean).
+pub fn close_inherited_fds() -> io::Result<()> {
+    // SAFETY: close_range only closes descriptors; the caller holds none from 3 up that it
+    // still means to use (it is the first thing such a process does).
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// A close-on-exec duplicate of `fd` numbered at least `min`.
+pub fn dup_at_least(fd: impl AsFd, min: RawFd) -> io::Result<OwnedFd> {
+    Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?)
+}
+
+/// The uid of the process at the other end of a connected unix socket (`SO_PEERCRED`), as this
+/// process's user namespace sees it.
+pub fn peer_uid(sock: impl AsFd) -> io::Result<u32> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: u32::MAX,
+        gid: u32::MAX,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `cred`, a `ucred` this frame owns, and
+    // updates `len`; `sock` is a live descriptor for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn a_wait_on_a_quiet_fd_ends_at_its_bound_and_a_written_one_is_ready() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let (c, _d) = UnixStream::pair().unwrap();
+        assert!(poll_readable(&[a.as_fd()], Some(Duration::from_millis(20)))
+            .unwrap()
+            .is_empty());
+        std::io::Write::write_all(&mut &b, b"x").unwrap();
+        let ready = poll_readable(&[c.as_fd(), a.as_fd()], None).unwrap();
+        assert_eq!(ready, vec![1]);
+    }
+
+    #[test]
+    fn a_duplicate_lands_above_its_floor_and_the_peer_is_this_user() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let dup = dup_at_least(&a, 100).unwrap();
+        assert!(dup.as_raw_fd() >= 100);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(peer_uid(&b).unwrap(), unsafe { libc::geteuid() });
+    }
+}

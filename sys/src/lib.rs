@@ -1,0 +1,20 @@
+//! h5i-sys: the raw kernel calls h5i's crates share, each written once behind a small safe
+//! function: pidfds ([`pidfd`]), descriptors passed over unix sockets ([`fd_passing`]), and
+//! bounded waits and descriptor hygiene ([`fds`]).
+//!
+//! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
+//! with `SCM_RIGHTS`, poll, dup); on libc, with a `// SAFETY:` line per block, where it does
+//! not: `recvmsg` and `SO_PEERCRED`, whose `ucred` rustix reads into a non-zero `Pid` although
+//! the kernel writes pid 0 for a process outside the reader's pid namespace (a box can hand
+//! its end of a socket to such a process), and `close_range`, which rustix does not wrap.
+//!
+//! Owns the calls only: what a message means, which descriptors a protocol expects and what a
+//! refusal is called are the callers'. Must never: block without a bound the caller chose,
+//! keep a descriptor the kernel handed over in a refused message (each is closed), or hand out
+//! a descriptor without close-on-exec. Its own tests (unit, below each module) pass descriptors
+//! over socketpairs and open pidfds of real children; every caller's tests exercise it too.
+//! The lowest crate of the workspace: it depends on no h5i crate, so `h5i-policy` stays pure.
+
+pub mod fd_passing;
+pub mod fds;
+pub mod pidfd;
