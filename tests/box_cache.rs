@@ -806,3 +806,249 @@ fn uv_and_poetry_refresh_refuse_a_tampered_hash_or_a_smuggled_option_and_store_n
         }
     }
 }
+
+/// npm's project with platform-marker packages (the esbuild/@swc pattern): `h5i-native` and one
+/// optional package per platform, each with `os`/`cpu`/`libc` (bench/npm_platform_fixture.py).
+const NPM_PLATFORM: Eco = Eco {
+    name: "npm",
+    fixture: &["npm_platform_fixture.py", "{base}"],
+    host_env: &[],
+    var: "npm_config_cache",
+    install: "npm ci --no-audit --no-fund",
+    warm_install: Some(WARM_FROM_TREE),
+    prove: "node -e \"console.log(require('h5i-native'))\" && ls node_modules/@h5i-native",
+    proved: "",
+    lockfile: "package-lock.json",
+};
+
+/// The built tree as the box sees it (`H5I_NPM_TREE`), for the write attempts.
+const NPM_TREE: Eco = Eco {
+    var: "H5I_NPM_TREE",
+    ..NPM_PLATFORM
+};
+
+/// A warm install from the built tree: the box makes its own copy, and npm (offline, saving
+/// nothing) finds it up to date.
+const WARM_FROM_TREE: &str = "rm -rf node_modules && cp -R --preserve=mode,timestamps,links \"$H5I_NPM_TREE\" node_modules && npm install --offline --no-save --no-audit --no-fund";
+
+/// What node on this host says for `expr`.
+fn host_node(expr: &str) -> String {
+    let out = Command::new("node").args(["-p", expr]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    stdout(&out).trim().to_string()
+}
+
+/// The paths the stand-in served.
+fn served(reg: &Registry) -> Vec<String> {
+    let mut paths: Vec<String> = reg
+        .requests()
+        .iter()
+        .filter_map(|l| l.split("\"GET ").nth(1))
+        .filter_map(|r| r.split(' ').next())
+        .map(str::to_string)
+        .collect();
+    paths.sort();
+    paths
+}
+
+/// Box `name`'s view of the cache variables: `npm_config_cache H5I_NPM_TREE`, `unset` for each
+/// the box did not get.
+fn cache_vars(c: &Caller, name: &str) -> String {
+    let out = run(
+        c,
+        name,
+        "echo ${npm_config_cache:-unset} ${H5I_NPM_TREE:-unset}",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout(&out).trim().to_string()
+}
+
+/// The cache entry at `entry` is forged by `forge`: `box cache mounts NAME` refuses the whole
+/// npm cache (naming `what`, with the mend), and the box gets neither variable.
+fn assert_forged_refused(c: &Caller, name: &str, key: &str, what: &str) {
+    let mounts = c.ok(&["box", "cache", "mounts", name]);
+    assert!(
+        mounts.starts_with(&format!(
+            "npm: nothing mounted: refusing: the npm cache {key} is not one `h5i box cache refresh` left ("
+        )) && mounts.contains(what)
+            && mounts.contains("; to fix: `h5i box cache rm npm`, then `h5i box cache refresh npm`"),
+        "{what}: {mounts}"
+    );
+    assert_eq!(cache_vars(c, name), "unset unset", "{what}");
+}
+
+fn npm_tree_for_the_boxs_platform(as_user: bool) {
+    let test = format!(
+        "box cache npm tree as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, &NPM_PLATFORM);
+    let arch = host_node("process.arch");
+    let platform = format!(
+        "linux-{arch}-glibc-abi{}",
+        host_node("process.versions.modules")
+    );
+
+    // The refresh box fetched the loader and this platform's package, no other platform's.
+    refresh(&c, "npm");
+    assert_eq!(
+        served(&reg),
+        [
+            format!("/@h5i-native/linux-{arch}/-/linux-{arch}-1.0.0.tgz"),
+            "/h5i-native/-/h5i-native-1.0.0.tgz".to_string()
+        ]
+    );
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
+    assert_eq!(
+        ls["caches"][0]["refresh"]["tree"]["platform"],
+        platform.as_str(),
+        "{ls}"
+    );
+    let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
+    let eco_dir = c.repo().join(".git/.h5i/cache/npm");
+    let entry = eco_dir.join(&key);
+    let stored: Vec<String> = std::fs::read_dir(entry.join("tree/node_modules/@h5i-native"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(stored, [format!("linux-{arch}")], "the stored tree");
+
+    // Warm at the supervised and process tiers: the box copies the tree, npm finds it up to
+    // date, nothing reaches the network, the package for this platform loads.
+    let want = format!("@h5i-native/linux-{arch}\nlinux-{arch}");
+    for (name, tier) in [("warm", "supervised"), ("warmp", "process")] {
+        match tier {
+            "supervised" => c.ok(&["box", "create", name, "--profile", "dev"]),
+            _ => c.ok(&["box", "create", name, "--isolation", tier]),
+        };
+        let mounts = c.ok(&["box", "cache", "mounts", name]);
+        assert!(
+            mounts.contains(&format!("built node_modules for {platform} ("))
+                && mounts.contains("H5I_NPM_TREE=/.h5i/cache/npm-tree"),
+            "{mounts}"
+        );
+        let before = served(&reg);
+        let out = run(&c, name, WARM_FROM_TREE);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {}{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        assert!(stdout(&out).contains("up to date"), "{}", stdout(&out));
+        let warm = last_run(&c, name);
+        assert_eq!(
+            tally(&warm, "allowed") + tally(&warm, "denied"),
+            0,
+            "{warm}"
+        );
+        assert_eq!(served(&reg), before, "{name} reached the registry");
+        let out = run(&c, name, NPM_PLATFORM.prove);
+        assert_eq!(stdout(&out).trim(), want, "{name}: {}", stderr(&out));
+        assert_cannot_write(&c, &NPM_TREE, name);
+    }
+    // The lockfile is as committed: npm saved nothing, so the cache stays current.
+    assert!(c
+        .ok(&["box", "cache", "mounts", "warm"])
+        .contains("mounted read-only"));
+
+    // The box's copy is its own: writing it leaves the cache as refresh stored it.
+    let host_copy = entry.join("tree/node_modules/h5i-native/index.js");
+    let stored_bytes = std::fs::read(&host_copy).unwrap();
+    let out = run(
+        &c,
+        "warm",
+        "echo 'module.exports = 0;' > node_modules/h5i-native/index.js && node -p \"require('h5i-native')\"",
+    );
+    assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
+    assert_eq!(std::fs::read(&host_copy).unwrap(), stored_bytes);
+
+    // A tree another node built (another platform or ABI, or node changed since) is not
+    // mounted; the download cache still is.
+    let record_path = entry.join("refresh.json");
+    let record = std::fs::read_to_string(&record_path).unwrap();
+    let mut other: serde_json::Value = serde_json::from_str(&record).unwrap();
+    other["tree"]["node"]["ino"] = serde_json::json!(1);
+    std::fs::write(&record_path, other.to_string()).unwrap();
+    let mounts = c.ok(&["box", "cache", "mounts", "warm"]);
+    assert!(
+        mounts.contains(&format!(
+            "built node_modules not mounted: built for {platform} by "
+        )),
+        "{mounts}"
+    );
+    assert_eq!(cache_vars(&c, "warm"), "/.h5i/cache/npm unset");
+    std::fs::write(&record_path, &record).unwrap();
+    assert_eq!(
+        cache_vars(&c, "warm"),
+        "/.h5i/cache/npm /.h5i/cache/npm-tree"
+    );
+
+    // Forged entries: each refused whole, nothing mounted.
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let tree = entry.join("tree/node_modules");
+    let aside = entry.join("tree/aside");
+    std::fs::rename(&tree, &aside).unwrap();
+    symlink("/etc", &tree).unwrap();
+    assert_forged_refused(&c, "warm", &key, "tree/node_modules is a symlink");
+    std::fs::remove_file(&tree).unwrap();
+    std::fs::rename(&aside, &tree).unwrap();
+
+    let data = entry.join("data");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_forged_refused(&c, "warm", &key, "data is writable by others (mode 777)");
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    std::os::unix::fs::chown(&entry, Some(4242), None).unwrap();
+    assert_forged_refused(&c, "warm", &key, "is owned by uid 4242");
+    std::os::unix::fs::chown(&entry, Some(c.uid()), None).unwrap();
+
+    let elsewhere = eco_dir.join("elsewhere");
+    std::fs::rename(&entry, &elsewhere).unwrap();
+    symlink(&elsewhere, &entry).unwrap();
+    assert_forged_refused(&c, "warm", &key, &format!("{key} is a symlink"));
+    std::fs::remove_file(&entry).unwrap();
+    std::fs::rename(&elsewhere, &entry).unwrap();
+    assert_eq!(
+        cache_vars(&c, "warm"),
+        "/.h5i/cache/npm /.h5i/cache/npm-tree"
+    );
+
+    // A cache renamed to the key another lockfile makes: its record names the key it was
+    // built for, so it is refused, not taken for the new dependency set.
+    let out = run(&c, "warm", "echo ' ' >> package-lock.json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mounts = c.ok(&["box", "cache", "mounts", "warm", "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&mounts).unwrap();
+    let new_key = doc["offers"][0]["want"].as_str().unwrap().to_string();
+    assert_ne!(new_key, key);
+    std::fs::rename(&entry, eco_dir.join(&new_key)).unwrap();
+    assert_forged_refused(
+        &c,
+        "warm",
+        &new_key,
+        &format!("its refresh.json is the record of the npm cache {key}, not of npm {new_key}"),
+    );
+    for b in ["warm", "warmp"] {
+        c.ok(&["box", "rm", "--force", b]);
+    }
+}
+
+/// The built tree is right for the box's platform and node, a box cannot write it, and a forged
+/// entry (symlinked, writable by others, owned by another user, renamed to another key) is
+/// refused whole, as root and as h5i-test.
+#[test]
+fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refused_as_root() {
+    npm_tree_for_the_boxs_platform(false);
+}
+
+#[test]
+fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refused_as_h5i_test() {
+    npm_tree_for_the_boxs_platform(true);
+}

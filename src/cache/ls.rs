@@ -6,6 +6,7 @@
 use serde::Serialize;
 
 use super::{CacheError, CacheRoot, RefreshRecord, ECOSYSTEMS};
+
 use crate::store::BoxStore;
 
 /// One stored cache.
@@ -17,9 +18,10 @@ pub struct Listed {
     pub key: String,
     /// Whether the working tree's lockfiles make another key (or none): never mounted.
     pub stale: bool,
-    /// Bytes under `data/`.
+    /// Bytes under `data/` (0 for an entry [`CacheRoot::verify`] refuses).
     pub bytes: u64,
-    /// What its refresh observed (absent when `refresh.json` is unreadable).
+    /// What its refresh observed (absent when [`CacheRoot::verify`] refuses the entry: never
+    /// mounted).
     pub refresh: Option<RefreshRecord>,
 }
 
@@ -34,14 +36,15 @@ pub fn list(store: &BoxStore) -> Result<Vec<Listed>, CacheError> {
         }
         let want = eco.key_of(&store.repo_root).ok().flatten();
         for key in keys {
-            let entry = root.entry(eco, &key);
-            let refresh = std::fs::read(entry.join("refresh.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
+            let refresh = root.verify(eco, &key).ok();
+            let bytes = match &refresh {
+                Some(_) => super::tree_bytes(&root.data(eco, &key)),
+                None => 0,
+            };
             out.push(Listed {
                 eco: eco.name,
                 stale: want.as_deref() != Some(key.as_str()),
-                bytes: super::tree_bytes(&entry.join("data")),
+                bytes,
                 key,
                 refresh,
             });

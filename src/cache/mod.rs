@@ -4,11 +4,16 @@
 //! Owns the reviewed ecosystem table ([`ECOSYSTEMS`]), the key (a SHA-256 over the lockfiles,
 //! each read through the one bounded reader, never following a symlink), and the on-disk layout:
 //! `<key>/data/` is what a box gets (read-only), `<key>/refresh.json` is what the refresh that
-//! wrote it observed. One module per verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
+//! wrote it observed. npm's entry also holds `<key>/tree/node_modules`, the tree `npm ci` built
+//! in the refresh box, stamped with the platform and node ABI it was built for ([`TreeRecord`]):
+//! a box copies it into its workspace instead of unpacking every tarball again. One module per
+//! verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
 //!
 //! Must never: hand a box a cache whose key does not match the lockfiles in that box's workspace
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
-//! that cannot mount it read-only, or let anything but [`refresh`] write one.
+//! that cannot mount it read-only, hand out an entry [`CacheRoot::verify`] refuses (a symlink, a
+//! directory another user owns or may write, a record of another key), hand out a built tree
+//! for another platform or node binary, or let anything but [`refresh`] write one.
 //!
 //! Guarded by `tests/box_cache.rs` (a real npm, cargo, pip, uv, Poetry and Go project, each
 //! against a registry stand-in in the test's own network namespace) and the unit tests below.
@@ -26,6 +31,17 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::error::BoxError;
+
+/// Where a process or supervised box sees the npm cache's built `node_modules` (read-only).
+pub const NPM_TREE_INSIDE: &str = "/.h5i/cache/npm-tree";
+
+/// The variable naming [`NPM_TREE_INSIDE`] in a box that has it: `cp -R --preserve=mode,timestamps,links
+/// "$H5I_NPM_TREE" node_modules` makes the box's own copy, after which `npm install --offline`
+/// finds it up to date.
+pub const NPM_TREE_VAR: &str = "H5I_NPM_TREE";
+
+/// The largest `refresh.json` or tree stamp read.
+const RECORD_CAP: u64 = 1 << 20;
 
 /// The largest lockfile read for a key (a lockfile past this is refused, not truncated).
 pub const LOCKFILE_CAP: u64 = 64 << 20;
@@ -57,6 +73,9 @@ pub struct Ecosystem {
     /// the lockfile ([`lockfile`]): the lockfile's format. `refresh` writes the list into the
     /// cache before the install step runs, and a box installs from the same list.
     pub derived: Option<lockfile::LockFormat>,
+    /// Whether `refresh` also keeps the tree the install built in the project (npm's
+    /// `node_modules`), stamped with its platform: [`TreeRecord`].
+    pub keeps_tree: bool,
 }
 
 /// npm's variables, the same in agent boxes and the refresh box.
@@ -129,6 +148,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: NPM_ENV,
         fill_env: NPM_ENV,
         derived: None,
+        keeps_tree: true,
     },
     Ecosystem {
         name: "cargo",
@@ -143,6 +163,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: CARGO_ENV,
         fill_env: CARGO_ENV,
         derived: None,
+        keeps_tree: false,
     },
     Ecosystem {
         name: "pip",
@@ -157,6 +178,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: PIP_WHEELHOUSE_ENV,
         fill_env: &[],
         derived: None,
+        keeps_tree: false,
     },
     Ecosystem {
         name: "uv",
@@ -173,6 +195,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: &[("UV_FIND_LINKS", "{dir}"), ("UV_OFFLINE", "1")],
         fill_env: &[],
         derived: Some(lockfile::LockFormat::Uv),
+        keeps_tree: false,
     },
     Ecosystem {
         name: "poetry",
@@ -189,6 +212,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: PIP_WHEELHOUSE_ENV,
         fill_env: &[],
         derived: Some(lockfile::LockFormat::Poetry),
+        keeps_tree: false,
     },
     Ecosystem {
         name: "go",
@@ -204,6 +228,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         // refresh's staging directory can be removed; the stored cache is read-only anyway.
         fill_env: &[("GOMODCACHE", "{dir}"), ("GOFLAGS", "-modcacherw")],
         derived: None,
+        keeps_tree: false,
     },
 ];
 
@@ -256,6 +281,14 @@ pub enum CacheError {
         receipt: u64,
         /// The egress tally, one line.
         egress: String,
+    },
+    /// npm's built tree could not be kept; nothing was stored.
+    #[error("refusing: the npm install succeeded but its node_modules could not be kept ({why}; receipt {receipt} of the refresh box); nothing was stored; to fix: check that the refresh box runs node, then refresh again")]
+    TreeNotKept {
+        /// The receipt of the copy.
+        receipt: u64,
+        /// What went wrong.
+        why: String,
     },
     /// A uv or Poetry lockfile that does not pin a package the cache can hold.
     #[error("refusing: {file} {why}; to fix: lock every package from a registry with its hashes (`uv lock`, `poetry lock`), commit it, then refresh")]
@@ -427,8 +460,52 @@ impl CacheRoot {
         self.entry(eco, key).join("data")
     }
 
-    /// The keys stored for `eco` (complete entries only: a `data/` directory and no leading
-    /// dot, which marks a refresh in progress).
+    /// The directory of `eco`'s built tree under `key` (npm): `tree/node_modules`.
+    pub fn tree(&self, eco: &Ecosystem, key: &str) -> PathBuf {
+        self.entry(eco, key).join("tree").join("node_modules")
+    }
+
+    /// The entry of `eco` under `key` as `refresh` leaves it, or why it is not: every directory
+    /// a box could be handed ([`real_dir`]), and a `refresh.json` (not followed) naming this
+    /// ecosystem and this key, whose tree, when it records one, is there too.
+    pub fn verify(&self, eco: &Ecosystem, key: &str) -> Result<RefreshRecord, String> {
+        let entry = self.entry(eco, key);
+        real_dir(&self.dir)?;
+        real_dir(&self.eco_dir(eco))?;
+        real_dir(&entry)?;
+        real_dir(&entry.join("data"))?;
+        let (mut f, size) =
+            crate::bounded::open_regular(&entry, Path::new("refresh.json"), RECORD_CAP)
+                .map_err(|skip| format!("its refresh.json is {skip}"))?;
+        let mut bytes = Vec::with_capacity(size as usize);
+        f.read_to_end(&mut bytes)
+            .map_err(|e| format!("its refresh.json is unreadable ({e})"))?;
+        let record: RefreshRecord = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("its refresh.json is not a refresh record ({e})"))?;
+        if record.eco != eco.name || record.key != key {
+            return Err(format!(
+                "its refresh.json is the record of the {} cache {}, not of {} {key}",
+                record.eco.escape_debug(),
+                record.key.escape_debug(),
+                eco.name
+            ));
+        }
+        if let Some(tree) = &record.tree {
+            if !is_platform(&tree.platform) {
+                return Err(format!(
+                    "its tree's platform {:?} is malformed",
+                    tree.platform.escape_debug().to_string()
+                ));
+            }
+            real_dir(&entry.join("tree"))?;
+            real_dir(&self.tree(eco, key))?;
+        }
+        Ok(record)
+    }
+
+    /// The keys stored for `eco` (complete entries only: a key-named directory or symlink, not
+    /// followed, and no leading dot, which marks a refresh in progress). A listed key is not yet
+    /// one a box may get: [`CacheRoot::verify`] says that (and refuses the symlink).
     pub fn keys(&self, eco: &Ecosystem) -> Result<Vec<String>, CacheError> {
         let dir = self.eco_dir(eco);
         let rd = match std::fs::read_dir(&dir) {
@@ -440,7 +517,11 @@ impl CacheRoot {
         for entry in rd {
             let entry = entry.map_err(|e| BoxError::io(&dir, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if is_key(&name) && entry.path().join("data").is_dir() {
+            if is_key(&name)
+                && entry
+                    .file_type()
+                    .is_ok_and(|t| t.is_dir() || t.is_symlink())
+            {
                 keys.push(name);
             }
         }
@@ -478,6 +559,106 @@ pub struct RefreshRecord {
     pub egress: Option<h5i_policy::receipt::EgressTally>,
     /// Bytes stored.
     pub bytes: u64,
+    /// npm only: the built `node_modules` stored beside the download cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeRecord>,
+}
+
+/// What a built `node_modules` was built for. npm leaves out an optional package whose `os`,
+/// `cpu` or `libc` does not match (the esbuild and @swc pattern), and a native addon is built
+/// for one node ABI, so a tree is right only for the platform, libc and node of the box that
+/// built it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TreeRecord {
+    /// `<platform>-<arch>-<libc>-abi<N>` as node in the refresh box reported it
+    /// (`process.platform`, `process.arch`, glibc or other, `process.versions.modules`).
+    pub platform: String,
+    /// The node binary that built it, as the host sees it: the process and supervised tiers run
+    /// the host's `/usr`, so the same binary is the same platform and ABI.
+    pub node: NodeBinary,
+}
+
+/// One node binary's identity: where `PATH` finds it (resolved) and its inode's stat.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeBinary {
+    /// The resolved path.
+    pub path: PathBuf,
+    /// Device.
+    pub dev: u64,
+    /// Inode.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, ns since the epoch.
+    pub mtime_ns: i64,
+}
+
+impl NodeBinary {
+    /// The node a kernel-tier box's `PATH` finds first on this host, or None.
+    pub fn on_box_path() -> Option<NodeBinary> {
+        use std::os::unix::fs::MetadataExt;
+        let found = crate::agent::BOX_PATH_DIRS
+            .iter()
+            .map(|d| Path::new(d).join("node"))
+            .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file()))?;
+        let path = std::fs::canonicalize(found).ok()?;
+        let m = std::fs::metadata(&path).ok()?;
+        Some(NodeBinary {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+            path,
+        })
+    }
+}
+
+/// Whether `s` is a platform stamp as the refresh box writes it.
+pub fn is_platform(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    let word = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 16
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    parts.len() == 4
+        && word(parts[0])
+        && word(parts[1])
+        && matches!(parts[2], "glibc" | "other")
+        && parts[3]
+            .strip_prefix("abi")
+            .is_some_and(|n| !n.is_empty() && n.len() <= 6 && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A directory of a cache entry, checked without following it: a real directory the caller
+/// owns that no one else may write.
+fn real_dir(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = path
+        .symlink_metadata()
+        .map_err(|e| format!("{} cannot be read ({e})", path.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if m.file_type().is_symlink() {
+        Err(format!("{} is a symlink", path.display()))
+    } else if !m.is_dir() {
+        Err(format!("{} is not a directory", path.display()))
+    } else if m.uid() != euid {
+        Err(format!(
+            "{} is owned by uid {}, not {euid}",
+            path.display(),
+            m.uid()
+        ))
+    } else if m.mode() & 0o022 != 0 {
+        Err(format!(
+            "{} is writable by others (mode {:o})",
+            path.display(),
+            m.mode() & 0o7777
+        ))
+    } else {
+        Ok(())
+    }
 }
 
 /// The size of a tree in bytes (symlinks counted as themselves, never followed).

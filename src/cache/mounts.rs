@@ -2,8 +2,11 @@
 //! asks for it ([`grant`]).
 //!
 //! Owns the decision per ecosystem: the cache whose key matches the lockfiles of the project
-//! the box installs from is mounted read-only at its own path, and the package manager's
-//! variables point at it; a cache under any other key is stale and never handed out.
+//! the box installs from, and that [`CacheRoot::verify`] accepts, is mounted read-only at its
+//! own path, and the package manager's variables point at it; a cache under any other key is
+//! stale and never handed out. npm's built tree is mounted beside it only at the tiers that run
+//! the host's `/usr` (process, supervised), and only when the node binary there is the one that
+//! built it ([`super::TreeRecord`]).
 //!
 //! Must never: grant a cache read-write, grant one whose key does not match, or grant one to
 //! the workspace tier (which has no mount namespace to make it read-only in). The kernel tiers
@@ -33,6 +36,9 @@ pub enum Offer {
         inside: String,
         /// The variables set for the package manager.
         env: Vec<String>,
+        /// npm: the built `node_modules` stored with it, and whether this box gets it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tree: Option<TreeOffer>,
     },
     /// Caches exist, but none under the key the lockfiles make now: nothing is mounted.
     Stale {
@@ -59,6 +65,36 @@ pub enum Offer {
     },
 }
 
+/// npm's built tree, for one box.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum TreeOffer {
+    /// Mounted read-only at `inside`, named by `var`.
+    Mounted {
+        /// What it was built for.
+        platform: String,
+        /// The directory on the host.
+        data: PathBuf,
+        /// Where the box sees it.
+        inside: &'static str,
+        /// `NAME=VALUE` naming it in the box.
+        env: String,
+    },
+    /// Built by another node binary than the one this box would run (another platform or ABI,
+    /// or node changed since): not mounted.
+    OtherNode {
+        /// What it was built for.
+        platform: String,
+        /// The node binary that built it.
+        built_by: PathBuf,
+    },
+    /// The box's tier brings its own node and libc (the container tier's image): not mounted.
+    OtherTier {
+        /// What it was built for.
+        platform: String,
+    },
+}
+
 impl Offer {
     /// The ecosystem this answer is about.
     pub fn eco(&self) -> &'static str {
@@ -72,8 +108,9 @@ impl Offer {
 }
 
 /// What a box installing from `project` gets from `root`: one answer per ecosystem the project
-/// uses (an ecosystem without a lockfile is left out).
-pub fn offers(root: &CacheRoot, project: &Path) -> Result<Vec<Offer>, CacheError> {
+/// uses (an ecosystem without a lockfile is left out). `host_usr`: the box runs the host's
+/// `/usr` (the process and supervised tiers), the only place a built tree may be mounted.
+pub fn offers(root: &CacheRoot, project: &Path, host_usr: bool) -> Result<Vec<Offer>, CacheError> {
     let mut out = Vec::new();
     for eco in ECOSYSTEMS {
         let want = match eco.key_of(project) {
@@ -89,14 +126,47 @@ pub fn offers(root: &CacheRoot, project: &Path) -> Result<Vec<Offer>, CacheError
         };
         let have = root.keys(eco)?;
         out.push(if have.contains(&want) {
+            let record = match root.verify(eco, &want) {
+                Ok(r) => r,
+                Err(why) => {
+                    out.push(Offer::Refused {
+                        eco: eco.name,
+                        why: format!(
+                            "refusing: the {e} cache {want} is not one `h5i box cache refresh` left ({why}); to fix: `h5i box cache rm {e}`, then `h5i box cache refresh {e}`",
+                            e = eco.name
+                        ),
+                    });
+                    continue;
+                }
+            };
             let data = root.data(eco, &want);
             let inside = h5i_policy::inbox::cache_dir(eco.name);
+            let tree = record.tree.map(|t| {
+                if !host_usr {
+                    TreeOffer::OtherTier {
+                        platform: t.platform,
+                    }
+                } else if super::NodeBinary::on_box_path().as_ref() != Some(&t.node) {
+                    TreeOffer::OtherNode {
+                        platform: t.platform,
+                        built_by: t.node.path,
+                    }
+                } else {
+                    TreeOffer::Mounted {
+                        platform: t.platform,
+                        data: root.tree(eco, &want),
+                        inside: super::NPM_TREE_INSIDE,
+                        env: format!("{}={}", super::NPM_TREE_VAR, super::NPM_TREE_INSIDE),
+                    }
+                }
+            });
             Offer::Mounted {
                 eco: eco.name,
                 env: eco.env_for(Path::new(&inside)),
                 key: want,
                 data,
                 inside,
+                tree,
             }
         } else if have.is_empty() {
             Offer::Missing {
@@ -124,35 +194,56 @@ pub struct Granted {
     pub inside: String,
     /// The package manager's variables.
     pub env: Vec<String>,
+    /// npm's built tree, when this box gets it: the host directory, where the box sees it, the
+    /// variable naming it.
+    pub tree: Option<(PathBuf, &'static str, String)>,
 }
 
-/// Every cache of `sb`'s clone whose key matches the lockfiles in the box's own workspace. A
-/// cache that cannot be offered is simply not granted: every package manager falls back to
-/// fetching what it cannot find.
-pub fn granted(sb: &StoredBox) -> Vec<Granted> {
+/// Every cache of `sb`'s clone whose key matches the lockfiles in the box's own workspace
+/// (`host_usr`: as [`offers`]). A cache that cannot be offered is simply not granted: every
+/// package manager falls back to fetching what it cannot find.
+pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
     let Some(root) = CacheRoot::of_box(sb) else {
         return Vec::new();
     };
-    let Ok(all) = offers(&root, &sb.paths.workspace()) else {
+    let Ok(all) = offers(&root, &sb.paths.workspace(), host_usr) else {
         return Vec::new();
     };
     all.into_iter()
         .filter_map(|o| match o {
             Offer::Mounted {
-                data, inside, env, ..
-            } => Some(Granted { data, inside, env }),
+                data,
+                inside,
+                env,
+                tree,
+                ..
+            } => Some(Granted {
+                data,
+                inside,
+                env,
+                tree: match tree {
+                    Some(TreeOffer::Mounted {
+                        data, inside, env, ..
+                    }) => Some((data, inside, env)),
+                    _ => None,
+                },
+            }),
             _ => None,
         })
         .collect()
 }
 
-/// For the run path of the process and supervised tiers: each [`granted`] cache as a read-only
-/// bind in `binds` and its variables in `env`. (The container tier mounts the same list through
-/// Podman: `container::box_binds`.)
+/// For the run path of the process and supervised tiers: each [`granted`] cache (and npm's
+/// built tree) as a read-only bind in `binds` and its variables in `env`. (The container tier
+/// mounts the download caches alone through Podman: `container::box_binds`.)
 pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) {
-    let granted = granted(sb);
+    let granted = granted(sb, true);
     for g in &granted {
         binds.push(Bind::ro(&g.data, &g.inside));
+        if let Some((data, inside, var)) = &g.tree {
+            binds.push(Bind::ro(data, inside));
+            env.push(var.clone());
+        }
     }
     env.extend(env_of(&granted));
 }
@@ -200,6 +291,7 @@ mod tests {
             data: PathBuf::from("/unused"),
             inside: String::new(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),
+            tree: None,
         }
     }
 

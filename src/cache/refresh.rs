@@ -187,15 +187,22 @@ pub fn refresh(
 
     let inside = h5i_policy::inbox::cache_dir(eco.name);
     let argv = eco.install_for(Path::new(&inside));
+    let tree = eco.keeps_tree.then(|| scratch.staging.join("tree"));
+    if let Some(tree) = &tree {
+        std::fs::create_dir(tree).map_err(|e| BoxError::io(tree, e))?;
+        crate::identity::Mapping::for_caller()
+            .and_then(|ids| ids.own(std::slice::from_ref(tree)))
+            .map_err(BoxError::from)?;
+    }
     let fill = Fill {
         root: &root,
         eco,
         mirror: &mirror,
         data: &data,
         inside: &inside,
-        argv: &argv,
+        tree: tree.as_deref(),
     };
-    let run = install(store, &box_name, &fill, progress)?;
+    let run = install(store, &box_name, &fill, &argv, Some(progress))?;
     if run.exit.passthrough_code() != 0 {
         return Err(CacheError::InstallFailed {
             eco: eco.name,
@@ -204,6 +211,10 @@ pub fn refresh(
             egress: egress_line(run.egress.as_ref()),
         });
     }
+    let tree = match &tree {
+        Some(dir) => Some(keep_tree(store, &box_name, &fill, dir)?),
+        None => None,
+    };
 
     // The box wrote it as its own identity: take it back, readable by every box, writable by
     // none of them.
@@ -221,6 +232,7 @@ pub fn refresh(
         policy_digest: sb.manifest.policy_digest.clone(),
         egress: run.egress,
         bytes: tree_bytes(&data),
+        tree,
     };
     let json = serde_json::to_vec_pretty(&record).map_err(|e| BoxError::BadRequest {
         what: format!("cannot encode refresh.json: {e}"),
@@ -262,18 +274,62 @@ struct Fill<'a> {
     data: &'a Path,
     /// Where the box sees it.
     inside: &'a str,
-    /// The install step.
-    argv: &'a [String],
+    /// npm: the staging directory the built tree is copied into, writable at
+    /// [`super::NPM_TREE_INSIDE`].
+    tree: Option<&'a Path>,
 }
 
-/// Run the install step in the refresh box at the supervised tier, `data` its only writable
-/// cache and the host's mirror settings its only registry settings, with a progress line while
-/// it runs.
+/// The copy of the built `node_modules` and its platform stamp, made in the refresh box after
+/// the install (as the box's identity, in its own workspace: the host never walks a tree the
+/// install wrote). `$1` is where the box sees the staging tree directory.
+const KEEP_TREE: &str = r#"set -e
+if [ -d node_modules ]; then cp -R --preserve=mode,timestamps,links node_modules "$1/node_modules"; else mkdir "$1/node_modules"; fi
+node -e 'const h = process.report.getReport().header; console.log([process.platform, process.arch, h.glibcVersionRuntime ? "glibc" : "other", "abi" + process.versions.modules].join("-"))' > "$1/platform""#;
+
+/// Keep the tree the install built: copied by [`KEEP_TREE`] in the refresh box into `dir`, and
+/// stamped with what it was built for (the stamp checked, the node binary the host's `PATH`
+/// resolves for a kernel-tier box recorded).
+fn keep_tree(
+    store: &BoxStore,
+    box_name: &str,
+    fill: &Fill,
+    dir: &Path,
+) -> Result<super::TreeRecord, CacheError> {
+    let argv = ["sh", "-c", KEEP_TREE, "sh", super::NPM_TREE_INSIDE].map(String::from);
+    let run = install(store, box_name, fill, &argv, None)?;
+    let failed = |why: String| CacheError::TreeNotKept {
+        receipt: run.receipt_seq,
+        why,
+    };
+    if run.exit.passthrough_code() != 0 {
+        return Err(failed(format!("exited {}", run.exit.passthrough_code())));
+    }
+    let (mut f, _) = crate::bounded::open_regular(dir, Path::new("platform"), 256)
+        .map_err(|skip| failed(format!("its platform stamp is {skip}")))?;
+    let mut platform = String::new();
+    std::io::Read::read_to_string(&mut f, &mut platform)
+        .map_err(|e| failed(format!("its platform stamp is unreadable ({e})")))?;
+    let platform = platform.trim_end().to_string();
+    if !super::is_platform(&platform) {
+        return Err(failed(format!(
+            "its platform stamp {:?} is malformed",
+            platform.escape_debug().to_string()
+        )));
+    }
+    let node = super::NodeBinary::on_box_path()
+        .ok_or_else(|| failed("no node on a box's PATH on this host".into()))?;
+    Ok(super::TreeRecord { platform, node })
+}
+
+/// Run `argv` in the refresh box at the supervised tier, `data` (and npm's tree directory) its
+/// only writable cache and the host's mirror settings its only registry settings, with a
+/// progress line while it runs when `progress` is given.
 fn install(
     store: &BoxStore,
     box_name: &str,
     fill: &Fill,
-    progress: &(dyn Fn(Progress) + Sync),
+    argv: &[String],
+    progress: Option<&(dyn Fn(Progress) + Sync)>,
 ) -> Result<RunOutcome, CacheError> {
     let session = RunSession::open(store, box_name, Purpose::CacheRefresh)?;
     // The run path offers every agent box the matching caches read-only; the refresh box gets
@@ -284,17 +340,25 @@ fn install(
             !super::ECOSYSTEMS
                 .iter()
                 .flat_map(Ecosystem::var_names)
+                .chain([super::NPM_TREE_VAR])
                 .any(|k| e.starts_with(&format!("{k}=")))
         });
         plan.binds
             .push(h5i_runtime::bundle::Bind::rw(fill.data, fill.inside));
+        if let Some(tree) = fill.tree {
+            plan.binds
+                .push(h5i_runtime::bundle::Bind::rw(tree, super::NPM_TREE_INSIDE));
+        }
         plan.env
             .extend(fill.eco.fill_env_for(Path::new(fill.inside)));
         plan.env.extend(fill.mirror.env.iter().cloned());
     };
     let data = fill.data;
-    let mut req = session.request(fill.argv.iter().map(OsString::from).collect());
+    let mut req = session.request(argv.iter().map(OsString::from).collect());
     req.edit_plan = Some(&own_cache);
+    let Some(progress) = progress else {
+        return Ok(session.run(req)?);
+    };
     let started = Instant::now();
     progress(Progress { bytes: 0, secs: 0 });
     let (tx, rx) = std::sync::mpsc::channel::<()>();

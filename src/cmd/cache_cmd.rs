@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Subcommand;
 
-use h5i::cache::mounts::Offer;
+use h5i::cache::mounts::{Offer, TreeOffer};
 
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
@@ -87,10 +87,11 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
             Ok(0)
         }
         CacheVerb::Mounts { name, json } => {
-            let (root, project, who) = match &name {
+            let (root, project, who, host_usr) = match &name {
                 Some(n) => {
                     let sb = store.find(n)?;
                     let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
+                    let host_usr = tier != h5i_policy::Tier::Container;
                     if !h5i::cache::mounts::tier_mounts_caches(tier) {
                         if json {
                             return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
@@ -105,15 +106,16 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                     }
                     let root = h5i::cache::CacheRoot::of_box(&sb)
                         .unwrap_or_else(|| h5i::cache::CacheRoot::of(&store));
-                    (root, sb.paths.workspace(), format!("box {n}"))
+                    (root, sb.paths.workspace(), format!("box {n}"), host_usr)
                 }
                 None => (
                     h5i::cache::CacheRoot::of(&store),
                     store.repo_root.clone(),
                     "a box made from this working tree".to_string(),
+                    true,
                 ),
             };
-            let offers = h5i::cache::mounts::offers(&root, &project)?;
+            let offers = h5i::cache::mounts::offers(&root, &project, host_usr)?;
             if json {
                 return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
                     schema: h5i::json_doc::CACHE_MOUNTS,
@@ -133,6 +135,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                         data,
                         inside,
                         env,
+                        tree,
                     } => {
                         say!(
                             "{eco}: {key} ({}) mounted read-only at {inside}",
@@ -140,6 +143,28 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                         );
                         for e in env {
                             say!("  {e}");
+                        }
+                        match tree {
+                            Some(TreeOffer::Mounted {
+                                platform,
+                                data,
+                                inside,
+                                env,
+                            }) => {
+                                say!(
+                                    "  built node_modules for {platform} ({}) mounted read-only at {inside}",
+                                    data.display()
+                                );
+                                say!("  {env}");
+                            }
+                            Some(TreeOffer::OtherNode { platform, built_by }) => say!(
+                                "  built node_modules not mounted: built for {platform} by {}, which is not the node this box runs (h5i box cache refresh {eco})",
+                                built_by.display()
+                            ),
+                            Some(TreeOffer::OtherTier { platform }) => say!(
+                                "  built node_modules not mounted: built for {platform} with the host's node; this tier brings its own"
+                            ),
+                            None => {}
                         }
                     }
                     Offer::Stale { eco, want, have } => say!(

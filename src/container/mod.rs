@@ -369,7 +369,7 @@ pub fn run(
     let hooks_path = run_dir.dir("hooks")?;
 
     // Read once: what is mounted and the variables naming it come from the same answer.
-    let granted = crate::cache::mounts::granted(sb);
+    let granted = crate::cache::mounts::granted(sb, false);
     let (sources, attached) = attach_sources(&engine, sb, &granted, &mut run_dir, &runc, &hook)?;
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
