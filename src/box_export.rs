@@ -86,6 +86,8 @@ pub fn export_box(
     let scan = crate::secrets::redactor_for_export(&policy, opts.skip_secret_check, "export")?;
     // The box's services are held still while the tree is read; thawed when this returns.
     let _frozen = crate::freeze::hold(&sb)?;
+    // A viewer killed mid-session gets its ending before the log is read.
+    crate::browser::view_sessions::close_orphans(&sb)?;
     let receipts = ReceiptLog::at(sb.paths.receipts()).read()?;
     let workspace = sb.paths.workspace();
     let scratch = sb.paths.scratch();

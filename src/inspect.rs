@@ -281,12 +281,13 @@ pub fn viewer_session_line(body: &RecordBody) -> String {
         took_control,
         input_sent,
         input_dropped,
+        ..
     } = body
     else {
         return String::new();
     };
     let line = format!("{via} {event} by {by}");
-    if event != "closed" {
+    if event == "opened" {
         return line;
     }
     let control = if *took_control {
@@ -294,7 +295,12 @@ pub fn viewer_session_line(body: &RecordBody) -> String {
     } else {
         "watched only"
     };
-    format!("{line}: {control}; {input_sent} input events sent, {input_dropped} dropped while the agent held control")
+    let ending = if event == "killed" {
+        " (the viewer was killed; a later h5i verb closed its session with the counts it last saved)"
+    } else {
+        ""
+    };
+    format!("{line}: {control}; {input_sent} input events sent, {input_dropped} dropped while the agent held control{ending}")
 }
 
 /// A command as receipts show it: each argument in backquotes, so where one ends is plain.

@@ -152,7 +152,7 @@ pub struct ProcId {
 
 impl ProcId {
     /// The live process with this pid, if it is the same one.
-    fn of(pid: i32) -> Option<ProcId> {
+    pub fn of(pid: i32) -> Option<ProcId> {
         start_ticks(pid).map(|start| ProcId { pid, start })
     }
 

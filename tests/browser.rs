@@ -1008,6 +1008,49 @@ while i < len(b):
     (v[0], v[1], v[2])
 }
 
+/// `h5i box view web --port 0` (with `--open` when `open`) run by `c` with `env` added: the
+/// viewer, its port and its token, read from the line it prints.
+#[cfg(feature = "ui")]
+fn start_viewer(c: &Caller, env: &[(&str, &str)], open: bool) -> (Viewer, u16, String) {
+    let mut args = vec!["box", "view", "web", "--port", "0"];
+    if open {
+        args.push("--open");
+    }
+    let mut cmd = c.h5i_in(&c.repo(), &args);
+    cmd.envs(env.iter().copied());
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let viewer = Viewer(child);
+    let mut said = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut said).unwrap();
+    let url = said
+        .split(" at ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no URL in {said:?}"))
+        .trim()
+        .to_string();
+    let rest = url
+        .strip_prefix("http://127.0.0.1:")
+        .unwrap_or_else(|| panic!("not loopback: {url}"));
+    let (port, token) = rest.split_once("/?token=").unwrap();
+    (viewer, port.parse().unwrap(), token.to_string())
+}
+
+/// The bodies of the `viewer-session` records in the log at `receipts`, in order.
+#[cfg(feature = "ui")]
+fn viewer_records(receipts: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(receipts)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["kind"] == "viewer-session")
+        .collect()
+}
+
 /// `h5i box view`: served on loopback only, every request without the box's token is 401, a
 /// foreign Host is 421, a WebSocket from another origin (or none) is refused; the page's socket
 /// carries the box's frames (a JPEG the size of the in-box screenshot); a click from the page
@@ -1032,28 +1075,11 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
     assert_eq!(rc, 0, "{open}");
     let (shot_w, shot_h, _) = png_pixel(&c.workspace("web").join("shot.png"), 8, 8);
 
-    let mut child = c
-        .h5i_in(&c.repo(), &["box", "view", "web", "--port", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let viewer = Viewer(child);
-    let mut said = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut said).unwrap();
-    let url = said
-        .split(" at ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no URL in {said:?}"))
-        .trim()
-        .to_string();
-    let rest = url
-        .strip_prefix("http://127.0.0.1:")
-        .unwrap_or_else(|| panic!("not loopback: {url}"));
-    let (port, token) = rest.split_once("/?token=").unwrap();
-    let port: u16 = port.parse().unwrap();
-    let token = token.to_string();
+    let fake = tempfile::tempdir().unwrap();
+    let record = common::opener::fake_opener(fake.path());
+    let path = common::opener::path_with(fake.path());
+    let (viewer, port, token) = start_viewer(&c, &[("PATH", &path)], true);
+    let url = format!("http://127.0.0.1:{port}/?token={token}");
     assert_eq!(
         c.ok(&["browser", "url", "web", "--port", &port.to_string()])
             .trim(),
@@ -1081,6 +1107,29 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
         "the viewer listens beyond loopback: {lines:?}"
     );
 
+    // `--open`: xdg-open was handed a private file leading to the URL, never the token.
+    common::opener::opened(&record);
+    let read = |f: &str| common::opener::recorded(&record, f);
+    let (argv, env) = (read("argv"), read("env"));
+    assert!(
+        !argv.contains(&token) && !env.contains(&token),
+        "the token reached xdg-open: {argv}"
+    );
+    let file = argv.lines().nth(1).unwrap().to_string();
+    assert_eq!(
+        (read("mode").trim(), read("dirmode").trim()),
+        ("600", "700")
+    );
+    assert!(
+        read("page").contains(&format!("content=\"0;url={url}\"")),
+        "{}",
+        read("page")
+    );
+    assert!(
+        Path::new(&file).exists(),
+        "the handoff file went before the browser came"
+    );
+
     let host = format!("127.0.0.1:{port}");
     for (path, what) in [
         ("/".to_string(), "no token"),
@@ -1094,8 +1143,16 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
         assert!(answer.starts_with("HTTP/1.1 401"), "{what}: {answer}");
         assert!(!answer.contains(&token), "{what}: the token leaked");
     }
+    assert!(
+        Path::new(&file).exists(),
+        "a refused request removed the handoff file"
+    );
     let page = viewer_get(port, &host, &format!("/?token={token}"), "");
     assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(
+        !Path::new(&file).exists(),
+        "the handoff file outlived the token's use"
+    );
     let lower = page.to_ascii_lowercase();
     assert!(
         lower.contains("content-security-policy: default-src 'none'"),
@@ -1233,6 +1290,64 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
         done
     });
     assert!(closed, "no closing viewer record");
+
+    // A viewer SIGKILLed mid-session: its session is closed as `killed`, with the counts it
+    // last saved, by the next `box view`; that one, stopped by Ctrl-C, closes its own.
+    let mut ws = rt.block_on(viewer_ws(port, &token, Some(&own))).unwrap();
+    click(&mut ws);
+    rt.block_on(viewer_next(&mut ws, |m| {
+        m["type"] == "h5i" && m["input_dropped"] == 2
+    }));
+    let mut viewer = viewer;
+    viewer.0.kill().unwrap();
+    viewer.0.wait().unwrap();
+    drop(ws);
+    let (viewer, port, token) = start_viewer(&c, &[], false);
+    let sessions = viewer_records(&receipts);
+    let killed: Vec<&serde_json::Value> =
+        sessions.iter().filter(|b| b["event"] == "killed").collect();
+    assert_eq!(killed.len(), 1, "{sessions:?}");
+    assert_eq!(killed[0]["input_dropped"], 2, "{sessions:?}");
+    assert_eq!(
+        sessions
+            .iter()
+            .filter(|b| b["session"] == killed[0]["session"])
+            .count(),
+        2,
+        "the killed session is not one opening and one ending: {sessions:?}"
+    );
+    let own = format!("http://127.0.0.1:{port}");
+    let mut ws = rt.block_on(viewer_ws(port, &token, Some(&own))).unwrap();
+    rt.block_on(viewer_next(&mut ws, |m| m["type"] == "h5i"));
+    let mut viewer = viewer;
+    // SAFETY: kill(2) on the viewer we spawned and have not reaped.
+    unsafe { libc::kill(viewer.0.id() as libc::pid_t, libc::SIGINT) };
+    let ended = viewer.0.wait().unwrap();
+    assert!(
+        ended.success(),
+        "Ctrl-C did not end the viewer cleanly: {ended:?}"
+    );
+    drop(ws);
+    let sessions = viewer_records(&receipts);
+    let last = sessions.last().unwrap();
+    assert_eq!(last["event"], "closed", "{sessions:?}");
+    for b in &sessions {
+        let id = &b["session"];
+        let ends = sessions
+            .iter()
+            .filter(|o| o["session"] == *id && o["event"] != "opened")
+            .count();
+        assert_eq!(ends, 1, "session {id} has {ends} endings: {sessions:?}");
+    }
+    let doctor: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "doctor", "web", "--json"])).unwrap();
+    let receipts_check = doctor["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["what"] == "receipts")
+        .unwrap();
+    assert_eq!(receipts_check["ok"], true, "{doctor}");
     drop(viewer);
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("review");
@@ -1246,6 +1361,7 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
     for want in [
         "browser viewer opened by root (uid 0)",
         "browser viewer closed by root (uid 0): a human took control; 2 input events sent, 2 dropped",
+        "browser viewer killed by root (uid 0): watched only; 0 input events sent, 2 dropped while the agent held control (the viewer was killed",
         "browser take by",
         "browser release by",
     ] {

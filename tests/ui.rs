@@ -12,8 +12,18 @@ use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::opener::{fake_opener, opened, path_with, recorded};
 use common::testnet::TestHosts;
 use common::{stderr, Repo, H5I};
+
+/// Where the login page's `meta refresh` sends the browser on (from the console's own origin).
+fn refresh_to(r: &Reply) -> String {
+    let (_, rest) = r
+        .body
+        .split_once("http-equiv=\"refresh\" content=\"0;url=")
+        .unwrap_or_else(|| panic!("no refresh: {r:?}"));
+    rest[..rest.find('"').unwrap()].to_string()
+}
 
 /// One HTTP answer.
 #[derive(Debug)]
@@ -107,8 +117,17 @@ impl Drop for Console {
 
 impl Console {
     fn start(repo: &Repo) -> Console {
-        let mut child = Command::new(H5I)
-            .args(["ui", "--port", "0"])
+        Console::start_opening(repo, None)
+    }
+
+    /// `h5i ui --port 0`; with `opener`, `--open` and that directory first on PATH.
+    fn start_opening(repo: &Repo, opener: Option<&std::path::Path>) -> Console {
+        let mut cmd = Command::new(H5I);
+        cmd.args(["ui", "--port", "0"]);
+        if let Some(dir) = opener {
+            cmd.arg("--open").env("PATH", path_with(dir));
+        }
+        let mut child = cmd
             .current_dir(repo.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -259,8 +278,17 @@ fn a_foreign_origin_host_or_site_is_refused() {
         let r = request(c.port, "GET", &fleet, &[("Cookie", &cookie), (k, v)]);
         assert_eq!(r.status, 403, "{k}: {v}: {r:?}");
         assert!(!r.body.contains("boxes"), "{r:?}");
-        // Not even the token is traded from there.
+        // Not even the token is traded from there, but for a navigation another site started
+        // (`--open`'s `file:` page is one; the token is the proof, and all it buys is the
+        // cookie): that one is sent on by a page of the console's own origin.
         let r = request(c.port, "GET", c.token_path(), &[(k, v)]);
+        if k == "Sec-Fetch-Site" {
+            assert_eq!(r.status, 200, "login with {k}: {v}: {r:?}");
+            assert!(refresh_to(&r).starts_with("/c/"), "{r:?}");
+            let without = request(c.port, "GET", "/?token=", &[(k, v)]);
+            assert_eq!(without.status, 403, "{without:?}");
+            continue;
+        }
         assert_eq!(r.status, 403, "login with {k}: {v}: {r:?}");
         assert!(r.header("set-cookie").is_none(), "{r:?}");
     }
@@ -611,4 +639,90 @@ fn chromium_draws_the_fleet_in_its_colours_follows_a_finished_run_and_the_screen
     let out = repo.h5i(&["box", "run", "quiet", "--", "sh", "-c", "exit 4"]);
     assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
     b.until(&format!("{} === 'amber'", row_class("quiet")));
+}
+
+/// `h5i ui --open`: `xdg-open` (a stand-in on PATH that records what it was given) gets the path
+/// of a private file and nothing else: the token is in neither its argv nor its environment;
+/// the file is 0600 in a 0700 directory of the store and leads to the URL; it is gone once the
+/// token was presented. A cross-site request is still refused everywhere but at the token's
+/// trade, and there without the token.
+#[test]
+fn open_hands_the_browser_a_private_file_and_never_the_token() {
+    let repo = Repo::new();
+    let fake = tempfile::tempdir().unwrap();
+    let record = fake_opener(fake.path());
+    let c = Console::start_opening(&repo, Some(fake.path()));
+    let token = c.token_path()["/?token=".len()..].to_string();
+    assert_eq!(token.len(), 64, "{}", c.url);
+    opened(&record);
+    let argv = recorded(&record, "argv");
+    let env = recorded(&record, "env");
+    assert!(
+        !argv.contains(&token),
+        "the token is in xdg-open's argv: {argv}"
+    );
+    assert!(
+        !env.contains(&token),
+        "the token is in xdg-open's environment"
+    );
+    let args: Vec<&str> = argv.lines().skip(1).collect();
+    assert_eq!(args.len(), 1, "{argv}");
+    let file = std::path::PathBuf::from(args[0]);
+    let handoff = repo.path().join(".git/.h5i/handoff");
+    assert_eq!(file.parent(), Some(handoff.as_path()), "{argv}");
+    assert_eq!(recorded(&record, "mode").trim(), "600");
+    assert_eq!(recorded(&record, "dirmode").trim(), "700");
+    let page = recorded(&record, "page");
+    assert!(
+        page.contains(&format!("content=\"0;url={}\"", c.url)),
+        "{page}"
+    );
+    assert!(file.exists(), "the file went before the browser came");
+
+    // Hostile: another site without the token, and another site under the session path with
+    // a session, are refused; a cross-site request with the token is the trade and nothing else.
+    let cross = ("Sec-Fetch-Site", "cross-site");
+    for path in ["/", "/?token=", &format!("/?token={}", "0".repeat(64))] {
+        let r = request(c.port, "GET", path, &[cross]);
+        assert_eq!(r.status, 403, "{path}: {r:?}");
+    }
+    assert!(file.exists(), "a refused request removed the handoff file");
+    let r = request(c.port, "GET", c.token_path(), &[cross]);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(!file.exists(), "the handoff file outlived the token's use");
+    let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap();
+    let base = refresh_to(&r);
+    assert_eq!(c.get(cookie, &base).status, 200);
+    let r = request(c.port, "GET", &base, &[("Cookie", cookie), cross]);
+    assert_eq!(r.status, 403, "{r:?}");
+}
+
+/// The handoff file as a real browser loads it: a `file:` page, so its navigation to the
+/// console is cross-site and the strict cookie is sent only on the same-origin step after it;
+/// the browser ends on the console, the token out of its address bar, and the file is gone.
+#[test]
+fn chromium_follows_the_handoff_file_to_the_console() {
+    let Some(browser) = chromium() else {
+        return;
+    };
+    let repo = Repo::new();
+    let fake = tempfile::tempdir().unwrap();
+    let record = fake_opener(fake.path());
+    let _console = Console::start_opening(&repo, Some(fake.path()));
+    opened(&record);
+    let file = recorded(&record, "argv")
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = Browser::launch(browser, profile.path());
+    b.open(&format!("file://{file}"));
+    b.until("location.pathname.startsWith('/c/') && !!document.querySelector('#boxes')");
+    let href = b.eval("location.href");
+    assert!(!href.as_str().unwrap().contains("token"), "{href}");
+    assert!(
+        !std::path::Path::new(&file).exists(),
+        "the handoff file outlived its use"
+    );
 }

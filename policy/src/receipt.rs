@@ -291,8 +291,12 @@ pub enum RecordBody {
     },
     /// A human's viewer of a box's browser (`h5i box view`) opened or closed, lane `viewer`.
     ViewerSession {
-        /// `opened` or `closed`.
+        /// `opened`, `closed`, or `killed`: the viewer ended without closing the session, and
+        /// a later h5i verb closed it (the counts are the last the viewer saved).
         event: String,
+        /// The session's id, the same in its opening and its closing record.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        session: String,
         /// The viewer: `browser viewer` (the page `h5i box view` serves).
         via: String,
         /// The host user who ran it.

@@ -31,6 +31,7 @@ pub mod relay;
 pub mod sidecar;
 #[cfg(feature = "ui")]
 pub mod view;
+pub mod view_sessions;
 pub mod viewer;
 
 use h5i_policy::resolved::SecretInject;

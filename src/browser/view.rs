@@ -22,12 +22,14 @@
 //!
 //! Each session lands in the box's receipt log as a `viewer`-lane `viewer-session` record when
 //! it opens and when it closes (who, whether a human took control from it, inputs sent and
-//! dropped); a viewer killed mid-session leaves the `opened` record alone.
+//! dropped), through `view_sessions`: Ctrl-C closes every session before the viewer exits, and
+//! a viewer killed outright leaves a claim the next `box view` or `box export` closes as
+//! `killed`.
 //!
 //! What it does not close: the stream port is on the box's own loopback, so a process in the
 //! box can connect to it too and send input events of its own; the lock binds the viewer and
 //! agent-browser's channel (the relay), not every socket in the box (as with Chromium's DevTools
-//! port, `relay.rs`). A viewer killed by a signal writes no `closed` record.
+//! port, `relay.rs`).
 //!
 //! Must never: bind anything but loopback, answer a request without the token, accept a
 //! cross-origin WebSocket, pass input to the box while the agent (or another user) holds the
@@ -37,9 +39,10 @@
 //! Guarded by `tests/browser_view.rs` and the unit tests below.
 
 use std::collections::HashMap;
+use std::future::IntoFuture;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
@@ -50,13 +53,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
-use h5i_policy::receipt::RecordBody;
 use h5i_policy::ResolvedPolicy;
 use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as BoxMessage;
 
 use super::control::{self, ControlError, Holder};
+use super::view_sessions::{self, Tally};
 use super::{sidecar, viewer};
 use crate::error::BoxError;
 use crate::store::{BoxStore, StoredBox};
@@ -73,6 +77,10 @@ const ORIGIN_MAX: usize = 64;
 const CONNECT: Duration = Duration::from_secs(15);
 /// Input message types the page may send, which pass only for the lock's human holder.
 const INPUT: &[&str] = &["input_mouse", "input_keyboard", "input_touch"];
+/// How long the sessions may take to write their `closed` records at Ctrl-C.
+const CLOSING: Duration = Duration::from_secs(10);
+/// The `via` of this viewer's session records.
+const VIA: &str = "browser viewer";
 
 /// What one viewer serves.
 struct View {
@@ -85,25 +93,28 @@ struct View {
     origin: String,
     egress: String,
     nonce: String,
+    /// Turns true at Ctrl-C: every session ends and writes its `closed` record.
+    stop: watch::Receiver<bool>,
+    /// Cloned by each session for its life; taken at Ctrl-C, so the server can wait for the
+    /// last session's clone to go.
+    live: Mutex<Option<mpsc::Sender<()>>>,
+    /// The `--open` handoff file, removed once the token is first presented.
+    handoff: OnceLock<Arc<crate::ui::handoff::Handoff>>,
 }
 
-/// One session's counts.
-#[derive(Default)]
-struct Tally {
-    took_control: bool,
-    input_sent: u64,
-    input_dropped: u64,
-}
-
-/// `h5i box view NAME`: check the box can be watched, bind `127.0.0.1:port`, call `ready` with
-/// the viewer's URL, and serve until killed.
+/// `h5i box view NAME`: close the sessions of viewers gone (`view_sessions`), check the box can
+/// be watched, bind `127.0.0.1:port`, call `ready` with the viewer's URL (and with `open`, hand
+/// it to the desktop's browser: `ui::handoff`), and serve until Ctrl-C, when every session
+/// writes its `closed` record before the viewer exits.
 pub fn serve(
     store: &BoxStore,
     name: &str,
     port: u16,
+    open: bool,
     ready: impl FnOnce(&str),
 ) -> Result<(), ControlError> {
     let sb = control::browser_box(store, name)?;
+    view_sessions::close_orphans(&sb)?;
     let policy = crate::store::load_policy(&sb)?;
     let refuse =
         |what: String, mend: String| ControlError::Box(BoxError::BadRequest { what, mend });
@@ -135,16 +146,35 @@ pub fn serve(
         .local_addr()
         .map_err(|e| BoxError::io(std::path::Path::new("127.0.0.1"), e))?
         .port();
+    let stop = crate::ui::stop::on_stop().map_err(|e| {
+        refuse(
+            format!("cannot take Ctrl-C for the viewer ({e})"),
+            "report this as a bug".into(),
+        )
+    })?;
+    let (live, mut all_ended) = mpsc::channel::<()>(1);
     let view = Arc::new(View {
         store: store.clone(),
         host: format!("127.0.0.1:{bound}"),
         origin: format!("http://127.0.0.1:{bound}"),
         egress: egress_summary(&policy),
         nonce: nonce()?,
+        stop: stop.clone(),
+        live: Mutex::new(Some(live)),
+        handoff: OnceLock::new(),
         sb,
         token,
     });
-    ready(&viewer::url_with(&view.token, bound));
+    let url = viewer::url_with(&view.token, bound);
+    ready(&url);
+    if open {
+        match crate::ui::handoff::Handoff::open(store, &url) {
+            Ok(h) => {
+                let _ = view.handoff.set(h);
+            }
+            Err(e) => eprintln!("h5i: {e}"),
+        }
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -159,11 +189,22 @@ pub fn serve(
         .route("/", get(page))
         .route("/ws", get(socket))
         .fallback(page)
-        .with_state(view);
+        .with_state(Arc::clone(&view));
+    let mut stopped = stop;
     runtime
         .block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)?;
-            axum::serve(listener, app).await
+            tokio::select! {
+                served = axum::serve(listener, app).into_future() => served?,
+                _ = stopped.wait_for(|s| *s) => {}
+            }
+            if let Some(h) = view.handoff.get() {
+                h.used();
+            }
+            // Every session has seen the stop; wait (bounded) for each to write its record.
+            drop(view.live.lock().map(|mut l| l.take()));
+            let _ = tokio::time::timeout(CLOSING, all_ended.recv()).await;
+            Ok::<(), std::io::Error>(())
         })
         .map_err(|e| {
             refuse(
@@ -215,6 +256,9 @@ fn admit(v: &View, headers: &HeaderMap, query: &HashMap<String, String>) -> Resu
             StatusCode::MISDIRECTED_REQUEST,
             format!("refusing: the viewer answers only as {}; to fix: open the URL `h5i browser url {name}` prints", v.host),
         ));
+    }
+    if let Some(h) = v.handoff.get() {
+        h.used();
     }
     Ok(())
 }
@@ -285,20 +329,6 @@ async fn socket(
 /// The host user running the viewer, as recorded.
 fn me() -> String {
     control::user_label(control::caller_uid())
-}
-
-fn record(v: &View, event: &str, t: &Tally) {
-    let body = RecordBody::ViewerSession {
-        event: event.to_string(),
-        via: "browser viewer".into(),
-        by: me(),
-        took_control: t.took_control,
-        input_sent: t.input_sent,
-        input_dropped: t.input_dropped,
-    };
-    if let Err(e) = control::record_viewer(&v.sb, body) {
-        eprintln!("{e}");
-    }
 }
 
 type BoxStream = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
@@ -460,30 +490,77 @@ fn status(v: &View, t: &Tally, origin: &str, error: Option<&str>) -> String {
     .to_string()
 }
 
-/// One page's session: the box's stream out, the human's input in (while they hold the lock).
+/// One page's session: the box's stream out, the human's input in (while they hold the lock),
+/// its claim and records kept by `view_sessions` (refused when they cannot be written: a
+/// session is never unrecorded).
 async fn session(v: Arc<View>, page: WebSocket) {
     let mut t = Tally::default();
-    record(&v, "opened", &t);
     let (mut page_tx, mut page_rx) = page.split();
-    let (upstream, mut origin) = match connect_box(&v).await {
-        Ok(s) => s,
-        Err(e) => {
-            let text = status(
-                &v,
-                &t,
-                "",
-                Some(&format!(
-                    "refusing: {e}; to fix: start the box's browser with a run"
-                )),
-            );
-            let _ = page_tx.send(PageMessage::Text(text.into())).await;
-            record(&v, "closed", &t);
-            return;
-        }
+    let live = v.live.lock().ok().and_then(|l| l.clone());
+    let sb = v.sb.clone();
+    let opened = tokio::task::spawn_blocking(move || view_sessions::open(&sb, VIA, &me()))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|o| o.map_err(|e| e.to_string()));
+    let (Some(_live), Ok(mut claim)) = (live, opened) else {
+        let text = status(
+            &v,
+            &t,
+            "",
+            Some("refusing: the viewer is stopping, or cannot record the session; to fix: run `h5i box view` again"),
+        );
+        let _ = page_tx.send(PageMessage::Text(text.into())).await;
+        return;
     };
+    let mut stop = v.stop.clone();
+    let error = match connect_box(&v).await {
+        Ok((upstream, origin)) => {
+            pass_both_ways(
+                &v,
+                &mut t,
+                &mut claim,
+                upstream,
+                origin,
+                &mut page_tx,
+                &mut page_rx,
+                &mut stop,
+            )
+            .await;
+            None
+        }
+        Err(e) => Some(format!(
+            "refusing: {e}; to fix: start the box's browser with a run"
+        )),
+    };
+    if let Some(e) = error {
+        let text = status(&v, &t, "", Some(&e));
+        let _ = page_tx.send(PageMessage::Text(text.into())).await;
+    }
+    let closed = tokio::task::spawn_blocking(move || claim.close(t)).await;
+    if let Ok(Err(e)) = closed {
+        eprintln!("h5i: {e}");
+    }
+}
+
+type PageTx = futures_util::stream::SplitSink<WebSocket, PageMessage>;
+type PageRx = futures_util::stream::SplitStream<WebSocket>;
+
+/// Pass messages both ways until either side closes or the viewer stops, saving the session's
+/// counts as they change.
+#[allow(clippy::too_many_arguments)]
+async fn pass_both_ways(
+    v: &Arc<View>,
+    t: &mut Tally,
+    claim: &mut view_sessions::Session,
+    upstream: BoxStream,
+    mut origin: String,
+    page_tx: &mut PageTx,
+    page_rx: &mut PageRx,
+    stop: &mut watch::Receiver<bool>,
+) {
     let (mut box_tx, mut box_rx) = upstream.split();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
-    loop {
+    while !*stop.borrow_and_update() {
         let said = tokio::select! {
             m = box_rx.next() => match m {
                 Some(Ok(BoxMessage::Text(text))) => from_box(&text, &mut origin),
@@ -491,28 +568,31 @@ async fn session(v: Arc<View>, page: WebSocket) {
                 Some(Ok(_)) => None,
             },
             m = page_rx.next() => match m {
-                Some(Ok(PageMessage::Text(text))) => match from_page(&v, &text, &mut t).await {
+                Some(Ok(PageMessage::Text(text))) => match from_page(v, &text, t).await {
                     FromPage::Input(line) => {
                         if box_tx.send(BoxMessage::Text(line.into())).await.is_err() {
                             break;
                         }
                         None
                     }
-                    FromPage::Control(error) => Some(status(&v, &t, &origin, error.as_deref())),
-                    FromPage::Nothing => Some(status(&v, &t, &origin, None)),
+                    FromPage::Control(error) => Some(status(v, t, &origin, error.as_deref())),
+                    FromPage::Nothing => Some(status(v, t, &origin, None)),
                 },
                 Some(Ok(PageMessage::Close(_)) | Err(_)) | None => break,
                 Some(Ok(_)) => None,
             },
-            _ = tick.tick() => Some(status(&v, &t, &origin, None)),
+            _ = stop.changed() => break,
+            _ = tick.tick() => Some(status(v, t, &origin, None)),
         };
+        if let Err(e) = claim.update(*t) {
+            eprintln!("h5i: {e}");
+        }
         if let Some(text) = said {
             if page_tx.send(PageMessage::Text(text.into())).await.is_err() {
                 break;
             }
         }
     }
-    record(&v, "closed", &t);
 }
 
 #[cfg(test)]

@@ -303,6 +303,10 @@ enum BoxVerb {
         /// The viewer's loopback port (0: any free one).
         #[arg(long, default_value_t = h5i::browser::viewer::DEFAULT_PORT)]
         port: u16,
+        /// Also hand the URL to this desktop's browser (xdg-open, given a private file that
+        /// leads to it: the token stays out of every command line).
+        #[arg(long)]
+        open: bool,
     },
     /// Internal: the background supervisor `service start` launches.
     #[command(name = "__service-supervise", hide = true)]
@@ -797,8 +801,8 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "ui")]
-        BoxVerb::View { name, port } => {
-            h5i::browser::view::serve(&store()?, &name, port, |url| {
+        BoxVerb::View { name, port, open } => {
+            h5i::browser::view::serve(&store()?, &name, port, open, |url| {
                 say!("watching box {name}'s browser at {url}");
                 say!("(loopback only; the URL carries the box's token; Ctrl-C stops the viewer)");
             })?;

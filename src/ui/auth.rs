@@ -3,7 +3,11 @@
 //! Three secrets, minted per `h5i ui` process from the kernel's random source and kept in this
 //! process's memory only (never written to disk, so no box can read them):
 //! - the token, in the URL `h5i ui` prints (`/?token=…`); presented on `/`, it is traded for
-//! - the session cookie (`SameSite=Strict; HttpOnly`), scoped to
+//! - the session cookie (`SameSite=Strict; HttpOnly`), set by a redirect to the session path,
+//!   or, when the request came from another site (`--open`'s handoff file is a `file:` page), by
+//!   a page that moves the browser on from the console's own origin: a navigation that began on
+//!   another site stays cross-site through redirects, and a strict cookie is not sent on it;
+//!   scoped to
 //! - the session path `/c/<random>/`, where every other route lives. Browsers send a cookie to
 //!   every port of a host, so a box's service published on `127.0.0.1:<port>` would be sent a
 //!   cookie scoped to `/`; scoped to a path the box cannot know, it is never sent there.
@@ -11,14 +15,17 @@
 //! Every request, before anything else: a method other than GET is refused (405), a `Host` other
 //! than `127.0.0.1:<our port>` is refused (DNS rebinding: another name pointed at loopback), an
 //! `Origin` other than ours is refused, and so is a `Sec-Fetch-Site` other than `none` or
-//! `same-origin` (a page of a box's service on another loopback port is same-site to us). Then a
-//! request without the token (on `/`) or the cookie (under the session path) is 401.
+//! `same-origin` (a page of a box's service on another loopback port is same-site to us), except
+//! on `/` carrying the token: the token is the proof there, and all it buys is the cookie (the
+//! handoff file `--open` writes is a `file:` page, another site). Then a request without the
+//! token (on `/`) or the cookie (under the session path) is 401.
 //!
-//! Must never: accept a secret by prefix or in variable time, send the token in a response, or
-//! let a request reach a route before these checks.
+//! Must never: accept a secret by prefix or in variable time, send the token in a response, let
+//! a request reach a route before these checks, or let a cross-site request past them but the
+//! token's trade for the cookie.
 
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -41,6 +48,8 @@ pub struct Gate {
     host: String,
     /// `http://127.0.0.1:<port>`: the only `Origin` accepted.
     origin: String,
+    /// The `--open` handoff file, removed once the token is presented.
+    pub handoff: OnceLock<Arc<super::handoff::Handoff>>,
 }
 
 fn random_hex(bytes: usize) -> std::io::Result<String> {
@@ -63,6 +72,7 @@ impl Gate {
             base: format!("/c/{}", random_hex(16)?),
             host: format!("127.0.0.1:{port}"),
             origin: format!("http://127.0.0.1:{port}"),
+            handoff: OnceLock::new(),
         })
     }
 
@@ -71,8 +81,9 @@ impl Gate {
         format!("{}/?token={}", self.origin, self.token)
     }
 
-    /// Why this request is refused before routing, if it is.
-    fn refusal(&self, method: &Method, headers: &HeaderMap) -> Option<Response> {
+    /// Why this request is refused before routing, if it is; `with_token`: the request is the
+    /// token's trade on `/`, which may come from another site.
+    fn refusal(&self, method: &Method, headers: &HeaderMap, with_token: bool) -> Option<Response> {
         if method != Method::GET {
             return Some(
                 (
@@ -103,6 +114,7 @@ impl Gate {
         }
         match one(header::HeaderName::from_static("sec-fetch-site")) {
             Ok(None | Some("none" | "same-origin")) => {}
+            Ok(Some(_)) if with_token => {}
             _ => return forbidden("a request another site started"),
         }
         None
@@ -129,18 +141,35 @@ impl Gate {
             .any(|v| same(v.as_bytes(), self.session.as_bytes()))
     }
 
-    /// `/?token=…` answered: the cookie set, and a redirect to the session path (so the token
-    /// leaves the address bar).
-    fn login(&self) -> Response {
+    /// `/?token=…` answered: the handoff file (if any) removed, the cookie set, and the browser
+    /// sent on to the session path (so the token leaves the address bar): by a redirect, or,
+    /// for a request another site started, by a page of this origin, so the navigation that
+    /// follows is same-origin and carries the cookie.
+    fn login(&self, cross_site: bool) -> Response {
+        if let Some(h) = self.handoff.get() {
+            h.used();
+        }
         let cookie = format!(
             "{COOKIE}={}; Path={}/; HttpOnly; SameSite=Strict",
             self.session, self.base
         );
-        let mut res = (
-            StatusCode::SEE_OTHER,
-            [(header::LOCATION, format!("{}/", self.base))],
-        )
-            .into_response();
+        let mut res = if cross_site {
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                format!(
+                    "<!doctype html><meta http-equiv=\"refresh\" content=\"0;url={}/\"><title>h5i ui</title>\n",
+                    self.base
+                ),
+            )
+                .into_response()
+        } else {
+            (
+                StatusCode::SEE_OTHER,
+                [(header::LOCATION, format!("{}/", self.base))],
+            )
+                .into_response()
+        };
         if let Ok(v) = HeaderValue::from_str(&cookie) {
             res.headers_mut().insert(header::SET_COOKIE, v);
         }
@@ -151,9 +180,15 @@ impl Gate {
 /// The middleware in front of every route (see the module doc), and the headers every response
 /// carries: no caching, no sniffing, no referrer, no framing.
 pub async fn guard(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
-    let mut res = match gate.refusal(req.method(), req.headers()) {
+    let with_token = req.uri().path() == "/" && gate.has_token(&req);
+    let mut res = match gate.refusal(req.method(), req.headers(), with_token) {
         Some(refused) => refused,
-        None if req.uri().path() == "/" && gate.has_token(&req) => gate.login(),
+        None if with_token => gate.login(!matches!(
+            req.headers()
+                .get("sec-fetch-site")
+                .and_then(|v| v.to_str().ok()),
+            None | Some("none" | "same-origin")
+        )),
         None if req.uri().path().starts_with(&format!("{}/", gate.base))
             && gate.has_session(req.headers()) =>
         {

@@ -8,7 +8,7 @@
 //!
 //! Must never: bind an address other than 127.0.0.1, write the session's secrets anywhere
 //! (they live in this process's memory; the URL printed on stdout is the one place the token
-//! appears), offer a route that changes anything (shell, run, export, apply and rm stay in the
+//! appears, and with `--open` the handoff file, private to the user, until the token is used), offer a route that changes anything (shell, run, export, apply and rm stay in the
 //! CLI), or serve a file from disk. Built only with the default-on cargo feature `ui`.
 //!
 //! Guarded by the unit tests in each module and `tests/ui.rs` (real HTTP on loopback, and a
@@ -16,8 +16,11 @@
 
 pub mod auth;
 pub mod fleet;
+pub mod handoff;
 pub mod routes;
+pub mod stop;
 
+use std::future::IntoFuture;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -45,9 +48,17 @@ pub enum UiError {
     Io(#[from] std::io::Error),
 }
 
-/// Serve the console of `store` on 127.0.0.1:`port` (0: the kernel picks) until the process is
-/// ended. `ready` is handed the URL, token included, once the socket is listening.
-pub fn serve(store: BoxStore, port: u16, ready: impl FnOnce(&str)) -> Result<(), UiError> {
+/// Serve the console of `store` on 127.0.0.1:`port` (0: the kernel picks) until Ctrl-C (or
+/// SIGTERM, SIGHUP: [`stop`]). `ready` is handed the URL, token included, once the socket is listening; with `open`,
+/// the URL is then handed to the desktop's browser through [`handoff`] (a failure is said on
+/// stderr: the URL is printed already).
+pub fn serve(
+    store: BoxStore,
+    port: u16,
+    open: bool,
+    ready: impl FnOnce(&str),
+) -> Result<(), UiError> {
+    let mut stop = stop::on_stop()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .enable_time()
@@ -59,7 +70,22 @@ pub fn serve(store: BoxStore, port: u16, ready: impl FnOnce(&str)) -> Result<(),
             .map_err(|source| UiError::Bind { port, source })?;
         let gate = Arc::new(auth::Gate::mint(listener.local_addr()?.port())?);
         ready(&gate.url());
-        axum::serve(listener, routes::router(store, gate)).await?;
+        if open {
+            match handoff::Handoff::open(&store, &gate.url()) {
+                Ok(h) => {
+                    let _ = gate.handoff.set(h);
+                }
+                Err(e) => eprintln!("h5i: {e}"),
+            }
+        }
+        let app = routes::router(store, Arc::clone(&gate));
+        tokio::select! {
+            served = axum::serve(listener, app).into_future() => served?,
+            _ = stop.wait_for(|stopped| *stopped) => {}
+        }
+        if let Some(h) = gate.handoff.get() {
+            h.used();
+        }
         Ok(())
     })
 }
