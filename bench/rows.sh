@@ -359,8 +359,14 @@ add_row box-cache-npm-warm-box-vs-host \
 # baseline is the same script on the host with the variables a browser box's runs get
 # (src/browser/mod.rs). Each run is a cold start: the script closes the browser, and a box's
 # run ends its daemon with it.
-BROWSER_HOST_ENV='env HOME=$ROW_DIR/home AGENT_BROWSER_EXECUTABLE_PATH=/usr/bin/chromium AGENT_BROWSER_ARGS=--no-sandbox,--in-process-gpu AGENT_BROWSER_ALLOWED_DOMAINS=localhost,127.0.0.1 AGENT_BROWSER_NO_VERSION_CHECK=1'
-for tier in process supervised; do
+# At the process tier as root the box's browser is its sidecar (src/browser/sidecar.rs): the
+# run reaches it through h5i's relay and the fence, and each run's `close` makes the next one
+# launch Chromium afresh in the sidecar. At the container tier the box runs the browser image
+# (`make images`: localhost/h5i-browser) as the engine user.
+BROWSER_HOST_ENV='env HOME=$ROW_DIR/home AGENT_BROWSER_EXECUTABLE_PATH=/usr/bin/chromium AGENT_BROWSER_ARGS=--no-sandbox,--no-startup-window AGENT_BROWSER_ALLOWED_DOMAINS=localhost,127.0.0.1 AGENT_BROWSER_NO_VERSION_CHECK=1'
+for tier in process supervised container; do
+    image=""
+    [ "$tier" = container ] && image='[profile.web.container]\nimage = \"localhost/h5i-browser:latest\"\n'
     add_row "browser-first-snapshot-$tier" \
         --title "browser cold start to first snapshot: agent-browser open + snapshot -i of the demo app served on the box's loopback, in a --isolation $tier browser box vs the same on the host" \
         --setup '
@@ -369,7 +375,7 @@ for tier in process supervised; do
             git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
             cp -r "$ROOT/examples/browser-demo" app && cp "$ROOT/bench/browser-first-snapshot.sh" .
             mkdir -p .h5i
-            printf "[profile.web]\nisolation = \"'"$tier"'\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n" > .h5i/env.toml
+            printf "[profile.web]\nisolation = \"'"$tier"'\"\n'"$image"'[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n" > .h5i/env.toml
             git add -A && git commit -qm bench-browser
             "$H5I" box create bench-web --profile web' \
         --cwd '$ROW_DIR/repo' \

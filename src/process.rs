@@ -301,6 +301,7 @@ pub fn plan(
         uid: ids.uid,
         gid: ids.gid,
         id_count: ids.count,
+        process_gid: 0,
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,

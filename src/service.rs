@@ -658,6 +658,11 @@ fn supervise_inner(
     if let Some(pid) = live_network_pid(session.stored_box()) {
         req.network = Network::JoinService(pid);
     }
+    if service == crate::browser::sidecar::SERVICE
+        && crate::browser::sidecar::lives_for_the_box(policy)
+    {
+        req.edit_plan = Some(&crate::browser::sidecar::own_group);
+    }
     let outcome = session.run(req)?;
     // The last of its output reaches the log before the exit is recorded (bounded: a process
     // that escaped the box's end and still holds the pipe does not hold the record up).

@@ -4,7 +4,9 @@
 //! Owns the verb: pick the shell (`bash -l` when the box can see bash, else `sh`) and ask a
 //! [`RunSession`] for a terminal of the box's own, proxied to the user's (`h5i_runtime::pty`);
 //! the session verifies the policy and appends the same host-observed `host-env-run` record
-//! `box run` writes. At the workspace tier h5i opens the pty pair itself; at the kernel tiers
+//! `box run` writes. Like a run, a session joins the network namespace of the box's live
+//! services and starts a box-lifetime browser first, and h5i drains what that browser saw
+//! after it. At the workspace tier h5i opens the pty pair itself; at the kernel tiers
 //! `h5i-runc` opens it inside the box and sends the master over the console socket. With stdin not a
 //! terminal there is nothing to proxy: the session is `box run` of the shell, stdio passed
 //! through, so `echo 'make test' | h5i box shell NAME` works.
@@ -23,7 +25,7 @@ use h5i_policy::{ResolvedPolicy, Tier};
 use h5i_runtime::pty::{self, PtyError};
 
 use crate::error::BoxError;
-use crate::session::{Purpose, RunOutcome, RunSession, Stdio};
+use crate::session::{Network, Purpose, RunOutcome, RunSession, Stdio};
 use crate::store::BoxStore;
 
 /// Why a session could not start.
@@ -69,6 +71,8 @@ pub fn default_shell(policy: &ResolvedPolicy) -> Vec<OsString> {
 
 /// Run an interactive session of `argv` (the default shell when empty) in the box `name`.
 pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome, ShellError> {
+    // As for `box run`: a box-lifetime browser is up before the session.
+    crate::browser::sidecar::ensure(store, name)?;
     let session = RunSession::open(store, name, Purpose::Shell)?;
     let argv = if argv.is_empty() {
         default_shell(session.policy())
@@ -80,7 +84,17 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
         drop(session);
         return Ok(crate::run::run(store, name, &argv)?);
     }
+    let sb = session.stored_box().clone();
+    let policy = session.policy().clone();
     let mut req = session.request(argv);
     req.stdio = Stdio::Terminal;
-    Ok(session.run(req)?)
+    // As for `box run`: a live service's network, so the session reaches it (and the box's
+    // browser reaches what the session serves) on localhost.
+    if let Some(pid) = crate::service::live_network_pid(&sb) {
+        req.network = Network::JoinService(pid);
+    }
+    let outcome = session.run(req)?;
+    // What the browser saw while the session drove it, collected by h5i as after a run.
+    crate::browser::drain::after_run(&sb, &policy, outcome.receipt_seq)?;
+    Ok(outcome)
 }

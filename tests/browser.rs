@@ -13,7 +13,9 @@
 //! box's proxy, which refuses and counts the same unlisted port. At the process tier as root the
 //! browser is the box's `browser` sidecar: it outlives each run, and h5i's relay in front of it
 //! enforces the control lock (`h5i browser take|release`) and feeds "What the browser saw" in
-//! report.md. Every destination is loopback or one of this test's own hosts
+//! report.md, after runs and terminal shell sessions alike; a hostile run that dials Chromium's
+//! DevTools port, the daemon's stream port or the daemon's socket directly never completes a
+//! handshake or finds the socket (the fence, `src/browser/fence.rs`). Every destination is loopback or one of this test's own hosts
 //! (tests/common/testnet.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -701,11 +703,7 @@ fn sign_up_ref(snapshot: &str) -> String {
 /// The Chromium browser processes (not their helpers) in box `name`'s sidecar, read from the
 /// host: (pid, argv).
 fn sidecar_chromes(c: &Caller, name: &str) -> Vec<(String, Vec<String>)> {
-    let state: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(c.box_dir(name).join("services/browser.json")).unwrap(),
-    )
-    .unwrap();
-    let init = state["pid"]["pid"].as_i64().unwrap();
+    let init = sidecar_init(c, name);
     let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok();
     let want = ns(&init.to_string()).unwrap();
     let mut found = Vec::new();
@@ -885,16 +883,333 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
     assert!(viewer.contains("browser take by"), "{viewer}");
     assert!(viewer.contains("browser release by"), "{viewer}");
 
-    let init = serde_json::from_slice::<serde_json::Value>(
-        &std::fs::read(c.box_dir("web").join("services/browser.json")).unwrap(),
-    )
-    .unwrap()["pid"]["pid"]
-        .as_i64()
-        .unwrap();
+    let init = sidecar_init(&c, "web");
     c.ok(&["box", "rm", "--force", "web"]);
     assert!(
         !Path::new(&format!("/proc/{init}")).exists(),
         "the browser sidecar outlived `box rm`"
+    );
+}
+
+/// What a hostile agent in a browser box runs to reach its browser around h5i's relay: every
+/// TCP listener it can see on the loopback it shares with the sidecar, and the two it is told
+/// of (argv: the dev server's port, the DevTools URL and the stream URL agent-browser gave it),
+/// each dialled and sent a DevTools request; every unix socket path and abstract name listed in
+/// `/proc/net/unix`, and the daemon's socket through every `/proc/*/root`; a raw socket (to
+/// forge a handshake); and the fence's own table through `nft`. Prints one JSON object.
+const BYPASS_PROBE: &str = r#"
+import glob, json, os, socket, subprocess, sys
+app, told = int(sys.argv[1]), sys.argv[2:]
+def port_of(url):
+    return int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+ports = {app} | {port_of(u) for u in told}
+for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+    for line in open(table).read().splitlines()[1:]:
+        f = line.split()
+        if f[3] == "0A":
+            ports.add(int(f[1].rsplit(":", 1)[1], 16))
+out = {"tcp": {}, "unix": {}, "told": [port_of(u) for u in told]}
+for p in sorted(ports):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect(("127.0.0.1", p))
+    except socket.timeout:
+        out["tcp"][str(p)] = "connect timed out"; continue
+    except OSError as e:
+        out["tcp"][str(p)] = "connect errno %d" % e.errno; continue
+    try:
+        s.sendall(b"GET /json/version HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        out["tcp"][str(p)] = "answered " + s.recv(64).decode("latin-1")
+    except OSError as e:
+        out["tcp"][str(p)] = "read failed: %s" % e
+names = set(glob.glob("/proc/*/root/tmp/h5i-browser/default.sock")) | {"/tmp/h5i-browser/default.sock"}
+for line in open("/proc/net/unix").read().splitlines()[1:]:
+    f = line.split()
+    if len(f) > 7:
+        names.add(f[7])
+for n in sorted(names):
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect("\0" + n[1:] if n.startswith("@") else n)
+        out["unix"][n] = "connected"
+    except OSError as e:
+        out["unix"][n] = "errno %d" % e.errno
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP)
+    out["raw"] = "opened"
+except OSError as e:
+    out["raw"] = "errno %d" % e.errno
+nft = subprocess.run(["nft", "flush", "table", "inet", "h5i_browser"], capture_output=True, text=True)
+out["nft"] = "rc %d: %s" % (nft.returncode, nft.stderr.strip())
+print(json.dumps(out))
+"#;
+
+/// The DevTools answer a host process inside the box's network namespace gets from `port`
+/// (`nsenter --net`): h5i's own view, which the fence lets through.
+fn devtools_from_the_host(pid: i64, port: u16) -> String {
+    let probe = format!(
+        "import socket\ns = socket.create_connection(('127.0.0.1', {port}), 5)\ns.sendall(b'GET /json/version HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\n\\r\\n')\nprint(s.recv(4096).decode('latin-1'))"
+    );
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["python3", "-c", &probe])
+        .output()
+        .unwrap();
+    format!("{}{}", stdout(&out), stderr(&out))
+}
+
+/// The sidecar's container init pid, from its service state.
+fn sidecar_init(c: &Caller, name: &str) -> i64 {
+    serde_json::from_slice::<serde_json::Value>(
+        &std::fs::read(c.box_dir(name).join("services/browser.json")).unwrap(),
+    )
+    .unwrap()["pid"]["pid"]
+        .as_i64()
+        .unwrap()
+}
+
+/// A hostile agent goes around the relay: agent-browser hands it Chromium's DevTools URL and
+/// the daemon's stream URL, and it dials them and every other listener on the loopback it
+/// shares with the sidecar. No handshake with the browser's sockets completes (the kernel's
+/// answer is a connect that times out: the fence drops the SYN-ACK), while the box's own dev
+/// server answers the same probe and h5i, from the host, still reaches DevTools in the same
+/// namespace; the fence counted the drops. The daemon's socket is not in any mount namespace
+/// the box has, no abstract socket answers, a raw socket is EPERM and the fence's table
+/// cannot be flushed from inside. The relay still drives the browser afterwards, and a click
+/// a human's hold refuses is refused on this path too.
+#[test]
+fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon() {
+    let Some(c) = demo_sidecar_box(
+        "the browser fence",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let _removed = RemovedAtEnd(&c, "web");
+    let (told, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ >/dev/null && agent-browser get cdp-url && agent-browser stream status"),
+    );
+    assert_eq!(rc, 0, "{told}");
+    let urls: Vec<&str> = told
+        .split_whitespace()
+        .filter(|w| w.starts_with("ws://127.0.0.1:"))
+        .collect();
+    assert_eq!(
+        urls.len(),
+        2,
+        "agent-browser named no DevTools and stream URLs: {told}"
+    );
+    c.ok(&["browser", "take", "web"]);
+
+    let mut argv = vec![
+        "python3".to_string(),
+        "-c".to_string(),
+        BYPASS_PROBE.to_string(),
+        APP_PORT.to_string(),
+    ];
+    argv.extend(urls.iter().map(|u| u.to_string()));
+    let mut args = vec!["box", "run", "web", "--"];
+    args.extend(argv.iter().map(String::as_str));
+    let out = c.h5i(&args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let seen: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+
+    let tcp = seen["tcp"].as_object().unwrap();
+    assert!(
+        tcp[&APP_PORT.to_string()]
+            .as_str()
+            .unwrap()
+            .starts_with("answered HTTP/"),
+        "the box's own dev server did not answer the probe: {seen}"
+    );
+    let told: Vec<u64> = seen["told"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_u64().unwrap())
+        .collect();
+    for (port, said) in tcp {
+        if port == &APP_PORT.to_string() {
+            continue;
+        }
+        assert_eq!(
+            said, "connect timed out",
+            "the box reached its browser's port {port} around the relay: {seen}"
+        );
+    }
+    for p in &told {
+        assert!(tcp.contains_key(&p.to_string()), "{seen}");
+    }
+    let init = sidecar_init(&c, "web");
+    let devtools = told[0] as u16;
+    let from_host = devtools_from_the_host(init, devtools);
+    assert!(
+        from_host.contains("\"Browser\": \"Chrome/"),
+        "the same probe from the host's side did not reach DevTools: {from_host}"
+    );
+    let table = Command::new("nsenter")
+        .arg(format!("--net=/proc/{init}/ns/net"))
+        .args(["nft", "list", "table", "inet", "h5i_browser"])
+        .output()
+        .unwrap();
+    let drops = stdout(&table)
+        .lines()
+        .find(|l| l.contains("h5i-browser-fence"))
+        .and_then(|l| l.split("packets ").nth(1))
+        .and_then(|n| n.split_whitespace().next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(
+        drops >= told.len() as u64,
+        "the fence counted {drops} drops: {}",
+        stdout(&table)
+    );
+
+    for (name, said) in seen["unix"].as_object().unwrap() {
+        assert_ne!(said, "connected", "the box connected to {name}: {seen}");
+        if name.contains("h5i-browser/default.sock") {
+            assert_eq!(said, "errno 2", "{name}: {seen}");
+        }
+    }
+    assert_eq!(seen["raw"], "errno 1", "{seen}");
+    let nft = seen["nft"].as_str().unwrap();
+    assert!(
+        nft.starts_with("rc 1") && nft.contains("Operation not permitted"),
+        "{nft}"
+    );
+
+    // The relay is still the way in, and it still enforces the human's hold.
+    let (snap, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    assert_eq!(rc, 0, "{snap}");
+    let (click, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser click {}", sign_up_ref(&snap)),
+    );
+    assert_ne!(rc, 0, "{click}");
+    assert!(
+        click.contains("refusing: a human holds the browser of box `web`"),
+        "{click}"
+    );
+    c.ok(&["browser", "release", "web"]);
+    let (url, rc) = box_sh(&c, "web", "agent-browser get url");
+    assert_eq!(rc, 0, "{url}");
+    assert!(url.contains(&format!("127.0.0.1:{APP_PORT}")), "{url}");
+}
+
+/// `h5i box shell NAME -- sh -c SCRIPT` on a terminal of its own (util-linux `script` holds the
+/// pty, so the session takes the terminal path, not `box run`'s): everything it printed and its
+/// exit code.
+fn shell_on_a_terminal(c: &Caller, name: &str, script: &str) -> (String, i32) {
+    let quoted = script.replace('\'', r"'\''");
+    let line = format!("{} box shell {name} -- sh -c '{quoted}'", common::H5I);
+    // The environment and removals every h5i of this caller gets, on `script` instead.
+    let h5i = c.h5i_in(&c.repo(), &[]);
+    let mut script_cmd = Command::new("script");
+    for (k, v) in h5i.get_envs() {
+        match v {
+            Some(v) => script_cmd.env(k, v),
+            None => script_cmd.env_remove(k),
+        };
+    }
+    let mut child = script_cmd
+        .args(["-qec", &line, "/dev/null"])
+        .current_dir(c.repo())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    let out = child.wait_with_output().unwrap();
+    drop(stdin);
+    (
+        format!("{}{}", stdout(&out), stderr(&out)),
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// The box's receipt records of `kind`, in order.
+fn records_of(c: &Caller, name: &str, kind: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(c.box_dir(name).join("receipts.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["kind"] == kind)
+        .collect()
+}
+
+/// A shell session on a terminal drives the box-lifetime browser (started for it, as for a
+/// run) and reaches the box's dev server; right after it h5i drains what the page said into a
+/// host-observed record that follows the session's own run record: the demo's console error,
+/// exception and failing request, once. A later session that never touches the browser adds no
+/// page record, and a run after it finds nothing new.
+#[test]
+fn a_shell_session_that_drove_the_browser_is_drained_after_it() {
+    let Some(c) = demo_sidecar_box(
+        "the drain after a shell session",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let _removed = RemovedAtEnd(&c, "web");
+    let (said, rc) = shell_on_a_terminal(
+        &c,
+        "web",
+        &format!("test -t 0 && agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser wait 500"),
+    );
+    assert_eq!(rc, 0, "{said}");
+    assert!(said.contains("h5i browser demo"), "{said}");
+    let runs = records_of(&c, "web", "run");
+    let pages = records_of(&c, "web", "page");
+    assert_eq!(pages.len(), 1, "{pages:?}");
+    let page = &pages[0];
+    assert_eq!(page["after_seq"], runs.last().unwrap()["seq"], "{page}");
+    assert_eq!(page["state"], "observed", "{page}");
+    assert_eq!(page["lane"], "host-env-run", "{page}");
+    let has = |key: &str, want: &str| {
+        page[key].as_array().is_some_and(|l| {
+            l.iter()
+                .filter(|e| e.as_str().unwrap().contains(want))
+                .count()
+                == 1
+        })
+    };
+    assert!(
+        has("console_errors", "h5i-demo: deliberate console error"),
+        "{page}"
+    );
+    assert!(
+        has("exceptions", "h5i-demo: deliberate uncaught exception"),
+        "{page}"
+    );
+    assert!(has("failed_requests", "h5i-demo-missing.json"), "{page}");
+
+    let (said, rc) = shell_on_a_terminal(&c, "web", "true");
+    assert_eq!(rc, 0, "{said}");
+    assert_eq!(
+        records_of(&c, "web", "page").len(),
+        1,
+        "a session that never drove the browser was drained"
+    );
+    let (url, rc) = box_sh(&c, "web", "agent-browser get url");
+    assert_eq!(rc, 0, "{url}");
+    let pages = records_of(&c, "web", "page");
+    assert_eq!(pages.len(), 2, "{pages:?}");
+    assert_eq!(pages[1]["state"], "observed", "{}", pages[1]);
+    assert!(
+        pages[1].get("console_errors").is_none(),
+        "drained twice: {}",
+        pages[1]
     );
 }
 

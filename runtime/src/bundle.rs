@@ -66,6 +66,10 @@ pub struct BundlePlan {
     pub gid: u32,
     /// How many ids the map holds from there (1 for an unprivileged caller).
     pub id_count: u32,
+    /// The box's own gid the process runs as: 0, except for a process the box's network
+    /// namespace must tell apart from the box's by its sockets (the browser sidecar's
+    /// Chromium); it must be inside the map (`id_count`).
+    pub process_gid: u32,
     /// `linux.cgroupsPath`, when a cage holds the limits.
     pub cgroups_path: Option<String>,
     /// Largest file the box may write, bytes (`RLIMIT_FSIZE`).
@@ -300,7 +304,7 @@ impl BundlePlan {
             "ociVersion": "1.0.2",
             "process": {
                 "terminal": self.terminal,
-                "user": {"uid": 0, "gid": 0},
+                "user": {"uid": 0, "gid": self.process_gid},
                 "args": self.argv,
                 "env": self.env,
                 "cwd": self.cwd,
@@ -357,6 +361,7 @@ mod tests {
             uid: 1000,
             gid: 1000,
             id_count: 1,
+            process_gid: 0,
             cgroups_path: Some("/x/h5i/b1/c".into()),
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,

@@ -395,6 +395,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         uid: 0,
         gid: 0,
         id_count: 1,
+        process_gid: 0,
         cgroups_path: Some(test_cgroup(&id)),
         max_file_bytes: None,
         tmp_bytes: 16 << 20,

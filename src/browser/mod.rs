@@ -27,6 +27,7 @@
 
 pub mod control;
 pub mod drain;
+pub mod fence;
 pub mod relay;
 pub mod sidecar;
 #[cfg(feature = "ui")]

@@ -20,9 +20,10 @@
 //! Must never: follow a symlink the box planted (in its HOME or in the sidecar's `/tmp`), write
 //! anything into the box's HOME but the socket and the version file (created fresh, never
 //! through an existing name), forward a request it could not parse, or pass a refused one on.
-//! What it does not close: a process in the box can still reach Chromium's DevTools port on
-//! the box's own loopback (the runs share the sidecar's network namespace, where the dev
-//! server is): the relay arbitrates agent-browser's channel, not every socket in the box.
+//! The relay arbitrates agent-browser's channel; the box's other ways to the browser are closed
+//! beside it: the daemon's socket is in a `/tmp` no run's mount namespace shows, and Chromium's
+//! DevTools port and the daemon's stream port, on the loopback the runs share, are fenced off
+//! from every process of the box by `super::fence`.
 //!
 //! Guarded by the unit tests below and `tests/browser.rs`.
 

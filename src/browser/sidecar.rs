@@ -32,14 +32,22 @@ const DAEMON_START: std::time::Duration = std::time::Duration::from_secs(30);
 pub const SERVICE: &str = "browser";
 
 /// The sidecar's declaration: agent-browser's daemon in the foreground, its socket directory
-/// in the sidecar's own `/tmp`.
+/// in the sidecar's own `/tmp`, started only once h5i has fenced the box's network off from it
+/// (the command waits on the gate `super::fence::load` opens).
 pub fn service_decl() -> Service {
+    let gate = super::fence::GATE;
     Service {
         command: format!(
-            "mkdir -p {DAEMON_DIR} && AGENT_BROWSER_DAEMON=1 AGENT_BROWSER_SESSION={SESSION} AGENT_BROWSER_SOCKET_DIR={DAEMON_DIR} exec agent-browser"
+            "mkdir -p {DAEMON_DIR} && mkfifo -m 600 {gate} && read _ < {gate} && rm {gate} && AGENT_BROWSER_DAEMON=1 AGENT_BROWSER_SESSION={SESSION} AGENT_BROWSER_SOCKET_DIR={DAEMON_DIR} exec agent-browser"
         ),
         port: None,
     }
+}
+
+/// The sidecar's plan edit: it runs as the box's group [`super::fence::SIDECAR_GID`], which the
+/// fence tells apart from the box's own processes.
+pub fn own_group(plan: &mut h5i_runtime::bundle::BundlePlan) {
+    plan.process_gid = super::fence::SIDECAR_GID;
 }
 
 /// Whether `policy`'s browser outlives each run: a browser box at the process tier, run by
@@ -118,6 +126,8 @@ pub fn start_relay(paths: &BoxPaths, pid: i32) -> Result<(), String> {
     let home = paths.home();
     let ids = crate::identity::Mapping::for_caller().map_err(|e| e.to_string())?;
     let owner = ids.range.then_some((ids.uid, ids.gid));
+    super::fence::load(pid, DAEMON_START)
+        .map_err(|e| format!("the box's network could not be fenced off its browser: {e}"))?;
     super::relay::wait_for_daemon(pid, DAEMON_START).map_err(|e| {
         format!(
             "agent-browser's daemon did not answer within {} s: {e}",

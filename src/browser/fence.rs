@@ -1,0 +1,147 @@
+//! The fence between a box and its browser: no process of the box opens a TCP connection to a
+//! socket the box's browser sidecar listens on (Chromium's DevTools port, agent-browser's
+//! stream and dashboard ports), so the relay (`super::relay`) is the box's only way to drive it.
+//!
+//! The runs share the sidecar's network namespace (the browser must reach the dev server the
+//! runs start), so loopback alone would let a run speak CDP to Chromium and act while a human
+//! holds control. The sidecar runs as the box's group [`SIDECAR_GID`] (the box's own processes
+//! are group 0, hold no capability and cannot change group), and an nftables table in the box's
+//! network namespace, loaded by h5i as root before the sidecar's daemon starts ([`load`]),
+//! tells the two apart by the group of the socket that sends each packet:
+//! - a SYN sent by a socket of neither the sidecar's group nor the kernel's overflow group (what
+//!   a socket of h5i's own, opened from the host's user namespace, shows: the viewer's) marks
+//!   its connection as opened by the box;
+//! - on such a connection a SYN-ACK is sent only by a listener of the box's group 0; any other
+//!   (a listener of the sidecar's, or a syncookie SYN-ACK, which names no listener) is dropped
+//!   and counted, so the handshake never completes and nothing the box sent is ever read.
+//!
+//! The box cannot undo it: changing a table needs `CAP_NET_ADMIN`, which no box process holds.
+//!
+//! Owns the table ([`script`]) and loading it. Must never: leave the daemon running before the
+//! table is loaded (the sidecar's command waits on [`GATE`] until [`load`] opens it), or fence
+//! anything the box itself listens on.
+//!
+//! Guarded by the unit test below and `tests/browser.rs`.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use crate::beneath::Dir;
+
+/// The box's group the sidecar (agent-browser's daemon and its Chromium) runs as.
+pub const SIDECAR_GID: u32 = 1;
+
+/// The table's family and name, as `nft` spells them.
+pub const TABLE: &str = "inet h5i_browser";
+
+/// The connection mark of a connection a process of the box opened ("h5ib").
+const BOX_OPENED: u32 = 0x6835_6962;
+
+/// The FIFO in the sidecar's private `/tmp` its command reads before it starts the daemon.
+pub const GATE: &str = "/tmp/h5i-browser/fenced";
+
+/// The table for a kernel whose overflow group is `overflow_gid`.
+pub fn script(overflow_gid: u32) -> String {
+    format!(
+        "table {TABLE}
+delete table {TABLE}
+table {TABLE} {{
+  chain output {{
+    type filter hook output priority 0; policy accept;
+    tcp flags & (syn | ack) == syn meta skgid != {{ {SIDECAR_GID}, {overflow_gid} }} ct mark set {BOX_OPENED:#x}
+    tcp flags & (syn | ack) == syn | ack ct mark {BOX_OPENED:#x} meta skgid 0 accept
+    tcp flags & (syn | ack) == syn | ack ct mark {BOX_OPENED:#x} counter drop comment \"h5i-browser-fence\"
+  }}
+}}
+"
+    )
+}
+
+/// The kernel's overflow group: what a socket's group shows in a user namespace that does not
+/// map it.
+fn overflow_gid() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/overflowgid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(65534)
+}
+
+/// Load the table into the network namespace of the sidecar whose container init is `pid`,
+/// then open its [`GATE`] so its daemon starts. Bounded by `within`.
+pub fn load(pid: i32, within: Duration) -> Result<(), String> {
+    let ns = |kind: &str| {
+        File::open(format!("/proc/{pid}/ns/{kind}"))
+            .map(std::os::fd::OwnedFd::from)
+            .map_err(|e| format!("cannot open the sidecar's {kind} namespace: {e}"))
+    };
+    let spaces =
+        h5i_hook::netns::BoxNamespaces::new(ns("net")?, ns("user")?).map_err(|e| e.to_string())?;
+    spaces
+        .nft(&["-f", "-"], script(overflow_gid()).as_bytes())
+        .map_err(|e| e.to_string())?;
+    open_gate(pid, within).map_err(|e| format!("cannot open the sidecar's gate {GATE}: {e}"))
+}
+
+/// Write a line to the sidecar's [`GATE`] once its command waits on it (the FIFO exists and
+/// has a reader), never through a symlink and only into a FIFO.
+fn open_gate(pid: i32, within: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + within;
+    let mut pause = Duration::from_millis(5);
+    let rel = GATE.trim_start_matches('/').as_bytes();
+    loop {
+        let opened = Dir::root_of(pid).and_then(|root| {
+            root.open_at(
+                rel,
+                libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        });
+        match opened {
+            Ok(fd) => {
+                // SAFETY: fstat writes into a zeroed stat struct on the stack.
+                let fifo = unsafe {
+                    let mut st: libc::stat = std::mem::zeroed();
+                    libc::fstat(fd.as_raw_fd(), &mut st) == 0
+                        && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+                };
+                if !fifo {
+                    return Err(io::Error::other("it is not a FIFO"));
+                }
+                return File::from(fd).write_all(b"fenced\n");
+            }
+            // Not made yet (ENOENT) or no reader yet (ENXIO): the command has not reached it.
+            Err(e)
+                if Instant::now() < deadline
+                    && matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENXIO)) =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(100));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_marks_the_boxs_connections_and_drops_only_their_foreign_syn_acks() {
+        let s = script(65534);
+        assert!(
+            s.contains("meta skgid != { 1, 65534 } ct mark set 0x68356962"),
+            "{s}"
+        );
+        assert!(s.contains("ct mark 0x68356962 meta skgid 0 accept"), "{s}");
+        let drop = s.lines().find(|l| l.contains("drop")).unwrap();
+        assert!(drop.contains("syn | ack ct mark 0x68356962"), "{s}");
+        // The table is replaced whole: a reload never leaves an old rule beside a new one.
+        assert!(
+            s.starts_with(&format!("table {TABLE}\ndelete table {TABLE}\n")),
+            "{s}"
+        );
+        assert!(!s.contains("policy drop"), "{s}");
+    }
+}
