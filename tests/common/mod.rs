@@ -4,6 +4,7 @@
 
 pub mod caller;
 pub mod dice;
+pub mod pty;
 pub mod secrets;
 pub mod testnet;
 
