@@ -264,13 +264,14 @@ pub fn read_staged(mut claim: Value) -> (Value, Option<String>) {
     (claim, Some(payload))
 }
 
-/// Whether h5i binds the tee shim into `policy`'s boxes (a Codex box at a kernel tier), so
-/// each command its agent runs should have a `tee-shim` record beside the hooks' tool call.
+/// Whether h5i binds the tee shim into `policy`'s boxes (a Codex box at the process,
+/// supervised or container tier), so each command its agent runs should have a `tee-shim`
+/// record beside the hooks' tool call.
 pub fn tee_shim_wired(policy: &ResolvedPolicy) -> bool {
     policy.agent == Some(AgentRuntime::Codex)
         && matches!(
             policy.tier,
-            h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
+            h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
         )
 }
 

@@ -221,3 +221,50 @@ fn claude_with_a_subscription_token_at_the_container_tier_never_holds_the_token(
         claude_fixes_the_greeting(&CLAUDE_SUBSCRIPTION, test, "container", false);
     }
 }
+
+/// `h5i box shell cl -- claude` as a person uses it, on a terminal the test drives: Claude
+/// Code's TUI starts in the box, asks (first start in this box) whether to trust `/work` and
+/// whether to use the API key it found (the box's per-run dummy: the screen never shows the
+/// real one), takes a typed prompt, reads the file through the scripted model's `Read` call
+/// and renders the model's reply; `/exit` quits it with 0, and the session is in the box's
+/// log and its receipt (checks in `agent::check_interactive`).
+#[test]
+fn claude_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded() {
+    let test = "claude_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded";
+    if !agent::have_agent(test, CLAUDE) {
+        return;
+    }
+    let c = agent::greeting_box(&CLAUDE_AGENT, "cl", "process", false);
+    let file = format!("{WORK}/greeting.txt");
+    let script = vec![
+        Turn::calls(vec![Call::new("Read", json!({"file_path": file}))])
+            .expecting("what does greeting.txt say"),
+        Turn::finish(agent::REPLY).expecting("helo wrld"),
+    ];
+    let Some(m) = Model::start(test, &CLAUDE_AGENT, &c, script) else {
+        return;
+    };
+    let mut s = agent::shell_on_terminal(&c, &m, &CLAUDE_AGENT, "cl", &["claude"]);
+    // Its first start in this box: trust the folder (the second choice), then use the key.
+    s.expect("Yes, I trust this folder");
+    s.send("\x1b[B");
+    s.expect("Yes, I trust this folder");
+    s.send("\r");
+    s.expect("Do you want to use this API key?");
+    s.send("\x1b[A");
+    s.expect("No (recommended)");
+    s.send("\r");
+    s.expect("shift+tab");
+    agent::type_line(&mut s, "what does greeting.txt say");
+    s.expect(agent::REPLY);
+    agent::type_line(&mut s, "/exit");
+    agent::check_interactive(
+        &CLAUDE_AGENT,
+        &c,
+        &m,
+        &mut s,
+        "cl",
+        "claude",
+        ("Read", &file),
+    );
+}

@@ -143,9 +143,7 @@ fn codex_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
             ("Bash", "printf"),
         ],
     );
-    if tier != "container" {
-        shim_recorded_each_command(&c, &report, tier);
-    }
+    shim_recorded_each_command(&c, &report, tier);
 }
 
 /// Each command Codex ran, as the tee shim h5i binds over the box's bash recorded it: listed
@@ -170,6 +168,40 @@ fn shim_recorded_each_command(c: &common::Caller, report: &str, tier: &str) {
             "at {tier}, {cmd}: {line}"
         );
     }
+    // The two lanes read interleaved by the time each record was staged: every `Bash` call
+    // (its PreToolUse staged before the command ran) right before the shim's record of its
+    // command (staged when it ended; the same command, or "Evidence problems" would name the
+    // gap), each line naming its lane, the times never going back.
+    let both = agent::under_run(report, "codex");
+    let lanes: Vec<&str> = both
+        .iter()
+        .map(|l| {
+            if l.contains("`inbox-capture` (box-claimed) `Bash`") {
+                "Bash"
+            } else if l.contains("`inbox-capture` (box-claimed)") {
+                "other call"
+            } else if l.contains("`tee-shim` (box-claimed)") {
+                "command"
+            } else {
+                l
+            }
+        })
+        .collect();
+    let mut want = vec!["Bash", "command", "other call"];
+    want.extend(["Bash", "command"].repeat(4));
+    assert_eq!(lanes, want, "at {tier}:\n{report}");
+    let times: Vec<i64> = both
+        .iter()
+        .map(|l| agent::staged_ms(l).unwrap_or_else(|| panic!("no time: {l}")))
+        .collect();
+    assert!(
+        times.windows(2).all(|w| w[0] <= w[1]),
+        "at {tier}: {times:?}\n{report}"
+    );
+    assert!(
+        times.first().is_some_and(|t| *t >= 0),
+        "at {tier}: {times:?}"
+    );
     let problems = agent::problems_section(report);
     assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
     let payloads = agent::payloads_of(c, "cx", "tee-shim");
@@ -292,14 +324,84 @@ put("command-5.json", shim(command="\x1b[2J"))
 print("forged")
 "#;
 
+/// What a hostile box does to its shim, after which a `bash -c` must still be the shim's:
+/// opens each of the box's `bash` paths, the real bash the shim runs and the hook program for
+/// writing, moves the shim aside, unlinks it, and unmounts it. Prints one `WHAT PATH ERRNO`
+/// line each.
+const ATTACK_SHIM: &str = r#"
+import ctypes, errno, os
+real = "/.h5i/shell/bash"
+print("real", os.path.isfile(real))
+def name(e):
+    return errno.errorcode.get(e, str(e))
+for p in ["/usr/bin/bash", "/bin/bash", "/.h5i/bin/h5i-hook", real]:
+    try:
+        os.close(os.open(p, os.O_WRONLY))
+        print("write", p, "opened")
+    except OSError as e:
+        print("write", p, name(e.errno))
+for what, act in [("rename", lambda: os.rename("/usr/bin/bash", "/usr/bin/bash-gone")),
+                  ("unlink", lambda: os.unlink("/usr/bin/bash"))]:
+    try:
+        act()
+        print(what, "/usr/bin/bash done")
+    except OSError as e:
+        print(what, "/usr/bin/bash", name(e.errno))
+libc = ctypes.CDLL(None, use_errno=True)
+rc = libc.umount2(b"/usr/bin/bash", 2)
+print("umount /usr/bin/bash", "unmounted" if rc == 0 else name(ctypes.get_errno()))
+"#;
+
+/// The box's attacks on its shim ([`ATTACK_SHIM`]) all refused from inside at `tier`: every
+/// write is EROFS or EACCES, moving the shim aside or unlinking it is refused (EBUSY: it is a
+/// mount point; EROFS or EACCES), and the unmount is EPERM.
+fn the_shim_is_out_of_the_boxs_reach(c: &mut common::Caller, env: &[(&str, &str)], tier: &str) {
+    let out = c.h5i_bounded(
+        &["box", "run", "cx", "--", "python3", "-c", ATTACK_SHIM],
+        env,
+        agent::SESSION_LIMIT,
+    );
+    let said = common::stdout(&out);
+    assert!(
+        out.status.success(),
+        "at {tier}: {said}{}",
+        common::stderr(&out)
+    );
+    let lines: Vec<&str> = said.lines().collect();
+    assert_eq!(lines.first(), Some(&"real True"), "at {tier}: {said}");
+    let writes: Vec<&&str> = lines.iter().filter(|l| l.starts_with("write ")).collect();
+    assert_eq!(writes.len(), 4, "at {tier}: {said}");
+    for l in writes {
+        assert!(
+            l.ends_with(" EROFS") || l.ends_with(" EACCES"),
+            "at {tier}, the box could write its shim or bash: {l}\n{said}"
+        );
+    }
+    for what in ["rename", "unlink"] {
+        let line = lines.iter().find(|l| l.starts_with(what)).unwrap();
+        assert!(
+            ["EBUSY", "EROFS", "EACCES"]
+                .iter()
+                .any(|e| line.ends_with(&format!(" {e}"))),
+            "at {tier}, the box could {what} its shim: {said}"
+        );
+    }
+    assert!(
+        lines.contains(&"umount /usr/bin/bash EPERM"),
+        "at {tier}, the box could unmount its shim: {said}"
+    );
+}
+
 /// The tee shim at `tier`, without a model: a person's `bash -c` in a Codex box passes through
 /// unchanged (its output bytes, escapes and all, and its exit code) and is recorded in the
-/// `tee-shim` lane with its output head as a payload, with no finding (no agent ran it); then
-/// the box forges its account ([`FORGE`]) and every forged or hostile record is a finding in
-/// "Evidence problems", never a line that reads as a command that ran, and no escape byte
-/// reaches report.md.
-fn forged_shim_records_are_findings(test: &str, tier: &str) {
-    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, false);
+/// `tee-shim` lane with its output head as a payload, with no finding (no agent ran it); the
+/// box cannot write, replace or unmount its shim ([`the_shim_is_out_of_the_boxs_reach`]), and a
+/// `bash -c` after its attempts is still recorded, its 1 MiB of output passed through whole
+/// and kept only to its 8 KiB head; then the box forges its account ([`FORGE`]) and every
+/// forged or hostile record is a finding in "Evidence problems", never a line that reads as a
+/// command that ran, and no escape byte reaches report.md.
+fn forged_shim_records_are_findings(test: &str, tier: &str, as_user: bool) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
     let Some(m) = Model::start(test, &CODEX_AGENT, &c, Vec::new()) else {
         return;
     };
@@ -313,6 +415,15 @@ fn forged_shim_records_are_findings(test: &str, tier: &str) {
     assert_eq!(out.status.code(), Some(3), "{}", common::stderr(&out));
     assert_eq!(out.stdout, b"\x1b[31mred\n");
     assert!(common::stderr(&out).contains("err"));
+    the_shim_is_out_of_the_boxs_reach(&mut c, &env, tier);
+    let flood = "head -c 1048576 /dev/zero | tr '\\0' x";
+    let out = c.h5i_bounded(
+        &["box", "run", "cx", "--", "bash", "-c", flood],
+        &env,
+        agent::SESSION_LIMIT,
+    );
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert_eq!(out.stdout, vec![b'x'; 1 << 20], "at {tier}");
     let out = c.h5i_bounded(
         &["box", "run", "cx", "--", "python3", "-c", FORGE],
         &env,
@@ -327,6 +438,15 @@ fn forged_shim_records_are_findings(test: &str, tier: &str) {
     let listed = agent::listed_under_run(&report, "bash", "tee-shim");
     assert_eq!(listed.len(), 1, "{report}");
     assert!(listed[0].ends_with("— exit 3 in `/work`"), "{}", listed[0]);
+    let shim_lines: Vec<&str> = agent::what_ran_section(&report)
+        .lines()
+        .filter(|l| l.contains("`tee-shim` (box-claimed) `head -c 1048576"))
+        .collect();
+    assert_eq!(
+        shim_lines.len(),
+        1,
+        "the command after the attacks: {report}"
+    );
     let problems = agent::problems_section(&report);
     for finding in [
         "the box's hooks claim the `Bash` call `ls` ran, and its shell shim recorded no such command",
@@ -344,13 +464,20 @@ fn forged_shim_records_are_findings(test: &str, tier: &str) {
         serde_json::from_str(&std::fs::read_to_string(&payloads[0]).unwrap()).unwrap();
     assert_eq!(first["stdout"], "\\x1b[31mred\n", "{first}");
     assert_eq!(first["stderr"], "err\n", "{first}");
+    let flooded: Value =
+        serde_json::from_str(&std::fs::read_to_string(&payloads[1]).unwrap()).unwrap();
+    assert_eq!(
+        flooded["stdout"].as_str().map(str::len),
+        Some(h5i_hook::tee_shim::OUTPUT_HEAD),
+        "at {tier}"
+    );
 }
 
 #[test]
 fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_process_tier() {
     let test = "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_process_tier";
     if agent::have_agent(test, CODEX) {
-        forged_shim_records_are_findings(test, "process");
+        forged_shim_records_are_findings(test, "process", false);
     }
 }
 
@@ -359,6 +486,72 @@ fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_supervi
     let test =
         "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_supervised_tier";
     if agent::have_agent(test, CODEX) {
-        forged_shim_records_are_findings(test, "supervised");
+        forged_shim_records_are_findings(test, "supervised", false);
     }
+}
+
+#[test]
+fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_container_tier() {
+    let test =
+        "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_container_tier";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        forged_shim_records_are_findings(test, "container", false);
+    }
+}
+
+#[test]
+fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_container_tier_as_h5i_test(
+) {
+    let test = "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_container_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        forged_shim_records_are_findings(test, "container", true);
+    }
+}
+
+/// `h5i box shell cx -- codex` as a person uses it, on a terminal the test drives: Codex's TUI
+/// starts in the box, asks (first start in this box) whether to trust `/work`, takes a typed
+/// prompt, runs the scripted model's `cat greeting.txt` (through the tee shim) and renders the
+/// model's reply; `/quit` quits it with 0, and the session is in the box's log and its receipt
+/// with the tool call and the shim's record of its command under it (checks in
+/// `agent::check_interactive`).
+#[test]
+fn codex_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded() {
+    let test = "codex_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded";
+    if !agent::have_agent(test, CODEX) {
+        return;
+    }
+    let c = agent::greeting_box(&CODEX_AGENT, "cx", "process", false);
+    let script = vec![
+        Turn::calls(vec![exec(sh("cat greeting.txt"))]).expecting("what does greeting.txt say"),
+        Turn::finish(agent::REPLY).expecting("helo wrld"),
+    ];
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, script) else {
+        return;
+    };
+    let mut s = agent::shell_on_terminal(&c, &m, &CODEX_AGENT, "cx", &["codex"]);
+    // Its first start in this box: trust the folder (the first choice).
+    s.expect("Trust this folder?");
+    s.expect("Trust and continue");
+    s.send("\r");
+    s.expect("Ask Codex to do anything");
+    agent::type_line(&mut s, "what does greeting.txt say");
+    s.expect(agent::REPLY);
+    agent::type_line(&mut s, "/quit");
+    let report = agent::check_interactive(
+        &CODEX_AGENT,
+        &c,
+        &m,
+        &mut s,
+        "cx",
+        "codex",
+        ("Bash", "cat greeting.txt"),
+    );
+    let shim = agent::listed_under_run(&report, "codex", "tee-shim");
+    assert_eq!(shim.len(), 1, "{report}");
+    assert!(
+        shim[0].contains("`tee-shim` (box-claimed) `cat greeting.txt`")
+            && shim[0].ends_with("— exit 0 in `/work`"),
+        "{}",
+        shim[0]
+    );
 }

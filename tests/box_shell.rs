@@ -16,221 +16,40 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::pty::{
+    find, pending_input, read_some, readable, set_size, sized_pair, termios, Session,
+};
 use common::{with_controlling_terminal, Repo, H5I};
 
 /// Long enough for a process-tier box to start on a busy 2-core machine.
 const WAIT: Duration = Duration::from_secs(30);
 
-/// A pty pair of the given size.
-fn pty_pair(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
-    let (master, slave) = common::pty_pair();
-    set_size(master.as_raw_fd(), rows, cols);
-    (master, slave)
+/// `h5i ARGS` in `r` on a terminal of its own.
+fn start(r: &Repo, args: &[&str]) -> Session {
+    start_with(r, args, false)
 }
 
-fn set_size(fd: RawFd, rows: u16, cols: u16) {
-    let ws = libc::winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCSWINSZ reads one winsize, live for the call.
-    assert_eq!(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }, 0);
-}
-
-fn termios(fd: RawFd) -> libc::termios {
-    // SAFETY: tcgetattr fills a plain-data termios.
-    unsafe {
-        let mut t: libc::termios = std::mem::zeroed();
-        assert_eq!(libc::tcgetattr(fd, &mut t), 0);
-        t
-    }
-}
-
-/// Wait up to `ms` for `fd` to be readable.
-fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the call.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 && p.revents & libc::POLLIN != 0 }
-}
-
-fn read_some(fd: RawFd) -> Vec<u8> {
-    let mut buf = [0u8; 4096];
-    // SAFETY: buf is writable for its length.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    if n > 0 {
-        buf[..n as usize].to_vec()
-    } else {
-        Vec::new()
-    }
-}
-
-/// Everything waiting in the input queue of the terminal `slave` (what a shell reading that
-/// terminal would read next), without blocking: non-canonical, VMIN=0.
-fn pending_input(slave: RawFd) -> String {
-    let mut t = termios(slave);
-    t.c_lflag &= !(libc::ICANON | libc::ECHO);
-    t.c_cc[libc::VMIN] = 0;
-    t.c_cc[libc::VTIME] = 0;
-    // SAFETY: tcsetattr reads the termios above.
-    assert_eq!(unsafe { libc::tcsetattr(slave, libc::TCSANOW, &t) }, 0);
-    let mut got = Vec::new();
-    // Bounded: the queue holds at most 4 KiB, so a handful of reads empties it.
-    for _ in 0..16 {
-        if !readable(slave, 100) {
-            break;
-        }
-        let chunk = read_some(slave);
-        if chunk.is_empty() {
-            break;
-        }
-        got.extend(chunk);
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
-/// `h5i` running on a pty the test holds both ends of.
-struct Session {
-    master: OwnedFd,
-    /// The test's copy of the "user's terminal" (kept to inspect its input queue afterwards).
-    slave: OwnedFd,
-    child: Child,
-    /// The terminal's settings before h5i started.
-    before: libc::termios,
-    seen: Vec<u8>,
-    cursor: usize,
-}
-
-impl Session {
-    fn start(r: &Repo, args: &[&str]) -> Session {
-        Session::start_with(r, args, false)
-    }
-
-    /// With `stray`, h5i also inherits a descriptor of its terminal at fd 9 that is not
-    /// close-on-exec (a careless parent's leak).
-    fn start_with(r: &Repo, args: &[&str], stray: bool) -> Session {
-        let (master, slave) = pty_pair(24, 80);
-        let before = termios(slave.as_raw_fd());
-        let mut cmd = Command::new(H5I);
-        cmd.args(args)
-            .current_dir(r.path())
-            .env("TERM", "xterm")
-            .env_remove("H5I_AGENT")
-            .env_remove("H5I_DEFAULT_ISOLATION")
-            .stdin(slave.try_clone().unwrap())
-            .stdout(slave.try_clone().unwrap())
-            .stderr(slave.try_clone().unwrap());
-        with_controlling_terminal(&mut cmd);
-        if stray {
-            // SAFETY: dup2 is async-signal-safe; the copy it makes is not close-on-exec.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::dup2(0, 9) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
-        let child = cmd.spawn().unwrap();
-        Session {
-            master,
-            slave,
-            child,
-            before,
-            seen: Vec::new(),
-            cursor: 0,
-        }
-    }
-
-    fn send(&self, s: &str) {
-        let mut f = std::fs::File::from(self.master.try_clone().unwrap());
-        f.write_all(s.as_bytes()).unwrap();
-    }
-
-    fn transcript(&self) -> String {
-        String::from_utf8_lossy(&self.seen)
-            .escape_debug()
-            .to_string()
-    }
-
-    /// Read for at most `within`; true once `needle` appears after the cursor.
-    fn wait_for(&mut self, needle: &str, within: Duration) -> bool {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(at) = find(&self.seen[self.cursor..], needle.as_bytes()) {
-                self.cursor += at + needle.len();
-                return true;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            if readable(
-                self.master.as_raw_fd(),
-                left.as_millis().min(200) as i32 + 1,
-            ) {
-                self.seen.extend(read_some(self.master.as_raw_fd()));
-            }
-        }
-    }
-
-    fn expect(&mut self, needle: &str) {
-        assert!(
-            self.wait_for(needle, WAIT),
-            "never saw {needle:?}; transcript: {}",
-            self.transcript()
-        );
-    }
-
-    /// Read everything shown for `dur` (bounded).
-    fn read_for(&mut self, dur: Duration) {
-        let _ = self.wait_for("\u{0}never\u{0}", dur);
-    }
-
-    /// Wait for h5i to exit (reading its output meanwhile); its exit code.
-    fn finish(&mut self) -> i32 {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                // Whatever it printed last.
-                while readable(self.master.as_raw_fd(), 0) {
-                    let chunk = read_some(self.master.as_raw_fd());
-                    if chunk.is_empty() {
-                        break;
-                    }
-                    self.seen.extend(chunk);
+/// With `stray`, h5i also inherits a descriptor of its terminal at fd 9 that is not
+/// close-on-exec (a careless parent's leak).
+fn start_with(r: &Repo, args: &[&str], stray: bool) -> Session {
+    let mut cmd = Command::new(H5I);
+    cmd.args(args)
+        .current_dir(r.path())
+        .env("TERM", "xterm")
+        .env_remove("H5I_AGENT")
+        .env_remove("H5I_DEFAULT_ISOLATION");
+    if stray {
+        // SAFETY: dup2 is async-signal-safe; the copy it makes is not close-on-exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::dup2(0, 9) < 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
-                return st.code().unwrap_or(-1);
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("h5i did not exit; transcript: {}", self.transcript());
-            }
-            if readable(self.master.as_raw_fd(), 50) {
-                self.seen.extend(read_some(self.master.as_raw_fd()));
-            }
+                Ok(())
+            });
         }
     }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    Session::spawn(cmd, WAIT)
 }
 
 /// A repository with a workspace-tier box `w` and a process-tier box `p`.
@@ -267,7 +86,7 @@ fn tag() -> String {
 fn a_session_runs_commands_and_passes_the_exit_status_through() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, BASH));
+        let mut s = start(&r, &shell_args(name, BASH));
         s.send("echo $((6*7))X\r");
         s.expect("42X");
         s.send("exit 7\r");
@@ -283,7 +102,7 @@ fn a_session_runs_commands_and_passes_the_exit_status_through() {
 fn a_process_tier_session_starts_in_work_and_names_no_host_path() {
     let r = boxes();
     let script = "echo \"cwd=$(pwd) home=$HOME\"; tr '\\0' '\\n' < /proc/self/environ";
-    let mut s = Session::start(&r, &shell_args("p", &["sh", "-c", script]));
+    let mut s = start(&r, &shell_args("p", &["sh", "-c", script]));
     s.expect("cwd=/work home=/.h5i/home");
     assert_eq!(s.finish(), 0, "{}", s.transcript());
     let repo = r.path().display().to_string();
@@ -296,7 +115,7 @@ fn a_command_that_closes_its_terminal_before_exiting_keeps_its_exit_status() {
     // while the command still runs; h5i must not hang the pty up (SIGHUP: exit 129) then.
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(
+        let mut s = start(
             &r,
             &shell_args(
                 name,
@@ -316,7 +135,7 @@ fn a_command_that_closes_its_terminal_before_exiting_keeps_its_exit_status() {
 fn without_a_command_the_session_is_the_boxs_login_bash() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, &[]));
+        let mut s = start(&r, &shell_args(name, &[]));
         s.send("echo ${BASH_VERSION:+IS}BASH:$H5I_ENV_ID\r");
         s.expect(&format!("ISBASH:{name}"));
         s.send("exit\r");
@@ -334,7 +153,7 @@ fn the_box_gets_its_own_pty_never_the_users_terminal() {
     let r = boxes();
     for name in ["w", "p"] {
         // h5i itself holds a stray, inheritable descriptor of the user's terminal too.
-        let mut s = Session::start_with(&r, &shell_args(name, BASH), true);
+        let mut s = start_with(&r, &shell_args(name, BASH), true);
         // The user's terminal as the kernel knows it (devpts instance, device number): pty
         // names alone collide between the host's devpts and a box's own.
         let outer = {
@@ -365,7 +184,7 @@ fn the_box_gets_its_own_pty_never_the_users_terminal() {
 fn a_full_screen_program_starts_and_quits_back_to_the_shell() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, BASH));
+        let mut s = start(&r, &shell_args(name, BASH));
         s.send("echo $((1+1))READY\r");
         s.expect("2READY");
         // less switches to the alternate screen, draws the file and waits for a key.
@@ -385,7 +204,7 @@ fn a_full_screen_program_starts_and_quits_back_to_the_shell() {
 fn a_window_resize_reaches_the_box() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, BASH));
+        let mut s = start(&r, &shell_args(name, BASH));
         s.send("echo SIZE $(stty size)\r");
         s.expect("SIZE 24 80");
         // Resizing the user's terminal signals h5i (its foreground group) with SIGWINCH.
@@ -401,7 +220,7 @@ fn a_window_resize_reaches_the_box() {
 fn ctrl_c_interrupts_the_boxs_foreground_job_and_the_shell_continues() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, BASH));
+        let mut s = start(&r, &shell_args(name, BASH));
         // The marker comes from the foreground job itself, so it is running (and holds the
         // box's terminal) when Ctrl-C is typed.
         s.send("sh -c 'echo $((2+2))GO; exec sleep 100'\r");
@@ -420,7 +239,7 @@ fn ctrl_c_interrupts_the_boxs_foreground_job_and_the_shell_continues() {
 fn ctrl_z_stops_the_boxs_foreground_job_and_job_control_brings_it_back() {
     let r = boxes();
     for name in ["w", "p"] {
-        let mut s = Session::start(&r, &shell_args(name, BASH));
+        let mut s = start(&r, &shell_args(name, BASH));
         // The job says when it is resumed (its CONT trap), so the test knows `fg` gave it the
         // box's terminal back before typing Ctrl-C at it. Its `sleep` runs in a subshell: dash
         // runs a plain foreground command with vfork(), blocking every signal in the parent until
@@ -471,7 +290,7 @@ fn tiocsti_from_a_workspace_box_never_reaches_the_users_terminal() {
     // Control: the same program on a terminal of its own does fill that terminal's input
     // queue, so the check below can see an injection when there is one.
     let control = format!("/tmp/h5i-injected-control-{}", tag());
-    let (_m, slave) = pty_pair(24, 80);
+    let (_m, slave) = sized_pair(24, 80);
     let mut cmd = Command::new("python3");
     cmd.arg("-c")
         .arg(injector(&control))
@@ -486,7 +305,7 @@ fn tiocsti_from_a_workspace_box_never_reaches_the_users_terminal() {
     let r = boxes();
     let target = format!("/tmp/h5i-injected-{}", tag());
     let script = injector(&target);
-    let mut s = Session::start(&r, &shell_args("w", &["python3", "-c", &script]));
+    let mut s = start(&r, &shell_args("w", &["python3", "-c", &script]));
     s.expect("TIOCSTI=OK");
     assert_eq!(s.finish(), 0, "{}", s.transcript());
     let queued = pending_input(s.slave.as_raw_fd());
@@ -502,7 +321,7 @@ fn tiocsti_is_refused_by_seccomp_at_the_process_tier() {
     let r = boxes();
     let target = format!("/tmp/h5i-injected-{}", tag());
     let script = injector(&target);
-    let mut s = Session::start(&r, &shell_args("p", &["python3", "-c", &script]));
+    let mut s = start(&r, &shell_args("p", &["python3", "-c", &script]));
     s.expect("TIOCSTI=EPERM");
     assert_eq!(s.finish(), 3, "{}", s.transcript());
     assert!(!pending_input(s.slave.as_raw_fd()).contains("h5i-injected"));
@@ -513,7 +332,7 @@ fn tiocsti_is_refused_by_seccomp_at_the_process_tier() {
 fn a_leftover_background_job_cannot_write_to_or_read_from_the_users_terminal() {
     let r = boxes();
     let ws = r.workspace("w");
-    let mut s = Session::start(&r, &shell_args("w", BASH));
+    let mut s = start(&r, &shell_args("w", BASH));
     s.send(
         "(sleep 2; echo LEAK; echo $? > wrote) & \
          (sleep 2; read -r line; echo \"got:$line:$?\" > read) & \
@@ -558,7 +377,7 @@ fn the_users_terminal_is_restored_on_every_exit_path() {
         ("p", BASH, 0),
         ("w", &["/nonexistent/h5i-shell"][..], 127),
     ] {
-        let mut s = Session::start(&r, &shell_args(name, cmd));
+        let mut s = start(&r, &shell_args(name, cmd));
         let before = s.before;
         if code == 0 {
             s.send("stty -echo raw; echo $((5+5))RAW\r");
@@ -587,7 +406,7 @@ fn the_wall_clock_ends_a_session_with_124() {
         "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"2s\"\n",
     );
     r.ok(&["box", "create", "slow", "--profile", "quick"]);
-    let mut s = Session::start(&r, &shell_args("slow", BASH));
+    let mut s = start(&r, &shell_args("slow", BASH));
     let before = s.before;
     s.send("sleep 60\r");
     assert_eq!(s.finish(), 124, "{}", s.transcript());

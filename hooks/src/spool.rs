@@ -43,24 +43,48 @@ pub struct IngestedEntry {
     pub lane: ReceiptLane,
     /// The record body: `BoxClaimed` or `Quarantined`.
     pub body: RecordBody,
+    /// When the box says it staged the entry, nanoseconds since the Unix epoch, read from the
+    /// name h5i's in-box writers give it ([`staged_ns`]); box-claimed, like the entry.
+    pub staged_ns: Option<u64>,
 }
 
-/// Read and validate every staged entry (sorted by name, at most [`MAX_ENTRIES`]).
+/// The staging time in an entry name h5i's in-box writers give (`PREFIX<24 digits>-<pid>.json`,
+/// `crate::capture::write_entry`), or `None` for any other name.
+pub fn staged_ns(name: &str) -> Option<u64> {
+    let (head, pid) = name.strip_suffix(".json")?.rsplit_once('-')?;
+    let digits = head.get(head.len().checked_sub(24)?..)?;
+    let well_formed = !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && head[..head.len() - 24].ends_with('-');
+    well_formed.then(|| digits.parse().ok()).flatten()
+}
+
+/// Read and validate every staged entry (at most [`MAX_ENTRIES`]), in the order the box staged
+/// them across its writers (the hooks' tool calls and the shim's commands interleaved by the
+/// time in their names), then the entries whose names carry no time, by name.
 pub fn ingest(spool: &Path) -> Result<Vec<IngestedEntry>, SpoolError> {
     let err = |source| SpoolError {
         path: spool.to_path_buf(),
         source,
     };
-    let mut names: Vec<_> = fs::read_dir(spool)
+    let names: Vec<_> = fs::read_dir(spool)
         .map_err(err)?
         .filter_map(Result::ok)
         .filter(|e| e.file_name() != PROPOSAL_FILE)
         .collect();
-    names.sort_by_key(|e| e.file_name());
+    let mut names: Vec<_> = names
+        .into_iter()
+        .map(|e| {
+            let at = staged_ns(&e.file_name().to_string_lossy());
+            (at.is_none(), at, e.file_name(), e)
+        })
+        .collect();
+    names.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
     Ok(names
         .into_iter()
         .take(MAX_ENTRIES)
-        .map(|e| {
+        .map(|(_, staged_ns, _, e)| {
             let path = e.path();
             let shown = printable(&e.file_name().to_string_lossy());
             let body = match validate(&path) {
@@ -81,7 +105,12 @@ pub fn ingest(spool: &Path) -> Result<Vec<IngestedEntry>, SpoolError> {
                 }
                 _ => ReceiptLane::InboxCapture,
             };
-            IngestedEntry { path, lane, body }
+            IngestedEntry {
+                path,
+                lane,
+                body,
+                staged_ns,
+            }
         })
         .collect())
 }
@@ -187,6 +216,75 @@ mod tests {
         let mut all = ingest(dir).unwrap();
         assert_eq!(all.len(), 1);
         all.remove(0)
+    }
+
+    #[test]
+    fn only_an_in_box_writers_name_carries_a_staging_time() {
+        let at = "000001765000000123456789";
+        assert_eq!(
+            staged_ns(&format!("command-{at}-42.json")),
+            Some(1_765_000_000_123_456_789)
+        );
+        assert_eq!(
+            staged_ns(&format!("tool-call-{at}-7.json")),
+            Some(1_765_000_000_123_456_789)
+        );
+        for bad in [
+            "command-1.json",
+            &format!("command-{at}.json"),
+            &format!("command-{at}-.json"),
+            &format!("command-{at}-4x.json"),
+            &format!("command{at}-4.json"),
+            &format!("command-{at}-4.json.tmp"),
+            "command-00000000000000000000000x-1.json",
+            "-1.json",
+            "",
+        ] {
+            assert_eq!(staged_ns(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_writers_entries_are_ingested_interleaved_by_their_staging_time() {
+        let d = spool();
+        let put = |name: &str, kind: &str| {
+            fs::write(
+                d.path().join(name),
+                format!(r#"{{"kind":"{kind}","n":"{name}"}}"#),
+            )
+            .unwrap();
+        };
+        // Staged in this order: a tool call, the command it ran, the call's end, a second
+        // call; the name order (all `command-` before all `tool-call-`) is not the order.
+        put("tool-call-000000000000000000000300-9.json", "tool-call");
+        put("command-000000000000000000000200-8.json", "command");
+        put("tool-call-000000000000000000000100-9.json", "tool-call");
+        put("tool-call-000000000000000000000400-9.json", "tool-call");
+        // A name with no time (not h5i's writers): after every timed entry.
+        put("command-1.json", "command");
+        let got = ingest(d.path()).unwrap();
+        let order: Vec<(Option<u64>, String)> = got
+            .iter()
+            .map(|e| {
+                let RecordBody::BoxClaimed { claim, .. } = &e.body else {
+                    panic!("{:?}", e.body)
+                };
+                (e.staged_ns, claim["n"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        let names: Vec<&str> = order.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "tool-call-000000000000000000000100-9.json",
+                "command-000000000000000000000200-8.json",
+                "tool-call-000000000000000000000300-9.json",
+                "tool-call-000000000000000000000400-9.json",
+                "command-1.json",
+            ]
+        );
+        assert_eq!(order[1].0, Some(200));
+        assert_eq!(order[4].0, None);
     }
 
     fn reason(e: &IngestedEntry) -> String {

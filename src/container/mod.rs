@@ -406,7 +406,13 @@ pub fn run(
         .chain(&broker.by_name)
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    let agent = agent_binds(policy, &mut run_dir, &sources.hook, &box_vars)?;
+    let agent = agent_binds(
+        policy,
+        (&engine, &image.id),
+        &mut run_dir,
+        &sources.hook,
+        &box_vars,
+    )?;
     by_name.extend(broker.by_name.iter().cloned());
     let hooks: Vec<Vec<String>> = std::iter::once(vec![
         sources.hook.display().to_string(),
@@ -545,12 +551,15 @@ struct AgentBinds {
 /// into the run directory (which the engine reaches; removed with it): Claude Code gets its
 /// managed settings at `/etc/claude-code` and the skill at `~/.claude/skills/h5i`; Codex gets
 /// its system folder at `/etc/codex` (config naming this run's credential proxy, the hooks, and
-/// the skill under `skills/h5i`, where Codex reads system skills). The box's HOME is its
+/// the skill under `skills/h5i`, where Codex reads system skills) and the tee shim
+/// (`h5i_hook::tee_shim`): the hook over the image's `bash`, and the image's own bash
+/// ([`image_bash`]; its libraries are the box's) at the shim's private path. The box's HOME is its
 /// private `/tmp`, where the runtime would make `~/.claude` (the skill's mount point's parent)
 /// root's and unwritable by the box, so a Claude box gets a tmpfs of its own there, writable
 /// by every user of the box (1777, like `/tmp`) and `nosuid,nodev`, for Claude Code's state.
 fn agent_binds(
     policy: &ResolvedPolicy,
+    (engine, image_id): (&Engine, &str),
     run_dir: &mut RunDir,
     hook: &Path,
     box_vars: &[String],
@@ -615,11 +624,63 @@ fn agent_binds(
                 config_tmpfs: Some(config_dir),
             }
         }
-        AgentRuntime::Codex => AgentBinds {
-            binds,
-            config_tmpfs: None,
-        },
+        AgentRuntime::Codex => {
+            // The tee shim: h5i-hook over each of the image's bash paths, the image's own bash
+            // (copied out of it) at the shim's private path.
+            use h5i_hook::tee_shim::{REAL_BASH, SHIM_AT};
+            if let Some(bash) = image_bash(engine, image_id, run_dir)? {
+                binds.push(ro(bash, REAL_BASH));
+                binds.extend(SHIM_AT.iter().map(|at| ro(hook.to_path_buf(), at)));
+            }
+            AgentBinds {
+                binds,
+                config_tmpfs: None,
+            }
+        }
     })
+}
+
+/// The pinned image's own bash for a Codex box's tee shim, copied into the run directory
+/// (`podman create` of the image, `podman cp` of its first `bash` of
+/// `h5i_hook::tee_shim::SHIM_AT` (Podman resolves links inside the image's root), `podman
+/// rm`: nothing of the image runs); removed with the run. `None` when the image has no bash
+/// (nor then a shell shim to bind: the box has no bash for the agent to run).
+fn image_bash(
+    engine: &Engine,
+    image_id: &str,
+    run_dir: &mut RunDir,
+) -> Result<Option<PathBuf>, BoxError> {
+    let made = engine
+        .podman()
+        .args([
+            "create",
+            "--pull=never",
+            "--network",
+            "none",
+            image_id,
+            "true",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|e| BoxError::io(Path::new("podman"), e))?;
+    let id = String::from_utf8_lossy(&made.stdout).trim().to_owned();
+    if !made.status.success() || id.is_empty() {
+        return Err(refuse(
+            format!("Podman could not create a container of the box's image {image_id} to copy its bash out for the tee shim"),
+            "check the image is still there (`podman images`) and run it again",
+        ));
+    }
+    let dest = run_dir.out.join("bash");
+    let copied = h5i_hook::tee_shim::SHIM_AT
+        .iter()
+        .any(|at| engine.podman_quiet(&["cp", &format!("{id}:{at}"), &dest.to_string_lossy()]));
+    engine.podman_quiet(&["rm", "--force", &id]);
+    if !copied {
+        return Ok(None);
+    }
+    run_dir.files.push(dest.clone());
+    Ok(Some(dest))
 }
 
 /// Remove what container runs whose h5i was killed left running (`orphans`); best effort, and

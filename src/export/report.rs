@@ -458,13 +458,14 @@ fn what_ran(
 ) {
     let _ = writeln!(out, "{}\n", SECTIONS[1]);
     let mut runs = 0;
+    let mut run_ms = None;
     let calls = tool_calls(&input.receipts.records);
     for r in &input.receipts.records {
         if let Some(call) = calls.iter().find(|k| k.records[0].record.seq == r.seq) {
-            let _ = writeln!(out, "  - {}", call.line(c));
+            let _ = writeln!(out, "  - {}", call.line(c, run_ms));
         }
         if let Some(cmd) = as_shim_command(r) {
-            let _ = writeln!(out, "  - {}", cmd.line(c));
+            let _ = writeln!(out, "  - {}", cmd.line(c, run_ms));
         }
         if let RecordBody::Run {
             argv,
@@ -475,6 +476,7 @@ fn what_ran(
         } = &r.body
         {
             runs += 1;
+            run_ms = Some(r.at_ms);
             // Each argument is redacted before quoting, so quoting cannot split a value.
             let cmd: Vec<String> = argv.iter().map(|a| shell_quote(&c(a))).collect();
             let _ = writeln!(
@@ -532,6 +534,28 @@ fn what_ran(
     }
 }
 
+/// When the box says it staged `r` (the time in its spool entry's name,
+/// `crate::session::record::STAGED_NS`), as ` at +S.mmm s` from the start of the run it
+/// follows (`run_ms`); empty when either is unknown. The lines under a run are in this order
+/// (the spool is ingested by it), so the hooks' and the shim's accounts read interleaved.
+fn staged_at(r: &ReceiptRecord, run_ms: Option<u64>) -> String {
+    let staged = match &r.body {
+        RecordBody::BoxClaimed { claim, .. } => claim
+            .get(crate::session::record::STAGED_NS)
+            .and_then(Value::as_u64),
+        _ => None,
+    };
+    match (staged, run_ms) {
+        (Some(ns), Some(ms)) => {
+            let from_start = i128::from(ns / 1_000_000) - i128::from(ms);
+            let sign = if from_start < 0 { '-' } else { '+' };
+            let abs = from_start.unsigned_abs();
+            format!(" at {sign}{}.{:03} s", abs / 1000, abs % 1000)
+        }
+        _ => String::new(),
+    }
+}
+
 /// A staged `tool-call` record's summary (see `crate::capture::read_staged`).
 struct ToolRecord<'a> {
     record: &'a ReceiptRecord,
@@ -573,7 +597,7 @@ struct ToolCall<'a> {
 }
 
 impl ToolCall<'_> {
-    fn line(&self, c: &dyn Fn(&str) -> String) -> String {
+    fn line(&self, c: &dyn Fn(&str) -> String, run_ms: Option<u64>) -> String {
         let first = &self.records[0];
         let seqs: Vec<String> = self
             .records
@@ -598,8 +622,9 @@ impl ToolCall<'_> {
             (None, _) => "(no tool named)".to_string(),
         };
         format!(
-            "{} {} {what} — {}",
+            "{}{} {} {what} — {}",
             seqs.join(", "),
+            staged_at(first.record, run_ms),
             lane_label(first.record),
             c(&events.join(", "))
         )
@@ -654,10 +679,11 @@ fn as_shim_command(r: &ReceiptRecord) -> Option<ShimCommand<'_>> {
 }
 
 impl ShimCommand<'_> {
-    fn line(&self, c: &dyn Fn(&str) -> String) -> String {
+    fn line(&self, c: &dyn Fn(&str) -> String, run_ms: Option<u64>) -> String {
+        let at = staged_at(self.record, run_ms);
         let Some(command) = self.command else {
             return format!(
-                "#{} {} (a staged command h5i could not read)",
+                "#{}{at} {} (a staged command h5i could not read)",
                 self.record.seq,
                 lane_label(self.record)
             );
@@ -669,7 +695,7 @@ impl ShimCommand<'_> {
             (None, None) => "no exit claimed".to_string(),
         };
         format!(
-            "#{} {} {} — {ended} in {}",
+            "#{}{at} {} {} — {ended} in {}",
             self.record.seq,
             lane_label(self.record),
             code(&what),
@@ -1224,6 +1250,70 @@ mod tests {
             "{problems}"
         );
         assert!(!problems.contains("record #2"), "{problems}");
+    }
+
+    #[test]
+    fn the_lanes_of_a_run_read_interleaved_each_line_with_its_lane_and_staging_time() {
+        let at = |mut r: ReceiptRecord, ns: u64| {
+            if let RecordBody::BoxClaimed { claim, .. } = &mut r.body {
+                claim[crate::session::record::STAGED_NS] = ns.into();
+            }
+            r
+        };
+        let mut shim = run(3, ReceiptLane::TeeShim, &[], None);
+        shim.body = RecordBody::BoxClaimed {
+            claimed_kind: "command".into(),
+            claim: serde_json::json!({"kind": "command", "lane": "tee-shim",
+                "command": "make test", "cwd": "/work", "exit": 0, "signal": null}),
+        };
+        let mut start = run(1, ReceiptLane::HostEnvRun, &["codex", "exec", "x"], None);
+        start.at_ms = 1_000_000;
+        let receipts = ReceiptReadout {
+            // In the order the spool was ingested: by the time in each entry's name.
+            records: vec![
+                start,
+                at(
+                    staged(2, "PreToolUse", "Bash", "t1", "make test"),
+                    1_000_500_000_000,
+                ),
+                at(shim, 1_001_250_000_000),
+                at(
+                    staged(4, "PostToolUse", "Bash", "t1", "make test"),
+                    1_001_300_000_000,
+                ),
+                // A time before the run's start (the box chose it) reads as such.
+                at(
+                    staged(5, "PreToolUse", "Edit", "t2", "/work/a"),
+                    999_750_000_000,
+                ),
+                at(
+                    staged(6, "PostToolUse", "Edit", "t2", "/work/a"),
+                    1_002_000_000_000,
+                ),
+                // No time in its name: no time shown.
+                staged(7, "PreToolUse", "Read", "t3", "/work/b"),
+            ],
+            damaged: vec![],
+        };
+        let g = gated();
+        let mut i = input(&receipts, &g, "process", None);
+        i.tee_shim = true;
+        let r = render_report(&i, &Redactor::default(), 1 << 20).unwrap();
+        let ran = r.text.split(SECTIONS[1]).nth(1).unwrap();
+        let lines: Vec<&str> = ran.lines().filter(|l| l.contains(" #")).collect();
+        assert_eq!(
+            lines[1..5],
+            [
+                "  - #2, #4 at +0.500 s `inbox-capture` (box-claimed) `Bash`: `make test` — PreToolUse, PostToolUse",
+                "  - #3 at +1.250 s `tee-shim` (box-claimed) `make test` — exit 0 in `/work`",
+                "  - #5, #6 at -0.250 s `inbox-capture` (box-claimed) `Edit`: `/work/a` — PreToolUse, PostToolUse",
+                "  - #7 `inbox-capture` (box-claimed) `Read`: `/work/b` — PreToolUse",
+            ],
+            "{ran}"
+        );
+        assert!(lines[0].starts_with("- #1 `host-env-run` (host-observed)"));
+        let problems = r.text.split(SECTIONS[6]).nth(1).unwrap();
+        assert!(!problems.contains("shell shim"), "{problems}");
     }
 
     #[test]

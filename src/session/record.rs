@@ -130,7 +130,7 @@ fn ingest_spool(
     })?;
     for (i, entry) in entries.into_iter().enumerate() {
         let at_ms = now_ms();
-        let (body, raw) = match entry.body.clone() {
+        let (body, raw) = match with_staged_time(entry.body.clone(), entry.staged_ns) {
             RecordBody::BoxClaimed {
                 claimed_kind,
                 claim,
@@ -186,6 +186,33 @@ fn ingest_spool(
     }
     Ok(())
 }
+
+/// A box-claimed body with the time its entry's name says it was staged put in its claim as
+/// [`STAGED_NS`] (h5i's reading of the box's name, so box-claimed like the rest; a value the
+/// box wrote under that key itself is dropped), for report.md to order and place it by.
+fn with_staged_time(body: RecordBody, staged_ns: Option<u64>) -> RecordBody {
+    match body {
+        RecordBody::BoxClaimed {
+            claimed_kind,
+            mut claim,
+        } => {
+            if let Some(obj) = claim.as_object_mut() {
+                obj.remove(STAGED_NS);
+                if let Some(ns) = staged_ns {
+                    obj.insert(STAGED_NS.into(), ns.into());
+                }
+            }
+            RecordBody::BoxClaimed {
+                claimed_kind,
+                claim,
+            }
+        }
+        other => other,
+    }
+}
+
+/// The claim key of a box-claimed record's staging time, nanoseconds since the Unix epoch.
+pub const STAGED_NS: &str = "staged_ns";
 
 /// Largest raw payload stored per record, bytes (a staged entry is smaller still).
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;

@@ -5,6 +5,7 @@
 pub mod caller;
 pub mod dice;
 pub mod opener;
+pub mod pty;
 pub mod secrets;
 pub mod testnet;
 

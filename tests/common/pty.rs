@@ -1,0 +1,204 @@
+//! A program on a real pseudo-terminal, driven as a person would: the test holds both ends
+//! of a pty pair, runs the program with the slave as its stdin, stdout, stderr and controlling
+//! terminal (the "user's terminal"), and types into / reads from the master with bounded,
+//! poll-based waits. Used by `tests/box_shell.rs` and the agents' interactive tests.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// A pty pair of the given size.
+pub fn sized_pair(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
+    let (master, slave) = super::pty_pair();
+    set_size(master.as_raw_fd(), rows, cols);
+    (master, slave)
+}
+
+pub fn set_size(fd: RawFd, rows: u16, cols: u16) {
+    let ws = libc::winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize, live for the call.
+    assert_eq!(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }, 0);
+}
+
+pub fn termios(fd: RawFd) -> libc::termios {
+    // SAFETY: tcgetattr fills a plain-data termios.
+    unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        assert_eq!(libc::tcgetattr(fd, &mut t), 0);
+        t
+    }
+}
+
+/// Wait up to `ms` for `fd` to be readable.
+pub fn readable(fd: RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the call.
+    unsafe { libc::poll(&mut p, 1, ms) > 0 && p.revents & libc::POLLIN != 0 }
+}
+
+pub fn read_some(fd: RawFd) -> Vec<u8> {
+    let mut buf = [0u8; 4096];
+    // SAFETY: buf is writable for its length.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n > 0 {
+        buf[..n as usize].to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+/// Everything waiting in the input queue of the terminal `slave` (what a shell reading that
+/// terminal would read next), without blocking: non-canonical, VMIN=0.
+pub fn pending_input(slave: RawFd) -> String {
+    let mut t = termios(slave);
+    t.c_lflag &= !(libc::ICANON | libc::ECHO);
+    t.c_cc[libc::VMIN] = 0;
+    t.c_cc[libc::VTIME] = 0;
+    // SAFETY: tcsetattr reads the termios above.
+    assert_eq!(unsafe { libc::tcsetattr(slave, libc::TCSANOW, &t) }, 0);
+    let mut got = Vec::new();
+    // Bounded: the queue holds at most 4 KiB, so a handful of reads empties it.
+    for _ in 0..16 {
+        if !readable(slave, 100) {
+            break;
+        }
+        let chunk = read_some(slave);
+        if chunk.is_empty() {
+            break;
+        }
+        got.extend(chunk);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// `h5i` running on a pty the test holds both ends of.
+pub struct Session {
+    pub master: OwnedFd,
+    /// The test's copy of the "user's terminal" (kept to inspect its input queue afterwards).
+    pub slave: OwnedFd,
+    pub child: Child,
+    /// The terminal's settings before h5i started.
+    pub before: libc::termios,
+    /// Everything read from the terminal so far.
+    pub seen: Vec<u8>,
+    cursor: usize,
+    /// How long [`Session::expect`] and [`Session::finish`] wait.
+    wait: Duration,
+}
+
+impl Session {
+    /// Run `cmd` with a new pty's slave as its stdin, stdout, stderr and controlling terminal
+    /// (24 rows, 80 columns); `wait` bounds [`Session::expect`] and [`Session::finish`].
+    pub fn spawn(mut cmd: Command, wait: Duration) -> Session {
+        let (master, slave) = sized_pair(24, 80);
+        let before = termios(slave.as_raw_fd());
+        cmd.stdin(slave.try_clone().unwrap())
+            .stdout(slave.try_clone().unwrap())
+            .stderr(slave.try_clone().unwrap());
+        super::with_controlling_terminal(&mut cmd);
+        let child = cmd.spawn().unwrap();
+        Session {
+            master,
+            slave,
+            child,
+            before,
+            seen: Vec::new(),
+            cursor: 0,
+            wait,
+        }
+    }
+
+    pub fn send(&self, s: &str) {
+        let mut f = std::fs::File::from(self.master.try_clone().unwrap());
+        f.write_all(s.as_bytes()).unwrap();
+    }
+
+    pub fn transcript(&self) -> String {
+        String::from_utf8_lossy(&self.seen)
+            .escape_debug()
+            .to_string()
+    }
+
+    /// Read for at most `within`; true once `needle` appears after the cursor.
+    pub fn wait_for(&mut self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(at) = find(&self.seen[self.cursor..], needle.as_bytes()) {
+                self.cursor += at + needle.len();
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if readable(
+                self.master.as_raw_fd(),
+                left.as_millis().min(200) as i32 + 1,
+            ) {
+                self.seen.extend(read_some(self.master.as_raw_fd()));
+            }
+        }
+    }
+
+    pub fn expect(&mut self, needle: &str) {
+        assert!(
+            self.wait_for(needle, self.wait),
+            "never saw {needle:?}; transcript: {}",
+            self.transcript()
+        );
+    }
+
+    /// Read everything shown for `dur` (bounded).
+    pub fn read_for(&mut self, dur: Duration) {
+        let _ = self.wait_for("\u{0}never\u{0}", dur);
+    }
+
+    /// Wait for h5i to exit (reading its output meanwhile); its exit code.
+    pub fn finish(&mut self) -> i32 {
+        let deadline = Instant::now() + self.wait;
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                // Whatever it printed last.
+                while readable(self.master.as_raw_fd(), 0) {
+                    let chunk = read_some(self.master.as_raw_fd());
+                    if chunk.is_empty() {
+                        break;
+                    }
+                    self.seen.extend(chunk);
+                }
+                return st.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("h5i did not exit; transcript: {}", self.transcript());
+            }
+            if readable(self.master.as_raw_fd(), 50) {
+                self.seen.extend(read_some(self.master.as_raw_fd()));
+            }
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
