@@ -1198,7 +1198,10 @@ mod tests {
     fn only_workspace_and_process_run_services() {
         assert!(require_service_tier("b", Tier::Workspace).is_ok());
         assert!(require_service_tier("b", Tier::Process).is_ok());
-        let e = require_service_tier("b", Tier::Container).unwrap_err();
-        assert!(matches!(e, ServiceError::TierUnsupported { .. }));
+        for tier in [Tier::Supervised, Tier::Container, Tier::Microvm] {
+            let e = require_service_tier("b", tier).unwrap_err();
+            assert!(matches!(e, ServiceError::TierUnsupported { .. }));
+            assert!(e.to_string().contains(tier.as_str()) && e.to_string().contains("to fix:"));
+        }
     }
 }

@@ -49,8 +49,11 @@ impl From<BoxError> for ShellError {
 }
 
 /// The shell a session runs when no command is given: `bash -l` when the box can see bash,
-/// else `sh`.
+/// else `sh`. A microvm guest's root is its image, not the host's, so there it is `/bin/sh`.
 pub fn default_shell(policy: &ResolvedPolicy) -> Vec<OsString> {
+    if policy.tier == Tier::Microvm {
+        return vec!["/bin/sh".into()];
+    }
     let visible = |p: &str| {
         Path::new(p).is_file()
             && (policy.tier == Tier::Workspace

@@ -3,8 +3,10 @@
 //! Boot, in order: mount `/proc`, `/sys`, `/dev`; load the kernel modules the initramfs carries
 //! (`/h5i/modules.order`); mount the image's root (`/dev/vda`, ext4, read-only) under a tmpfs
 //! overlay; mount `/work` and `/.h5i/spool` (9p shares of the box's workspace and spool), a
-//! private `/tmp` and cgroup2; move the new root over `/`. Then one thread per virtio-serial
-//! port named `h5i.N` serves sessions ([`h5i_guest::proto`]), one run at a time per port.
+//! private `/tmp` and cgroup2; move the new root over `/`; bring `lo` up. Then one thread per
+//! virtio-serial port named `h5i.N` serves sessions ([`h5i_guest::proto`]), one run at a time
+//! per port, each port with its egress forward on the guest's loopback ([`forward`]), open only
+//! while a run that may reach egress is going on it.
 //!
 //! A run's command is never pid 1 and never root: it runs as the owner of `/work` (the box's
 //! identity on the host), with no capabilities and `no_new_privs`, in a cgroup of its own that
@@ -31,6 +33,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use h5i_guest::proto::{ExitReport, Frame, FrameBuffer, Kind, RunSpec, PORT_PREFIX, VERSION};
+
+mod forward;
 
 /// The realtime signal each port thread takes its host-connected notices on (plus the port).
 fn port_signal(index: usize) -> libc::c_int {
@@ -200,6 +204,8 @@ fn boot() -> io::Result<Duration> {
     }
     std::env::set_current_dir("/")?;
     fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+memory +pids")?;
+    // The guest has no network device; its loopback carries the runs' egress forwards.
+    h5i_guest::loopback::up()?;
     let name = b"h5i-box";
     // SAFETY: sethostname with a buffer and its length.
     unsafe { libc::sethostname(name.as_ptr().cast(), name.len()) };
@@ -454,13 +460,13 @@ fn port_state(port: &fs::File) -> PortState {
 
 /// Whole frames for the host, written as the port takes them.
 #[derive(Default)]
-struct Outbox {
+pub(crate) struct Outbox {
     bytes: Vec<u8>,
 }
 
 impl Outbox {
     /// Queue `payload` as frames of `kind` in `session` (an empty payload is still one frame).
-    fn push(&mut self, kind: Kind, session: u32, payload: &[u8]) {
+    pub(crate) fn push(&mut self, kind: Kind, session: u32, payload: &[u8]) {
         for chunk in payload
             .chunks(h5i_guest::proto::MAX_PAYLOAD)
             .chain(payload.is_empty().then_some(&[][..]))
@@ -496,6 +502,7 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
     let sig = port_signal(index);
     let notices = port_notices(sig)?;
     notify_on_host_change(port.as_raw_fd(), sig)?;
+    let mut forward = forward::Forward::bind(index)?;
     let mut frames = FrameBuffer::default();
     let mut session: Option<u32> = None;
     let mut run: Option<Running> = None;
@@ -556,13 +563,16 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                 match frame.kind {
                     Kind::Run if run.is_none() => {
                         runs += 1;
-                        match RunSpec::decode(&frame.payload)
-                            .and_then(|spec| start(&spec, shared, index, runs))
-                        {
+                        let spec = RunSpec::decode(&frame.payload);
+                        let egress = spec.as_ref().is_ok_and(|spec| spec.egress);
+                        match spec.and_then(|spec| start(&spec, shared, index, runs)) {
                             Ok(r) => {
                                 let mut b = shared.busy.lock().unwrap_or_else(|p| p.into_inner());
                                 b.0 += 1;
                                 run = Some(r);
+                                if egress {
+                                    forward.open();
+                                }
                             }
                             Err(e) => outbox.push(Kind::Failed, s, e.to_string().as_bytes()),
                         }
@@ -585,6 +595,7 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                             let _ = fs::write(r.cgroup.join("cgroup.kill"), "1");
                         }
                     }
+                    Kind::NetToGuest | Kind::NetCloseToGuest => forward.from_host(&frame),
                     _ => {}
                 }
             }
@@ -641,6 +652,11 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                 }
             }
         }
+        if run.is_none() {
+            forward.close();
+        }
+        let reading = outbox.bytes.len() < OUTBOX_HIGH;
+        forward.pump(session, &mut outbox, reading, &mut buf);
         outbox.flush(&port);
         // The host end has stayed closed with nothing arriving: its session is over.
         let live =
@@ -660,6 +676,7 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
             &notices,
             run.as_ref(),
             &outbox,
+            &forward,
             closed_since.is_some(),
             gone_at,
         );
@@ -668,13 +685,15 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
 
 /// Sleep until something on the port or the run may have changed: the port turns readable or
 /// writable (while its host end is open: a closed one would wake `poll` at once, so then only
-/// its notices count), a notice arrives, a run's pipe or exit is ready, or `gone_at` (when a
-/// session's host end has stayed closed for [`HOST_GONE_AFTER`]) comes.
+/// its notices count), a notice arrives, a run's pipe or exit is ready, the forward has a
+/// connection or bytes to move, or `gone_at` (when a session's host end has stayed closed for
+/// [`HOST_GONE_AFTER`]) comes.
 fn wait(
     port: &fs::File,
     notices: &OwnedFd,
     run: Option<&Running>,
     outbox: &Outbox,
+    forward: &forward::Forward,
     closed: bool,
     gone_at: Option<Instant>,
 ) {
@@ -715,6 +734,13 @@ fn wait(
                 revents: 0,
             });
         }
+    }
+    for (fd, events) in forward.poll_fds(outbox.bytes.len() < OUTBOX_HIGH) {
+        fds.push(libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        });
     }
     let timeout = match gone_at {
         Some(at) => at

@@ -18,7 +18,7 @@
 use std::io::{self, Read, Write};
 
 /// The protocol version the agent announces in [`Kind::Ready`].
-pub const VERSION: &str = "h5i-guest/1";
+pub const VERSION: &str = "h5i-guest/2";
 
 /// The largest payload either side sends or accepts.
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -30,6 +30,16 @@ pub const MAX_LIST: usize = 4096;
 pub const PORT_PREFIX: &str = "h5i.";
 /// How many ports a VM has: up to this many runs of one box at once.
 pub const PORTS: usize = 4;
+/// The guest loopback port of port 0's egress forward; port `i`'s is this plus `i`
+/// ([`proxy_port`]).
+pub const PROXY_PORT_BASE: u16 = 3128;
+/// The most forwarded connections one run holds open at once (more are accepted and closed).
+pub const MAX_CONNS: usize = 256;
+
+/// The guest loopback port on which the run of port `port` reaches the host's egress proxy.
+pub fn proxy_port(port: usize) -> u16 {
+    PROXY_PORT_BASE + port as u16
+}
 
 /// Every kind of frame. Host-to-guest kinds are below 0x80, guest-to-host at or above.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +54,10 @@ pub enum Kind {
     StdinEof,
     /// Host: kill everything of the run (the wall clock fired, or the caller was interrupted).
     Kill,
+    /// Host: bytes from the egress proxy for a forwarded connection ([`NetData`]).
+    NetToGuest,
+    /// Host: the egress proxy ended its side of a forwarded connection ([`conn_id`]).
+    NetCloseToGuest,
     /// Guest: the session is open; payload is [`VERSION`].
     Ready,
     /// Guest: bytes the command wrote to stdout.
@@ -54,6 +68,13 @@ pub enum Kind {
     Exit,
     /// Guest: the command could not be started (UTF-8 reason).
     Failed,
+    /// Guest: a command connected to the run's forward ([`conn_id`]): the host opens a
+    /// connection to its egress proxy for it.
+    NetOpen,
+    /// Guest: bytes a command sent on a forwarded connection ([`NetData`]).
+    NetFromGuest,
+    /// Guest: the command ended its side of a forwarded connection ([`conn_id`]).
+    NetCloseFromGuest,
 }
 
 impl Kind {
@@ -64,11 +85,16 @@ impl Kind {
             Kind::Stdin => 0x03,
             Kind::StdinEof => 0x04,
             Kind::Kill => 0x05,
+            Kind::NetToGuest => 0x06,
+            Kind::NetCloseToGuest => 0x07,
             Kind::Ready => 0x81,
             Kind::Stdout => 0x82,
             Kind::Stderr => 0x83,
             Kind::Exit => 0x84,
             Kind::Failed => 0x85,
+            Kind::NetOpen => 0x86,
+            Kind::NetFromGuest => 0x87,
+            Kind::NetCloseFromGuest => 0x88,
         }
     }
 
@@ -79,11 +105,16 @@ impl Kind {
             0x03 => Kind::Stdin,
             0x04 => Kind::StdinEof,
             0x05 => Kind::Kill,
+            0x06 => Kind::NetToGuest,
+            0x07 => Kind::NetCloseToGuest,
             0x81 => Kind::Ready,
             0x82 => Kind::Stdout,
             0x83 => Kind::Stderr,
             0x84 => Kind::Exit,
             0x85 => Kind::Failed,
+            0x86 => Kind::NetOpen,
+            0x87 => Kind::NetFromGuest,
+            0x88 => Kind::NetCloseFromGuest,
             _ => return None,
         })
     }
@@ -245,6 +276,9 @@ pub struct RunSpec {
     pub mem_bytes: u64,
     /// The run's process-count ceiling (0: none beyond the VM's).
     pub procs: u64,
+    /// Whether the run may reach the host's egress proxy through its port's forward
+    /// ([`proxy_port`]); without it the forward accepts and closes every connection.
+    pub egress: bool,
 }
 
 /// How the command ended: the payload of [`Kind::Exit`].
@@ -336,6 +370,7 @@ impl RunSpec {
         e.bytes(&self.cwd);
         e.u64(self.mem_bytes);
         e.u64(self.procs);
+        e.u64(u64::from(self.egress));
         e.0
     }
 
@@ -349,6 +384,11 @@ impl RunSpec {
             cwd: d.bytes()?,
             mem_bytes: d.u64()?,
             procs: d.u64()?,
+            egress: match d.u64()? {
+                0 => false,
+                1 => true,
+                _ => return Err(bad("egress is neither 0 nor 1")),
+            },
         };
         d.end()?;
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
@@ -417,6 +457,62 @@ impl ExitReport {
     }
 }
 
+/// Write what a non-blocking `w` takes now from the front of `pending`. `Ok` when it is all
+/// written or `w` would block; the error when `w` is broken (a forwarded connection's end).
+pub fn write_pending(w: &mut impl Write, pending: &mut Vec<u8>) -> io::Result<()> {
+    while !pending.is_empty() {
+        match w.write(pending) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                pending.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The payload of a connection's close: its id.
+pub fn conn_id(payload: &[u8]) -> io::Result<u32> {
+    let b: [u8; 4] = payload
+        .try_into()
+        .map_err(|_| bad("a connection id is 4 bytes"))?;
+    Ok(u32::from_le_bytes(b))
+}
+
+/// The payload of a forwarded connection's bytes: its id, then the bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetData<'a> {
+    /// The connection.
+    pub id: u32,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+}
+
+impl<'a> NetData<'a> {
+    /// The payload: id (`u32` LE) then the bytes.
+    pub fn encode(id: u32, bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + bytes.len());
+        out.extend_from_slice(&id.to_le_bytes());
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    /// Parse a payload (at least the id).
+    pub fn decode(payload: &'a [u8]) -> io::Result<NetData<'a>> {
+        if payload.len() < 4 {
+            return Err(bad("forwarded bytes without a connection id"));
+        }
+        let (id, bytes) = payload.split_at(4);
+        Ok(NetData {
+            id: conn_id(id)?,
+            bytes,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +525,7 @@ mod tests {
             cwd: b"/work".to_vec(),
             mem_bytes: 64 << 20,
             procs: 32,
+            egress: true,
         };
         assert_eq!(RunSpec::decode(&spec.encode()).unwrap(), spec);
         let exit = ExitReport {
@@ -472,6 +569,21 @@ mod tests {
         let mut wide = ExitReport::default().encode();
         wide[..8].copy_from_slice(&300u64.to_le_bytes());
         assert!(ExitReport::decode(&wide).is_err());
+        // The egress flag is 0 or 1, nothing else; forwarded bytes carry a whole id.
+        let mut flag = ok.encode();
+        let at = flag.len() - 8;
+        flag[at..].copy_from_slice(&2u64.to_le_bytes());
+        assert!(RunSpec::decode(&flag).is_err());
+        assert!(NetData::decode(&[1, 0, 0]).is_err());
+        assert!(conn_id(&[1, 0, 0, 0, 0]).is_err());
+        let data = NetData::encode(7, b"GET");
+        assert_eq!(
+            NetData::decode(&data).unwrap(),
+            NetData {
+                id: 7,
+                bytes: b"GET"
+            }
+        );
     }
 
     #[test]

@@ -120,6 +120,18 @@ fn refuse(what: impl Into<String>, mend: impl Into<String>) -> BoxError {
     }
 }
 
+/// The refusal of `net.mode = "host"` for `sb` at a tier whose box has no network of its own
+/// (`why`, which names its only way out).
+pub(crate) fn host_network_refused(sb: &StoredBox, why: &str) -> BoxError {
+    refuse(
+        format!(
+            "box `{}` asks for net.mode = \"host\", and {why}",
+            sb.manifest.name
+        ),
+        "use net.mode = \"deny\" with net.egress for the hosts it needs, or isolation process for the host's network",
+    )
+}
+
 /// Where root keeps its container runs: root's own directory, traversable by the engine user
 /// but not writable by it, so nothing of a run can be renamed or replaced under h5i.
 pub const ROOT_RUNS: &str = "/run/h5i-engine";
@@ -311,12 +323,9 @@ pub fn run(
     inputs: RunInputs<'_>,
 ) -> Result<ContainerRun, BoxError> {
     if policy.net.mode == NetMode::Host {
-        return Err(refuse(
-            format!(
-                "box `{}` asks for net.mode = \"host\", and the container tier gives a box no network of its own: its only way out is the egress proxy",
-                sb.manifest.name
-            ),
-            "use net.mode = \"deny\" with net.egress for the hosts it needs, or isolation process for the host's network",
+        return Err(host_network_refused(
+            sb,
+            "the container tier gives a box no network of its own: its only way out is the egress proxy",
         ));
     }
     check_runtime_holds(policy, &format!("box `{}`", sb.manifest.name))?;

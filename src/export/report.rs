@@ -406,8 +406,10 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
                 network as deny or host-wide, with no allowlist and no counter, so attempts are \
                 not seen."
                 .to_string(),
-            Ok(Tier::Microvm) => "None recorded, and none could be: the `microvm` tier's network \
-                stack drops refused packets without reporting them, so no egress is counted."
+            Ok(Tier::Microvm) => "None recorded: no run of this box carried an egress tally. A \
+                `microvm` run whose policy allows no egress has no network device and no forward, \
+                so nothing could leave; a run through msb is not counted (its network stack drops \
+                refused packets without reporting them)."
                 .to_string(),
             Ok(t) => format!(
                 "None recorded: no run of this box carried an egress tally, although the {} tier \

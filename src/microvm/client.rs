@@ -2,27 +2,40 @@
 //! the caller's stdin in and the command's stdout and stderr out, and take its exit.
 //!
 //! Owns the wall clock for a microvm run: when it fires the guest is told to kill the run's
-//! cgroup, and if no exit comes within the grace the caller tears the VM down. Every frame
+//! cgroup, and if no exit comes within the grace the caller tears the VM down. Owns the host
+//! side of the run's forwarded connections too: each one the guest opens gets a connection to
+//! the run's egress proxy ([`super::forward`]), at most [`MAX_CONNS`] at once, each holding at
+//! most [`MAX_PENDING`] bytes the proxy has not taken. Every frame
 //! from the guest is checked against the session it opened ([`h5i_guest::proto`] parses it
 //! strictly): the guest is the box, and nothing it sends is trusted beyond its shape.
 //!
 //! Must never: wait without a deadline for a guest that stopped answering, or pass on bytes
 //! from another session.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use h5i_guest::proto::{ExitReport, Frame, FrameBuffer, Kind, RunSpec, PORTS, VERSION};
+use h5i_guest::proto::{
+    conn_id, proxy_port, write_pending, ExitReport, Frame, FrameBuffer, Kind, NetData, RunSpec,
+    MAX_CONNS, PORTS, VERSION,
+};
 
+use super::forward::Forward;
 use super::vm::Vm;
 use crate::error::BoxError;
 use crate::file_lock::{FileLock, LockKind};
 
 /// How long after a kill the guest has to report the exit before the VM is called stuck.
 pub const KILL_GRACE: Duration = Duration::from_secs(30);
+
+/// The most bytes one forwarded connection holds for a proxy that is not taking them; past it
+/// the connection is closed.
+pub const MAX_PENDING: usize = 8 << 20;
 
 /// A fresh session number.
 fn session_number() -> u32 {
@@ -197,13 +210,27 @@ fn take_port(vm: &Vm) -> Result<(usize, FileLock), BoxError> {
     Ok((i, l))
 }
 
-/// Run `spec` in `vm`, relaying this process's standard descriptors.
+/// Run `spec` in `vm`, relaying this process's standard descriptors; with `forward`, the run
+/// may reach its egress proxy through its port's forward, named in its proxy variables.
 pub fn run(
     vm: &Vm,
     spec: &RunSpec,
     wall: Option<Duration>,
+    forward: Option<&Forward>,
 ) -> Result<Result<Observed, SessionError>, BoxError> {
     let (port, _port_lock) = take_port(vm)?;
+    let mut spec = spec.clone();
+    if forward.is_some() {
+        spec.egress = true;
+        let url = format!("http://127.0.0.1:{}", proxy_port(port));
+        for k in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+            spec.env.push(format!("{k}={url}").into_bytes());
+        }
+        for k in ["NO_PROXY", "no_proxy"] {
+            spec.env
+                .push(format!("{k}=127.0.0.1,localhost,::1").into_bytes());
+        }
+    }
     let opened = Session::open(
         &vm.port_socket(port),
         None,
@@ -213,13 +240,132 @@ pub fn run(
         Ok(s) => s,
         Err(why) => return Ok(Err(SessionError::Broken(why))),
     };
-    Ok(relay(&mut s, spec, wall))
+    let mut net = Connections {
+        forward,
+        conns: HashMap::new(),
+    };
+    Ok(relay(&mut s, &spec, wall, &mut net))
+}
+
+/// One forwarded connection, host side.
+struct HostConn {
+    stream: TcpStream,
+    /// Bytes from the guest the proxy has not taken yet.
+    to_proxy: Vec<u8>,
+    /// The guest's command ended its side.
+    guest_done: bool,
+    /// The proxy ended its side (told to the guest).
+    proxy_done: bool,
+}
+
+/// The run's forwarded connections.
+struct Connections<'a> {
+    forward: Option<&'a Forward>,
+    conns: HashMap<u32, HostConn>,
+}
+
+impl Connections<'_> {
+    /// A forwarding frame from the guest (hostile: ids are checked, sizes bounded).
+    fn from_guest(&mut self, s: &mut Session, f: &Frame) -> std::io::Result<()> {
+        match f.kind {
+            Kind::NetOpen => {
+                let id = conn_id(&f.payload)?;
+                let opened = match self.forward {
+                    Some(fw) if self.conns.len() < MAX_CONNS && !self.conns.contains_key(&id) => fw
+                        .connect()
+                        .and_then(|c| c.set_nonblocking(true).map(|()| c)),
+                    _ => Err(std::io::Error::other("not forwarded")),
+                };
+                match opened {
+                    Ok(stream) => {
+                        self.conns.insert(
+                            id,
+                            HostConn {
+                                stream,
+                                to_proxy: Vec::new(),
+                                guest_done: false,
+                                proxy_done: false,
+                            },
+                        );
+                    }
+                    Err(_) => s.send(Kind::NetCloseToGuest, &id.to_le_bytes())?,
+                }
+            }
+            Kind::NetFromGuest => {
+                let d = NetData::decode(&f.payload)?;
+                if let Some(c) = self.conns.get_mut(&d.id) {
+                    c.to_proxy.extend_from_slice(d.bytes);
+                    if c.to_proxy.len() > MAX_PENDING {
+                        self.conns.remove(&d.id);
+                        s.send(Kind::NetCloseToGuest, &d.id.to_le_bytes())?;
+                    }
+                }
+            }
+            Kind::NetCloseFromGuest => {
+                if let Some(c) = self.conns.get_mut(&conn_id(&f.payload)?) {
+                    c.guest_done = true;
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Move bytes both ways without blocking on a proxy connection.
+    fn pump(&mut self, s: &mut Session, buf: &mut [u8]) -> std::io::Result<()> {
+        let mut gone = Vec::new();
+        for (id, c) in &mut self.conns {
+            if write_pending(&mut c.stream, &mut c.to_proxy).is_err() {
+                c.to_proxy.clear();
+                c.guest_done = true;
+            }
+            if c.guest_done && c.to_proxy.is_empty() {
+                let _ = c.stream.shutdown(Shutdown::Write);
+            }
+            if !c.proxy_done {
+                match c.stream.read(buf) {
+                    Ok(n) if n > 0 => s.send(Kind::NetToGuest, &NetData::encode(*id, &buf[..n]))?,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                        ) => {}
+                    _ => {
+                        c.proxy_done = true;
+                        s.send(Kind::NetCloseToGuest, &id.to_le_bytes())?;
+                    }
+                }
+            }
+            if c.proxy_done && c.guest_done && c.to_proxy.is_empty() {
+                gone.push(*id);
+            }
+        }
+        for id in gone {
+            self.conns.remove(&id);
+        }
+        Ok(())
+    }
+
+    /// The proxy connections to wake for.
+    fn poll_fds(&self) -> impl Iterator<Item = libc::pollfd> + '_ {
+        self.conns.values().map(|c| libc::pollfd {
+            fd: c.stream.as_raw_fd(),
+            events: if c.proxy_done { 0 } else { libc::POLLIN }
+                | if c.to_proxy.is_empty() {
+                    0
+                } else {
+                    libc::POLLOUT
+                },
+            revents: 0,
+        })
+    }
 }
 
 fn relay(
     s: &mut Session,
     spec: &RunSpec,
     wall: Option<Duration>,
+    net: &mut Connections<'_>,
 ) -> Result<Observed, SessionError> {
     let broken = |e: std::io::Error| SessionError::Broken(e.to_string());
     let started = Instant::now();
@@ -267,9 +413,13 @@ fn relay(
                         wall: started.elapsed(),
                     })
                 }
+                Kind::NetOpen | Kind::NetFromGuest | Kind::NetCloseFromGuest => {
+                    net.from_guest(s, &f).map_err(broken)?;
+                }
                 _ => {}
             }
         }
+        net.pump(s, &mut buf).map_err(broken)?;
         let deadline = match (kill_at, wall_at) {
             (Some(k), _) => Some(k),
             (None, w) => w,
@@ -279,13 +429,15 @@ fn relay(
             events: libc::POLLIN,
             revents: 0,
         }];
-        if stdin_open {
+        let stdin_slot = stdin_open.then(|| {
             fds.push(libc::pollfd {
                 fd: 0,
                 events: libc::POLLIN,
                 revents: 0,
             });
-        }
+            fds.len() - 1
+        });
+        fds.extend(net.poll_fds());
         readable(&mut fds, deadline).map_err(broken)?;
         let now = Instant::now();
         if kill_at.is_some_and(|k| now >= k) {
@@ -300,7 +452,7 @@ fn relay(
         if fds[0].revents != 0 {
             s.fill().map_err(SessionError::Broken)?;
         }
-        if fds.get(1).is_some_and(|p| p.revents != 0) {
+        if stdin_slot.is_some_and(|i| fds[i].revents != 0) {
             // SAFETY: read from descriptor 0 into a local buffer.
             let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
             if n > 0 {

@@ -14,21 +14,26 @@
 //!    stdout and stderr passed through, `mem`/`procs` held by a cgroup in the guest and the
 //!    VM's size, `wall` by the host;
 //! 4. KVM when this host's KVM can run a stock guest, software emulation (TCG) otherwise,
-//!    said plainly by `probe` and `status` ([`accel`]).
+//!    said plainly by `probe` and `status` ([`accel`]);
+//! 5. the guest has no network device: a run whose policy allows egress reaches the broker's
+//!    egress proxy (pinned allowlist, per-request tally in the receipt) through a forward on
+//!    the guest's loopback carried over its session ([`forward`]), and nothing else.
 //!
 //! The **msb** backend (microsandbox) serves a box instead when the host has all three of msb's
 //! requirements for its image ([`msb`]: h5i's contract with `msb`, tested against a recording
 //! fake, since msb cannot run on this kind of host).
 //!
-//! Must never: give the guest a network device (egress through the broker is not built for
-//! this backend, so a policy that allows egress is refused rather than silently cut off),
-//! share a host path beyond the box's workspace and spool, run QEMU as root, or call an
-//! emulated guest accelerated.
+//! Must never: give the guest a network device (its only way out is the forward to the
+//! egress proxy, and only for a run whose policy allows egress; `net.mode = "host"` is
+//! refused), share a host path beyond the box's workspace and spool, run QEMU as root, or call
+//! an emulated guest accelerated.
 //!
 //! Guarded by `tests/microvm.rs` (real guests under QEMU) and the unit tests of each module.
 
 pub mod accel;
 pub mod client;
+pub mod confine;
+pub mod forward;
 pub mod initramfs;
 pub mod kernel;
 pub mod msb;
@@ -41,7 +46,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use h5i_guest::proto::RunSpec;
-use h5i_policy::receipt::{CgroupUsage, ExitOutcome, OomReport, Rusage};
+use h5i_policy::receipt::{CgroupUsage, EgressTally, ExitOutcome, OomReport, Rusage};
 use h5i_policy::{NetMode, ResolvedPolicy};
 use h5i_runtime::supervise::ChildReport;
 
@@ -196,22 +201,23 @@ pub fn set_availability<T>(
             )
         })
     });
-    // The QEMU backend refuses every policy that allows egress (it has no forward to the
-    // broker yet), so `auto`, which picks the strongest tier that runs, must not land a box
-    // on it by default; nor on a software-emulated guest, which `auto` would make every run
-    // pay for. msb, where it runs, carries egress.
+    // `auto`, which picks the strongest tier that runs, must not land a box on a
+    // software-emulated guest, which every run would pay for, nor on a backend whose egress
+    // needs root when the caller is not.
     let msb_runs = msb::MsbFacts::gather().missing(None).is_empty();
     match (why, msb_runs) {
         (_, true) => tiers.set_available(h5i_policy::Tier::Microvm),
-        (None, false) => tiers.set_on_request(
-            h5i_policy::Tier::Microvm,
-            match qemu.accel.0 {
-                accel::Accel::Tcg => {
-                    "its QEMU backend carries no egress yet, and is software-emulated (TCG) here"
-                }
-                _ => "its QEMU backend carries no egress yet",
-            },
-        ),
+        // SAFETY: geteuid has no preconditions.
+        (None, false) if qemu.accel.0 == accel::Accel::Tcg || unsafe { libc::geteuid() } != 0 => {
+            tiers.set_on_request(
+                h5i_policy::Tier::Microvm,
+                match qemu.accel.0 {
+                    accel::Accel::Tcg => "its QEMU backend is software-emulated (TCG) here",
+                    _ => "its QEMU backend's egress forward needs root",
+                },
+            )
+        }
+        (None, false) => tiers.set_available(h5i_policy::Tier::Microvm),
         (Some(why), false) => tiers.set_unavailable(h5i_policy::Tier::Microvm, why),
     };
 }
@@ -225,6 +231,8 @@ pub struct MicrovmRun {
     pub oom: Option<OomReport>,
     /// The guest cgroup's figures (`None` on msb, whose client is all h5i reaps).
     pub usage: Option<CgroupUsage>,
+    /// The egress proxy's tally (`None` when the run could reach nothing, and on msb).
+    pub egress: Option<EgressTally>,
 }
 
 /// Everything a run needs beyond the box and its policy.
@@ -239,13 +247,20 @@ pub struct RunInputs<'a> {
 
 /// Refuse what this backend cannot hold.
 fn check_policy(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<(), BoxError> {
-    if policy.net.mode == NetMode::Host || !policy.net.egress.is_empty() {
+    if policy.net.mode == NetMode::Host {
+        return Err(crate::container::host_network_refused(
+            sb,
+            "the QEMU microvm backend gives its guest no network device: its only way out is the egress forward",
+        ));
+    }
+    // SAFETY: geteuid has no preconditions.
+    if !policy.net.egress.is_empty() && unsafe { libc::geteuid() } != 0 {
         return Err(refuse(
             format!(
-                "box `{}` allows network egress, and the QEMU microvm backend gives its guest no network device in this build",
+                "box `{}` allows egress, and the microvm run's egress forward listens in a network namespace of its own, which only root can make here",
                 sb.manifest.name
             ),
-            "use a profile with net.mode = \"deny\" and no net.egress at the microvm tier, or isolation supervised for an egress allowlist",
+            "run h5i as root for this box, or use isolation supervised for an egress allowlist",
         ));
     }
     Ok(())
@@ -391,10 +406,13 @@ pub fn run(
                 child,
                 oom: None,
                 usage: None,
+                egress: None,
             });
         }
     }
     check_policy(sb, policy)?;
+    // Pinned before anything boots or runs: no name is resolved after the run starts.
+    let plan = crate::container::egress::plan_for(policy)?;
     let spec = RunSpec {
         argv: inputs.argv.iter().map(|a| a.as_bytes().to_vec()).collect(),
         env: env
@@ -404,9 +422,13 @@ pub fn run(
         cwd: GUEST_WORK.as_bytes().to_vec(),
         mem_bytes: policy.resources.mem_bytes.unwrap_or(0),
         procs: policy.resources.procs.unwrap_or(0),
+        egress: false,
     };
     let vm = vm::ensure(sb, || boot_plan(sb, policy))?;
-    let observed = match client::run(&vm, &spec, inputs.wall)? {
+    let forward = plan.map(forward::Forward::start).transpose()?;
+    let session = client::run(&vm, &spec, inputs.wall, forward.as_ref());
+    let egress = forward.map(|f| f.finish().tally);
+    let observed = match session? {
         Ok(o) => o,
         Err(client::SessionError::Stuck) => {
             let console = vm.console();
@@ -432,7 +454,9 @@ pub fn run(
             ));
         }
     };
-    Ok(observed_to_run(observed, vm.state.pid))
+    let mut run = observed_to_run(observed, vm.state.pid);
+    run.egress = egress;
+    Ok(run)
 }
 
 /// The host's report of an observed run.
@@ -486,6 +510,7 @@ fn observed_to_run(o: client::Observed, pid: i32) -> MicrovmRun {
         },
         oom,
         usage: Some(usage),
+        egress: None,
     }
 }
 
@@ -537,9 +562,13 @@ pub fn status_lines(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<String> {
     };
     vec![
         "microvm backend: QEMU -M microvm (guest kernel of its own; /work and the spool shared over 9p; no network device)".into(),
+        match policy.net.egress.is_empty() {
+            true => "microvm egress: none (the guest has no network device and no forward)".into(),
+            false => "microvm egress: through a forward on the guest's loopback to h5i's egress proxy only (pinned allowlist; a raw socket has no route)".into(),
+        },
         format!("microvm acceleration: {accel}"),
         vm,
-        "microvm evidence: exit, CPU time, memory peak and OOM kills come from h5i's guest agent (the run's cgroup inside the guest); no per-request egress tally (the guest has no network)".into(),
+        "microvm evidence: exit, CPU time, memory peak and OOM kills come from h5i's guest agent (the run's cgroup inside the guest); the egress tally from h5i's proxy on the host, per request".into(),
     ]
 }
 

@@ -10,9 +10,11 @@
 //! `initramfs.cpio` and `console.log` (the guest kernel's console and QEMU's own stderr).
 //!
 //! QEMU runs as the box's identity (the caller, or `h5i-box`'s range when h5i is root), never
-//! as root, with QEMU's own seccomp sandbox on, no network device, and every host object it
-//! needs (kernel, initramfs, root image, the workspace and spool directories, the listeners)
-//! passed as an inherited descriptor: it is granted nothing by path.
+//! as root, with QEMU's own seccomp sandbox on, no network device, every host object it needs
+//! (kernel, initramfs, root image, the workspace and spool directories, the listeners) passed
+//! as an inherited descriptor, under a Landlock ruleset that lets it open nothing of the host
+//! but its programs and those objects, in a cgroup of its own holding its memory and threads
+//! ([`super::confine`]).
 //!
 //! Must never: serve a run from a VM booted from another configuration, let a VM outlive its
 //! box's `rm`, or kill a process it did not start (a pid is checked against its start time).
@@ -111,6 +113,13 @@ pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
     let hash = Sha256::digest(sb.paths.dir.as_os_str().as_encoded_bytes());
     let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
     Ok(crate::process::runtime_dir()?.join(format!("microvm-{short}")))
+}
+
+/// The name of the cgroup QEMU of the VM in `dir` runs in (the directory's own name).
+fn cage_id(dir: &Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The exclusive lock of the VM directory `dir`.
@@ -228,6 +237,7 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     if let Some(state) = read_state(&dir) {
         kill(&state);
     }
+    super::confine::remove(&cage_id(&dir));
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for e in entries.flatten() {
             let _ = std::fs::remove_file(e.path());
@@ -368,6 +378,14 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
             h5i_guest::proto::PORT_PREFIX
         ));
     }
+    let grants = super::confine::Grants::for_boot(
+        &plan.kernel,
+        &initramfs,
+        &plan.root_image,
+        plan.accel,
+        &[&plan.work, &plan.spool],
+    );
+    let ruleset = grants.ruleset()?;
     let keep: Vec<RawFd> = inherited
         .iter()
         .map(AsRawFd::as_raw_fd)
@@ -385,7 +403,8 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     if let Some((uid, gid)) = plan.run_as {
         cmd.uid(uid).gid(gid);
     }
-    // SAFETY: the closure makes only async-signal-safe calls (setsid, fcntl) in the child.
+    // SAFETY: the closure makes only async-signal-safe calls (setsid, fcntl, prctl,
+    // landlock_restrict_self) in the child.
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();
@@ -395,7 +414,7 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            Ok(())
+            super::confine::enforce_in_child(&ruleset)
         });
     }
     let started = Instant::now();
@@ -407,6 +426,7 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     drop(inherited);
     drop(listeners);
     let start = start_time(pid).unwrap_or(0);
+    let caged = super::confine::cage(&cage_id(dir), plan.ram_mib, pid);
     let mut state = VmState {
         pid,
         start_time: start,
@@ -417,6 +437,10 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     };
     // The state is written before the wait, so a kill of this h5i leaves a VM teardown finds.
     write_state(dir, &state)?;
+    if let Err(e) = caged {
+        kill(&state);
+        return Err(e);
+    }
     let deadline = started + BOOT_TIMEOUT;
     // Readiness is a session on port 0, the port the first run then reopens right behind it:
     // the agent delimits sessions by their Hello, never by the port's connection notices.

@@ -30,7 +30,7 @@ impl TierBackend for Microvm {
         Ok(TierRun {
             report: run.child,
             oom: run.oom,
-            egress: None,
+            egress: run.egress,
             socket_gate: None,
             usage: match run.usage {
                 Some(u) => Usage::Cgroup(Some(u)),

@@ -1,0 +1,160 @@
+//! QEMU itself, confined on the host: the hypervisor is the boundary of the microvm tier, so a
+//! guest that breaks out into QEMU must meet a process that can do little.
+//!
+//! Owns two layers added to QEMU's own seccomp sandbox (`-sandbox on`) and its unprivileged
+//! identity:
+//! - a Landlock ruleset (made before the fork, enforced in the child before `exec`, with
+//!   `no_new_privs`): QEMU may read and execute the host's programs and libraries (`/usr`,
+//!   `/lib`, `/lib64`, `/etc/ld.so.cache`), read its kernel, initramfs and root image, use
+//!   `/dev/kvm` when it runs KVM, and read and write beneath the box's workspace and spool;
+//!   nothing else of the host can be opened, listed, written or made;
+//! - a cgroup of its own (`<h5i's cgroup>/h5i/<VM directory name>`), holding QEMU to the
+//!   guest's RAM plus [`QEMU_OVERHEAD_MIB`] and to [`QEMU_TASKS`] threads, kept for the VM's
+//!   life and removed by teardown.
+//!
+//! Must never: start QEMU with less than the whole ruleset enforced (a kernel without Landlock
+//! refuses the boot), or grant a path beyond the ones above.
+//!
+//! Guarded by `tests/microvm.rs` (a host file QEMU opens, asked from outside through gdb).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use landlock::{
+    Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, ABI,
+};
+
+use super::accel::Accel;
+use crate::error::BoxError;
+
+/// What QEMU needs beyond the guest's RAM (its own heap, TCG's translation cache, 9p buffers).
+pub const QEMU_OVERHEAD_MIB: u64 = 512;
+/// The most tasks (threads) QEMU may have: vCPUs, I/O and 9p workers.
+pub const QEMU_TASKS: u64 = 512;
+
+fn refuse(what: String) -> BoxError {
+    BoxError::BadRequest {
+        what: format!("cannot confine the microVM's QEMU: {what}"),
+        mend: "the microvm tier needs Landlock (Linux 5.13 or later, `lsm=...,landlock` on the kernel command line) and cgroup v2 or v1 memory and pids controllers; `h5i box probe` says which".into(),
+    }
+}
+
+/// The paths QEMU is granted, and how.
+#[derive(Debug, Clone)]
+pub struct Grants {
+    /// Read and execute beneath each (programs and libraries).
+    pub programs: Vec<PathBuf>,
+    /// Read only (the kernel, the initramfs, the root image, the loader cache).
+    pub read: Vec<PathBuf>,
+    /// Read and write (`/dev/kvm` when KVM runs).
+    pub devices: Vec<PathBuf>,
+    /// Every file access beneath each (the workspace and the spool).
+    pub shares: Vec<PathBuf>,
+}
+
+impl Grants {
+    /// The grants for a QEMU booting `kernel`, `initramfs` and `root` with `accel`, sharing
+    /// `shares`.
+    pub fn for_boot(
+        kernel: &Path,
+        initramfs: &Path,
+        root: &Path,
+        accel: Accel,
+        shares: &[&Path],
+    ) -> Grants {
+        Grants {
+            programs: ["/usr", "/lib", "/lib64"]
+                .into_iter()
+                .map(PathBuf::from)
+                .filter(|p| p.exists())
+                .collect(),
+            read: vec![
+                kernel.to_path_buf(),
+                initramfs.to_path_buf(),
+                root.to_path_buf(),
+                PathBuf::from("/etc/ld.so.cache"),
+            ],
+            devices: match accel {
+                Accel::Kvm => vec![PathBuf::from("/dev/kvm")],
+                Accel::Tcg => Vec::new(),
+            },
+            shares: shares.iter().map(|p| p.to_path_buf()).collect(),
+        }
+    }
+
+    /// The enforced-in-the-child ruleset: a descriptor for `landlock_restrict_self`.
+    pub fn ruleset(&self) -> Result<OwnedFd, BoxError> {
+        let abi = ABI::V3;
+        let ll = |e: landlock::RulesetError| refuse(e.to_string());
+        let all = AccessFs::from_all(abi);
+        let read_file = AccessFs::ReadFile;
+        let read_dir = AccessFs::ReadFile | AccessFs::ReadDir;
+        let program = read_dir | AccessFs::Execute;
+        let mut created = Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(all)
+            .map_err(ll)?
+            .create()
+            .map_err(ll)?;
+        let mut add = |path: &Path, access: landlock::BitFlags<AccessFs>| {
+            let fd = PathFd::new(path).map_err(|e| refuse(format!("{}: {e}", path.display())))?;
+            let access = match path.is_dir() {
+                true => access,
+                false => access & AccessFs::from_file(abi),
+            };
+            created
+                .as_mut()
+                .add_rule(PathBeneath::new(fd, access))
+                .map(drop)
+                .map_err(ll)
+        };
+        for p in &self.programs {
+            add(p, program)?;
+        }
+        for p in &self.read {
+            add(p, read_file.into())?;
+        }
+        for p in &self.devices {
+            add(p, AccessFs::ReadFile | AccessFs::WriteFile)?;
+        }
+        for p in &self.shares {
+            add(p, all)?;
+        }
+        Option::<OwnedFd>::from(created).ok_or_else(|| refuse("Landlock made no ruleset".into()))
+    }
+}
+
+/// In the forked child, before `exec`: `no_new_privs`, then the ruleset. Only syscalls.
+///
+/// # Safety
+/// Call only between fork and exec (it is async-signal-safe: two syscalls).
+pub unsafe fn enforce_in_child(ruleset: &OwnedFd) -> std::io::Result<()> {
+    // SAFETY: prctl and landlock_restrict_self take integers only; the ruleset descriptor is
+    // open for the call.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// QEMU's cgroup for a VM with `ram_mib` of RAM: made, limits written, QEMU (`pid`) placed in
+/// it, kept past this process (teardown removes it with [`remove`]).
+pub fn cage(id: &str, ram_mib: u64, pid: i32) -> Result<(), BoxError> {
+    let mem = (ram_mib + QEMU_OVERHEAD_MIB) << 20;
+    let cage = h5i_runtime::cage::ResourceCage::create(id, Some(mem), Some(QEMU_TASKS))
+        .map_err(|e| refuse(e.to_string()))?;
+    cage.admit(pid)
+        .map_err(|(path, e)| refuse(format!("{}: {e}", path.display())))?;
+    cage.keep();
+    Ok(())
+}
+
+/// Remove VM `id`'s cgroup (killing anything still in it).
+pub fn remove(id: &str) {
+    let _ = h5i_runtime::cage::remove_tree(id);
+}
