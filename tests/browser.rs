@@ -1002,6 +1002,13 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
         2,
         "agent-browser named no DevTools and stream URLs: {told}"
     );
+    let status = c.ok(&["browser", "status", "web"]);
+    assert!(
+        status.contains(
+            "chat        refused: h5i never gives the box agent-browser's AI gateway credential"
+        ),
+        "{status}"
+    );
     c.ok(&["browser", "take", "web"]);
 
     let mut argv = vec![

@@ -100,6 +100,7 @@ pub fn dispatch(args: BrowserArgs) -> anyhow::Result<i32> {
                 }
             ));
             line(&format!("browser     {note}"));
+            line("chat        refused: h5i never gives the box agent-browser's AI gateway credential (chat would send page content out of the box)");
             Ok(0)
         }
         BrowserVerb::Take { name } => {

@@ -18,6 +18,6 @@ pub struct UiArgs {
 /// Serve until the process is ended (Ctrl-C).
 pub fn dispatch(args: UiArgs) -> anyhow::Result<i32> {
     let store = super::box_cmd::store()?;
-    h5i::ui::serve(store, args.port, args.open, |url| super::out::line(url))?;
+    h5i::ui::serve(store, args.port, args.open, super::out::line)?;
     Ok(0)
 }
