@@ -10,15 +10,13 @@
 mod common;
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::pty::{
-    find, pending_input, read_some, readable, set_size, sized_pair, termios, Session,
-};
+use common::pty::{pending_input, set_size, sized_pair, termios, Session};
 use common::{with_controlling_terminal, Repo, H5I};
 
 /// Long enough for a process-tier box to start on a busy 2-core machine.

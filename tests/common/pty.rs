@@ -91,7 +91,8 @@ pub struct Session {
     pub before: libc::termios,
     /// Everything read from the terminal so far.
     pub seen: Vec<u8>,
-    cursor: usize,
+    /// Where in [`Session::seen`] the next `expect` starts looking.
+    pub cursor: usize,
     /// How long [`Session::expect`] and [`Session::finish`] wait.
     wait: Duration,
 }

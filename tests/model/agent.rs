@@ -16,7 +16,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::common::pty::Session;
 use crate::common::testnet::TestHosts;
 use crate::common::{self, stderr, stdout, Caller, TEST_USER};
 use crate::model::{Api, Kind, ModelService, Turn};
@@ -551,104 +550,4 @@ pub fn problems_section(report: &str) -> &str {
         .nth(1)
         .and_then(|t| t.split("\n## ").next())
         .unwrap_or("")
-}
-
-/// How long one step of an interactive session may take (the agent starting in the box and
-/// drawing its first screen, a model turn rendering, the agent quitting) before the test fails.
-pub const STEP_LIMIT: Duration = Duration::from_secs(120);
-
-/// What the scripted model says last in an interactive session: one word, so no TUI's
-/// rendering can split it, and in no prompt the test types.
-pub const REPLY: &str = "h5i-scripted-reply-says-helo-wrld";
-
-/// `h5i box shell NAME -- ARGV` as a person runs it: on a terminal of its own (the slave of a
-/// pty the test drives, `TERM=xterm-256color`), as root, with the model's environment.
-pub fn shell_on_terminal(
-    c: &Caller,
-    m: &Model,
-    agent: &Agent,
-    name: &str,
-    argv: &[&str],
-) -> Session {
-    let mut args = vec!["box", "shell", name, "--"];
-    args.extend(argv);
-    let mut cmd = c.h5i_in(&c.repo(), &args);
-    cmd.envs(m.env(agent)).env("TERM", "xterm-256color");
-    Session::spawn(cmd, STEP_LIMIT)
-}
-
-/// Type `text` into the TUI and, once it shows it, press Enter (sent apart: a TUI reads a
-/// burst of input ending in a newline as a paste).
-pub fn type_line(s: &mut Session, text: &str) {
-    s.send(text);
-    s.expect(text);
-    s.send("\r");
-}
-
-/// After an interactive session of `program` in box `name` that played the model's script
-/// (the agent read `greeting.txt`, the model said [`REPLY`]): h5i exited 0; the service
-/// played every turn once, with the real key on every call; the screen showed the reply and
-/// never the real key; the box's log has the `shell` event; and the export's report.md lists
-/// the session as a host-observed run of `program` that exited 0 with the tool call the
-/// script made (`tool`: `what`) under it. Returns report.md.
-pub fn check_interactive(
-    agent: &Agent,
-    c: &Caller,
-    m: &Model,
-    s: &mut Session,
-    name: &str,
-    program: &str,
-    (tool, what): (&str, &str),
-) -> String {
-    let code = s.finish();
-    let shown = String::from_utf8_lossy(&s.seen).into_owned();
-    assert_eq!(code, 0, "{}", s.transcript());
-    assert!(
-        m.service.problems().is_empty(),
-        "{:?}",
-        m.service.problems()
-    );
-    let mut served = m.service.turns_served();
-    served.dedup();
-    assert_eq!(
-        served,
-        (0..m.turns).collect::<Vec<_>>(),
-        "{}",
-        s.transcript()
-    );
-    let want = format!("{}{}", agent.key_prefix, agent.real);
-    for l in m
-        .service
-        .requests()
-        .iter()
-        .filter(|l| matches!(l.kind, Kind::Turn(_)))
-    {
-        assert_eq!(l.seen.header(agent.key_header), Some(want.as_str()));
-    }
-    assert!(
-        !shown.contains(agent.real),
-        "the real key was on the screen"
-    );
-    let events = std::fs::read_to_string(c.box_dir(name).join("events.jsonl")).unwrap();
-    assert!(
-        events.lines().any(|l| l.contains("\"shell\"")),
-        "no shell event: {events}"
-    );
-    let report = export_report(c, name);
-    let run = what_ran_section(&report)
-        .lines()
-        .find(|l| {
-            l.contains("`host-env-run` (host-observed)") && l.contains(&format!(": `{program}` "))
-        })
-        .unwrap_or_else(|| panic!("no run of {program}: {report}"));
-    assert!(run.contains("— exit 0 —"), "{run}");
-    let calls = listed_under_run(&report, program, "inbox-capture");
-    assert_eq!(calls.len(), 1, "{report}");
-    assert!(
-        calls[0].contains(&format!("`{tool}`: `{what}"))
-            && calls[0].ends_with("— PreToolUse, PostToolUse"),
-        "{}",
-        calls[0]
-    );
-    report
 }
