@@ -61,7 +61,7 @@ impl Forward {
     }
 
     /// A host frame for the forward.
-    pub fn from_host(&mut self, frame: &Frame) {
+    pub fn take_host_frame(&mut self, frame: &Frame) {
         match frame.kind {
             Kind::NetToGuest => {
                 if let Ok(d) = NetData::decode(&frame.payload) {

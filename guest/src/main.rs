@@ -595,7 +595,7 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                             let _ = fs::write(r.cgroup.join("cgroup.kill"), "1");
                         }
                     }
-                    Kind::NetToGuest | Kind::NetCloseToGuest => forward.from_host(&frame),
+                    Kind::NetToGuest | Kind::NetCloseToGuest => forward.take_host_frame(&frame),
                     _ => {}
                 }
             }

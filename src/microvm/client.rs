@@ -266,7 +266,7 @@ struct Connections<'a> {
 
 impl Connections<'_> {
     /// A forwarding frame from the guest (hostile: ids are checked, sizes bounded).
-    fn from_guest(&mut self, s: &mut Session, f: &Frame) -> std::io::Result<()> {
+    fn take_guest_frame(&mut self, s: &mut Session, f: &Frame) -> std::io::Result<()> {
         match f.kind {
             Kind::NetOpen => {
                 let id = conn_id(&f.payload)?;
@@ -414,7 +414,7 @@ fn relay(
                     })
                 }
                 Kind::NetOpen | Kind::NetFromGuest | Kind::NetCloseFromGuest => {
-                    net.from_guest(s, &f).map_err(broken)?;
+                    net.take_guest_frame(s, &f).map_err(broken)?;
                 }
                 _ => {}
             }
