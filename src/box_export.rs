@@ -107,6 +107,7 @@ pub fn export_box(
         proposal: read_proposal(&sb.paths.spool())?,
         box_profile: &policy.profile,
         tee_shim: crate::capture::tee_shim_wired(&policy),
+        shim_is_agent_shell: crate::capture::tee_shim_is_agent_shell(&policy),
         unchecked_secrets: &scan.unchecked,
     })?;
     crate::events::append(

@@ -166,6 +166,8 @@ impl Fixture {
             proposal: None,
             box_profile: "default",
             tee_shim: false,
+            shim_is_agent_shell: false,
+            shim_is_agent_shell: false,
             unchecked_secrets: &[],
         }
     }
@@ -846,6 +848,7 @@ fn crash_child_helper() {
         proposal: None,
         box_profile: "default",
         tee_shim: false,
+        shim_is_agent_shell: false,
         unchecked_secrets: &[],
     };
     let _ = export_with_hook(&req, &mut |name| {

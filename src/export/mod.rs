@@ -134,6 +134,8 @@ pub struct ExportRequest<'a> {
     pub box_profile: &'a str,
     /// Whether h5i bound the tee shim into the box (`crate::capture::tee_shim_wired`).
     pub tee_shim: bool,
+    /// Whether the shim is the agent's shell (`crate::capture::tee_shim_is_agent_shell`).
+    pub shim_is_agent_shell: bool,
     /// Granted secrets not scanned for (`--skip-secret-check`), `NAME (env:VAR)`.
     pub unchecked_secrets: &'a [String],
 }
@@ -203,6 +205,7 @@ pub fn export_with_hook(
         patch_sha256: &patch_sha256,
         notices: &notices,
         tee_shim: req.tee_shim,
+        shim_is_agent_shell: req.shim_is_agent_shell,
     };
     let rendered = report::render_report(&input, req.redactor, req.caps.report)?;
     let receipt = report::render_receipt(&input, req.redactor, req.caps.receipt)?;

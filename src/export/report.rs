@@ -74,6 +74,10 @@ pub struct ReportInput<'a> {
     /// `Bash` call its hooks claim should have the shim's record of the command, and a
     /// `tee-shim` record in any other box is forged.
     pub tee_shim: bool,
+    /// Whether the shim is the shell the agent runs its commands through
+    /// (`crate::capture::tee_shim_is_agent_shell`): only then is a `Bash` call without the
+    /// shim's record, or a shim record without a call, a finding.
+    pub shim_is_agent_shell: bool,
 }
 
 /// A rendered `report.md`.
@@ -750,7 +754,7 @@ fn shim_gaps(input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) -> Vec<String>
                 if argv.first().is_some_and(|a| a.rsplit('/').next() == Some("codex")))
         });
         let calls = tool_calls(seg);
-        let cross_check = agent_run || !calls.is_empty();
+        let cross_check = input.shim_is_agent_shell && (agent_run || !calls.is_empty());
         let mut unmatched: Vec<&ShimCommand<'_>> = Vec::new();
         for s in &shim {
             if s.command.is_none() {
@@ -1067,6 +1071,7 @@ mod tests {
             patch_sha256: "ff",
             notices: &[],
             tee_shim: false,
+            shim_is_agent_shell: false,
         }
     }
 
@@ -1300,6 +1305,7 @@ mod tests {
         let g = gated();
         let mut i = input(&receipts, &g, "process", None);
         i.tee_shim = true;
+        i.shim_is_agent_shell = true;
         let r = render_report(&i, &Redactor::default(), 1 << 20).unwrap();
         let ran = r.text.split(SECTIONS[1]).nth(1).unwrap();
         let lines: Vec<&str> = ran.lines().filter(|l| l.contains(" #")).collect();
