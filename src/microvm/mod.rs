@@ -201,23 +201,19 @@ pub fn set_availability<T>(
             )
         })
     });
-    // `auto`, which picks the strongest tier that runs, must not land a box on a
-    // software-emulated guest, which every run would pay for, nor on a backend whose egress
-    // needs root when the caller is not.
+    // `auto`, which picks the strongest tier that runs, must not land a box on a backend a
+    // person cannot yet use as they use every other tier: QEMU's guest has no terminal for
+    // `box shell` yet (and, under TCG, every run would pay for the emulation).
     let msb_runs = msb::MsbFacts::gather().missing(None).is_empty();
     match (why, msb_runs) {
         (_, true) => tiers.set_available(h5i_policy::Tier::Microvm),
-        // SAFETY: geteuid has no preconditions.
-        (None, false) if qemu.accel.0 == accel::Accel::Tcg || unsafe { libc::geteuid() } != 0 => {
-            tiers.set_on_request(
-                h5i_policy::Tier::Microvm,
-                match qemu.accel.0 {
-                    accel::Accel::Tcg => "its QEMU backend is software-emulated (TCG) here",
-                    _ => "its QEMU backend's egress forward needs root",
-                },
-            )
-        }
-        (None, false) => tiers.set_available(h5i_policy::Tier::Microvm),
+        (None, false) => tiers.set_on_request(
+            h5i_policy::Tier::Microvm,
+            match qemu.accel.0 {
+                accel::Accel::Tcg => "its QEMU backend is software-emulated (TCG) here",
+                _ => "its QEMU backend has no terminal for `box shell` yet",
+            },
+        ),
         (Some(why), false) => tiers.set_unavailable(h5i_policy::Tier::Microvm, why),
     };
 }
