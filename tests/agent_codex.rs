@@ -455,15 +455,29 @@ fn forged_shim_records_are_findings(test: &str, tier: &str, as_user: bool) {
         "the command after the attacks: {report}"
     );
     let problems = agent::problems_section(&report);
-    for finding in [
+    let cross_checked = [
         "the box's hooks claim the `Bash` call `ls` ran, and its shell shim recorded no such command",
         "the shell shim recorded `rm -rf /`, which no tool call the box claims ran",
+    ];
+    for finding in [
         "a staged command h5i could not read",
         "`command-2.json` was refused (not JSON",
         "`command-3.json` was refused (",
         "`command-5.json` was refused (a string holds control characters",
     ] {
-        assert!(problems.contains(finding), "at {tier}, {finding}: {problems}");
+        assert!(
+            problems.contains(finding),
+            "at {tier}, {finding}: {problems}"
+        );
+    }
+    // The two accounts are compared only where the shim is the agent's shell
+    // (`capture::tee_shim_is_agent_shell`): not at the container tier.
+    for finding in cross_checked {
+        assert_eq!(
+            problems.contains(finding),
+            tier != "container",
+            "at {tier}, {finding}: {problems}"
+        );
     }
     assert!(!problems.contains("printf"), "{problems}");
     let payloads = agent::payloads_of(&c, "cx", "tee-shim");

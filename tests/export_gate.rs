@@ -167,7 +167,6 @@ impl Fixture {
             box_profile: "default",
             tee_shim: false,
             shim_is_agent_shell: false,
-            shim_is_agent_shell: false,
             unchecked_secrets: &[],
         }
     }
