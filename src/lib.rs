@@ -42,6 +42,7 @@ pub mod microvm;
 pub mod pin;
 pub mod probe;
 pub mod process;
+pub mod random;
 pub mod rebase;
 pub mod rename;
 pub mod run;

@@ -40,7 +40,6 @@
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
-use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -228,11 +227,7 @@ fn egress_summary(policy: &ResolvedPolicy) -> String {
 
 /// A fresh CSP nonce for the page's script (hex of 16 random bytes).
 fn nonce() -> Result<String, BoxError> {
-    let mut raw = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| BoxError::io(std::path::Path::new("/dev/urandom"), e))?;
-    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+    crate::random::hex_for_box(16)
 }
 
 fn refusal(status: StatusCode, text: String) -> Response {

@@ -18,7 +18,7 @@
 //! Guarded by `tests/browser.rs` (a viewer SIGKILLed mid-session, then `h5i box export`).
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
@@ -123,12 +123,8 @@ pub fn open(sb: &StoredBox, via: &str, by: &str) -> Result<Session, BoxError> {
             io::Error::other("cannot read this process's start time"),
         )
     })?;
-    let mut raw = [0u8; 8];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| BoxError::io(Path::new("/dev/urandom"), e))?;
     let claim = Claim {
-        session: raw.iter().map(|b| format!("{b:02x}")).collect(),
+        session: crate::random::hex_for_box(8)?,
         owner: me,
         via: via.to_string(),
         by: by.to_string(),

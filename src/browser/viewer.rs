@@ -14,7 +14,7 @@
 //! Guarded by the unit tests below and `tests/browser.rs`.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -68,11 +68,7 @@ pub(super) fn token(paths: &BoxPaths) -> Result<String, BoxError> {
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(BoxError::io(&dir, e)),
     }
-    let mut raw = [0u8; TOKEN_BYTES];
-    fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut raw))
-        .map_err(|e| BoxError::io(Path::new("/dev/urandom"), e))?;
-    let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let hex = crate::random::hex_for_box(TOKEN_BYTES)?;
     let tmp = dir.join(format!(".viewer.token.new-{}", std::process::id()));
     // A file of this name is a killed verb's (pids are not reused while we run).
     let _ = fs::remove_file(&tmp);

@@ -24,7 +24,6 @@
 //! a request reach a route before these checks, or let a cross-site request past them but the
 //! token's trade for the cookie.
 
-use std::io::Read;
 use std::sync::{Arc, OnceLock};
 
 use axum::extract::{Request, State};
@@ -52,12 +51,6 @@ pub struct Gate {
     pub handoff: OnceLock<Arc<super::handoff::Handoff>>,
 }
 
-fn random_hex(bytes: usize) -> std::io::Result<String> {
-    let mut raw = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
-    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Whether `a` and `b` are equal, in time that depends on their lengths only.
 fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -67,9 +60,9 @@ impl Gate {
     /// Fresh secrets for a console answering on loopback `port`.
     pub fn mint(port: u16) -> std::io::Result<Gate> {
         Ok(Gate {
-            token: random_hex(SECRET_BYTES)?,
-            session: random_hex(SECRET_BYTES)?,
-            base: format!("/c/{}", random_hex(16)?),
+            token: crate::random::hex(SECRET_BYTES)?,
+            session: crate::random::hex(SECRET_BYTES)?,
+            base: format!("/c/{}", crate::random::hex(16)?),
             host: format!("127.0.0.1:{port}"),
             origin: format!("http://127.0.0.1:{port}"),
             handoff: OnceLock::new(),

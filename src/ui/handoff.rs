@@ -18,7 +18,7 @@
 //! live process wrote.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -167,9 +167,7 @@ fn page(url: &str) -> String {
 fn write_file(dir: &Path, url: &str) -> io::Result<PathBuf> {
     let me = ProcId::of(std::process::id() as i32)
         .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
-    let mut raw = [0u8; 8];
-    fs::File::open("/dev/urandom")?.read_exact(&mut raw)?;
-    let random: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    let random = crate::random::hex(8)?;
     let path = dir.join(format!("{}-{}-{random}.html", me.pid, me.start));
     let mut f = fs::OpenOptions::new()
         .write(true)
