@@ -2,7 +2,10 @@
 """Render BENCHMARKS.md from bench/out/: ROW.meta.json (written by bench/run.sh) and
 ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i).
 
-Usage: report.py --out DIR --report FILE -- ROW...   (rows in report order)
+Usage: report.py --out DIR --report FILE [--measured ROW...] -- ROW...   (rows in report order)
+
+With --measured, only those rows' sections and summary lines are rewritten; the rest of an
+existing report (other rows, and notes people wrote after a row's result) is kept.
 """
 
 import argparse
@@ -177,49 +180,142 @@ def row_section(meta, results):
     return lines
 
 
+def summary_line(name, meta, results):
+    target = target_text(meta["target"])
+    if results is None:
+        reason = (meta.get("reason") or "no results").replace("|", "\\|")
+        return f"| [{name}](#{name}) | {target} | not measured: {reason} | — |"
+    value, met = evaluate(meta["target"], results[0], results[1])
+    return f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |"
+
+
+def row_block(name, meta, results):
+    """A row's generated text between its markers, so a later run replaces only this."""
+    return [f"<!-- row:{name}:begin -->"] + row_section(meta, results) + [f"<!-- row:{name}:end -->"]
+
+
+SUMMARY_ROW_RE = re.compile(r"^\| \[?([A-Za-z0-9_.-]+)\]?")
+
+
+def old_summary(lines):
+    """{row: line} from the existing report's summary table."""
+    rows, inside = {}, False
+    for ln in lines:
+        if ln.strip() == "## Summary":
+            inside = True
+            continue
+        if inside and ln.startswith("## "):
+            break
+        if inside and ln.startswith("| ") and not ln.startswith("| row |"):
+            m = SUMMARY_ROW_RE.match(ln)
+            if m:
+                rows[m.group(1)] = ln
+    return rows
+
+
+def block_span(lines, name):
+    """(start, end) of a row's generated block in the old report, end exclusive; None if the
+    row has no section. Without markers (a report written before them) the block runs from the
+    heading through the `Result:` line, or through the first table when the row was not
+    measured; text a person added after it stays."""
+    begin, end = f"<!-- row:{name}:begin -->", f"<!-- row:{name}:end -->"
+    if begin in lines and end in lines[lines.index(begin):]:
+        b = lines.index(begin)
+        return b, lines.index(end, b) + 1
+    heading = f"## {name}"
+    if heading not in lines:
+        return None
+    b = lines.index(heading)
+    stop = next((i for i in range(b + 1, len(lines)) if lines[i].startswith("## ")
+                 or lines[i].startswith("<!-- ")), len(lines))
+    for i in range(b + 1, stop):
+        if lines[i].startswith("Result: "):
+            return b, i + 1
+    seen_table = False
+    for i in range(b + 1, stop):
+        if lines[i].startswith("|"):
+            seen_table = True
+        elif seen_table:
+            return b, i
+    return b, stop
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--measured", nargs="*", default=None,
+                    help="rows measured in this run; the other rows' text is kept as it is")
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
+    try:
+        with open(args.report, encoding="utf-8") as f:
+            old = f.read().splitlines()
+    except OSError:
+        old = []
+    measured = set(args.rows if args.measured is None or not old else args.measured)
+    kept = old_summary(old)
+
     summary = ["| row | target | result | met |", "|---|---|---|---|"]
-    sections = []
+    fresh = {}
     for name in args.rows:
-        meta = load(os.path.join(args.out, f"{name}.meta.json"))
+        meta = load(os.path.join(args.out, f"{name}.meta.json")) if name in measured else None
         if meta is None:
-            summary.append(f"| {name} | | not run yet | — |")
+            summary.append(kept.get(name, f"| {name} | | not run yet | — |"))
             continue
         hf = load(os.path.join(args.out, f"{name}.json"))
         results = None
         if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
             results = hf["results"]
-        target = target_text(meta["target"])
-        if results is None:
-            reason = (meta.get("reason") or "no results").replace("|", "\\|")
-            summary.append(f"| [{name}](#{name}) | {target} | not measured: {reason} | — |")
-        else:
-            value, met = evaluate(meta["target"], results[0], results[1])
-            summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
-        sections += row_section(meta, results)
+        summary.append(summary_line(name, meta, results))
+        fresh[name] = row_block(name, meta, results)
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    doc = [
+    head = [
         "# Benchmarks",
         "",
-        f"Written by `bench/run.sh` (`make bench`) on {now}. Each row times a baseline and "
+        f"Written by `bench/run.sh` (`make bench`); last run {now}, each row dated in its "
+        "section. Each row times a baseline and "
         "the h5i command in the same hyperfine run, on the same machine, one after the "
         "other; times are wall-clock per invocation. Rows and targets are defined in "
-        "`bench/rows.sh`; raw hyperfine results are in `bench/out/ROW.json`.",
+        "`bench/rows.sh`; raw hyperfine results are in `bench/out/ROW.json`. A run of some rows "
+        "rewrites only their sections and summary lines.",
         "",
         "## Machine",
         "",
     ]
-    doc += [f"- {k}: {v}" for k, v in machine_facts()]
-    doc += ["", "## Summary", ""] + summary + [""] + sections
+    head += [f"- {k}: {v}" for k, v in machine_facts()]
+    head += ["", "## Summary", ""] + summary + [""]
+
+    # The body: everything after the old summary table, with each fresh row's block replaced
+    # in place, or added after the row before it in report order.
+    body = []
+    if old and "## Summary" in old:
+        i = old.index("## Summary") + 1
+        while i < len(old) and not old[i].startswith("## ") and not old[i].startswith("<!-- "):
+            i += 1
+        body = old[i:]
+    for pos, name in enumerate(args.rows):
+        if name not in fresh:
+            continue
+        span = block_span(body, name)
+        if span is not None:
+            body[span[0]:span[1]] = fresh[name]
+            continue
+        at = len(body)
+        for prev in reversed(args.rows[:pos]):
+            prev_span = block_span(body, prev)
+            if prev_span is not None:
+                at = prev_span[1]
+                while at < len(body) and not body[at].startswith("## ") \
+                        and not body[at].startswith("<!-- "):
+                    at += 1
+                break
+        body[at:at] = fresh[name] + [""]
+
     with open(args.report, "w", encoding="utf-8") as f:
-        f.write("\n".join(doc).rstrip("\n") + "\n")
+        f.write("\n".join(head + body).rstrip("\n") + "\n")
     return 0
 
 

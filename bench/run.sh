@@ -203,5 +203,5 @@ for name in "${selected[@]}"; do
     measure_row "$name"
 done
 
-python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" -- "${ROWS[@]}"
+python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" --measured "${selected[@]}" -- "${ROWS[@]}"
 echo "bench: wrote $REPORT"
