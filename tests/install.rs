@@ -58,7 +58,18 @@ fn cargo_install(root: &Path) {
     let target = release.parent().unwrap();
     let _kept = TestBuildAside::take(release);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
+    let mut install = Command::new(cargo);
+    // The test runs with the variables cargo sets for a test (CARGO_MANIFEST_DIR, CARGO_PKG_*,
+    // ...). A build script that tracks one of them (ring's tracks CARGO_MANIFEST_DIR) sees it
+    // change against `make install`'s build and rebuilds ring and all above it: minutes of CI.
+    // The nested install gets the environment `make install` had.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy().into_owned();
+        if key.starts_with("CARGO_") && key != "CARGO_HOME" {
+            install.env_remove(key);
+        }
+    }
+    let out = install
         .args(["install", "--offline", "--locked", "--path"])
         .arg(env!("CARGO_MANIFEST_DIR"))
         .arg("--root")
