@@ -392,7 +392,6 @@ for line in open("/proc/net/route").read().splitlines()[1:]:
     if f[1] == "00000000":
         gw = socket.inet_ntoa(struct.pack("<L", int(f[2], 16)))
         print("gateway=" + gw)
-        print("box_device=%s:%s" % (f[0], open("/sys/class/net/%s/iflink" % f[0]).read().strip()))
 for spec in sys.argv[1:]:
     kind, _, rest = spec.partition(":")
     if kind == "tcp":
@@ -415,15 +414,13 @@ for spec in sys.argv[1:]:
         print("%s=%d %s" % (label, p.returncode, (p.stdout + p.stderr).strip().replace("\n", " | ")))
 "#;
 
-/// The host's device whose ifindex is `index`.
-fn host_device_with_index(index: &str) -> Option<String> {
-    std::fs::read_dir("/sys/class/net")
-        .ok()?
-        .flatten()
-        .find_map(|e| {
-            let i = std::fs::read_to_string(e.path().join("ifindex")).ok()?;
-            (i.trim() == index).then(|| e.file_name().to_string_lossy().into_owned())
-        })
+/// The host's device that holds the address `addr` (`ip -o -4 addr show to ADDR`).
+fn host_device_with_addr(addr: &str) -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "to", addr])
+        .output()
+        .ok()?;
+    stdout(&out).split_whitespace().nth(1).map(str::to_string)
 }
 
 /// Rootful, the uplink is a veth pair and the host's own forwarding. From inside: the allowed
@@ -503,8 +500,7 @@ fn the_rootful_veth_uplink_keeps_the_host_and_other_boxes_out_of_reach_and_leave
     );
 
     // The host side of the pair, its record, and the reply device's guarded forwarding.
-    let (_, iflink) = got["box_device"].split_once(':').unwrap();
-    let host_dev = host_device_with_index(iflink).expect("the pair's host side");
+    let host_dev = host_device_with_addr(&got["gateway"]).expect("the pair's host side");
     assert!(host_dev.starts_with("h5iu"), "{host_dev}");
     let flag = |dev: &str| {
         std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{dev}/forwarding"))

@@ -155,7 +155,7 @@ fn check(rules: &AddressRules, host: &str, port: u16, addr: IpAddr) -> Result<()
     };
     if in_uplink_network(addr) {
         return Err(refused(
-            "inside an uplink's own network (10.0.2.0/24, fd00::/64, 100.127.0.0/16)",
+            "inside an uplink's own network (slirp4netns's 10.0.2.0/24 and fd00::/64, the veth pairs' 100.127.0.0/16)",
         ));
     }
     rules.check(addr).map_err(|r| refused(r.as_str()))
