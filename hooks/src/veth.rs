@@ -178,17 +178,21 @@ fn sweep_locked() -> Result<(), VethError> {
             fs::remove_file(&path).map_err(io_err("cannot remove", &path))?;
         }
     }
+    // A reply device that went (a test host's veth, say) has no flag left to restore.
+    for dev in reply_devices() {
+        if !device_exists(&dev) {
+            let path = dir.join(format!("fwd-{dev}"));
+            fs::remove_file(&path).map_err(io_err("cannot remove", &path))?;
+        }
+    }
     if !records().is_empty() {
         return Ok(());
     }
     for dev in reply_devices() {
         let path = dir.join(format!("fwd-{dev}"));
         let original = fs::read_to_string(&path).map_err(io_err("cannot read", &path))?;
-        // A device that went meanwhile has no flag left to restore.
-        if device_exists(&dev) {
-            let flag = forwarding_path(&dev);
-            fs::write(&flag, original.trim()).map_err(io_err("cannot restore", &flag))?;
-        }
+        let flag = forwarding_path(&dev);
+        fs::write(&flag, original.trim()).map_err(io_err("cannot restore", &flag))?;
         fs::remove_file(&path).map_err(io_err("cannot remove", &path))?;
     }
     // `delete table` of a missing table fails; the empty `table` first makes it exist.

@@ -881,7 +881,7 @@ fn a_box_whose_network_cannot_be_supervised_never_starts() {
         return;
     }
     type Mangle = fn(&mut serde_json::Value);
-    let cases: [(&str, &str, Mangle); 5] = [
+    let cases: [(&str, &str, Mangle); 6] = [
         ("netadmin", "CAP_NET_ADMIN", |s| {
             s["process"]["capabilities"]["bounding"] = serde_json::json!(["CAP_NET_ADMIN"]);
         }),
