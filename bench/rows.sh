@@ -180,7 +180,7 @@ add_row box-run-supervised-first-run \
     --target 'ratio:median <= 1.5'
 
 add_row box-supervised-100mb \
-    --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box (slirp4netns uplink + pinned nftables table) vs the same curl on the host' \
+    --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box as root (veth pair + host forwarding uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host' \
     --shell bash \
     --setup '
         "$ROOT/bench/testhost.sh" up 104857600
@@ -198,6 +198,45 @@ add_row box-supervised-100mb \
         [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-bulk; "$ROOT/bench/testhost.sh" down' \
     --target 'ratio:median <= 1.11'
+
+# The same download as the unprivileged h5i-test user (make setup prepares it): the uplink is
+# slirp4netns (hooks/src/uplink.rs says why not pasta); both sides run through runuser.
+add_row box-supervised-100mb-rootless \
+    --title '100 MB HTTP download from the test host 198.19.250.2: curl in a supervised box run by the unprivileged h5i-test user (slirp4netns uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host as that user' \
+    --shell bash \
+    --setup '
+        "$ROOT/bench/testhost.sh" up 104857600
+        # make setup delegates <own cgroup>/h5i to h5i-test for the session it ran in; again here.
+        anchor="$(sed -n "s/^[0-9]*:memory:\///p" /proc/self/cgroup)"
+        for root in /sys/fs/cgroup/*/; do
+            [ -e "$root/cgroup.procs" ] && [ "$root" != /sys/fs/cgroup/unified/ ] || continue
+            level="$root"
+            for part in ${anchor//\// } h5i; do
+                parent="$level"; level="$level/$part"; mkdir -p "$level"
+                if [ -e "$level/cpuset.cpus" ] && [ -z "$(cat "$level/cpuset.cpus")" ]; then
+                    cat "$parent/cpuset.cpus" > "$level/cpuset.cpus"; cat "$parent/cpuset.mems" > "$level/cpuset.mems"
+                fi
+            done
+            chown h5i-test "$level"; for f in cgroup.procs tasks; do [ -e "$level/$f" ] && chown h5i-test "$level/$f"; done
+        done
+        install -d -o h5i-test -g h5i-test "$ROW_DIR/u" "$ROW_DIR/u/bin" "$ROW_DIR/u/home"
+        for b in h5i h5i-runc h5i-hook; do install -m 755 "$(dirname "$H5I")/$b" "$ROW_DIR/u/bin/$b"; done
+        mkdir -p "$ROW_DIR/u/repo/.h5i"
+        printf "[profile.bulk]\nisolation = \"supervised\"\n[profile.bulk.net]\negress = [\"198.19.250.2:8080\"]\n" > "$ROW_DIR/u/repo/.h5i/env.toml"
+        chown -R h5i-test:h5i-test "$ROW_DIR/u/repo"
+        cd "$ROW_DIR/u/repo"
+        as_user() { runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$@"; }
+        as_user git init -q -b main . && as_user git add -A
+        as_user git -c user.name=b -c user.email=b@x commit -qm bench-policy
+        as_user "$ROW_DIR/u/bin/h5i" box create bench-bulk-u --profile bulk' \
+    --cwd '$ROW_DIR/u/repo' \
+    --baseline 'runuser -u h5i-test -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --h5i 'runuser -u h5i-test -- env HOME=$ROW_DIR/u/home XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR $ROW_DIR/u/bin/h5i box run bench-bulk-u -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --check '
+        n="$(runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$ROW_DIR/u/bin/h5i" box run bench-bulk-u -- curl -sS -o /dev/null -w "%{size_download}" http://198.19.250.2:8080/)"
+        [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
+    --teardown 'runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$ROW_DIR/u/bin/h5i" box rm --force bench-bulk-u; "$ROOT/bench/testhost.sh" down' \
+    --target 'ratio:median <= 1.43'
 
 add_row podman-h5i-runc-vs-runc \
     --title 'podman run --rm with --runtime h5i-runc vs --runtime runc (rootful, busybox image)' \

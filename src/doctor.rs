@@ -204,5 +204,18 @@ pub fn doctor(store: &BoxStore, name: &str) -> Result<Vec<Check>, crate::error::
         Err(e) => (false, e.to_string()),
     };
     check("receipts", ok, detail);
+
+    // The rootful supervised uplink's host-side state outlives a killed sentry until swept.
+    let stale = h5i_hook::veth::stale();
+    if !stale.is_empty() {
+        check(
+            "host network",
+            false,
+            format!(
+                "a killed supervised network left {}; the next supervised run or `h5i box abort` of any box clears it",
+                stale.join(", ")
+            ),
+        );
+    }
     Ok(checks)
 }

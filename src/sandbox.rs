@@ -502,6 +502,10 @@ fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
         return Ok(());
     };
     delete_container(&state.container);
+    // A sentry killed before its box leaves the host's uplink records and table behind.
+    if let Err(e) = h5i_hook::veth::sweep() {
+        eprintln!("h5i: warning: {e}");
+    }
     h5i_runtime::cage::remove_tree(&state.container).map_err(|e| BoxError::BadRequest {
         what: format!("cannot remove the sandbox's cgroup: {e}"),
         mend: "remove it by hand under your own cgroup's h5i/ directory".into(),

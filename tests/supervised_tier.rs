@@ -380,3 +380,155 @@ fn a_supervised_run_leaves_the_hosts_shared_mounts_mounted() {
     );
     used.unwrap();
 }
+
+/// Run inside a rootful box: its gateway (the host side of its veth pair) from its routing
+/// table, then each check as `name=result`.
+const VETH_PROBE: &str = r#"
+import errno, socket, struct, subprocess, sys
+def name(e):
+    return "err:" + (errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__)
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    f = line.split()
+    if f[1] == "00000000":
+        gw = socket.inet_ntoa(struct.pack("<L", int(f[2], 16)))
+        print("gateway=" + gw)
+for spec in sys.argv[1:]:
+    kind, _, rest = spec.partition(":")
+    if kind == "tcp":
+        label, host, port = rest.split(",")
+        if host == "GATEWAY":
+            host = gw
+        try:
+            s = socket.create_connection((host, int(port)), timeout=3)
+            print("%s=%s" % (label, s.recv(100).decode().strip())); s.close()
+        except OSError as e:
+            print("%s=%s" % (label, name(e)))
+    elif kind == "raw":
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close(); print("raw=ok")
+        except OSError as e:
+            print("raw=%s" % name(e))
+    elif kind == "cmd":
+        label, _, argv = rest.partition(",")
+        p = subprocess.run(argv.split(), capture_output=True, text=True)
+        print("%s=%d %s" % (label, p.returncode, (p.stdout + p.stderr).strip().replace("\n", " | ")))
+"#;
+
+/// The host's device that holds the address `addr` (`ip -o -4 addr show to ADDR`).
+fn host_device_with_addr(addr: &str) -> Option<String> {
+    let out = std::process::Command::new("ip")
+        .args(["-o", "-4", "addr", "show", "to", addr])
+        .output()
+        .ok()?;
+    stdout(&out).split_whitespace().nth(1).map(str::to_string)
+}
+
+/// Rootful, the uplink is a veth pair and the host's own forwarding. From inside: the allowed
+/// host answers at the kernel's path; the box's gateway (the host side of its pair), the test
+/// hosts' gateway (a host address), the host's loopback and another box's pair are out of reach;
+/// the box cannot change its routes, its link or its table (EPERM) and raw sockets are EPERM.
+/// On the host: the pair's host side forwards, the test hosts' device forwards replies only
+/// under the host table's guard, and `box rm` leaves neither the device nor its record.
+#[test]
+fn the_rootful_veth_uplink_keeps_the_host_and_other_boxes_out_of_reach_and_leaves_nothing() {
+    let Some(mut hosts) = TestHosts::up("rootful veth uplink", &[8080], &[]) else {
+        return;
+    };
+    let loopback = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    loopback.set_nonblocking(true).unwrap();
+    let lport = loopback.local_addr().unwrap().port();
+    let on_gateway = std::net::TcpListener::bind((hosts.gateway, 0)).unwrap();
+    on_gateway.set_nonblocking(true).unwrap();
+    let gport = on_gateway.local_addr().unwrap().port();
+    let r = Repo::new();
+    let pin = supervised_box(&r, "veth", &hosts, false);
+    let created = r.h5i_env(
+        &["box", "create", "other", "--profile", "sup"],
+        &[("H5I_TEST_HOSTS", &pin)],
+    );
+    assert_eq!(created.status.code(), Some(0), "{}", stderr(&created));
+    let out = run_in(&r, "other", &pin, &["python3", "-c", VETH_PROBE]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let other_gw: std::net::Ipv4Addr = results(&out)["gateway"].parse().unwrap();
+    let other_inner = std::net::Ipv4Addr::from(u32::from(other_gw) + 1);
+
+    let checks = [
+        "tcp:allowed,allowed.test,8080".to_string(),
+        format!("tcp:own_gateway,GATEWAY,{lport}"),
+        format!("tcp:hosts_gateway,{},{gport}", hosts.gateway),
+        format!("tcp:host_loopback,127.0.0.1,{lport}"),
+        format!("tcp:other_gateway,{other_gw},{lport}"),
+        format!("tcp:other_box,{other_inner},8080"),
+        "raw:".to_string(),
+        "cmd:route,ip route del default".to_string(),
+        "cmd:link,ip link set h5i0 down".to_string(),
+        "cmd:table,nft flush ruleset".to_string(),
+        "tcp:still_allowed,allowed.test,8080".to_string(),
+    ];
+    let mut argv = vec!["python3", "-c", VETH_PROBE];
+    argv.extend(checks.iter().map(String::as_str));
+    let out = run_in(&r, "veth", &pin, &argv);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = results(&out);
+    let greeting = format!("hello {}:8080", hosts.first);
+    assert_eq!(got["allowed"], greeting, "{got:?}");
+    assert_eq!(got["still_allowed"], greeting, "{got:?}");
+    let gateway: std::net::Ipv4Addr = got["gateway"].parse().unwrap();
+    assert_eq!(gateway.octets()[..2], [100, 127], "{got:?}");
+    assert_ne!(gateway, other_gw, "two boxes share a pair: {got:?}");
+    for refused in ["own_gateway", "hosts_gateway", "other_gateway", "other_box"] {
+        assert!(got[refused].starts_with("err:"), "{refused}: {got:?}");
+    }
+    assert_eq!(got["host_loopback"], "err:ECONNREFUSED", "{got:?}");
+    assert_eq!(got["raw"], "err:EPERM", "{got:?}");
+    for (label, want) in [
+        ("route", "Operation not permitted"),
+        ("link", "Operation not permitted"),
+        ("table", "Operation not permitted"),
+    ] {
+        assert!(
+            !got[label].starts_with("0 ") && got[label].contains(want),
+            "{label}: {got:?}"
+        );
+    }
+    assert!(loopback.accept().is_err(), "the host loopback was reached");
+    assert!(on_gateway.accept().is_err(), "a host address was reached");
+    assert_eq!(
+        hosts.log(),
+        vec![format!("tcp {}:8080", hosts.first); 2],
+        "the test hosts saw exactly the two allowed connections"
+    );
+
+    // The host side of the pair, its record, and the reply device's guarded forwarding.
+    let host_dev = host_device_with_addr(&got["gateway"]).expect("the pair's host side");
+    assert!(host_dev.starts_with("h5iu"), "{host_dev}");
+    let flag = |dev: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{dev}/forwarding"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    assert_eq!(flag(&host_dev), "1");
+    let record = std::path::Path::new("/run/h5i-uplink").join(&host_dev);
+    assert!(record.exists(), "{}", record.display());
+    let table = std::process::Command::new("nft")
+        .args(["list", "table", "ip", "h5i_uplink"])
+        .output()
+        .unwrap();
+    let table = stdout(&table);
+    let hosts_dev = format!("h5is{}", hosts.gateway.octets()[2]);
+    assert!(table.contains(&format!("\"{hosts_dev}\"")), "{table}");
+    assert_eq!(flag(&hosts_dev), "1");
+
+    r.ok(&["box", "rm", "--force", "veth"]);
+    assert!(
+        common::until(std::time::Duration::from_secs(15), || {
+            !std::path::Path::new("/sys/class/net")
+                .join(&host_dev)
+                .exists()
+                && !record.exists()
+        }),
+        "box rm left {host_dev} or its record"
+    );
+    r.ok(&["box", "rm", "--force", "other"]);
+}

@@ -5,8 +5,10 @@
 //! `addrs` optional — and the step that turns it into [`PinnedRule`]s: given addresses are
 //! checked, missing ones are resolved once, at sentry start, through the broker's
 //! [`Resolver`] seam (production: the host's resolver). Every address must pass the broker's
-//! [`AddressRules`] and must not fall inside slirp4netns's own network (`10.0.2.0/24`,
-//! `fd00::/64`: its gateway forwards to the host and its DNS resolves for the box).
+//! [`AddressRules`] and must not fall inside an uplink's own network: slirp4netns's
+//! (`10.0.2.0/24`, `fd00::/64`: its gateway forwards to the host and its DNS resolves for the
+//! box) or the veth pairs' range (`100.127.0.0/16`: the host sides are the host's, the box sides
+//! other boxes).
 //!
 //! Must never: resolve a name later than sentry start (a name that re-resolves elsewhere must
 //! not widen the table), accept an address the rules refuse, or let a malformed request through
@@ -134,7 +136,9 @@ fn is_host_name(s: &str) -> bool {
 /// slirp4netns's own network: its gateway (the host), DNS forwarder and the box's address.
 fn in_uplink_network(ip: IpAddr) -> bool {
     match ip {
-        IpAddr::V4(v4) => matches!(v4.octets(), [10, 0, 2, _]),
+        IpAddr::V4(v4) => {
+            matches!(v4.octets(), [10, 0, 2, _]) || v4.octets()[..2] == crate::veth::RANGE
+        }
         IpAddr::V6(v6) => {
             let s = v6.segments();
             s[0] == 0xfd00 && s[1..4] == [0, 0, 0]
@@ -151,7 +155,7 @@ fn check(rules: &AddressRules, host: &str, port: u16, addr: IpAddr) -> Result<()
     };
     if in_uplink_network(addr) {
         return Err(refused(
-            "inside slirp4netns's network (10.0.2.0/24, fd00::/64)",
+            "inside an uplink's own network (slirp4netns's 10.0.2.0/24 and fd00::/64, the veth pairs' 100.127.0.0/16)",
         ));
     }
     rules.check(addr).map_err(|r| refused(r.as_str()))
@@ -298,6 +302,8 @@ mod tests {
             "169.254.169.254",
             "10.0.2.2",
             "10.0.2.3",
+            "100.127.0.0",
+            "100.127.3.1",
             "fd00::2",
             "::1",
             "224.0.0.1",

@@ -12,13 +12,15 @@
 //! (`sentry.rs`), which pins the egress request (`egress.rs`), renders the nftables table
 //! (`nft.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
 //! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) while it
-//! starts the slirp4netns uplink (`uplink.rs`) on the tap device `net-inside` made (`tap.rs`),
+//! starts the uplink (`uplink.rs`: a veth pair and the host's forwarding for a rootful sentry,
+//! `veth.rs`; else slirp4netns on the tap device `net-inside` made, `tap.rs`),
 //! and lets the box run only once both are up; `net-down` (poststop) has it write the
 //! tally, and ends a net directory h5i-runc made for the run (`net_end.rs`). The spec's
 //! `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.
 //!
 //! Must never: act on a pid the state did not name, trust a field outside the closed set, or
-//! touch the host's own network namespace.
+//! touch the host's own network namespace beyond the rootful uplink's `h5iu*` devices, its one
+//! table and its reply devices' forwarding flags (`veth.rs`), all undone when the last box ends.
 //!
 //! Guarded by `tests/process_tier.rs` (`a_host_loopback_listener_is_unreachable_from_inside`,
 //! `the_boxs_own_loopback_works`) and `hooks/tests/supervised_net.rs`.
@@ -38,3 +40,4 @@ pub mod state;
 pub mod tap;
 pub mod tee_shim;
 pub mod uplink;
+pub mod veth;

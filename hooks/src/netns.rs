@@ -4,7 +4,7 @@
 //! Owns [`BoxNamespaces`] (the network namespace fd the box's inside hook sent, and its user
 //! namespace fd unless that is the sentry's own), their validation (each fd really is a
 //! namespace of the claimed type; the network namespace is not the sentry's own), and
-//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NftRun`] given its input
+//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NsRun`] given its input
 //! now or, held, one request later, and waited for later (the table's load runs while the
 //! uplink starts; the counter reader waits through the run). Entering a user namespace needs a
 //! single-threaded process: the sentry is not (the socket gate runs on a thread), so the child
@@ -24,6 +24,8 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 
 /// Where `nft` is looked for (hooks run with a cleared environment: no `PATH`).
 const NFT_PATHS: &[&str] = &["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"];
+/// Where `ip` is looked for.
+const IP_PATHS: &[&str] = &["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"];
 /// How long one `nft` run may take.
 const NFT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -41,16 +43,21 @@ pub enum NetnsError {
     /// The box's network namespace is the sentry's own.
     #[error("refusing: the box's network namespace is the host's; to fix: give the box its own network namespace (podman: --network none)")]
     HostNetwork,
-    /// `nft` is not installed.
-    #[error("refusing: nft is not installed (looked in {0}); to fix: install nftables (apt-get install nftables)")]
-    NoNft(String),
-    /// `nft` could not be run.
-    #[error("refusing: cannot run nft in the box's network namespace: {0}; to fix: report this as an h5i bug")]
+    /// A program the network needs is not installed.
+    #[error("refusing: {package} is not installed (looked in {looked}); to fix: apt-get install {package}")]
+    Missing {
+        /// Where it was looked for.
+        looked: String,
+        /// The Debian package that has it.
+        package: &'static str,
+    },
+    /// `nft` or `ip` could not be run.
+    #[error("refusing: cannot run nft or ip for the box's network: {0}; to fix: report this as an h5i bug")]
     Spawn(io::Error),
-    /// `nft` ran and failed.
-    #[error("refusing: nft {args} failed in the box's network namespace (exit {code:?}): {stderr}; to fix: check nftables works here (`unshare -rn nft list ruleset`)")]
+    /// `nft` or `ip` ran and failed.
+    #[error("refusing: `{args}` failed for the box's network (exit {code:?}): {stderr}; to fix: check nftables and iproute2 work here (`unshare -rn nft list ruleset`)")]
     Failed {
-        /// Its arguments.
+        /// The program and its arguments.
         args: String,
         /// Its exit code.
         code: Option<i32>,
@@ -100,7 +107,7 @@ fn expect_type(fd: &OwnedFd, want: libc::c_int, what: &'static str) -> Result<()
 }
 
 /// Effective uid 0 in the initial user namespace.
-fn real_root() -> bool {
+pub fn real_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
     euid == 0
@@ -165,22 +172,72 @@ impl BoxNamespaces {
 
     /// Start `nft ARGS` inside the box's namespaces without waiting for it: with its whole
     /// input written (and stdin closed) on a thread, or with stdin held for one small
-    /// [`NftRun::request`] later. Its output is read on a thread as it comes, so [`NftRun::wait`]
+    /// [`NsRun::request`] later. Its output is read on a thread as it comes, so [`NsRun::wait`]
     /// is bounded. Killed if dropped before it was waited for.
-    pub fn spawn_nft(&self, args: &[&str], input: NftInput) -> Result<NftRun, NetnsError> {
-        let nft = NFT_PATHS
-            .iter()
-            .map(Path::new)
-            .find(|p| p.exists())
-            .ok_or_else(|| NetnsError::NoNft(NFT_PATHS.join(", ")))?;
-        let net = self.net.as_raw_fd();
+    pub fn spawn_nft(&self, args: &[&str], input: NftInput) -> Result<NsRun, NetnsError> {
+        let nft = find_program(NFT_PATHS, "nftables")?;
         let user = self.user.as_ref().map(AsRawFd::as_raw_fd);
-        let mut cmd = Command::new(nft);
-        cmd.args(args)
-            .env_clear()
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+        spawn(nft, args, input, Some((self.net.as_raw_fd(), user)))
+    }
+
+    /// Run `ip ARGS` inside the box's namespaces with `stdin` as its input; its stdout.
+    pub fn ip(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
+        let ip = find_program(IP_PATHS, "iproute2")?;
+        let user = self.user.as_ref().map(AsRawFd::as_raw_fd);
+        spawn(
+            ip,
+            args,
+            NftInput::Now(stdin.to_vec()),
+            Some((self.net.as_raw_fd(), user)),
+        )?
+        .wait()
+    }
+}
+
+/// Run `ip ARGS` in the caller's own namespaces (the host's, for the rootful uplink's host
+/// side) with `stdin` as its input, bounded like every run here; its stdout.
+pub fn host_ip(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
+    let ip = find_program(IP_PATHS, "iproute2")?;
+    spawn(ip, args, NftInput::Now(stdin.to_vec()), None)?.wait()
+}
+
+/// Run `nft ARGS` in the caller's own namespaces with `stdin` as its input; its stdout.
+pub fn host_nft(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
+    let nft = find_program(NFT_PATHS, "nftables")?;
+    spawn(nft, args, NftInput::Now(stdin.to_vec()), None)?.wait()
+}
+
+/// The first of `paths` that exists (hooks run with a cleared environment: no `PATH`).
+fn find_program(
+    paths: &'static [&'static str],
+    package: &'static str,
+) -> Result<&'static Path, NetnsError> {
+    paths
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .ok_or_else(|| NetnsError::Missing {
+            looked: paths.join(", "),
+            package,
+        })
+}
+
+/// Start `program ARGS`, in the namespaces `enter` names (network fd, and user fd when it is
+/// not the caller's own) or in the caller's own, without waiting for it (see
+/// [`BoxNamespaces::spawn_nft`]).
+fn spawn(
+    program: &Path,
+    args: &[&str],
+    input: NftInput,
+    enter: Option<(RawFd, Option<RawFd>)>,
+) -> Result<NsRun, NetnsError> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some((net, user)) = enter {
         // SAFETY: the closure runs in the forked child before exec and calls only setns, which
         // is async-signal-safe; the fds it names are open in the child (fork copies them).
         unsafe {
@@ -196,54 +253,57 @@ impl BoxNamespaces {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
-        h5i_log::spawned(&cmd, Some(child.id()));
-        let pidfd = match h5i_sys::pidfd::open(child.id() as i32) {
-            Ok(p) => p,
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(NetnsError::Spawn(e));
-            }
-        };
-        let mut stdin = child.stdin.take();
-        let now = match input {
-            NftInput::Now(bytes) => stdin.take().map(|s| (s, bytes)),
-            NftInput::Later => None,
-        };
-        // The input is written on the thread too, so a script larger than a pipe cannot block
-        // the caller; a failed write (nft gone) fails the run even if nft exited 0.
-        let (tx, done) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let written = now.map_or(Ok(()), |(mut s, bytes)| s.write_all(&bytes));
-            let out = child.wait_with_output();
-            let _ = tx.send(written.and(out));
-        });
-        Ok(NftRun {
-            args: args.join(" "),
-            pidfd,
-            stdin,
-            done: Some(done),
-        })
     }
+    let mut child = cmd.spawn().map_err(NetnsError::Spawn)?;
+    h5i_log::spawned(&cmd, Some(child.id()));
+    let pidfd = match h5i_sys::pidfd::open(child.id() as i32) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(NetnsError::Spawn(e));
+        }
+    };
+    let mut stdin = child.stdin.take();
+    let now = match input {
+        NftInput::Now(bytes) => stdin.take().map(|s| (s, bytes)),
+        NftInput::Later => None,
+    };
+    // The input is written on the thread too, so a script larger than a pipe cannot block
+    // the caller; a failed write (the program gone) fails the run even if it exited 0.
+    let (tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let written = now.map_or(Ok(()), |(mut s, bytes)| s.write_all(&bytes));
+        let out = child.wait_with_output();
+        let _ = tx.send(written.and(out));
+    });
+    let name = program
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    Ok(NsRun {
+        args: format!("{name} {}", args.join(" ")),
+        pidfd,
+        stdin,
+        done: Some(done),
+    })
 }
 
-/// What an [`NftRun`] reads on stdin.
+/// What an [`NsRun`] reads on stdin.
 #[derive(Debug)]
 pub enum NftInput {
     /// All of it, now (stdin is then closed).
     Now(Vec<u8>),
-    /// One [`NftRun::request`] later; until then nft waits on its stdin.
+    /// One [`NsRun::request`] later; until then nft waits on its stdin.
     Later,
 }
 
-/// The most one [`NftRun::request`] may send: a pipe takes a write this size at once
+/// The most one [`NsRun::request`] may send: a pipe takes a write this size at once
 /// (`PIPE_BUF`), so sending cannot block.
 const MAX_REQUEST: usize = 4096;
 
 /// An `nft` started in the box's namespaces by [`BoxNamespaces::spawn_nft`].
 #[derive(Debug)]
-pub struct NftRun {
+pub struct NsRun {
     args: String,
     pidfd: OwnedFd,
     stdin: Option<std::process::ChildStdin>,
@@ -251,7 +311,7 @@ pub struct NftRun {
     done: Option<Receiver<io::Result<Output>>>,
 }
 
-impl NftRun {
+impl NsRun {
     /// Whether it is still running (a held-back nft waiting for its request).
     pub fn alive(&self) -> bool {
         matches!(
@@ -310,7 +370,7 @@ impl NftRun {
     }
 }
 
-impl Drop for NftRun {
+impl Drop for NsRun {
     /// One never waited for is killed, so a refused attach leaves no nft running in the box's
     /// namespaces (a load it cut short never applied: nft loads a script as one transaction);
     /// the thread reaps it.

@@ -57,7 +57,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::egress::{self, EgressRequest};
 use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
-use crate::netns::{BoxNamespaces, NftInput, NftRun};
+use crate::netns::{BoxNamespaces, NftInput, NsRun};
 use crate::nft;
 use crate::uplink::Uplink;
 use h5i_sys::fd_passing::{self, Wait};
@@ -142,10 +142,10 @@ struct Attached {
     ns: BoxNamespaces,
     uplink: Uplink,
     /// An `nft -j -f -` waiting in the box's namespaces for [`nft::list_request`].
-    counter_reader: Option<NftRun>,
+    counter_reader: Option<NsRun>,
     /// An `nft -f -` waiting in the box's namespaces for the next run's table (started after a
     /// sandbox's `end`), so the next `begin`'s swap does not pay for starting one.
-    loader: Option<NftRun>,
+    loader: Option<NsRun>,
 }
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
@@ -449,8 +449,7 @@ impl Sentry {
         let load = ns
             .spawn_nft(&["-f", "-"], NftInput::Now(self.script.as_bytes().to_vec()))
             .map_err(|e| e.to_string())?;
-        let mut uplink = Uplink::start(&ns, nft::needs_ipv6(&self.rules), &self.log)
-            .map_err(|e| e.to_string())?;
+        let mut uplink = Uplink::start(&ns, &self.rules, &self.log).map_err(|e| e.to_string())?;
         if let Err(e) = load.wait() {
             uplink.stop();
             return Err(e.to_string());
@@ -473,6 +472,7 @@ impl Sentry {
         let rules =
             egress::pin(reqs, &SystemResolver, &self.address_rules).map_err(|e| e.to_string())?;
         let script = nft::render(&rules);
+        a.uplink.route(&rules).map_err(|e| e.to_string())?;
         // The previous run's reader would list the old table: end it before the swap.
         a.counter_reader.take();
         let replacement = nft::replace(&script);
@@ -480,7 +480,7 @@ impl Sentry {
         let waiting = a
             .loader
             .take()
-            .filter(NftRun::alive)
+            .filter(NsRun::alive)
             .and_then(|mut l| l.request(replacement.as_bytes()).is_ok().then_some(l));
         match waiting {
             Some(loader) => loader.wait(),
@@ -550,7 +550,7 @@ impl Sentry {
         });
         if let Some(a) = self.attached.as_mut() {
             if !a.uplink.alive() {
-                eprintln!("h5i sentry: slirp4netns had exited before the run ended");
+                eprintln!("h5i sentry: the uplink had ended before the run ended");
             }
             a.uplink.stop();
         }

@@ -1,6 +1,12 @@
-//! The box's only way out: slirp4netns on a tap device inside the box's network namespace.
+//! The box's only way out: for a sentry that is real root and a table without IPv6 pins, a veth
+//! pair and the host kernel's forwarding (`veth.rs`); otherwise slirp4netns on a tap device
+//! inside the box's network namespace. Chosen by measurement: the veth pair runs at the host's
+//! own speed; unprivileged, pasta (passt 2023-03-09, Debian 12) measured within noise of
+//! slirp4netns here (median 165 vs 198 ms for 100 MB, host 96 ms) and needs five more flags to
+//! keep the host's ports and loopback out of the box, so slirp4netns stays (BENCHMARKS.md).
+//! IPv6 stays on slirp4netns: the kernel has no per-device IPv6 forwarding switch to scope.
 //!
-//! Owns starting and stopping the uplink: `slirp4netns --configure --mtu=65520
+//! Owns starting and stopping the uplink, and for slirp4netns: `slirp4netns --configure --mtu=65520
 //! --disable-host-loopback --enable-seccomp [--enable-sandbox] [--enable-ipv6]
 //! --ready-fd=3 --exit-fd=4 [--userns-path=/proc/self/fd/6] --netns-type=path /proc/self/fd/5
 //! tap0`, with the namespace fds the sentry holds inherited at fixed numbers. slirp4netns runs in
@@ -41,6 +47,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::netns::BoxNamespaces;
+use crate::veth::{VethError, VethUplink};
+use h5i_policy::receipt::PinnedRule;
 use h5i_sys::{fds, pidfd};
 
 /// Where slirp4netns is looked for (hooks run with a cleared environment).
@@ -72,11 +80,65 @@ pub enum UplinkError {
     /// It exited or stalled before saying it was ready.
     #[error("refusing: slirp4netns did not bring up {DEVICE} in the box ({0}); to fix: check /dev/net/tun is usable by this user (mode 0666) and see the sentry log")]
     NotReady(String),
+    /// The veth pair could not be made.
+    #[error(transparent)]
+    Veth(#[from] VethError),
 }
 
 /// A running uplink.
 #[derive(Debug)]
-pub struct Uplink {
+pub enum Uplink {
+    /// slirp4netns on the box's tap device.
+    Slirp(Slirp),
+    /// A veth pair and the host's forwarding.
+    Veth(VethUplink),
+}
+
+impl Uplink {
+    /// Start the uplink this sentry can give the box for `rules`: the veth pair for real root
+    /// and IPv4-only pins, else slirp4netns (its output to `log`, the sentry's own log).
+    pub fn start(
+        ns: &BoxNamespaces,
+        rules: &[PinnedRule],
+        log: &std::fs::File,
+    ) -> Result<Uplink, UplinkError> {
+        let ipv6 = crate::nft::needs_ipv6(rules);
+        if crate::netns::real_root() && !ipv6 {
+            eprintln!("h5i sentry: uplink: veth pair, host forwarding");
+            return Ok(Uplink::Veth(VethUplink::start(ns, rules)?));
+        }
+        Ok(Uplink::Slirp(Slirp::start(ns, ipv6, log)?))
+    }
+
+    /// Make `rules` (a later run's pins) reachable: the veth uplink's reply devices; nothing
+    /// for slirp4netns, which dials out as a host process.
+    pub fn route(&mut self, rules: &[PinnedRule]) -> Result<(), UplinkError> {
+        match self {
+            Uplink::Slirp(_) => Ok(()),
+            Uplink::Veth(v) => Ok(v.route(rules)?),
+        }
+    }
+
+    /// Whether it is still up.
+    pub fn alive(&self) -> bool {
+        match self {
+            Uplink::Slirp(s) => s.alive(),
+            Uplink::Veth(v) => v.alive(),
+        }
+    }
+
+    /// End it.
+    pub fn stop(&mut self) {
+        match self {
+            Uplink::Slirp(s) => s.stop(),
+            Uplink::Veth(v) => v.stop(),
+        }
+    }
+}
+
+/// A running slirp4netns.
+#[derive(Debug)]
+pub struct Slirp {
     child: Child,
     pidfd: OwnedFd,
     exit_w: Option<OwnedFd>,
@@ -133,14 +195,14 @@ pub fn args(ipv6: bool, sandbox: bool, userns: bool) -> Vec<String> {
     a
 }
 
-impl Uplink {
+impl Slirp {
     /// Start slirp4netns for the box and wait (bounded) until it reports the device ready.
     /// Its output goes to `log` (the sentry's own log).
     pub fn start(
         ns: &BoxNamespaces,
         ipv6: bool,
         log: &std::fs::File,
-    ) -> Result<Uplink, UplinkError> {
+    ) -> Result<Slirp, UplinkError> {
         let slirp = SLIRP_PATHS
             .iter()
             .map(Path::new)
@@ -211,7 +273,7 @@ impl Uplink {
         h5i_log::spawned(&cmd, Some(child.id()));
         drop((ready_src, exit_src, net_src, user_src));
         let pidfd = pidfd::open(child.id() as i32).map_err(UplinkError::Spawn)?;
-        let mut uplink = Uplink {
+        let mut uplink = Slirp {
             child,
             pidfd,
             exit_w: Some(exit_w),
@@ -240,7 +302,7 @@ impl Uplink {
     }
 }
 
-impl Drop for Uplink {
+impl Drop for Slirp {
     fn drop(&mut self) {
         if self.exit_w.is_some() {
             self.stop();

@@ -180,14 +180,27 @@ fn bundle(dir: &Path, spec: &serde_json::Value) -> PathBuf {
     b
 }
 
-/// Whether the sentry started slirp4netns with its sandbox (the log's uplink line).
-fn assert_sandboxed(log: &str, sandboxed: bool) {
+/// Which uplink the sentry started (the log's uplink line).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum UplinkSeen {
+    /// A veth pair and the host's forwarding (a sentry that is real root).
+    Veth,
+    /// slirp4netns, with or without its own sandbox.
+    Slirp { sandboxed: bool },
+}
+
+fn assert_uplink(log: &str, want: UplinkSeen) {
     let line = log
         .lines()
         .find(|l| l.starts_with("h5i sentry: uplink: "))
         .unwrap_or_else(|| panic!("no uplink line in the sentry log:\n{log}"));
-    assert!(line.contains("--disable-host-loopback"), "{line}");
-    assert_eq!(line.contains("--enable-sandbox"), sandboxed, "{line}");
+    match want {
+        UplinkSeen::Veth => assert!(line.contains("veth pair"), "{line}"),
+        UplinkSeen::Slirp { sandboxed } => {
+            assert!(line.contains("--disable-host-loopback"), "{line}");
+            assert_eq!(line.contains("--enable-sandbox"), sandboxed, "{line}");
+        }
+    }
 }
 
 /// What is left in a net directory after the run (the tally and the log, nothing else).
@@ -248,7 +261,7 @@ fn supervised_box_as_root(gated: bool, test: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     check_results(&out, &expect, &log);
-    assert_sandboxed(&log, true);
+    assert_uplink(&log, UplinkSeen::Veth);
     let t = tally(&net_dir);
     check_tally(&t, &hosts);
     if gated {
@@ -379,7 +392,7 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     );
     check_results(&out, &expect, &log);
     // An unprivileged sentry outside any user namespace cannot sandbox slirp4netns.
-    assert_sandboxed(&log, false);
+    assert_uplink(&log, UplinkSeen::Slirp { sandboxed: false });
     let t = tally_kept_in(&b);
     check_tally(&t, &hosts);
     check_gate_tally(&t);
@@ -616,7 +629,7 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
         String::from_utf8_lossy(&out.stderr)
     );
     check_results(&out, &expect, &log);
-    assert_sandboxed(&log, true);
+    assert_uplink(&log, UplinkSeen::Veth);
     let t = tally_kept_in(&bundle);
     check_tally(&t, &hosts);
     // The kept files live as long as the container: `podman rm` takes them with it.
@@ -836,7 +849,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     assert!(!dir_outlived, "{} outlived the run", net_dir.display());
     check_results(&out, &expect, &log);
     // The sentry holds CAP_SYS_ADMIN in Podman's user namespace: slirp4netns is sandboxed.
-    assert_sandboxed(&log, true);
+    assert_uplink(&log, UplinkSeen::Slirp { sandboxed: true });
     let t: NetTally = serde_json::from_str(&tally.unwrap()).unwrap();
     check_tally(&t, &hosts);
 }
@@ -868,7 +881,7 @@ fn a_box_whose_network_cannot_be_supervised_never_starts() {
         return;
     }
     type Mangle = fn(&mut serde_json::Value);
-    let cases: [(&str, &str, Mangle); 5] = [
+    let cases: [(&str, &str, Mangle); 6] = [
         ("netadmin", "CAP_NET_ADMIN", |s| {
             s["process"]["capabilities"]["bounding"] = serde_json::json!(["CAP_NET_ADMIN"]);
         }),
@@ -879,6 +892,10 @@ fn a_box_whose_network_cannot_be_supervised_never_starts() {
         ("gateway", "slirp4netns", |s| {
             s["annotations"]["h5i.net.egress"] =
                 serde_json::json!(r#"[{"host":"gw.test","port":22,"addrs":["10.0.2.2"]}]"#);
+        }),
+        ("veth_range", "100.127.0.0/16", |s| {
+            s["annotations"]["h5i.net.egress"] =
+                serde_json::json!(r#"[{"host":"pair.test","port":22,"addrs":["100.127.0.0"]}]"#);
         }),
         ("hostnet", "host's network namespace", |s| {
             let ns = s["linux"]["namespaces"].as_array_mut().unwrap();
