@@ -177,32 +177,73 @@ def row_section(meta, results):
     return lines
 
 
+def row_lines(out, name, summary, sections):
+    """Append row NAME's summary line and section (from OUT's results) to the two lists."""
+    meta = load(os.path.join(out, f"{name}.meta.json"))
+    if meta is None:
+        summary.append(f"| {name} | | not run yet | — |")
+        return
+    hf = load(os.path.join(out, f"{name}.json"))
+    results = None
+    if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
+        results = hf["results"]
+    target = target_text(meta["target"])
+    if results is None:
+        reason = (meta.get("reason") or "no results").replace("|", "\\|")
+        summary.append(f"| [{name}](#{name}) | {target} | not measured: {reason} | — |")
+    else:
+        value, met = evaluate(meta["target"], results[0], results[1])
+        summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
+    sections += row_section(meta, results)
+
+
+def splice(lines, name, summary, section):
+    """LINES (a report) with row NAME's summary line and section replaced by SUMMARY and
+    SECTION, or added (the line at the end of the summary table, the section at the end)."""
+    mine = (f"| [{name}](#{name}) |", f"| {name} |")
+    at = next((i for i, l in enumerate(lines) if l.startswith(mine)), None)
+    if at is None:
+        head = lines.index("## Summary") if "## Summary" in lines else len(lines)
+        at = next((i for i in range(head + 3, len(lines)) if not lines[i].startswith("|")), len(lines))
+        lines = lines[:at] + summary + lines[at:]
+    else:
+        lines = lines[:at] + summary + lines[at + 1:]
+    start = next((i for i, l in enumerate(lines) if l == f"## {name}"), None)
+    if start is None:
+        return lines + [""] + section
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return lines[:start] + section + lines[end:]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        help="rewrite only these rows' summary lines and sections of an existing report",
+    )
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
     summary = ["| row | target | result | met |", "|---|---|---|---|"]
     sections = []
+    by_row = {}
     for name in args.rows:
-        meta = load(os.path.join(args.out, f"{name}.meta.json"))
-        if meta is None:
-            summary.append(f"| {name} | | not run yet | — |")
-            continue
-        hf = load(os.path.join(args.out, f"{name}.json"))
-        results = None
-        if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
-            results = hf["results"]
-        target = target_text(meta["target"])
-        if results is None:
-            reason = (meta.get("reason") or "no results").replace("|", "\\|")
-            summary.append(f"| [{name}](#{name}) | {target} | not measured: {reason} | — |")
-        else:
-            value, met = evaluate(meta["target"], results[0], results[1])
-            summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
-        sections += row_section(meta, results)
+        at = (len(summary), len(sections))
+        row_lines(args.out, name, summary, sections)
+        by_row[name] = (summary[at[0]:], sections[at[1]:])
+
+    if args.only is not None and os.path.exists(args.report):
+        with open(args.report, encoding="utf-8") as f:
+            old = f.read().rstrip("\n").split("\n")
+        for name in args.only:
+            old = splice(old, name, *by_row[name])
+        with open(args.report, "w", encoding="utf-8") as f:
+            f.write("\n".join(old).rstrip("\n") + "\n")
+        return 0
+
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     doc = [

@@ -203,5 +203,8 @@ for name in "${selected[@]}"; do
     measure_row "$name"
 done
 
-python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" -- "${ROWS[@]}"
+# Named rows replace only their own summary lines and sections of the existing report.
+only=()
+[ $# -eq 0 ] || only=(--only "${selected[@]}")
+python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" "${only[@]}" -- "${ROWS[@]}"
 echo "bench: wrote $REPORT"
