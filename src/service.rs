@@ -296,7 +296,11 @@ fn require_service_tier(name: &str, tier: Tier) -> Result<(), ServiceError> {
 
 /// [`require_service_tier`], except for a box's box-lifetime browser sidecar, which also lives
 /// at the supervised tier (in the network of the box's sandbox).
-fn require_servable(name: &str, service: &str, policy: &ResolvedPolicy) -> Result<(), ServiceError> {
+fn require_servable(
+    name: &str,
+    service: &str,
+    policy: &ResolvedPolicy,
+) -> Result<(), ServiceError> {
     if service == crate::browser::sidecar::SERVICE
         && crate::browser::sidecar::lives_for_the_box(policy)
     {

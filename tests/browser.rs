@@ -890,7 +890,9 @@ fn outlives_case(tier: &'static str) {
     let (hostile, rc) = box_sh(
         c,
         "web",
-        &format!("{HOSTILE_PAGE} && {serve}agent-browser open http://127.0.0.1:{APP_PORT}/evil.html"),
+        &format!(
+            "{HOSTILE_PAGE} && {serve}agent-browser open http://127.0.0.1:{APP_PORT}/evil.html"
+        ),
     );
     assert_eq!(rc, 0, "{hostile}");
 

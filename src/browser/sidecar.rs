@@ -34,8 +34,8 @@ use h5i_runtime::bundle::BundlePlan;
 
 use super::relay::{Relay, DAEMON_DIR, SESSION};
 use crate::error::BoxError;
-use crate::session::Network;
 use crate::service::ServiceError;
+use crate::session::Network;
 use crate::store::{BoxPaths, BoxStore, StoredBox};
 
 /// How long the daemon may take to answer after its sidecar started.
@@ -177,10 +177,14 @@ fn sandbox_up(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<i32, BoxError> 
 
 /// Whether the running sidecar of `sb` is in the network namespace of the process `pid`.
 fn in_network_of(sb: &StoredBox, pid: i32) -> bool {
-    let ino = |p: i32| std::fs::metadata(format!("/proc/{p}/ns/net")).ok().map(|m| {
-        use std::os::unix::fs::MetadataExt;
-        m.ino()
-    });
+    let ino = |p: i32| {
+        std::fs::metadata(format!("/proc/{p}/ns/net"))
+            .ok()
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino()
+            })
+    };
     let sidecar = crate::service::read_state(&sb.paths, SERVICE)
         .filter(crate::service::ServiceState::alive)
         .and_then(|st| st.pid);
