@@ -57,7 +57,7 @@ for p in filter(str.isdigit, os.listdir("/proc")):
     [ -n "$pid" ] || { echo "the run's waiting shell was not found" >&2; exit 1; }
     mcg="$(sed -n 's/^[0-9]*:memory://p' "/proc/$pid/cgroup")"
     usage="$(cat "/sys/fs/cgroup/memory$mcg/memory.usage_in_bytes")"
-    # At the process tier as root the browser is the box's sidecar, a container (and cage) of
+    # At the process and supervised tiers as root the browser is the box's sidecar, a container (and cage) of
     # its own beside the run's: its usage is the box's too.
     state="$(find "$work/repo/.git/.h5i" -path '*/mem/services/browser.json' 2>/dev/null | head -n 1)"
     if [ -n "$state" ]; then

@@ -398,7 +398,7 @@ add_row box-cache-npm-warm-box-vs-host \
 # baseline is the same script on the host with the variables a browser box's runs get
 # (src/browser/mod.rs). Each run is a cold start: the script closes the browser, and a box's
 # run ends its daemon with it.
-# At the process tier as root the box's browser is its sidecar (src/browser/sidecar.rs): the
+# At the process and supervised tiers as root the box's browser is its sidecar (src/browser/sidecar.rs): the
 # run reaches it through h5i's relay and the fence, and each run's `close` makes the next one
 # launch Chromium afresh in the sidecar. At the container tier the box runs the browser image
 # (`make images`: localhost/h5i-browser) as the engine user.

@@ -89,6 +89,15 @@ pub fn status(sb: &StoredBox) -> Option<SandboxState> {
     rt::connect(&dir.join("init.sock")).ok().map(|_| state)
 }
 
+/// The pid of the sandbox's init and its net directory, when its init answers: where the box's
+/// box-lifetime browser joins a supervised sandbox's network (`crate::browser::sidecar`).
+pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
+    status(sb)?;
+    let dir = dir_for(sb).ok()?;
+    let pid = fs::read_to_string(dir.join("init.pid")).ok()?;
+    Some((pid.trim().parse().ok()?, net_dir(&dir)))
+}
+
 /// `status`'s line for the sandbox.
 pub fn status_line(sb: &StoredBox) -> String {
     match status(sb) {

@@ -16,6 +16,8 @@
 //! listener from inside. Nothing of the box is ever published.
 //! Later runs of the same box join that namespace (see [`live_network_pid`]); another box never
 //! does. At the workspace tier a service is a plain supervised process on the host's network.
+//! At the supervised tier the only service is a browser box's built-in `browser` sidecar
+//! (`crate::browser::sidecar`), a container in the network of the box's sandbox.
 //!
 //! Must never: signal a pid it has not re-identified (pid + start time, through a pidfd), bind
 //! anything but loopback, wait by sleeping (every wait is a pidfd, an inotify fd or a pipe under
@@ -292,6 +294,21 @@ fn require_service_tier(name: &str, tier: Tier) -> Result<(), ServiceError> {
     }
 }
 
+/// [`require_service_tier`], except for a box's box-lifetime browser sidecar, which also lives
+/// at the supervised tier (in the network of the box's sandbox).
+fn require_servable(
+    name: &str,
+    service: &str,
+    policy: &ResolvedPolicy,
+) -> Result<(), ServiceError> {
+    if service == crate::browser::sidecar::SERVICE
+        && crate::browser::sidecar::lives_for_the_box(policy)
+    {
+        return Ok(());
+    }
+    require_service_tier(name, policy.tier)
+}
+
 /// Start `service` of box `name` in the background; returns once its supervisor reports it
 /// started (its pid known, its forward bound), with the state it wrote.
 pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState, ServiceError> {
@@ -300,7 +317,7 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
     require_active(&sb, "service start")?;
     let policy = load_policy(&sb)?;
     declared(&policy, name, service)?;
-    require_service_tier(name, policy.tier)?;
+    require_servable(name, service, &policy)?;
     if let Some(st) = read_state(&sb.paths, service).filter(ServiceState::alive) {
         return Err(ServiceError::AlreadyRunning {
             name: name.to_string(),
@@ -480,7 +497,7 @@ pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
 fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let sup = st.supervisor.pidfd();
     crate::freeze::release(st);
-    let first = if st.tier == Tier::Process.as_str() {
+    let first = if in_container(st) {
         // The container init is pid 1 of its namespace and ignores what it has no handler
         // for; killing it ends the namespace, and h5i-runc then deletes the container.
         libc::SIGKILL
@@ -510,6 +527,12 @@ fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     })
 }
 
+/// Whether the service is a container of its own (process tier, and the supervised tier's
+/// browser sidecar), whose recorded pid is the container init's.
+fn in_container(st: &ServiceState) -> bool {
+    st.tier != Tier::Workspace.as_str()
+}
+
 /// Signal the service: its container init (process tier), or its process group (workspace
 /// tier: the service leads its own group, and its children are in it). Re-identified first.
 fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
@@ -519,7 +542,7 @@ fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
     let Some(fd) = p.pidfd() else {
         return false;
     };
-    if st.tier == Tier::Process.as_str() {
+    if in_container(st) {
         h5i_sys::pidfd::send_signal(&fd, sig).is_ok()
     } else {
         // SAFETY: kill(2) on the group the re-identified service leads; no memory involved.
@@ -591,7 +614,7 @@ fn supervise_inner(
     let policy = session.policy();
     let paths = session.stored_box().paths.clone();
     let decl = declared(policy, name, service)?;
-    require_service_tier(name, policy.tier)?;
+    require_servable(name, service, policy)?;
     let me = std::process::id() as i32;
     let supervisor = ProcId::of(me).ok_or_else(|| BoxError::BadRequest {
         what: "cannot read this process's own /proc entry".into(),
@@ -662,6 +685,9 @@ fn supervise_inner(
         && crate::browser::sidecar::lives_for_the_box(policy)
     {
         req.edit_plan = Some(&crate::browser::sidecar::own_group);
+        if policy.tier == Tier::Supervised {
+            req.network = crate::browser::sidecar::sandbox_network(session.stored_box())?;
+        }
     }
     let outcome = session.run(req)?;
     // The last of its output reaches the log before the exit is recorded (bounded: a process

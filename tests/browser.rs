@@ -10,8 +10,10 @@
 //! policy inside Chrome, and at the supervised tier the pinned table refuses an allowed name on a
 //! port it does not list (L4), which the run's receipt counts as denied; at the container tier
 //! (the `localhost/h5i-browser` image `make images` builds) Chrome's egress goes through the
-//! box's proxy, which refuses and counts the same unlisted port. At the process tier as root the
-//! browser is the box's `browser` sidecar: it outlives each run, and h5i's relay in front of it
+//! box's proxy, which refuses and counts the same unlisted port. At the process and supervised
+//! tiers as root the browser is the box's `browser` sidecar (at supervised, in the network of the
+//! box's sandbox, so the page's refused dial is counted in the run's receipt): it outlives each
+//! run, and h5i's relay in front of it
 //! enforces the control lock (`h5i browser take|release`) and feeds "What the browser saw" in
 //! report.md, after runs and terminal shell sessions alike; a hostile run that dials Chromium's
 //! DevTools port, the daemon's stream port or the daemon's socket directly never completes a
@@ -384,7 +386,9 @@ fn supervised_case(as_user: bool) {
         .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
         .with_env("H5I_TEST_HOSTS", &pin);
     browser_box(&mut c, "web", "supervised");
-    let s = drive(&mut c, "web", true, false, &egress_steps("http"));
+    // As root the browser is the box-lifetime sidecar in the sandbox's network; as h5i-test
+    // each run's own.
+    let s = drive(&mut c, "web", true, !as_user, &egress_steps("http"));
     let who = c.who();
     let (unlisted, rc) = s["unlisted"].clone();
     assert_eq!(rc, 0, "{who}: {unlisted}");
@@ -397,6 +401,7 @@ fn supervised_case(as_user: bool) {
         denied.unwrap_or(0) >= 1,
         "{who}: the L4 refusal is not in the receipt: {rec}"
     );
+    c.ok(&["box", "rm", "--force", "web"]);
 }
 
 #[test]
@@ -668,16 +673,56 @@ impl Drop for RemovedAtEnd<'_> {
     }
 }
 
-/// As root (or `None`, said as skipped): the process-tier browser box `web`, whose browser is
-/// the box-lifetime sidecar, with the demo app served by its `demo` service.
+/// A root caller's browser box `web` whose browser is the box-lifetime sidecar (or `None`, said
+/// as skipped), and what serves the demo app: at process its `demo` service; at supervised
+/// (no services there) each run that needs the app starts it (`serve`), and the box's egress
+/// `allowed.test:8080` is pinned to the test hosts kept here.
+struct SidecarBox {
+    c: Caller,
+    tier: &'static str,
+    /// Kept up for as long as the box runs (its hosts answer the pinned names).
+    _hosts: Option<TestHosts>,
+}
+
+/// The process tier's [`SidecarBox`], as its caller.
 fn demo_sidecar_box(test: &str, why: &str) -> Option<Caller> {
-    if !require_root(test, why) {
-        return None;
+    SidecarBox::up("process", test, why).map(|sc| sc.c)
+}
+
+impl SidecarBox {
+    fn up(tier: &'static str, test: &str, why: &str) -> Option<SidecarBox> {
+        if !require_root(test, why) {
+            return None;
+        }
+        let hosts = match tier {
+            "supervised" => Some(TestHosts::up(test, &[8080, 9090], &[])?),
+            _ => None,
+        };
+        let mut c = Caller::either(false).with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY);
+        if let Some(h) = &hosts {
+            c = c.with_env("H5I_TEST_HOSTS", &h.pin(&[("allowed.test", h.first)]));
+        }
+        browser_box(&mut c, "web", tier);
+        if tier == "process" {
+            c.ok(&["box", "service", "start", "web", "demo"]);
+        }
+        Some(SidecarBox {
+            c,
+            tier,
+            _hosts: hosts,
+        })
     }
-    let mut c = Caller::either(false);
-    browser_box(&mut c, "web", "process");
-    c.ok(&["box", "service", "start", "web", "demo"]);
-    Some(c)
+
+    /// What a run that needs the demo app runs first: nothing where a service serves it; at
+    /// supervised, the app in the run's background, waited for.
+    fn serve(&self) -> String {
+        if self.tier == "process" {
+            return String::new();
+        }
+        format!(
+            "(python3 -m http.server {APP_PORT} --bind 127.0.0.1 --directory /work/app >/dev/null 2>&1 &) && python3 -c 'import socket, time; any(socket.socket().connect_ex((\"127.0.0.1\", {APP_PORT})) == 0 or time.sleep(0.05) for _ in range(200))' && "
+        )
+    }
 }
 
 /// Run `script` in box `name` (`sh -c`); its stdout and stderr together, and its exit code.
@@ -755,31 +800,33 @@ fn kill_sidecar_chrome(c: &Caller, name: &str) {
 /// A page whose title and console error carry terminal escapes (OSC title, SGR colour).
 const HOSTILE_PAGE: &str = "printf '<title>\\033]0;pwned\\007evil</title><script>console.error(\"\\033[31mred \\033]52;c;AAAA\\007\")</script>' > /work/app/evil.html";
 
-/// At the process tier a browser box's browser is a sidecar that outlives each run: a second
+/// At the process and supervised tiers a root caller's browser box's browser is a sidecar that
+/// outlives each run (at supervised, in the network of the box's sandbox): a second
 /// run sees the page the first opened. A human takes control: the agent's click is refused
 /// with the typed message while its snapshot works, a second take is refused, and after the
 /// release a pre-take @ref is refused until a new snapshot. Report.md lists what the browser
 /// saw (the demo's console error, exception and failing request exactly once across runs, a
 /// hostile page's escapes escaped), a run after Chromium was killed is `unavailable`, take and
 /// release are viewer-lane records, and `box rm` stops the sidecar.
-#[test]
-fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
-    let Some(c) = demo_sidecar_box(
+fn outlives_case(tier: &'static str) {
+    let Some(sc) = SidecarBox::up(
+        tier,
         "the box-lifetime browser",
-        "a root caller's runs join the sidecar's network",
+        "a root caller's runs share the sidecar's network",
     ) else {
         return;
     };
-    let _removed = RemovedAtEnd(&c, "web");
+    let (c, serve) = (&sc.c, sc.serve());
+    let _removed = RemovedAtEnd(c, "web");
 
     let (open, rc) = box_sh(
-        &c,
+        c,
         "web",
-        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/"),
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/"),
     );
     assert_eq!(rc, 0, "{open}");
     assert!(open.contains("h5i browser demo"), "{open}");
-    let (url, rc) = box_sh(&c, "web", "agent-browser get url");
+    let (url, rc) = box_sh(c, "web", "agent-browser get url");
     assert_eq!(rc, 0, "{url}");
     assert!(
         url.contains(&format!("http://127.0.0.1:{APP_PORT}/")),
@@ -790,7 +837,7 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
     assert_eq!(status["holder"], "agent", "{status}");
     assert_eq!(status["running"], true, "{status}");
 
-    let (snap, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    let (snap, rc) = box_sh(c, "web", "agent-browser snapshot -i");
     assert_eq!(rc, 0, "{snap}");
     let button = sign_up_ref(&snap);
 
@@ -802,7 +849,7 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
         "{}",
         stderr(&again)
     );
-    let (click, rc) = box_sh(&c, "web", &format!("agent-browser click {button}"));
+    let (click, rc) = box_sh(c, "web", &format!("agent-browser click {button}"));
     assert_ne!(
         rc, 0,
         "the agent clicked while a human held the browser: {click}"
@@ -811,7 +858,7 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
         click.contains("refusing: a human holds the browser of box `web`"),
         "{click}"
     );
-    let (watch, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    let (watch, rc) = box_sh(c, "web", "agent-browser snapshot -i");
     assert_eq!(rc, 0, "a read-only verb was refused: {watch}");
     let status: serde_json::Value =
         serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
@@ -826,14 +873,14 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
         stderr(&none)
     );
     // The snapshot taken while the human held control predates the release too.
-    let (stale, rc) = box_sh(&c, "web", &format!("agent-browser click {button}"));
+    let (stale, rc) = box_sh(c, "web", &format!("agent-browser click {button}"));
     assert_ne!(rc, 0, "a stale ref was acted on: {stale}");
     assert!(
         stale.contains(&format!("refusing: {button} is from before a human drove")),
         "{stale}"
     );
     let (fresh, rc) = box_sh(
-        &c,
+        c,
         "web",
         &format!("agent-browser snapshot -i >/dev/null && agent-browser fill @e1 x@example.com; agent-browser click {button} && agent-browser get text '#out'"),
     );
@@ -841,20 +888,28 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
     assert!(fresh.contains("signed up"), "{fresh}");
 
     let (hostile, rc) = box_sh(
-        &c,
+        c,
         "web",
-        &format!("{HOSTILE_PAGE} && agent-browser open http://127.0.0.1:{APP_PORT}/evil.html"),
+        &format!(
+            "{HOSTILE_PAGE} && {serve}agent-browser open http://127.0.0.1:{APP_PORT}/evil.html"
+        ),
     );
     assert_eq!(rc, 0, "{hostile}");
 
     // Chromium dies under the sidecar: the next run that uses the browser is `unavailable`.
-    kill_sidecar_chrome(&c, "web");
-    let (after, _) = box_sh(&c, "web", "agent-browser get url");
+    kill_sidecar_chrome(c, "web");
+    let (after, _) = box_sh(c, "web", "agent-browser get url");
 
     let out = tempfile::tempdir().unwrap();
     let dest = out.path().join("review");
     c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
     let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    // The demo's failing request: a 404 from the box's service, or at supervised (whose app
+    // ends with the run that served it) maybe no response at all.
+    let missing = match tier {
+        "process" => "404 GET http://127.0.0.1:3000/h5i-demo-missing.json",
+        _ => "GET http://127.0.0.1:3000/h5i-demo-missing.json",
+    };
     let saw = report
         .split("## What the browser saw")
         .nth(1)
@@ -863,7 +918,7 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
     for (what, n) in [
         ("h5i-demo: deliberate console error", 1),
         ("h5i-demo: deliberate uncaught exception", 1),
-        ("404 GET http://127.0.0.1:3000/h5i-demo-missing.json", 1),
+        (missing, 1),
         ("visited: `http://127.0.0.1:3000/evil.html`", 1),
         ("**unavailable**", 1),
     ] {
@@ -883,12 +938,22 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
     assert!(viewer.contains("browser take by"), "{viewer}");
     assert!(viewer.contains("browser release by"), "{viewer}");
 
-    let init = sidecar_init(&c, "web");
+    let init = sidecar_init(c, "web");
     c.ok(&["box", "rm", "--force", "web"]);
     assert!(
         !Path::new(&format!("/proc/{init}")).exists(),
         "the browser sidecar outlived `box rm`"
     );
+}
+
+#[test]
+fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it() {
+    outlives_case("process");
+}
+
+#[test]
+fn a_supervised_browser_outlives_its_run_and_a_human_can_take_it() {
+    outlives_case("supervised");
 }
 
 /// What a hostile agent in a browser box runs to reach its browser around h5i's relay: every
@@ -978,19 +1043,20 @@ fn sidecar_init(c: &Caller, name: &str) -> i64 {
 /// the box has, no abstract socket answers, a raw socket is EPERM and the fence's table
 /// cannot be flushed from inside. The relay still drives the browser afterwards, and a click
 /// a human's hold refuses is refused on this path too.
-#[test]
-fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon() {
-    let Some(c) = demo_sidecar_box(
+fn bypass_case(tier: &'static str) {
+    let Some(sc) = SidecarBox::up(
+        tier,
         "the browser fence",
         "the box-lifetime browser is a root caller's",
     ) else {
         return;
     };
-    let _removed = RemovedAtEnd(&c, "web");
+    let (c, serve) = (&sc.c, sc.serve());
+    let _removed = RemovedAtEnd(c, "web");
     let (told, rc) = box_sh(
-        &c,
+        c,
         "web",
-        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ >/dev/null && agent-browser get cdp-url && agent-browser stream status"),
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ >/dev/null && agent-browser get cdp-url && agent-browser stream status"),
     );
     assert_eq!(rc, 0, "{told}");
     let urls: Vec<&str> = told
@@ -1011,9 +1077,11 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
     );
     c.ok(&["browser", "take", "web"]);
 
+    // The probe runs beside the box's own dev server (at supervised, the run's).
     let mut argv = vec![
-        "python3".to_string(),
+        "sh".to_string(),
         "-c".to_string(),
+        format!("{serve}exec python3 -c \"$0\" \"$@\""),
         BYPASS_PROBE.to_string(),
         APP_PORT.to_string(),
     ];
@@ -1056,7 +1124,7 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
     for p in &told {
         assert!(tcp.contains_key(&p.to_string()), "{seen}");
     }
-    let init = sidecar_init(&c, "web");
+    let init = sidecar_init(c, "web");
     let devtools = told[0] as u16;
     let from_host = devtools_from_the_host(init, devtools);
     assert!(
@@ -1088,17 +1156,19 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
         }
     }
     assert_eq!(seen["raw"], "errno 1", "{seen}");
+    // Refused by the kernel: the table's change (process), or already the netlink socket nft
+    // needs, which the supervised tier's socket gate refuses.
     let nft = seen["nft"].as_str().unwrap();
     assert!(
-        nft.starts_with("rc 1") && nft.contains("Operation not permitted"),
+        !nft.starts_with("rc 0") && nft.contains("Operation not permitted"),
         "{nft}"
     );
 
     // The relay is still the way in, and it still enforces the human's hold.
-    let (snap, rc) = box_sh(&c, "web", "agent-browser snapshot -i");
+    let (snap, rc) = box_sh(c, "web", "agent-browser snapshot -i");
     assert_eq!(rc, 0, "{snap}");
     let (click, rc) = box_sh(
-        &c,
+        c,
         "web",
         &format!("agent-browser click {}", sign_up_ref(&snap)),
     );
@@ -1108,9 +1178,19 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
         "{click}"
     );
     c.ok(&["browser", "release", "web"]);
-    let (url, rc) = box_sh(&c, "web", "agent-browser get url");
+    let (url, rc) = box_sh(c, "web", "agent-browser get url");
     assert_eq!(rc, 0, "{url}");
     assert!(url.contains(&format!("127.0.0.1:{APP_PORT}")), "{url}");
+}
+
+#[test]
+fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon() {
+    bypass_case("process");
+}
+
+#[test]
+fn a_supervised_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon() {
+    bypass_case("supervised");
 }
 
 /// `h5i box shell NAME -- sh -c SCRIPT` on a terminal of its own (util-linux `script` holds the

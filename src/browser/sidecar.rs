@@ -2,27 +2,40 @@
 //! built-in service `browser`, so the page one run opened is still there for the next.
 //!
 //! Owns the sidecar's declaration (the daemon in the foreground, its socket in the sidecar's
-//! private `/tmp`), which boxes get one ([`lives_for_the_box`]: a browser box at the process
-//! tier run by root, the one place in this build where runs share a service's network
-//! namespace, so the browser reaches the dev server the runs start), starting it before a run
-//! needs it ([`ensure`]), and starting the relay when the supervisor has the sidecar's pid
+//! private `/tmp`), which boxes get one ([`lives_for_the_box`]: a browser box run by root at
+//! the process tier, where runs join a live service's network namespace, or at the supervised
+//! tier, where the sidecar joins the network namespace of the box's sandbox that the runs go
+//! through, so in both the browser reaches the dev server the runs start and, at supervised,
+//! leaves only through the pinned table whose counts each run's receipt carries), starting it
+//! before a run needs it ([`ensure`]: at supervised, after making the sandbox, and again when
+//! the sandbox was made anew), and starting the relay when the supervisor has the sidecar's pid
 //! ([`start_relay`]). Everything else is the service machinery's (`crate::service`): its
 //! supervisor, its state file, its receipt, and `abort`/`rm` stopping it with the box's
 //! other services.
 //!
+//! At supervised the sidecar is a container of its own (its own mount, pid namespaces and
+//! cgroup) in the sandbox's user and network namespaces: it shares the box's network, not its
+//! group (the fence, `super::fence`, tells the two apart). A supervised run that takes a
+//! container of its own (a terminal, a credential grant) still drives it through the relay in
+//! the box's HOME, but its page is in the sandbox's network, not the run's.
+//!
 //! Must never: start a sidecar for a box whose runs could not reach it (they would get a
-//! browser that cannot see their dev server), or serve the relay before the sidecar's pid is
-//! known and re-identified. Elsewhere (supervised, container, an unprivileged caller's process
-//! box) the browser lives as long as the run that started it, and `h5i browser status` says so.
+//! browser that cannot see their dev server), join a sandbox other than the box's live one, or
+//! serve the relay before the sidecar's pid is known and re-identified. Elsewhere (container,
+//! an unprivileged caller's box, a supervised box whose runs cannot use the sandbox) the
+//! browser lives as long as the run that started it, and `h5i browser status` says so.
 //!
 //! Guarded by `tests/browser.rs`.
 
 use h5i_policy::resolved::Service;
 use h5i_policy::{ResolvedPolicy, Tier};
 
+use h5i_runtime::bundle::BundlePlan;
+
 use super::relay::{Relay, DAEMON_DIR, SESSION};
 use crate::error::BoxError;
 use crate::service::ServiceError;
+use crate::session::Network;
 use crate::store::{BoxPaths, BoxStore, StoredBox};
 
 /// How long the daemon may take to answer after its sidecar started.
@@ -46,24 +59,33 @@ pub fn service_decl() -> Service {
 
 /// The sidecar's plan edit: it runs as the box's group [`super::fence::SIDECAR_GID`], which the
 /// fence tells apart from the box's own processes.
-pub fn own_group(plan: &mut h5i_runtime::bundle::BundlePlan) {
+pub fn own_group(plan: &mut BundlePlan) {
     plan.process_gid = super::fence::SIDECAR_GID;
 }
 
-/// Whether `policy`'s browser outlives each run: a browser box at the process tier, run by
-/// root (whose runs join a live service's network namespace).
+/// Whether `policy`'s browser outlives each run, run by root: a browser box at the process tier
+/// (whose runs join a live service's network namespace), or at the supervised tier when its
+/// runs go through the box's sandbox (sandboxes on, no credential grant), whose network the
+/// sidecar joins.
 pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    super::is_browser_box(policy) && policy.tier == Tier::Process && root
+    let tier = match policy.tier {
+        Tier::Process => true,
+        Tier::Supervised => crate::sandbox::enabled() && policy.auth_grants().is_empty(),
+        _ => false,
+    };
+    super::is_browser_box(policy) && tier && root
 }
 
 /// Why a browser box's browser ends with each run, in a line for `h5i browser status`.
 pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
-    if policy.tier != Tier::Process {
-        "the box-lifetime browser is built at the process tier only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced"
-    } else {
-        "an unprivileged caller's runs cannot join a service's network namespace in this build: each run's browser ends with the run, and the control lock is recorded but not enforced"
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match policy.tier {
+        Tier::Process | Tier::Supervised if !root => "an unprivileged caller's runs cannot join a service's network namespace in this build: each run's browser ends with the run, and the control lock is recorded but not enforced",
+        Tier::Supervised => "this box's supervised runs take a container of their own (H5I_SANDBOX=off, or a credential grant served per run), so no browser can share their network: each run's browser ends with the run, and the control lock is recorded but not enforced",
+        _ => "the box-lifetime browser is built at the process and supervised tiers only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced",
     }
 }
 
@@ -74,20 +96,30 @@ pub fn alive(sb: &StoredBox) -> bool {
         .is_some()
 }
 
-/// Before a run of box `name`: start its browser sidecar when it should have one and has none.
+/// Before a run of box `name`: start its browser sidecar when it should have one and has none
+/// (at the supervised tier, in the network of the box's sandbox, made first when it is down).
 pub fn ensure(store: &BoxStore, name: &str) -> Result<(), BoxError> {
     let sb = store.find(name)?;
     let policy = crate::store::load_policy(&sb)?;
     if !lives_for_the_box(&policy) {
         return Ok(());
     }
+    let sandbox = match policy.tier {
+        Tier::Supervised => Some(sandbox_up(&sb, &policy)?),
+        _ => None,
+    };
     if alive(&sb) {
-        if super::relay::still_bound(&sb.paths) {
+        let why = if !super::relay::still_bound(&sb.paths) {
+            // The browser behind a replaced socket is unreachable for the box's runs.
+            "the browser relay's socket in the box's HOME was replaced"
+        } else if sandbox.is_some_and(|pid| !in_network_of(&sb, pid)) {
+            // The page would no longer see what the runs serve, nor leave by their table.
+            "the box's sandbox was made anew (idle timeout, abort or a new h5i)"
+        } else {
             return Ok(());
-        }
-        // The box replaced the relay's socket: the browser behind it is unreachable for its
-        // runs, so it is restarted (with a fresh profile, as after any restart).
-        eprintln!("h5i: box {name}: the browser relay's socket in the box's HOME was replaced; restarting the box's browser");
+        };
+        // Restarted with a fresh profile, as after any restart.
+        eprintln!("h5i: box {name}: {why}; restarting the box's browser");
         if let Err(e) = crate::service::stop(store, name, SERVICE) {
             if !matches!(e, ServiceError::NotRunning { .. }) {
                 return Err(BoxError::BadRequest {
@@ -113,6 +145,86 @@ pub fn ensure(store: &BoxStore, name: &str) -> Result<(), BoxError> {
             mend: format!("read `h5i box service logs {name} browser`"),
         }),
     }
+}
+
+/// The pid of the init of `sb`'s supervised sandbox, made first (by a run of `true` through it,
+/// which no receipt records: it is h5i's, not the box's) when none answers.
+fn sandbox_up(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<i32, BoxError> {
+    if let Some((pid, _)) = crate::sandbox::live_init(sb) {
+        return Ok(pid);
+    }
+    let plan = crate::process::plan(sb, policy, &["true".into()])?;
+    let pins = crate::supervised::pin_egress(policy)?;
+    let made = crate::sandbox::run(
+        sb,
+        policy,
+        &plan,
+        Some(DAEMON_START),
+        plan.env.clone(),
+        Some(&pins),
+    )?;
+    match (made, crate::sandbox::live_init(sb)) {
+        (Some(_), Some((pid, _))) => Ok(pid),
+        _ => Err(BoxError::BadRequest {
+            what: format!(
+                "box `{}`'s browser needs the box's sandbox, which could not be made here",
+                sb.manifest.name
+            ),
+            mend: "run with H5I_SANDBOX=off (each run then has a browser of its own)".into(),
+        }),
+    }
+}
+
+/// Whether the running sidecar of `sb` is in the network namespace of the process `pid`.
+fn in_network_of(sb: &StoredBox, pid: i32) -> bool {
+    let ino = |p: i32| {
+        std::fs::metadata(format!("/proc/{p}/ns/net"))
+            .ok()
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                m.ino()
+            })
+    };
+    let sidecar = crate::service::read_state(&sb.paths, SERVICE)
+        .filter(crate::service::ServiceState::alive)
+        .and_then(|st| st.pid);
+    sidecar.is_some_and(|p| ino(p.pid).is_some() && ino(p.pid) == ino(pid))
+}
+
+/// The network the supervised tier's sidecar of `sb` runs in: its live sandbox's.
+pub fn sandbox_network(sb: &StoredBox) -> Result<Network, BoxError> {
+    match crate::sandbox::live_init(sb) {
+        Some((pid, _)) => Ok(Network::BoxSandbox(pid)),
+        None => Err(BoxError::BadRequest {
+            what: format!(
+                "box `{}`'s browser joins the box's sandbox, and none is up",
+                sb.manifest.name
+            ),
+            mend: format!("`h5i box run {} -- true` makes it", sb.manifest.name),
+        }),
+    }
+}
+
+/// Put the sidecar's `plan` in the network of `sb`'s supervised sandbox whose init is `pid`
+/// (and the user namespace owning it), with the sandbox's name files: the pinned hosts and no
+/// resolver. Refused when that sandbox is no longer the box's.
+pub fn join_sandbox(plan: &mut BundlePlan, sb: &StoredBox, pid: i32) -> Result<(), BoxError> {
+    let net = crate::sandbox::live_init(sb)
+        .filter(|(live, _)| *live == pid)
+        .map(|(_, net)| net)
+        .ok_or_else(|| BoxError::BadRequest {
+            what: format!(
+                "box `{}`'s sandbox ended before its browser joined it",
+                sb.manifest.name
+            ),
+            mend: format!("run in box `{}` again", sb.manifest.name),
+        })?;
+    crate::process::join_network_of(plan, pid);
+    for name in ["hosts", "resolv.conf"] {
+        plan.file_binds
+            .push((net.join(name), std::path::Path::new("/etc").join(name)));
+    }
+    Ok(())
 }
 
 /// In the sidecar's supervisor, once the daemon's container init `pid` is known: bind the

@@ -130,6 +130,10 @@ pub enum Network {
     /// The network namespace of this box's live process-tier service whose container init has
     /// this pid, so the run reaches the service on localhost (no other box ever gets this).
     JoinService(i32),
+    /// The network namespace of this box's supervised sandbox whose init has this pid: the
+    /// box's browser sidecar's, so its page reaches what the sandbox's runs serve and leaves
+    /// only through the sandbox's pinned table.
+    BoxSandbox(i32),
 }
 
 /// One command for a [`RunSession`] to run.

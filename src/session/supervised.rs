@@ -4,6 +4,9 @@
 //! box's supervised sandbox (`crate::sandbox`: namespace, table and uplink made once, the pins
 //! swapped per run) when the warm path fits, else through a container of its own.
 //!
+//! The box's browser sidecar (`crate::browser::sidecar`) is the one request that joins the
+//! sandbox's network instead ([`Network::BoxSandbox`]).
+//!
 //! Owns the order of a supervised run: attach the network to the plan (or swap the sandbox's
 //! pins), run, settle the network (its tally kept for the receipt and `status`) before the
 //! run's result is looked at.
@@ -11,7 +14,7 @@
 //! leave.
 
 use super::process::{plan_for, run_in_container, warm_path_fits};
-use super::{Resolved, RunRequest, TierBackend, TierRun, Usage};
+use super::{Network, Resolved, RunRequest, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
 
 /// The supervised tier.
@@ -24,6 +27,20 @@ impl TierBackend for Supervised {
 
     fn run(&self, mut resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
         let mut plan = plan_for(&resolved, &req)?;
+        if let Network::BoxSandbox(pid) = req.network {
+            // The browser sidecar: in the sandbox's network, whose table (and tally) the
+            // sandbox's runs own; its own receipt carries no egress count.
+            crate::browser::sidecar::join_sandbox(&mut plan, resolved.sb, pid)?;
+            let (run, _) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+            let run = run?;
+            return Ok(TierRun {
+                report: run.child,
+                oom: run.cage.oom,
+                egress: None,
+                socket_gate: None,
+                usage: Usage::Supervisor,
+            });
+        }
         if warm_path_fits(resolved.policy, &req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
             if let Some(run) = crate::sandbox::run(
