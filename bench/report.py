@@ -3,6 +3,10 @@
 ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i).
 
 Usage: report.py --out DIR --report FILE -- ROW...   (rows in report order)
+       report.py --out DIR --report FILE --only -- ROW...
+           (in the existing report, replace only each ROW's summary line and the measured
+           part of its section, from its heading to its result line, keeping the notes under
+           it; a row not in the report yet is added at the end)
 """
 
 import argparse
@@ -177,32 +181,69 @@ def row_section(meta, results):
     return lines
 
 
+def row_lines(out, name):
+    """(summary line, section lines) of one row; section None when it was never run."""
+    meta = load(os.path.join(out, f"{name}.meta.json"))
+    if meta is None:
+        return f"| {name} | | not run yet | — |", None
+    hf = load(os.path.join(out, f"{name}.json"))
+    results = None
+    if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
+        results = hf["results"]
+    target = target_text(meta["target"])
+    if results is None:
+        reason = (meta.get("reason") or "no results").replace("|", "\\|")
+        line = f"| [{name}](#{name}) | {target} | not measured: {reason} | — |"
+    else:
+        value, met = evaluate(meta["target"], results[0], results[1])
+        line = f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |"
+    return line, row_section(meta, results)
+
+
+def splice(report, out, rows):
+    """Replace `rows`' summary lines and measured sections in the report's lines."""
+    with open(report, encoding="utf-8") as f:
+        lines = f.read().rstrip("\n").split("\n")
+    for name in rows:
+        line, section = row_lines(out, name)
+        if section is None:
+            continue
+        summary_at = [i for i, l in enumerate(lines) if l.startswith(f"| [{name}](#{name}) |") or l.startswith(f"| {name} |")]
+        if summary_at:
+            lines[summary_at[0]] = line
+        heading = [i for i, l in enumerate(lines) if l == f"## {name}"]
+        if not heading:
+            lines += [""] + section
+            continue
+        start = heading[0]
+        nxt = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        # The measured part ends at its result line, or, not measured, after its command table.
+        end = next((i + 1 for i in range(start, nxt) if lines[i].startswith("Result: ")), None)
+        if end is None:
+            table = [i for i in range(start, nxt) if lines[i].startswith("| h5i |")]
+            end = table[0] + 1 if table else nxt
+        lines[start:end] = section[:-1] if section and section[-1] == "" else section
+    with open(report, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines).rstrip("\n") + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--only", action="store_true")
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
+    if args.only:
+        splice(args.report, args.out, args.rows)
+        return 0
     summary = ["| row | target | result | met |", "|---|---|---|---|"]
     sections = []
     for name in args.rows:
-        meta = load(os.path.join(args.out, f"{name}.meta.json"))
-        if meta is None:
-            summary.append(f"| {name} | | not run yet | — |")
-            continue
-        hf = load(os.path.join(args.out, f"{name}.json"))
-        results = None
-        if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
-            results = hf["results"]
-        target = target_text(meta["target"])
-        if results is None:
-            reason = (meta.get("reason") or "no results").replace("|", "\\|")
-            summary.append(f"| [{name}](#{name}) | {target} | not measured: {reason} | — |")
-        else:
-            value, met = evaluate(meta["target"], results[0], results[1])
-            summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
-        sections += row_section(meta, results)
+        line, section = row_lines(args.out, name)
+        summary.append(line)
+        sections += section or []
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     doc = [

@@ -203,5 +203,11 @@ for name in "${selected[@]}"; do
     measure_row "$name"
 done
 
-python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" -- "${ROWS[@]}"
+# Every row run: the whole report. Rows named: only their sections' measured part and their
+# summary lines are replaced in the existing report (the notes written under a section stay).
+if [ $# -eq 0 ] || [ ! -f "$REPORT" ]; then
+    python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" -- "${ROWS[@]}"
+else
+    python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" --only -- "${selected[@]}"
+fi
 echo "bench: wrote $REPORT"
