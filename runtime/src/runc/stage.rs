@@ -446,6 +446,57 @@ mod tests {
     }
 
     #[test]
+    fn an_overlays_lower_layer_is_staged_idmapped_and_its_upper_and_work_through_their_parent() {
+        let mut s: Spec = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2",
+            "mounts":[
+              {"destination":"/work/node_modules","type":"overlay","source":"overlay",
+               "options":["lowerdir+=/r/.git/.h5i/cache/npm/k/tree/node_modules",
+                          "upperdir=/b/npm-tree/k/upper","workdir=/b/npm-tree/k/work",
+                          "userxattr","nosuid","nodev"]}],
+            "linux":{"namespaces":[{"type":"user"},{"type":"mount"}],
+                     "uidMappings":[{"containerID":0,"hostID":200000,"size":65536}],
+                     "gidMappings":[{"containerID":0,"hostID":200000,"size":65536}]}}"#,
+        )
+        .unwrap();
+        let entries = plan(&mut s, Path::new("/b"), |_| true);
+        assert_eq!(
+            entries,
+            vec![
+                Entry {
+                    source: "/r/.git/.h5i/cache/npm/k/tree/node_modules".into(),
+                    staged: "/run/h5i-runc-stage/o0l".into(),
+                    idmapped: true,
+                },
+                Entry {
+                    source: "/b/npm-tree/k".into(),
+                    staged: "/run/h5i-runc-stage/o0".into(),
+                    idmapped: false,
+                },
+            ]
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["mounts"][0]["options"],
+            serde_json::json!([
+                "lowerdir+=/run/h5i-runc-stage/o0l",
+                "upperdir=/run/h5i-runc-stage/o0/upper",
+                "workdir=/run/h5i-runc-stage/o0/work",
+                "userxattr",
+                "nosuid",
+                "nodev"
+            ])
+        );
+        assert_eq!(
+            id_map(&s),
+            Some(IdMap::Maps(
+                "0 200000 65536\n".into(),
+                "0 200000 65536\n".into()
+            ))
+        );
+    }
+
+    #[test]
     fn only_real_root_with_a_user_namespace_stages() {
         assert!(needed(&spec(), true));
         assert!(!needed(&spec(), false));
