@@ -104,10 +104,13 @@ pub fn rm(store: &BoxStore, name: &str, force: bool) -> Result<(), BoxError> {
 
 /// Remove a box's tree, which a box may have left with directories its owner cannot write
 /// (Go's module cache under HOME is 0555 by design; a non-root caller then cannot unlink their
-/// entries). When the plain removal fails, every directory of the tree the caller owns gets
-/// u+rwx, each opened `O_NOFOLLOW | O_DIRECTORY` and changed through its descriptor (a symlink
-/// is never followed, nothing outside `dir` is touched), and the removal is tried once more.
+/// entries) or even read (overlayfs leaves its `work/work` at mode 0 in an upper layer's work
+/// directory). When the plain removal fails, every directory of the tree the caller owns gets
+/// u+rwx, each opened `O_PATH | O_NOFOLLOW | O_DIRECTORY` and changed and listed through its
+/// descriptor (a symlink is never followed, nothing outside `dir` is touched), and the removal
+/// is tried once more.
 pub fn remove_tree(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     if fs::remove_dir_all(dir).is_ok() {
         return Ok(());
@@ -116,21 +119,23 @@ pub fn remove_tree(dir: &std::path::Path) -> std::io::Result<()> {
     while let Some(d) = stack.pop() {
         let Ok(f) = fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_DIRECTORY)
+            .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_DIRECTORY)
             .open(&d)
         else {
             continue;
         };
+        // The directory itself, through its descriptor: a directory swapped for a symlink
+        // since is neither changed nor read.
+        let at = format!("/proc/self/fd/{}", f.as_raw_fd());
         if let Ok(meta) = f.metadata() {
             if meta.permissions().mode() & 0o700 != 0o700 {
-                let _ = f.set_permissions(fs::Permissions::from_mode(
-                    (meta.permissions().mode() | 0o700) & 0o7777,
-                ));
+                let _ = fs::set_permissions(
+                    &at,
+                    fs::Permissions::from_mode((meta.permissions().mode() | 0o700) & 0o7777),
+                );
             }
         }
-        // Listed through the descriptor, so a directory swapped for a symlink since is not read.
-        use std::os::fd::AsRawFd;
-        let Ok(rd) = fs::read_dir(format!("/proc/self/fd/{}", f.as_raw_fd())) else {
+        let Ok(rd) = fs::read_dir(&at) else {
             continue;
         };
         for e in rd.flatten() {

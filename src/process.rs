@@ -259,7 +259,8 @@ pub fn plan(
         format!("H5I_ENV_CAPTURE_SPOOL={}", inbox::SPOOL),
     ];
     // Warm dependency caches whose key matches this workspace's lockfiles, read-only.
-    crate::cache::mounts::grant(sb, &mut binds, &mut env);
+    let mut overlays = Vec::new();
+    crate::cache::mounts::grant(sb, &mut binds, &mut env, &mut overlays)?;
     // A browser box's Chromium and agent-browser (nothing for any other box).
     crate::browser::grant(policy, &mut env)?;
     for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
@@ -296,6 +297,7 @@ pub fn plan(
         env,
         cwd: PathBuf::from(inbox::WORK),
         binds,
+        overlays,
         host_network,
         unix_sockets: policy.net.unix,
         uid: ids.uid,

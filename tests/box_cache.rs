@@ -827,9 +827,42 @@ const NPM_TREE: Eco = Eco {
     ..NPM_PLATFORM
 };
 
-/// A warm install from the built tree: the box makes its own copy, and npm (offline, saving
-/// nothing) finds it up to date.
-const WARM_FROM_TREE: &str = "rm -rf node_modules && cp -R --preserve=mode,timestamps,links \"$H5I_NPM_TREE\" node_modules && npm install --offline --no-save --no-audit --no-fund";
+/// A warm install from the built tree: the box's `node_modules` is the tree (overlaid, no
+/// copy), and npm (offline, saving nothing) finds it up to date.
+const WARM_FROM_TREE: &str = "npm install --offline --no-save --no-audit --no-fund";
+
+/// Every path under `root` with its mode and bytes (a symlink's target), sorted: what a box
+/// must leave exactly as it was.
+fn tree_digest(root: &std::path::Path) -> Vec<(String, u32, Vec<u8>)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            let meta = std::fs::symlink_metadata(&p).unwrap();
+            let bytes = if meta.is_dir() {
+                stack.push(p.clone());
+                Vec::new()
+            } else if meta.file_type().is_symlink() {
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes()
+            } else {
+                std::fs::read(&p).unwrap()
+            };
+            out.push((
+                p.strip_prefix(root).unwrap().display().to_string(),
+                meta.permissions().mode(),
+                bytes,
+            ));
+        }
+    }
+    out.sort();
+    out
+}
 
 /// What node on this host says for `expr`.
 fn host_node(expr: &str) -> String {
@@ -929,7 +962,8 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
         let mounts = c.ok(&["box", "cache", "mounts", name]);
         assert!(
             mounts.contains(&format!("built node_modules for {platform} ("))
-                && mounts.contains("H5I_NPM_TREE=/.h5i/cache/npm-tree"),
+                && mounts.contains("H5I_NPM_TREE=/.h5i/cache/npm-tree")
+                && mounts.contains("and overlaid at /work/node_modules"),
             "{mounts}"
         );
         let before = served(&reg);
@@ -958,16 +992,90 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
         .ok(&["box", "cache", "mounts", "warm"])
         .contains("mounted read-only"));
 
-    // The box's copy is its own: writing it leaves the cache as refresh stored it.
-    let host_copy = entry.join("tree/node_modules/h5i-native/index.js");
-    let stored_bytes = std::fs::read(&host_copy).unwrap();
+    // The box's node_modules is its own: writing, renaming, removing and changing modes under
+    // it lands in the box's upper layer; the cache is byte for byte as refresh stored it, and
+    // another box still sees the tree as stored.
+    let host_tree = entry.join("tree/node_modules");
+    let stored = tree_digest(&host_tree);
     let out = run(
         &c,
         "warm",
-        "echo 'module.exports = 0;' > node_modules/h5i-native/index.js && node -p \"require('h5i-native')\"",
+        "set -e; echo 'module.exports = 0;' > node_modules/h5i-native/index.js
+         mv node_modules/h5i-native/package.json node_modules/h5i-native/package.moved
+         rm -rf node_modules/@h5i-native
+         chmod 0777 node_modules/h5i-native/index.js
+         mkdir node_modules/planted && echo x > node_modules/planted/f
+         ln -s /etc/shadow node_modules/h5i-native/shadow
+         node -p \"require('./node_modules/h5i-native/index.js')\"",
     );
     assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
-    assert_eq!(std::fs::read(&host_copy).unwrap(), stored_bytes);
+    assert_eq!(
+        tree_digest(&host_tree),
+        stored,
+        "a box changed the cached tree"
+    );
+    // Kept in the box across runs (its upper layer), and only there.
+    let out = run(
+        &c,
+        "warm",
+        "ls node_modules/@h5i-native 2>&1; cat node_modules/planted/f; ls node_modules/h5i-native",
+    );
+    assert!(
+        stdout(&out).contains("No such file")
+            && stdout(&out).contains("x\n")
+            && stdout(&out).contains("package.moved"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let out = run(&c, "warmp", NPM_PLATFORM.prove);
+    assert_eq!(stdout(&out).trim(), want, "warmp: {}", stderr(&out));
+    let out = run(&c, "warmp", "ls node_modules");
+    assert!(!stdout(&out).contains("planted"), "{}", stdout(&out));
+    // What the box wrote is in its upper layer, in the box's directory (outside every grant).
+    let upper = c
+        .repo()
+        .join(".git/.h5i/env")
+        .read_dir()
+        .unwrap()
+        .map(|a| {
+            a.unwrap()
+                .path()
+                .join("warm/npm-tree")
+                .join(&key)
+                .join("upper")
+        })
+        .find(|p| p.is_dir())
+        .expect("the warm box's upper layer");
+    assert!(upper.join("planted/f").is_file());
+
+    // A workspace with a node_modules of its own keeps it: no overlay hides it.
+    c.ok(&["box", "create", "own", "--profile", "dev"]);
+    let own_ws = c
+        .repo()
+        .join(".git/.h5i/env")
+        .read_dir()
+        .unwrap()
+        .map(|a| a.unwrap().path().join("own/workspace"))
+        .find(|p| p.is_dir())
+        .expect("the own box's workspace");
+    std::fs::create_dir(own_ws.join("node_modules")).unwrap();
+    std::fs::write(own_ws.join("node_modules/mine"), "mine").unwrap();
+    // The caller's own (root's files a root caller's box reads as nobody's, and its rm removes).
+    for p in [
+        own_ws.join("node_modules"),
+        own_ws.join("node_modules/mine"),
+    ] {
+        std::os::unix::fs::chown(p, Some(c.uid()), None).unwrap();
+    }
+    let mounts = c.ok(&["box", "cache", "mounts", "own"]);
+    assert!(
+        mounts.contains("not overlaid: the workspace has a node_modules of its own"),
+        "{mounts}"
+    );
+    let out = run(&c, "own", "ls node_modules");
+    assert_eq!(stdout(&out).trim(), "mine", "{}", stderr(&out));
+    c.ok(&["box", "rm", "--force", "own"]);
 
     // A tree another node built (another platform or ABI, or node changed since) is not
     // mounted; the download cache still is.

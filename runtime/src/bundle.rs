@@ -56,6 +56,9 @@ pub struct BundlePlan {
     /// Every directory grant: the policy's paths, the workspace and its `$WORK/..` grants, the
     /// spool, the box's HOME, the borrowed object store.
     pub binds: Vec<Bind>,
+    /// Overlays mounted after every directory grant (so one may sit beneath a grant): npm's
+    /// built tree under a box-private upper layer.
+    pub overlays: Vec<Overlay>,
     /// Whether the box gets the host's network namespace.
     pub host_network: bool,
     /// Whether `socket(AF_UNIX)` is allowed.
@@ -146,6 +149,44 @@ impl Bind {
     }
 }
 
+/// An overlayfs the box sees at `dest`: `lower`, never written (overlayfs keeps every change
+/// of the box's in the upper layer: a write copies the file up, an unlink or rename leaves a
+/// whiteout there), over `state`, a box-private directory holding the upper layer
+/// ([`Overlay::upper`]) and overlayfs's work directory ([`Overlay::work`]), which must be on
+/// one filesystem. Mounted from inside the box's user namespace (`userxattr`: overlayfs's own
+/// attributes in the `user.` namespace, the one an unprivileged mounter may write).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overlay {
+    /// The read-only lower layer (host path).
+    pub lower: PathBuf,
+    /// The box-private directory holding `upper/` and `work/` (host path).
+    pub state: PathBuf,
+    /// Where the box sees the merged tree.
+    pub dest: PathBuf,
+}
+
+impl Overlay {
+    /// The upper layer: `<state>/upper`.
+    pub fn upper(&self) -> PathBuf {
+        self.state.join("upper")
+    }
+
+    /// overlayfs's work directory: `<state>/work`.
+    pub fn work(&self) -> PathBuf {
+        self.state.join("work")
+    }
+
+    /// The OCI mount: `lowerdir+` (one path, no separator or escape parsed, so a host path
+    /// holding `:` or `,` is taken whole), `upperdir`, `workdir`, `userxattr`.
+    fn mount(&self) -> Value {
+        json!({"destination": self.dest, "type": "overlay", "source": "overlay",
+               "options": [format!("lowerdir+={}", self.lower.display()),
+                           format!("upperdir={}", self.upper().display()),
+                           format!("workdir={}", self.work().display()),
+                           "userxattr", "nosuid", "nodev"]})
+    }
+}
+
 /// What a plan left out, for `status` and the receipt.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BundleNotes {
@@ -207,6 +248,14 @@ impl BundlePlan {
             } else {
                 landlock_read.push(s);
             }
+        }
+        for o in &self.overlays {
+            if !exists(&o.lower) || !exists(&o.upper()) || !exists(&o.work()) {
+                notes.missing.push(o.lower.clone());
+                continue;
+            }
+            mounts.push(o.mount());
+            landlock_write.push(o.dest.display().to_string());
         }
         for (src, dst) in &self.file_binds {
             mounts.push(json!({"destination": dst, "type": "bind", "source": src,
@@ -356,6 +405,7 @@ mod tests {
                 Bind::ro("/tmp/repo/.git/objects", "/.h5i/objects"),
                 Bind::rw("/tmp/repo/.git/.h5i/env/none/b/spool", "/.h5i/spool"),
             ],
+            overlays: Vec::new(),
             host_network: false,
             unix_sockets: false,
             uid: 1000,
@@ -538,6 +588,48 @@ mod tests {
         assert!(m[hosts].1.contains("\"ro\""));
         assert_eq!(v["annotations"]["h5i.net"], "supervised");
         assert_eq!(v["annotations"]["h5i.seccomp"], "h5i-v2");
+    }
+
+    #[test]
+    fn an_overlay_comes_after_the_grant_it_sits_in_and_names_its_layers_whole() {
+        let mut p = plan();
+        p.overlays = vec![Overlay {
+            lower: "/r,x:y/.git/.h5i/cache/npm/k/tree/node_modules".into(),
+            state: "/b/npm-tree/k".into(),
+            dest: "/work/node_modules".into(),
+        }];
+        let (v, notes) = p.to_config(|_| true);
+        assert!(notes.missing.is_empty());
+        let m = mounts(&v);
+        let work = m.iter().position(|(d, _)| d == "/work").unwrap();
+        let nm = m
+            .iter()
+            .position(|(d, _)| d == "/work/node_modules")
+            .unwrap();
+        assert!(work < nm);
+        let mount = &v["mounts"][nm];
+        assert_eq!(mount["type"], "overlay");
+        assert_eq!(
+            mount["options"],
+            json!([
+                "lowerdir+=/r,x:y/.git/.h5i/cache/npm/k/tree/node_modules",
+                "upperdir=/b/npm-tree/k/upper",
+                "workdir=/b/npm-tree/k/work",
+                "userxattr",
+                "nosuid",
+                "nodev"
+            ])
+        );
+        let landlock: Value =
+            serde_json::from_str(v["annotations"]["h5i.landlock"].as_str().unwrap()).unwrap();
+        assert!(landlock["write"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("/work/node_modules")));
+        // A layer that is gone is noted and not mounted.
+        let (v, notes) = p.to_config(|q| !q.ends_with("upper"));
+        assert_eq!(notes.missing.len(), 1);
+        assert!(mounts(&v).iter().all(|(d, _)| d != "/work/node_modules"));
     }
 
     #[test]

@@ -381,6 +381,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         argv: vec![probe().display().to_string(), "gate".into()],
         env: vec!["PATH=/usr/bin:/bin".into(), "HOME=/tmp".into()],
         cwd: "/work".into(),
+        overlays: Vec::new(),
         binds: vec![
             Bind::ro("/usr", "/usr"),
             Bind::ro("/bin", "/bin"),

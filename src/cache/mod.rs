@@ -35,9 +35,8 @@ use crate::error::BoxError;
 /// Where a process or supervised box sees the npm cache's built `node_modules` (read-only).
 pub const NPM_TREE_INSIDE: &str = "/.h5i/cache/npm-tree";
 
-/// The variable naming [`NPM_TREE_INSIDE`] in a box that has it: `cp -R --preserve=mode,timestamps,links
-/// "$H5I_NPM_TREE" node_modules` makes the box's own copy, after which `npm install --offline`
-/// finds it up to date.
+/// The variable naming [`NPM_TREE_INSIDE`] in a box that has it (where the tree is also the
+/// workspace's `node_modules`, overlaid: `mounts::NPM_TREE_OVERLAY`).
 pub const NPM_TREE_VAR: &str = "H5I_NPM_TREE";
 
 /// The largest `refresh.json` or tree stamp read.

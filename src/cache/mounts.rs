@@ -6,19 +6,27 @@
 //! own path, and the package manager's variables point at it; a cache under any other key is
 //! stale and never handed out. npm's built tree is mounted beside it only at the tiers that run
 //! the host's `/usr` (process, supervised), and only when the node binary there is the one that
-//! built it ([`super::TreeRecord`]).
+//! built it ([`super::TreeRecord`]). There it is also the box's `node_modules`, without a copy:
+//! an overlay ([`h5i_runtime::bundle::Overlay`]) of the read-only tree beneath an upper layer of
+//! the box's own (`<box dir>/npm-tree/<key>/upper`, one per cache key, kept while the box
+//! lives), unless the workspace already has a `node_modules` of its own, which is left as it is.
 //!
-//! Must never: grant a cache read-write, grant one whose key does not match, or grant one to
-//! the workspace tier (which has no mount namespace to make it read-only in). The kernel tiers
-//! mount what [`granted`] lists: `process.rs` (process, supervised) and `container` (Podman).
+//! Must never: grant a cache read-write, grant one whose key does not match, grant one to the
+//! workspace tier (which has no mount namespace to make it read-only in), or share an upper
+//! layer between boxes. The kernel tiers mount what [`granted`] lists: `process.rs` (process,
+//! supervised) and `container` (Podman).
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::{CacheError, CacheRoot, ECOSYSTEMS};
+use crate::error::BoxError;
 use crate::store::StoredBox;
-use h5i_runtime::bundle::Bind;
+use h5i_runtime::bundle::{Bind, Overlay};
+
+/// Where npm's built tree is overlaid in a box: the workspace's `node_modules`.
+pub const NPM_TREE_OVERLAY: &str = "/work/node_modules";
 
 /// One ecosystem's answer for one project.
 #[derive(Debug, Clone, Serialize)]
@@ -79,6 +87,8 @@ pub enum TreeOffer {
         inside: &'static str,
         /// `NAME=VALUE` naming it in the box.
         env: String,
+        /// Whether it is also the workspace's `node_modules`.
+        overlay: TreeOverlay,
     },
     /// Built by another node binary than the one this box would run (another platform or ABI,
     /// or node changed since): not mounted.
@@ -93,6 +103,39 @@ pub enum TreeOffer {
         /// What it was built for.
         platform: String,
     },
+}
+
+/// Whether npm's built tree is the box's `node_modules`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum TreeOverlay {
+    /// Overlaid at `inside`: the tree read-only beneath, the box's changes in an upper layer
+    /// of its own.
+    Overlaid {
+        /// Where the box sees it.
+        inside: &'static str,
+    },
+    /// The workspace has a `node_modules` of its own (anything but an empty directory): left
+    /// as it is.
+    OwnTree,
+}
+
+/// Whether the workspace `ws` leaves room for the overlay: no `node_modules`, or an empty
+/// directory (what an earlier overlay's mount point leaves). A symlink, a file or a directory
+/// with entries is the box's own.
+fn overlay_for(ws: &Path) -> TreeOverlay {
+    let at = ws.join("node_modules");
+    let free = match std::fs::symlink_metadata(&at) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        Ok(m) => m.is_dir() && std::fs::read_dir(&at).is_ok_and(|mut d| d.next().is_none()),
+    };
+    if free {
+        TreeOverlay::Overlaid {
+            inside: NPM_TREE_OVERLAY,
+        }
+    } else {
+        TreeOverlay::OwnTree
+    }
 }
 
 impl Offer {
@@ -110,7 +153,14 @@ impl Offer {
 /// What a box installing from `project` gets from `root`: one answer per ecosystem the project
 /// uses (an ecosystem without a lockfile is left out). `host_usr`: the box runs the host's
 /// `/usr` (the process and supervised tiers), the only place a built tree may be mounted.
-pub fn offers(root: &CacheRoot, project: &Path, host_usr: bool) -> Result<Vec<Offer>, CacheError> {
+/// `workspace`: `project` is a box's workspace, whose own `node_modules` an overlay would
+/// hide (else `project` is the working tree a new box would clone, without one).
+pub fn offers(
+    root: &CacheRoot,
+    project: &Path,
+    host_usr: bool,
+    workspace: bool,
+) -> Result<Vec<Offer>, CacheError> {
     let mut out = Vec::new();
     for eco in ECOSYSTEMS {
         let want = match eco.key_of(project) {
@@ -157,6 +207,13 @@ pub fn offers(root: &CacheRoot, project: &Path, host_usr: bool) -> Result<Vec<Of
                         data: root.tree(eco, &want),
                         inside: super::NPM_TREE_INSIDE,
                         env: format!("{}={}", super::NPM_TREE_VAR, super::NPM_TREE_INSIDE),
+                        overlay: if workspace {
+                            overlay_for(project)
+                        } else {
+                            TreeOverlay::Overlaid {
+                                inside: NPM_TREE_OVERLAY,
+                            }
+                        },
                     }
                 }
             });
@@ -188,15 +245,29 @@ pub fn offers(root: &CacheRoot, project: &Path, host_usr: bool) -> Result<Vec<Of
 /// variables (`NAME=VALUE`) pointing the package manager at it.
 #[derive(Debug, Clone)]
 pub struct Granted {
+    /// The cache's key.
+    pub key: String,
     /// The cache's data directory on the host.
     pub data: PathBuf,
     /// Where the box sees it.
     pub inside: String,
     /// The package manager's variables.
     pub env: Vec<String>,
-    /// npm's built tree, when this box gets it: the host directory, where the box sees it, the
-    /// variable naming it.
-    pub tree: Option<(PathBuf, &'static str, String)>,
+    /// npm's built tree, when this box gets it.
+    pub tree: Option<GrantedTree>,
+}
+
+/// npm's built tree as one box gets it.
+#[derive(Debug, Clone)]
+pub struct GrantedTree {
+    /// The tree on the host.
+    pub data: PathBuf,
+    /// Where the box sees it read-only.
+    pub inside: &'static str,
+    /// `NAME=VALUE` naming it.
+    pub var: String,
+    /// Whether it is overlaid as the workspace's `node_modules`.
+    pub overlay: TreeOverlay,
 }
 
 /// Every cache of `sb`'s clone whose key matches the lockfiles in the box's own workspace
@@ -206,25 +277,36 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
     let Some(root) = CacheRoot::of_box(sb) else {
         return Vec::new();
     };
-    let Ok(all) = offers(&root, &sb.paths.workspace(), host_usr) else {
+    let Ok(all) = offers(&root, &sb.paths.workspace(), host_usr, true) else {
         return Vec::new();
     };
     all.into_iter()
         .filter_map(|o| match o {
             Offer::Mounted {
+                key,
                 data,
                 inside,
                 env,
                 tree,
                 ..
             } => Some(Granted {
+                key,
                 data,
                 inside,
                 env,
                 tree: match tree {
                     Some(TreeOffer::Mounted {
-                        data, inside, env, ..
-                    }) => Some((data, inside, env)),
+                        data,
+                        inside,
+                        env,
+                        overlay,
+                        ..
+                    }) => Some(GrantedTree {
+                        data,
+                        inside,
+                        var: env,
+                        overlay,
+                    }),
                     _ => None,
                 },
             }),
@@ -234,18 +316,65 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
 }
 
 /// For the run path of the process and supervised tiers: each [`granted`] cache (and npm's
-/// built tree) as a read-only bind in `binds` and its variables in `env`. (The container tier
-/// mounts the download caches alone through Podman: `container::box_binds`.)
-pub fn grant(sb: &StoredBox, binds: &mut Vec<Bind>, env: &mut Vec<String>) {
+/// built tree) as a read-only bind in `binds`, its variables in `env`, and npm's tree as the
+/// workspace's `node_modules` in `overlays` (over the box's upper layer for the cache's key,
+/// made here when it is new). (The container tier mounts the download caches alone through
+/// Podman: `container::box_binds`.)
+pub fn grant(
+    sb: &StoredBox,
+    binds: &mut Vec<Bind>,
+    env: &mut Vec<String>,
+    overlays: &mut Vec<Overlay>,
+) -> Result<(), BoxError> {
     let granted = granted(sb, true);
     for g in &granted {
         binds.push(Bind::ro(&g.data, &g.inside));
-        if let Some((data, inside, var)) = &g.tree {
-            binds.push(Bind::ro(data, inside));
-            env.push(var.clone());
+        if let Some(t) = &g.tree {
+            binds.push(Bind::ro(&t.data, t.inside));
+            env.push(t.var.clone());
+            if let TreeOverlay::Overlaid { inside } = t.overlay {
+                overlays.push(Overlay {
+                    lower: t.data.clone(),
+                    state: upper_state(sb, &g.key)?,
+                    dest: PathBuf::from(inside),
+                });
+            }
         }
     }
     env.extend(env_of(&granted));
+    Ok(())
+}
+
+/// The box's own directory of upper layers for npm's tree: `<box dir>/npm-tree` (outside every
+/// grant: the box reaches an upper layer only through its overlay).
+pub fn upper_root(sb: &StoredBox) -> PathBuf {
+    sb.paths.dir.join("npm-tree")
+}
+
+/// The box's upper layer for the tree of cache key `key`: `<box dir>/npm-tree/<key>` holding
+/// `upper/` and `work/`, owned by the box's identity. Made whole or not at all (both made
+/// under a temporary name, handed to the box, then renamed into place), so a killed run
+/// leaves no half of one.
+fn upper_state(sb: &StoredBox, key: &str) -> Result<PathBuf, BoxError> {
+    let root = upper_root(sb);
+    let state = root.join(key);
+    if state.is_dir() {
+        return Ok(state);
+    }
+    let fresh = root.join(format!(".new-{}", std::process::id()));
+    let _ = crate::lifecycle::remove_tree(&fresh);
+    for d in [fresh.join("upper"), fresh.join("work")] {
+        std::fs::create_dir_all(&d).map_err(|e| BoxError::io(&d, e))?;
+    }
+    crate::identity::Mapping::for_caller()?.own(std::slice::from_ref(&fresh))?;
+    if let Err(e) = std::fs::rename(&fresh, &state) {
+        let _ = crate::lifecycle::remove_tree(&fresh);
+        // Another run of this box made it first.
+        if !state.is_dir() {
+            return Err(BoxError::io(&state, e));
+        }
+    }
+    Ok(state)
 }
 
 /// Variables a package manager reads as a space-separated list: two caches naming the same one
@@ -288,6 +417,7 @@ mod tests {
 
     fn granted(env: &[&str]) -> Granted {
         Granted {
+            key: String::new(),
             data: PathBuf::from("/unused"),
             inside: String::new(),
             env: env.iter().map(|s| (*s).to_owned()).collect(),

@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Subcommand;
 
-use h5i::cache::mounts::{Offer, TreeOffer};
+use h5i::cache::mounts::{Offer, TreeOffer, TreeOverlay};
 
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
@@ -115,7 +115,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                     true,
                 ),
             };
-            let offers = h5i::cache::mounts::offers(&root, &project, host_usr)?;
+            let offers = h5i::cache::mounts::offers(&root, &project, host_usr, name.is_some())?;
             if json {
                 return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
                     schema: h5i::json_doc::CACHE_MOUNTS,
@@ -150,12 +150,21 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 data,
                                 inside,
                                 env,
+                                overlay,
                             }) => {
                                 say!(
                                     "  built node_modules for {platform} ({}) mounted read-only at {inside}",
                                     data.display()
                                 );
                                 say!("  {env}");
+                                match overlay {
+                                    TreeOverlay::Overlaid { inside } => say!(
+                                        "  and overlaid at {inside}: the tree read-only beneath, the box's changes in an upper layer of its own"
+                                    ),
+                                    TreeOverlay::OwnTree => say!(
+                                        "  not overlaid: the workspace has a node_modules of its own (remove it in the box to get the cached tree there)"
+                                    ),
+                                }
                             }
                             Some(TreeOffer::OtherNode { platform, built_by }) => say!(
                                 "  built node_modules not mounted: built for {platform} by {}, which is not the node this box runs (h5i box cache refresh {eco})",

@@ -32,5 +32,5 @@ Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF
 Set by h5i inside a box (do not set them yourself): H5I_ENV_ID, H5I_ENV_POLICY_DIGEST,
   H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>, H5I_TEE_SHIM_NESTED (a Codex box's bash shim: a
   command inside a recorded command), H5I_NPM_TREE (the npm cache's built node_modules, read-only,
-  at the process and supervised tiers: `cp -R --preserve=mode,timestamps,links \"$H5I_NPM_TREE\"
-  node_modules && npm install --offline --no-save` installs without unpacking a tarball)";
+  at the process and supervised tiers, where it is also overlaid as the workspace's node_modules:
+  `npm install --offline --no-save` then installs without unpacking a tarball)";

@@ -32,7 +32,11 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+
+use h5i_sys::idmap::{
+    CloneStep, MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -174,86 +178,13 @@ impl EngineNamespace {
 
 /// A user namespace whose only mapping is namespace id `disk` -> host id `engine` (uid and
 /// gid): as an idmapped mount's map it shows on-disk `disk` as `engine` and stores `engine`'s
-/// writes as `disk`. Made by a forked child that unshares a user namespace and waits; root
-/// writes both maps (one line each) and keeps a descriptor to the namespace; the child is then
-/// released and reaped.
+/// writes as `disk`.
 fn owner_namespace(disk: (u32, u32), engine: (u32, u32)) -> io::Result<OwnedFd> {
-    let pipe = || -> io::Result<(OwnedFd, OwnedFd)> {
-        let mut fds = [0 as libc::c_int; 2];
-        // SAFETY: pipe2 writes two fds into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: both fds were just returned by pipe2 and are owned here.
-        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-    };
-    let (ready_r, ready_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
-    // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let mut byte = [0u8; 1];
-        // SAFETY: close, unshare, write, read and _exit on descriptors this child holds; all
-        // async-signal-safe. The child's own copy of the write end is closed first, so the read
-        // returns when the parent closes its end.
-        unsafe {
-            libc::close(go_w.as_raw_fd());
-            libc::close(ready_r.as_raw_fd());
-            let code = if libc::unshare(libc::CLONE_NEWUSER) == 0 {
-                0
-            } else {
-                1
-            };
-            byte[0] = code;
-            libc::write(ready_w.as_raw_fd(), byte.as_ptr().cast(), 1);
-            libc::read(go_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    drop((ready_w, go_r));
-    let made = (|| -> io::Result<OwnedFd> {
-        let mut byte = [1u8; 1];
-        File::from(ready_r).read_exact(&mut byte)?;
-        if byte[0] != 0 {
-            return Err(io::Error::other(
-                "the helper could not unshare a user namespace",
-            ));
-        }
-        std::fs::write(
-            format!("/proc/{pid}/uid_map"),
-            format!("{} {} 1\n", disk.0, engine.0),
-        )?;
-        std::fs::write(
-            format!("/proc/{pid}/gid_map"),
-            format!("{} {} 1\n", disk.1, engine.1),
-        )?;
-        Ok(File::open(format!("/proc/{pid}/ns/user"))?.into())
-    })();
-    drop(go_w);
-    let mut status = 0;
-    // SAFETY: waitpid on our own child, which exits once `go_w` is closed.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    made
+    h5i_sys::idmap::userns_with_maps(
+        &format!("{} {} 1\n", disk.0, engine.0),
+        &format!("{} {} 1\n", disk.1, engine.1),
+    )
 }
-
-/// `mount_attr` of mount_setattr(2).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const MOUNT_ATTR_NOSUID: u64 = 0x2;
-const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const OPEN_TREE_CLONE: libc::c_uint = 1;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
 /// The steps a child reports by index when one fails.
 const STEPS: [&str; 5] = [
@@ -267,7 +198,7 @@ const STEPS: [&str; 5] = [
 struct Prepared {
     source: CString,
     target: CString,
-    attr: MountAttr,
+    attr_set: u64,
 }
 
 /// Attach every entry of `plan` in the engine's namespace (none on any failure: what was
@@ -291,15 +222,11 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
         prepared.push(Prepared {
             source: cstr(&a.source)?,
             target: cstr(&a.target)?,
-            attr: MountAttr {
-                attr_set: set,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: ns.user.as_raw_fd() as u64,
-            },
+            attr_set: set,
         });
     }
     let mnt = ns.mnt.as_raw_fd();
+    let user = ns.user.as_raw_fd();
     // One slot per entry for the detached trees, allocated before the fork (the child makes no
     // allocation).
     let mut trees: Vec<libc::c_int> = vec![-1; prepared.len()];
@@ -308,35 +235,13 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
         // entering the engine's: the engine user controls what its own namespace mounts over a
         // path, so a path resolved there could name any tree it chose.
         for (i, p) in prepared.iter().enumerate() {
-            // SAFETY: open_tree with a NUL-terminated path; returns a new fd or -1.
-            let fd = unsafe {
-                libc::syscall(
-                    libc::SYS_open_tree,
-                    libc::AT_FDCWD,
-                    p.source.as_ptr(),
-                    OPEN_TREE_CLONE
-                        | libc::O_CLOEXEC as libc::c_uint
-                        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint,
-                )
-            } as libc::c_int;
-            if fd < 0 {
-                return report(1, i);
-            }
-            trees[i] = fd;
-            // SAFETY: mount_setattr on the detached tree `fd` with an empty path and a
-            // mount_attr of the size passed.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    fd,
-                    c"".as_ptr(),
-                    libc::AT_EMPTY_PATH,
-                    &p.attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                )
-            };
-            if rc != 0 {
-                return report(2, i);
+            match h5i_sys::idmap::clone_tree(&p.source, p.attr_set, user) {
+                Ok(tree) => trees[i] = tree.into_raw_fd(),
+                Err((step, e)) => {
+                    // SAFETY: __errno_location is valid in this thread; `report` sends errno.
+                    unsafe { *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EIO) };
+                    return report(1 + usize::from(step == CloneStep::SetAttr), i);
+                }
             }
         }
         // SAFETY: setns on a namespace fd this process holds; the child is single-threaded.
@@ -344,20 +249,9 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
             return report(0, usize::MAX);
         }
         for (i, p) in prepared.iter().enumerate() {
-            // SAFETY: move_mount of the detached tree onto a NUL-terminated target path, in the
-            // namespace just entered (where the engine user may only redirect it within its own
-            // namespace).
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_move_mount,
-                    trees[i],
-                    c"".as_ptr(),
-                    libc::AT_FDCWD,
-                    p.target.as_ptr(),
-                    MOVE_MOUNT_F_EMPTY_PATH,
-                )
-            };
-            if rc != 0 {
+            // In the namespace just entered, where the engine user may only redirect the tree
+            // within its own namespace.
+            if h5i_sys::idmap::attach(trees[i], &p.target).is_err() {
                 return report(3, i);
             }
         }

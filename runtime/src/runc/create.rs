@@ -111,7 +111,7 @@ fn stage_sources(
     }
     let entries = stage::plan(&mut spec, bundle, |p| p.exists());
     let staged = sidecar::write_staged(&ctx.root, id, &spec)?;
-    stage::enter(&entries)?;
+    stage::enter(&entries, stage::id_map(&spec).as_ref())?;
     Ok(Some(staged))
 }
 

@@ -14,7 +14,15 @@
 //!    the host;
 //! 3. bind-mounts (recursively) the rootfs, every bind source and every `createContainer` hook
 //!    program onto their own entry of that tmpfs, resolving each path as host root;
-//! 4. rewrites the spec to name the staged paths.
+//! 4. for an overlay mount, stages the directory holding its upper and work directories the
+//!    same way, and its lower layer as a read-only **idmapped** mount whose map is the
+//!    container's own (a user namespace made for it with the spec's mappings, or the one the
+//!    spec joins): the lower layer is a tree host root owns (npm's built tree in the
+//!    repository's cache), which the container's root would otherwise see owned by nobody, so
+//!    it could neither change a file of it (overlayfs copies it up) nor remove one (overlayfs
+//!    whites it out); through the map the container's root owns it, and overlayfs still never
+//!    writes the lower layer (nor could it: the mount is read-only);
+//! 5. rewrites the spec to name the staged paths.
 //!
 //! The container's mount namespace is a copy of this one, so libcontainer finds each tree at a
 //! path whose only directory is the world-traversable tmpfs root; the box sees every mount at
@@ -29,6 +37,7 @@
 
 use std::ffi::CString;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -78,6 +87,98 @@ pub struct Entry {
     pub source: PathBuf,
     /// Its entry under the staging tmpfs.
     pub staged: PathBuf,
+    /// Staged read-only through the container's id map (an overlay's lower layer), not as a
+    /// plain recursive bind.
+    pub idmapped: bool,
+}
+
+/// How `enter` finds the user namespace an idmapped entry is mapped through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdMap {
+    /// One made for it with these `uid_map` and `gid_map` texts (the spec's mappings).
+    Maps(String, String),
+    /// The user namespace the spec joins, by path.
+    Joined(PathBuf),
+}
+
+/// The id map of `spec`'s container: its mappings, or the user namespace it joins.
+pub fn id_map(spec: &Spec) -> Option<IdMap> {
+    let linux = spec.linux().as_ref()?;
+    let text = |m: &Option<Vec<libcontainer::oci_spec::runtime::LinuxIdMapping>>| {
+        m.as_ref().filter(|m| !m.is_empty()).map(|m| {
+            m.iter()
+                .map(|l| format!("{} {} {}\n", l.container_id(), l.host_id(), l.size()))
+                .collect::<String>()
+        })
+    };
+    if let (Some(u), Some(g)) = (text(linux.uid_mappings()), text(linux.gid_mappings())) {
+        return Some(IdMap::Maps(u, g));
+    }
+    linux
+        .namespaces()
+        .as_ref()?
+        .iter()
+        .find(|n| n.typ() == LinuxNamespaceType::User)
+        .and_then(|n| n.path().clone())
+        .map(IdMap::Joined)
+}
+
+/// Stage an overlay mount's layers (`options`, the OCI mount's): its `lowerdir+` as an
+/// idmapped entry `o<i>l`, the one directory holding its `upperdir` and `workdir` as a plain
+/// entry `o<i>`; the options are rewritten to name them. Layers that do not exist, or an upper
+/// and work directory that do not share their parent, are left alone: libcontainer then
+/// reports the mount with the spec's own paths.
+fn stage_overlay(
+    i: usize,
+    options: &mut [String],
+    stage: &Path,
+    exists: &impl Fn(&Path) -> bool,
+    entries: &mut Vec<Entry>,
+) {
+    let value = |key: &str| {
+        options
+            .iter()
+            .find_map(|o| o.strip_prefix(key).map(PathBuf::from))
+    };
+    let (upper, work) = (value("upperdir="), value("workdir="));
+    let state = match (&upper, &work) {
+        (Some(u), Some(w)) if u.parent().is_some() && u.parent() == w.parent() => {
+            u.parent().map(Path::to_path_buf)
+        }
+        _ => None,
+    };
+    for o in options.iter_mut() {
+        if let Some(lower) = o.strip_prefix("lowerdir+=").map(PathBuf::from) {
+            if exists(&lower) {
+                let staged = stage.join(format!("o{i}l"));
+                *o = format!("lowerdir+={}", staged.display());
+                entries.push(Entry {
+                    source: lower,
+                    staged,
+                    idmapped: true,
+                });
+            }
+        }
+    }
+    let Some(state) = state.filter(|s| exists(s)) else {
+        return;
+    };
+    let staged = stage.join(format!("o{i}"));
+    for o in options.iter_mut() {
+        for key in ["upperdir=", "workdir="] {
+            if let Some(name) = o
+                .strip_prefix(key)
+                .and_then(|p| Path::new(p).file_name().map(PathBuf::from))
+            {
+                *o = format!("{key}{}", staged.join(name).display());
+            }
+        }
+    }
+    entries.push(Entry {
+        source: state,
+        staged,
+        idmapped: false,
+    });
 }
 
 /// Rewrite `spec` to name staged paths (rootfs `rootfs`, bind sources and hook programs
@@ -92,11 +193,21 @@ pub fn plan(spec: &mut Spec, bundle: &Path, exists: impl Fn(&Path) -> bool) -> V
             let staged = stage.join("rootfs");
             root.set_path(staged.clone());
             spec.set_root(Some(root));
-            entries.push(Entry { source, staged });
+            entries.push(Entry {
+                source,
+                staged,
+                idmapped: false,
+            });
         }
     }
     if let Some(mut mounts) = spec.mounts().clone() {
         for (i, m) in mounts.iter_mut().enumerate() {
+            if m.typ().as_deref() == Some("overlay") {
+                let mut options = m.options().clone().unwrap_or_default();
+                stage_overlay(i, &mut options, stage, &exists, &mut entries);
+                m.set_options(Some(options));
+                continue;
+            }
             let Some(source) = m.source().clone() else {
                 continue;
             };
@@ -105,7 +216,11 @@ pub fn plan(spec: &mut Spec, bundle: &Path, exists: impl Fn(&Path) -> bool) -> V
             }
             let staged = stage.join(format!("m{i}"));
             m.set_source(Some(staged.clone()));
-            entries.push(Entry { source, staged });
+            entries.push(Entry {
+                source,
+                staged,
+                idmapped: false,
+            });
         }
         spec.set_mounts(Some(mounts));
     }
@@ -118,7 +233,11 @@ pub fn plan(spec: &mut Spec, bundle: &Path, exists: impl Fn(&Path) -> bool) -> V
                 }
                 let staged = stage.join(format!("h{i}"));
                 h.set_path(staged.clone());
-                entries.push(Entry { source, staged });
+                entries.push(Entry {
+                    source,
+                    staged,
+                    idmapped: false,
+                });
             }
             hooks.set_create_container(Some(list));
         }
@@ -163,9 +282,10 @@ fn mount(
     Ok(())
 }
 
-/// Enter a private mount namespace and mount `entries` under a fresh tmpfs at [`STAGE_DIR`].
-/// The process must be single-threaded (`unshare(CLONE_NEWNS)` refuses a shared fs context).
-pub fn enter(entries: &[Entry]) -> Result<(), StageError> {
+/// Enter a private mount namespace and mount `entries` under a fresh tmpfs at [`STAGE_DIR`],
+/// an idmapped entry through `id_map` (which must be given when one is). The process must be
+/// single-threaded (`unshare(CLONE_NEWNS)` refuses a shared fs context).
+pub fn enter(entries: &[Entry], id_map: Option<&IdMap>) -> Result<(), StageError> {
     let stage = Path::new(STAGE_DIR);
     let step = |step, path: &Path| {
         let path = path.to_path_buf();
@@ -202,6 +322,21 @@ pub fn enter(entries: &[Entry]) -> Result<(), StageError> {
         Some("mode=0755,size=64k"),
     )
     .map_err(step("mount tmpfs", stage))?;
+    let userns = match (entries.iter().any(|e| e.idmapped), id_map) {
+        (false, _) => None,
+        (true, Some(IdMap::Maps(u, g))) => Some(
+            h5i_sys::idmap::userns_with_maps(u, g)
+                .map_err(step("make the id map's user namespace", stage))?,
+        ),
+        (true, Some(IdMap::Joined(p))) => Some(OwnedFd::from(
+            std::fs::File::open(p).map_err(step("open the joined user namespace", p))?,
+        )),
+        (true, None) => {
+            return Err(step("idmap", stage)(io::Error::other(
+                "an overlay layer needs the container's id map and the spec has none",
+            )))
+        }
+    };
     for e in entries {
         let meta = std::fs::metadata(&e.source).map_err(step("stat", &e.source))?;
         if meta.is_dir() {
@@ -211,6 +346,10 @@ pub fn enter(entries: &[Entry]) -> Result<(), StageError> {
                 .map_err(step("mkdir", &e.staged))?;
         } else {
             std::fs::File::create(&e.staged).map_err(step("create", &e.staged))?;
+        }
+        if let (true, Some(userns)) = (e.idmapped, &userns) {
+            stage_idmapped(&e.source, &e.staged, userns)?;
+            continue;
         }
         mount(
             Some(&e.source),
@@ -222,6 +361,37 @@ pub fn enter(entries: &[Entry]) -> Result<(), StageError> {
         .map_err(step("bind", &e.source))?;
     }
     Ok(())
+}
+
+/// Mount `source` at `staged` read-only (and nosuid, nodev), its owners seen through `userns`.
+fn stage_idmapped(source: &Path, staged: &Path, userns: &OwnedFd) -> Result<(), StageError> {
+    use h5i_sys::idmap::{
+        attach, clone_tree, MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID,
+        MOUNT_ATTR_RDONLY,
+    };
+    let err = |step: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StageError::Step { step, path, source }
+    };
+    let tree = clone_tree(
+        &cpath(source).map_err(err("name", source))?,
+        MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        userns.as_raw_fd(),
+    )
+    .map_err(|(s, e)| {
+        err(
+            match s {
+                h5i_sys::idmap::CloneStep::OpenTree => "open_tree",
+                h5i_sys::idmap::CloneStep::SetAttr => "idmap (mount_setattr)",
+            },
+            source,
+        )(e)
+    })?;
+    attach(
+        tree.as_raw_fd(),
+        &cpath(staged).map_err(err("name", staged))?,
+    )
+    .map_err(err("attach the idmapped tree", source))
 }
 
 #[cfg(test)]
@@ -273,6 +443,57 @@ mod tests {
         assert_eq!(v["hooks"]["createContainer"][0]["args"][0], "h5i-hook");
         // poststop hooks run on the host side, after the container: left alone.
         assert_eq!(v["hooks"]["poststop"][0]["path"], "/opt/h5i-hook");
+    }
+
+    #[test]
+    fn an_overlays_lower_layer_is_staged_idmapped_and_its_upper_and_work_through_their_parent() {
+        let mut s: Spec = serde_json::from_str(
+            r#"{"ociVersion":"1.0.2",
+            "mounts":[
+              {"destination":"/work/node_modules","type":"overlay","source":"overlay",
+               "options":["lowerdir+=/r/.git/.h5i/cache/npm/k/tree/node_modules",
+                          "upperdir=/b/npm-tree/k/upper","workdir=/b/npm-tree/k/work",
+                          "userxattr","nosuid","nodev"]}],
+            "linux":{"namespaces":[{"type":"user"},{"type":"mount"}],
+                     "uidMappings":[{"containerID":0,"hostID":200000,"size":65536}],
+                     "gidMappings":[{"containerID":0,"hostID":200000,"size":65536}]}}"#,
+        )
+        .unwrap();
+        let entries = plan(&mut s, Path::new("/b"), |_| true);
+        assert_eq!(
+            entries,
+            vec![
+                Entry {
+                    source: "/r/.git/.h5i/cache/npm/k/tree/node_modules".into(),
+                    staged: "/run/h5i-runc-stage/o0l".into(),
+                    idmapped: true,
+                },
+                Entry {
+                    source: "/b/npm-tree/k".into(),
+                    staged: "/run/h5i-runc-stage/o0".into(),
+                    idmapped: false,
+                },
+            ]
+        );
+        let v = serde_json::to_value(&s).unwrap();
+        assert_eq!(
+            v["mounts"][0]["options"],
+            serde_json::json!([
+                "lowerdir+=/run/h5i-runc-stage/o0l",
+                "upperdir=/run/h5i-runc-stage/o0/upper",
+                "workdir=/run/h5i-runc-stage/o0/work",
+                "userxattr",
+                "nosuid",
+                "nodev"
+            ])
+        );
+        assert_eq!(
+            id_map(&s),
+            Some(IdMap::Maps(
+                "0 200000 65536\n".into(),
+                "0 200000 65536\n".into()
+            ))
+        );
     }
 
     #[test]
