@@ -2,7 +2,11 @@
 """Render BENCHMARKS.md from bench/out/: ROW.meta.json (written by bench/run.sh) and
 ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i).
 
-Usage: report.py --out DIR --report FILE -- ROW...   (rows in report order)
+Usage: report.py --out DIR --report FILE [--only ROW]... -- ROW...   (rows in report order)
+
+With --only (bench/run.sh passes the rows it was asked to run), an existing report keeps its
+head and every other row's summary line and section as they are; only the named rows' are
+written anew.
 """
 
 import argparse
@@ -177,47 +181,100 @@ def row_section(meta, results):
     return lines
 
 
+def row_parts(name, out):
+    """The summary line and section lines of row NAME from its results in OUT."""
+    meta = load(os.path.join(out, f"{name}.meta.json"))
+    if meta is None:
+        return f"| {name} | | not run yet | — |", []
+    hf = load(os.path.join(out, f"{name}.json"))
+    results = None
+    if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
+        results = hf["results"]
+    target = target_text(meta["target"])
+    if results is None:
+        reason = (meta.get("reason") or "no results").replace("|", "\\|")
+        line = f"| [{name}](#{name}) | {target} | not measured: {reason} | — |"
+    else:
+        value, met = evaluate(meta["target"], results[0], results[1])
+        line = f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |"
+    return line, row_section(meta, results)
+
+
+def split_report(text, rows):
+    """An existing report as (head lines, {row: summary line}, {row: section lines}); None
+    when it is not one this script wrote (no summary table)."""
+    lines = text.rstrip("\n").split("\n")
+    if "## Summary" not in lines:
+        return None
+    at = lines.index("## Summary")
+    head = lines[:at]
+    summary, sections, current = {}, {}, None
+    for line in lines[at + 1:]:
+        if line.startswith("## "):
+            name = line[3:].strip()
+            current = name if name in rows else None
+            if current:
+                sections[current] = []
+        if current:
+            sections[current].append(line)
+        elif line.startswith("| "):
+            cell = line[2:].split(" |", 1)[0]
+            name = cell[1:].split("]", 1)[0] if cell.startswith("[") else cell
+            if name in rows:
+                summary[name] = line
+    return head, summary, sections
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="a row measured in this run: only its summary line and section are replaced "
+        "in an existing report (repeatable); without it the report is written whole",
+    )
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
+    old = None
+    if args.only:
+        try:
+            with open(args.report, encoding="utf-8") as f:
+                old = split_report(f.read(), args.rows)
+        except OSError:
+            old = None
     summary = ["| row | target | result | met |", "|---|---|---|---|"]
     sections = []
     for name in args.rows:
-        meta = load(os.path.join(args.out, f"{name}.meta.json"))
-        if meta is None:
-            summary.append(f"| {name} | | not run yet | — |")
-            continue
-        hf = load(os.path.join(args.out, f"{name}.json"))
-        results = None
-        if meta.get("status") == "measured" and hf and len(hf.get("results", [])) == 2:
-            results = hf["results"]
-        target = target_text(meta["target"])
-        if results is None:
-            reason = (meta.get("reason") or "no results").replace("|", "\\|")
-            summary.append(f"| [{name}](#{name}) | {target} | not measured: {reason} | — |")
+        if old is not None and name not in args.only:
+            line = old[1].get(name, f"| {name} | | not run yet | — |")
+            section = old[2].get(name, [])
         else:
-            value, met = evaluate(meta["target"], results[0], results[1])
-            summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
-        sections += row_section(meta, results)
+            line, section = row_parts(name, args.out)
+        summary.append(line)
+        sections += section
 
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    doc = [
-        "# Benchmarks",
-        "",
-        f"Written by `bench/run.sh` (`make bench`) on {now}. Each row times a baseline and "
-        "the h5i command in the same hyperfine run, on the same machine, one after the "
-        "other; times are wall-clock per invocation. Rows and targets are defined in "
-        "`bench/rows.sh`; raw hyperfine results are in `bench/out/ROW.json`.",
-        "",
-        "## Machine",
-        "",
-    ]
-    doc += [f"- {k}: {v}" for k, v in machine_facts()]
-    doc += ["", "## Summary", ""] + summary + [""] + sections
+    if old is not None:
+        doc = old[0]
+    else:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        doc = [
+            "# Benchmarks",
+            "",
+            f"Written by `bench/run.sh` (`make bench`) on {now}. Each row times a baseline and "
+            "the h5i command in the same hyperfine run, on the same machine, one after the "
+            "other; times are wall-clock per invocation. Rows and targets are defined in "
+            "`bench/rows.sh`; raw hyperfine results are in `bench/out/ROW.json`.",
+            "",
+            "## Machine",
+            "",
+        ]
+        doc += [f"- {k}: {v}" for k, v in machine_facts()]
+        doc += [""]
+    doc += ["## Summary", ""] + summary + [""] + sections
     with open(args.report, "w", encoding="utf-8") as f:
         f.write("\n".join(doc).rstrip("\n") + "\n")
     return 0

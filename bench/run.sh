@@ -203,5 +203,9 @@ for name in "${selected[@]}"; do
     measure_row "$name"
 done
 
-python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" -- "${ROWS[@]}"
+only=()
+if [ $# -gt 0 ]; then
+    for name in "${selected[@]}"; do only+=(--only "$name"); done
+fi
+python3 "$ROOT/bench/report.py" --out "$OUT" --report "$REPORT" "${only[@]}" -- "${ROWS[@]}"
 echo "bench: wrote $REPORT"

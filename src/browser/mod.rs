@@ -34,6 +34,10 @@ pub mod sidecar;
 pub mod view;
 pub mod view_sessions;
 pub mod viewer;
+#[cfg(feature = "ui")]
+pub mod watch;
+#[cfg(feature = "ui")]
+pub mod term;
 
 use h5i_policy::resolved::SecretInject;
 use h5i_policy::ResolvedPolicy;
