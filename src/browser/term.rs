@@ -146,7 +146,7 @@ fn probe(tty_in: RawFd, out: &mut impl Write) -> io::Result<ProbeAnswer> {
             return Ok(answer);
         }
         if readable(tty_in, left.as_millis().min(100) as i32 + 1) {
-            let mut buf = [0u8; 1024];
+            let mut buf = [0u8; 8192];
             let n = input.read(&mut buf)?;
             if n == 0 {
                 return Ok(answer);
