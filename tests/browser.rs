@@ -1726,16 +1726,15 @@ fn listens(pid: u32) -> Vec<String> {
         })
         .collect();
     let mut found = Vec::new();
-    for (table, inode_col, listening) in [
-        ("tcp", 9, "0A"),
-        ("tcp6", 9, "0A"),
-        ("unix", 6, "00010000"),
-    ] {
+    for (table, inode_col, listening) in
+        [("tcp", 9, "0A"), ("tcp6", 9, "0A"), ("unix", 6, "00010000")]
+    {
         let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
         for l in text.lines().skip(1) {
             let f: Vec<&str> = l.split_whitespace().collect();
             let state = f.get(3);
-            if f.get(inode_col).is_some_and(|i| inodes.iter().any(|x| x == i))
+            if f.get(inode_col)
+                .is_some_and(|i| inodes.iter().any(|x| x == i))
                 && state == Some(&listening)
             {
                 found.push(format!("{table}: {l}"));
@@ -1748,7 +1747,11 @@ fn listens(pid: u32) -> Vec<String> {
 /// The centre of the element `selector` in the box's page, in page pixels.
 #[cfg(feature = "ui")]
 fn centre_of(c: &Caller, selector: &str) -> (f64, f64) {
-    let (bbox, rc) = box_sh(c, "web", &format!("agent-browser get box '{selector}' --json"));
+    let (bbox, rc) = box_sh(
+        c,
+        "web",
+        &format!("agent-browser get box '{selector}' --json"),
+    );
     assert_eq!(rc, 0, "{bbox}");
     let b: serde_json::Value =
         serde_json::from_str(bbox.trim()).unwrap_or_else(|e| panic!("{e}: {bbox}"));
@@ -1839,7 +1842,11 @@ fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock()
         "the swatch is {swatch:?}, not {SWATCH_RGB:?}"
     );
     let pid = term.session.child.id();
-    assert_eq!(listens(pid), Vec::<String>::new(), "the terminal viewer binds");
+    assert_eq!(
+        listens(pid),
+        Vec::<String>::new(),
+        "the terminal viewer binds"
+    );
 
     // Watching: a key is not the page's, and the lock stays the agent's.
     term.send(b"x");
@@ -1936,7 +1943,9 @@ fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock()
     c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
     let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
     assert!(
-        report.contains("terminal viewer closed by root (uid 0): a human took control; 22 input events sent"),
+        report.contains(
+            "terminal viewer closed by root (uid 0): a human took control; 22 input events sent"
+        ),
         "{report}"
     );
 }
@@ -1947,7 +1956,10 @@ fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock()
 #[cfg(feature = "ui")]
 fn term_refusal_case(as_user: bool) {
     use common::kitty::Answers;
-    if !require_root("h5i box view --term refusal", "boxes as root and as h5i-test") {
+    if !require_root(
+        "h5i box view --term refusal",
+        "boxes as root and as h5i-test",
+    ) {
         return;
     }
     let mut c = Caller::either(as_user);

@@ -89,7 +89,9 @@ pub fn parse_probe(bytes: &[u8]) -> ProbeAnswer {
             }
             b'[' => {
                 let start = i + 2;
-                let Some(len) = bytes[start..].iter().position(|b| (0x40..=0x7e).contains(b))
+                let Some(len) = bytes[start..]
+                    .iter()
+                    .position(|b| (0x40..=0x7e).contains(b))
                 else {
                     break;
                 };
@@ -178,7 +180,8 @@ impl Layout {
         let (fw, fh) = (f64::from(frame.0.max(1)), f64::from(frame.1.max(1)));
         let scale = (aw / fw).min(ah / fh);
         let c = ((fw * scale / f64::from(cell.0)).floor() as u32).clamp(1, cols.max(1));
-        let r = ((fh * scale / f64::from(cell.1)).floor() as u32).clamp(1, rows.saturating_sub(1).max(1));
+        let r = ((fh * scale / f64::from(cell.1)).floor() as u32)
+            .clamp(1, rows.saturating_sub(1).max(1));
         Layout {
             cell,
             frame,
@@ -217,9 +220,7 @@ pub fn decode_frame(data: &str) -> Result<(u32, u32, Vec<u8>), String> {
     let rgb = decoder
         .decode()
         .map_err(|e| format!("a frame that is not a JPEG ({e:?})"))?;
-    let (w, h) = decoder
-        .dimensions()
-        .ok_or("a frame without dimensions")?;
+    let (w, h) = decoder.dimensions().ok_or("a frame without dimensions")?;
     if rgb.len() != w * h * 3 {
         return Err("a frame whose pixels do not fill it".into());
     }
@@ -332,7 +333,11 @@ impl RowOne {
     /// The escape sequences drawing the row (h5i's own: cursor saved, row one cleared and
     /// written in reverse video, cursor restored).
     pub fn draw(&self, cols: usize) -> Vec<u8> {
-        format!("\x1b7\x1b[1;1H\x1b[2K\x1b[7m{}\x1b[0m\x1b8", self.text(cols)).into_bytes()
+        format!(
+            "\x1b7\x1b[1;1H\x1b[2K\x1b[7m{}\x1b[0m\x1b8",
+            self.text(cols)
+        )
+        .into_bytes()
     }
 }
 
@@ -404,7 +409,9 @@ pub fn parse_keys(bytes: &mut Vec<u8>) -> Vec<Key> {
                     continue;
                 }
                 let start = i + 2;
-                let Some(len) = bytes[start..].iter().position(|b| (0x40..=0x7e).contains(b))
+                let Some(len) = bytes[start..]
+                    .iter()
+                    .position(|b| (0x40..=0x7e).contains(b))
                 else {
                     break;
                 };
@@ -509,7 +516,8 @@ pub fn events(key: &Key, layout: Option<&Layout>) -> Vec<Value> {
                 Some(c) if key.chars().count() == 1 && c.is_ascii_digit() => format!("Digit{c}"),
                 _ => key.clone(),
             };
-            let mut down = json!({"type": "input_keyboard", "eventType": "keyDown", "key": key, "code": code});
+            let mut down =
+                json!({"type": "input_keyboard", "eventType": "keyDown", "key": key, "code": code});
             if let Some(t) = text {
                 down["text"] = json!(t);
             }
@@ -527,14 +535,22 @@ pub fn events(key: &Key, layout: Option<&Layout>) -> Vec<Value> {
             let Some((x, y)) = layout.and_then(|l| l.page_point(*col, *row)) else {
                 return Vec::new();
             };
-            let kind = if *down { "mousePressed" } else { "mouseReleased" };
-            vec![json!({"type": "input_mouse", "eventType": kind, "x": x, "y": y, "button": button, "clickCount": 1})]
+            let kind = if *down {
+                "mousePressed"
+            } else {
+                "mouseReleased"
+            };
+            vec![
+                json!({"type": "input_mouse", "eventType": kind, "x": x, "y": y, "button": button, "clickCount": 1}),
+            ]
         }
         Key::Wheel { dir, col, row } => {
             let Some((x, y)) = layout.and_then(|l| l.page_point(*col, *row)) else {
                 return Vec::new();
             };
-            vec![json!({"type": "input_mouse", "eventType": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": dir * 100})]
+            vec![
+                json!({"type": "input_mouse", "eventType": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": dir * 100}),
+            ]
         }
         Key::HandBack | Key::Interrupt => Vec::new(),
     }
@@ -653,7 +669,10 @@ pub fn run(store: &BoxStore, name: &str) -> Result<Tally, ControlError> {
     drop(raw);
     claim.close(t)?;
     match error {
-        Some(e) => Err(source::refuse(e, format!("run `h5i box view {name} --term` again"))),
+        Some(e) => Err(source::refuse(
+            e,
+            format!("run `h5i box view {name} --term` again"),
+        )),
         None => Ok(t),
     }
 }
@@ -684,7 +703,13 @@ fn keyboard() -> mpsc::UnboundedReceiver<Vec<u8>> {
 }
 
 impl Viewer {
-    fn row_one(&self, driving: bool, origin: &str, errors: Option<usize>, note: Option<String>) -> RowOne {
+    fn row_one(
+        &self,
+        driving: bool,
+        origin: &str,
+        errors: Option<usize>,
+        note: Option<String>,
+    ) -> RowOne {
         RowOne {
             name: self.sb.manifest.name.clone(),
             driving,
@@ -817,7 +842,9 @@ impl Viewer {
             }
         }
         if took && source::mine(&self.sb) {
-            if let Err(e) = source::take_or_release(&self.store, &self.sb.manifest.name, false, &mut t).await {
+            if let Err(e) =
+                source::take_or_release(&self.store, &self.sb.manifest.name, false, &mut t).await
+            {
                 ended.get_or_insert(e);
             }
         }
@@ -874,14 +901,32 @@ mod tests {
         let l = Layout::fit((800, 440), 80, 23, (10, 20));
         let click = events(&keys[2], Some(&l));
         assert_eq!(click[0]["eventType"], "mousePressed");
-        assert_eq!((click[0]["x"].clone(), click[0]["y"].clone()), (json!(115), json!(110)));
-        assert!(events(&Key::Mouse { button: "left", down: true, col: 3, row: 1 }, Some(&l)).is_empty());
+        assert_eq!(
+            (click[0]["x"].clone(), click[0]["y"].clone()),
+            (json!(115), json!(110))
+        );
+        assert!(events(
+            &Key::Mouse {
+                button: "left",
+                down: true,
+                col: 3,
+                row: 1
+            },
+            Some(&l)
+        )
+        .is_empty());
         bytes.extend_from_slice(b"D\x1b_Gi=1;OK\x1b\\\x1b");
         assert_eq!(
             parse_keys(&mut bytes),
             [
-                Key::Press { key: "ArrowLeft".into(), text: None },
-                Key::Press { key: "Escape".into(), text: None }
+                Key::Press {
+                    key: "ArrowLeft".into(),
+                    text: None
+                },
+                Key::Press {
+                    key: "Escape".into(),
+                    text: None
+                }
             ]
         );
     }
@@ -903,7 +948,10 @@ mod tests {
         assert!(wide.contains("console errors: 2"), "{wide}");
         assert!(!wide.chars().any(crate::escape::is_control), "{wide:?}");
         let middle = row.text(100);
-        assert!(middle.contains("│ https://bank.example.evil.test │"), "{middle}");
+        assert!(
+            middle.contains("│ https://bank.example.evil.test │"),
+            "{middle}"
+        );
         assert!(middle.contains("console errors: 2"), "{middle}");
         let narrow = row.text(70);
         assert_eq!(narrow.chars().count(), 70, "{narrow}");

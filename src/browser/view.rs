@@ -57,8 +57,8 @@ use tokio_tungstenite::tungstenite::Message as BoxMessage;
 
 use super::control::ControlError;
 use super::view_sessions::{self, Tally};
-use super::watch::{self as source, BoxStream};
 use super::viewer;
+use super::watch::{self as source, BoxStream};
 use crate::error::BoxError;
 use crate::store::{BoxStore, StoredBox};
 
@@ -313,13 +313,7 @@ async fn from_page(v: &Arc<View>, text: &str, t: &mut Tally) -> FromPage {
 }
 
 /// h5i's status line for the page; `errors`: the page's console errors, when the browser said.
-fn status(
-    v: &View,
-    t: &Tally,
-    origin: &str,
-    errors: Option<usize>,
-    error: Option<&str>,
-) -> String {
+fn status(v: &View, t: &Tally, origin: &str, errors: Option<usize>, error: Option<&str>) -> String {
     let (holder, mine) = source::holder(&v.sb);
     json!({
         "type": "h5i",

@@ -24,8 +24,8 @@ use serde_json::{Map, Value};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use super::control::{self, ControlError, Holder};
-use super::view_sessions::{self, Tally};
 use super::sidecar;
+use super::view_sessions::{self, Tally};
 use crate::error::BoxError;
 use crate::store::{BoxStore, StoredBox};
 

@@ -805,18 +805,26 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "ui")]
-        BoxVerb::View { term: true, name, .. } => {
+        BoxVerb::View {
+            term: true, name, ..
+        } => {
             let t = h5i::browser::term::run(&store()?, &name)?;
             say!(
                 "left box {name}'s browser: {}; {} input events sent, {} dropped",
-                if t.took_control { "you took control" } else { "watched only" },
+                if t.took_control {
+                    "you took control"
+                } else {
+                    "watched only"
+                },
                 t.input_sent,
                 t.input_dropped
             );
             Ok(0)
         }
         #[cfg(feature = "ui")]
-        BoxVerb::View { name, port, open, .. } => {
+        BoxVerb::View {
+            name, port, open, ..
+        } => {
             h5i::browser::view::serve(&store()?, &name, port, open, |url| {
                 say!("watching box {name}'s browser at {url}");
                 say!("(loopback only; the URL carries the box's token; Ctrl-C stops the viewer)");

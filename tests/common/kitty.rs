@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use super::pty::{find, readable, read_some, Session};
+use super::pty::{find, read_some, readable, Session};
 
 /// How the terminal answers the probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,11 +26,14 @@ pub enum Answers {
     Mute,
 }
 
+/// A graphics command's control keys, in order.
+type Keys = Vec<(String, String)>;
+
 /// One image h5i drew.
 #[derive(Debug, Clone)]
 pub struct Image {
     /// Its control keys (`a`, `f`, `s`, `v`, `c`, `r`, ...).
-    pub keys: Vec<(String, String)>,
+    pub keys: Keys,
     pub width: u32,
     pub height: u32,
     /// RGB or RGBA pixels, as `f` says.
@@ -60,7 +63,7 @@ pub struct Terminal {
     /// Where in `session.seen` parsing goes on.
     parsed: usize,
     /// A graphics transmission under way: its first command's keys and the payload so far.
-    open_image: Option<(Vec<(String, String)>, Vec<u8>)>,
+    open_image: Option<(Keys, Vec<u8>)>,
     pub images: Vec<Image>,
     /// Every row-one text drawn, in order.
     pub rows: Vec<String>,
@@ -70,7 +73,7 @@ pub struct Terminal {
     pub probed: bool,
 }
 
-fn keys_of(control: &str) -> Vec<(String, String)> {
+fn keys_of(control: &str) -> Keys {
     control
         .split(',')
         .filter_map(|kv| kv.split_once('='))
@@ -78,7 +81,7 @@ fn keys_of(control: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-fn decode_image(keys: Vec<(String, String)>, payload: &[u8]) -> Image {
+fn decode_image(keys: Keys, payload: &[u8]) -> Image {
     let get = |k: &str| keys.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let raw = base64::engine::general_purpose::STANDARD
         .decode(payload)
@@ -171,9 +174,7 @@ impl Terminal {
                 }
                 b'[' => {
                     let start = at + 2;
-                    let Some(len) = seen[start..]
-                        .iter()
-                        .position(|b| (0x40..=0x7e).contains(b))
+                    let Some(len) = seen[start..].iter().position(|b| (0x40..=0x7e).contains(b))
                     else {
                         self.parsed = at;
                         return;
@@ -185,8 +186,7 @@ impl Terminal {
                 }
                 b'7' | b'8' => self.parsed = at + 2,
                 other => {
-                    self.foreign
-                        .push(format!("ESC {:?}", other as char));
+                    self.foreign.push(format!("ESC {:?}", other as char));
                     self.parsed = at + 2;
                 }
             }
@@ -232,7 +232,10 @@ impl Terminal {
             return;
         };
         let (control, payload) = match body.iter().position(|&b| b == b';') {
-            Some(i) => (String::from_utf8_lossy(&body[..i]).into_owned(), &body[i + 1..]),
+            Some(i) => (
+                String::from_utf8_lossy(&body[..i]).into_owned(),
+                &body[i + 1..],
+            ),
             None => (String::from_utf8_lossy(body).into_owned(), &body[..0]),
         };
         let keys = keys_of(&control);
