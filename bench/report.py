@@ -200,29 +200,49 @@ def row_parts(name, out):
     return line, row_section(meta, results)
 
 
-def split_report(text, rows):
-    """An existing report as (head lines, {row: summary line}, {row: section lines}); None
-    when it is not one this script wrote (no summary table)."""
+def row_name(line):
+    """The row a summary table line is about ('' for none)."""
+    if not line.startswith("| "):
+        return ""
+    cell = line[2:].split(" |", 1)[0]
+    return cell[1:].split("]", 1)[0] if cell.startswith("[") else cell
+
+
+def update_report(text, only, out):
+    """TEXT (a report this script wrote) with the summary lines and sections of the rows in
+    ONLY written anew from OUT and everything else (the head, other rows, hand-written
+    sections) as it was; None when TEXT has no summary table."""
     lines = text.rstrip("\n").split("\n")
     if "## Summary" not in lines:
         return None
     at = lines.index("## Summary")
-    head = lines[:at]
-    summary, sections, current = {}, {}, None
-    for line in lines[at + 1:]:
+    head, rest = lines[: at + 1], lines[at + 1 :]
+    blocks, name = [["", []]], ""
+    for line in rest:
         if line.startswith("## "):
-            name = line[3:].strip()
-            current = name if name in rows else None
-            if current:
-                sections[current] = []
-        if current:
-            sections[current].append(line)
-        elif line.startswith("| "):
-            cell = line[2:].split(" |", 1)[0]
-            name = cell[1:].split("]", 1)[0] if cell.startswith("[") else cell
-            if name in rows:
-                summary[name] = line
-    return head, summary, sections
+            blocks.append([line[3:].strip(), []])
+        blocks[-1][1].append(line)
+    fresh = {n: row_parts(n, out) for n in only}
+    table, seen = [], set()
+    for line in blocks[0][1]:
+        n = row_name(line)
+        if n in fresh:
+            line = fresh[n][0]
+            seen.add(n)
+        table.append(line)
+    last = max((i for i, l in enumerate(table) if l.startswith("| ")), default=len(table) - 1)
+    table[last + 1 : last + 1] = [fresh[n][0] for n in only if n not in seen]
+    doc = head + table
+    placed = set()
+    for name, body in blocks[1:]:
+        if name in fresh:
+            body = fresh[name][1]
+            placed.add(name)
+        doc += body
+    for n in only:
+        if n not in placed:
+            doc += fresh[n][1]
+    return doc
 
 
 def main():
@@ -239,27 +259,20 @@ def main():
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
-    old = None
+    doc = None
     if args.only:
         try:
             with open(args.report, encoding="utf-8") as f:
-                old = split_report(f.read(), args.rows)
+                doc = update_report(f.read(), args.only, args.out)
         except OSError:
-            old = None
-    summary = ["| row | target | result | met |", "|---|---|---|---|"]
-    sections = []
-    for name in args.rows:
-        if old is not None and name not in args.only:
-            line = old[1].get(name, f"| {name} | | not run yet | — |")
-            section = old[2].get(name, [])
-        else:
+            doc = None
+    if doc is None:
+        summary = ["| row | target | result | met |", "|---|---|---|---|"]
+        sections = []
+        for name in args.rows:
             line, section = row_parts(name, args.out)
-        summary.append(line)
-        sections += section
-
-    if old is not None:
-        doc = old[0]
-    else:
+            summary.append(line)
+            sections += section
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         doc = [
             "# Benchmarks",
@@ -273,8 +286,7 @@ def main():
             "",
         ]
         doc += [f"- {k}: {v}" for k, v in machine_facts()]
-        doc += [""]
-    doc += ["## Summary", ""] + summary + [""] + sections
+        doc += ["", "## Summary", ""] + summary + [""] + sections
     with open(args.report, "w", encoding="utf-8") as f:
         f.write("\n".join(doc).rstrip("\n") + "\n")
     return 0

@@ -132,7 +132,17 @@ def term(h5i, box, change):
         pump(lambda: state["images"] > before)
         os.write(fd, b"\x1d")
     os.write(fd, b"q")
-    os.waitpid(pid, 0)
+    # Keep reading until it exits: a terminal that stops reading blocks the viewer's writes.
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > end:
+            os.kill(pid, 9)
+            fail("the viewer did not leave in time")
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                os.read(fd, 1 << 20)
+            except OSError:
+                pass
 
 
 def main():
