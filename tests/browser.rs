@@ -1770,3 +1770,326 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
         assert!(sessions.contains(want), "{want} not in: {sessions}");
     }
 }
+
+/// The terminal the `--term` cases run in: 160 by 48 cells of 10 by 20 pixels.
+#[cfg(feature = "ui")]
+const TERM_CELL: (u32, u32) = (10, 20);
+
+/// `h5i box view web --term` run by `c` on a real pty, whose terminal answers as `answers`.
+#[cfg(feature = "ui")]
+fn term_viewer(c: &Caller, answers: common::kitty::Answers) -> common::kitty::Terminal {
+    use std::os::fd::AsRawFd;
+    let cmd = c.h5i_in(&c.repo(), &["box", "view", "web", "--term"]);
+    let session = common::pty::Session::spawn(cmd, std::time::Duration::from_secs(60));
+    common::pty::set_pixel_size(
+        session.master.as_raw_fd(),
+        48,
+        160,
+        (160 * TERM_CELL.0 as u16, 48 * TERM_CELL.1 as u16),
+    );
+    common::kitty::Terminal::new(session, answers)
+}
+
+/// Whether process `pid` holds a listening socket (TCP, TCP6 or Unix) in its own network
+/// namespace's tables.
+#[cfg(feature = "ui")]
+fn listens(pid: u32) -> Vec<String> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+                .map(str::to_string)
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (table, inode_col, listening) in
+        [("tcp", 9, "0A"), ("tcp6", 9, "0A"), ("unix", 6, "00010000")]
+    {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
+        for l in text.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let state = f.get(3);
+            if f.get(inode_col)
+                .is_some_and(|i| inodes.iter().any(|x| x == i))
+                && state == Some(&listening)
+            {
+                found.push(format!("{table}: {l}"));
+            }
+        }
+    }
+    found
+}
+
+/// The centre of the element `selector` in the box's page, in page pixels.
+#[cfg(feature = "ui")]
+fn centre_of(c: &Caller, selector: &str) -> (f64, f64) {
+    let (bbox, rc) = box_sh(
+        c,
+        "web",
+        &format!("agent-browser get box '{selector}' --json"),
+    );
+    assert_eq!(rc, 0, "{bbox}");
+    let b: serde_json::Value =
+        serde_json::from_str(bbox.trim()).unwrap_or_else(|e| panic!("{e}: {bbox}"));
+    let b = if b["data"].is_object() {
+        b["data"].clone()
+    } else {
+        b
+    };
+    (
+        b["x"].as_f64().unwrap() + b["width"].as_f64().unwrap() / 2.0,
+        b["y"].as_f64().unwrap() + b["height"].as_f64().unwrap() / 2.0,
+    )
+}
+
+/// A click (press and release, SGR mouse reporting) at the cell over page point `at`.
+#[cfg(feature = "ui")]
+fn click_cell(term: &common::kitty::Terminal, at: (f64, f64)) {
+    let (col, row) = term.cell_of(at.0, at.1, TERM_CELL);
+    term.send(format!("\x1b[<0;{col};{row}M\x1b[<0;{col};{row}m").as_bytes());
+}
+
+/// The page the agent makes hostile: its title, its URL and (after the run's drain) its
+/// console carry an OSC 52 clipboard write, CSI, DCS and C1 controls.
+#[cfg(feature = "ui")]
+const HOSTILE_EVAL: &str = r#"agent-browser eval 'document.title = "\u001b]52;c;aDVpLXB3bmVk\u0007\u009b2J"; history.pushState({}, "", "/\u001b]0;aDVpLXB3bmVk\u0007\u001bP1$r\u001b\\"); setTimeout(function () { console.error("\u001b]52;c;aDVpLXB3bmVk\u0007 \u001b[2J \u001bP1$raDVpLXB3bmVk\u001b\\ \u009d0;aDVpLXB3bmVk\u009c"); console.error("twice"); }, 4000); "ok"'"#;
+
+/// `h5i box view --term`: in a terminal that speaks the Kitty graphics protocol (a parsing
+/// harness on a real pty), row one is h5i's (box, mode, lock holder, origin, egress policy,
+/// console errors); the box's frames arrive as h5i's own graphics commands and decode to the
+/// in-box screenshot's size, its swatch where the page paints it; the viewer binds nothing;
+/// `i` takes the lock (the agent's click is then refused), clicks at a cell land on the page
+/// element under it and keys type, `Ctrl-]` hands back; a hostile page's title, URL and console
+/// text reach the terminal as nothing but a count; `q` leaves, restoring the screen, and the
+/// session is recorded in the `viewer` lane and report.md.
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock() {
+    use common::kitty::Answers;
+    use std::time::Duration;
+    let Some(c) = demo_sidecar_box(
+        "h5i box view --term",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let _removed = RemovedAtEnd(&c, "web");
+    let (open, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+    );
+    assert_eq!(rc, 0, "{open}");
+    let (shot_w, shot_h, _) = png_pixel(&c.workspace("web").join("shot.png"), 8, 8);
+    let receipts = c.box_dir("web").join("receipts.jsonl");
+    let before = viewer_records(&receipts).len();
+
+    let mut term = term_viewer(&c, Answers::Kitty);
+    let origin = format!("http://127.0.0.1:{APP_PORT}");
+    let row = term.row_where("naming the box, the lock and the origin", |r| {
+        r.contains(&origin) && r.contains("console errors: ")
+    });
+    assert!(term.probed, "no graphics query was sent");
+    for want in [
+        " h5i │ web │ watching │ lock: agent │ ",
+        "│ egress: deny all",
+        "│ i drive",
+    ] {
+        assert!(row.contains(want), "{want:?} not in row one {row:?}");
+    }
+    assert!(
+        term.until(Duration::from_secs(60), |t| !t.images.is_empty()),
+        "no image arrived: {}",
+        term.session.transcript()
+    );
+    let img = term.images[0].clone();
+    assert_eq!(img.key("a"), Some("T"), "{:?}", img.keys);
+    assert_eq!(
+        (img.width, img.height),
+        (shot_w, shot_h),
+        "a frame unlike the in-box screenshot"
+    );
+    let swatch = img.rgb(8, 8);
+    assert!(
+        swatch
+            .iter()
+            .zip(SWATCH_RGB)
+            .all(|(a, b)| a.abs_diff(b) <= 24),
+        "the swatch is {swatch:?}, not {SWATCH_RGB:?}"
+    );
+    let pid = term.session.child.id();
+    assert_eq!(
+        listens(pid),
+        Vec::<String>::new(),
+        "the terminal viewer binds"
+    );
+
+    // Watching: a key is not the page's, and the lock stays the agent's.
+    term.send(b"x");
+    term.send(b"i");
+    let row = term.row_where("driving", |r| r.contains("│ driving │"));
+    assert!(row.contains("lock: human: root (uid 0)"), "{row:?}");
+    assert!(row.contains("Ctrl-] hand back"), "{row:?}");
+    assert!(
+        common::pty::find(&term.session.seen, b"\x1b[?1006h").is_some(),
+        "driving did not turn on mouse reporting"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "human", "{status}");
+    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
+    assert_ne!(rc, 0, "the agent clicked while the human drove: {agent}");
+    assert!(
+        agent.contains("refusing: a human holds the browser of box `web`"),
+        "{agent}"
+    );
+
+    // A click on the email field's cell focuses it, typed keys land, a click on the button's
+    // cell presses it.
+    click_cell(&term, centre_of(&c, "#email"));
+    term.send(b"ab@x.test");
+    click_cell(&term, centre_of(&c, "#go"));
+    let landed = (0..30).any(|_| {
+        let (out, _) = box_sh(&c, "web", "agent-browser get text '#out'");
+        let done = out.contains("signed up ab@x.test");
+        if !done {
+            term.until(Duration::from_secs(1), |_| false);
+        }
+        done
+    });
+    assert!(landed, "the human's clicks and keys did not land");
+
+    term.send(b"\x1d");
+    let row = term.row_where("watching again", |r| r.contains("│ watching │"));
+    assert!(row.contains("lock: agent"), "{row:?}");
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "agent", "{status}");
+
+    // A hostile page: none of its text reaches the terminal, only its console error count.
+    let (hostile, rc) = box_sh(&c, "web", HOSTILE_EVAL);
+    assert_eq!(rc, 0, "{hostile}");
+    let row = term.row_where("counting the hostile console errors", |r| {
+        r.contains("console errors: 2")
+    });
+    assert!(row.contains(&origin), "{row:?}");
+    term.until(Duration::from_secs(2), |_| false);
+    assert!(
+        term.foreign.is_empty(),
+        "escape sequences h5i did not generate reached the terminal: {:?}",
+        term.foreign
+    );
+    for raw in [
+        b"\x1b]".as_slice(),
+        b"\x1bP",
+        b"\x07",
+        "\u{9b}".as_bytes(),
+        "\u{9d}".as_bytes(),
+        b"aDVpLXB3bmVk",
+    ] {
+        assert!(
+            common::pty::find(&term.session.seen, raw).is_none(),
+            "{raw:?} reached the terminal"
+        );
+    }
+
+    term.send(b"q");
+    assert_eq!(term.finish(), 0, "{}", term.session.transcript());
+    let seen = &term.session.seen;
+    for restored in [b"\x1b[?1049l".as_slice(), b"\x1b[?25h", b"\x1b_Ga=d,d=A"] {
+        assert!(
+            common::pty::find(seen, restored).is_some(),
+            "leaving did not send {restored:?}"
+        );
+    }
+    let sessions = viewer_records(&receipts);
+    let mine: Vec<&serde_json::Value> = sessions[before..]
+        .iter()
+        .filter(|b| b["via"] == "terminal viewer")
+        .collect();
+    assert_eq!(mine.len(), 2, "{sessions:?}");
+    assert_eq!(mine[0]["event"], "opened", "{sessions:?}");
+    assert_eq!(mine[1]["event"], "closed", "{sessions:?}");
+    assert_eq!(mine[1]["took_control"], true, "{sessions:?}");
+    // Two clicks (press and release each) and nine keys (press and release each).
+    assert_eq!(mine[1]["input_sent"], 22, "{sessions:?}");
+    assert_eq!(mine[1]["input_dropped"], 0, "{sessions:?}");
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
+    let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    assert!(
+        report.contains(
+            "terminal viewer closed by root (uid 0): a human took control; 22 input events sent"
+        ),
+        "{report}"
+    );
+}
+
+/// `--term` in a terminal without the Kitty graphics protocol: one that answers the device
+/// attributes but not the graphics query, and one that answers nothing, each get the refusal
+/// pointing at the browser viewer, and no session is recorded.
+#[cfg(feature = "ui")]
+fn term_refusal_case(as_user: bool) {
+    use common::kitty::Answers;
+    if !require_root(
+        "h5i box view --term refusal",
+        "boxes as root and as h5i-test",
+    ) {
+        return;
+    }
+    let mut c = Caller::either(as_user);
+    browser_box(&mut c, "web", "process");
+    let _removed = RemovedAtEnd(&c, "web");
+    let receipts = c.box_dir("web").join("receipts.jsonl");
+    for (answers, why) in [
+        (Answers::Plain, "it did not answer h5i's graphics query"),
+        (Answers::Mute, "it answered nothing within 3 s"),
+    ] {
+        let mut term = term_viewer(&c, answers);
+        assert_ne!(term.finish(), 0, "{}", term.session.transcript());
+        let said = String::from_utf8_lossy(&term.session.seen).into_owned();
+        assert!(term.probed, "{answers:?}: no graphics query: {said:?}");
+        assert!(
+            said.contains("refusing: this terminal does not speak the Kitty graphics protocol")
+                && said.contains(why)
+                && said.contains("to fix: watch in your browser instead: `h5i box view web`"),
+            "{answers:?}: {said:?}"
+        );
+        assert!(term.images.is_empty(), "{answers:?}: an image was sent");
+        assert!(term.foreign.is_empty(), "{:?}", term.foreign);
+        assert!(
+            common::pty::find(&term.session.seen, b"\x1b[?1049h").is_none(),
+            "{answers:?}: the screen was taken before the refusal"
+        );
+    }
+    let text = std::fs::read_to_string(&receipts).unwrap_or_default();
+    assert!(
+        !text.contains("\"viewer-session\""),
+        "a refused viewer recorded a session"
+    );
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn a_terminal_without_kitty_graphics_is_refused_and_pointed_at_the_browser_viewer() {
+    term_refusal_case(false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn a_terminal_without_kitty_graphics_is_refused_as_h5i_test() {
+    term_refusal_case(true);
+}
+
+/// The drawing itself as h5i-test: the box-lifetime browser, and so anything to watch, is a
+/// root caller's in this build (the browser viewer's own limit), so this says so loudly.
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_as_h5i_test() {
+    eprintln!("skipped: h5i box view --term as h5i-test: an unprivileged caller's browser box has no box-lifetime browser to watch yet (the browser viewer's limit too); only the refusal runs as h5i-test");
+}

@@ -102,14 +102,24 @@ pub fn launched_afresh(answer: &Value) -> bool {
         || (flag("launched") == Some(true) && flag("reused") != Some(true))
 }
 
+/// The console errors in the daemon's answer to `console`.
+fn console_error_items(console: &Value) -> impl Iterator<Item = &Value> {
+    items(console, "messages")
+        .iter()
+        .filter(|m| m.get("type").and_then(Value::as_str) == Some("error"))
+}
+
+/// How many console errors the daemon's answer to `console` holds (what the viewers count).
+pub fn console_error_count(console: &Value) -> usize {
+    console_error_items(console).count()
+}
+
 /// Read the daemon's three answers (console, errors, requests) into what the page said.
 pub fn seen_from(console: &Value, errors: &Value, requests: &Value) -> Seen {
     let mut seen = Seen::default();
-    for m in items(console, "messages") {
-        if m.get("type").and_then(Value::as_str) == Some("error") {
-            let text = m.get("text").and_then(Value::as_str).unwrap_or("");
-            push(&mut seen.console_errors, bounded(text));
-        }
+    for m in console_error_items(console) {
+        let text = m.get("text").and_then(Value::as_str).unwrap_or("");
+        push(&mut seen.console_errors, bounded(text));
     }
     for e in items(errors, "errors") {
         let text = e.get("text").and_then(Value::as_str).unwrap_or("");

@@ -31,9 +31,13 @@ pub mod fence;
 pub mod relay;
 pub mod sidecar;
 #[cfg(feature = "ui")]
+pub mod term;
+#[cfg(feature = "ui")]
 pub mod view;
 pub mod view_sessions;
 pub mod viewer;
+#[cfg(feature = "ui")]
+pub mod watch;
 
 use h5i_policy::resolved::SecretInject;
 use h5i_policy::ResolvedPolicy;

@@ -275,6 +275,13 @@ pub fn page_url(sb: &StoredBox) -> Option<String> {
     answer["data"]["url"].as_str().map(str::to_string)
 }
 
+/// How many console errors the page logged since the last drain, as the daemon says (`None`
+/// when it does not answer); the viewers' count.
+pub fn console_errors(sb: &StoredBox) -> Option<usize> {
+    let answer = ask_daemon(sb, "console").ok()?;
+    (answer["success"] == true).then(|| super::drain::console_error_count(&answer))
+}
+
 /// Ask the daemon of `sb`'s running sidecar the read-only `action` (h5i's own request, never
 /// through the relay): its whole answer.
 fn ask_daemon(sb: &StoredBox, action: &str) -> Result<serde_json::Value, String> {

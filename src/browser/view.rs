@@ -7,18 +7,17 @@
 //! or gets 401, before anything else is looked at; a request naming another host (a rebound DNS
 //! name) gets 421; a WebSocket handshake whose `Origin` is not the viewer's own gets 403.
 //!
-//! Each WebSocket session connects to the box's screencast stream (agent-browser's, whose port
-//! the daemon names, `sidecar::stream_port`) from inside the sidecar's network namespace
-//! (`service::connect_inside`: the port is never published), and then:
+//! Each WebSocket session connects to the box's screencast stream through `watch` (the frame
+//! source and control lock `h5i box view --term` uses too), and then:
 //! - box -> page: only `frame` messages (base64 checked, re-encoded by h5i)
 //!   and the page's URL, cut to its origin (userinfo dropped, escapes escaped) for h5i's status
 //!   bar; everything else the box sends is dropped;
 //! - page -> box: `input_mouse|input_keyboard|input_touch` pass only while a human holds the
-//!   control lock and that human is the user running the viewer (`control.rs`, read per event);
-//!   otherwise they are dropped and counted; `take` and `release` are `h5i browser take|release`
-//!   (the same code, the same `viewer`-lane record);
-//! - h5i's own status (box, holder, page origin, egress policy, inputs sent and dropped) every
-//!   second and after every change.
+//!   control lock and that human is the user running the viewer (`watch::input`, read per
+//!   event); otherwise they are dropped and counted; `take` and `release` are `h5i browser
+//!   take|release` (the same code, the same `viewer`-lane record);
+//! - h5i's own status (box, holder, page origin, egress policy, console errors, inputs sent and
+//!   dropped) every second and after every change.
 //!
 //! Each session lands in the box's receipt log as a `viewer`-lane `viewer-session` record when
 //! it opens and when it closes (who, whether a human took control from it, inputs sent and
@@ -36,7 +35,7 @@
 //! lock, hand the page any box-supplied text but a checked frame and an escaped origin, publish
 //! the box's stream port, or write the token anywhere.
 //!
-//! Guarded by `tests/browser_view.rs` and the unit tests below.
+//! Guarded by `tests/browser.rs` and the unit tests of `watch`.
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
@@ -52,15 +51,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use futures_util::{SinkExt, StreamExt};
-use h5i_policy::ResolvedPolicy;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message as BoxMessage;
 
-use super::control::{self, ControlError, Holder};
+use super::control::ControlError;
 use super::view_sessions::{self, Tally};
-use super::{sidecar, viewer};
+use super::viewer;
+use super::watch::{self as source, BoxStream};
 use crate::error::BoxError;
 use crate::store::{BoxStore, StoredBox};
 
@@ -68,14 +66,6 @@ use crate::store::{BoxStore, StoredBox};
 const PAGE: &str = include_str!("view.html");
 /// Longest message the page may send (an input event is a few hundred bytes).
 const MAX_PAGE_MESSAGE: usize = 64 << 10;
-/// Longest message taken from the box's stream (a frame of a large viewport as base64).
-const MAX_BOX_MESSAGE: usize = 16 << 20;
-/// Longest page origin shown; a longer one is cut from the left (its registrable end stays).
-const ORIGIN_MAX: usize = 64;
-/// How long connecting to the box's stream may take.
-const CONNECT: Duration = Duration::from_secs(15);
-/// Input message types the page may send, which pass only for the lock's human holder.
-const INPUT: &[&str] = &["input_mouse", "input_keyboard", "input_touch"];
 /// How long the sessions may take to write their `closed` records at Ctrl-C.
 const CLOSING: Duration = Duration::from_secs(10);
 /// The `via` of this viewer's session records.
@@ -112,26 +102,8 @@ pub fn serve(
     open: bool,
     ready: impl FnOnce(&str),
 ) -> Result<(), ControlError> {
-    let sb = control::browser_box(store, name)?;
-    view_sessions::close_orphans(&sb)?;
-    let policy = crate::store::load_policy(&sb)?;
-    let refuse =
-        |what: String, mend: String| ControlError::Box(BoxError::BadRequest { what, mend });
-    if !sidecar::lives_for_the_box(&policy) {
-        return Err(refuse(
-            format!(
-                "box `{name}` has no box-lifetime browser to watch ({})",
-                sidecar::why_per_run(&policy)
-            ),
-            "watch a process-tier browser box created by root".into(),
-        ));
-    }
-    sidecar::stream_port(&sb).map_err(|e| {
-        refuse(
-            format!("box `{name}` cannot be watched: {e}"),
-            format!("start its browser and stream it: `h5i box run {name} -- agent-browser stream enable`"),
-        )
-    })?;
+    let (sb, policy) = source::watchable(store, name)?;
+    let refuse = source::refuse;
     let token = viewer::token(&sb.paths)?;
     let listener = std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
         .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -156,7 +128,7 @@ pub fn serve(
         store: store.clone(),
         host: format!("127.0.0.1:{bound}"),
         origin: format!("http://127.0.0.1:{bound}"),
-        egress: egress_summary(&policy),
+        egress: source::egress_summary(&policy),
         nonce: nonce()?,
         stop: stop.clone(),
         live: Mutex::new(Some(live)),
@@ -211,18 +183,6 @@ pub fn serve(
                 "run `h5i box view` again".into(),
             )
         })
-}
-
-/// The egress policy as the status bar shows it.
-fn egress_summary(policy: &ResolvedPolicy) -> String {
-    if policy.net.mode == h5i_policy::resolved::NetMode::Host {
-        return "host network (unscoped)".into();
-    }
-    if policy.net.egress.is_empty() {
-        return "deny all (the box's own loopback only)".into();
-    }
-    let hosts: Vec<String> = policy.net.egress.iter().map(ToString::to_string).collect();
-    format!("deny all but {}", hosts.join(", "))
 }
 
 /// A fresh CSP nonce for the page's script (hex of 16 random bytes).
@@ -321,98 +281,6 @@ async fn socket(
     }
 }
 
-/// The host user running the viewer, as recorded.
-fn me() -> String {
-    control::user_label(control::caller_uid())
-}
-
-type BoxStream = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
-
-/// Connect to the box's stream from inside its network namespace; with it, the origin of the
-/// page the browser shows now (later ones arrive on the stream).
-async fn connect_box(v: &View) -> Result<(BoxStream, String), String> {
-    let sb = v.sb.clone();
-    let (port, stream, url) = tokio::task::spawn_blocking(move || {
-        let port = sidecar::stream_port(&sb)?;
-        let stream = crate::service::connect_inside(&sb.paths, sidecar::SERVICE, port)
-            .map_err(|e| format!("cannot reach the box's stream ({e})"))?;
-        Ok::<_, String>((port, stream, sidecar::page_url(&sb)))
-    })
-    .await
-    .map_err(|e| format!("the connecting task failed ({e})"))??;
-    stream
-        .set_nonblocking(true)
-        .map_err(|e| format!("cannot use the box's stream ({e})"))?;
-    let stream = tokio::net::TcpStream::from_std(stream)
-        .map_err(|e| format!("cannot use the box's stream ({e})"))?;
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_BOX_MESSAGE))
-        .max_frame_size(Some(MAX_BOX_MESSAGE));
-    let handshake = tokio_tungstenite::client_async_with_config(
-        format!("ws://127.0.0.1:{port}/"),
-        stream,
-        Some(config),
-    );
-    let origin = url.as_deref().map(origin_of).unwrap_or_default();
-    match tokio::time::timeout(CONNECT, handshake).await {
-        Ok(Ok((ws, _))) => Ok((ws, origin)),
-        Ok(Err(e)) => Err(format!("the box's stream refused the handshake ({e})")),
-        Err(_) => Err("the box's stream did not answer the handshake".into()),
-    }
-}
-
-/// What h5i passes to the page of one message from the box: a checked frame, re-encoded; a
-/// URL only updates `origin`.
-fn from_box(text: &str, origin: &mut String) -> Option<String> {
-    let v: Value = serde_json::from_str(text).ok()?;
-    match v["type"].as_str()? {
-        "frame" => {
-            let data = v["data"].as_str()?;
-            let base64 = !data.is_empty()
-                && data
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'='));
-            if !base64 {
-                return None;
-            }
-            Some(
-                json!({
-                    "type": "frame",
-                    "seq": v["seq"].as_u64().unwrap_or(0),
-                    "data": data,
-                })
-                .to_string(),
-            )
-        }
-        "url" => {
-            *origin = origin_of(v["url"].as_str()?);
-            None
-        }
-        _ => None,
-    }
-}
-
-/// The origin of `url` as the status bar shows it: scheme and host (userinfo dropped), escapes
-/// escaped, cut from the left when too long, so the end of the host that names who owns it
-/// always shows.
-fn origin_of(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let host = authority.rsplit('@').next().unwrap_or("");
-    let whole = if scheme.is_empty() {
-        url.split([':', ',']).next().unwrap_or("").to_string() + ":"
-    } else {
-        format!("{scheme}://{host}")
-    };
-    let shown = crate::escape::escape_controls(&whole);
-    let chars: Vec<char> = shown.chars().collect();
-    if chars.len() <= ORIGIN_MAX {
-        return shown;
-    }
-    let tail: String = chars[chars.len() - (ORIGIN_MAX - 1)..].iter().collect();
-    format!("…{tail}")
-}
-
 /// What the page asked for.
 enum FromPage {
     /// An input event to pass to the box.
@@ -429,55 +297,32 @@ async fn from_page(v: &Arc<View>, text: &str, t: &mut Tally) -> FromPage {
         return FromPage::Nothing;
     };
     let kind = msg.get("type").and_then(Value::as_str).unwrap_or("");
-    if INPUT.contains(&kind) {
-        let c = control::read(&v.sb.paths);
-        if c.holder == Holder::Human && c.taken_by_uid == Some(control::caller_uid()) {
-            t.input_sent += 1;
-            return FromPage::Input(Value::Object(msg).to_string());
-        }
-        t.input_dropped += 1;
-        return FromPage::Nothing;
+    if source::INPUT.contains(&kind) {
+        return source::input(&v.sb, msg, t).map_or(FromPage::Nothing, FromPage::Input);
     }
     let take = match kind {
         "take" => true,
         "release" => false,
         _ => return FromPage::Nothing,
     };
-    let (store, name) = (v.store.clone(), v.sb.manifest.name.clone());
-    let done = tokio::task::spawn_blocking(move || {
-        if take {
-            control::take(&store, &name)
-        } else {
-            control::release(&store, &name)
-        }
-    })
-    .await;
-    match done {
-        Ok(Ok(_)) => {
-            t.took_control |= take;
-            FromPage::Control(None)
-        }
-        Ok(Err(e)) => FromPage::Control(Some(e.to_string())),
-        Err(e) => FromPage::Control(Some(format!(
-            "refusing: the control change failed ({e}); to fix: use `h5i browser take|release`"
-        ))),
-    }
+    FromPage::Control(
+        source::take_or_release(&v.store, &v.sb.manifest.name, take, t)
+            .await
+            .err(),
+    )
 }
 
-/// h5i's status line for the page.
-fn status(v: &View, t: &Tally, origin: &str, error: Option<&str>) -> String {
-    let c = control::read(&v.sb.paths);
-    let holder = match (c.holder, c.taken_by_uid) {
-        (Holder::Human, Some(uid)) => format!("human: {}", control::user_label(uid)),
-        (h, _) => h.as_str().to_string(),
-    };
+/// h5i's status line for the page; `errors`: the page's console errors, when the browser said.
+fn status(v: &View, t: &Tally, origin: &str, errors: Option<usize>, error: Option<&str>) -> String {
+    let (holder, mine) = source::holder(&v.sb);
     json!({
         "type": "h5i",
         "box": v.sb.manifest.name,
         "holder": holder,
-        "mine": c.holder == Holder::Human && c.taken_by_uid == Some(control::caller_uid()),
+        "mine": mine,
         "origin": origin,
         "egress": v.egress,
+        "console_errors": errors,
         "input_sent": t.input_sent,
         "input_dropped": t.input_dropped,
         "error": error,
@@ -493,7 +338,7 @@ async fn session(v: Arc<View>, page: WebSocket) {
     let (mut page_tx, mut page_rx) = page.split();
     let live = v.live.lock().ok().and_then(|l| l.clone());
     let sb = v.sb.clone();
-    let opened = tokio::task::spawn_blocking(move || view_sessions::open(&sb, VIA, &me()))
+    let opened = tokio::task::spawn_blocking(move || view_sessions::open(&sb, VIA, &source::me()))
         .await
         .map_err(|e| e.to_string())
         .and_then(|o| o.map_err(|e| e.to_string()));
@@ -502,13 +347,14 @@ async fn session(v: Arc<View>, page: WebSocket) {
             &v,
             &t,
             "",
+            None,
             Some("refusing: the viewer is stopping, or cannot record the session; to fix: run `h5i box view` again"),
         );
         let _ = page_tx.send(PageMessage::Text(text.into())).await;
         return;
     };
     let mut stop = v.stop.clone();
-    let error = match connect_box(&v).await {
+    let error = match source::connect(&v.sb).await {
         Ok((upstream, origin)) => {
             pass_both_ways(
                 &v,
@@ -528,7 +374,7 @@ async fn session(v: Arc<View>, page: WebSocket) {
         )),
     };
     if let Some(e) = error {
-        let text = status(&v, &t, "", Some(&e));
+        let text = status(&v, &t, "", None, Some(&e));
         let _ = page_tx.send(PageMessage::Text(text.into())).await;
     }
     let closed = tokio::task::spawn_blocking(move || claim.close(t)).await;
@@ -555,10 +401,13 @@ async fn pass_both_ways(
 ) {
     let (mut box_tx, mut box_rx) = upstream.split();
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut errors = None;
     while !*stop.borrow_and_update() {
         let said = tokio::select! {
             m = box_rx.next() => match m {
-                Some(Ok(BoxMessage::Text(text))) => from_box(&text, &mut origin),
+                Some(Ok(BoxMessage::Text(text))) => source::from_box(&text, &mut origin).map(|f| {
+                    json!({"type": "frame", "seq": f.seq, "data": f.data}).to_string()
+                }),
                 Some(Ok(BoxMessage::Close(_)) | Err(_)) | None => break,
                 Some(Ok(_)) => None,
             },
@@ -570,14 +419,17 @@ async fn pass_both_ways(
                         }
                         None
                     }
-                    FromPage::Control(error) => Some(status(v, t, &origin, error.as_deref())),
-                    FromPage::Nothing => Some(status(v, t, &origin, None)),
+                    FromPage::Control(error) => Some(status(v, t, &origin, errors, error.as_deref())),
+                    FromPage::Nothing => Some(status(v, t, &origin, errors, None)),
                 },
                 Some(Ok(PageMessage::Close(_)) | Err(_)) | None => break,
                 Some(Ok(_)) => None,
             },
             _ = stop.changed() => break,
-            _ = tick.tick() => Some(status(v, t, &origin, None)),
+            _ = tick.tick() => {
+                errors = source::console_errors(&v.sb).await;
+                Some(status(v, t, &origin, errors, None))
+            }
         };
         if let Err(e) = claim.update(*t) {
             eprintln!("h5i: {e}");
@@ -587,48 +439,5 @@ async fn pass_both_ways(
                 break;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_frame_is_passed_only_as_checked_base64_and_anything_else_is_dropped() {
-        let mut origin = String::new();
-        let frame = r#"{"type":"frame","seq":3,"data":"/9j/4AAQ+/=","metadata":{"deviceWidth":1280,"deviceHeight":720}}"#;
-        let out: Value = serde_json::from_str(&from_box(frame, &mut origin).unwrap()).unwrap();
-        assert_eq!(out["seq"], 3);
-        assert_eq!(out["data"], "/9j/4AAQ+/=");
-        for bad in [
-            r#"{"type":"frame","data":"\"><script>x</script>"}"#,
-            r#"{"type":"frame","data":""}"#,
-            r#"{"type":"console","text":"\u001b]52;c;AAAA\u0007"}"#,
-            r#"{"type":"status"}"#,
-            "not json",
-        ] {
-            assert!(from_box(bad, &mut origin).is_none(), "{bad}");
-        }
-        assert!(from_box(
-            r#"{"type":"url","url":"http://u:p@a.test:3000/x?y"}"#,
-            &mut origin
-        )
-        .is_none());
-        assert_eq!(origin, "http://a.test:3000");
-    }
-
-    #[test]
-    fn a_long_origin_is_cut_from_the_left_and_escapes_are_escaped() {
-        let long = format!("https://bank.example.{}.evil.test/login", "x".repeat(80));
-        let shown = origin_of(&long);
-        assert!(
-            shown.starts_with('…') && shown.ends_with(".evil.test"),
-            "{shown}"
-        );
-        assert_eq!(shown.chars().count(), ORIGIN_MAX);
-        let esc = origin_of("http://a\u{1b}]0;t\u{7}.test/");
-        assert!(!esc.contains('\u{1b}'), "{esc:?}");
-        assert_eq!(origin_of("about:blank"), "about:");
     }
 }

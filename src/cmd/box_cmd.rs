@@ -305,8 +305,12 @@ enum BoxVerb {
         port: u16,
         /// Also hand the URL to this desktop's browser (xdg-open, given a private file that
         /// leads to it: the token stays out of every command line).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "term")]
         open: bool,
+        /// Draw the page in this terminal instead (Kitty graphics; binds nothing): `i` drives,
+        /// Ctrl-] hands back, `q` leaves.
+        #[arg(long, conflicts_with = "port")]
+        term: bool,
     },
     /// Internal: the background supervisor `service start` launches.
     #[command(name = "__service-supervise", hide = true)]
@@ -801,7 +805,26 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "ui")]
-        BoxVerb::View { name, port, open } => {
+        BoxVerb::View {
+            term: true, name, ..
+        } => {
+            let t = h5i::browser::term::run(&store()?, &name)?;
+            say!(
+                "left box {name}'s browser: {}; {} input events sent, {} dropped",
+                if t.took_control {
+                    "you took control"
+                } else {
+                    "watched only"
+                },
+                t.input_sent,
+                t.input_dropped
+            );
+            Ok(0)
+        }
+        #[cfg(feature = "ui")]
+        BoxVerb::View {
+            name, port, open, ..
+        } => {
             h5i::browser::view::serve(&store()?, &name, port, open, |url| {
                 say!("watching box {name}'s browser at {url}");
                 say!("(loopback only; the URL carries the box's token; Ctrl-C stops the viewer)");

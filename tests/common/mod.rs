@@ -4,6 +4,8 @@
 
 pub mod caller;
 pub mod dice;
+#[cfg(feature = "ui")]
+pub mod kitty;
 pub mod opener;
 pub mod pty;
 pub mod secrets;

@@ -16,11 +16,16 @@ pub fn sized_pair(rows: u16, cols: u16) -> (OwnedFd, OwnedFd) {
 }
 
 pub fn set_size(fd: RawFd, rows: u16, cols: u16) {
+    set_pixel_size(fd, rows, cols, (0, 0));
+}
+
+/// Set the terminal's size in cells and in pixels (`(0, 0)`: unknown, as many terminals say).
+pub fn set_pixel_size(fd: RawFd, rows: u16, cols: u16, pixels: (u16, u16)) {
     let ws = libc::winsize {
         ws_row: rows,
         ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
+        ws_xpixel: pixels.0,
+        ws_ypixel: pixels.1,
     };
     // SAFETY: TIOCSWINSZ reads one winsize, live for the call.
     assert_eq!(unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &ws) }, 0);
