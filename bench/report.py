@@ -2,7 +2,11 @@
 """Render BENCHMARKS.md from bench/out/: ROW.meta.json (written by bench/run.sh) and
 ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i).
 
-Usage: report.py --out DIR --report FILE -- ROW...   (rows in report order)
+Usage: report.py --out DIR --report FILE [--only ROW]... -- ROW...   (rows in report order)
+
+With --only (bench/run.sh given rows by name), an existing report keeps everything but those
+rows: each one's summary line and its `## ROW` section (to the next `## ` heading) are replaced
+in place, or added at the end of the summary table and of the report when new.
 """
 
 import argparse
@@ -143,6 +147,8 @@ def row_section(meta, results):
         f"{shell}, --warmup {meta.get('warmup', '?')}. Target: {target_text(meta['target'])}."
     )
     lines.append("")
+    if meta.get("note"):
+        lines += [meta["note"], ""]
     if meta.get("status") != "measured" or results is None:
         lines += [f"**Not measured:** {meta.get('reason') or 'no results'}", ""]
         lines += [
@@ -177,16 +183,46 @@ def row_section(meta, results):
     return lines
 
 
+def splice(text, name, summary_lines, section_lines):
+    """`text` (a report) with row `name`'s summary line and section replaced by the given ones
+    (added when the report has none); every other line kept as it was."""
+    lines = text.rstrip("\n").split("\n")
+    is_summary = lambda ln: ln.startswith(f"| [{name}](#{name}) |") or ln.startswith(f"| {name} |")
+    at = next((i for i, ln in enumerate(lines) if is_summary(ln)), None)
+    if at is not None:
+        lines[at:at + 1] = summary_lines
+    elif "## Summary" in lines:
+        end = lines.index("## Summary") + 1
+        while end < len(lines) and (lines[end] == "" or lines[end].startswith("|")):
+            if lines[end] == "" and end > 0 and lines[end - 1].startswith("|"):
+                break
+            end += 1
+        lines[end:end] = summary_lines
+    head = f"## {name}"
+    start = next((i for i, ln in enumerate(lines) if ln == head), None)
+    if start is None:
+        lines += [""] + section_lines
+    else:
+        end = next(
+            (i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines)
+        )
+        lines[start:end] = section_lines
+    return "\n".join(lines) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--report", required=True)
+    ap.add_argument("--only", action="append", default=[])
     ap.add_argument("rows", nargs="*")
     args = ap.parse_args()
 
     summary = ["| row | target | result | met |", "|---|---|---|---|"]
     sections = []
+    by_row = {}
     for name in args.rows:
+        start_summary, start_section = len(summary), len(sections)
         meta = load(os.path.join(args.out, f"{name}.meta.json"))
         if meta is None:
             summary.append(f"| {name} | | not run yet | — |")
@@ -203,6 +239,17 @@ def main():
             value, met = evaluate(meta["target"], results[0], results[1])
             summary.append(f"| [{name}](#{name}) | {target} | {value} | {'yes' if met else '**no**'} |")
         sections += row_section(meta, results)
+        by_row[name] = (summary[start_summary:], sections[start_section:])
+
+    if args.only and os.path.exists(args.report):
+        with open(args.report, encoding="utf-8") as f:
+            text = f.read()
+        for name in args.only:
+            summary_lines, section_lines = by_row.get(name, ([], []))
+            text = splice(text, name, summary_lines, section_lines)
+        with open(args.report, "w", encoding="utf-8") as f:
+            f.write(text.rstrip("\n") + "\n")
+        return 0
 
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     doc = [
