@@ -192,7 +192,8 @@ fn boot() -> io::Result<Duration> {
         "devpts",
         "/newroot/dev/pts",
         "devpts",
-        nosuid | libc::MS_NOEXEC,
+        // Not nodev: its ptmx and slaves are the devices it exists for.
+        libc::MS_NOSUID | libc::MS_NOEXEC,
         "newinstance,ptmxmode=0666,mode=0620",
     )?;
     mount("tmp", "/newroot/tmp", "tmpfs", nosuid, "mode=1777")?;
