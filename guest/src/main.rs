@@ -338,6 +338,10 @@ fn reap(shared: &Shared) {
             libc::sigaddset(&mut set, libc::SIGCHLD);
             libc::sigwaitinfo(&set, std::ptr::null_mut());
         }
+        // The table is held across the waits: a spawn holds it too, so a child whose exec
+        // failed is waited for by the spawn itself (std reads the error, then waits for that
+        // pid, and must find it), never reaped here first.
+        let mut r = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let mut status = 0;
             // SAFETY: waitpid on any child, without blocking, into a local.
@@ -345,7 +349,6 @@ fn reap(shared: &Shared) {
             if pid <= 0 {
                 break;
             }
-            let mut r = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(fd) = r.watchers.remove(&pid) {
                 r.exits.insert(pid, status);
                 let one = 1u64.to_ne_bytes();
