@@ -8,7 +8,10 @@
 //! stops the VM; a run whose `h5i` is killed ends in the guest; egress reaches an allowed test
 //! host only through the forward to the host's proxy, tallied, while a direct socket to any
 //! address has no route; a policy asking for the host's network is refused before anything
-//! boots; `probe` and `status` say "software-emulated".
+//! boots; `probe` and `status` say "software-emulated"; `box shell` gets a pty of the guest's
+//! own that follows the user's terminal, and only the guest's bytes reach that terminal; what
+//! the guest stages in its spool is ingested and `box export` carries what ran; QEMU is in its
+//! cgroup from its first instruction.
 //!
 //! Run as root (CI): the image is the registry-free `localhost/h5i-busybox` in the container
 //! engine user's storage (scripts/make-test-image.sh), as at the container tier. The guest

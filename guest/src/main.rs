@@ -8,6 +8,12 @@
 //! per port, each port with its egress forward on the guest's loopback ([`forward`]), open only
 //! while a run that may reach egress is going on it.
 //!
+//! A run is on pipes, or on a pty of the guest's own (`box shell`): the agent opens it in the
+//! guest's devpts, the command's stdio and controlling terminal are its slave (owned by the
+//! run's user), the host's window changes set its size, and once the command has exited what
+//! it wrote is taken and the master closed, so a process it left holding the slave keeps
+//! nothing open.
+//!
 //! A run's command is never pid 1 and never root: it runs as the owner of `/work` (the box's
 //! identity on the host), with no capabilities and `no_new_privs`, in a cgroup of its own that
 //! holds the run's `mem` and `procs` and is killed whole when the run ends, the wall clock

@@ -9,8 +9,14 @@
 //! from the guest is checked against the session it opened ([`h5i_guest::proto`] parses it
 //! strictly): the guest is the box, and nothing it sends is trusted beyond its shape.
 //!
-//! Must never: wait without a deadline for a guest that stopped answering, or pass on bytes
-//! from another session.
+//! On `box shell` the caller's terminal is proxied to a pty of the guest's own: raw mode for
+//! the relay's life (restored on every path before h5i prints anything), the window size at
+//! start and on each SIGWINCH. Only the bytes of the session's output frames reach the caller's
+//! terminal; any text of the guest's that h5i prints in a line of its own (a reason a command
+//! could not start, the version an agent announces) is escaped first.
+//!
+//! Must never: wait without a deadline for a guest that stopped answering, pass on bytes from
+//! another session, or write a guest's words raw into a line of h5i's own.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -11,7 +11,8 @@
 //!    host's QEMU has no virtiofsd);
 //! 3. the VM boots at the box's first run and stays up for the box's life ([`vm`]); each run
 //!    is a session with the guest agent over a virtio-serial port ([`client`]), its exit code,
-//!    stdout and stderr passed through, `mem`/`procs` held by a cgroup in the guest and the
+//!    stdout and stderr passed through (or, for `box shell`, a pty in the guest proxied to the
+//!    caller's terminal), `mem`/`procs` held by a cgroup in the guest and the
 //!    VM's size, `wall` by the host;
 //! 4. KVM when this host's KVM can run a stock guest, software emulation (TCG) otherwise,
 //!    said plainly by `probe` and `status` ([`accel`]);
