@@ -146,6 +146,8 @@ def row_section(meta, results):
         f"{shell}, --warmup {meta.get('warmup', '?')}. Target: {target_text(meta['target'])}."
     )
     lines.append("")
+    if meta.get("note"):
+        lines += [meta["note"], ""]
     if meta.get("status") != "measured" or results is None:
         lines += [f"**Not measured:** {meta.get('reason') or 'no results'}", ""]
         lines += [

@@ -460,31 +460,45 @@ add_row view-frame-term \
 # The microvm tier's QEMU backend (src/microvm): a box is a VM with its own kernel, booted at
 # the box's first run and kept up. On a host whose KVM cannot run a stock kernel (this kind of
 # host: PVM) the guest is software-emulated (TCG); `h5i box probe` says which. The warm row is a
-# no-op run in a VM that is already up (a session with the guest agent over virtio-serial); the
-# boot row is the first command of a box whose VM is down (QEMU killed between runs; the
+# no-op run in a VM that is already up (a session with the guest agent over virtio-serial)
+# against the same no-op run at the process tier (a fresh container per run), measured beside
+# it; the boot row is the first command of a box whose VM is down (QEMU killed between runs; the
 # image-to-root conversion is already done), against the warm run measured beside it.
+microvm_note='Accelerator: '"$(
+    if [ -e /sys/module/kvm_pvm ]; then
+        echo 'software-emulated (TCG). KVM figures: not measurable on this host: /dev/kvm is a PVM device (kvm_pvm) that cannot run a stock guest.'
+    else
+        echo 'as `h5i box probe` names it (KVM where the host runs a stock guest, else TCG).'
+    fi
+)"' Load average at the start: '"$(cut -d' ' -f1 /proc/loadavg)"' on '"$(nproc)"' CPUs.'
 microvm_setup='
         "$ROOT/scripts/make-test-image.sh" --user >/dev/null
         "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-vm --isolation microvm --image localhost/h5i-busybox:latest
+        "$H5I" box create bench-proc --isolation process
+        "$H5I" box run bench-proc -- true
         "$H5I" box run bench-vm -- true'
+microvm_teardown='"$H5I" box rm --force bench-vm; "$H5I" box rm --force bench-proc'
 microvm_qemu_pid='"$H5I" box status bench-vm | sed -n "s/^microvm: VM up (QEMU pid \([0-9]*\).*/\1/p"'
 add_row box-run-microvm-warm \
-    --title 'h5i box run NAME -- true at --isolation microvm (QEMU -M microvm, warm VM; TCG here) vs true' \
+    --title 'h5i box run NAME -- true at --isolation microvm (QEMU -M microvm, warm VM) vs the same run at --isolation process' \
+    --note "$microvm_note" \
     --setup "$microvm_setup" \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'true' \
+    --baseline '$H5I box run bench-proc -- true' \
     --h5i '$H5I box run bench-vm -- true' \
     --check '
         out="$("$H5I" box run bench-vm -- uname -r)"
         [ "$out" != "$(uname -r)" ] || { echo "the run did not reach a guest kernel (got $out)"; exit 1; }
         "$H5I" box status bench-vm | grep -q "^microvm: VM up" || { echo "no VM up after the runs"; exit 1; }' \
-    --teardown '"$H5I" box rm --force bench-vm' \
+    --teardown "$microvm_teardown" \
+    --runs 10 \
     --target 'added_ms:median < 500'
 
 add_row box-run-microvm-boot \
-    --title 'h5i box run NAME -- true at --isolation microvm with the VM down (boot to first command; TCG here) vs the same run on the warm VM' \
+    --title 'h5i box run NAME -- true at --isolation microvm with the VM down (boot to first command) vs the same run on the warm VM' \
+    --note "$microvm_note" \
     --setup "$microvm_setup" \
     --cwd '$ROW_DIR/repo' \
     --baseline '$H5I box run bench-vm -- true' \
@@ -493,7 +507,7 @@ add_row box-run-microvm-boot \
     --h5i-prepare 'pid=$('"$microvm_qemu_pid"'); [ -z "$pid" ] || { kill -9 "$pid"; for _ in $(seq 200); do [ -e /proc/$pid ] && [ "$(cut -d" " -f3 /proc/$pid/stat 2>/dev/null)" != Z ] || break; sleep 0.05; done; }' \
     --check '
         "$H5I" box status bench-vm | grep -q "^microvm: VM up" || { echo "no VM up after the boot run"; exit 1; }' \
-    --teardown '"$H5I" box rm --force bench-vm' \
+    --teardown "$microvm_teardown" \
     --runs 3 \
     --warmup 0 \
     --target 'added_ms:median < 30000'

@@ -44,7 +44,7 @@ command -v python3 >/dev/null || die "python3 not found"
 # ---------------------------------------------------------------- row registry
 ROWS=()
 declare -A ROW=()
-ROW_KEYS=" title setup cwd baseline baseline-prepare h5i h5i-prepare check teardown target shell runs warmup "
+ROW_KEYS=" title note setup cwd baseline baseline-prepare h5i h5i-prepare check teardown target shell runs warmup "
 
 add_row() {
     local name="$1" key
@@ -180,7 +180,8 @@ measure_row() {
     [ "$status" = measured ] || echo "   not measured: $reason"
 
     write_meta "$OUT/$name.meta.json" \
-        name "$name" title "$title" target "$target" status "$status" reason "$reason" \
+        name "$name" title "$title" note "$(expand "${ROW[$name.note]:-}")" \
+        target "$target" status "$status" reason "$reason" \
         date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
         baseline "${ROW[$name.baseline]}" h5i "${ROW[$name.h5i]}" \
         shell "$shell" warmup "$warmup" files "$BENCH_FILES" \

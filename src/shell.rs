@@ -7,7 +7,9 @@
 //! `box run` writes. Like a run, a session joins the network namespace of the box's live
 //! services and starts a box-lifetime browser first, and h5i drains what that browser saw
 //! after it. At the workspace tier h5i opens the pty pair itself; at the kernel tiers
-//! `h5i-runc` opens it inside the box and sends the master over the console socket. With stdin not a
+//! `h5i-runc` opens it inside the box and sends the master over the console socket; at the
+//! microvm tier h5i's guest agent opens it in the guest and h5i relays it over the session
+//! (`crate::microvm::client`). With stdin not a
 //! terminal there is nothing to proxy: the session is `box run` of the shell, stdio passed
 //! through, so `echo 'make test' | h5i box shell NAME` works.
 //!

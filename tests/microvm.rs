@@ -8,7 +8,10 @@
 //! stops the VM; a run whose `h5i` is killed ends in the guest; egress reaches an allowed test
 //! host only through the forward to the host's proxy, tallied, while a direct socket to any
 //! address has no route; a policy asking for the host's network is refused before anything
-//! boots; `probe` and `status` say "software-emulated".
+//! boots; `probe` and `status` say "software-emulated"; `box shell` gets a pty of the guest's
+//! own that follows the user's terminal, and only the guest's bytes reach that terminal; what
+//! the guest stages in its spool is ingested and `box export` carries what ran; QEMU is in its
+//! cgroup from its first instruction.
 //!
 //! Run as root (CI): the image is the registry-free `localhost/h5i-busybox` in the container
 //! engine user's storage (scripts/make-test-image.sh), as at the container tier. The guest
@@ -496,6 +499,31 @@ fn qemu_is_confined_on_the_host_and_cannot_open_a_host_file_outside_its_grants()
         }
     };
     assert_eq!(tasks, "512");
+    // QEMU entered its group itself, before it exec'd: every anonymous page it holds is
+    // charged to the group (one moved in after it started would leave what it allocated until
+    // then charged where it came from). Read QEMU's own figure first: the group's can only have
+    // grown by the time it is read; the slack is the kernel's per-CPU batching of the group's
+    // figures (64 pages a CPU).
+    if path_of("memory").is_none() {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let rss_anon: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("RssAnon:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .map(|kb: u64| kb << 10)
+            .unwrap();
+        let stat = read(root.join(path_of("").unwrap()), "memory.stat");
+        let charged: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("anon "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap();
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+        assert!(
+            charged + cpus * 64 * 4096 >= rss_anon,
+            "QEMU holds {rss_anon} anonymous bytes, its group is charged {charged}"
+        );
+    }
     // The guest's RAM (mem + 192 MiB for its kernel and agent) plus 512 MiB for QEMU itself.
     assert_eq!(mem, ((256u64 + 192 + 512) << 20).to_string());
 
@@ -542,36 +570,187 @@ fn qemu_is_confined_on_the_host_and_cannot_open_a_host_file_outside_its_grants()
     assert_eq!(stdout(&b.sh("echo served")), "served\n");
 }
 
-/// `box shell` at the microvm tier: with stdin not a terminal it is `box run` of the guest's
-/// `/bin/sh` (the image's, never a host path's guess); on a real terminal (a pty made by
-/// `script`) it is refused with the mend, before any VM boots, because the guest agent gives no
-/// pty of its own yet.
+/// The spool and the export at this tier: what a command in the guest stages in its spool
+/// (`/.h5i/spool`, a 9p share of the box's own) is ingested after the run, box-claimed, never
+/// host-observed, and a hostile entry (a forged host-observed lane, an escape sequence, a
+/// symlink to a host file) is quarantined with its reason; `box export` of the microvm box
+/// writes the patch (the guest's write under `/work`), report.md naming what ran at `microvm`
+/// with its exit, and receipt.json holding every record of the box's log, none damaged.
 #[test]
-fn a_microvm_shell_runs_piped_and_refuses_a_terminal_with_the_mend() {
-    let Some(_one) = ready("a_microvm_shell_runs_piped_and_refuses_a_terminal_with_the_mend")
-    else {
+fn a_microvm_box_stages_into_its_spool_and_exports_what_ran() {
+    const TEST: &str = "a_microvm_box_stages_into_its_spool_and_exports_what_ran";
+    let Some(_one) = ready(TEST) else {
         return;
     };
     let r = Repo::new();
-    let b = VmBox::create(&r, "sh", &["--isolation", "microvm"]);
-    let on_a_terminal = Command::new("script")
-        .args([
-            "-qec",
-            &format!("{} box shell sh", common::H5I),
-            "/dev/null",
-        ])
-        .current_dir(r.path())
-        .env("H5I_CONTAINER_USER", USER)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&on_a_terminal.stdout);
-    assert_ne!(on_a_terminal.status.code(), Some(0), "{text}");
+    let b = VmBox::create(&r, "ex", &["--isolation", "microvm"]);
+    let script = r#"set -e
+        s="$H5I_ENV_CAPTURE_SPOOL"
+        echo from-the-guest > /work/exported.txt
+        printf '{"kind":"command","argv":["make","test"]}' > $s/01-good.json
+        printf '{"kind":"run","lane":"host-env-run","exit":{"code":0}}' > $s/02-forged.json
+        printf '{"kind":"note","text":"]52;c;aGk="}' > $s/03-escape.json
+        ln -s /etc/passwd $s/04-link.json
+        exit 4"#;
+    let out = b.run(&["sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let recs = r.receipts("ex");
+    assert_eq!(recs[0]["lane"], "host-env-run", "{recs:?}");
+    assert_eq!(recs[0]["tier"], "microvm", "{}", recs[0]);
+    let rest = &recs[1..];
+    assert_eq!(rest.len(), 4, "{rest:?}");
+    assert_eq!(rest[0]["kind"], "box-claimed", "{}", rest[0]);
+    assert_ne!(rest[0]["lane"], "host-env-run", "{}", rest[0]);
+    for (rec, why) in rest[1..]
+        .iter()
+        .zip(["host-observed", "control", "symlink"])
+    {
+        assert_eq!(rec["kind"], "quarantined", "{rec}");
+        assert!(rec["reason"].as_str().unwrap().contains(why), "{rec}");
+    }
     assert!(
-        text.contains("refusing:") && text.contains("microvm") && text.contains("to fix:"),
-        "{text}"
+        std::fs::read_dir(r.box_dir("ex").join("spool"))
+            .unwrap()
+            .next()
+            .is_none(),
+        "ingested entries are cleared"
     );
-    assert_eq!(b.qemu_pid(), None, "a VM was booted for a refused shell");
+
+    let review = tempfile::tempdir().unwrap();
+    let dest = review.path().join("review");
+    let out = h5i(
+        &r,
+        &["box", "export", "ex", "--out", dest.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let patch = std::fs::read_to_string(dest.join("patch.diff")).unwrap();
+    assert!(
+        patch.contains("exported.txt") && patch.contains("+from-the-guest"),
+        "{patch}"
+    );
+    let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    let ran = report
+        .split("## What ran")
+        .nth(1)
+        .and_then(|t| t.split("\n## ").next())
+        .unwrap_or_default();
+    assert!(
+        ran.contains("`microvm`") && ran.contains("sh -c") && ran.contains('4'),
+        "{report}"
+    );
+    assert!(!report.contains('\x1b'), "{report}");
+    let receipt: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dest.join("receipt.json")).unwrap()).unwrap();
+    let text = receipt.to_string();
+    assert_eq!(receipt["tier"], "microvm", "{text}");
+    // Every record of the log, in its order, and no damaged line.
+    let seqs = |v: &[serde_json::Value]| -> Vec<u64> {
+        v.iter().filter_map(|r| r["seq"].as_u64()).collect()
+    };
+    let exported = receipt["records"].as_array().unwrap();
+    assert_eq!(seqs(exported), seqs(&recs), "{text}");
+    assert_eq!(seqs(exported).len(), recs.len(), "{text}");
+    assert_eq!(receipt["damaged_lines"], serde_json::json!([]), "{text}");
+    drop(b);
+}
+
+/// The way QEMU enters its cgroup, seen from the program it execs: a group is made and its
+/// `cgroup.procs` opened before the fork, the child writes itself in before `exec` (after which
+/// it drops root), and the program's own first look at `/proc/self/cgroup` already names the
+/// group, so nothing it allocates is charged anywhere else.
+#[test]
+fn a_program_started_the_way_qemu_is_is_in_its_cgroup_from_its_first_instruction() {
+    use std::os::unix::process::CommandExt;
+    const TEST: &str =
+        "a_program_started_the_way_qemu_is_is_in_its_cgroup_from_its_first_instruction";
+    if !common::require_root(TEST, "making a cgroup under h5i's own needs root here") {
+        return;
+    }
+    let id = format!("microvm-entry-test-{}", std::process::id());
+    let cage = h5i_runtime::cage::ResourceCage::create(&id, Some(64 << 20), Some(16)).unwrap();
+    let entry = cage.entry().unwrap();
+    let mut cmd = Command::new("/bin/cat");
+    cmd.arg("/proc/self/cgroup");
+    // SAFETY: the closure only writes to descriptors opened before the fork, then setuid.
+    unsafe {
+        cmd.pre_exec(move || {
+            entry.enter_in_child()?;
+            if libc::setgid(65534) != 0 || libc::setuid(65534) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    drop(cage);
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{seen}{}", stderr(&out));
+    let memory_line = seen
+        .lines()
+        .find(|l| l.starts_with("0::") || l.contains(":memory:"))
+        .unwrap_or_default();
+    assert!(
+        memory_line.ends_with(&format!("/h5i/{id}")),
+        "the program started outside its group: {seen}"
+    );
+}
+
+/// `h5i ARGS` in `r` on a terminal the test holds both ends of (24x80), as the engine user's
+/// image's caller.
+fn on_a_terminal(r: &Repo, args: &[&str]) -> common::pty::Session {
+    let mut cmd = Command::new(common::H5I);
+    cmd.args(args)
+        .current_dir(r.path())
+        .env("TERM", "xterm")
+        .env("H5I_CONTAINER_USER", USER)
+        .env("H5I_NO_PROBE_CACHE", "1");
+    // A boot under emulation on a busy host takes seconds, and more.
+    common::pty::Session::spawn(cmd, std::time::Duration::from_secs(240))
+}
+
+/// `box shell` at the microvm tier on a real terminal: the guest agent gives the session a pty
+/// of the guest's own (not the user's terminal: `tty` names the guest's devpts), an
+/// interactive shell runs commands typed into it, Ctrl-C is a byte that interrupts the guest's
+/// foreground job (not h5i), `stty size` follows a resize of the user's terminal, the exit
+/// code comes back, and the user's terminal is left as it was. The receipt is the session's.
+#[test]
+fn a_microvm_shell_gets_a_pty_of_the_guests_own_that_follows_the_terminal() {
+    const TEST: &str = "a_microvm_shell_gets_a_pty_of_the_guests_own_that_follows_the_terminal";
+    let Some(_one) = ready(TEST) else {
+        return;
+    };
+    use std::os::fd::AsRawFd;
+    let r = Repo::new();
+    let b = VmBox::create(&r, "sh", &["--isolation", "microvm"]);
+    let mut s = on_a_terminal(&r, &["box", "shell", "sh"]);
+    s.send("echo $((6*7))X; tty; stty size\r");
+    s.expect("42X");
+    s.expect("/dev/pts/");
+    s.expect("24 80");
+    // Ctrl-C reaches the guest's foreground job through the guest's own line discipline. The
+    // marker comes from the job itself, so it holds the terminal when Ctrl-C is typed.
+    s.send("sh -c 'echo $((2+2))GO; exec sleep 300'\r");
+    s.expect("4GO");
+    s.send("\x03");
+    s.send("echo BACK$((2+2))\r");
+    s.expect("BACK4");
+    // Resizing the user's terminal signals h5i, which tells the guest.
+    common::pty::set_size(s.master.as_raw_fd(), 37, 111);
+    s.send("echo SIZE $(stty size)\r");
+    s.expect("SIZE 37 111");
+    s.send("exit 7\r");
+    assert_eq!(s.finish(), 7, "{}", s.transcript());
+    let after = common::pty::termios(s.slave.as_raw_fd());
+    assert_eq!(
+        (after.c_lflag, after.c_iflag, after.c_oflag),
+        (s.before.c_lflag, s.before.c_iflag, s.before.c_oflag),
+        "the user's terminal was left changed"
+    );
+    let last = r.last_run("sh");
+    assert_eq!(last["lane"], "host-env-run", "{last}");
+    assert_eq!(last["argv"][0], "/bin/sh", "{last}");
+    assert_eq!(last["exit"]["code"], 7, "{last}");
+    // Piped, the session is `box run` of the guest's shell.
     let mut piped = Command::new(common::H5I)
         .args(["box", "shell", "sh"])
         .current_dir(r.path())
@@ -589,6 +768,46 @@ fn a_microvm_shell_runs_piped_and_refuses_a_terminal_with_the_mend() {
     let out = piped.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert_eq!(stdout(&out), "via-the-shell\n");
+    drop(b);
+}
+
+/// What reaches the user's terminal from a microvm session is the guest's bytes and nothing
+/// else: escape sequences the guest writes pass through as it wrote them (its terminal is its
+/// own to drive), h5i adds nothing of its own to a session that ends normally, and a line h5i
+/// prints itself (a command the guest could not start) carries the guest's words with their
+/// control characters escaped.
+#[test]
+fn a_microvm_session_writes_only_the_guests_bytes_and_escapes_the_guests_words() {
+    const TEST: &str =
+        "a_microvm_session_writes_only_the_guests_bytes_and_escapes_the_guests_words";
+    let Some(_one) = ready(TEST) else {
+        return;
+    };
+    let r = Repo::new();
+    let b = VmBox::create(&r, "host", &["--isolation", "microvm"]);
+    assert!(b.sh("true").status.success(), "the first run boots the VM");
+    let guest = "printf '\\033]0;title\\007\\033[2JGUEST-%s\\n' ok; exit 5";
+    let mut s = on_a_terminal(&r, &["box", "shell", "host", "--", "sh", "-c", guest]);
+    assert_eq!(s.finish(), 5, "{}", s.transcript());
+    assert_eq!(
+        s.seen,
+        b"\x1b]0;title\x07\x1b[2JGUEST-ok\r\n".to_vec(),
+        "{}",
+        s.transcript()
+    );
+    // The guest's refusal to start a command comes back in h5i's own line: escaped.
+    let hostile = "/no/such\x1b]52;c;cHduZWQ=\x07\x1b[2J";
+    let mut s = on_a_terminal(&r, &["box", "shell", "host", "--", hostile]);
+    assert_eq!(s.finish(), 127, "{}", s.transcript());
+    let shown = String::from_utf8_lossy(&s.seen).into_owned();
+    assert!(
+        shown.contains("/no/such\\x1b]52;c;cHduZWQ=\\x07\\x1b[2J"),
+        "{shown:?}"
+    );
+    assert!(
+        !s.seen.contains(&0x1b),
+        "a raw escape from h5i's own line: {shown:?}"
+    );
 }
 
 #[test]

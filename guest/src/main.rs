@@ -8,6 +8,12 @@
 //! per port, each port with its egress forward on the guest's loopback ([`forward`]), open only
 //! while a run that may reach egress is going on it.
 //!
+//! A run is on pipes, or on a pty of the guest's own (`box shell`): the agent opens it in the
+//! guest's devpts, the command's stdio and controlling terminal are its slave (owned by the
+//! run's user), the host's window changes set its size, and once the command has exited what
+//! it wrote is taken and the master closed, so a process it left holding the slave keeps
+//! nothing open.
+//!
 //! A run's command is never pid 1 and never root: it runs as the owner of `/work` (the box's
 //! identity on the host), with no capabilities and `no_new_privs`, in a cgroup of its own that
 //! holds the run's `mem` and `procs` and is killed whole when the run ends, the wall clock
@@ -32,7 +38,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use h5i_guest::proto::{ExitReport, Frame, FrameBuffer, Kind, RunSpec, PORT_PREFIX, VERSION};
+use h5i_guest::proto::{
+    ExitReport, Frame, FrameBuffer, Kind, RunSpec, WinSize, PORT_PREFIX, VERSION,
+};
 
 mod forward;
 
@@ -184,6 +192,16 @@ fn boot() -> io::Result<Duration> {
         "",
     )?;
     mount("devtmpfs", "/newroot/dev", "devtmpfs", libc::MS_NOSUID, "")?;
+    // The ptys of runs on a terminal: a devpts instance of the guest's own.
+    mkdir("/newroot/dev/pts", 0o755)?;
+    mount(
+        "devpts",
+        "/newroot/dev/pts",
+        "devpts",
+        // Not nodev: its ptmx and slaves are the devices it exists for.
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620",
+    )?;
     mount("tmp", "/newroot/tmp", "tmpfs", nosuid, "mode=1777")?;
     let ninep = "trans=virtio,version=9p2000.L,msize=262144,cache=none";
     mount("work", "/newroot/work", "9p", nosuid, ninep)?;
@@ -326,6 +344,10 @@ fn reap(shared: &Shared) {
             libc::sigaddset(&mut set, libc::SIGCHLD);
             libc::sigwaitinfo(&set, std::ptr::null_mut());
         }
+        // The table is held across the waits: a spawn holds it too, so a child whose exec
+        // failed is waited for by the spawn itself (std reads the error, then waits for that
+        // pid, and must find it), never reaped here first.
+        let mut r = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let mut status = 0;
             // SAFETY: waitpid on any child, without blocking, into a local.
@@ -333,7 +355,6 @@ fn reap(shared: &Shared) {
             if pid <= 0 {
                 break;
             }
-            let mut r = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(fd) = r.watchers.remove(&pid) {
                 r.exits.insert(pid, status);
                 let one = 1u64.to_ne_bytes();
@@ -356,6 +377,8 @@ struct Running {
     stdin_eof: bool,
     stdout: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
+    /// The master of the run's pty (a run on a terminal): its stdout and stdin are copies.
+    pty: Option<OwnedFd>,
     mem_limit: u64,
 }
 
@@ -590,6 +613,13 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                             r.stdin_eof = true;
                         }
                     }
+                    Kind::Resize => {
+                        let size = WinSize::decode(&frame.payload);
+                        if let (Some(m), Ok(w)) = (run.as_ref().and_then(|r| r.pty.as_ref()), size)
+                        {
+                            set_window(m.as_raw_fd(), w);
+                        }
+                    }
                     Kind::Kill => {
                         if let Some(r) = &run {
                             let _ = fs::write(r.cgroup.join("cgroup.kill"), "1");
@@ -611,9 +641,13 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                     // SAFETY: read into a local buffer from the run's own non-blocking pipe.
                     let got =
                         unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                    let err = io::Error::last_os_error().kind();
                     if got > 0 {
                         outbox.push(kind, s, &buf[..got as usize]);
-                    } else if got == 0 {
+                    } else if got == 0
+                        || !matches!(err, io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted)
+                    {
+                        // The end of a pipe, or EIO from a pty whose slave every holder closed.
                         *pipe = None;
                     }
                 }
@@ -644,6 +678,13 @@ fn serve_port(index: usize, dev: &Path, shared: &Shared) -> io::Result<()> {
                 if unsafe { libc::read(r.exited.as_raw_fd(), r8.as_mut_ptr().cast(), 8) } == 8 {
                     let mut reaped = shared.reaped.lock().unwrap_or_else(|p| p.into_inner());
                     r.status = reaped.exits.remove(&r.pid);
+                }
+            }
+            // On a pty the run is over when its command is: what it wrote is taken now, and a
+            // process it left holding the slave keeps nothing open (its cgroup is killed next).
+            if r.status.is_some() && r.pty.is_some() {
+                if let Some(m) = r.stdout.take() {
+                    drain_pty(&m, s, &mut outbox, &mut buf);
                 }
             }
             if r.status.is_some() && r.stdout.is_none() && r.stderr.is_none() {
@@ -773,26 +814,41 @@ fn start(spec: &RunSpec, shared: &Shared, port: usize, n: u64) -> io::Result<Run
         .open(cgroup.join("cgroup.procs"))?;
     let procs_fd = procs.as_raw_fd();
     let (uid, gid) = shared.owner;
+    let pty = spec.pty.map(|w| open_pty(w, (uid, gid))).transpose()?;
     let mut cmd = Command::new(OsStr::from_bytes(&spec.argv[0]));
     cmd.args(spec.argv[1..].iter().map(|a| OsStr::from_bytes(a)))
         .env_clear()
-        .current_dir(OsStr::from_bytes(&spec.cwd))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .current_dir(OsStr::from_bytes(&spec.cwd));
+    match &pty {
+        Some((_, slave)) => {
+            cmd.stdin(slave.try_clone()?)
+                .stdout(slave.try_clone()?)
+                .stderr(slave.try_clone()?);
+        }
+        None => {
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+    }
+    let on_pty = pty.is_some();
     for kv in &spec.env {
         if let Some(i) = kv.iter().position(|&c| c == b'=') {
             cmd.env(OsStr::from_bytes(&kv[..i]), OsStr::from_bytes(&kv[i + 1..]));
         }
     }
-    // SAFETY: the closure only makes async-signal-safe syscalls (setsid, write, setgroups,
-    // setgid, setuid, prctl, sigprocmask) in the forked child before exec.
+    // SAFETY: the closure only makes async-signal-safe syscalls (setsid, ioctl, write,
+    // setgroups, setgid, setuid, prctl, sigprocmask) in the forked child before exec.
     unsafe {
         cmd.pre_exec(move || {
             let mut set: libc::sigset_t = std::mem::zeroed();
             libc::sigfillset(&mut set);
             libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
             libc::setsid();
+            // On a pty, its slave (already the child's stdio) becomes the session's terminal.
+            if on_pty && libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             if libc::write(procs_fd, b"0\n".as_ptr().cast(), 2) != 2
                 || libc::setgroups(0, std::ptr::null()) != 0
                 || libc::setgid(gid) != 0
@@ -831,19 +887,114 @@ fn start(spec: &RunSpec, shared: &Shared, port: usize, n: u64) -> io::Result<Run
     reaped.watchers.insert(pid, exited.as_raw_fd());
     drop(reaped);
     drop(procs);
+    drop(cmd);
     let take = |fd: Option<OwnedFd>| fd.inspect(|f| set_nonblocking(f.as_raw_fd()));
+    let (stdin, stdout, stderr, master) = match pty {
+        // The slave's last copy in the agent closes here: only the run holds it now, so the
+        // master reads EIO once every process of the run let go of it.
+        Some((master, _slave)) => {
+            set_nonblocking(master.as_raw_fd());
+            (
+                Some(master.try_clone()?),
+                Some(master.try_clone()?),
+                None,
+                Some(master),
+            )
+        }
+        None => (
+            take(child.stdin.take().map(OwnedFd::from)),
+            take(child.stdout.take().map(OwnedFd::from)),
+            take(child.stderr.take().map(OwnedFd::from)),
+            None,
+        ),
+    };
     Ok(Running {
         pid,
         cgroup,
         exited,
         status: None,
-        stdin: take(child.stdin.take().map(OwnedFd::from)),
+        stdin,
         stdin_pending: Vec::new(),
         stdin_eof: false,
-        stdout: take(child.stdout.take().map(OwnedFd::from)),
-        stderr: take(child.stderr.take().map(OwnedFd::from)),
+        stdout,
+        stderr,
+        pty: master,
         mem_limit: spec.mem_bytes,
     })
+}
+
+/// A pty pair in the guest's devpts for a run on a terminal of `size`: the master (the
+/// agent's, close-on-exec) and its slave, owned by `owner` (the run's user), both opened
+/// without making either the agent's controlling terminal.
+fn open_pty(size: WinSize, owner: (u32, u32)) -> io::Result<(OwnedFd, OwnedFd)> {
+    let ptmx = cstr("/dev/pts/ptmx")?;
+    // SAFETY: open(2) of a NUL-terminated path; the descriptor is owned right away.
+    let fd = unsafe {
+        libc::open(
+            ptmx.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("open /dev/pts/ptmx: {e}")));
+    }
+    // SAFETY: fd is a fresh descriptor nothing else owns.
+    let master = unsafe { OwnedFd::from_raw_fd(fd) };
+    let unlock: libc::c_int = 0;
+    // SAFETY: TIOCSPTLCK reads one int that lives for the call; TIOCGPTPEER opens the slave
+    // of this very master (no path lookup) and returns a new descriptor, owned right away.
+    let slave = unsafe {
+        if libc::ioctl(master.as_raw_fd(), libc::TIOCSPTLCK, &unlock) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let peer = libc::ioctl(
+            master.as_raw_fd(),
+            libc::TIOCGPTPEER,
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        if peer < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        OwnedFd::from_raw_fd(peer)
+    };
+    // SAFETY: fchown of a descriptor this function owns.
+    if unsafe { libc::fchown(slave.as_raw_fd(), owner.0, owner.1) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    set_window(master.as_raw_fd(), size);
+    Ok((master, slave))
+}
+
+/// Set the window of the pty behind `master`; the kernel signals the run's foreground job.
+fn set_window(master: RawFd, size: WinSize) {
+    let ws = libc::winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    // SAFETY: TIOCSWINSZ reads one winsize that lives for the call; a failure leaves the old
+    // size.
+    unsafe { libc::ioctl(master, libc::TIOCSWINSZ, &ws) };
+}
+
+/// The most a finished run's pty gives up once its command has exited.
+const DRAIN_MAX: usize = 4 << 20;
+
+/// Take what a finished run wrote to its pty (bounded by [`DRAIN_MAX`]) as output of session
+/// `s`.
+fn drain_pty(master: &OwnedFd, s: u32, outbox: &mut Outbox, buf: &mut [u8]) {
+    let mut taken = 0;
+    while taken < DRAIN_MAX {
+        // SAFETY: read into the caller's buffer from the non-blocking master.
+        let got = unsafe { libc::read(master.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if got <= 0 {
+            return;
+        }
+        outbox.push(Kind::Stdout, s, &buf[..got as usize]);
+        taken += got as usize;
+    }
 }
 
 /// A number from a cgroup file's `key value` line (or the whole file when `key` is empty).

@@ -12,13 +12,22 @@
 //! kernel hears of a host connection's open and close apart from its bytes, and can hear of
 //! the previous connection's close after the next one's first bytes.
 //!
+//! A run is either piped (the command's stdin, stdout and stderr are pipes of the agent's) or
+//! on a terminal of the guest's own ([`RunSpec::pty`]): the agent opens a pty in the guest, the
+//! command's stdio and controlling terminal are its slave, what the command writes arrives as
+//! [`Kind::Stdout`] and the host's window changes as [`Kind::Resize`].
+//!
+//! The version ([`VERSION`]) changes with any change to the frames or messages; the host
+//! refuses an agent that announces another one.
+//!
 //! Must never: accept a payload over [`MAX_PAYLOAD`], a string over [`MAX_FIELD`], more than
-//! [`MAX_LIST`] list entries, or trailing bytes after a message.
+//! [`MAX_LIST`] list entries, a window of zero rows or columns, or trailing bytes after a
+//! message.
 
 use std::io::{self, Read, Write};
 
 /// The protocol version the agent announces in [`Kind::Ready`].
-pub const VERSION: &str = "h5i-guest/2";
+pub const VERSION: &str = "h5i-guest/3";
 
 /// The largest payload either side sends or accepts.
 pub const MAX_PAYLOAD: usize = 1 << 20;
@@ -58,6 +67,8 @@ pub enum Kind {
     NetToGuest,
     /// Host: the egress proxy ended its side of a forwarded connection ([`conn_id`]).
     NetCloseToGuest,
+    /// Host: the terminal's window changed ([`WinSize`]; a run on a pty only).
+    Resize,
     /// Guest: the session is open; payload is [`VERSION`].
     Ready,
     /// Guest: bytes the command wrote to stdout.
@@ -87,6 +98,7 @@ impl Kind {
             Kind::Kill => 0x05,
             Kind::NetToGuest => 0x06,
             Kind::NetCloseToGuest => 0x07,
+            Kind::Resize => 0x08,
             Kind::Ready => 0x81,
             Kind::Stdout => 0x82,
             Kind::Stderr => 0x83,
@@ -107,6 +119,7 @@ impl Kind {
             0x05 => Kind::Kill,
             0x06 => Kind::NetToGuest,
             0x07 => Kind::NetCloseToGuest,
+            0x08 => Kind::Resize,
             0x81 => Kind::Ready,
             0x82 => Kind::Stdout,
             0x83 => Kind::Stderr,
@@ -279,6 +292,44 @@ pub struct RunSpec {
     /// Whether the run may reach the host's egress proxy through its port's forward
     /// ([`proxy_port`]); without it the forward accepts and closes every connection.
     pub egress: bool,
+    /// Run on a pty of the guest's own, of this window size (`None`: on pipes).
+    pub pty: Option<WinSize>,
+}
+
+/// A terminal's window: the payload of [`Kind::Resize`], and a run's first size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WinSize {
+    /// Rows (at least 1).
+    pub rows: u16,
+    /// Columns (at least 1).
+    pub cols: u16,
+}
+
+impl WinSize {
+    /// The payload: rows then columns, `u16` LE each.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = self.rows.to_le_bytes().to_vec();
+        out.extend_from_slice(&self.cols.to_le_bytes());
+        out
+    }
+
+    /// Parse a payload strictly: 4 bytes, neither figure 0.
+    pub fn decode(payload: &[u8]) -> io::Result<WinSize> {
+        let b: [u8; 4] = payload
+            .try_into()
+            .map_err(|_| bad("a window size is 4 bytes"))?;
+        WinSize::checked(
+            u64::from(u16::from_le_bytes([b[0], b[1]])),
+            u64::from(u16::from_le_bytes([b[2], b[3]])),
+        )
+    }
+
+    fn checked(rows: u64, cols: u64) -> io::Result<WinSize> {
+        match (u16::try_from(rows), u16::try_from(cols)) {
+            (Ok(rows), Ok(cols)) if rows > 0 && cols > 0 => Ok(WinSize { rows, cols }),
+            _ => Err(bad("a window size out of range")),
+        }
+    }
 }
 
 /// How the command ended: the payload of [`Kind::Exit`].
@@ -371,6 +422,12 @@ impl RunSpec {
         e.u64(self.mem_bytes);
         e.u64(self.procs);
         e.u64(u64::from(self.egress));
+        match self.pty {
+            None => [0, 0, 0].iter().for_each(|v| e.u64(*v)),
+            Some(w) => [1, u64::from(w.rows), u64::from(w.cols)]
+                .iter()
+                .for_each(|v| e.u64(*v)),
+        }
         e.0
     }
 
@@ -388,6 +445,11 @@ impl RunSpec {
                 0 => false,
                 1 => true,
                 _ => return Err(bad("egress is neither 0 nor 1")),
+            },
+            pty: match (d.u64()?, d.u64()?, d.u64()?) {
+                (0, 0, 0) => None,
+                (1, rows, cols) => Some(WinSize::checked(rows, cols)?),
+                _ => return Err(bad("a pty flag that is neither 0 nor 1")),
             },
         };
         d.end()?;
@@ -526,8 +588,16 @@ mod tests {
             mem_bytes: 64 << 20,
             procs: 32,
             egress: true,
+            pty: Some(WinSize { rows: 24, cols: 80 }),
         };
         assert_eq!(RunSpec::decode(&spec.encode()).unwrap(), spec);
+        let piped = RunSpec { pty: None, ..spec };
+        assert_eq!(RunSpec::decode(&piped.encode()).unwrap(), piped);
+        let w = WinSize {
+            rows: 37,
+            cols: 111,
+        };
+        assert_eq!(WinSize::decode(&w.encode()).unwrap(), w);
         let exit = ExitReport {
             signal: Some(9),
             oom_kills: 1,
@@ -571,9 +641,27 @@ mod tests {
         assert!(ExitReport::decode(&wide).is_err());
         // The egress flag is 0 or 1, nothing else; forwarded bytes carry a whole id.
         let mut flag = ok.encode();
-        let at = flag.len() - 8;
-        flag[at..].copy_from_slice(&2u64.to_le_bytes());
+        let at = flag.len() - 32;
+        flag[at..at + 8].copy_from_slice(&2u64.to_le_bytes());
         assert!(RunSpec::decode(&flag).is_err());
+        // A pty flag is 0 (and no size) or 1 with a size of at least 1x1 that fits a u16.
+        let pty_at = ok.encode().len() - 24;
+        for (flag, rows, cols) in [
+            (2, 24, 80),
+            (0, 24, 80),
+            (1, 0, 80),
+            (1, 24, 0),
+            (1, 70000, 80),
+        ] {
+            let mut b = ok.encode();
+            for (i, v) in [flag, rows, cols].into_iter().enumerate() {
+                let at = pty_at + 8 * i;
+                b[at..at + 8].copy_from_slice(&(v as u64).to_le_bytes());
+            }
+            assert!(RunSpec::decode(&b).is_err(), "{flag} {rows} {cols}");
+        }
+        assert!(WinSize::decode(&[0, 0, 80, 0]).is_err());
+        assert!(WinSize::decode(&[24, 0, 80]).is_err());
         assert!(NetData::decode(&[1, 0, 0]).is_err());
         assert!(conn_id(&[1, 0, 0, 0, 0]).is_err());
         let data = NetData::encode(7, b"GET");

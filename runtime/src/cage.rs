@@ -237,6 +237,26 @@ impl ResourceCage {
         Ok(())
     }
 
+    /// The cage's `cgroup.procs` files, opened now (close-on-exec) for a child to enter the
+    /// cage itself between fork and exec ([`Entry::enter_in_child`]), so the program it execs
+    /// is charged to the cage from its first allocation. Opened by this process, so the
+    /// kernel checks the move against this process's credentials, not the child's.
+    pub fn entry(&self) -> Result<Entry, (PathBuf, io::Error)> {
+        let procs = self
+            .roots
+            .iter()
+            .map(|root| {
+                let path = root.join(&self.relative).join("cgroup.procs");
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map(OwnedFd::from)
+                    .map_err(|e| (path, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Entry { procs })
+    }
+
     /// SIGKILL every process in the cage's groups and wait (on pidfds, bounded) until they
     /// are gone; repeated until a read of the group finds it empty, so a child forked while
     /// the kill was under way is killed too.
@@ -525,6 +545,30 @@ pub fn remove_tree(id: &str) -> Result<(), CageError> {
         }
     }
     Ok(())
+}
+
+/// A cage's `cgroup.procs` files, open for a forked child to move itself in before `exec`
+/// ([`ResourceCage::entry`]).
+#[derive(Debug)]
+pub struct Entry {
+    procs: Vec<OwnedFd>,
+}
+
+impl Entry {
+    /// Move the calling process into the cage (write `0` to each `cgroup.procs`).
+    ///
+    /// # Safety
+    /// Call only in a forked child before `exec`: it makes only `write(2)` calls, which are
+    /// async-signal-safe, on descriptors opened before the fork.
+    pub unsafe fn enter_in_child(&self) -> io::Result<()> {
+        for fd in &self.procs {
+            // SAFETY: a write of two bytes from a static buffer to an open descriptor.
+            if unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) } != 2 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Drop for ResourceCage {

@@ -362,15 +362,17 @@ impl Drop for RawTerminal {
     }
 }
 
-/// SIGWINCH, blocked on this thread and readable from a signalfd while the proxy lives.
+/// SIGWINCH, blocked on this thread and readable from a signalfd while it lives (the proxy's,
+/// and the microvm tier's relay of a guest's terminal).
 #[derive(Debug)]
-struct WinchSignal {
+pub struct WinchSignal {
     fd: OwnedFd,
     was_blocked: bool,
 }
 
 impl WinchSignal {
-    fn new() -> Result<WinchSignal, PtyError> {
+    /// Block SIGWINCH on this thread and route it to a signalfd.
+    pub fn new() -> Result<WinchSignal, PtyError> {
         let fail = |call| move |source| PtyError::Signal { call, source };
         // SAFETY: sigset_t is plain data initialised by sigemptyset/sigaddset.
         let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -405,8 +407,13 @@ impl WinchSignal {
         })
     }
 
+    /// The signalfd to poll for readability.
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Consume every pending notification.
-    fn drain(&self) {
+    pub fn drain(&self) {
         // SAFETY: signalfd_siginfo is plain data.
         let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
         let size = std::mem::size_of::<libc::signalfd_siginfo>();

@@ -9,8 +9,14 @@
 //! from the guest is checked against the session it opened ([`h5i_guest::proto`] parses it
 //! strictly): the guest is the box, and nothing it sends is trusted beyond its shape.
 //!
-//! Must never: wait without a deadline for a guest that stopped answering, or pass on bytes
-//! from another session.
+//! On `box shell` the caller's terminal is proxied to a pty of the guest's own: raw mode for
+//! the relay's life (restored on every path before h5i prints anything), the window size at
+//! start and on each SIGWINCH. Only the bytes of the session's output frames reach the caller's
+//! terminal; any text of the guest's that h5i prints in a line of its own (a reason a command
+//! could not start, the version an agent announces) is escaped first.
+//!
+//! Must never: wait without a deadline for a guest that stopped answering, pass on bytes from
+//! another session, or write a guest's words raw into a line of h5i's own.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -22,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use h5i_guest::proto::{
     conn_id, proxy_port, write_pending, ExitReport, Frame, FrameBuffer, Kind, NetData, RunSpec,
-    MAX_CONNS, PORTS, VERSION,
+    WinSize, MAX_CONNS, PORTS, VERSION,
 };
 
 use super::forward::Forward;
@@ -82,30 +88,34 @@ impl Session {
     /// not waited for. Nothing is sent again and nothing reconnects: QEMU holds the Hello in
     /// the socket until the guest has the port open, and the agent answers every Hello it
     /// reads. Bytes before the Ready (the cut-off rest of an earlier session's output) are
-    /// skipped unparsed.
-    fn open(socket: &Path, qemu: Option<RawFd>, deadline: Instant) -> Result<Session, String> {
-        let sock = UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+    /// skipped unparsed. An agent that announces another protocol version is refused.
+    fn open(
+        socket: &Path,
+        qemu: Option<RawFd>,
+        deadline: Instant,
+    ) -> Result<Session, SessionError> {
+        let broken = SessionError::Broken;
+        let sock = UnixStream::connect(socket)
+            .map_err(|e| broken(format!("{}: {e}", socket.display())))?;
         let id = session_number();
         let mut s = Session {
             sock,
             id,
             frames: FrameBuffer::default(),
         };
-        s.send(Kind::Hello, &[]).map_err(|e| e.to_string())?;
+        s.send(Kind::Hello, &[])
+            .map_err(|e| broken(e.to_string()))?;
         loop {
             if s.frames.skip_to(Kind::Ready, id) {
-                if let Some(f) = s.frames.next_frame().map_err(|e| e.to_string())? {
+                if let Some(f) = s.frames.next_frame().map_err(|e| broken(e.to_string()))? {
                     if f.payload != VERSION.as_bytes() {
-                        return Err(format!(
-                            "the guest agent speaks {}, not {VERSION}",
-                            String::from_utf8_lossy(&f.payload)
-                        ));
+                        return Err(SessionError::Mismatch(crate::escape::bytes(&f.payload)));
                     }
                     return Ok(s);
                 }
             }
-            if !s.wait_fill(qemu, Some(deadline))? {
-                return Err("no answer from the guest agent in time".into());
+            if !s.wait_fill(qemu, Some(deadline)).map_err(broken)? {
+                return Err(broken("no answer from the guest agent in time".into()));
             }
         }
     }
@@ -164,10 +174,21 @@ impl Session {
 
 /// Wait until the guest agent behind `socket` answers a session, QEMU (`pid`) is gone, or
 /// `deadline` passes.
-pub fn wait_ready(socket: &Path, pid: i32, deadline: Instant) -> Result<(), String> {
+pub fn wait_ready(socket: &Path, pid: i32, deadline: Instant) -> Result<(), SessionError> {
     // The QEMU this process just started (its child: no reuse yet).
-    let pidfd = h5i_sys::pidfd::open(pid).map_err(|e| format!("pidfd_open: {e}"))?;
+    let pidfd =
+        h5i_sys::pidfd::open(pid).map_err(|e| SessionError::Broken(format!("pidfd_open: {e}")))?;
     Session::open(socket, Some(pidfd.as_raw_fd()), deadline).map(drop)
+}
+
+/// The refusal for a guest agent that speaks `speaks` (escaped), not this h5i's [`VERSION`].
+pub fn mismatch_refused(speaks: &str) -> BoxError {
+    BoxError::BadRequest {
+        what: format!(
+            "the microVM's guest agent speaks `{speaks}`, and this h5i speaks `{VERSION}`"
+        ),
+        mend: "install the h5i-guest built with this h5i beside it (`make build`, or `make install`); the next run boots the VM with it".into(),
+    }
 }
 
 /// What the host saw of one run.
@@ -175,7 +196,7 @@ pub fn wait_ready(socket: &Path, pid: i32, deadline: Instant) -> Result<(), Stri
 pub struct Observed {
     /// The guest agent's exit report (`None`: the command could not start; `failed` says why).
     pub exit: Option<ExitReport>,
-    /// Why it could not start.
+    /// Why it could not start (the guest's words, escaped: fit to print).
     pub failed: Option<String>,
     /// The wall clock fired.
     pub timed_out: bool,
@@ -183,12 +204,14 @@ pub struct Observed {
     pub wall: Duration,
 }
 
-/// Why a run's session broke: the guest stopped answering (the VM must go) or the session
-/// could not be opened.
+/// Why a run's session broke: the guest stopped answering (the VM must go), its agent speaks
+/// another protocol, or the session could not be opened.
 #[derive(Debug)]
 pub enum SessionError {
     /// The guest did not report an exit within [`KILL_GRACE`] of a kill.
     Stuck,
+    /// The agent announced this version (escaped), not [`VERSION`].
+    Mismatch(String),
     /// Anything else, with a reason.
     Broken(String),
 }
@@ -210,13 +233,35 @@ fn take_port(vm: &Vm) -> Result<(usize, FileLock), BoxError> {
     Ok((i, l))
 }
 
-/// Run `spec` in `vm`, relaying this process's standard descriptors; with `forward`, the run
-/// may reach its egress proxy through its port's forward, named in its proxy variables.
+/// How the caller's standard descriptors meet the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerStdio {
+    /// Passed through as pipes: stdin to the command's, its stdout and stderr to h5i's.
+    Piped,
+    /// The caller's terminal (descriptor 0) proxied to a pty of the guest's own: raw mode for
+    /// the session's life, the window size at start and on every SIGWINCH.
+    Terminal,
+}
+
+/// The size of the caller's terminal, or 24x80 when it does not say.
+fn caller_window() -> WinSize {
+    h5i_runtime::pty::window_size(0)
+        .map(|w| WinSize {
+            rows: w.ws_row,
+            cols: w.ws_col,
+        })
+        .unwrap_or(WinSize { rows: 24, cols: 80 })
+}
+
+/// Run `spec` in `vm`, relaying this process's standard descriptors as `stdio` says; with
+/// `forward`, the run may reach its egress proxy through its port's forward, named in its
+/// proxy variables.
 pub fn run(
     vm: &Vm,
     spec: &RunSpec,
     wall: Option<Duration>,
     forward: Option<&Forward>,
+    stdio: CallerStdio,
 ) -> Result<Result<Observed, SessionError>, BoxError> {
     let (port, _port_lock) = take_port(vm)?;
     let mut spec = spec.clone();
@@ -231,6 +276,9 @@ pub fn run(
                 .push(format!("{k}=127.0.0.1,localhost,::1").into_bytes());
         }
     }
+    if stdio == CallerStdio::Terminal {
+        spec.pty = Some(caller_window());
+    }
     let opened = Session::open(
         &vm.port_socket(port),
         None,
@@ -238,13 +286,42 @@ pub fn run(
     );
     let mut s = match opened {
         Ok(s) => s,
-        Err(why) => return Ok(Err(SessionError::Broken(why))),
+        Err(e) => return Ok(Err(e)),
     };
     let mut net = Connections {
         forward,
         conns: HashMap::new(),
     };
-    Ok(relay(&mut s, &spec, wall, &mut net))
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr().lock();
+    // Raw from here to the end of the relay (the guard restores the terminal on every path,
+    // before h5i prints anything of its own); SIGWINCH read from a signalfd meanwhile.
+    let terminal = match stdio {
+        CallerStdio::Terminal => Some((
+            h5i_runtime::pty::RawTerminal::enter(0)?,
+            h5i_runtime::pty::WinchSignal::new()?,
+        )),
+        CallerStdio::Piped => None,
+    };
+    let mut io = CallerIo {
+        stdin: stdin_usable().then_some(0),
+        out: &mut out,
+        err: &mut err,
+        winch: terminal.as_ref().map(|(_, w)| w),
+    };
+    Ok(relay(&mut s, &spec, wall, &mut net, &mut io))
+}
+
+/// The caller's side of a relay: where the command's input comes from and its output goes.
+struct CallerIo<'a> {
+    /// The descriptor typed or piped input is read from (`None`: closed).
+    stdin: Option<RawFd>,
+    /// Where the command's stdout (on a pty: everything it writes) goes, byte for byte.
+    out: &'a mut dyn Write,
+    /// Where its stderr goes.
+    err: &'a mut dyn Write,
+    /// SIGWINCH of the caller's terminal (a run on a pty): each one sends the new size.
+    winch: Option<&'a h5i_runtime::pty::WinchSignal>,
 }
 
 /// One forwarded connection, host side.
@@ -361,24 +438,26 @@ impl Connections<'_> {
     }
 }
 
+/// Relay one run: send it, pass the caller's input in and the guest's output out (only the
+/// bytes of this session's output frames; nothing else the guest sends reaches `io.out` or
+/// `io.err`), and take its exit.
 fn relay(
     s: &mut Session,
     spec: &RunSpec,
     wall: Option<Duration>,
     net: &mut Connections<'_>,
+    io: &mut CallerIo<'_>,
 ) -> Result<Observed, SessionError> {
     let broken = |e: std::io::Error| SessionError::Broken(e.to_string());
     let started = Instant::now();
     s.send(Kind::Run, &spec.encode()).map_err(broken)?;
-    let mut stdin_open = stdin_usable();
+    let mut stdin_open = io.stdin.is_some();
     if !stdin_open {
         s.send(Kind::StdinEof, &[]).map_err(broken)?;
     }
     let wall_at = wall.map(|w| started + w);
     let mut kill_at: Option<Instant> = None;
     let mut timed_out = false;
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr().lock();
     let mut buf = vec![0u8; 64 << 10];
     loop {
         while let Some(f) = s
@@ -391,10 +470,10 @@ fn relay(
             }
             match f.kind {
                 Kind::Stdout => {
-                    let _ = out.write_all(&f.payload).and_then(|()| out.flush());
+                    let _ = io.out.write_all(&f.payload).and_then(|()| io.out.flush());
                 }
                 Kind::Stderr => {
-                    let _ = err.write_all(&f.payload).and_then(|()| err.flush());
+                    let _ = io.err.write_all(&f.payload).and_then(|()| io.err.flush());
                 }
                 Kind::Exit => {
                     let exit = ExitReport::decode(&f.payload).map_err(broken)?;
@@ -408,7 +487,7 @@ fn relay(
                 Kind::Failed => {
                     return Ok(Observed {
                         exit: None,
-                        failed: Some(String::from_utf8_lossy(&f.payload).into_owned()),
+                        failed: Some(crate::escape::bytes(&f.payload)),
                         timed_out,
                         wall: started.elapsed(),
                     })
@@ -429,14 +508,16 @@ fn relay(
             events: libc::POLLIN,
             revents: 0,
         }];
-        let stdin_slot = stdin_open.then(|| {
+        let slot = |fds: &mut Vec<libc::pollfd>, fd: RawFd| {
             fds.push(libc::pollfd {
-                fd: 0,
+                fd,
                 events: libc::POLLIN,
                 revents: 0,
             });
             fds.len() - 1
-        });
+        };
+        let stdin_slot = io.stdin.filter(|_| stdin_open).map(|fd| slot(&mut fds, fd));
+        let winch_slot = io.winch.map(|w| slot(&mut fds, w.fd()));
         fds.extend(net.poll_fds());
         readable(&mut fds, deadline).map_err(broken)?;
         let now = Instant::now();
@@ -449,17 +530,29 @@ fn relay(
             kill_at = Some(now + KILL_GRACE);
             continue;
         }
+        // A resize first: it applies before input typed after it.
+        if let (Some(i), Some(w)) = (winch_slot, io.winch) {
+            if fds[i].revents != 0 {
+                w.drain();
+                s.send(Kind::Resize, &caller_window().encode())
+                    .map_err(broken)?;
+            }
+        }
         if fds[0].revents != 0 {
             s.fill().map_err(SessionError::Broken)?;
         }
-        if stdin_slot.is_some_and(|i| fds[i].revents != 0) {
-            // SAFETY: read from descriptor 0 into a local buffer.
-            let n = unsafe { libc::read(0, buf.as_mut_ptr().cast(), buf.len()) };
-            if n > 0 {
-                s.send(Kind::Stdin, &buf[..n as usize]).map_err(broken)?;
-            } else {
-                stdin_open = false;
-                s.send(Kind::StdinEof, &[]).map_err(broken)?;
+        if let (Some(i), Some(fd)) = (stdin_slot, io.stdin) {
+            if fds[i].revents != 0 {
+                // SAFETY: read from the caller's input descriptor into a local buffer.
+                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+                if n > 0 {
+                    s.send(Kind::Stdin, &buf[..n as usize]).map_err(broken)?;
+                } else if n == 0
+                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
+                {
+                    stdin_open = false;
+                    s.send(Kind::StdinEof, &[]).map_err(broken)?;
+                }
             }
         }
     }
@@ -470,4 +563,133 @@ fn stdin_usable() -> bool {
     // SAFETY: fcntl(F_GETFL) only inspects descriptor 0.
     let fl = unsafe { libc::fcntl(0, libc::F_GETFL) };
     fl >= 0 && (fl & libc::O_ACCMODE) != libc::O_WRONLY
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    /// A hostile guest agent on a socket: it reads the Hello, answers with `answer(session)`
+    /// (the frames it chooses), then keeps reading until the host goes.
+    fn fake_agent(
+        dir: &Path,
+        answer: impl FnOnce(u32) -> Vec<Frame> + Send + 'static,
+    ) -> (std::path::PathBuf, std::thread::JoinHandle<()>) {
+        let path = dir.join("port.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let agent = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let hello = Frame::read_from(&mut conn).unwrap().unwrap();
+            assert_eq!(hello.kind, Kind::Hello);
+            for f in answer(hello.session) {
+                f.write_to(&mut conn).unwrap();
+            }
+            let mut sink = Vec::new();
+            let _ = conn.read_to_end(&mut sink);
+        });
+        (path, agent)
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(30)
+    }
+
+    #[test]
+    fn an_agent_speaking_another_version_is_refused_with_its_words_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, agent) = fake_agent(dir.path(), |id| {
+            vec![Frame::new(
+                Kind::Ready,
+                id,
+                b"h5i-guest/2\x1b]0;pwned\x07".to_vec(),
+            )]
+        });
+        let e = match Session::open(&path, None, deadline()) {
+            Err(SessionError::Mismatch(v)) => v,
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        drop(agent);
+        assert!(!e.contains('\x1b') && e.contains("h5i-guest/2"), "{e:?}");
+        let refusal = mismatch_refused(&e).to_string();
+        assert!(
+            refusal.contains(VERSION) && refusal.contains("to fix:") && !refusal.contains('\x1b'),
+            "{refusal}"
+        );
+    }
+
+    /// Only this session's output frames reach the caller's outputs, byte for byte (escape
+    /// sequences included: the guest's terminal is its own to drive); a frame of another
+    /// session, a second Ready and a forwarding frame of a run with no forward reach nothing.
+    #[test]
+    fn only_the_sessions_output_reaches_the_caller_and_a_refusal_is_escaped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, agent) = fake_agent(dir.path(), |id| {
+            let exit = ExitReport {
+                code: Some(3),
+                ..ExitReport::default()
+            };
+            vec![
+                Frame::new(Kind::Ready, id, VERSION.as_bytes().to_vec()),
+                Frame::new(Kind::Stdout, id ^ 1, b"OTHER-SESSION".to_vec()),
+                Frame::new(Kind::Ready, id, b"READY-AGAIN".to_vec()),
+                Frame::new(Kind::NetOpen, id, 7u32.to_le_bytes().to_vec()),
+                Frame::new(Kind::Stdout, id, b"\x1b]0;title\x07\x1b[2Jout".to_vec()),
+                Frame::new(Kind::Stderr, id, b"err".to_vec()),
+                Frame::new(Kind::Exit, id, exit.encode()),
+            ]
+        });
+        let mut s = Session::open(&path, None, deadline()).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut io = CallerIo {
+            stdin: None,
+            out: &mut out,
+            err: &mut err,
+            winch: None,
+        };
+        let mut net = Connections {
+            forward: None,
+            conns: HashMap::new(),
+        };
+        let spec = RunSpec {
+            argv: vec![b"true".to_vec()],
+            ..RunSpec::default()
+        };
+        let seen = relay(&mut s, &spec, None, &mut net, &mut io).unwrap();
+        drop(s);
+        agent.join().unwrap();
+        assert_eq!(seen.exit.unwrap().code, Some(3));
+        assert_eq!(out, b"\x1b]0;title\x07\x1b[2Jout");
+        assert_eq!(err, b"err");
+
+        // The guest's reason for not starting a command is printed by h5i: escaped here.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, agent) = fake_agent(dir.path(), |id| {
+            vec![
+                Frame::new(Kind::Ready, id, VERSION.as_bytes().to_vec()),
+                Frame::new(
+                    Kind::Failed,
+                    id,
+                    b"cannot start \x1b[2J\xc2\x9b31m`x`".to_vec(),
+                ),
+            ]
+        });
+        let mut s = Session::open(&path, None, deadline()).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut io = CallerIo {
+            stdin: None,
+            out: &mut out,
+            err: &mut err,
+            winch: None,
+        };
+        let seen = relay(&mut s, &spec, None, &mut net, &mut io).unwrap();
+        drop(s);
+        agent.join().unwrap();
+        let failed = seen.failed.unwrap();
+        assert!(
+            failed.contains("cannot start") && !failed.chars().any(crate::escape::is_control),
+            "{failed:?}"
+        );
+        assert!(out.is_empty() && err.is_empty());
+    }
 }

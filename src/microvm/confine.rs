@@ -9,8 +9,9 @@
 //!   `/dev/kvm` when it runs KVM, and read and write beneath the box's workspace and spool;
 //!   nothing else of the host can be opened, listed, written or made;
 //! - a cgroup of its own (`<h5i's cgroup>/h5i/<VM directory name>`), holding QEMU to the
-//!   guest's RAM plus [`QEMU_OVERHEAD_MIB`] and to [`QEMU_TASKS`] threads, kept for the VM's
-//!   life and removed by teardown.
+//!   guest's RAM plus [`QEMU_OVERHEAD_MIB`] and to [`QEMU_TASKS`] threads, made before QEMU
+//!   starts and entered by the child before it drops root and execs QEMU (so nothing QEMU
+//!   allocates is charged anywhere else), kept for the VM's life and removed by teardown.
 //!
 //! Must never: start QEMU with less than the whole ruleset enforced (a kernel without Landlock
 //! refuses the boot), or grant a path beyond the ones above.
@@ -142,16 +143,29 @@ pub unsafe fn enforce_in_child(ruleset: &OwnedFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// QEMU's cgroup for a VM with `ram_mib` of RAM: made, limits written, QEMU (`pid`) placed in
-/// it, kept past this process (teardown removes it with [`remove`]).
-pub fn cage(id: &str, ram_mib: u64, pid: i32) -> Result<(), BoxError> {
+/// QEMU's cgroup for a VM with `ram_mib` of RAM, made and its limits written before QEMU
+/// starts, and the way in for the child that execs QEMU ([`h5i_runtime::cage::Entry`]: QEMU is
+/// in the group from its first instruction, so its every allocation is charged there). The
+/// group is kept past this process once [`QemuCage::keep`] is called (teardown removes it with
+/// [`remove`]); dropped before that (QEMU never started), it is removed.
+pub fn cage(id: &str, ram_mib: u64) -> Result<(QemuCage, h5i_runtime::cage::Entry), BoxError> {
     let mem = (ram_mib + QEMU_OVERHEAD_MIB) << 20;
     let cage = h5i_runtime::cage::ResourceCage::create(id, Some(mem), Some(QEMU_TASKS))
         .map_err(|e| refuse(e.to_string()))?;
-    cage.admit(pid)
+    let entry = cage
+        .entry()
         .map_err(|(path, e)| refuse(format!("{}: {e}", path.display())))?;
-    cage.keep();
-    Ok(())
+    Ok((QemuCage(cage), entry))
+}
+
+/// QEMU's cgroup, until QEMU is running in it.
+pub struct QemuCage(h5i_runtime::cage::ResourceCage);
+
+impl QemuCage {
+    /// Keep the group for the VM's life.
+    pub fn keep(self) {
+        self.0.keep();
+    }
 }
 
 /// Remove VM `id`'s cgroup (killing anything still in it).

@@ -11,7 +11,8 @@
 //!    host's QEMU has no virtiofsd);
 //! 3. the VM boots at the box's first run and stays up for the box's life ([`vm`]); each run
 //!    is a session with the guest agent over a virtio-serial port ([`client`]), its exit code,
-//!    stdout and stderr passed through, `mem`/`procs` held by a cgroup in the guest and the
+//!    stdout and stderr passed through (or, for `box shell`, a pty in the guest proxied to the
+//!    caller's terminal), `mem`/`procs` held by a cgroup in the guest and the
 //!    VM's size, `wall` by the host;
 //! 4. KVM when this host's KVM can run a stock guest, software emulation (TCG) otherwise,
 //!    said plainly by `probe` and `status` ([`accel`]);
@@ -187,8 +188,8 @@ impl QemuFacts {
     }
 }
 
-/// Mark the microvm tier available when the QEMU backend can run here and the container
-/// engine (which holds the images it boots) answered; else unavailable with the first reason.
+/// Mark the microvm tier available when a backend can run here and the container engine
+/// (which holds the images it boots) answered; else unavailable with the first reason.
 pub fn set_availability<T>(
     tiers: &mut h5i_policy::HostTiers,
     qemu: &QemuFacts,
@@ -201,21 +202,46 @@ pub fn set_availability<T>(
             )
         })
     });
-    // `auto`, which picks the strongest tier that runs, must not land a box on a backend a
-    // person cannot yet use as they use every other tier: QEMU's guest has no terminal for
-    // `box shell` yet (and, under TCG, every run would pay for the emulation).
     let msb_runs = msb::MsbFacts::gather().missing(None).is_empty();
-    match (why, msb_runs) {
-        (_, true) => tiers.set_available(h5i_policy::Tier::Microvm),
-        (None, false) => tiers.set_on_request(
-            h5i_policy::Tier::Microvm,
-            match qemu.accel.0 {
-                accel::Accel::Tcg => "its QEMU backend is software-emulated (TCG) here",
-                _ => "its QEMU backend has no terminal for `box shell` yet",
-            },
-        ),
-        (Some(why), false) => tiers.set_unavailable(h5i_policy::Tier::Microvm, why),
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    match for_auto(why, msb_runs, qemu.accel.0, root) {
+        AutoChoice::Available => tiers.set_available(h5i_policy::Tier::Microvm),
+        AutoChoice::OnRequest(r) => tiers.set_on_request(h5i_policy::Tier::Microvm, r),
+        AutoChoice::Unavailable(r) => tiers.set_unavailable(h5i_policy::Tier::Microvm, r),
     };
+}
+
+/// How `auto` may treat the microvm tier.
+#[derive(Debug, PartialEq, Eq)]
+enum AutoChoice {
+    Available,
+    OnRequest(&'static str),
+    Unavailable(String),
+}
+
+/// `auto`, which picks the strongest tier that runs, lands a box on the QEMU backend only where
+/// a person uses it as they use every other tier: KVM (a run pays no emulation; its guest
+/// terminal serves `box shell`), and root (a policy's egress allowlist needs the forward's
+/// network namespace, which only root makes here). Under TCG every run pays for the emulation,
+/// so it runs on request only.
+fn for_auto(
+    qemu_missing: Option<String>,
+    msb_runs: bool,
+    accel: accel::Accel,
+    root: bool,
+) -> AutoChoice {
+    match (qemu_missing, msb_runs, accel, root) {
+        (_, true, _, _) => AutoChoice::Available,
+        (Some(why), false, _, _) => AutoChoice::Unavailable(why),
+        (None, false, accel::Accel::Tcg, _) => {
+            AutoChoice::OnRequest("its QEMU backend is software-emulated (TCG) here")
+        }
+        (None, false, accel::Accel::Kvm, false) => AutoChoice::OnRequest(
+            "its QEMU backend's egress forward needs root here, and h5i is not running as root",
+        ),
+        (None, false, accel::Accel::Kvm, true) => AutoChoice::Available,
+    }
 }
 
 /// What one microvm run observed.
@@ -239,6 +265,8 @@ pub struct RunInputs<'a> {
     pub wall: Option<Duration>,
     /// Resolved secrets (injected as environment, through the session, never argv).
     pub secrets: &'a [h5i_broker::secrets::ResolvedSecret],
+    /// Pipes, or the caller's terminal proxied to a pty in the guest (`box shell`).
+    pub stdio: client::CallerStdio,
 }
 
 /// Refuse what this backend cannot hold.
@@ -419,10 +447,11 @@ pub fn run(
         mem_bytes: policy.resources.mem_bytes.unwrap_or(0),
         procs: policy.resources.procs.unwrap_or(0),
         egress: false,
+        pty: None,
     };
     let vm = vm::ensure(sb, || boot_plan(sb, policy))?;
     let forward = plan.map(forward::Forward::start).transpose()?;
-    let session = client::run(&vm, &spec, inputs.wall, forward.as_ref());
+    let session = client::run(&vm, &spec, inputs.wall, forward.as_ref(), inputs.stdio);
     let egress = forward.map(|f| f.finish().tally);
     let observed = match session? {
         Ok(o) => o,
@@ -438,6 +467,9 @@ pub fn run(
                 ),
                 "run again (the next run boots a fresh VM)",
             ));
+        }
+        Err(client::SessionError::Mismatch(speaks)) => {
+            return Err(client::mismatch_refused(&speaks))
         }
         Err(client::SessionError::Broken(why)) => {
             return Err(refuse(
@@ -571,4 +603,32 @@ pub fn status_lines(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<String> {
 /// Stop the box's VM (`abort`, `rm`).
 pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     vm::teardown(sb)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_lands_on_qemu_only_under_kvm_as_root() {
+        use accel::Accel::{Kvm, Tcg};
+        assert_eq!(for_auto(None, false, Kvm, true), AutoChoice::Available);
+        assert!(matches!(
+            for_auto(None, false, Tcg, true),
+            AutoChoice::OnRequest(r) if r.contains("software-emulated")
+        ));
+        assert!(matches!(
+            for_auto(None, false, Kvm, false),
+            AutoChoice::OnRequest(r) if r.contains("root")
+        ));
+        assert_eq!(
+            for_auto(Some("no kernel".into()), false, Kvm, true),
+            AutoChoice::Unavailable("no kernel".into())
+        );
+        // msb, where it runs, serves auto whatever QEMU can do.
+        assert_eq!(
+            for_auto(Some("no kernel".into()), true, Tcg, false),
+            AutoChoice::Available
+        );
+    }
 }

@@ -264,7 +264,13 @@ fn open_for_qemu(path: &Path, dir: bool) -> Result<OwnedFd, BoxError> {
 fn boot_failed(what: String, console: &Path) -> BoxError {
     let tail = std::fs::read_to_string(console)
         .map(|t| {
-            let lines: Vec<&str> = t.lines().rev().take(8).collect();
+            // The guest wrote it: shown with its control characters escaped.
+            let lines: Vec<String> = t
+                .lines()
+                .rev()
+                .take(8)
+                .map(crate::escape::escape_controls)
+                .collect();
             lines.into_iter().rev().collect::<Vec<_>>().join("\n  ")
         })
         .unwrap_or_default();
@@ -392,6 +398,7 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         .chain(listener_fds.iter().copied())
         .collect();
     let stderr = log.try_clone().map_err(|e| BoxError::io(&console, e))?;
+    let (cage, entry) = super::confine::cage(&cage_id(dir), plan.ram_mib)?;
     let mut cmd = std::process::Command::new(super::accel::QEMU);
     cmd.args(&args)
         .env_clear()
@@ -400,13 +407,22 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(stderr);
-    if let Some((uid, gid)) = plan.run_as {
-        cmd.uid(uid).gid(gid);
-    }
-    // SAFETY: the closure makes only async-signal-safe calls (setsid, fcntl, prctl,
-    // landlock_restrict_self) in the child.
+    let run_as = plan.run_as;
+    // SAFETY: the closure makes only async-signal-safe calls (write, setgroups, setgid,
+    // setuid, setsid, fcntl, prctl, landlock_restrict_self) in the child.
     unsafe {
         cmd.pre_exec(move || {
+            // Into QEMU's cgroup while still root (the descriptors were opened before the
+            // fork), then down to the box's identity.
+            entry.enter_in_child()?;
+            if let Some((uid, gid)) = run_as {
+                if libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setgid(gid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             libc::setsid();
             for fd in &keep {
                 let fl = libc::fcntl(*fd, libc::F_GETFD);
@@ -423,10 +439,11 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         mend: "install it: apt-get install qemu-system-x86 (`make setup` does)".into(),
     })?;
     let pid = child.id() as i32;
+    cage.keep();
+    drop(cmd);
     drop(inherited);
     drop(listeners);
     let start = start_time(pid).unwrap_or(0);
-    let caged = super::confine::cage(&cage_id(dir), plan.ram_mib, pid);
     let mut state = VmState {
         pid,
         start_time: start,
@@ -437,24 +454,24 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     };
     // The state is written before the wait, so a kill of this h5i leaves a VM teardown finds.
     write_state(dir, &state)?;
-    if let Err(e) = caged {
-        kill(&state);
-        return Err(e);
-    }
     let deadline = started + BOOT_TIMEOUT;
     // Readiness is a session on port 0, the port the first run then reopens right behind it:
     // the agent delimits sessions by their Hello, never by the port's connection notices.
     let ready = super::client::wait_ready(&dir.join("port-0.sock"), pid, deadline);
-    match ready {
-        Ok(()) => {}
-        Err(why) => {
-            kill(&state);
-            drop(child);
-            return Err(boot_failed(
-                format!("the microVM did not come up: {why}"),
-                &console,
-            ));
-        }
+    if let Err(e) = ready {
+        kill(&state);
+        drop(child);
+        return Err(match e {
+            super::client::SessionError::Mismatch(speaks) => {
+                super::client::mismatch_refused(&speaks)
+            }
+            super::client::SessionError::Broken(why) => {
+                boot_failed(format!("the microVM did not come up: {why}"), &console)
+            }
+            super::client::SessionError::Stuck => {
+                boot_failed("the microVM did not come up".into(), &console)
+            }
+        });
     }
     drop(child);
     state.boot_ms = started.elapsed().as_millis() as u64;

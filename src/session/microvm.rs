@@ -1,8 +1,9 @@
 //! The microvm tier's backend: the run is a session with the box's VM (`crate::microvm` owns
 //! the VM, its guest agent and the relay).
 //!
-//! Owns handing the session's secrets and wall clock to it. Must never: run a detached service
-//! or a terminal session it cannot give a terminal of the guest's own.
+//! Owns handing the session's secrets, wall clock and standard descriptors to it: the caller's
+//! (`box run`), or the caller's terminal proxied to a pty of the guest's own (`box shell`).
+//! Must never: run a detached service (the VM's guest agent has no supervisor for one).
 
 use super::{Resolved, RunRequest, Stdio, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
@@ -12,12 +13,16 @@ pub(super) struct Microvm;
 
 impl TierBackend for Microvm {
     fn run(&self, resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
-        if !matches!(req.stdio, Stdio::Caller) {
-            return Err(BoxError::BadRequest {
-                what: "the microvm tier runs commands with the caller's descriptors only in this build (no guest terminal, no detached service)".into(),
-                mend: "use `h5i box run NAME -- CMD` (a shell reading its stdin works: h5i box run NAME -- sh)".into(),
-            });
-        }
+        let stdio = match req.stdio {
+            Stdio::Caller => crate::microvm::client::CallerStdio::Piped,
+            Stdio::Terminal => crate::microvm::client::CallerStdio::Terminal,
+            Stdio::Service { .. } => {
+                return Err(BoxError::BadRequest {
+                    what: "a service cannot run at the microvm tier in this build (its guest agent has no supervisor for a detached command)".into(),
+                    mend: "create the box with --isolation process (or workspace) for services".into(),
+                })
+            }
+        };
         let run = crate::microvm::run(
             resolved.sb,
             resolved.policy,
@@ -25,6 +30,7 @@ impl TierBackend for Microvm {
                 argv: &req.argv,
                 wall: req.wall,
                 secrets: &resolved.secrets,
+                stdio,
             },
         )?;
         Ok(TierRun {
