@@ -29,8 +29,10 @@ mod model;
 mod support;
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use agent::{Agent, DeniedHost, Model};
+use common::pty::{screen_text, Session};
 use model::{Api, Call, Kind, Turn};
 use serde_json::Value;
 
@@ -143,14 +145,7 @@ fn codex_fixes_the_greeting(test: &str, tier: &str, as_user: bool) {
             ("Bash", "printf"),
         ],
     );
-    if tier == "container" {
-        // Codex runs its commands through the image user's login shell there, not the bash
-        // the shim is bound over: no shim record is expected, and none missing is a finding.
-        let problems = agent::problems_section(&report);
-        assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
-    } else {
-        shim_recorded_each_command(&c, &report, tier);
-    }
+    shim_recorded_each_command(&c, &report, tier);
 }
 
 /// Each command Codex ran, as the tee shim h5i binds over the box's bash recorded it: listed
@@ -470,12 +465,11 @@ fn forged_shim_records_are_findings(test: &str, tier: &str, as_user: bool) {
             "at {tier}, {finding}: {problems}"
         );
     }
-    // The two accounts are compared only where the shim is the agent's shell
-    // (`capture::tee_shim_is_agent_shell`): not at the container tier.
+    // The two accounts are compared at every tier: the shim is the agent's shell at each
+    // (`capture::tee_shim_is_agent_shell`; at the container tier the box user's login shell).
     for finding in cross_checked {
-        assert_eq!(
+        assert!(
             problems.contains(finding),
-            tier != "container",
             "at {tier}, {finding}: {problems}"
         );
     }
@@ -526,5 +520,142 @@ fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_contain
     let test = "the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_container_tier_as_h5i_test";
     if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
         forged_shim_records_are_findings(test, "container", true);
+    }
+}
+
+/// The script of a person's session: they ask for the fix at Codex's prompt; the model reads
+/// the file, patches it and shows it, and stages the proposal.
+fn shell_script() -> Vec<Turn> {
+    let patch = "*** Begin Patch\n*** Update File: greeting.txt\n@@\n-helo wrld\n+hello world\n*** End Patch\n";
+    vec![
+        Turn::calls(vec![exec(sh("cat greeting.txt"))]).expecting("fix the greeting"),
+        Turn::calls(vec![exec(format!(
+            "await tools.apply_patch({}); {}",
+            Value::String(patch.to_owned()),
+            sh("cat greeting.txt")
+        ))])
+        .expecting("helo wrld"),
+        Turn::calls(vec![exec(sh(&agent::stage_proposal()))]).expecting("hello world"),
+        Turn::finish("The greeting is fixed.").expecting("staged"),
+    ]
+}
+
+/// A person runs `h5i box shell cx -- codex` at `tier`, on a real terminal: Codex's TUI comes
+/// up at its prompt, they type the task, the scripted model plays it, and they leave with
+/// Ctrl-C. The edit is in `box diff`; report.md lists each tool call (`inbox-capture`) and each
+/// command the shim saw (`tee-shim`) under the host-observed run of `codex`, with no gap
+/// between the two accounts; every model call carried the real key.
+fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, shell_script()) else {
+        return;
+    };
+    let mut env = m.env(&CODEX_AGENT);
+    env.push(("TERM", "xterm-256color"));
+    let argv = ["box", "shell", "cx", "--", "codex"];
+    let mut s = Session::spawn(c.h5i_cmd_with(&argv, &env), agent::SESSION_LIMIT);
+    s.expect_screen("Ask Codex to do anything");
+    s.send("fix the greeting in greeting.txt");
+    s.read_for(Duration::from_millis(500));
+    s.send("\r");
+    s.expect_screen("The greeting is fixed.");
+    s.send("\x03");
+    s.read_for(Duration::from_millis(300));
+    s.send("\x03");
+    let code = s.finish();
+    assert_eq!(code, 0, "at {tier}: {}", screen_text(&s.seen));
+    assert!(
+        m.service.problems().is_empty(),
+        "{:?}",
+        m.service.problems()
+    );
+    let want = format!("{}{}", CODEX_AGENT.key_prefix, CODEX_AGENT.real);
+    let turns: Vec<_> = m
+        .service
+        .requests()
+        .into_iter()
+        .filter(|l| matches!(l.kind, Kind::Turn(_)))
+        .collect();
+    assert!(turns.len() >= 4, "at {tier}: {} turns", turns.len());
+    for l in &turns {
+        assert_eq!(l.seen.header(CODEX_AGENT.key_header), Some(want.as_str()));
+    }
+    let diff = c.ok(&["box", "diff", "cx"]);
+    assert!(diff.contains("+hello world"), "at {tier}: {diff}");
+    let report = agent::export_report(&c, "cx");
+    assert!(
+        agent::proposal_section(&report).contains(agent::PROPOSAL),
+        "{report}"
+    );
+    agent::tool_calls_listed(
+        &c,
+        "cx",
+        &report,
+        "codex",
+        &[
+            ("Bash", "cat greeting.txt"),
+            ("apply_patch", "*** Begin Patch"),
+            ("Bash", "cat greeting.txt"),
+            ("Bash", "printf"),
+        ],
+    );
+    let shim = agent::listed_under_run(&report, "codex", "tee-shim");
+    let want = ["cat greeting.txt", "cat greeting.txt", "printf"];
+    assert_eq!(shim.len(), want.len(), "at {tier}: {report}");
+    for (line, cmd) in shim.iter().zip(want) {
+        assert!(
+            line.contains(&format!("`tee-shim` (box-claimed) `{cmd}")),
+            "at {tier}: {line}"
+        );
+    }
+    let problems = agent::problems_section(&report);
+    assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_process_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_process_tier";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "process", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_process_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_process_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "process", true);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_supervised_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_supervised_tier";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "supervised", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_supervised_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_supervised_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "supervised", true);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_container_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_container_tier";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_in_box_shell(test, "container", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_container_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_container_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_in_box_shell(test, "container", true);
     }
 }
