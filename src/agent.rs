@@ -227,8 +227,10 @@ mod tests {
     #[test]
     fn a_claude_box_starts_through_the_state_step_and_no_other_does() {
         let argv = vec!["claude".into(), "-p".into(), "hi".into()];
-        for tier in ["process", "supervised", "container"] {
-            let got = claude_state_argv(&claude_at(tier), &argv).unwrap();
+        for tier in [Tier::Process, Tier::Supervised, Tier::Container] {
+            let mut p = claude_at("process");
+            p.tier = tier;
+            let got = claude_state_argv(&p, &argv).unwrap();
             assert_eq!(
                 got,
                 [
