@@ -90,6 +90,29 @@ pub fn check_installed(policy: &ResolvedPolicy) -> Result<(), BoxError> {
     })
 }
 
+/// The argv a run of `policy`'s box starts `argv` with: for a Claude Code box at a tier that
+/// binds h5i's hook program into it (process, supervised, container), `h5i-hook claude-state
+/// -- ARGV`, which makes Claude Code's state in the box's HOME ready for the run as the box's
+/// user and then becomes `argv` (`h5i_hook::claude_state`: onboarding done, this run's dummy
+/// approved); `None` for any other box, which runs `argv` as it is.
+pub fn claude_state_argv(
+    policy: &ResolvedPolicy,
+    argv: &[std::ffi::OsString],
+) -> Option<Vec<std::ffi::OsString>> {
+    let wired = policy.agent == Some(AgentRuntime::Claude)
+        && matches!(
+            policy.tier,
+            Tier::Process | Tier::Supervised | Tier::Container
+        );
+    wired.then(|| {
+        [crate::capture::HOOK_IN_BOX, "claude-state", "--"]
+            .into_iter()
+            .map(std::ffi::OsString::from)
+            .chain(argv.iter().cloned())
+            .collect()
+    })
+}
+
 /// Claude Code's switches.
 const CLAUDE: &[(&str, &str)] = &[
     // The box's installation is pinned by `make setup` / the image; an agent updating itself
@@ -199,6 +222,36 @@ mod tests {
         p.fs.read.clear();
         p.agent = None;
         check_installed(&p).unwrap();
+    }
+
+    #[test]
+    fn a_claude_box_starts_through_the_state_step_and_no_other_does() {
+        let argv = vec!["claude".into(), "-p".into(), "hi".into()];
+        for tier in [Tier::Process, Tier::Supervised, Tier::Container] {
+            let mut p = claude_at("process");
+            p.tier = tier;
+            let got = claude_state_argv(&p, &argv).unwrap();
+            assert_eq!(
+                got,
+                [
+                    "/.h5i/bin/h5i-hook",
+                    "claude-state",
+                    "--",
+                    "claude",
+                    "-p",
+                    "hi"
+                ]
+                .map(std::ffi::OsString::from)
+            );
+        }
+        let mut p = claude_at("process");
+        p.agent = Some(AgentRuntime::Codex);
+        assert!(claude_state_argv(&p, &argv).is_none());
+        p.agent = None;
+        assert!(claude_state_argv(&p, &argv).is_none());
+        p.agent = Some(AgentRuntime::Claude);
+        p.tier = Tier::Workspace;
+        assert!(claude_state_argv(&p, &argv).is_none());
     }
 
     #[test]

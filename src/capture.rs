@@ -276,16 +276,13 @@ pub fn tee_shim_wired(policy: &ResolvedPolicy) -> bool {
 }
 
 /// Whether the tee shim is the shell a Codex box's agent runs its commands through, so each
-/// `Bash` call its hooks claim should have the shim's record (the process and supervised
-/// tiers, where the box's bash is the host's). At the container tier the shim is bound over
-/// the image's bash, but Codex runs commands through the image user's login shell, which the
-/// shim does not see: a record there is the shim's, and a missing one is not a finding.
+/// `Bash` call its hooks claim should have the shim's record, and each shim record a `Bash`
+/// call. Codex runs commands through the user's login shell (its passwd entry): at the process
+/// and supervised tiers that is the host's bash, where the shim is bound; at the container
+/// tier the box user's entry is Podman's keep-id one, whose shell h5i sets to the image's bash,
+/// where the shim is bound (`crate::container`'s `login_shell`).
 pub fn tee_shim_is_agent_shell(policy: &ResolvedPolicy) -> bool {
-    policy.agent == Some(AgentRuntime::Codex)
-        && matches!(
-            policy.tier,
-            h5i_policy::Tier::Process | h5i_policy::Tier::Supervised
-        )
+    tee_shim_wired(policy)
 }
 
 /// A staged `command` claim (the tee shim's), read: the claim with its output heads taken out

@@ -264,12 +264,15 @@ fn assignments(grant: &AuthGrant) -> String {
     }
 }
 
-/// A fresh dummy: `h5i-dummy-` and 64 hex digits from the kernel's CSPRNG.
+/// How every per-run dummy begins (what tells it from a real key in the box).
+pub const DUMMY_PREFIX: &str = "h5i-dummy-";
+
+/// A fresh dummy: [`DUMMY_PREFIX`] and 64 lowercase hex digits from the kernel's CSPRNG.
 fn dummy_token() -> io::Result<String> {
     let mut b = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!("h5i-dummy-{hex}"))
+    Ok(format!("{DUMMY_PREFIX}{hex}"))
 }
 
 /// The routes a policy's grants ask for, one per grant; empty when the policy turned the

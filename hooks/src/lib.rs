@@ -26,6 +26,7 @@
 //! `the_boxs_own_loopback_works`) and `hooks/tests/supervised_net.rs`.
 
 pub mod capture;
+pub mod claude_state;
 pub mod egress;
 pub mod listen;
 pub mod loopback;

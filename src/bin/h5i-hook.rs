@@ -3,7 +3,7 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)\n       bash ARGS   (h5i-hook bound over a Codex box's bash: the tee shim, which records each `-c` command)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)\n       h5i-hook claude-state -- COMMAND [ARGS]   (inside a Claude Code box: make ~/.claude.json ready for the run, then exec COMMAND)\n       bash ARGS   (h5i-hook bound over a Codex box's bash: the tee shim, which records each `-c` command)";
 
 fn main() {
     // Bound over a Codex box's bash, h5i-hook is the tee shim (h5i_hook::tee_shim).
@@ -27,6 +27,7 @@ fn main() {
         Some("net-down") => h5i_hook::net_hooks::net_down().map_err(Into::into),
         Some("sentry") => std::process::exit(h5i_hook::sentry::main()),
         Some("capture") => capture(std::env::args().nth(2).as_deref()),
+        Some("claude-state") => claude_state(std::env::args_os().skip(2).collect()),
         _ => {
             eprintln!("h5i-hook: {USAGE}");
             std::process::exit(2);
@@ -86,4 +87,49 @@ fn capture(source: Option<&str>) -> ! {
         eprintln!("h5i-hook capture: not staged: {e}");
     }
     std::process::exit(0)
+}
+
+/// Inside a Claude Code box, as its user: make Claude Code's state ready for the run
+/// (`h5i_hook::claude_state`), then become the command. Whatever happens to the state file is
+/// said on stderr and never keeps the command from running.
+fn claude_state(args: Vec<std::ffi::OsString>) -> ! {
+    use h5i_hook::claude_state::{config_dir, seed, Seeded, CONFIG_FILE};
+    use std::os::unix::process::CommandExt;
+    let Some((program, rest)) = args
+        .split_first()
+        .filter(|(sep, _)| *sep == "--")
+        .and_then(|(_, cmd)| cmd.split_first())
+    else {
+        eprintln!("h5i-hook: refusing: no command after `claude-state --`; to fix: {USAGE}");
+        std::process::exit(2);
+    };
+    let var = |k: &str| std::env::var(k).ok();
+    let (dir_var, home, key) = (
+        var("CLAUDE_CONFIG_DIR"),
+        var("HOME"),
+        var("ANTHROPIC_API_KEY"),
+    );
+    if let Some(dir) = config_dir(dir_var.as_deref(), home.as_deref()) {
+        let said = match seed(dir, key.as_deref()) {
+            Ok(Seeded::Written | Seeded::Unchanged) => None,
+            Ok(Seeded::LeftAlone(why)) => Some(why),
+            Err(e) => Some(e.to_string()),
+        };
+        if let Some(why) = said {
+            eprintln!(
+                "h5i-hook: left {} as it is ({why}); Claude Code may ask its first-run questions",
+                dir.join(CONFIG_FILE).display()
+            );
+        }
+    }
+    let err = std::process::Command::new(program).args(rest).exec();
+    eprintln!(
+        "h5i-hook: cannot run `{}`: {err}",
+        program.to_string_lossy()
+    );
+    std::process::exit(if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    });
 }

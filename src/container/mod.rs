@@ -451,6 +451,7 @@ pub fn run(
         },
         binds: box_binds(&sources).into_iter().chain(agent.binds).collect(),
         config_tmpfs: agent.config_tmpfs,
+        login_shell: agent.login_shell,
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
@@ -554,6 +555,9 @@ struct AgentBinds {
     binds: Vec<Bind>,
     /// A writable tmpfs for the agent's config directory in HOME (see [`agent_binds`]).
     config_tmpfs: Option<PathBuf>,
+    /// The box user's login shell, when it must not be Podman's `/bin/sh` (a Codex box's
+    /// bash, where the tee shim is: [`PodmanRun::login_shell`](podman_args::PodmanRun)).
+    login_shell: Option<String>,
 }
 
 /// An agent box's skill, its settings from h5i and the capture hook, all read-only, written
@@ -578,6 +582,7 @@ fn agent_binds(
         return Ok(AgentBinds {
             binds: Vec::new(),
             config_tmpfs: None,
+            login_shell: None,
         });
     };
     let ro = |source: PathBuf, dest: &str| Bind {
@@ -631,19 +636,25 @@ fn agent_binds(
             AgentBinds {
                 binds,
                 config_tmpfs: Some(config_dir),
+                login_shell: None,
             }
         }
         AgentRuntime::Codex => {
             // The tee shim: h5i-hook over each of the image's bash paths, the image's own bash
             // (copied out of it) at the shim's private path.
+            // Codex runs every command through the user's login shell (its passwd entry),
+            // which Podman's keep-id entry makes `/bin/sh`: the entry names the shim instead.
             use h5i_hook::tee_shim::{REAL_BASH, SHIM_AT};
+            let mut login_shell = None;
             if let Some(bash) = image_bash(engine, image_id, run_dir)? {
                 binds.push(ro(bash, REAL_BASH));
                 binds.extend(SHIM_AT.iter().map(|at| ro(hook.to_path_buf(), at)));
+                login_shell = SHIM_AT.first().map(|s| (*s).to_owned());
             }
             AgentBinds {
                 binds,
                 config_tmpfs: None,
+                login_shell,
             }
         }
     })

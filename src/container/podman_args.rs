@@ -72,6 +72,11 @@ pub struct PodmanRun {
     /// the box's users, 1777, `nosuid,nodev`, [`CONFIG_TMPFS_SIZE`]), since the skill's bind
     /// in it would otherwise leave it root's.
     pub config_tmpfs: Option<PathBuf>,
+    /// The login shell of the box user's passwd entry (`--passwd-entry`, the entry
+    /// `--userns=keep-id` writes, with this shell in place of Podman's `/bin/sh`): a Codex
+    /// box's bash, where the tee shim is bound, since Codex runs its commands through the
+    /// user's login shell.
+    pub login_shell: Option<String>,
     /// Environment `KEY=VALUE` pairs that hold no secret.
     pub env: Vec<(String, String)>,
     /// Names of variables Podman passes from its own environment (secrets, dummies).
@@ -195,6 +200,11 @@ impl PodmanRun {
             ));
             a.push(t);
         }
+        if let Some(shell) = &self.login_shell {
+            // Podman fills in the `$` fields (the user's name, ids, HOME) as keep-id would.
+            a.push("--passwd-entry".into());
+            a.push(format!("$USERNAME:*:$UID:$GID:$NAME:$HOME:{shell}").into());
+        }
         a.push("-v".into());
         a.push(volume(&self.work));
         for b in &self.binds {
@@ -241,6 +251,7 @@ mod tests {
                 readonly: true,
             }],
             config_tmpfs: None,
+            login_shell: None,
             env: vec![("HOME".into(), "/tmp".into())],
             env_by_name: vec!["DEPLOY_KEY".into()],
             cgroup_parent: Some("/own/h5i/x".into()),
@@ -322,6 +333,24 @@ mod tests {
         assert!(a.iter().position(|x| x == "--hooks-dir").unwrap() < verb);
         // The image, then the command, last.
         assert_eq!(&a[a.len() - 4..], ["sha256:abc", "sh", "-c", "echo hi"]);
+    }
+
+    #[test]
+    fn the_login_shell_is_set_only_when_asked_and_keeps_podmans_fields() {
+        let joined = |r: &PodmanRun| {
+            r.args()
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        let mut r = run();
+        assert!(!joined(&r).iter().any(|a| a == "--passwd-entry"));
+        r.login_shell = Some("/usr/bin/bash".into());
+        let a = joined(&r);
+        let at = a.iter().position(|a| a == "--passwd-entry").unwrap();
+        assert_eq!(a[at + 1], "$USERNAME:*:$UID:$GID:$NAME:$HOME:/usr/bin/bash");
+        // Before the image: a flag of Podman's, never the command's.
+        assert!(at < a.iter().position(|a| a == "sha256:abc").unwrap());
     }
 
     #[test]

@@ -337,6 +337,12 @@ impl RunSession {
             .recorded_argv
             .clone()
             .unwrap_or_else(|| req.argv.clone());
+        let mut req = req;
+        if self.purpose != Purpose::CacheRefresh {
+            if let Some(argv) = crate::agent::claude_state_argv(&self.policy, &req.argv) {
+                req.argv = argv;
+            }
+        }
         let started_ms = now_ms();
         let run = backend.run(
             Resolved {

@@ -250,6 +250,17 @@ impl Caller {
         c
     }
 
+    /// `h5i args...` in the repository, as the caller, with `extra` variables set for it (a
+    /// command to run as the test likes: on a terminal, say).
+    pub fn h5i_cmd_with(&mut self, args: &[&str], extra: &[(&str, &str)]) -> Command {
+        let keep = self.env.len();
+        self.env
+            .extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let cmd = self.h5i_in(&self.repo(), args);
+        self.env.truncate(keep);
+        cmd
+    }
+
     /// `h5i args...` in the repository, as the caller.
     pub fn h5i(&self, args: &[&str]) -> Output {
         self.h5i_in(&self.repo(), args).output().unwrap()
@@ -272,11 +283,7 @@ impl Caller {
         extra: &[(&str, &str)],
         limit: std::time::Duration,
     ) -> Output {
-        let keep = self.env.len();
-        self.env
-            .extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let cmd = self.h5i_in(&self.repo(), args);
-        self.env.truncate(keep);
+        let cmd = self.h5i_cmd_with(args, extra);
         super::output_bounded(cmd, limit, &format!("h5i {args:?} as {}", self.who()))
     }
 

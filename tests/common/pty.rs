@@ -98,6 +98,8 @@ pub struct Session {
     pub seen: Vec<u8>,
     /// Where in [`Session::seen`] the next `expect` starts looking.
     pub cursor: usize,
+    /// Where in [`screen_text`] of [`Session::seen`] the next `expect_screen` starts looking.
+    pub screen_cursor: usize,
     /// How long [`Session::expect`] and [`Session::finish`] wait.
     wait: Duration,
 }
@@ -120,6 +122,7 @@ impl Session {
             before,
             seen: Vec::new(),
             cursor: 0,
+            screen_cursor: 0,
             wait,
         }
     }
@@ -161,6 +164,43 @@ impl Session {
             self.wait_for(needle, self.wait),
             "never saw {needle:?}; transcript: {}",
             self.transcript()
+        );
+    }
+
+    /// Read for at most `within`; true once `needle` is in the [`screen_text`] shown after the
+    /// screen cursor (whitespace in `needle` is ignored, as it is on the screen).
+    pub fn wait_for_screen(&mut self, needle: &str, within: Duration) -> bool {
+        let needle: String = needle.chars().filter(|c| !c.is_whitespace()).collect();
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = screen_text(&self.seen);
+            let from = self.screen_cursor.min(screen.len());
+            if let Some(at) = screen.get(from..).and_then(|s| s.find(&needle)) {
+                self.screen_cursor = from + at + needle.len();
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            if readable(
+                self.master.as_raw_fd(),
+                left.as_millis().min(200) as i32 + 1,
+            ) {
+                self.seen.extend(read_some(self.master.as_raw_fd()));
+            } else if self.child.try_wait().ok().flatten().is_some() {
+                // The program ended and showed everything it will.
+                return false;
+            }
+        }
+    }
+
+    /// [`Session::wait_for_screen`] within the session's wait, or fail with the screen text.
+    pub fn expect_screen(&mut self, needle: &str) {
+        assert!(
+            self.wait_for_screen(needle, self.wait),
+            "never saw {needle:?} on the screen; it showed: {}",
+            screen_text(&self.seen)
         );
     }
 
@@ -207,4 +247,45 @@ impl Drop for Session {
 
 pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// What a terminal shows of `raw`, for matching: escape sequences (CSI, OSC, and two-byte ESC
+/// ones) and other control characters dropped, and all whitespace removed, so a TUI's cursor
+/// moves and line wraps between words never split a match.
+pub fn screen_text(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\u{1b}' {
+            if !c.is_whitespace() && !c.is_control() {
+                out.push(c);
+            }
+            continue;
+        }
+        match chars.next() {
+            // CSI: parameters and intermediates, then one final byte in @..~.
+            Some('[') => {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            // OSC (and DCS, APC, PM, SOS): up to BEL or ST.
+            Some(']' | 'P' | '_' | '^' | 'X') => {
+                while let Some(c) = chars.next() {
+                    if c == '\u{7}' {
+                        break;
+                    }
+                    if c == '\u{1b}' && chars.peek() == Some(&'\\') {
+                        chars.next();
+                        break;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
 }
