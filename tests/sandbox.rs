@@ -402,3 +402,68 @@ fn a_sandbox_run_carries_the_same_credentials_limits_and_filters_as_a_container_
         stdout(&warm)
     );
 }
+
+/// The box init ends after its idle time without a run even while something keeps connecting
+/// to ask whether it answers (h5i's `status`, `box ls`, the console's refresh do): a check is
+/// not a run. Before, every connection restarted the idle clock, so a watched box's sandbox
+/// never went down.
+#[test]
+fn the_box_init_ends_when_idle_though_status_checks_keep_connecting() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::{UnixListener, UnixStream};
+    use std::os::unix::process::CommandExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("init.sock");
+    let listener = UnixListener::bind(&sock).unwrap();
+    let fd = listener.as_raw_fd();
+    let mut init = Command::new(Path::new(common::H5I).with_file_name("h5i-runc"));
+    init.args(["box-init", "--idle-secs", "2"]);
+    // SAFETY: dup2 and fcntl are async-signal-safe; the listener becomes the init's
+    // descriptor 3 without close-on-exec, as the sandbox hands it over (dup2 onto itself
+    // keeps the flag, so it is cleared by hand).
+    unsafe {
+        init.pre_exec(move || {
+            let ok = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if ok < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = init.spawn().unwrap();
+    drop(listener);
+    let stop = Arc::new(AtomicBool::new(false));
+    let pinger = {
+        let (stop, sock) = (stop.clone(), sock.clone());
+        std::thread::spawn(move || {
+            let mut answered = 0u32;
+            while !stop.load(Ordering::Relaxed) {
+                if UnixStream::connect(&sock).is_ok() {
+                    answered += 1;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            answered
+        })
+    };
+    let status = common::wait_bounded(
+        child,
+        Duration::from_secs(30),
+        "a box init idle for 2 s while status checks connect",
+    );
+    stop.store(true, Ordering::Relaxed);
+    let answered = pinger.join().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        answered >= 3,
+        "the checks never reached the init: {answered}"
+    );
+}

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use h5i_sys::fd_passing::{send_with_fds, FdPassError};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -77,7 +77,14 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
         .map_err(kernel("signalfd"))?;
     // child pid -> its request's connection
     let mut runs: HashMap<i32, OwnedFd> = HashMap::new();
+    // Idle is counted from the last run, not the last wakeup: h5i's `status` (box ls, the
+    // console's refresh) connects to learn whether the init answers, and such a connection
+    // carries no run, so it must not keep the sandbox up.
+    let mut last_run = Instant::now();
     loop {
+        if !runs.is_empty() {
+            last_run = Instant::now();
+        }
         let pids: Vec<i32> = runs.keys().copied().collect();
         let mut fds = vec![
             PollFd::new(listener.as_fd(), PollFlags::POLLIN),
@@ -90,7 +97,11 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
                 .map(|c| PollFd::new(c.as_fd(), PollFlags::empty())),
         );
         let timeout = if runs.is_empty() {
-            PollTimeout::try_from(idle.as_millis().min(i32::MAX as u128) as i32)
+            let left = idle.saturating_sub(last_run.elapsed());
+            if left.is_zero() {
+                return Ok(());
+            }
+            PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
                 .unwrap_or(PollTimeout::MAX)
         } else {
             PollTimeout::NONE
