@@ -89,10 +89,7 @@ pub fn parse_probe(bytes: &[u8]) -> ProbeAnswer {
             }
             b'[' => {
                 let start = i + 2;
-                let Some(len) = bytes[start..]
-                    .iter()
-                    .position(|b| (0x40..=0x7e).contains(b))
-                else {
+                let Some(len) = csi_params_len(&bytes[start..]) else {
                     break;
                 };
                 let params = &bytes[start..start + len];
@@ -117,6 +114,14 @@ pub fn parse_probe(bytes: &[u8]) -> ProbeAnswer {
         }
     }
     answer
+}
+
+/// How many parameter and intermediate bytes a CSI sequence has before its final byte
+/// (0x40..=0x7e); None while the final byte has not arrived.
+fn csi_params_len(after_introducer: &[u8]) -> Option<usize> {
+    after_introducer
+        .iter()
+        .position(|b| (0x40..=0x7e).contains(b))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -409,10 +414,7 @@ pub fn parse_keys(bytes: &mut Vec<u8>) -> Vec<Key> {
                     continue;
                 }
                 let start = i + 2;
-                let Some(len) = bytes[start..]
-                    .iter()
-                    .position(|b| (0x40..=0x7e).contains(b))
-                else {
+                let Some(len) = csi_params_len(&bytes[start..]) else {
                     break;
                 };
                 let params = String::from_utf8_lossy(&bytes[start..start + len]).into_owned();

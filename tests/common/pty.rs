@@ -87,6 +87,13 @@ pub fn pending_input(slave: RawFd) -> String {
 }
 
 /// `h5i` running on a pty the test holds both ends of.
+/// What one bounded read of the terminal gave.
+enum Pump {
+    TimedOut,
+    Read,
+    Quiet,
+}
+
 pub struct Session {
     pub master: OwnedFd,
     /// The test's copy of the "user's terminal" (kept to inspect its input queue afterwards).
@@ -146,16 +153,27 @@ impl Session {
                 self.cursor += at + needle.len();
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
+            match self.read_until(deadline) {
+                Pump::TimedOut => return false,
+                Pump::Read | Pump::Quiet => {}
             }
-            if readable(
-                self.master.as_raw_fd(),
-                left.as_millis().min(200) as i32 + 1,
-            ) {
-                self.seen.extend(read_some(self.master.as_raw_fd()));
-            }
+        }
+    }
+
+    /// Wait up to 200 ms (never past `deadline`) for output and keep what arrives.
+    fn read_until(&mut self, deadline: Instant) -> Pump {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Pump::TimedOut;
+        }
+        if readable(
+            self.master.as_raw_fd(),
+            left.as_millis().min(200) as i32 + 1,
+        ) {
+            self.seen.extend(read_some(self.master.as_raw_fd()));
+            Pump::Read
+        } else {
+            Pump::Quiet
         }
     }
 
@@ -179,18 +197,12 @@ impl Session {
                 self.screen_cursor = from + at + needle.len();
                 return true;
             }
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return false;
-            }
-            if readable(
-                self.master.as_raw_fd(),
-                left.as_millis().min(200) as i32 + 1,
-            ) {
-                self.seen.extend(read_some(self.master.as_raw_fd()));
-            } else if self.child.try_wait().ok().flatten().is_some() {
+            match self.read_until(deadline) {
+                Pump::TimedOut => return false,
+                Pump::Read => {}
                 // The program ended and showed everything it will.
-                return false;
+                Pump::Quiet if self.child.try_wait().ok().flatten().is_some() => return false,
+                Pump::Quiet => {}
             }
         }
     }
