@@ -513,11 +513,13 @@ add_row box-run-microvm-boot \
     --target 'added_ms:median < 30000'
 
 # The console (h5i ui, src/ui): the fleet document the page draws first, for 50 boxes with one
-# receipt each, over HTTP on loopback with the session cookie (curl), against the CLI's listing of
-# the same store (`h5i box ls --json`, a process start included). The console is started once in
-# setup (its URL, token included, read from its stdout) and the token traded for the cookie.
+# receipt each, over HTTP on loopback with the session cookie, against the same client fetching
+# the page's own script from the same server (no store read): the difference is what the 50-box
+# fleet costs the console. Both sides are curl, whose own start (about 28 ms here, even for a
+# refused connect) would otherwise be the figure. The console is started once in setup (its URL,
+# token included, read from its stdout) and the token traded for the cookie.
 add_row ui-fleet-50 \
-    --title 'h5i ui: GET api/fleet with 50 boxes (first document the page draws) vs h5i box ls --json' \
+    --title 'h5i ui: GET api/fleet with 50 boxes (first document the page draws) vs GET of the page script, same server and client' \
     --setup '
         mkdir -p "$ROW_DIR/repo" && cd "$ROW_DIR/repo"
         git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
@@ -532,11 +534,13 @@ add_row ui-fleet-50 \
         curl -s -o /dev/null -D "$ROW_DIR/login" "$url"
         path="$(sed -n "s/^location: *//Ip" "$ROW_DIR/login" | tr -d "\r")"
         cookie="$(sed -n "s/^set-cookie: *\([^;]*\).*/\1/Ip" "$ROW_DIR/login")"
-        printf "url = \"%s%sapi/fleet\"\ncookie = \"%s\"\n" "${url%%/?token=*}" "$path" "$cookie" >"$ROW_DIR/fleet.curl"' \
+        for doc in api/fleet app.js; do
+            printf "url = \"%s%s%s\"\ncookie = \"%s\"\n" "${url%%/?token=*}" "$path" "$doc" "$cookie" >"$ROW_DIR/${doc##*/}.curl"
+        done' \
     --cwd '$ROW_DIR/repo' \
-    --baseline '$H5I box ls --json' \
+    --baseline 'curl -sf -o /dev/null -K $ROW_DIR/app.js.curl' \
     --h5i 'curl -sf -o /dev/null -K $ROW_DIR/fleet.curl' \
     --check '
         curl -sf -K "$ROW_DIR/fleet.curl" | python3 -c "import json, sys; d = json.load(sys.stdin); assert len(d[\"boxes\"]) == 50, d"' \
     --teardown 'kill "$(cat "$ROW_DIR/pid")"' \
-    --target 'ratio:median <= 3'
+    --target 'added_ms:median < 10'

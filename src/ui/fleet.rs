@@ -26,7 +26,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::BoxError;
-use crate::store::BoxStore;
+use crate::store::{BoxStore, StoredBox};
 
 /// The flight recorder's lanes, in the order the page draws them.
 pub const LANES: [&str; 5] = ["FS", "NET", "PROC", "RES", "PAGE"];
@@ -84,28 +84,32 @@ pub struct FlightRow {
     pub cells: [Option<String>; 5],
 }
 
-/// Every box of the store, with its signal.
-pub fn fleet(store: &BoxStore) -> Result<Vec<FleetRow>, BoxError> {
-    Ok(store
-        .list()?
-        .into_iter()
-        .map(|sb| {
-            let signal = match ReceiptLog::at(sb.paths.receipts()).read() {
-                Ok(readout) => signal_of(&sb.manifest.tier, &readout.records),
-                Err(e) => Signal {
-                    colour: Colour::Grey,
-                    text: format!("receipt log unreadable: {e}"),
-                },
-            };
-            let m = sb.manifest;
-            FleetRow {
-                name: m.name,
-                state: m.state.as_str().to_string(),
-                tier: m.tier,
-                signal,
-            }
-        })
-        .collect())
+/// The fleet document the page draws first: the store's [`version`] and every box with its
+/// signal, from one listing of the store. The version is taken before any receipt log is read,
+/// so a write that lands while the rows are read moves the version past the one sent, and the
+/// page's next `changes` call fetches again.
+pub fn fleet_doc(store: &BoxStore) -> Result<Value, BoxError> {
+    let boxes = store.list()?;
+    let version = version_of(&boxes);
+    let rows: Vec<FleetRow> = boxes.into_iter().map(fleet_row).collect();
+    Ok(serde_json::json!({ "version": version, "boxes": rows }))
+}
+
+fn fleet_row(sb: StoredBox) -> FleetRow {
+    let signal = match ReceiptLog::at(sb.paths.receipts()).read() {
+        Ok(readout) => signal_of(&sb.manifest.tier, &readout.records),
+        Err(e) => Signal {
+            colour: Colour::Grey,
+            text: format!("receipt log unreadable: {e}"),
+        },
+    };
+    let m = sb.manifest;
+    FleetRow {
+        name: m.name,
+        state: m.state.as_str().to_string(),
+        tier: m.tier,
+        signal,
+    }
 }
 
 /// Denied egress attempts a record counted, when the host observed it.
@@ -399,20 +403,26 @@ pub fn shown(v: Value) -> Value {
 /// A figure that changes whenever a box is made or removed, or a box's manifest, receipt log or
 /// event log is written: the page refreshes when it moves.
 pub fn version(store: &BoxStore) -> String {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
     match store.list() {
-        Ok(boxes) => {
-            for sb in boxes {
-                sb.paths.manifest().hash(&mut h);
-                for file in [sb.paths.manifest(), sb.paths.receipts(), sb.paths.events()] {
-                    if let Ok(meta) = std::fs::symlink_metadata(file) {
-                        meta.len().hash(&mut h);
-                        meta.modified().ok().hash(&mut h);
-                    }
-                }
+        Ok(boxes) => version_of(&boxes),
+        Err(e) => {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            e.to_string().hash(&mut h);
+            format!("{:016x}", h.finish())
+        }
+    }
+}
+
+fn version_of(boxes: &[StoredBox]) -> String {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for sb in boxes {
+        sb.paths.manifest().hash(&mut h);
+        for file in [sb.paths.manifest(), sb.paths.receipts(), sb.paths.events()] {
+            if let Ok(meta) = std::fs::symlink_metadata(file) {
+                meta.len().hash(&mut h);
+                meta.modified().ok().hash(&mut h);
             }
         }
-        Err(e) => e.to_string().hash(&mut h),
     }
     format!("{:016x}", h.finish())
 }

@@ -102,13 +102,7 @@ async fn read_store(
 }
 
 async fn fleet_doc(State(store): State<Store>) -> Response {
-    read_store(store, |s| {
-        Ok(serde_json::json!({
-            "version": fleet::version(s),
-            "boxes": fleet::fleet(s)?,
-        }))
-    })
-    .await
+    read_store(store, fleet::fleet_doc).await
 }
 
 async fn detail(State(store): State<Store>, Path(name): Path<String>) -> Response {
