@@ -4,7 +4,9 @@
 //! next run (the host that was refused is reached and the other way round) without a rebuild,
 //! and each receipt's tally is exactly its own run's; a changed plan rebuilds the sandbox, its
 //! sentry and uplink going with the old one; a run's OOM kills that run only, not the sandbox,
-//! a concurrent run or a running service. Every destination is one of this test's own hosts
+//! a concurrent run or a running service. A refused dial is counted in its own run's receipt
+//! only: not in the next run's (whose pins match, so the table stays in force), nor is a dial
+//! made between runs from inside the box's network namespace. Every destination is one of this test's own hosts
 //! (tests/common/testnet.rs). The rest of the supervised suite (supervised_tier, confine,
 //! run_signals, ...) runs through this sandbox too: it is the default path.
 
@@ -230,6 +232,134 @@ fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_
 fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_its_own_as_the_test_user(
 ) {
     repinned_name_swaps_into_the_table(true);
+}
+
+/// Run `checks` from the host inside the network namespace of `pid` (the sandbox's init): a
+/// dial between runs, under the table but outside any run.
+fn connect_from_netns_of(
+    pid: i32,
+    checks: &[(&str, String)],
+) -> std::collections::BTreeMap<String, String> {
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["python3", "-c", CONNECT]);
+    for (label, target) in checks {
+        let (host, port) = target.rsplit_once(':').unwrap();
+        cmd.args([*label, host, port]);
+    }
+    results(&cmd.output().unwrap())
+}
+
+/// A receipt's denied tally, as `key -> count` (empty when none was refused).
+fn denied_of(rec: &serde_json::Value) -> Vec<(String, u64)> {
+    rec["egress"]["denied"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
+    let Some(mut hosts) = TestHosts::up("supervised sandbox per-run tally", &[8080], &[]) else {
+        return;
+    };
+    let mut c = Caller::either(as_user);
+    policy(&c, "");
+    let (first, second) = (hosts.first, hosts.second);
+    let pin_first = hosts.pin(&[("allowed.test", first)]);
+    let pin_second = hosts.pin(&[("allowed.test", second)]);
+    let out = c.h5i_with(
+        &["box", "create", "pt", "--profile", "sup"],
+        &[("H5I_TEST_HOSTS", &pin_first)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let checks = |other: Ipv4Addr| {
+        [
+            ("named", "allowed.test:8080".to_string()),
+            ("other", format!("{other}:8080")),
+        ]
+    };
+    let last_receipt = |c: &Caller| receipts(c, "pt").pop().unwrap();
+
+    // Run N: one allowed connection, one refused dial, both in its receipt.
+    let got = results(&connect(&mut c, "pt", &pin_first, &checks(second)));
+    assert_eq!(got["named"], format!("hello {first}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = last_receipt(&c);
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{second}:8080/tcp"), 1)],
+        "{rec}"
+    );
+    let id = sandbox_id(&c, "pt").expect("the run did not use the sandbox");
+    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+
+    // Between runs, a dial from inside the box's network namespace is refused by the table
+    // (so it is counted there) but belongs to no run.
+    let between = connect_from_netns_of(init, &[("gap", format!("{second}:8080"))]);
+    assert!(between["gap"].starts_with("err:"), "{between:?}");
+
+    // Run N+1, same pins: neither run N's refusal nor the one between runs is in its receipt.
+    let out = run(&mut c, "pt", &pin_first, &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rec = last_receipt(&c);
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 0, "{rec}");
+    assert_eq!(denied_of(&rec), Vec::new(), "{}: {rec}", c.who());
+
+    // The name now pins elsewhere: the very next run reaches the new address, the old one is
+    // refused, and its receipt counts only that.
+    let got = results(&connect(&mut c, "pt", &pin_second, &checks(first)));
+    assert_eq!(got["named"], format!("hello {second}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = last_receipt(&c);
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{first}:8080/tcp"), 1)],
+        "{rec}"
+    );
+
+    // The same pins again (the table stays as it is): the same refusal counts once, not twice.
+    let got = results(&connect(&mut c, "pt", &pin_second, &checks(first)));
+    assert_eq!(got["named"], format!("hello {second}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = last_receipt(&c);
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{first}:8080/tcp"), 1)],
+        "{rec}"
+    );
+    assert_eq!(
+        sandbox_id(&c, "pt").as_deref(),
+        Some(id.as_str()),
+        "{}: the runs did not share the sandbox",
+        c.who()
+    );
+    assert_eq!(
+        hosts.log(),
+        vec![
+            format!("tcp {first}:8080"),
+            format!("tcp {second}:8080"),
+            format!("tcp {second}:8080")
+        ]
+    );
+    c.ok(&["box", "rm", "--force", "pt"]);
+}
+
+#[test]
+fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_from_the_next_run() {
+    each_runs_tally_and_pins_are_its_own(false);
+}
+
+#[test]
+fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_from_the_next_run_as_the_test_user(
+) {
+    each_runs_tally_and_pins_are_its_own(true);
 }
 
 fn changed_plan_rebuilds_with_its_network(as_user: bool) {
