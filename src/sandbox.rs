@@ -13,10 +13,11 @@
 //!
 //! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
 //! with it by the same hooks a per-run container has, and live as long as it: the sentry
-//! watches the box init. Before each run the table is replaced for the run's pins in one nft
-//! transaction (counters and denied sets at zero) and the hosts file rewritten; after it the
-//! sentry answers the counters and socket-gate decisions since then, so the receipt's tally is
-//! exactly that run's. The digest covers the egress request (names and ports), not the
+//! watches the box init. Before each run the sentry puts the run's pins in force (the table is
+//! replaced in one nft transaction only when they differ from the table's) and reads the
+//! counters, and the hosts file is rewritten; after it the sentry answers the counters since
+//! that reading and the socket-gate decisions since then, so the receipt's tally is exactly
+//! that run's. The digest covers the egress request (names and ports), not the
 //! addresses one run pinned: a name that re-resolves is swapped, not rebuilt.
 //!
 //! The digest covers the whole `config.json` the sandbox was made from (every mount, namespace,

@@ -302,9 +302,10 @@ fn ask_sentry(dir: &Path, request: &[u8]) -> Result<String, String> {
     Ok(answer.trim_end().to_string())
 }
 
-/// A run in the box-lifetime sandbox starts: the sentry of `dir` swaps the table for `rules`
-/// (one transaction; counters at zero) and clears its socket-gate tally. The run must not start
-/// unless this succeeded.
+/// A run in the box-lifetime sandbox starts: the sentry of `dir` puts `rules` in force (the
+/// table swapped in one transaction when its pins differ), reads the counters the run's tally
+/// will be counted from, and clears its socket-gate tally. The run must not start unless this
+/// succeeded.
 pub fn begin(dir: &Path, rules: &[PinnedRule]) -> Result<(), BoxError> {
     let mut request = b"begin\n".to_vec();
     request.extend_from_slice(egress_annotation(rules).as_bytes());
