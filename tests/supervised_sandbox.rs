@@ -159,26 +159,41 @@ fn a_background_process_of_one_supervised_run_is_gone_before_the_next_run_starts
     background_process_is_gone_before_the_next_run(true);
 }
 
-fn repinned_name_swaps_into_the_table(as_user: bool) {
-    let Some(mut hosts) = TestHosts::up("supervised sandbox repin", &[8080], &[]) else {
-        return;
-    };
-    let mut c = Caller::either(as_user);
+/// Two test hosts, a caller whose policy allows `allowed.test:8080`, and box `name` made with
+/// that name pinned to the first host; the pins of the name to the first and to the second.
+fn repin_fixture(
+    test: &str,
+    name: &str,
+    as_user: bool,
+) -> Option<(TestHosts, Caller, String, String)> {
+    let hosts = TestHosts::up(test, &[8080], &[])?;
+    let c = Caller::either(as_user);
     policy(&c, "");
-    let (first, second) = (hosts.first, hosts.second);
-    let pin_first = hosts.pin(&[("allowed.test", first)]);
-    let pin_second = hosts.pin(&[("allowed.test", second)]);
+    let pin_first = hosts.pin(&[("allowed.test", hosts.first)]);
+    let pin_second = hosts.pin(&[("allowed.test", hosts.second)]);
     let out = c.h5i_with(
-        &["box", "create", "rp", "--profile", "sup"],
+        &["box", "create", name, "--profile", "sup"],
         &[("H5I_TEST_HOSTS", &pin_first)],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let checks = |other: Ipv4Addr| {
-        [
-            ("named", "allowed.test:8080".to_string()),
-            ("other", format!("{other}:8080")),
-        ]
+    Some((hosts, c, pin_first, pin_second))
+}
+
+/// Dial the pinned name and `other`, port 8080 both.
+fn checks(other: Ipv4Addr) -> [(&'static str, String); 2] {
+    [
+        ("named", "allowed.test:8080".to_string()),
+        ("other", format!("{other}:8080")),
+    ]
+}
+
+fn repinned_name_swaps_into_the_table(as_user: bool) {
+    let Some((mut hosts, mut c, pin_first, pin_second)) =
+        repin_fixture("supervised sandbox repin", "rp", as_user)
+    else {
+        return;
     };
+    let (first, second) = (hosts.first, hosts.second);
     let out = connect(&mut c, "rp", &pin_first, &checks(second));
     let got = results(&out);
     assert_eq!(got["named"], format!("hello {first}:8080"), "{got:?}");
@@ -262,39 +277,32 @@ fn denied_of(rec: &serde_json::Value) -> Vec<(String, u64)> {
         .unwrap_or_default()
 }
 
-fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
-    let Some(mut hosts) = TestHosts::up("supervised sandbox per-run tally", &[8080], &[]) else {
-        return;
-    };
-    let mut c = Caller::either(as_user);
-    policy(&c, "");
-    let (first, second) = (hosts.first, hosts.second);
-    let pin_first = hosts.pin(&[("allowed.test", first)]);
-    let pin_second = hosts.pin(&[("allowed.test", second)]);
-    let out = c.h5i_with(
-        &["box", "create", "pt", "--profile", "sup"],
-        &[("H5I_TEST_HOSTS", &pin_first)],
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let checks = |other: Ipv4Addr| {
-        [
-            ("named", "allowed.test:8080".to_string()),
-            ("other", format!("{other}:8080")),
-        ]
-    };
-    let last_receipt = |c: &Caller| receipts(c, "pt").pop().unwrap();
-
-    // Run N: one allowed connection, one refused dial, both in its receipt.
-    let got = results(&connect(&mut c, "pt", &pin_first, &checks(second)));
-    assert_eq!(got["named"], format!("hello {first}:8080"), "{got:?}");
+/// A run of box `pt` under `pin` reaches the name at `reached` and is refused `refused`, and
+/// its receipt counts exactly that: one allowed connection, one refused dial.
+fn dial_and_count(c: &mut Caller, pin: &str, reached: Ipv4Addr, refused: Ipv4Addr) {
+    let got = results(&connect(c, "pt", pin, &checks(refused)));
+    assert_eq!(got["named"], format!("hello {reached}:8080"), "{got:?}");
     assert!(got["other"].starts_with("err:"), "{got:?}");
-    let rec = last_receipt(&c);
+    let rec = receipts(c, "pt").pop().unwrap();
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
     assert_eq!(
         denied_of(&rec),
-        vec![(format!("{second}:8080/tcp"), 1)],
-        "{rec}"
+        vec![(format!("{refused}:8080/tcp"), 1)],
+        "{}: {rec}",
+        c.who()
     );
+}
+
+fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
+    let Some((mut hosts, mut c, pin_first, pin_second)) =
+        repin_fixture("supervised sandbox per-run tally", "pt", as_user)
+    else {
+        return;
+    };
+    let (first, second) = (hosts.first, hosts.second);
+
+    // Run N: one allowed connection, one refused dial, both in its receipt.
+    dial_and_count(&mut c, &pin_first, first, second);
     let id = sandbox_id(&c, "pt").expect("the run did not use the sandbox");
     let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
 
@@ -306,34 +314,15 @@ fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
     // Run N+1, same pins: neither run N's refusal nor the one between runs is in its receipt.
     let out = run(&mut c, "pt", &pin_first, &["true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rec = last_receipt(&c);
+    let rec = receipts(&c, "pt").pop().unwrap();
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 0, "{rec}");
     assert_eq!(denied_of(&rec), Vec::new(), "{}: {rec}", c.who());
 
     // The name now pins elsewhere: the very next run reaches the new address, the old one is
     // refused, and its receipt counts only that.
-    let got = results(&connect(&mut c, "pt", &pin_second, &checks(first)));
-    assert_eq!(got["named"], format!("hello {second}:8080"), "{got:?}");
-    assert!(got["other"].starts_with("err:"), "{got:?}");
-    let rec = last_receipt(&c);
-    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
-    assert_eq!(
-        denied_of(&rec),
-        vec![(format!("{first}:8080/tcp"), 1)],
-        "{rec}"
-    );
-
+    dial_and_count(&mut c, &pin_second, second, first);
     // The same pins again (the table stays as it is): the same refusal counts once, not twice.
-    let got = results(&connect(&mut c, "pt", &pin_second, &checks(first)));
-    assert_eq!(got["named"], format!("hello {second}:8080"), "{got:?}");
-    assert!(got["other"].starts_with("err:"), "{got:?}");
-    let rec = last_receipt(&c);
-    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
-    assert_eq!(
-        denied_of(&rec),
-        vec![(format!("{first}:8080/tcp"), 1)],
-        "{rec}"
-    );
+    dial_and_count(&mut c, &pin_second, second, first);
     assert_eq!(
         sandbox_id(&c, "pt").as_deref(),
         Some(id.as_str()),

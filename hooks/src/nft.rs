@@ -133,10 +133,11 @@ pub fn needs_ipv6(rules: &[PinnedRule]) -> bool {
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn rules() -> Vec<PinnedRule> {
+    /// Two pinned rules, one with an IPv6 address too (shared with `nft_counters`' tests).
+    pub(crate) fn rules() -> Vec<PinnedRule> {
         vec![
             PinnedRule {
                 host: "api.test".into(),

@@ -2,8 +2,9 @@
 //! difference of two readings.
 //!
 //! Owns [`CounterReader`] (a `NETLINK_NETFILTER` socket made inside the box's network namespace
-//! once, at attach: `h5i_sys::netlink`), the three dump requests one reading is (the rules of
-//! `inet h5i`'s output chain, the elements of `denied4` and of `denied6`), the parse of their
+//! once, at attach: `h5i_sys::netlink`), the four dump requests one reading is (the inet
+//! tables, for `h5i`'s handle; the rules of its output chain; the elements of `denied4` and of
+//! `denied6`), the parse of their
 //! answers into [`Counters`], and [`tally`]: what one run did, `after` minus `before`, per
 //! pinned rule and per denied key, as `nft::render` laid the table out (allowed rules by their
 //! `h5i-allow-N` comment, the final reject rule by `h5i-denied`, denied keys as the sets'
@@ -11,8 +12,10 @@
 //!
 //! Every answer carries the ruleset's generation (nf_tables' `res_id`): a reading whose dumps
 //! disagree, or whose dump the kernel marked interrupted, was taken while the ruleset changed
-//! and is retried once, then refused; a tally whose two readings are of different generations
-//! (the table was replaced or edited during the run) is refused rather than mixed.
+//! (any table of the namespace: the browser fence's too) and is retried once, then refused. A
+//! reading names the table by its handle, which the kernel numbers anew for every table it
+//! makes: a tally whose two readings are of different tables (the table was replaced during the
+//! run), or whose counters went back, is refused rather than mixed.
 //!
 //! Must never: report a count the table did not hold, subtract across two different tables,
 //! or wait on the kernel without a bound. Guarded by the unit tests below (answers as the
@@ -42,12 +45,16 @@ const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 const NLM_F_DUMP_INTR: u16 = 0x10;
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
+const NFT_MSG_NEWTABLE: u16 = 0;
+const NFT_MSG_GETTABLE: u16 = 1;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_GETRULE: u16 = 7;
 const NFT_MSG_NEWSETELEM: u16 = 12;
 const NFT_MSG_GETSETELEM: u16 = 13;
 const NFPROTO_INET: u8 = 1;
 const NLA_TYPE_MASK: u16 = 0x3fff;
+const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_TABLE_HANDLE: u16 = 4;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
@@ -87,8 +94,8 @@ fn bad(what: impl Into<String>) -> CounterError {
 /// One reading of the table's counters.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
-    /// The ruleset generation the reading was taken at.
-    pub generation: u16,
+    /// The table's handle: which table the reading is of.
+    pub table: u64,
     /// Packets per allowed rule index (`h5i-allow-N`; the IPv4 and IPv6 rules of one summed).
     pub allowed: BTreeMap<usize, u64>,
     /// Packets of the final reject rule (every refused packet, keyed or not).
@@ -131,6 +138,12 @@ impl CounterReader {
 
     fn read_once(&mut self) -> Result<Counters, CounterError> {
         let mut c = Counters::default();
+        let tables = self.dump(NFT_MSG_GETTABLE, NFT_MSG_NEWTABLE, &[])?;
+        c.table = tables
+            .messages
+            .iter()
+            .find_map(|m| table_handle(m).transpose())
+            .ok_or_else(|| bad("no table inet h5i"))??;
         let rules = self.dump(
             NFT_MSG_GETRULE,
             NFT_MSG_NEWRULE,
@@ -139,7 +152,7 @@ impl CounterReader {
                 (NFTA_RULE_CHAIN, b"output\0"),
             ],
         )?;
-        let mut generations = vec![rules.generation];
+        let mut generations = vec![tables.generation, rules.generation];
         let mut denied_total = None;
         for msg in &rules.messages {
             rule_counter(msg, &mut c.allowed, &mut denied_total)?;
@@ -162,7 +175,6 @@ impl CounterReader {
         if generations.windows(2).any(|w| w[0] != w[1]) {
             return Err(CounterError::Changed("while its counters were read"));
         }
-        c.generation = generations[0];
         Ok(c)
     }
 
@@ -276,6 +288,18 @@ fn parse_datagram(
         }
     }
     Ok(None)
+}
+
+/// The handle of a `NEWTABLE` answer when it is `h5i`'s.
+fn table_handle(msg: &[u8]) -> Result<Option<u64>, CounterError> {
+    let a = attrs(msg)?;
+    if attr(&a, NFTA_TABLE_NAME) != Some(TABLE_NAME) {
+        return Ok(None);
+    }
+    let handle = attr(&a, NFTA_TABLE_HANDLE)
+        .and_then(|v| <[u8; 8]>::try_from(v).ok())
+        .ok_or_else(|| bad("table h5i without a handle"))?;
+    Ok(Some(u64::from_be_bytes(handle)))
 }
 
 /// The attributes of `b`: `(type without flags, value)`.
@@ -452,12 +476,14 @@ pub fn tally(
     rules: &[PinnedRule],
 ) -> Result<EgressTally, CounterError> {
     let zero = Counters {
-        generation: after.generation,
+        table: after.table,
         ..Counters::default()
     };
     let before = before.unwrap_or(&zero);
-    if before.generation != after.generation {
-        return Err(CounterError::Changed("during the run"));
+    if before.table != after.table {
+        return Err(CounterError::Changed(
+            "during the run (its table was replaced)",
+        ));
     }
     let since = |now: u64, then: u64| {
         now.checked_sub(then).ok_or(CounterError::Changed(
@@ -596,21 +622,6 @@ mod tests {
         out
     }
 
-    fn pinned() -> Vec<PinnedRule> {
-        vec![
-            PinnedRule {
-                host: "api.test".into(),
-                port: 443,
-                addrs: vec!["198.18.0.2".into(), "2001:db8::2".into()],
-            },
-            PinnedRule {
-                host: "git.test".into(),
-                port: 22,
-                addrs: vec!["198.18.0.7".into()],
-            },
-        ]
-    }
-
     const REPLY_RULE: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE;
     const REPLY_ELEM: u16 = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM;
 
@@ -739,13 +750,13 @@ mod tests {
     }
 
     fn reading(
-        generation: u16,
+        table: u64,
         allowed: &[(usize, u64)],
         total: u64,
         denied: &[(&str, u64)],
     ) -> Counters {
         Counters {
-            generation,
+            table,
             allowed: allowed.iter().copied().collect(),
             denied_total: total,
             denied: denied.iter().map(|(k, v)| ((*k).to_string(), *v)).collect(),
@@ -761,7 +772,7 @@ mod tests {
             9,
             &[("198.18.0.9:80/tcp", 3), ("198.18.0.5:443/tcp", 1)],
         );
-        let t = tally(Some(&before), &after, &pinned()).unwrap();
+        let t = tally(Some(&before), &after, &crate::nft::tests::rules()).unwrap();
         assert_eq!(
             t.allowed,
             BTreeMap::from([("api.test:443".into(), 2), ("git.test:22".into(), 1)])
@@ -771,8 +782,25 @@ mod tests {
             BTreeMap::from([("198.18.0.5:443/tcp".into(), 1), (UNRECORDED_KEY.into(), 3),]),
             "a key refused only before the run is not this run's"
         );
-        let fresh = tally(None, &after, &pinned()).unwrap();
+        let fresh = tally(None, &after, &crate::nft::tests::rules()).unwrap();
         assert_eq!(fresh.denied.get("198.18.0.9:80/tcp"), Some(&3));
+    }
+
+    #[test]
+    fn a_table_answer_gives_h5is_handle_and_no_other_tables() {
+        let browser = [
+            nla(NFTA_TABLE_NAME, b"h5i_browser\0"),
+            nla(NFTA_TABLE_HANDLE, &3u64.to_be_bytes()),
+        ]
+        .concat();
+        assert_eq!(table_handle(&browser).unwrap(), None);
+        let ours = [
+            nla(NFTA_TABLE_NAME, b"h5i\0"),
+            nla(NFTA_TABLE_HANDLE, &9u64.to_be_bytes()),
+        ]
+        .concat();
+        assert_eq!(table_handle(&ours).unwrap(), Some(9));
+        assert!(table_handle(&nla(NFTA_TABLE_NAME, b"h5i\0")).is_err());
     }
 
     #[test]
@@ -780,15 +808,15 @@ mod tests {
         let before = reading(3, &[(0, 4)], 5, &[]);
         let replaced = reading(4, &[(0, 6)], 5, &[]);
         assert!(matches!(
-            tally(Some(&before), &replaced, &pinned()),
+            tally(Some(&before), &replaced, &crate::nft::tests::rules()),
             Err(CounterError::Changed(_))
         ));
         let went_back = reading(3, &[(0, 1)], 5, &[]);
         assert!(matches!(
-            tally(Some(&before), &went_back, &pinned()),
+            tally(Some(&before), &went_back, &crate::nft::tests::rules()),
             Err(CounterError::Changed(_))
         ));
         let foreign = reading(3, &[(7, 1)], 5, &[]);
-        assert!(tally(None, &foreign, &pinned()).is_err());
+        assert!(tally(None, &foreign, &crate::nft::tests::rules()).is_err());
     }
 }

@@ -27,16 +27,16 @@
 //! sentry then lives, with the table and the uplink, as long as the sandbox:
 //! - `begin\n` followed by the run's egress request as JSON (the peer then shuts its write side):
 //!   pinned like the plan's and rendered. When the table in force is not that script (other
-//!   pins), or the ruleset's generation is not the one the sentry last saw its own table at
-//!   (something else changed it), the table is replaced in one nft transaction (`delete table`
+//!   pins), or the table's handle is not the one the sentry last read it at (something else
+//!   replaced it), the table is replaced in one nft transaction (`delete table`
 //!   + the new table: the pins swap, every counter and denied set starts at zero together).
 //!   Either way the counters are then read (the run's baseline) and the socket gate's tally is
 //!   cleared; answer `ok` once that table is in force. A run whose pins match the table in
 //!   force so starts without running nft at all.
 //! - `end\n`: the counters read again, minus the baseline, and the gate's decisions since
 //!   `begin`, answered as one [`NetTally`] JSON document (or the refusal, one line). A tally
-//!   whose two readings are of different ruleset generations (the table changed during the run)
-//!   is refused, never mixed. The caller runs one run at a time per sandbox, so the tally is
+//!   whose two readings are of different tables (it was replaced during the run) is refused,
+//!   never mixed. The caller runs one run at a time per sandbox, so the tally is
 //!   exactly that run's: whatever was counted before `begin` (an earlier run, or anything
 //!   between runs) is in the baseline. Once answered, if the run left keys in the denied sets,
 //!   an `nft -f -` replaces the table with a fresh copy of the same script off the next run's
@@ -151,9 +151,9 @@ struct Attached {
     /// The reading the current run started from (`begin`); `None`: the table in force was
     /// loaded fresh since (attach, or a refresh), so its counters started at zero.
     baseline: Option<Counters>,
-    /// The ruleset generation the sentry last read its own table at; `None` right after a
-    /// refresh, whose new generation the next reading tells.
-    known_generation: Option<u16>,
+    /// The handle the sentry last read its own table at; `None` right after a refresh, whose
+    /// new table the next reading names.
+    known_table: Option<u64>,
     /// The last `end` found keys in the denied sets: a fresh copy of the table is due.
     dirty: bool,
     /// The `nft -f -` loading that fresh copy, started after `end` answered.
@@ -460,9 +460,9 @@ impl Sentry {
             let mut counters =
                 CounterReader::open(&ns, ProtocolNames::of_host()).map_err(|e| e.to_string())?;
             let first = counters.read().map_err(|e| e.to_string())?;
-            Ok((counters, first.generation))
+            Ok((counters, first.table))
         });
-        let (counters, generation) = match counted {
+        let (counters, table) = match counted {
             Ok(c) => c,
             Err(e) => {
                 uplink.stop();
@@ -474,7 +474,7 @@ impl Sentry {
             uplink,
             counters,
             baseline: None,
-            known_generation: Some(generation),
+            known_table: Some(table),
             dirty: false,
             refresh: None,
         });
@@ -494,8 +494,7 @@ impl Sentry {
         a.uplink.route(&rules).map_err(|e| e.to_string())?;
         a.settle_refresh();
         let reading = a.counters.read().map_err(|e| e.to_string())?;
-        let in_force =
-            script == self.script && a.known_generation.is_none_or(|g| g == reading.generation);
+        let in_force = script == self.script && a.known_table.is_none_or(|t| t == reading.table);
         let baseline = if in_force {
             reading
         } else {
@@ -506,7 +505,7 @@ impl Sentry {
         if !a.uplink.alive() {
             eprintln!("h5i sentry: the uplink has exited; this run has no way out");
         }
-        a.known_generation = Some(baseline.generation);
+        a.known_table = Some(baseline.table);
         a.baseline = Some(baseline);
         self.rules = rules;
         self.script = script;
@@ -593,8 +592,9 @@ impl Sentry {
 
 impl Attached {
     /// Wait for a refresh started after the last run, if any. Once it loaded, the table's
-    /// counters start from zero and its new generation is the sentry's own; if it failed, the
-    /// table in force is still the old one (nft applies a script whole or not at all).
+    /// counters start from zero and the table the next reading names is the sentry's own; if
+    /// it failed, the table in force is still the old one (nft applies a script whole or not
+    /// at all).
     fn settle_refresh(&mut self) {
         let Some(refresh) = self.refresh.take() else {
             return;
@@ -602,7 +602,7 @@ impl Attached {
         match refresh.wait() {
             Ok(_) => {
                 self.baseline = None;
-                self.known_generation = None;
+                self.known_table = None;
             }
             Err(e) => {
                 eprintln!("h5i sentry: the table's refresh failed ({e}); the table in force stays")
@@ -618,7 +618,7 @@ impl Attached {
             .map_err(|e| SentryError::Tally(e.to_string()))?;
         let egress = nft_counters::tally(self.baseline.as_ref(), &now, rules)
             .map_err(|e| SentryError::Tally(e.to_string()))?;
-        self.known_generation = Some(now.generation);
+        self.known_table = Some(now.table);
         self.dirty = !now.denied.is_empty();
         Ok(egress)
     }
