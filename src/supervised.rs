@@ -323,13 +323,12 @@ impl SentryRequest {
 pub fn begin(dir: &Path, rules: &[PinnedRule]) -> Result<BeginRequest, BoxError> {
     let mut request = b"begin\n".to_vec();
     request.extend_from_slice(egress_annotation(rules).as_bytes());
-    let refused = |line: String| begin_refused(dir, line);
     SentryRequest::send(dir, &request)
         .map(|sent| BeginRequest {
             sent,
             dir: dir.to_path_buf(),
         })
-        .map_err(refused)
+        .map_err(|line| begin_refused(dir, line))
 }
 
 /// A `begin` sent to the sentry, its answer not yet read.

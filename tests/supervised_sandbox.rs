@@ -6,9 +6,12 @@
 //! sentry and uplink going with the old one; a run's OOM kills that run only, not the sandbox,
 //! a concurrent run or a running service. A refused dial is counted in its own run's receipt
 //! only: not in the next run's (whose pins match, so the table stays in force), nor is a dial
-//! made between runs from inside the box's network namespace. Every destination is one of this test's own hosts
-//! (tests/common/testnet.rs). The rest of the supervised suite (supervised_tier, confine,
-//! run_signals, ...) runs through this sandbox too: it is the default path.
+//! made between runs from inside the box's network namespace; a run during which the box's table
+//! is replaced gets no tally (never one mixed from two tables), while another table made in the
+//! namespace meanwhile (as the browser fence is) leaves the run's tally whole. Every
+//! destination is one of this test's own hosts (tests/common/testnet.rs). The rest of the
+//! supervised suite (supervised_tier, confine, run_signals, ...) runs through this sandbox too:
+//! it is the default path.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -349,6 +352,102 @@ fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_fr
 fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_from_the_next_run_as_the_test_user(
 ) {
     each_runs_tally_and_pins_are_its_own(true);
+}
+
+/// `nft ARGS` with `script` on stdin, from the host inside the network namespace of `pid`.
+fn nft_in_netns_of(pid: i32, args: &[&str], script: &str) -> Output {
+    let mut child = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg("nft")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Start a run of box `tb` that says `in`, waits 2 s, then dials `other`; returns once it
+/// said `in`, for the caller to act during the run, and the child to wait for.
+fn dial_after_a_pause(c: &Caller, pin: &str, other: Ipv4Addr) -> std::process::Child {
+    let script = format!("echo in; sleep 2; python3 -c '{CONNECT}' other {other} 8080");
+    let mut child = c
+        .h5i_in(&c.repo(), &["box", "run", "tb", "--", "sh", "-c", &script])
+        .env("H5I_TEST_HOSTS", pin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "in");
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    child
+}
+
+#[test]
+fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_not() {
+    let Some((hosts, mut c, pin_first, _)) =
+        repin_fixture("supervised sandbox table replaced", "tb", false)
+    else {
+        return;
+    };
+    let second = hosts.second;
+    let out = run(&mut c, "tb", &pin_first, &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = sandbox_id(&c, "tb").expect("the run did not use the sandbox");
+    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+
+    // Another table made in the box's namespace during a run (as the browser fence is) leaves
+    // the run's tally whole.
+    let child = dial_after_a_pause(&c, &pin_first, second);
+    let made = nft_in_netns_of(init, &["-f", "-"], "table inet h5i_probe {}\n");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let status = common::wait_bounded(child, Duration::from_secs(60), "the run");
+    assert_eq!(status.code(), Some(0));
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{second}:8080/tcp"), 1)],
+        "{rec}"
+    );
+
+    // The box's own table replaced during a run (same rules, a new table): the counters read
+    // at the end are not of the table the run began with, so the run's receipt claims none.
+    let child = dial_after_a_pause(&c, &pin_first, second);
+    let listed = nft_in_netns_of(init, &["-s", "list", "table", "inet", "h5i"], "");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let replaced = nft_in_netns_of(
+        init,
+        &["-f", "-"],
+        &format!("delete table inet h5i\n{}", stdout(&listed)),
+    );
+    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let mut err = child.stderr.take().unwrap();
+    let status = common::wait_bounded(child, Duration::from_secs(60), "the run");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("left no tally") && said.contains("replaced"),
+        "{said}"
+    );
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert!(rec["egress"]["denied"].is_null(), "{rec}");
+
+    // The next run puts the sentry's own table back and counts as before.
+    let got = results(&connect(&mut c, "tb", &pin_first, &checks(second)));
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{second}:8080/tcp"), 1)],
+        "{rec}"
+    );
+    c.ok(&["box", "rm", "--force", "tb"]);
 }
 
 fn changed_plan_rebuilds_with_its_network(as_user: bool) {
