@@ -170,7 +170,7 @@ fn repin_fixture(
     as_user: bool,
 ) -> Option<(TestHosts, Caller, String, String)> {
     let hosts = TestHosts::up(test, &[8080], &[])?;
-    let c = Caller::either(as_user);
+    let mut c = Caller::either(as_user);
     policy(&c, "");
     let pin_first = hosts.pin(&[("allowed.test", hosts.first)]);
     let pin_second = hosts.pin(&[("allowed.test", hosts.second)]);
@@ -417,7 +417,7 @@ fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_no
 
     // The box's own table replaced during a run (same rules, a new table): the counters read
     // at the end are not of the table the run began with, so the run's receipt claims none.
-    let child = dial_after_a_pause(&c, &pin_first, second);
+    let mut child = dial_after_a_pause(&c, &pin_first, second);
     let listed = nft_in_netns_of(init, &["-s", "list", "table", "inet", "h5i"], "");
     assert!(listed.status.success(), "{}", stderr(&listed));
     let replaced = nft_in_netns_of(
