@@ -28,8 +28,8 @@
 //! - `begin\n` followed by the run's egress request as JSON (the peer then shuts its write side):
 //!   pinned like the plan's and rendered. When the table in force is not that script (other
 //!   pins), or the table's handle is not the one the sentry last read it at (something else
-//!   replaced it), the table is replaced in one nft transaction (`delete table`
-//!   + the new table: the pins swap, every counter and denied set starts at zero together).
+//!   replaced it), the table is replaced in one nft transaction (`delete table` and the new
+//!   table: the pins swap, every counter and denied set starts at zero together).
 //!   Either way the counters are then read (the run's baseline) and the socket gate's tally is
 //!   cleared; answer `ok` once that table is in force. A run whose pins match the table in
 //!   force so starts without running nft at all.
