@@ -148,7 +148,7 @@ add_row box-run-process-vs-runc \
     --target 'ratio:median <= 1.5'
 
 add_row box-run-supervised-vs-true \
-    --title 'h5i box run NAME -- true at --isolation supervised, warm box sandbox (own netns, deny-all nftables table swapped per run, socket gate, uplink kept) vs bare true' \
+    --title 'h5i box run NAME -- true at --isolation supervised, warm box sandbox (own netns, deny-all nftables table kept while the pins match, counters read over netlink, socket gate, uplink kept) vs bare true' \
     --setup '
         "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
         cd "$ROW_DIR/repo"

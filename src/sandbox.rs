@@ -13,10 +13,11 @@
 //!
 //! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
 //! with it by the same hooks a per-run container has, and live as long as it: the sentry
-//! watches the box init. Before each run the table is replaced for the run's pins in one nft
-//! transaction (counters and denied sets at zero) and the hosts file rewritten; after it the
-//! sentry answers the counters and socket-gate decisions since then, so the receipt's tally is
-//! exactly that run's. The digest covers the egress request (names and ports), not the
+//! watches the box init. Before each run the sentry puts the run's pins in force (the table is
+//! replaced in one nft transaction only when they differ from the table's) and reads the
+//! counters, and the hosts file is rewritten; after it the sentry answers the counters since
+//! that reading and the socket-gate decisions since then, so the receipt's tally is exactly
+//! that run's. The digest covers the egress request (names and ports), not the
 //! addresses one run pinned: a name that re-resolves is swapped, not rebuilt.
 //!
 //! The digest covers the whole `config.json` the sandbox was made from (every mount, namespace,
@@ -239,16 +240,16 @@ pub fn run(
     lock.downgrade()
         .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
     // One supervised run at a time holds the sandbox's network, so its tally is its own; a
-    // second one meanwhile takes a container of its own.
-    let net_lock = match egress {
-        None => None,
+    // second one meanwhile takes a container of its own. The sentry's `begin` runs while the
+    // run's cgroup is made; the run starts only on its `ok`.
+    let (net_lock, begun) = match egress {
+        None => (None, None),
         Some(rules) => {
             let path = dir.join("net.lock");
             match FileLock::try_take(&path, LockKind::Exclusive) {
                 Ok(Some(held)) => {
                     crate::supervised::refresh_hosts(&net, &hostname, rules)?;
-                    crate::supervised::begin(&net, rules)?;
-                    Some(held)
+                    (Some(held), Some(crate::supervised::begin(&net, rules)?))
                 }
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(BoxError::io(&path, e)),
@@ -270,6 +271,7 @@ pub fn run(
         std::process::id(),
         now_ms() % 1_000_000
     );
+    let mut begin_refused = None;
     let report = rt::run(
         &RunSlot {
             socket: &socket,
@@ -281,13 +283,25 @@ pub fn run(
         conn,
         &req,
         &fds,
+        || match begun.map(crate::supervised::BeginRequest::answer) {
+            Some(Err(e)) => {
+                let refusal = e.to_string();
+                begin_refused = Some(e);
+                Err(refusal)
+            }
+            None | Some(Ok(())) => Ok(()),
+        },
     );
-    // The tally is read even when the run failed to start: the next run's begin resets it.
+    // The tally is read even when the run failed to start (the next run's begin reads its own
+    // baseline either way).
     let tally = net_lock.map(|held| {
         let t = crate::supervised::end(&net);
         drop(held);
         t
     });
+    if let Some(e) = begin_refused {
+        return Err(e);
+    }
     let report = report?;
     drop(lock);
     Ok(Some(SandboxRun {

@@ -285,45 +285,82 @@ const SENTRY_TIMEOUT: Duration = Duration::from_secs(15);
 /// The largest tally the sentry answers `end` with.
 const MAX_TALLY: u64 = 8 << 20;
 
-/// One request to the sentry serving the net directory `dir`, and its whole answer.
-fn ask_sentry(dir: &Path, request: &[u8]) -> Result<String, String> {
-    let sock = dir.join(NET_SOCK);
-    let mut conn = UnixStream::connect(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
-    let sent = conn
-        .set_read_timeout(Some(SENTRY_TIMEOUT))
-        .and_then(|()| conn.write_all(request))
-        .and_then(|()| conn.shutdown(std::net::Shutdown::Write));
-    sent.map_err(|e| format!("{}: {e}", sock.display()))?;
-    let mut answer = String::new();
-    (&mut conn)
-        .take(MAX_TALLY)
-        .read_to_string(&mut answer)
-        .map_err(|e| format!("{}: no answer: {e}", sock.display()))?;
-    Ok(answer.trim_end().to_string())
+/// A request sent to the sentry serving a net directory, its answer not yet read.
+struct SentryRequest {
+    conn: UnixStream,
+    sock: PathBuf,
 }
 
-/// A run in the box-lifetime sandbox starts: the sentry of `dir` swaps the table for `rules`
-/// (one transaction; counters at zero) and clears its socket-gate tally. The run must not start
-/// unless this succeeded.
-pub fn begin(dir: &Path, rules: &[PinnedRule]) -> Result<(), BoxError> {
+impl SentryRequest {
+    /// Send `request` (whole, then the write side shut) to the sentry serving `dir`.
+    fn send(dir: &Path, request: &[u8]) -> Result<SentryRequest, String> {
+        let sock = dir.join(NET_SOCK);
+        let mut conn =
+            UnixStream::connect(&sock).map_err(|e| format!("{}: {e}", sock.display()))?;
+        let sent = conn
+            .set_read_timeout(Some(SENTRY_TIMEOUT))
+            .and_then(|()| conn.write_all(request))
+            .and_then(|()| conn.shutdown(std::net::Shutdown::Write));
+        sent.map_err(|e| format!("{}: {e}", sock.display()))?;
+        Ok(SentryRequest { conn, sock })
+    }
+
+    /// The whole answer (bounded in size and, per read, in time).
+    fn answer(mut self) -> Result<String, String> {
+        let mut answer = String::new();
+        (&mut self.conn)
+            .take(MAX_TALLY)
+            .read_to_string(&mut answer)
+            .map_err(|e| format!("{}: no answer: {e}", self.sock.display()))?;
+        Ok(answer.trim_end().to_string())
+    }
+}
+
+/// A run in the box-lifetime sandbox starts: the sentry of `dir` is asked to put `rules` in
+/// force (the table swapped in one transaction when its pins differ), read the counters the
+/// run's tally will be counted from, and clear its socket-gate tally. The caller may do other
+/// work while it does; the run must not start unless [`BeginRequest::answer`] is `Ok`.
+pub fn begin(dir: &Path, rules: &[PinnedRule]) -> Result<BeginRequest, BoxError> {
     let mut request = b"begin\n".to_vec();
     request.extend_from_slice(egress_annotation(rules).as_bytes());
-    match ask_sentry(dir, &request) {
-        Ok(line) if line == "ok" => Ok(()),
-        Ok(line) | Err(line) => Err(BoxError::BadRequest {
-            what: format!("the box sandbox's network did not take this run's egress pins: {line}"),
-            mend: format!(
-                "run `h5i box abort` on the box to rebuild its sandbox (sentry log: {})",
-                dir.join(SENTRY_LOG).display()
-            ),
-        }),
+    SentryRequest::send(dir, &request)
+        .map(|sent| BeginRequest {
+            sent,
+            dir: dir.to_path_buf(),
+        })
+        .map_err(|line| begin_refused(dir, line))
+}
+
+/// A `begin` sent to the sentry, its answer not yet read.
+pub struct BeginRequest {
+    sent: SentryRequest,
+    dir: PathBuf,
+}
+
+impl BeginRequest {
+    /// Whether the sentry put the run's pins in force: `Ok` only on its `ok`.
+    pub fn answer(self) -> Result<(), BoxError> {
+        match self.sent.answer() {
+            Ok(line) if line == "ok" => Ok(()),
+            Ok(line) | Err(line) => Err(begin_refused(&self.dir, line)),
+        }
+    }
+}
+
+fn begin_refused(dir: &Path, line: String) -> BoxError {
+    BoxError::BadRequest {
+        what: format!("the box sandbox's network did not take this run's egress pins: {line}"),
+        mend: format!(
+            "run `h5i box abort` on the box to rebuild its sandbox (sentry log: {})",
+            dir.join(SENTRY_LOG).display()
+        ),
     }
 }
 
 /// A run in the box-lifetime sandbox ended: the sentry's counters and socket-gate decisions
 /// since its [`begin`].
 pub fn end(dir: &Path) -> Result<NetTally, String> {
-    let answer = ask_sentry(dir, b"end\n")?;
+    let answer = SentryRequest::send(dir, b"end\n")?.answer()?;
     serde_json::from_str::<NetTally>(&answer).map_err(|_| answer)
 }
 

@@ -4,9 +4,14 @@
 //! next run (the host that was refused is reached and the other way round) without a rebuild,
 //! and each receipt's tally is exactly its own run's; a changed plan rebuilds the sandbox, its
 //! sentry and uplink going with the old one; a run's OOM kills that run only, not the sandbox,
-//! a concurrent run or a running service. Every destination is one of this test's own hosts
-//! (tests/common/testnet.rs). The rest of the supervised suite (supervised_tier, confine,
-//! run_signals, ...) runs through this sandbox too: it is the default path.
+//! a concurrent run or a running service. A refused dial is counted in its own run's receipt
+//! only: not in the next run's (whose pins match, so the table stays in force), nor is a dial
+//! made between runs from inside the box's network namespace; a run during which the box's table
+//! is replaced gets no tally (never one mixed from two tables), while another table made in the
+//! namespace meanwhile (as the browser fence is) leaves the run's tally whole. Every
+//! destination is one of this test's own hosts (tests/common/testnet.rs). The rest of the
+//! supervised suite (supervised_tier, confine, run_signals, ...) runs through this sandbox too:
+//! it is the default path.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -157,26 +162,41 @@ fn a_background_process_of_one_supervised_run_is_gone_before_the_next_run_starts
     background_process_is_gone_before_the_next_run(true);
 }
 
-fn repinned_name_swaps_into_the_table(as_user: bool) {
-    let Some(mut hosts) = TestHosts::up("supervised sandbox repin", &[8080], &[]) else {
-        return;
-    };
+/// Two test hosts, a caller whose policy allows `allowed.test:8080`, and box `name` made with
+/// that name pinned to the first host; the pins of the name to the first and to the second.
+fn repin_fixture(
+    test: &str,
+    name: &str,
+    as_user: bool,
+) -> Option<(TestHosts, Caller, String, String)> {
+    let hosts = TestHosts::up(test, &[8080], &[])?;
     let mut c = Caller::either(as_user);
     policy(&c, "");
-    let (first, second) = (hosts.first, hosts.second);
-    let pin_first = hosts.pin(&[("allowed.test", first)]);
-    let pin_second = hosts.pin(&[("allowed.test", second)]);
+    let pin_first = hosts.pin(&[("allowed.test", hosts.first)]);
+    let pin_second = hosts.pin(&[("allowed.test", hosts.second)]);
     let out = c.h5i_with(
-        &["box", "create", "rp", "--profile", "sup"],
+        &["box", "create", name, "--profile", "sup"],
         &[("H5I_TEST_HOSTS", &pin_first)],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let checks = |other: Ipv4Addr| {
-        [
-            ("named", "allowed.test:8080".to_string()),
-            ("other", format!("{other}:8080")),
-        ]
+    Some((hosts, c, pin_first, pin_second))
+}
+
+/// Dial the pinned name and `other`, port 8080 both.
+fn checks(other: Ipv4Addr) -> [(&'static str, String); 2] {
+    [
+        ("named", "allowed.test:8080".to_string()),
+        ("other", format!("{other}:8080")),
+    ]
+}
+
+fn repinned_name_swaps_into_the_table(as_user: bool) {
+    let Some((mut hosts, mut c, pin_first, pin_second)) =
+        repin_fixture("supervised sandbox repin", "rp", as_user)
+    else {
+        return;
     };
+    let (first, second) = (hosts.first, hosts.second);
     let out = connect(&mut c, "rp", &pin_first, &checks(second));
     let got = results(&out);
     assert_eq!(got["named"], format!("hello {first}:8080"), "{got:?}");
@@ -230,6 +250,204 @@ fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_
 fn a_repinned_name_is_swapped_into_the_table_for_the_next_run_and_each_tally_is_its_own_as_the_test_user(
 ) {
     repinned_name_swaps_into_the_table(true);
+}
+
+/// Run `checks` from the host inside the network namespace of `pid` (the sandbox's init): a
+/// dial between runs, under the table but outside any run.
+fn connect_from_netns_of(
+    pid: i32,
+    checks: &[(&str, String)],
+) -> std::collections::BTreeMap<String, String> {
+    let mut cmd = std::process::Command::new("nsenter");
+    cmd.arg(format!("--net=/proc/{pid}/ns/net"))
+        .args(["python3", "-c", CONNECT]);
+    for (label, target) in checks {
+        let (host, port) = target.rsplit_once(':').unwrap();
+        cmd.args([*label, host, port]);
+    }
+    results(&cmd.output().unwrap())
+}
+
+/// A receipt's denied tally, as `key -> count` (empty when none was refused).
+fn denied_of(rec: &serde_json::Value) -> Vec<(String, u64)> {
+    rec["egress"]["denied"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_u64().unwrap()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A run of box `pt` under `pin` reaches the name at `reached` and is refused `refused`, and
+/// its receipt counts exactly that: one allowed connection, one refused dial.
+fn dial_and_count(c: &mut Caller, pin: &str, reached: Ipv4Addr, refused: Ipv4Addr) {
+    let got = results(&connect(c, "pt", pin, &checks(refused)));
+    assert_eq!(got["named"], format!("hello {reached}:8080"), "{got:?}");
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = receipts(c, "pt").pop().unwrap();
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{refused}:8080/tcp"), 1)],
+        "{}: {rec}",
+        c.who()
+    );
+}
+
+fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
+    let Some((mut hosts, mut c, pin_first, pin_second)) =
+        repin_fixture("supervised sandbox per-run tally", "pt", as_user)
+    else {
+        return;
+    };
+    let (first, second) = (hosts.first, hosts.second);
+
+    // Run N: one allowed connection, one refused dial, both in its receipt.
+    dial_and_count(&mut c, &pin_first, first, second);
+    let id = sandbox_id(&c, "pt").expect("the run did not use the sandbox");
+    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+
+    // Between runs, a dial from inside the box's network namespace is refused by the table
+    // (so it is counted there) but belongs to no run.
+    let between = connect_from_netns_of(init, &[("gap", format!("{second}:8080"))]);
+    assert!(between["gap"].starts_with("err:"), "{between:?}");
+
+    // Run N+1, same pins: neither run N's refusal nor the one between runs is in its receipt.
+    let out = run(&mut c, "pt", &pin_first, &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rec = receipts(&c, "pt").pop().unwrap();
+    assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 0, "{rec}");
+    assert_eq!(denied_of(&rec), Vec::new(), "{}: {rec}", c.who());
+
+    // The name now pins elsewhere: the very next run reaches the new address, the old one is
+    // refused, and its receipt counts only that.
+    dial_and_count(&mut c, &pin_second, second, first);
+    // The same pins again (the table stays as it is): the same refusal counts once, not twice.
+    dial_and_count(&mut c, &pin_second, second, first);
+    assert_eq!(
+        sandbox_id(&c, "pt").as_deref(),
+        Some(id.as_str()),
+        "{}: the runs did not share the sandbox",
+        c.who()
+    );
+    assert_eq!(
+        hosts.log(),
+        vec![
+            format!("tcp {first}:8080"),
+            format!("tcp {second}:8080"),
+            format!("tcp {second}:8080")
+        ]
+    );
+    c.ok(&["box", "rm", "--force", "pt"]);
+}
+
+#[test]
+fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_from_the_next_run() {
+    each_runs_tally_and_pins_are_its_own(false);
+}
+
+#[test]
+fn a_refused_dial_is_counted_in_its_own_runs_receipt_only_and_a_new_pin_holds_from_the_next_run_as_the_test_user(
+) {
+    each_runs_tally_and_pins_are_its_own(true);
+}
+
+/// `nft ARGS` with `script` on stdin, from the host inside the network namespace of `pid`.
+fn nft_in_netns_of(pid: i32, args: &[&str], script: &str) -> Output {
+    let mut child = std::process::Command::new("nsenter")
+        .arg(format!("--net=/proc/{pid}/ns/net"))
+        .arg("nft")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), script.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Start a run of box `tb` that says `in`, waits 2 s, then dials `other`; returns once it
+/// said `in`, for the caller to act during the run, and the child to wait for.
+fn dial_after_a_pause(c: &Caller, pin: &str, other: Ipv4Addr) -> std::process::Child {
+    let script = format!("echo in; sleep 2; python3 -c '{CONNECT}' other {other} 8080");
+    let mut child = c
+        .h5i_in(&c.repo(), &["box", "run", "tb", "--", "sh", "-c", &script])
+        .env("H5I_TEST_HOSTS", pin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "in");
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    child
+}
+
+#[test]
+fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_not() {
+    let Some((hosts, mut c, pin_first, _)) =
+        repin_fixture("supervised sandbox table replaced", "tb", false)
+    else {
+        return;
+    };
+    let second = hosts.second;
+    let out = run(&mut c, "tb", &pin_first, &["true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let id = sandbox_id(&c, "tb").expect("the run did not use the sandbox");
+    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+
+    // Another table made in the box's namespace during a run (as the browser fence is) leaves
+    // the run's tally whole.
+    let child = dial_after_a_pause(&c, &pin_first, second);
+    let made = nft_in_netns_of(init, &["-f", "-"], "table inet h5i_probe {}\n");
+    assert!(made.status.success(), "{}", stderr(&made));
+    let status = common::wait_bounded(child, Duration::from_secs(60), "the run");
+    assert_eq!(status.code(), Some(0));
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{second}:8080/tcp"), 1)],
+        "{rec}"
+    );
+
+    // The box's own table replaced during a run (same rules, a new table): the counters read
+    // at the end are not of the table the run began with, so the run's receipt claims none.
+    let mut child = dial_after_a_pause(&c, &pin_first, second);
+    let listed = nft_in_netns_of(init, &["-s", "list", "table", "inet", "h5i"], "");
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let replaced = nft_in_netns_of(
+        init,
+        &["-f", "-"],
+        &format!("delete table inet h5i\n{}", stdout(&listed)),
+    );
+    assert!(replaced.status.success(), "{}", stderr(&replaced));
+    let mut err = child.stderr.take().unwrap();
+    let status = common::wait_bounded(child, Duration::from_secs(60), "the run");
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut err, &mut said).unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("left no tally") && said.contains("replaced"),
+        "{said}"
+    );
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert!(rec["egress"]["denied"].is_null(), "{rec}");
+
+    // The next run puts the sentry's own table back and counts as before.
+    let got = results(&connect(&mut c, "tb", &pin_first, &checks(second)));
+    assert!(got["other"].starts_with("err:"), "{got:?}");
+    let rec = receipts(&c, "tb").pop().unwrap();
+    assert_eq!(
+        denied_of(&rec),
+        vec![(format!("{second}:8080/tcp"), 1)],
+        "{rec}"
+    );
+    c.ok(&["box", "rm", "--force", "tb"]);
 }
 
 fn changed_plan_rebuilds_with_its_network(as_user: bool) {

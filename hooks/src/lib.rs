@@ -10,7 +10,7 @@
 //!
 //! The supervised tier's network: `net-up` (createRuntime) starts the per-run `sentry`
 //! (`sentry.rs`), which pins the egress request (`egress.rs`), renders the nftables table
-//! (`nft.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
+//! (`nft.rs`; its counters are read back over netlink, `nft_counters.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
 //! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) while it
 //! starts the uplink (`uplink.rs`: a veth pair and the host's forwarding for a rootful sentry,
 //! `veth.rs`; else slirp4netns on the tap device `net-inside` made, `tap.rs`),
@@ -35,6 +35,7 @@ pub mod net_hooks;
 pub mod net_spec;
 pub mod netns;
 pub mod nft;
+pub mod nft_counters;
 pub mod sentry;
 pub mod spool;
 pub mod state;

@@ -4,9 +4,9 @@
 //! Owns [`BoxNamespaces`] (the network namespace fd the box's inside hook sent, and its user
 //! namespace fd unless that is the sentry's own), their validation (each fd really is a
 //! namespace of the claimed type; the network namespace is not the sentry's own), and
-//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NsRun`] given its input
-//! now or, held, one request later, and waited for later (the table's load runs while the
-//! uplink starts; the counter reader waits through the run). Entering a user namespace needs a
+//! [`BoxNamespaces::nft`], or [`BoxNamespaces::spawn_nft`] for an [`NsRun`] waited for later
+//! (the table's load runs while the uplink starts; a sandbox's table refresh runs between
+//! runs). The counters are read without a program: `nft_counters`. Entering a user namespace needs a
 //! single-threaded process: the sentry is not (the socket gate runs on a thread), so the child
 //! is forked and enters the namespaces between fork and exec, where only async-signal-safe
 //! calls are made.
@@ -167,14 +167,13 @@ impl BoxNamespaces {
 
     /// Run `nft ARGS` inside the box's namespaces with `stdin` as its input; its stdout.
     pub fn nft(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
-        self.spawn_nft(args, NftInput::Now(stdin.to_vec()))?.wait()
+        self.spawn_nft(args, stdin.to_vec())?.wait()
     }
 
-    /// Start `nft ARGS` inside the box's namespaces without waiting for it: with its whole
-    /// input written (and stdin closed) on a thread, or with stdin held for one small
-    /// [`NsRun::request`] later. Its output is read on a thread as it comes, so [`NsRun::wait`]
-    /// is bounded. Killed if dropped before it was waited for.
-    pub fn spawn_nft(&self, args: &[&str], input: NftInput) -> Result<NsRun, NetnsError> {
+    /// Start `nft ARGS` inside the box's namespaces without waiting for it, its whole `input`
+    /// written (and stdin closed) on a thread. Its output is read on a thread as it comes, so
+    /// [`NsRun::wait`] is bounded. Killed if dropped before it was waited for.
+    pub fn spawn_nft(&self, args: &[&str], input: Vec<u8>) -> Result<NsRun, NetnsError> {
         let nft = find_program(NFT_PATHS, "nftables")?;
         let user = self.user.as_ref().map(AsRawFd::as_raw_fd);
         spawn(nft, args, input, Some((self.net.as_raw_fd(), user)))
@@ -184,13 +183,7 @@ impl BoxNamespaces {
     pub fn ip(&self, args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
         let ip = find_program(IP_PATHS, "iproute2")?;
         let user = self.user.as_ref().map(AsRawFd::as_raw_fd);
-        spawn(
-            ip,
-            args,
-            NftInput::Now(stdin.to_vec()),
-            Some((self.net.as_raw_fd(), user)),
-        )?
-        .wait()
+        spawn(ip, args, stdin.to_vec(), Some((self.net.as_raw_fd(), user)))?.wait()
     }
 }
 
@@ -198,13 +191,13 @@ impl BoxNamespaces {
 /// side) with `stdin` as its input, bounded like every run here; its stdout.
 pub fn host_ip(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
     let ip = find_program(IP_PATHS, "iproute2")?;
-    spawn(ip, args, NftInput::Now(stdin.to_vec()), None)?.wait()
+    spawn(ip, args, stdin.to_vec(), None)?.wait()
 }
 
 /// Run `nft ARGS` in the caller's own namespaces with `stdin` as its input; its stdout.
 pub fn host_nft(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, NetnsError> {
     let nft = find_program(NFT_PATHS, "nftables")?;
-    spawn(nft, args, NftInput::Now(stdin.to_vec()), None)?.wait()
+    spawn(nft, args, stdin.to_vec(), None)?.wait()
 }
 
 /// The first of `paths` that exists (hooks run with a cleared environment: no `PATH`).
@@ -228,7 +221,7 @@ fn find_program(
 fn spawn(
     program: &Path,
     args: &[&str],
-    input: NftInput,
+    input: Vec<u8>,
     enter: Option<(RawFd, Option<RawFd>)>,
 ) -> Result<NsRun, NetnsError> {
     let mut cmd = Command::new(program);
@@ -264,16 +257,12 @@ fn spawn(
             return Err(NetnsError::Spawn(e));
         }
     };
-    let mut stdin = child.stdin.take();
-    let now = match input {
-        NftInput::Now(bytes) => stdin.take().map(|s| (s, bytes)),
-        NftInput::Later => None,
-    };
+    let stdin = child.stdin.take();
     // The input is written on the thread too, so a script larger than a pipe cannot block
     // the caller; a failed write (the program gone) fails the run even if it exited 0.
     let (tx, done) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let written = now.map_or(Ok(()), |(mut s, bytes)| s.write_all(&bytes));
+        let written = stdin.map_or(Ok(()), |mut s| s.write_all(&input));
         let out = child.wait_with_output();
         let _ = tx.send(written.and(out));
     });
@@ -283,60 +272,22 @@ fn spawn(
     Ok(NsRun {
         args: format!("{name} {}", args.join(" ")),
         pidfd,
-        stdin,
         done: Some(done),
     })
 }
-
-/// What an [`NsRun`] reads on stdin.
-#[derive(Debug)]
-pub enum NftInput {
-    /// All of it, now (stdin is then closed).
-    Now(Vec<u8>),
-    /// One [`NsRun::request`] later; until then nft waits on its stdin.
-    Later,
-}
-
-/// The most one [`NsRun::request`] may send: a pipe takes a write this size at once
-/// (`PIPE_BUF`), so sending cannot block.
-const MAX_REQUEST: usize = 4096;
 
 /// An `nft` started in the box's namespaces by [`BoxNamespaces::spawn_nft`].
 #[derive(Debug)]
 pub struct NsRun {
     args: String,
     pidfd: OwnedFd,
-    stdin: Option<std::process::ChildStdin>,
     /// The thread's result; taken when waited for.
     done: Option<Receiver<io::Result<Output>>>,
 }
 
 impl NsRun {
-    /// Whether it is still running (a held-back nft waiting for its request).
-    pub fn alive(&self) -> bool {
-        matches!(
-            h5i_sys::pidfd::wait_exited(&self.pidfd, std::time::Duration::ZERO),
-            Ok(false)
-        )
-    }
-
-    /// Send the request an [`NftInput::Later`] run waits for and close its stdin. Fails when
-    /// the request is too large to send without blocking, or nft is gone (`EPIPE`).
-    pub fn request(&mut self, input: &[u8]) -> io::Result<()> {
-        if input.len() > MAX_REQUEST {
-            return Err(io::Error::other("request larger than one pipe write"));
-        }
-        let mut stdin = self
-            .stdin
-            .take()
-            .ok_or_else(|| io::Error::other("nft's stdin is already closed"))?;
-        stdin.write_all(input)
-    }
-
-    /// Close its stdin (if still held) and wait, at most [`NFT_TIMEOUT`], for it to end; its
-    /// stdout when it succeeded.
+    /// Wait, at most [`NFT_TIMEOUT`], for it to end; its stdout when it succeeded.
     pub fn wait(mut self) -> Result<Vec<u8>, NetnsError> {
-        self.stdin.take();
         let Some(done) = self.done.take() else {
             return Err(NetnsError::Spawn(io::Error::other(
                 "nft was already waited for",

@@ -9,17 +9,15 @@
 //!    `sentry.pid`, and answer `ready` (or the refusal) on the ready pipe;
 //! 3. serve `net.sock`: `attach` (from `net-inside`, with the box's network and user namespace
 //!    fds) starts the table's load inside the box's network namespace and, while nft runs,
-//!    starts the uplink; it answers `ok` only when both succeeded (if either fails, the other
-//!    is stopped and the attach refused). That overlap is safe because the box's init is held
-//!    inside `net-inside` until the answer: no process of the box exists to send a packet
-//!    before the table is in force. Once `ok` is sent, an `nft -j -f -` is started in the box's
-//!    namespaces to wait on its stdin (the counter reader), so the run's end does not pay for
-//!    starting one; `stop` (from `net-down`) ends the run;
-//! 4. when the init exits or `stop` arrives: read the counters (the counter reader is sent
-//!    `nft::list_request`; if it had exited, a new `nft -j list table inet h5i` runs in the
-//!    box's namespaces, which the held fd keeps alive), stop the uplink and the gate, write
-//!    `tally.json` atomically (tmp + rename), answer every waiting `stop`, remove the sockets
-//!    and the pid file, exit.
+//!    starts the uplink; once the table is in force it makes a netfilter netlink socket inside
+//!    the box's namespaces (`nft_counters::CounterReader`: one forked child, no program) and
+//!    reads the table through it once; it answers `ok` only when all of that succeeded (if any
+//!    part fails, the uplink is stopped and the attach refused). That overlap is safe because
+//!    the box's init is held inside `net-inside` until the answer: no process of the box exists
+//!    to send a packet before the table is in force. `stop` (from `net-down`) ends the run;
+//! 4. when the init exits or `stop` arrives: read the counters over that socket, stop the
+//!    uplink and the gate, write `tally.json` atomically (tmp + rename), answer every waiting
+//!    `stop`, remove the sockets and the pid file, exit.
 //!
 //! Requests are one line each: `attach\n` (with exactly two fds: net, user) or `stop\n`; the
 //! answer is one line, `ok` or the refusal. Only a peer of the sentry's own uid is served, and
@@ -28,15 +26,21 @@
 //! A box-lifetime sandbox (many runs, one box init) adds two requests around each run, and the
 //! sentry then lives, with the table and the uplink, as long as the sandbox:
 //! - `begin\n` followed by the run's egress request as JSON (the peer then shuts its write side):
-//!   pinned like the plan's, the table is replaced in one nft transaction (`delete table` + the
-//!   new table, so the pins swap and every counter and denied set starts at zero together) and
-//!   the socket gate's tally is cleared; answer `ok` once the new table is in force. From the
-//!   second run on, the script goes to an `nft -f -` started after the previous `end` and
-//!   waiting on its stdin, so the swap does not pay for starting nft (a per-run box, which never
-//!   sends `end`, never gets one).
-//! - `end\n`: the counters and the gate's decisions since `begin`, answered as one [`NetTally`]
-//!   JSON document (or the refusal, one line). The caller runs one run at a time per sandbox,
-//!   so the tally is exactly that run's.
+//!   pinned like the plan's and rendered. When the table in force is not that script (other
+//!   pins), or the table's handle is not the one the sentry last read it at (something else
+//!   replaced it), the table is replaced in one nft transaction (`delete table` and the new
+//!   table: the pins swap, every counter and denied set starts at zero together).
+//!   Either way the counters are then read (the run's baseline) and the socket gate's tally is
+//!   cleared; answer `ok` once that table is in force. A run whose pins match the table in
+//!   force so starts without running nft at all.
+//! - `end\n`: the counters read again, minus the baseline, and the gate's decisions since
+//!   `begin`, answered as one [`NetTally`] JSON document (or the refusal, one line). A tally
+//!   whose two readings are of different tables (it was replaced during the run) is refused,
+//!   never mixed. The caller runs one run at a time per sandbox, so the tally is
+//!   exactly that run's: whatever was counted before `begin` (an earlier run, or anything
+//!   between runs) is in the baseline. Once answered, if the run left keys in the denied sets,
+//!   an `nft -f -` replaces the table with a fresh copy of the same script off the next run's
+//!   path (the sets hold at most `nft::DENIED_SET_SIZE` keys); the next `begin` waits for it.
 //!
 //! Must never: let the box run (answer `ok`) before the table is loaded, answer `ok` to an attach
 //! it did not complete, write a tally whose counters it could not read (it then writes none and
@@ -52,13 +56,14 @@ use std::time::Duration;
 
 use h5i_broker::pin::{AddressRules, SystemResolver};
 use h5i_broker::socket_gate::{self, GateHandle, GateRules};
-use h5i_policy::receipt::{LoadedEgressTable, NetTally, PinnedRule};
+use h5i_policy::receipt::{EgressTally, LoadedEgressTable, NetTally, PinnedRule};
 use serde::{Deserialize, Serialize};
 
 use crate::egress::{self, EgressRequest};
 use crate::net_spec::{GATE_SOCK, NET_SOCK, SENTRY_PID, TALLY};
-use crate::netns::{BoxNamespaces, NftInput, NsRun};
+use crate::netns::{BoxNamespaces, NsRun};
 use crate::nft;
+use crate::nft_counters::{self, CounterReader, Counters, ProtocolNames};
 use crate::uplink::Uplink;
 use h5i_sys::fd_passing::{self, Wait};
 use h5i_sys::fds::{self, poll_readable};
@@ -141,11 +146,18 @@ struct Sentry {
 struct Attached {
     ns: BoxNamespaces,
     uplink: Uplink,
-    /// An `nft -j -f -` waiting in the box's namespaces for [`nft::list_request`].
-    counter_reader: Option<NsRun>,
-    /// An `nft -f -` waiting in the box's namespaces for the next run's table (started after a
-    /// sandbox's `end`), so the next `begin`'s swap does not pay for starting one.
-    loader: Option<NsRun>,
+    /// The netlink socket in the box's network namespace the counters are read through.
+    counters: CounterReader,
+    /// The reading the current run started from (`begin`); `None`: the table in force was
+    /// loaded fresh since (attach, or a refresh), so its counters started at zero.
+    baseline: Option<Counters>,
+    /// The handle the sentry last read its own table at; `None` right after a refresh, whose
+    /// new table the next reading names.
+    known_table: Option<u64>,
+    /// The last `end` found keys in the denied sets: a fresh copy of the table is due.
+    dirty: bool,
+    /// The `nft -f -` loading that fresh copy, started after `end` answered.
+    refresh: Option<NsRun>,
 }
 
 /// The process: `h5i-hook sentry`. Returns the exit code.
@@ -397,8 +409,6 @@ impl Sentry {
                         |()| "ok".to_string(),
                     );
                     let _ = writeln!(conn, "{answer}");
-                    drop(conn);
-                    self.start_counter_reader();
                 }
                 Ok(Request::End) => {
                     let answer = self.end().and_then(|t| {
@@ -410,7 +420,7 @@ impl Sentry {
                     });
                     let _ = writeln!(conn, "{line}");
                     drop(conn);
-                    self.start_loader();
+                    self.start_refresh();
                 }
                 Ok(Request::Attach(fds)) => {
                     let answer = match self.attach(fds) {
@@ -421,10 +431,6 @@ impl Sentry {
                         }
                     };
                     let _ = writeln!(conn, "{answer}");
-                    // net-inside reads to the end: closing lets the box start now, and the
-                    // counter reader starts off the box's start path.
-                    drop(conn);
-                    self.start_counter_reader();
                 }
                 Err(e) => {
                     eprintln!("h5i sentry: {e}");
@@ -447,24 +453,37 @@ impl Sentry {
         // The load and the uplink's start overlap (the box is held until this returns); a load
         // dropped unwaited is killed, and nft applies a script as one transaction or not at all.
         let load = ns
-            .spawn_nft(&["-f", "-"], NftInput::Now(self.script.as_bytes().to_vec()))
+            .spawn_nft(&["-f", "-"], self.script.as_bytes().to_vec())
             .map_err(|e| e.to_string())?;
         let mut uplink = Uplink::start(&ns, &self.rules, &self.log).map_err(|e| e.to_string())?;
-        if let Err(e) = load.wait() {
-            uplink.stop();
-            return Err(e.to_string());
-        }
+        let counted = load.wait().map_err(|e| e.to_string()).and_then(|_| {
+            let mut counters =
+                CounterReader::open(&ns, ProtocolNames::of_host()).map_err(|e| e.to_string())?;
+            let first = counters.read().map_err(|e| e.to_string())?;
+            Ok((counters, first.table))
+        });
+        let (counters, table) = match counted {
+            Ok(c) => c,
+            Err(e) => {
+                uplink.stop();
+                return Err(e);
+            }
+        };
         self.attached = Some(Attached {
             ns,
             uplink,
-            counter_reader: None,
-            loader: None,
+            counters,
+            baseline: None,
+            known_table: Some(table),
+            dirty: false,
+            refresh: None,
         });
         Ok(())
     }
 
-    /// A run starts: pin its egress request, replace the table in one transaction (new pins,
-    /// every counter and denied set at zero) and clear the gate's tally.
+    /// A run starts: pin its egress request; unless the table in force is already its script,
+    /// replace the table in one transaction (new pins, every counter and denied set at zero);
+    /// read the counters as the run's baseline and clear the gate's tally.
     fn begin(&mut self, reqs: &[EgressRequest]) -> Result<(), String> {
         let Some(a) = self.attached.as_mut() else {
             return Err("refusing: a run cannot begin before the box is attached".into());
@@ -473,23 +492,21 @@ impl Sentry {
             egress::pin(reqs, &SystemResolver, &self.address_rules).map_err(|e| e.to_string())?;
         let script = nft::render(&rules);
         a.uplink.route(&rules).map_err(|e| e.to_string())?;
-        // The previous run's reader would list the old table: end it before the swap.
-        a.counter_reader.take();
-        let replacement = nft::replace(&script);
-        // The waiting loader takes the script when it fits one pipe write; else a new nft.
-        let waiting = a
-            .loader
-            .take()
-            .filter(NsRun::alive)
-            .and_then(|mut l| l.request(replacement.as_bytes()).is_ok().then_some(l));
-        match waiting {
-            Some(loader) => loader.wait(),
-            None => a.ns.nft(&["-f", "-"], replacement.as_bytes()),
-        }
-        .map_err(|e| e.to_string())?;
+        a.settle_refresh();
+        let reading = a.counters.read().map_err(|e| e.to_string())?;
+        let in_force = script == self.script && a.known_table.is_none_or(|t| t == reading.table);
+        let baseline = if in_force {
+            reading
+        } else {
+            a.ns.nft(&["-f", "-"], nft::replace(&script).as_bytes())
+                .map_err(|e| e.to_string())?;
+            a.counters.read().map_err(|e| e.to_string())?
+        };
         if !a.uplink.alive() {
             eprintln!("h5i sentry: the uplink has exited; this run has no way out");
         }
+        a.known_table = Some(baseline.table);
+        a.baseline = Some(baseline);
         self.rules = rules;
         self.script = script;
         self.gate.take_tally();
@@ -503,9 +520,7 @@ impl Sentry {
                 "no table was loaded: the box was never attached".into(),
             ));
         };
-        let json = read_counters(a).map_err(|e| SentryError::Tally(e.to_string()))?;
-        let egress =
-            nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))?;
+        let egress = a.tally(&self.rules)?;
         Ok(NetTally {
             table: LoadedEgressTable {
                 digest: nft::digest(&self.script),
@@ -516,37 +531,29 @@ impl Sentry {
         })
     }
 
-    /// Start the counter reader for an attached box. Best effort: without one, [`Self::finish`]
-    /// starts a new nft.
-    fn start_counter_reader(&mut self) {
-        let Some(a) = self.attached.as_mut() else {
+    /// After a sandbox's `end` answered: when the run left keys in the denied sets, start
+    /// replacing the table with a fresh copy of the same script (the next `begin` waits for
+    /// it). Best effort: without one, the sets keep their keys and the baseline still makes
+    /// each tally that run's alone.
+    fn start_refresh(&mut self) {
+        let Some(a) = self.attached.as_mut().filter(|a| a.dirty) else {
             return;
         };
-        match a.ns.spawn_nft(&["-j", "-f", "-"], NftInput::Later) {
-            Ok(run) => a.counter_reader = Some(run),
-            Err(e) => eprintln!("h5i sentry: cannot pre-start the counter reader: {e}"),
-        }
-    }
-
-    /// Start the loader for the next `begin`. Best effort: without one, `begin` starts a new nft.
-    fn start_loader(&mut self) {
-        let Some(a) = self.attached.as_mut() else {
-            return;
-        };
-        match a.ns.spawn_nft(&["-f", "-"], NftInput::Later) {
-            Ok(run) => a.loader = Some(run),
-            Err(e) => eprintln!("h5i sentry: cannot pre-start the table loader: {e}"),
+        let script = nft::replace(&self.script).into_bytes();
+        match a.ns.spawn_nft(&["-f", "-"], script) {
+            Ok(run) => {
+                a.refresh = Some(run);
+                a.dirty = false;
+            }
+            Err(e) => eprintln!("h5i sentry: cannot start the table's refresh: {e}"),
         }
     }
 
     /// Read the counters, stop the uplink and the gate, write the tally.
     fn finish(&mut self) -> Result<(), SentryError> {
         let counters = self.attached.as_mut().map(|a| {
-            read_counters(a)
-                .map_err(|e| SentryError::Tally(e.to_string()))
-                .and_then(|json| {
-                    nft::tally(&json, &self.rules).map_err(|e| SentryError::Tally(e.to_string()))
-                })
+            a.settle_refresh();
+            a.tally(&self.rules)
         });
         if let Some(a) = self.attached.as_mut() {
             if !a.uplink.alive() {
@@ -583,15 +590,36 @@ impl Sentry {
     }
 }
 
-/// The table's listing: from the counter reader when it is still waiting, else (it exited, or
-/// took the request's pipe down with it) from a new nft. Whatever the reader answers once it has
-/// the request is final: a failure is not retried, so the stop stays inside its bound.
-fn read_counters(a: &mut Attached) -> Result<Vec<u8>, crate::netns::NetnsError> {
-    if let Some(mut reader) = a.counter_reader.take() {
-        if reader.alive() && reader.request(nft::list_request().as_bytes()).is_ok() {
-            return reader.wait();
+impl Attached {
+    /// Wait for a refresh started after the last run, if any. Once it loaded, the table's
+    /// counters start from zero and the table the next reading names is the sentry's own; if
+    /// it failed, the table in force is still the old one (nft applies a script whole or not
+    /// at all).
+    fn settle_refresh(&mut self) {
+        let Some(refresh) = self.refresh.take() else {
+            return;
+        };
+        match refresh.wait() {
+            Ok(_) => {
+                self.baseline = None;
+                self.known_table = None;
+            }
+            Err(e) => {
+                eprintln!("h5i sentry: the table's refresh failed ({e}); the table in force stays")
+            }
         }
-        eprintln!("h5i sentry: the counter reader had exited; listing the table with a new nft");
     }
-    a.ns.nft(&["-j", "list", "table", nft::TABLE], b"")
+
+    /// The counters read now, minus the baseline: what `rules`' table counted since.
+    fn tally(&mut self, rules: &[PinnedRule]) -> Result<EgressTally, SentryError> {
+        let now = self
+            .counters
+            .read()
+            .map_err(|e| SentryError::Tally(e.to_string()))?;
+        let egress = nft_counters::tally(self.baseline.as_ref(), &now, rules)
+            .map_err(|e| SentryError::Tally(e.to_string()))?;
+        self.known_table = Some(now.table);
+        self.dirty = !now.denied.is_empty();
+        Ok(egress)
+    }
 }

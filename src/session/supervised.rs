@@ -1,8 +1,8 @@
 //! The supervised tier's backend: the process tier's bundle in a network namespace of its own
 //! whose only way out is the nftables table of the egress the session pinned
 //! (`crate::supervised` wires it and reads the sentry's tally back). A run goes through the
-//! box's supervised sandbox (`crate::sandbox`: namespace, table and uplink made once, the pins
-//! swapped per run) when the warm path fits, else through a container of its own.
+//! box's supervised sandbox (`crate::sandbox`: namespace, table and uplink made once, each
+//! run's pins put in force before it) when the warm path fits, else through a container of its own.
 //!
 //! The box's browser sidecar (`crate::browser::sidecar`) is the one request that joins the
 //! sandbox's network instead ([`Network::BoxSandbox`]).

@@ -268,8 +268,10 @@ fn timeout_until(deadline: Option<Instant>) -> Option<nix::poll::PollTimeout> {
     )
 }
 
-/// Run `req` in the sandbox listening at `slot.socket`: make the run's cgroup, hand the init
-/// the request and the caller's standard descriptors, place the child, let it exec, wait for it
+/// Run `req` in the sandbox listening at `slot.socket`: make the run's cgroup, wait for
+/// `ready` (what the caller started before, such as the sentry's table swap, overlaps the
+/// cgroup's making; its refusal ends the run before the init hears of it), hand the init the
+/// request and the caller's standard descriptors, place the child, let it exec, wait for it
 /// (killing the run's group when the wall clock ends), then kill whatever the run left and
 /// remove its group.
 pub fn run(
@@ -277,8 +279,10 @@ pub fn run(
     conn: OwnedFd,
     req: &RunRequest,
     stdio: &[BorrowedFd<'_>],
+    ready: impl FnOnce() -> Result<(), String>,
 ) -> Result<SandboxRunReport, SandboxError> {
     let cage = ResourceCage::create(slot.cage_id, slot.mem, slot.procs)?;
+    ready().map_err(SandboxError::Refused)?;
     let socket = slot.socket;
     let body = serde_json::to_vec(req).map_err(|e| SandboxError::Refused(e.to_string()))?;
     if body.len() > MAX_REQUEST {

@@ -1,0 +1,189 @@
+//! Netfilter netlink sockets opened inside another network namespace, and the bounded send and
+//! receive a request/dump exchange on one needs.
+//!
+//! A netlink socket belongs to the network namespace it was made in, for its whole life. To
+//! make one in a box's namespace, a forked child enters the namespaces (the user namespace
+//! first when one is given: only a single-threaded process may enter one, which the child is),
+//! makes the socket and sends it back over a socketpair; the caller then speaks to that
+//! namespace's nf_tables without starting a program per request. Between fork and exit the
+//! child makes only raw system calls (setns, socket, sendmsg): no allocation, no lock.
+//!
+//! Owns the calls only: what a message means is the caller's. Must never: block without the
+//! caller's bound, hand out a socket made in any namespace but the one named, or leave the
+//! child unreaped.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::Duration;
+
+use rustix::net::{netlink, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+use crate::fd_passing::{self, Wait};
+use crate::fds::poll_readable;
+
+/// How long the forked child may take to hand the socket back.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `NETLINK_NETFILTER` socket made inside the network namespace `net` (entered through the
+/// user namespace `user` first, when given), close-on-exec.
+pub fn netfilter_socket_in(
+    net: BorrowedFd<'_>,
+    user: Option<BorrowedFd<'_>>,
+) -> io::Result<OwnedFd> {
+    let (ours, theirs) = rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let (net, user) = (net.as_raw_fd(), user.map(|u| u.as_raw_fd()));
+    // SAFETY: fork has no memory preconditions; the child below makes only raw system calls
+    // (setns, socket, sendmsg through `send_with_fds`, which allocates nothing) and `_exit`s,
+    // so it never touches a lock another thread of the parent may have held at the fork.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = match make_in_child(net, user) {
+            Ok(sock) => fd_passing::send_with_fds(&theirs, b"s", &[sock.as_fd()]).is_err(),
+            Err(errno) => fd_passing::send_with_fds(&theirs, &errno.to_ne_bytes(), &[]).is_err(),
+        };
+        // SAFETY: _exit ends the child at once, running no destructor or atexit handler of
+        // the parent's state.
+        unsafe { libc::_exit(i32::from(code)) };
+    }
+    drop(theirs);
+    let answer = receive_socket(&ours);
+    if answer.is_err() {
+        // SAFETY: kill(2) of the child forked above, not yet reaped, so its pid is still its.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid out-pointer; it has exited or been killed.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    answer
+}
+
+/// In the forked child: enter the namespaces and make the socket; the errno on failure.
+fn make_in_child(net: i32, user: Option<i32>) -> Result<OwnedFd, i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    if let Some(user) = user {
+        // SAFETY: setns with an fd the parent holds open (fork copied it); no memory involved.
+        if unsafe { libc::setns(user, libc::CLONE_NEWUSER) } != 0 {
+            return Err(errno());
+        }
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setns(net, libc::CLONE_NEWNET) } != 0 {
+        return Err(errno());
+    }
+    rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(netlink::NETFILTER),
+    )
+    .map_err(|e| e.raw_os_error())
+}
+
+fn receive_socket(ours: &OwnedFd) -> io::Result<OwnedFd> {
+    if poll_readable(&[ours.as_fd()], Some(CHILD_TIMEOUT))?.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the child entering the namespaces did not answer",
+        ));
+    }
+    let mut buf = [0u8; 4];
+    let got = fd_passing::recv_with_fds(ours, &mut buf, 1, Wait::Block).map_err(io::Error::from)?;
+    match (got.len, got.fds.into_iter().next()) {
+        (1, Some(sock)) if buf[0] == b's' => Ok(sock),
+        (4, None) => Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf))),
+        _ => Err(io::Error::other(
+            "the child entering the namespaces answered out of protocol",
+        )),
+    }
+}
+
+/// Send one whole netlink request (to the kernel: no address needed on an unbound socket).
+pub fn send(sock: impl AsFd, request: &[u8]) -> io::Result<()> {
+    let sent = rustix::net::send(&sock, request, SendFlags::empty())?;
+    if sent != request.len() {
+        return Err(io::Error::other(format!(
+            "short netlink send: {sent} of {} bytes",
+            request.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Receive one netlink datagram into `buf`, waiting at most `timeout`. A datagram larger than
+/// `buf` is refused (`MSG_TRUNC` tells its real size), never read in part.
+pub fn recv(sock: impl AsFd, buf: &mut [u8], timeout: Duration) -> io::Result<usize> {
+    if poll_readable(&[sock.as_fd()], Some(timeout))?.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!("no netlink answer within {}s", timeout.as_secs()),
+        ));
+    }
+    loop {
+        match rustix::net::recv(&sock, &mut *buf, RecvFlags::TRUNC) {
+            Ok((_, whole)) if whole > buf.len() => {
+                return Err(io::Error::other(format!(
+                    "a netlink message of {whole} bytes does not fit the {}-byte buffer",
+                    buf.len()
+                )))
+            }
+            Ok((got, _)) => return Ok(got),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A socket made "in" the caller's own namespaces answers nf_tables like any other: a
+    /// request of an unknown message type is refused by the kernel, proving the socket is a
+    /// netfilter netlink socket and the exchange round-trips.
+    #[test]
+    fn a_socket_made_in_the_own_network_namespace_reaches_the_kernel() {
+        let net = std::fs::File::open("/proc/self/ns/net").unwrap();
+        let sock = netfilter_socket_in(net.as_fd(), None).unwrap();
+        // nlmsghdr (len 20, type NFNL_SUBSYS_NFTABLES << 8 | 0xff, NLM_F_REQUEST|NLM_F_ACK)
+        // and an nfgenmsg.
+        let mut req = Vec::new();
+        req.extend_from_slice(&20u32.to_ne_bytes());
+        req.extend_from_slice(&((10u16 << 8) | 0xff).to_ne_bytes());
+        req.extend_from_slice(&5u16.to_ne_bytes());
+        req.extend_from_slice(&1u32.to_ne_bytes());
+        req.extend_from_slice(&0u32.to_ne_bytes());
+        req.extend_from_slice(&[1, 0, 0, 0]);
+        send(&sock, &req).unwrap();
+        let mut buf = [0u8; 8192];
+        let n = recv(&sock, &mut buf, Duration::from_secs(5)).unwrap();
+        assert!(n >= 20, "{n}");
+        let ty = u16::from_ne_bytes([buf[4], buf[5]]);
+        assert_eq!(ty, 2, "NLMSG_ERROR");
+        let errno = i32::from_ne_bytes([buf[16], buf[17], buf[18], buf[19]]);
+        assert!(errno < 0, "an unknown message type is refused: {errno}");
+    }
+
+    #[test]
+    fn a_descriptor_that_is_not_a_namespace_is_refused() {
+        let null = std::fs::File::open("/dev/null").unwrap();
+        let e = netfilter_socket_in(null.as_fd(), None).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    }
+}
