@@ -7,8 +7,7 @@
 //! wrote it observed. npm's entry also holds `<key>/tree/node_modules`, the tree `npm ci` built
 //! in the refresh box, stamped with the platform and node ABI it was built for ([`TreeRecord`]):
 //! a box gets it as its `node_modules` (overlaid: [`mounts`]) instead of unpacking every tarball
-//! again. One module per
-//! verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
+//! again. One module per verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
 //!
 //! Must never: hand a box a cache whose key does not match the lockfiles in that box's workspace
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
