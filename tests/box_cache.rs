@@ -572,6 +572,100 @@ fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
     c.ok(&["box", "rm", "--force", "ctr"]);
 }
 
+/// The container tier with an image of its own node and npm (`localhost/h5i-base`, made by
+/// images/build.sh): a warm `npm ci --offline` from the read-only download cache installs a
+/// usable tree and makes no request (none in the receipt's tally though the registry is in the
+/// box's egress, none at the stand-in), the box cannot write the cache, and the cache entry is
+/// byte for byte as refresh stored it. npm's built tree is not mounted there: the image's node
+/// is not the one that built it, and `mounts` says so.
+fn container_box_installs_warm_from_the_cache(as_user: bool) {
+    const IMAGE: &str = "localhost/h5i-base:latest";
+    let test = format!(
+        "box cache npm warm install at the container tier as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, &NPM);
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "{}\n[profile.devc]\nisolation = \"container\"\nimage = \"{IMAGE}\"\n[profile.devc.net]\negress = [\"registry.test:{PORT}\"]\n",
+            profiles(&NPM)
+        ),
+    );
+    c.commit_all("a container profile");
+    refresh(&c, "npm");
+    let after_refresh = reg.requests().len();
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
+    let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
+    let entry = c.repo().join(".git/.h5i/cache/npm").join(&key);
+    let stored = tree_digest(&entry);
+
+    c.create_container_with("ctr", IMAGE, &["--profile", "devc"]);
+    let mounts = c.ok(&["box", "cache", "mounts", "ctr"]);
+    assert!(
+        mounts.starts_with(&format!("npm: {key} ("))
+            && mounts.contains("mounted read-only at /.h5i/cache/npm")
+            && mounts.contains("built node_modules not mounted: built for ")
+            && mounts.contains("this tier brings its own"),
+        "{mounts}"
+    );
+    let out = run(&c, "ctr", "npm ci --offline --no-audit --no-fund");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warm npm ci as {}: {}{}",
+        c.who(),
+        stdout(&out),
+        stderr(&out)
+    );
+    let warm = last_run(&c, "ctr");
+    assert_eq!(
+        tally(&warm, "allowed") + tally(&warm, "denied"),
+        0,
+        "warm install reached for the network: {warm}"
+    );
+    assert_eq!(
+        reg.requests().len(),
+        after_refresh,
+        "warm install hit the registry: {:?}",
+        reg.requests()
+    );
+    let out = run(&c, "ctr", NPM.prove);
+    assert_eq!(stdout(&out).trim(), NPM.proved, "{}", stderr(&out));
+    assert_cannot_write(&c, &NPM, "ctr");
+    assert_eq!(
+        tree_digest(&entry),
+        stored,
+        "a container box changed the cache"
+    );
+    c.ok(&["box", "rm", "--force", "ctr"]);
+}
+
+#[test]
+fn a_container_box_installs_warm_from_the_cache_with_no_request_as_root() {
+    if require_root(
+        "container warm install as root",
+        "the test registry's netns",
+    ) {
+        container_box_installs_warm_from_the_cache(false);
+    }
+}
+
+#[test]
+fn a_container_box_installs_warm_from_the_cache_with_no_request_as_h5i_test() {
+    if require_root(
+        "container warm install as h5i-test",
+        "the test registry's netns",
+    ) {
+        container_box_installs_warm_from_the_cache(true);
+    }
+}
+
 #[test]
 fn a_container_box_reads_but_cannot_write_the_cache_as_root() {
     if require_root("container cache as root", "the test registry's netns") {
