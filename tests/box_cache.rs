@@ -592,7 +592,7 @@ fn container_box_installs_warm_from_the_cache(as_user: bool) {
     c.write(
         ".h5i/env.toml",
         format!(
-            "{}\n[profile.devc]\nisolation = \"container\"\nimage = \"{IMAGE}\"\n[profile.devc.net]\negress = [\"registry.test:{PORT}\"]\n",
+            "{}\n[profile.devc]\nisolation = \"container\"\n[profile.devc.net]\negress = [\"registry.test:{PORT}\"]\n",
             profiles(&NPM)
         ),
     );
