@@ -485,6 +485,9 @@ pub struct CacheMounts {
     pub tier_mounts_caches: bool,
     /// One answer per ecosystem the project uses.
     pub offers: Vec<crate::cache::mounts::Offer>,
+    /// A named box's own `node_modules`, once it has had npm's tree overlaid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_modules: Option<crate::cache::mounts::BoxTree>,
 }
 
 /// `h5i browser status NAME --json`.

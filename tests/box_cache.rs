@@ -572,6 +572,100 @@ fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
     c.ok(&["box", "rm", "--force", "ctr"]);
 }
 
+/// The container tier with an image of its own node and npm (`localhost/h5i-base`, made by
+/// images/build.sh): a warm `npm ci --offline` from the read-only download cache installs a
+/// usable tree and makes no request (none in the receipt's tally though the registry is in the
+/// box's egress, none at the stand-in), the box cannot write the cache, and the cache entry is
+/// byte for byte as refresh stored it. npm's built tree is not mounted there: the image's node
+/// is not the one that built it, and `mounts` says so.
+fn container_box_installs_warm_from_the_cache(as_user: bool) {
+    const IMAGE: &str = "localhost/h5i-base:latest";
+    let test = format!(
+        "box cache npm warm install at the container tier as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, &NPM);
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "{}\n[profile.devc]\nisolation = \"container\"\n[profile.devc.net]\negress = [\"registry.test:{PORT}\"]\n",
+            profiles(&NPM)
+        ),
+    );
+    c.commit_all("a container profile");
+    refresh(&c, "npm");
+    let after_refresh = reg.requests().len();
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
+    let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
+    let entry = c.repo().join(".git/.h5i/cache/npm").join(&key);
+    let stored = tree_digest(&entry);
+
+    c.create_container_with("ctr", IMAGE, &["--profile", "devc"]);
+    let mounts = c.ok(&["box", "cache", "mounts", "ctr"]);
+    assert!(
+        mounts.starts_with(&format!("npm: {key} ("))
+            && mounts.contains("mounted read-only at /.h5i/cache/npm")
+            && mounts.contains("built node_modules not mounted: built for ")
+            && mounts.contains("this tier brings its own"),
+        "{mounts}"
+    );
+    let out = run(&c, "ctr", "npm ci --offline --no-audit --no-fund");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warm npm ci as {}: {}{}",
+        c.who(),
+        stdout(&out),
+        stderr(&out)
+    );
+    let warm = last_run(&c, "ctr");
+    assert_eq!(
+        tally(&warm, "allowed") + tally(&warm, "denied"),
+        0,
+        "warm install reached for the network: {warm}"
+    );
+    assert_eq!(
+        reg.requests().len(),
+        after_refresh,
+        "warm install hit the registry: {:?}",
+        reg.requests()
+    );
+    let out = run(&c, "ctr", NPM.prove);
+    assert_eq!(stdout(&out).trim(), NPM.proved, "{}", stderr(&out));
+    assert_cannot_write(&c, &NPM, "ctr");
+    assert_eq!(
+        tree_digest(&entry),
+        stored,
+        "a container box changed the cache"
+    );
+    c.ok(&["box", "rm", "--force", "ctr"]);
+}
+
+#[test]
+fn a_container_box_installs_warm_from_the_cache_with_no_request_as_root() {
+    if require_root(
+        "container warm install as root",
+        "the test registry's netns",
+    ) {
+        container_box_installs_warm_from_the_cache(false);
+    }
+}
+
+#[test]
+fn a_container_box_installs_warm_from_the_cache_with_no_request_as_h5i_test() {
+    if require_root(
+        "container warm install as h5i-test",
+        "the test registry's netns",
+    ) {
+        container_box_installs_warm_from_the_cache(true);
+    }
+}
+
 #[test]
 fn a_container_box_reads_but_cannot_write_the_cache_as_root() {
     if require_root("container cache as root", "the test registry's netns") {
@@ -910,6 +1004,31 @@ fn assert_forged_refused(c: &Caller, name: &str, key: &str, what: &str) {
     assert_eq!(cache_vars(c, name), "unset unset", "{what}");
 }
 
+/// Box `name`'s upper layer for the tree of `key` on the host: `<box dir>/npm-tree/<key>`.
+fn upper_of(c: &Caller, name: &str, key: &str) -> PathBuf {
+    c.box_dir(name).join("npm-tree").join(key)
+}
+
+/// From inside box `name`: `os.chmod` of each path to each set-id mode; one errno name (or
+/// `CHANGED`) per attempt.
+fn setid_chmods(c: &Caller, name: &str, paths: &[&str]) -> Vec<String> {
+    let probe = format!(
+        r#"
+import errno, os
+for p in {paths:?}:
+    for mode in (0o4777, 0o2755, 0o6755):
+        try:
+            os.chmod(p, mode)
+            print("CHANGED")
+        except OSError as e:
+            print(errno.errorcode[e.errno])
+"#
+    );
+    let out = c.h5i(&["box", "run", name, "--", "python3", "-c", &probe]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    stdout(&out).lines().map(str::to_string).collect()
+}
+
 fn npm_tree_for_the_boxs_platform(as_user: bool) {
     let test = format!(
         "box cache npm tree as {}",
@@ -997,6 +1116,43 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
     // another box still sees the tree as stored.
     let host_tree = entry.join("tree/node_modules");
     let stored = tree_digest(&host_tree);
+
+    // A set-id mode under the overlay answers EPERM, as it does on the box's own workspace
+    // files: the box's seccomp denylist refuses every call that sets S_ISUID/S_ISGID (a set-id
+    // file in the box's upper layer would be a set-id program owned by the box's identity on the
+    // host, the same threat as in its workspace). Refused before the call reaches overlayfs: no
+    // copy-up, the cached file's mode as stored.
+    let native_pkg = format!("node_modules/@h5i-native/linux-{arch}/package.json");
+    for name in ["warm", "warmp"] {
+        let out = run(&c, name, "echo x > own-file");
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        assert_eq!(
+            setid_chmods(
+                &c,
+                name,
+                &[&native_pkg, "node_modules/h5i-native", "own-file"]
+            ),
+            ["EPERM"; 9],
+            "{name}"
+        );
+        assert!(
+            !upper_of(&c, name, &key).join("upper/@h5i-native").exists(),
+            "{name}: a refused chmod copied the file up"
+        );
+        let out = run(&c, name, &format!("rm own-file; stat -c %a {native_pkg}"));
+        let stored_mode = std::fs::metadata(entry.join("tree").join(&native_pkg))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777;
+        assert_eq!(
+            stdout(&out).trim(),
+            format!("{stored_mode:o}"),
+            "{name}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(tree_digest(&host_tree), stored);
     let out = run(
         &c,
         "warm",
@@ -1033,21 +1189,67 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
     let out = run(&c, "warmp", "ls node_modules");
     assert!(!stdout(&out).contains("planted"), "{}", stdout(&out));
     // What the box wrote is in its upper layer, in the box's directory (outside every grant).
-    let upper = c
-        .repo()
-        .join(".git/.h5i/env")
-        .read_dir()
-        .unwrap()
-        .map(|a| {
-            a.unwrap()
-                .path()
-                .join("warm/npm-tree")
-                .join(&key)
-                .join("upper")
-        })
-        .find(|p| p.is_dir())
-        .expect("the warm box's upper layer");
+    let upper = upper_of(&c, "warm", &key).join("upper");
     assert!(upper.join("planted/f").is_file());
+
+    // A box that changes its lockfile (as `npm install foo` does) keeps its node_modules: the
+    // tree it started from stays beneath the same upper layer, its changes with it. The cache
+    // itself is stale for the new lockfile and is not handed out: neither variable is set.
+    let out = run(
+        &c,
+        "warm",
+        "cp package-lock.json lock.saved && echo ' ' >> package-lock.json",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mounts = c.ok(&["box", "cache", "mounts", "warm"]);
+    assert!(
+        mounts.starts_with("npm: nothing mounted: the lockfiles make key ")
+            && mounts.contains("(stale)")
+            && mounts.contains(&format!(
+                "node_modules: the box's own, overlaid at /work/node_modules: the tree of npm cache {key} it started from"
+            )),
+        "{mounts}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "mounts", "warm", "--json"])).unwrap();
+    assert_eq!(doc["node_modules"]["state"], "overlaid", "{doc}");
+    assert_eq!(doc["node_modules"]["key"], key.as_str(), "{doc}");
+    assert_eq!(doc["node_modules"]["current"], false, "{doc}");
+    assert_eq!(cache_vars(&c, "warm"), "unset unset");
+    let out = run(
+        &c,
+        "warm",
+        "cat node_modules/planted/f; ls node_modules/h5i-native; ls node_modules/@h5i-native 2>&1; echo y > node_modules/planted/g",
+    );
+    assert!(
+        stdout(&out).contains("x\n")
+            && stdout(&out).contains("package.moved")
+            && stdout(&out).contains("No such file"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert!(
+        upper.join("planted/g").is_file(),
+        "not in the same upper layer"
+    );
+    assert_eq!(
+        c.box_dir("warm")
+            .join("npm-tree")
+            .read_dir()
+            .unwrap()
+            .count(),
+        1,
+        "a second upper layer"
+    );
+    assert_eq!(tree_digest(&host_tree), stored);
+    // Its lockfile back: the cache is current again, and handed out.
+    let out = run(&c, "warm", "mv lock.saved package-lock.json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        cache_vars(&c, "warm"),
+        "/.h5i/cache/npm /.h5i/cache/npm-tree"
+    );
 
     // A workspace with a node_modules of its own keeps it: no overlay hides it.
     c.ok(&["box", "create", "own", "--profile", "dev"]);
@@ -1143,6 +1345,18 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
         &new_key,
         &format!("its refresh.json is the record of the npm cache {key}, not of npm {new_key}"),
     );
+    // The tree the box's node_modules was built on is gone: not overlaid, and `mounts` names
+    // where the box's changes stay.
+    let mounts = c.ok(&["box", "cache", "mounts", "warm"]);
+    assert!(
+        mounts.contains(&format!(
+            "node_modules: not overlaid: the box's was built on the tree of npm cache {key}, and the npm cache {key} cannot be overlaid ("
+        )) && mounts.contains(&format!("its changes stay in {}", upper_of(&c, "warm", &key).display())),
+        "{mounts}"
+    );
+    let out = run(&c, "warm", "ls -A node_modules | wc -l");
+    assert_eq!(stdout(&out).trim(), "0", "{}", stderr(&out));
+    assert!(upper.join("planted/f").is_file());
     for b in ["warm", "warmp"] {
         c.ok(&["box", "rm", "--force", b]);
     }

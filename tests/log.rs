@@ -1,7 +1,8 @@
 //! `H5I_LOG` (falling back to `RUST_LOG`): with a filter set, h5i prints a debug event for every
 //! process it starts (a box run's command included) and for the refusal it ends with; unset,
 //! it prints nothing it would not print anyway; a malformed filter is named once and ignored.
-//! At the process and supervised tiers, as root and as h5i-test.
+//! At the process, supervised and container tiers, as root and as h5i-test, and at the microvm
+//! tier as root (its image is in the engine user's storage, as in tests/microvm.rs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -97,6 +98,9 @@ fn case(tier: &str, as_user: bool) {
         std::env::var_os("RUST_LOG").is_none() && std::env::var_os("H5I_LOG").is_none(),
         "run this test without RUST_LOG/H5I_LOG set"
     );
+    if tier == "microvm" && !common::guest_agent_ready(&format!("h5i_log at {tier}")) {
+        return;
+    }
     tier_case(
         &format!("h5i_log at {tier}"),
         tier,
@@ -123,4 +127,19 @@ fn h5i_log_shows_spawn_and_refusal_events_at_the_supervised_tier_as_root() {
 #[test]
 fn h5i_log_shows_spawn_and_refusal_events_at_the_supervised_tier_as_h5i_test() {
     case("supervised", true);
+}
+
+#[test]
+fn h5i_log_shows_spawn_and_refusal_events_at_the_container_tier_as_root() {
+    case("container", false);
+}
+
+#[test]
+fn h5i_log_shows_spawn_and_refusal_events_at_the_container_tier_as_h5i_test() {
+    case("container", true);
+}
+
+#[test]
+fn h5i_log_shows_spawn_and_refusal_events_at_the_microvm_tier_as_root() {
+    case("microvm", false);
 }

@@ -41,30 +41,8 @@ fn ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     }
     let guard = ONE_VM_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     common::caller::container_image();
-    let target = Path::new(env!("CARGO_BIN_EXE_h5i"))
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .to_path_buf();
-    let agent = target.join("x86_64-unknown-linux-musl/release/h5i-guest");
-    if !agent.is_file() {
-        let built = Command::new(env!("CARGO"))
-            .args([
-                "build",
-                "--release",
-                "-p",
-                "h5i-guest",
-                "--target",
-                "x86_64-unknown-linux-musl",
-            ])
-            .env("CARGO_TARGET_DIR", &target)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .status()
-            .unwrap();
-        if !built.success() {
-            eprintln!("skipped: {test}: the musl target is not installed (rustup target add x86_64-unknown-linux-musl)");
-            return None;
-        }
+    if !common::guest_agent_ready(test) {
+        return None;
     }
     Some(guard)
 }

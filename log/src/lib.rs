@@ -100,13 +100,14 @@ pub fn spawned(cmd: &Command, pid: Option<u32>) {
 }
 
 /// The debug event for a box's command started by something other than a `Command` of h5i's:
-/// the box's warm sandbox (its init forks it; h5i learns the pid from the init's answer), or
-/// h5i-runc's executor, just before it execs the payload. `by` says which.
-pub fn spawned_argv(argv: &[String], pid: u32, by: &'static str) {
+/// the box's warm sandbox (its init forks it; h5i learns the pid from the init's answer),
+/// h5i-runc's executor, just before it execs the payload, or a microvm's guest agent, which h5i
+/// hands the command to (no host pid: `pid` is None). `by` says which.
+pub fn spawned_argv(argv: &[String], pid: Option<u32>, by: &'static str) {
     let (program, args) = argv
         .split_first()
         .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
-    event(program, args, Some(pid), by);
+    event(program, args, pid, by);
 }
 
 /// The one spawn event: `place` says who started it (h5i on the host, the box's sandbox, or

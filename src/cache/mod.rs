@@ -6,8 +6,8 @@
 //! `<key>/data/` is what a box gets (read-only), `<key>/refresh.json` is what the refresh that
 //! wrote it observed. npm's entry also holds `<key>/tree/node_modules`, the tree `npm ci` built
 //! in the refresh box, stamped with the platform and node ABI it was built for ([`TreeRecord`]):
-//! a box copies it into its workspace instead of unpacking every tarball again. One module per
-//! verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
+//! a box gets it as its `node_modules` (overlaid: [`mounts`]) instead of unpacking every tarball
+//! again. One module per verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
 //!
 //! Must never: hand a box a cache whose key does not match the lockfiles in that box's workspace
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier

@@ -8,8 +8,17 @@
 //! the host's `/usr` (process, supervised), and only when the node binary there is the one that
 //! built it ([`super::TreeRecord`]). There it is also the box's `node_modules`, without a copy:
 //! an overlay ([`h5i_runtime::bundle::Overlay`]) of the read-only tree beneath an upper layer of
-//! the box's own (`<box dir>/npm-tree/<key>/upper`, one per cache key, kept while the box
-//! lives), unless the workspace already has a `node_modules` of its own, which is left as it is.
+//! the box's own (`<box dir>/npm-tree/<key>/upper`, kept while the box lives), unless the
+//! workspace already has a `node_modules` of its own, which is left as it is.
+//!
+//! From its first run with the overlay, the box's `node_modules` is the box's own, not the
+//! cache's ([`BoxTree`]): later runs overlay the same tree (the key it started from) beneath the
+//! same upper layer whatever the lockfiles say now, so a box that changes its lockfile (`npm
+//! install foo` writes both) keeps the `node_modules` it made. The stale rule is about the
+//! cache: the download cache and the tree's own read-only view follow the lockfiles' key and
+//! are handed out only when it is current; the box's base layer gives it nothing it did not
+//! already have. When that tree is gone (`box cache rm`, or a refresh for other lockfiles
+//! replaced it) the box's changes stay in its upper layer, named by `mounts`, until `box rm`.
 //!
 //! Must never: grant a cache read-write, grant one whose key does not match, grant one to the
 //! workspace tier (which has no mount namespace to make it read-only in), or share an upper
@@ -106,7 +115,7 @@ pub enum TreeOffer {
 }
 
 /// Whether npm's built tree is the box's `node_modules`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum TreeOverlay {
     /// Overlaid at `inside`: the tree read-only beneath, the box's changes in an upper layer
@@ -115,9 +124,127 @@ pub enum TreeOverlay {
         /// Where the box sees it.
         inside: &'static str,
     },
+    /// Not this key's tree: the box's `node_modules` stays the one it has, the tree of `key` it
+    /// started from beneath its own upper layer ([`BoxTree`]).
+    Kept {
+        /// The key of the tree beneath the box's `node_modules`.
+        key: String,
+    },
     /// The workspace has a `node_modules` of its own (anything but an empty directory): left
     /// as it is.
     OwnTree,
+}
+
+/// A box's own `node_modules` once it has had npm's tree overlaid: the tree of the key it
+/// started from (its upper layer's name), whatever the lockfiles make now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum BoxTree {
+    /// Overlaid at `inside`: `lower` read-only beneath `upper`.
+    Overlaid {
+        /// The key of the tree beneath.
+        key: String,
+        /// Whether the lockfiles make that key now (false: the box changed them since).
+        current: bool,
+        /// The tree on the host.
+        lower: PathBuf,
+        /// The box's upper layer (`upper/` and `work/` inside) on the host.
+        upper: PathBuf,
+        /// Where the box sees it.
+        inside: &'static str,
+    },
+    /// Not overlaid: the box's changes stay in `upper` until `h5i box rm`.
+    Unavailable {
+        /// The key of the tree it was.
+        key: String,
+        /// The box's upper layer on the host.
+        upper: PathBuf,
+        /// Why it cannot be overlaid now.
+        why: String,
+    },
+}
+
+/// The key of the tree a box's `node_modules` is built on: the name of an upper layer it has
+/// under `uppers`, `current`'s when it has one for that key (a box made before the layer was
+/// kept across a lockfile change may have several), else the newest.
+fn base_key(uppers: &Path, current: Option<&str>) -> Option<String> {
+    let mut have: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(uppers)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_owned();
+            let meta = e.path().symlink_metadata().ok()?;
+            (super::is_key(&name) && meta.is_dir()).then_some((meta.modified().ok()?, name))
+        })
+        .collect();
+    if let Some(c) = current.filter(|c| have.iter().any(|(_, k)| k == c)) {
+        return Some(c.to_owned());
+    }
+    have.sort();
+    have.pop().map(|(_, k)| k)
+}
+
+/// Box `sb`'s own `node_modules`, when it has had npm's tree overlaid (`host_usr`: as
+/// [`offers`]; the container tier never has one). None: it never had, or the workspace has a
+/// `node_modules` of its own.
+pub fn box_tree(sb: &StoredBox, root: &CacheRoot, host_usr: bool) -> Option<BoxTree> {
+    let eco = ECOSYSTEMS.iter().find(|e| e.keeps_tree)?;
+    let ws = sb.paths.workspace();
+    let current = eco.key_of(&ws).ok().flatten();
+    let uppers = upper_root(sb);
+    let key = base_key(&uppers, current.as_deref())?;
+    let upper = uppers.join(&key);
+    if !host_usr || overlay_for(&ws) == TreeOverlay::OwnTree {
+        return None;
+    }
+    let why = match root.verify(eco, &key) {
+        Err(why) => why,
+        Ok(record) => match record.tree {
+            None => "that cache keeps no built node_modules".to_owned(),
+            Some(t) if super::NodeBinary::on_box_path().as_ref() != Some(&t.node) => format!(
+                "it was built by {}, which is not the node this box runs now",
+                t.node.path.display()
+            ),
+            Some(_) => {
+                return Some(BoxTree::Overlaid {
+                    current: current.as_deref() == Some(key.as_str()),
+                    lower: root.tree(eco, &key),
+                    key,
+                    upper,
+                    inside: NPM_TREE_OVERLAY,
+                })
+            }
+        },
+    };
+    Some(BoxTree::Unavailable {
+        why: format!("the npm cache {key} cannot be overlaid ({why})"),
+        key,
+        upper,
+    })
+}
+
+/// `offers` as box `sb` gets them: npm's tree not overlaid where the box's own `node_modules`
+/// is built on another key's tree (`base`).
+pub fn keep_base(offers: &mut [Offer], base: Option<&BoxTree>) {
+    let Some(BoxTree::Overlaid {
+        key,
+        current: false,
+        ..
+    }) = base
+    else {
+        return;
+    };
+    for o in offers {
+        if let Offer::Mounted {
+            tree: Some(TreeOffer::Mounted { overlay, .. }),
+            ..
+        } = o
+        {
+            if *overlay != TreeOverlay::OwnTree {
+                *overlay = TreeOverlay::Kept { key: key.clone() };
+            }
+        }
+    }
 }
 
 /// Whether the workspace `ws` leaves room for the overlay: no `node_modules`, or an empty
@@ -277,9 +404,10 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
     let Some(root) = CacheRoot::of_box(sb) else {
         return Vec::new();
     };
-    let Ok(all) = offers(&root, &sb.paths.workspace(), host_usr, true) else {
+    let Ok(mut all) = offers(&root, &sb.paths.workspace(), host_usr, true) else {
         return Vec::new();
     };
+    keep_base(&mut all, box_tree(sb, &root, host_usr).as_ref());
     all.into_iter()
         .filter_map(|o| match o {
             Offer::Mounted {
@@ -317,9 +445,9 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
 
 /// For the run path of the process and supervised tiers: each [`granted`] cache (and npm's
 /// built tree) as a read-only bind in `binds`, its variables in `env`, and npm's tree as the
-/// workspace's `node_modules` in `overlays` (over the box's upper layer for the cache's key,
-/// made here when it is new). (The container tier mounts the download caches alone through
-/// Podman: `container::box_binds`.)
+/// workspace's `node_modules` in `overlays`: the tree the box's own `node_modules` is built on
+/// ([`box_tree`]), else the current key's over a new upper layer made here. (The container tier
+/// mounts the download caches alone through Podman: `container::box_binds`.)
 pub fn grant(
     sb: &StoredBox,
     binds: &mut Vec<Bind>,
@@ -327,6 +455,20 @@ pub fn grant(
     overlays: &mut Vec<Overlay>,
 ) -> Result<(), BoxError> {
     let granted = granted(sb, true);
+    if let Some(BoxTree::Overlaid {
+        lower,
+        upper,
+        inside,
+        current: false,
+        ..
+    }) = CacheRoot::of_box(sb).and_then(|root| box_tree(sb, &root, true))
+    {
+        overlays.push(Overlay {
+            lower,
+            state: upper,
+            dest: PathBuf::from(inside),
+        });
+    }
     for g in &granted {
         binds.push(Bind::ro(&g.data, &g.inside));
         if let Some(t) = &g.tree {

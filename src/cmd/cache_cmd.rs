@@ -4,7 +4,7 @@ use std::io::IsTerminal;
 
 use clap::Subcommand;
 
-use h5i::cache::mounts::{Offer, TreeOffer, TreeOverlay};
+use h5i::cache::mounts::{BoxTree, Offer, TreeOffer, TreeOverlay};
 
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
@@ -87,7 +87,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
             Ok(0)
         }
         CacheVerb::Mounts { name, json } => {
-            let (root, project, who, host_usr) = match &name {
+            let (root, project, who, host_usr, base) = match &name {
                 Some(n) => {
                     let sb = store.find(n)?;
                     let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
@@ -99,6 +99,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 name: name.clone(),
                                 tier_mounts_caches: false,
                                 offers: Vec::new(),
+                                node_modules: None,
                             });
                         }
                         say!("box {n} runs at the {tier} tier, which gets no cache (it cannot be mounted read-only there)");
@@ -106,22 +107,32 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                     }
                     let root = h5i::cache::CacheRoot::of_box(&sb)
                         .unwrap_or_else(|| h5i::cache::CacheRoot::of(&store));
-                    (root, sb.paths.workspace(), format!("box {n}"), host_usr)
+                    let base = h5i::cache::mounts::box_tree(&sb, &root, host_usr);
+                    (
+                        root,
+                        sb.paths.workspace(),
+                        format!("box {n}"),
+                        host_usr,
+                        base,
+                    )
                 }
                 None => (
                     h5i::cache::CacheRoot::of(&store),
                     store.repo_root.clone(),
                     "a box made from this working tree".to_string(),
                     true,
+                    None,
                 ),
             };
-            let offers = h5i::cache::mounts::offers(&root, &project, host_usr, name.is_some())?;
+            let mut offers = h5i::cache::mounts::offers(&root, &project, host_usr, name.is_some())?;
+            h5i::cache::mounts::keep_base(&mut offers, base.as_ref());
             if json {
                 return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
                     schema: h5i::json_doc::CACHE_MOUNTS,
                     name,
                     tier_mounts_caches: true,
                     offers,
+                    node_modules: base,
                 });
             }
             if offers.is_empty() {
@@ -161,6 +172,9 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                     TreeOverlay::Overlaid { inside } => say!(
                                         "  and overlaid at {inside}: the tree read-only beneath, the box's changes in an upper layer of its own"
                                     ),
+                                    TreeOverlay::Kept { key } => say!(
+                                        "  not overlaid: the box's node_modules stays its own, built on the tree of {key}"
+                                    ),
                                     TreeOverlay::OwnTree => say!(
                                         "  not overlaid: the workspace has a node_modules of its own (remove it in the box to get the cached tree there)"
                                     ),
@@ -185,6 +199,24 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                     ),
                     Offer::Refused { eco, why } => say!("{eco}: nothing mounted: {why}"),
                 }
+            }
+            match base {
+                Some(BoxTree::Overlaid {
+                    key,
+                    current: false,
+                    lower,
+                    upper,
+                    inside,
+                }) => say!(
+                    "node_modules: the box's own, overlaid at {inside}: the tree of npm cache {key} it started from ({}) read-only beneath its upper layer ({}); kept across the lockfile change, since a box's node_modules is its own, not the cache's",
+                    lower.display(),
+                    upper.display()
+                ),
+                Some(BoxTree::Unavailable { key, upper, why }) => say!(
+                    "node_modules: not overlaid: the box's was built on the tree of npm cache {key}, and {why}; its changes stay in {} until h5i box rm",
+                    upper.display()
+                ),
+                _ => {}
             }
             Ok(0)
         }

@@ -303,6 +303,12 @@ pub fn run(
         )),
         CallerStdio::Piped => None,
     };
+    let argv: Vec<String> = spec
+        .argv
+        .iter()
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+    h5i_log::spawned_argv(&argv, None, "microvm guest agent");
     let mut io = CallerIo {
         stdin: stdin_usable().then_some(0),
         out: &mut out,

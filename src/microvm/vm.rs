@@ -438,6 +438,7 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         what: format!("cannot start {} ({e})", super::accel::QEMU),
         mend: "install it: apt-get install qemu-system-x86 (`make setup` does)".into(),
     })?;
+    h5i_log::spawned(&cmd, Some(child.id()));
     let pid = child.id() as i32;
     cage.keep();
     drop(cmd);

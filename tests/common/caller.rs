@@ -113,7 +113,7 @@ impl Caller {
     /// [`Caller::create_at`] with `extra` arguments for `box create` (a `--profile`, say).
     pub fn create_at_with(&mut self, name: &str, tier: &str, extra: &[&str]) {
         let mut args = vec!["box", "create", name, "--isolation", tier];
-        if tier == "container" {
+        if tier == "container" || tier == "microvm" {
             self.container_env();
             args.extend(["--image", container_image()]);
         }
@@ -135,8 +135,13 @@ impl Caller {
 
     /// Create container box `name` in `image` (one of this module's test images).
     pub fn create_container(&mut self, name: &str, image: &str) {
+        self.create_container_with(name, image, &[]);
+    }
+
+    /// [`Caller::create_container`] with `extra` arguments for `box create`.
+    pub fn create_container_with(&mut self, name: &str, image: &str, extra: &[&str]) {
         self.container_env();
-        self.ok(&[
+        let mut args = vec![
             "box",
             "create",
             name,
@@ -144,7 +149,9 @@ impl Caller {
             "container",
             "--image",
             image,
-        ]);
+        ];
+        args.extend(extra);
+        self.ok(&args);
     }
 
     /// The test user, with `extra` files copied into its tree (see [`super::unprivileged_tree`])

@@ -463,6 +463,39 @@ pub fn assert_nothing_raw(what: &str, text: &str) {
 }
 
 /// Run `body` as root or the test user (by `as_user`) at `tier`, or say why not, loudly.
+/// The musl build of `h5i-guest` that the microvm tier boots its guests with, built here when
+/// missing; false, with a loud skip, when the musl target is not installed.
+pub fn guest_agent_ready(test: &str) -> bool {
+    let target = std::path::Path::new(env!("CARGO_BIN_EXE_h5i"))
+        .parent()
+        .and_then(std::path::Path::parent)
+        .unwrap()
+        .to_path_buf();
+    if target
+        .join("x86_64-unknown-linux-musl/release/h5i-guest")
+        .is_file()
+    {
+        return true;
+    }
+    let built = Command::new(env!("CARGO"))
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "h5i-guest",
+            "--target",
+            "x86_64-unknown-linux-musl",
+        ])
+        .env("CARGO_TARGET_DIR", &target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .unwrap();
+    if !built.success() {
+        eprintln!("skipped: {test}: the musl target is not installed (rustup target add x86_64-unknown-linux-musl)");
+    }
+    built.success()
+}
+
 pub fn tier_case(test: &str, tier: &str, as_user: bool, body: fn(&mut Caller, &str)) {
     if !require_root(test, "boxes as root, and switching to h5i-test") {
         return;

@@ -63,7 +63,7 @@ impl Executor for H5iExecutor {
             ExecutorError::Other(e.to_string())
         })?;
         if let Some(argv) = spec.process().as_ref().and_then(|p| p.args().as_ref()) {
-            h5i_log::spawned_argv(argv, std::process::id(), "h5i-runc");
+            h5i_log::spawned_argv(argv, Some(std::process::id()), "h5i-runc");
         }
         default::get_executor().exec(spec)
     }

@@ -300,7 +300,7 @@ pub fn run(
     let ready = recv(conn.as_fd(), 4096).map_err(sock_err("wait for the child", socket))?;
     let pid = match (ready.bytes.first(), ready.pid) {
         (Some(&READY), Some(pid)) if pid > 0 => {
-            h5i_log::spawned_argv(&req.argv, pid as u32, "box sandbox");
+            h5i_log::spawned_argv(&req.argv, Some(pid as u32), "box sandbox");
             pid
         }
         (Some(&FAILED), _) => {
