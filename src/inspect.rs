@@ -268,7 +268,24 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             }
             out
         }
+        RecordBody::Browser { .. } => vec![format!("browser     {}", between_runs_line(body))],
     }
+}
+
+/// A `browser` record (what the box's browser sent while no run held its network) as one
+/// line (`box inspect`, the fleet view, report.md); empty for any other record.
+pub fn between_runs_line(body: &RecordBody) -> String {
+    let RecordBody::Browser {
+        after_seq, egress, ..
+    } = body
+    else {
+        return String::new();
+    };
+    format!(
+        "between runs after record #{after_seq}, the box's browser made: allowed {}; denied {}",
+        tally_text(&egress.allowed),
+        tally_text(&egress.denied)
+    )
 }
 
 /// A viewer-session record as one line (`box inspect`, report.md's "Viewer sessions"); empty
@@ -378,6 +395,8 @@ pub enum RecordKind {
     ViewerSession,
     /// What the browser saw.
     Page,
+    /// What the browser sent between runs.
+    Browser,
 }
 
 impl RecordKind {
@@ -389,6 +408,7 @@ impl RecordKind {
             RecordBody::Control { .. } => RecordKind::Control,
             RecordBody::ViewerSession { .. } => RecordKind::ViewerSession,
             RecordBody::Page { .. } => RecordKind::Page,
+            RecordBody::Browser { .. } => RecordKind::Browser,
         }
     }
 }
@@ -529,6 +549,12 @@ fn summary(r: &ReceiptRecord) -> LogReceipt {
         RecordBody::Control { action, .. } => (format!("browser {action}"), None, None, 0),
         RecordBody::ViewerSession { event, via, .. } => (format!("{via} {event}"), None, None, 0),
         RecordBody::Page { state, .. } => (format!("page {state}"), None, None, 0),
+        RecordBody::Browser { egress, .. } => (
+            "browser between runs".to_string(),
+            None,
+            None,
+            egress.denied.values().sum(),
+        ),
     };
     LogReceipt {
         seq: r.seq,

@@ -248,8 +248,12 @@ pub fn run(
             let path = dir.join("net.lock");
             match FileLock::try_take(&path, LockKind::Exclusive) {
                 Ok(Some(held)) => {
+                    crate::browser::idle::close(sb, &net)?;
                     crate::supervised::refresh_hosts(&net, &hostname, rules)?;
-                    (Some(held), Some(crate::supervised::begin(&net, rules)?))
+                    (
+                        Some((held, rules)),
+                        Some(crate::supervised::begin(&net, rules)?),
+                    )
                 }
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(BoxError::io(&path, e)),
@@ -294,8 +298,9 @@ pub fn run(
     );
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
-    let tally = net_lock.map(|held| {
+    let tally = net_lock.map(|(held, rules)| {
         let t = crate::supervised::end(&net);
+        crate::browser::idle::open(policy, &net, rules);
         drop(held);
         t
     });
@@ -312,6 +317,75 @@ pub fn run(
         },
         net: tally,
     }))
+}
+
+/// The network of the box's live supervised sandbox, held for one run in a container of its
+/// own that joins it (a terminal session of a box whose browser lives there, so the page sees
+/// what the session serves): the sandbox cannot be torn down and no other run takes its
+/// network until [`SharedNetwork::finish`], and the table holds this run's pins.
+pub struct SharedNetwork {
+    pid: i32,
+    net: PathBuf,
+    rules: Vec<PinnedRule>,
+    net_lock: FileLock,
+    _lock: FileLock,
+}
+
+/// Hold the network of `sb`'s live supervised sandbox for a run pinned to `rules`. `Ok(None)`:
+/// no sandbox answers, its sentry is gone, or another run holds its network.
+pub fn share_network(
+    sb: &StoredBox,
+    rules: Vec<PinnedRule>,
+) -> Result<Option<SharedNetwork>, BoxError> {
+    let dir = dir_for(sb)?;
+    let path = dir.join("lock");
+    let Some(lock) =
+        FileLock::try_take(&path, LockKind::Shared).map_err(|e| BoxError::io(&path, e))?
+    else {
+        return Ok(None);
+    };
+    let Some((pid, net)) = live_init(sb).filter(|(_, net)| net.join(NET_SOCK).exists()) else {
+        return Ok(None);
+    };
+    let path = dir.join("net.lock");
+    let Some(net_lock) =
+        FileLock::try_take(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))?
+    else {
+        return Ok(None);
+    };
+    crate::browser::idle::close(sb, &net)?;
+    let hostname = format!("h5i-{}-sb", sb.manifest.name);
+    crate::supervised::refresh_hosts(&net, &hostname, &rules)?;
+    crate::supervised::begin(&net, &rules)?.answer()?;
+    Ok(Some(SharedNetwork {
+        pid,
+        net,
+        rules,
+        net_lock,
+        _lock: lock,
+    }))
+}
+
+impl SharedNetwork {
+    /// Put `plan` in the held network: the sandbox's network and user namespaces, its name
+    /// files, and its socket gate (the same socket() rules a run inside the sandbox gets).
+    pub fn join(&self, plan: &mut BundlePlan) {
+        crate::process::join_network_of(plan, self.pid);
+        for name in ["hosts", "resolv.conf"] {
+            plan.file_binds
+                .push((self.net.join(name), Path::new("/etc").join(name)));
+        }
+        plan.socket_gate = Some(self.net.join(h5i_policy::spec_names::net_dir::GATE_SOCK));
+    }
+
+    /// The run ended: the table's counts and socket-gate decisions since it began, and the
+    /// browser's idle window opened for `policy`; the network is let go.
+    pub fn finish(self, policy: &ResolvedPolicy) -> Result<NetTally, String> {
+        let tally = crate::supervised::end(&self.net);
+        crate::browser::idle::open(policy, &self.net, &self.rules);
+        drop(self.net_lock);
+        tally
+    }
 }
 
 fn base_notes(plan: &BundlePlan) -> h5i_runtime::bundle::BundleNotes {
@@ -498,6 +572,10 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     }
     let path = dir.join("lock");
     let _lock = FileLock::wait(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))?;
+    // What the box's browser sent since the last run, while the sentry can still answer.
+    if let Err(e) = crate::browser::idle::close(sb, &net_dir(&dir)) {
+        eprintln!("h5i: warning: {e}");
+    }
     teardown_locked(&dir)?;
     fs::remove_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))
 }

@@ -2093,3 +2093,164 @@ fn a_terminal_without_kitty_graphics_is_refused_as_h5i_test() {
 fn the_terminal_viewer_as_h5i_test() {
     eprintln!("skipped: h5i box view --term as h5i-test: an unprivileged caller's browser box has no box-lifetime browser to watch yet (the browser viewer's limit too); only the refusal runs as h5i-test");
 }
+
+/// What the egress tally of record `rec` counts under `key` (`allowed` or `denied`) for `dest`.
+fn egress_of(rec: &serde_json::Value, key: &str, dest: &str) -> u64 {
+    rec["egress"][key][dest].as_u64().unwrap_or(0)
+}
+
+/// At the supervised tier a terminal session (`box shell` on a terminal: a container of its
+/// own, never the sandbox's warm path) of a box whose browser lives in the sandbox's network
+/// joins that network: the page opens the dev server the session itself started on its
+/// loopback. Nothing else opens with it: the session still cannot complete a handshake with
+/// Chromium's DevTools port (the fence), and its own dial to a port the policy does not list is
+/// refused by the sandbox's table and counted in the session's run record.
+#[test]
+fn a_supervised_terminal_sessions_own_dev_server_is_the_pages() {
+    let Some(sc) = SidecarBox::up(
+        "supervised",
+        "a terminal session's dev server and the box's browser",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let first = sc._hosts.as_ref().unwrap().first;
+    let (c, serve) = (&sc.c, sc.serve());
+    let _removed = RemovedAtEnd(c, "web");
+    let probe = r#"import socket
+url = open("/tmp/cdp").read().split()[-1]
+port = int(url.split("://", 1)[1].split("/", 1)[0].rsplit(":", 1)[1])
+for name, host, p in (("devtools", "127.0.0.1", port), ("unlisted", "allowed.test", 9090)):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, p))
+        print(name, "connected")
+    except socket.timeout:
+        print(name, "timed out")
+    except OSError as e:
+        print(name, "errno", e.errno)
+"#;
+    let (said, rc) = shell_on_a_terminal(
+        c,
+        "web",
+        &format!(
+            "test -t 0 && {serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser get cdp-url > /tmp/cdp && python3 -c '{}'",
+            probe.replace('\'', "\"")
+        ),
+    );
+    assert_eq!(rc, 0, "{said}");
+    assert!(
+        said.contains("h5i browser demo"),
+        "the page did not open the session's own dev server: {said}"
+    );
+    assert!(
+        said.contains("devtools timed out"),
+        "the session reached the browser's DevTools port: {said}"
+    );
+    assert!(
+        said.contains("unlisted errno") || said.contains("unlisted timed out"),
+        "the session reached an unlisted port: {said}"
+    );
+    let runs = records_of(c, "web", "run");
+    let session = runs
+        .iter()
+        .rev()
+        .find(|r| r["argv"].to_string().contains("test -t 0"))
+        .unwrap_or_else(|| panic!("no record of the session: {runs:?}"));
+    assert!(
+        egress_of(session, "denied", &format!("{first}:9090/tcp")) >= 1,
+        "the sandbox's table did not count the session's refused dial: {session}"
+    );
+}
+
+/// The box-lifetime browser at supervised lives in the network of the box's sandbox after the
+/// run that opened its page has ended. What that network sends while no run is active (a dial
+/// to the listed destination, which the test host sees, and one to a port the table does not
+/// list, refused) is in neither run's receipt but in a host-observed `browser` record between
+/// them, and in report.md. The dials are made from inside the sidecar's network namespace by
+/// this test (`nsenter --net`), as the page's own would be: the table counts every socket of
+/// that namespace alike. (A page timer's `fetch` between runs fails in Chromium before any
+/// packet leaves, which is why the dials are not the page's here.)
+#[test]
+fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
+    let Some(sc) = SidecarBox::up(
+        "supervised",
+        "the browser's traffic between runs",
+        "the box-lifetime browser is a root caller's",
+    ) else {
+        return;
+    };
+    let serve = sc.serve();
+    let SidecarBox { c, _hosts, .. } = sc;
+    let mut hosts = _hosts.unwrap();
+    let first = hosts.first;
+    let _removed = RemovedAtEnd(&c, "web");
+    let (opened, rc) = box_sh(
+        &c,
+        "web",
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/"),
+    );
+    assert_eq!(rc, 0, "{opened}");
+    let dial = format!(
+        "import socket\nfor p in (9090, 8080):\n    s = socket.socket()\n    s.settimeout(5)\n    try:\n        s.connect(('{first}', p)); print(p, 'connected')\n    except OSError as e:\n        print(p, 'refused', e)\n"
+    );
+    let out = Command::new("nsenter")
+        .arg(format!("--net=/proc/{}/ns/net", sidecar_init(&c, "web")))
+        .args(["python3", "-c", &dial])
+        .output()
+        .unwrap();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(said.contains("8080 connected"), "{said}");
+    assert!(said.contains("9090 refused"), "{said}");
+    let listed = format!("tcp {first}:8080");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !hosts.log().contains(&listed) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the test host never logged the listed dial: {:?}",
+            hosts.log()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let (ran, rc) = box_sh(&c, "web", "true");
+    assert_eq!(rc, 0, "{ran}");
+
+    let runs = records_of(&c, "web", "run");
+    let (before, after) = (&runs[runs.len() - 2], &runs[runs.len() - 1]);
+    let between = records_of(&c, "web", "browser");
+    assert_eq!(between.len(), 1, "{between:?}");
+    let b = &between[0];
+    assert_eq!(b["lane"], "host-env-run", "{b}");
+    assert!(
+        b["seq"].as_u64() > before["seq"].as_u64() && b["seq"].as_u64() < after["seq"].as_u64(),
+        "the browser record is not between the two runs: {b}"
+    );
+    assert!(
+        egress_of(b, "allowed", "allowed.test:8080") >= 1,
+        "the listed dial between runs is not counted: {b}"
+    );
+    let unlisted = format!("{first}:9090/tcp");
+    assert!(
+        egress_of(b, "denied", &unlisted) >= 1,
+        "the refused dial between runs is not counted: {b}"
+    );
+    for r in [before, after] {
+        assert_eq!(egress_of(r, "allowed", "allowed.test:8080"), 0, "{r}");
+        assert_eq!(egress_of(r, "denied", &unlisted), 0, "{r}");
+    }
+    assert!(
+        !hosts.log().iter().any(|l| l.ends_with(":9090")),
+        "the unlisted port was reached: {:?}",
+        hosts.log()
+    );
+    let out = tempfile::tempdir().unwrap();
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
+    let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
+    let line = format!(
+        "between runs after record #{}, the box's browser made: allowed allowed.test:8080 x",
+        b["after_seq"]
+    );
+    assert!(report.contains(&line), "{line} not in: {report}");
+}

@@ -329,6 +329,19 @@ pub enum RecordBody {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         visited: Vec<String>,
     },
+    /// What the box's browser sent while no run held the network it shares (the supervised
+    /// tier's box-lifetime browser, in the network of the box's sandbox): the sandbox's table
+    /// counted from the end of the run `after_seq` until the next run began (or the sandbox
+    /// ended), host-observed. Each run's own tally is exactly that run's, so without this the
+    /// browser's traffic between runs would be in no record.
+    Browser {
+        /// The last record before the window closed (the window opened after the run before it).
+        after_seq: u64,
+        /// When the window opened (ms since the Unix epoch).
+        since_ms: u64,
+        /// The table's counts over the window.
+        egress: EgressTally,
+    },
     /// A staged spool entry that failed validation; kept out of every other lane.
     Quarantined {
         /// Spool file name (sanitized).

@@ -212,19 +212,30 @@ fn record(sb: &StoredBox, action: &str, holder: Holder) -> Result<(), BoxError> 
 
 /// Append `body` to box `sb`'s receipt log in the `viewer` lane.
 pub(super) fn record_viewer(sb: &StoredBox, body: RecordBody) -> Result<(), BoxError> {
+    append_record(sb, ReceiptLane::Viewer, Vec::new(), body)
+}
+
+/// Append `body`, observed by h5i now in `lane` (with the redaction ids applied to it), to box
+/// `sb`'s receipt log: every record of the browser's (control, viewer, drain, between runs).
+pub(super) fn append_record(
+    sb: &StoredBox,
+    lane: ReceiptLane,
+    redactions: Vec<String>,
+    body: RecordBody,
+) -> Result<(), BoxError> {
     let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
     log.append(ReceiptRecord {
         v: 0,
         seq: 0,
-        lane: ReceiptLane::Viewer,
+        lane,
         at_ms: now_ms(),
         policy_digest: sb.manifest.policy_digest.clone(),
-        redactions: Vec::new(),
+        redactions,
         payload: None,
         body,
     })
     .map_err(|e| BoxError::BadRequest {
-        what: format!("cannot append to the receipt log: {e}"),
+        what: format!("cannot append the browser's record to the receipt log: {e}"),
         mend: format!("check {}", sb.paths.receipts().display()),
     })?;
     Ok(())

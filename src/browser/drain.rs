@@ -19,12 +19,12 @@
 
 use std::fs;
 
-use h5i_policy::receipt::{ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::receipt::{ReceiptLane, RecordBody};
 use h5i_policy::ResolvedPolicy;
 use serde_json::{json, Value};
 
 use crate::error::BoxError;
-use crate::store::{now_ms, BoxPaths, StoredBox};
+use crate::store::{BoxPaths, StoredBox};
 
 /// Longest single entry kept (a URL or a message), in characters.
 const ENTRY_CHARS: usize = 400;
@@ -213,22 +213,7 @@ pub fn after_run(sb: &StoredBox, policy: &ResolvedPolicy, after_seq: u64) -> Res
     };
     redactions.sort();
     redactions.dedup();
-    let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
-    log.append(ReceiptRecord {
-        v: 0,
-        seq: 0,
-        lane: ReceiptLane::HostEnvRun,
-        at_ms: now_ms(),
-        policy_digest: sb.manifest.policy_digest.clone(),
-        redactions,
-        payload: None,
-        body,
-    })
-    .map_err(|e| BoxError::BadRequest {
-        what: format!("cannot append the browser's record to the receipt log: {e}"),
-        mend: format!("check {}", sb.paths.receipts().display()),
-    })?;
-    Ok(())
+    super::control::append_record(sb, ReceiptLane::HostEnvRun, redactions, body)
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@
 pub mod control;
 pub mod drain;
 pub mod fence;
+pub mod idle;
 pub mod relay;
 pub mod sidecar;
 #[cfg(feature = "ui")]

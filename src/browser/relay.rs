@@ -493,6 +493,13 @@ fn serve_client(
                 up.write_all(b"\n")?;
                 let answer = read_line(up_reader, MAX_RESPONSE)?
                     .ok_or_else(|| io::Error::other("the daemon closed without answering"))?;
+                // Before the client has the answer: its next request (on a new connection,
+                // judged by another thread) must find the refs fresh.
+                if action == "snapshot" && answered_ok(&answer) {
+                    if let Err(e) = control::refs_refreshed(paths) {
+                        eprintln!("h5i: browser relay of box {name}: {e}");
+                    }
+                }
                 client.write_all(&answer)?;
                 client.write_all(b"\n")?;
                 let fresh = serde_json::from_slice::<Value>(&answer)
@@ -503,11 +510,6 @@ fn serve_client(
                 if action == "close" && answered_ok(&answer) {
                     // The box closed its browser itself: the next one starts fresh, not lost.
                     started.store(false, Ordering::SeqCst);
-                }
-                if action == "snapshot" && answered_ok(&answer) {
-                    if let Err(e) = control::refs_refreshed(paths) {
-                        eprintln!("h5i: browser relay of box {name}: {e}");
-                    }
                 }
             }
         }

@@ -16,8 +16,8 @@
 //! At supervised the sidecar is a container of its own (its own mount, pid namespaces and
 //! cgroup) in the sandbox's user and network namespaces: it shares the box's network, not its
 //! group (the fence, `super::fence`, tells the two apart). A supervised run that takes a
-//! container of its own (a terminal, a credential grant) still drives it through the relay in
-//! the box's HOME, but its page is in the sandbox's network, not the run's.
+//! container of its own (a terminal) joins the sandbox's network too
+//! (`crate::sandbox::share_network`), so the page sees the dev server it starts.
 //!
 //! Must never: start a sidecar for a box whose runs could not reach it (they would get a
 //! browser that cannot see their dev server), join a sandbox other than the box's live one, or

@@ -830,6 +830,12 @@ fn browser_saw(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> St
     let _ = writeln!(out, "{}\n", SECTIONS[2]);
     let mut any = false;
     for r in &input.receipts.records {
+        if let RecordBody::Browser { .. } = r.body {
+            any = true;
+            let line = crate::inspect::between_runs_line(&r.body);
+            let _ = writeln!(out, "- {}: {}", lane_label(r), code(&c(&line)));
+            continue;
+        }
         let (
             RecordBody::Page {
                 after_seq, state, ..
@@ -893,6 +899,7 @@ fn viewer_sessions(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -
             RecordBody::BoxClaimed { .. } => "record".to_string(),
             RecordBody::Quarantined { .. } => "quarantined entry".to_string(),
             RecordBody::Page { .. } => "page record".to_string(),
+            RecordBody::Browser { .. } => "browser record".to_string(),
             RecordBody::Control { action, holder, by } => format!(
                 "browser {} by {}: {} holds control",
                 c(action),

@@ -4,8 +4,11 @@
 //! box's supervised sandbox (`crate::sandbox`: namespace, table and uplink made once, each
 //! run's pins put in force before it) when the warm path fits, else through a container of its own.
 //!
-//! The box's browser sidecar (`crate::browser::sidecar`) is the one request that joins the
-//! sandbox's network instead ([`Network::BoxSandbox`]).
+//! The box's browser sidecar (`crate::browser::sidecar`) joins the sandbox's network instead
+//! ([`Network::BoxSandbox`]), and so does a run of a box whose browser lives there that takes a
+//! container of its own (a terminal session): its dev server on loopback is then the page's,
+//! its egress goes through the sandbox's table, and its tally is read from the sandbox's sentry
+//! (`crate::sandbox::share_network`).
 //!
 //! Owns the order of a supervised run: attach the network to the plan (or swap the sandbox's
 //! pins), run, settle the network (its tally kept for the receipt and `status`) before the
@@ -14,7 +17,7 @@
 //! leave.
 
 use super::process::{plan_for, run_in_container, warm_path_fits};
-use super::{Network, Resolved, RunRequest, TierBackend, TierRun, Usage};
+use super::{Network, Resolved, RunRequest, Stdio, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
 
 /// The supervised tier.
@@ -65,6 +68,23 @@ impl TierBackend for Supervised {
                 });
             }
         }
+        if let Some(shared) = share_browsers_network(&resolved, &req)? {
+            // A run of its own (a terminal) of a box whose browser lives in the sandbox's
+            // network: in that network too, so the page sees what the run serves on loopback.
+            shared.join(&mut plan);
+            let (sb, policy) = (resolved.sb, resolved.policy);
+            let (run, cred_tally) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+            let (egress, socket_gate) =
+                crate::supervised::settle_tally(sb, shared.finish(policy), cred_tally)?;
+            let run = run?;
+            return Ok(TierRun {
+                report: run.child,
+                oom: run.cage.oom,
+                egress,
+                socket_gate,
+                usage: Usage::Supervisor,
+            });
+        }
         let net = crate::supervised::attach(&mut plan, std::mem::take(&mut resolved.pinned))?;
         let sb = resolved.sb;
         let (run, cred_tally) = run_in_container(resolved, plan, req.wall, req.stdio)?;
@@ -79,4 +99,22 @@ impl TierBackend for Supervised {
             usage: Usage::Supervisor,
         })
     }
+}
+
+/// The network of the box's sandbox, held for a run that takes a container of its own (one the
+/// warm path does not fit: a terminal) when the box's browser lives there; `None` for every
+/// other run (a service's, one with credential grants, one whose sandbox network is busy or
+/// down: it takes a network of its own, as before).
+fn share_browsers_network(
+    resolved: &Resolved<'_>,
+    req: &RunRequest<'_>,
+) -> Result<Option<crate::sandbox::SharedNetwork>, BoxError> {
+    let fits = req.network == Network::Own
+        && matches!(req.stdio, Stdio::Caller | Stdio::Terminal)
+        && crate::browser::sidecar::lives_for_the_box(resolved.policy)
+        && crate::browser::sidecar::alive(resolved.sb);
+    if !fits {
+        return Ok(None);
+    }
+    crate::sandbox::share_network(resolved.sb, resolved.pinned.clone())
 }

@@ -118,6 +118,7 @@ fn host_denied(r: &ReceiptRecord) -> u64 {
         RecordBody::Run {
             egress: Some(t), ..
         } if r.lane.is_host_observed() => t.denied.values().sum(),
+        RecordBody::Browser { egress, .. } => egress.denied.values().sum(),
         _ => 0,
     }
 }
@@ -311,6 +312,12 @@ fn flight_row(r: &ReceiptRecord) -> FlightRow {
         }
         RecordBody::ViewerSession { .. } => {
             *page = Some(crate::inspect::viewer_session_line(&r.body));
+        }
+        RecordBody::Browser { .. } => {
+            *page = Some(crate::inspect::between_runs_line(&r.body));
+            if host_denied(r) > 0 {
+                colour = Colour::Red;
+            }
         }
         RecordBody::Page { state, visited, .. } => {
             let errors = page_errors(&r.body);
