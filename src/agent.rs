@@ -165,6 +165,11 @@ exporter = "none"
 # for, and the box's two accounts of what ran could not be compared.
 [features]
 shell_snapshot = false
+# The interactive CLI would start a background app-server listening on a unix socket under
+# ~/.codex (and reuse one already running): the box makes no AF_UNIX socket (`net.unix` off:
+# a socket() there could reach a host listener), so the TUI runs its server in-process, as
+# `codex --no-daemon` does.
+daemon_auto_start = false
 "#;
 
 /// Codex's system `config.toml` for one run: the switches, and when the run's credential proxy

@@ -91,6 +91,9 @@ pub fn export_box(
     let receipts = ReceiptLog::at(sb.paths.receipts()).read()?;
     let workspace = sb.paths.workspace();
     let scratch = sb.paths.scratch();
+    let shim_not_agent_shell =
+        crate::container::image::read_pin(&sb.paths.dir.join(crate::container::image::PIN_FILE))?
+            .and_then(|pin| pin.shim_not_agent_shell);
     let summary = export(&ExportRequest {
         box_name: name,
         store_git_dir: &sb.manifest.store,
@@ -107,7 +110,7 @@ pub fn export_box(
         proposal: read_proposal(&sb.paths.spool())?,
         box_profile: &policy.profile,
         tee_shim: crate::capture::tee_shim_wired(&policy),
-        shim_is_agent_shell: crate::capture::tee_shim_is_agent_shell(&policy),
+        shim_not_agent_shell: shim_not_agent_shell.as_deref(),
         unchecked_secrets: &scan.unchecked,
     })?;
     crate::events::append(

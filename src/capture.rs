@@ -266,23 +266,18 @@ pub fn read_staged(mut claim: Value) -> (Value, Option<String>) {
 
 /// Whether h5i binds the tee shim into `policy`'s boxes (a Codex box at the process,
 /// supervised or container tier), so each command its agent runs should have a `tee-shim`
-/// record beside the hooks' tool call.
+/// record beside the hooks' tool call. Codex runs commands through the user's login shell
+/// (its passwd entry): at the process and supervised tiers that is the host's bash, where the
+/// shim is bound; at the container tier the box user's entry is Podman's keep-id one, whose
+/// shell h5i sets to the image's bash, where the shim is bound (`crate::container`'s
+/// `login_shell`), unless the image has no bash or its own entry for the box user
+/// (`crate::container::check_shim_image`).
 pub fn tee_shim_wired(policy: &ResolvedPolicy) -> bool {
     policy.agent == Some(AgentRuntime::Codex)
         && matches!(
             policy.tier,
             h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
         )
-}
-
-/// Whether the tee shim is the shell a Codex box's agent runs its commands through, so each
-/// `Bash` call its hooks claim should have the shim's record, and each shim record a `Bash`
-/// call. Codex runs commands through the user's login shell (its passwd entry): at the process
-/// and supervised tiers that is the host's bash, where the shim is bound; at the container
-/// tier the box user's entry is Podman's keep-id one, whose shell h5i sets to the image's bash,
-/// where the shim is bound (`crate::container`'s `login_shell`).
-pub fn tee_shim_is_agent_shell(policy: &ResolvedPolicy) -> bool {
-    tee_shim_wired(policy)
 }
 
 /// A staged `command` claim (the tee shim's), read: the claim with its output heads taken out

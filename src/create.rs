@@ -81,10 +81,14 @@ pub fn create(
     let source = parse_source(&req.source)?;
     let policy = resolve_policy(store, &req.policy, host)?;
     // An image tier fails closed on an image the engine does not hold, before any state.
-    let image_pin = match crate::microvm::image_for_create(&policy)? {
+    let mut image_pin = match crate::microvm::image_for_create(&policy)? {
         Some(pin) => Some(pin),
         None => crate::container::image_for_create(&policy)?,
     };
+    // A Codex box's image must have the bash its tee shim is bound over.
+    if let Some(pin) = &mut image_pin {
+        crate::container::check_shim_image(&policy, pin)?;
+    }
     // An agent box at a kernel tier fails closed on an agent the box could not run.
     crate::agent::check_installed(&policy)?;
     // Who the box is on the host, before any state: a root caller without `h5i-box`'s range

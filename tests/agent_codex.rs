@@ -29,8 +29,10 @@ mod model;
 mod support;
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use agent::{Agent, DeniedHost, Model};
+use common::pty::{screen_text, Session};
 use model::{Api, Call, Kind, Turn};
 use serde_json::Value;
 
@@ -464,7 +466,7 @@ fn forged_shim_records_are_findings(test: &str, tier: &str, as_user: bool) {
         );
     }
     // The two accounts are compared at every tier: the shim is the agent's shell at each
-    // (`capture::tee_shim_is_agent_shell`; at the container tier the box user's login shell).
+    // (`capture::tee_shim_wired`; at the container tier the box user's login shell).
     for finding in cross_checked {
         assert!(
             problems.contains(finding),
@@ -519,4 +521,378 @@ fn the_tee_shim_records_a_command_and_forged_records_are_findings_at_the_contain
     if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
         forged_shim_records_are_findings(test, "container", true);
     }
+}
+
+/// The script of a person's session: they ask for the fix at Codex's prompt; the model reads
+/// the file, patches it and shows it, and stages the proposal.
+fn shell_script() -> Vec<Turn> {
+    let patch = "*** Begin Patch\n*** Update File: greeting.txt\n@@\n-helo wrld\n+hello world\n*** End Patch\n";
+    vec![
+        // The interactive Codex can run the first cell before its nested tools are there
+        // ("tools.exec_command is not a function", seen once in three runs): the cell waits
+        // for it, bounded (5 s).
+        Turn::calls(vec![exec(format!(
+            "for (let i = 0; i < 50 && typeof tools.exec_command !== 'function'; i++) {{ await new Promise(r => setTimeout(r, 100)); }} {}",
+            sh("cat greeting.txt")
+        ))])
+        .expecting("fix the greeting"),
+        Turn::calls(vec![exec(format!(
+            "await tools.apply_patch({}); {}",
+            Value::String(patch.to_owned()),
+            sh("cat greeting.txt")
+        ))])
+        .expecting("helo wrld"),
+        Turn::calls(vec![exec(sh(&agent::stage_proposal()))]).expecting("hello world"),
+        Turn::finish("The greeting is fixed.").expecting("staged"),
+    ]
+}
+
+/// A person runs `h5i box shell cx -- codex` at `tier`, on a real terminal: Codex's TUI comes
+/// up at its prompt (its app-server in-process: no unix socket, which the box may not make),
+/// they type the task and answer whether to trust the folder, the scripted model plays it, and
+/// they leave with Ctrl-C. The edit is in `box diff`; report.md lists each tool call
+/// (`inbox-capture`) and each command the shim saw (`tee-shim`) under the host-observed run of
+/// `codex`, with no gap between the two accounts; every model call carried the real key. Then
+/// the box's own tries at a unix socket are refused ([`no_unix_socket_for_the_box`]).
+fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, shell_script()) else {
+        return;
+    };
+    let mut env = m.env(&CODEX_AGENT);
+    env.push(("TERM", "xterm-256color"));
+    let argv = ["box", "shell", "cx", "--", "codex"];
+    let mut s = Session::spawn(c.h5i_cmd_with(&argv, &env), agent::SESSION_LIMIT);
+    s.expect_screen("Ask Codex to do anything");
+    s.send("fix the greeting in greeting.txt");
+    s.read_for(Duration::from_millis(500));
+    s.send("\r");
+    // The folder's trust is the person's to answer (the cursor starts on "Trust and
+    // continue"); the task waits for it.
+    s.expect_screen("Trust this folder?");
+    s.expect_screen("1. Trust and continue");
+    s.read_for(Duration::from_millis(500));
+    s.send("\r");
+    s.expect_screen("The greeting is fixed.");
+    s.send("\x03");
+    s.read_for(Duration::from_millis(300));
+    s.send("\x03");
+    let code = s.finish();
+    assert_eq!(code, 0, "at {tier}: {}", screen_text(&s.seen));
+    assert!(
+        m.service.problems().is_empty(),
+        "{:?}; the code-mode tools Codex offered: {:?}",
+        m.service.problems(),
+        offered_tools(&m)
+    );
+    let want = format!("{}{}", CODEX_AGENT.key_prefix, CODEX_AGENT.real);
+    let turns: Vec<_> = m
+        .service
+        .requests()
+        .into_iter()
+        .filter(|l| matches!(l.kind, Kind::Turn(_)))
+        .collect();
+    assert!(turns.len() >= 4, "at {tier}: {} turns", turns.len());
+    for l in &turns {
+        assert_eq!(l.seen.header(CODEX_AGENT.key_header), Some(want.as_str()));
+    }
+    let diff = c.ok(&["box", "diff", "cx"]);
+    assert!(diff.contains("+hello world"), "at {tier}: {diff}");
+    let report = agent::export_report(&c, "cx");
+    assert!(
+        agent::proposal_section(&report).contains(agent::PROPOSAL),
+        "{report}"
+    );
+    agent::tool_calls_listed(
+        &c,
+        "cx",
+        &report,
+        "codex",
+        &[
+            ("Bash", "cat greeting.txt"),
+            ("apply_patch", "*** Begin Patch"),
+            ("Bash", "cat greeting.txt"),
+            ("Bash", "printf"),
+        ],
+    );
+    let shim = agent::listed_under_run(&report, "codex", "tee-shim");
+    let want = ["cat greeting.txt", "cat greeting.txt", "printf"];
+    assert_eq!(shim.len(), want.len(), "at {tier}: {report}");
+    for (line, cmd) in shim.iter().zip(want) {
+        assert!(
+            line.contains(&format!("`tee-shim` (box-claimed) `{cmd}")),
+            "at {tier}: {line}"
+        );
+    }
+    let problems = agent::problems_section(&report);
+    assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
+    no_unix_socket_for_the_box(&mut c, &env, tier);
+}
+
+/// The `tools.NAME` Codex's first request offered the model's code-mode cell, by name.
+fn offered_tools(m: &Model) -> Vec<String> {
+    let first = m
+        .service
+        .requests()
+        .into_iter()
+        .find(|l| l.kind == Kind::Turn(0))
+        .map(|l| l.seen.all_text())
+        .unwrap_or_default();
+    let mut names: Vec<String> = first
+        .split("tools.")
+        .skip(1)
+        .map(|t| {
+            t.chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect()
+        })
+        .filter(|n: &String| !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// What the interactive Codex's background app-server would have done, and worse, tried by
+/// the box itself: make a unix socket in its own `~/.codex` and listen there, reach an
+/// abstract socket, and reach a host socket (Podman's). Prints `WHAT ERRNO` per try.
+const UNIX_TRIES: &str = r#"
+import errno, os, socket
+def name(e):
+    return errno.errorcode.get(e, str(e))
+tries = [("listen-home", os.path.expanduser("~/.codex/app-server.sock")),
+         ("abstract", "\0h5i-test-abstract"),
+         ("host", "/run/podman/podman.sock")]
+for what, addr in tries:
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    except OSError as e:
+        print(what, name(e.errno))
+        continue
+    try:
+        if what == "listen-home":
+            s.bind(addr)
+            s.listen(1)
+        else:
+            s.connect(addr)
+        print(what, "made")
+    except OSError as e:
+        print(what, "socket made, then", name(e.errno))
+"#;
+
+/// The box at `tier` makes no unix socket at all, as its policy says (`net.unix` off in
+/// `agent-codex`: a socket() there could reach a host listener): each of [`UNIX_TRIES`] is
+/// refused at socket() with EPERM, so the interactive Codex runs its server in-process
+/// (h5i's system config sets `daemon_auto_start = false`), never over a socket.
+fn no_unix_socket_for_the_box(c: &mut common::Caller, env: &[(&str, &str)], tier: &str) {
+    let out = c.h5i_bounded(
+        &["box", "run", "cx", "--", "python3", "-c", UNIX_TRIES],
+        env,
+        agent::SESSION_LIMIT,
+    );
+    let said = common::stdout(&out);
+    assert!(
+        out.status.success(),
+        "at {tier}: {said}{}",
+        common::stderr(&out)
+    );
+    assert_eq!(
+        said.lines().collect::<Vec<_>>(),
+        ["listen-home EPERM", "abstract EPERM", "host EPERM"],
+        "at {tier}, the box made a unix socket"
+    );
+}
+
+/// [`no_unix_socket_for_the_box`] in a fresh Codex box at `tier`.
+fn the_box_makes_no_unix_socket(test: &str, tier: &str, as_user: bool) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, Vec::new()) else {
+        return;
+    };
+    no_unix_socket_for_the_box(&mut c, &m.env(&CODEX_AGENT), tier);
+}
+
+#[test]
+fn a_codex_box_makes_no_unix_socket_at_the_process_tier() {
+    let test = "a_codex_box_makes_no_unix_socket_at_the_process_tier";
+    if agent::have_agent(test, CODEX) {
+        the_box_makes_no_unix_socket(test, "process", false);
+    }
+}
+
+#[test]
+fn a_codex_box_makes_no_unix_socket_at_the_supervised_tier_as_h5i_test() {
+    let test = "a_codex_box_makes_no_unix_socket_at_the_supervised_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        the_box_makes_no_unix_socket(test, "supervised", true);
+    }
+}
+
+#[test]
+fn a_codex_box_makes_no_unix_socket_at_the_container_tier() {
+    let test = "a_codex_box_makes_no_unix_socket_at_the_container_tier";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        the_box_makes_no_unix_socket(test, "container", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_process_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_process_tier";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "process", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_process_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_process_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "process", true);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_supervised_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_supervised_tier";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "supervised", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_supervised_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_supervised_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_in_box_shell(test, "supervised", true);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_container_tier() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_container_tier";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_in_box_shell(test, "container", false);
+    }
+}
+
+#[test]
+fn a_person_runs_codex_in_box_shell_at_the_container_tier_as_h5i_test() {
+    let test = "a_person_runs_codex_in_box_shell_at_the_container_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) && agent::image_built(test, CODEX_AGENT.image) {
+        codex_in_box_shell(test, "container", true);
+    }
+}
+
+/// A Codex box at the container tier in an image with no bash (the busybox test image): the
+/// tee shim, which records each command Codex runs, is bound over the image's bash, so create
+/// refuses with the mend and leaves no box.
+#[test]
+fn a_codex_box_in_an_image_without_bash_is_refused_at_create() {
+    let test = "a_codex_box_in_an_image_without_bash_is_refused_at_create";
+    if !agent::have_agent(test, CODEX) {
+        return;
+    }
+    let c = common::Caller::root()
+        .with_env("H5I_NO_PROBE_CACHE", "1")
+        .with_env("H5I_CONTAINER_USER", common::TEST_USER);
+    let image = common::caller::container_image();
+    let out = c.h5i(&[
+        "box",
+        "create",
+        "cx",
+        "--profile",
+        "agent-codex",
+        "--isolation",
+        "container",
+        "--image",
+        image,
+    ]);
+    let err = common::stderr(&out);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("refusing: the image {image} has no bash"))
+            && err.contains("; to fix: use an image with bash"),
+        "{err}"
+    );
+    assert!(!c.box_dir("cx").exists(), "create left the box behind");
+    assert!(!common::stdout(&c.h5i(&["box", "ls"])).contains("cx"));
+}
+
+/// The image `localhost/h5i-agent-codex` with an entry of its own for the engine user's uid
+/// (the box user under `--userns=keep-id`) whose shell is `/bin/sh`: Podman then writes no
+/// entry, so Codex runs its commands through `/bin/sh`, past h5i's shim over bash. Built once
+/// (a layer over the project's image), into the test user's storage.
+fn own_passwd_image(test: &str) -> Option<&'static str> {
+    const IMAGE: &str = "localhost/h5i-test-codex-own-passwd:latest";
+    if !agent::image_built(test, CODEX_AGENT.image) {
+        return None;
+    }
+    let uid = common::caller::uid_of(common::TEST_USER);
+    let containerfile = format!(
+        "FROM {}\nUSER root\nRUN echo 'own:x:{uid}:{uid}:own entry:/tmp:/bin/sh' >> /etc/passwd\n",
+        CODEX_AGENT.image
+    );
+    // The build context: a directory of the test's that the test user can read.
+    let dir = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.path().join("Containerfile");
+    std::fs::write(&file, containerfile).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = std::process::Command::new("runuser")
+        .args([
+            "-u",
+            common::TEST_USER,
+            "--",
+            "podman",
+            "build",
+            "-q",
+            "-t",
+            IMAGE,
+            "-f",
+        ])
+        .arg(&file)
+        .arg(dir.path())
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "podman build of {IMAGE}: {}",
+        common::stderr(&out)
+    );
+    Some(IMAGE)
+}
+
+/// A Codex box made in [`own_passwd_image`]: Codex would run its commands through that
+/// entry's `/bin/sh`, past h5i's shim over bash, so the box's pin keeps why from create, and
+/// report.md says the hooks-vs-shim cross-check does not apply to this box and why (the
+/// image's own entry and its shell) instead of reading each `Bash` call as a gap.
+#[test]
+fn an_image_with_its_own_passwd_entry_says_the_shim_cross_check_does_not_apply() {
+    let test = "an_image_with_its_own_passwd_entry_says_the_shim_cross_check_does_not_apply";
+    if !agent::have_agent(test, CODEX) {
+        return;
+    }
+    let Some(image) = own_passwd_image(test) else {
+        return;
+    };
+    let agent = Agent {
+        image,
+        ..CODEX_AGENT
+    };
+    let c = agent::greeting_box(&agent, "cx", "container", false);
+    let pin = std::fs::read_to_string(c.box_dir("cx").join("container-image.json")).unwrap();
+    assert!(pin.contains("login shell `/bin/sh`"), "{pin}");
+    let report = agent::export_report(&c, "cx");
+    let problems = agent::problems_section(&report);
+    let uid = common::caller::uid_of(common::TEST_USER);
+    assert!(
+        problems.contains(&format!(
+            "the cross-check of the hooks' `Bash` calls against the shell shim's commands does not apply to this box: the image's own /etc/passwd gives the box user (uid {uid}) the login shell `/bin/sh`"
+        )),
+        "{problems}"
+    );
 }

@@ -166,7 +166,7 @@ impl Fixture {
             proposal: None,
             box_profile: "default",
             tee_shim: false,
-            shim_is_agent_shell: false,
+            shim_not_agent_shell: None,
             unchecked_secrets: &[],
         }
     }
@@ -847,7 +847,7 @@ fn crash_child_helper() {
         proposal: None,
         box_profile: "default",
         tee_shim: false,
-        shim_is_agent_shell: false,
+        shim_not_agent_shell: None,
         unchecked_secrets: &[],
     };
     let _ = export_with_hook(&req, &mut |name| {

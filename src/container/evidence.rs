@@ -495,6 +495,7 @@ mod tests {
                 name: "localhost/i".into(),
                 id: "sha256:ab".into(),
                 digest: None,
+                shim_not_agent_shell: None,
             },
             cgroup_parent: None,
             limits_unheld: None,

@@ -31,6 +31,10 @@ pub struct PinnedImage {
     pub id: String,
     /// The manifest digest, when Podman knows one (`sha256:...`).
     pub digest: Option<String>,
+    /// For a Codex box: why h5i's tee shim is not the shell its agent runs commands through
+    /// in this image (`super::check_shim_image`), when it is not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shim_not_agent_shell: Option<String>,
 }
 
 /// Look `name` up in the engine's storage: `Ok(None)` when it is not there.
@@ -71,6 +75,7 @@ pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxEr
         name: name.to_owned(),
         id: format!("sha256:{id}"),
         digest,
+        shim_not_agent_shell: None,
     }))
 }
 

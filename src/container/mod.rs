@@ -33,6 +33,7 @@ pub mod engine_ns;
 pub mod evidence;
 pub mod hooks_dir;
 pub mod image;
+mod image_shell;
 pub mod orphans;
 pub mod podman_args;
 pub mod probe;
@@ -422,6 +423,13 @@ pub fn run(
         &sources.hook,
         &box_vars,
     )?;
+    // What the export says of the shim's cross-check follows what this run's box user got
+    // (a pin from before the create-time check, or an engine user of another uid).
+    if agent.shim_not_agent_shell != image.shim_not_agent_shell {
+        let mut pin = image.clone();
+        pin.shim_not_agent_shell = agent.shim_not_agent_shell.clone();
+        image::write_pin(&sb.paths.dir, &pin)?;
+    }
     by_name.extend(broker.by_name.iter().cloned());
     let hooks: Vec<Vec<String>> = std::iter::once(vec![
         sources.hook.display().to_string(),
@@ -558,6 +566,48 @@ struct AgentBinds {
     /// The box user's login shell, when it must not be Podman's `/bin/sh` (a Codex box's
     /// bash, where the tee shim is: [`PodmanRun::login_shell`](podman_args::PodmanRun)).
     login_shell: Option<String>,
+    /// Why the tee shim is not the shell a Codex box's agent runs its commands through, when
+    /// it is not ([`shim_not_agent_shell`]).
+    shim_not_agent_shell: Option<String>,
+}
+
+/// Why the tee shim cannot be the agent's shell in a box of `shell`'s image run by `engine`
+/// (the box user's uid is the engine user's: `--userns=keep-id`): the image has no bash, or
+/// its own passwd entry for that uid names another shell.
+fn shim_not_agent_shell(shell: &image_shell::ImageShell, engine: &Engine) -> Option<String> {
+    match &shell.bash {
+        None => Some("the box's image has no bash, over which h5i binds its shell shim".into()),
+        Some(_) => shell.not_agent_shell(engine.uid),
+    }
+}
+
+/// At create, for a Codex box at this tier (`pin` is its image): refuse an image with no bash
+/// (the tee shim, which records each command the agent runs, is bound over the image's bash),
+/// and keep in the pin why the shim cannot be the agent's shell when the image's own passwd
+/// entry for the box user names another shell (the report then says the cross-check of the
+/// hooks' `Bash` calls against the shim's commands does not apply, rather than finding gaps).
+pub fn check_shim_image(
+    policy: &ResolvedPolicy,
+    pin: &mut image::PinnedImage,
+) -> Result<(), BoxError> {
+    if policy.tier != h5i_policy::Tier::Container
+        || policy.agent != Some(h5i_policy::AgentRuntime::Codex)
+    {
+        return Ok(());
+    }
+    let engine = engine_for_run()?;
+    let shell = image_shell::of_image(&engine, &pin.id)?;
+    if shell.bash.is_none() {
+        return Err(refuse(
+            format!(
+                "the image {} has no bash (/usr/bin/bash or /bin/bash): a Codex box's shell shim, which records each command the agent runs, is bound over it",
+                pin.name
+            ),
+            "use an image with bash (`make images` builds localhost/h5i-agent-codex:latest), or a profile without the Codex agent",
+        ));
+    }
+    pin.shim_not_agent_shell = shim_not_agent_shell(&shell, &engine);
+    Ok(())
 }
 
 /// An agent box's skill, its settings from h5i and the capture hook, all read-only, written
@@ -583,6 +633,7 @@ fn agent_binds(
             binds: Vec::new(),
             config_tmpfs: None,
             login_shell: None,
+            shim_not_agent_shell: None,
         });
     };
     let ro = |source: PathBuf, dest: &str| Bind {
@@ -637,6 +688,7 @@ fn agent_binds(
                 binds,
                 config_tmpfs: Some(config_dir),
                 login_shell: None,
+                shim_not_agent_shell: None,
             }
         }
         AgentRuntime::Codex => {
@@ -646,8 +698,9 @@ fn agent_binds(
             // which Podman's keep-id entry makes `/bin/sh`: the entry names the shim instead.
             use h5i_hook::tee_shim::{REAL_BASH, SHIM_AT};
             let mut login_shell = None;
-            if let Some(bash) = image_bash(engine, image_id, run_dir)? {
-                binds.push(ro(bash, REAL_BASH));
+            let shell = image_shell::of_image(engine, image_id)?;
+            if let Some(bash) = &shell.bash {
+                binds.push(ro(bash.clone(), REAL_BASH));
                 binds.extend(SHIM_AT.iter().map(|at| ro(hook.to_path_buf(), at)));
                 login_shell = SHIM_AT.first().map(|s| (*s).to_owned());
             }
@@ -655,52 +708,10 @@ fn agent_binds(
                 binds,
                 config_tmpfs: None,
                 login_shell,
+                shim_not_agent_shell: shim_not_agent_shell(&shell, engine),
             }
         }
     })
-}
-
-/// The pinned image's own bash for a Codex box's tee shim, copied into the run directory
-/// (`podman create` of the image, `podman cp` of its first `bash` of
-/// `h5i_hook::tee_shim::SHIM_AT` (Podman resolves links inside the image's root), `podman
-/// rm`: nothing of the image runs); removed with the run. `None` when the image has no bash
-/// (nor then a shell shim to bind: the box has no bash for the agent to run).
-fn image_bash(
-    engine: &Engine,
-    image_id: &str,
-    run_dir: &mut RunDir,
-) -> Result<Option<PathBuf>, BoxError> {
-    let made = engine
-        .podman()
-        .args([
-            "create",
-            "--pull=never",
-            "--network",
-            "none",
-            image_id,
-            "true",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .map_err(|e| BoxError::io(Path::new("podman"), e))?;
-    let id = String::from_utf8_lossy(&made.stdout).trim().to_owned();
-    if !made.status.success() || id.is_empty() {
-        return Err(refuse(
-            format!("Podman could not create a container of the box's image {image_id} to copy its bash out for the tee shim"),
-            "check the image is still there (`podman images`) and run it again",
-        ));
-    }
-    let dest = run_dir.out.join("bash");
-    let copied = h5i_hook::tee_shim::SHIM_AT
-        .iter()
-        .any(|at| engine.podman_quiet(&["cp", &format!("{id}:{at}"), &dest.to_string_lossy()]));
-    engine.podman_quiet(&["rm", "--force", &id]);
-    if !copied {
-        return Ok(None);
-    }
-    run_dir.files.push(dest.clone());
-    Ok(Some(dest))
 }
 
 /// Remove what container runs whose h5i was killed left running (`orphans`); best effort, and

@@ -134,8 +134,9 @@ pub struct ExportRequest<'a> {
     pub box_profile: &'a str,
     /// Whether h5i bound the tee shim into the box (`crate::capture::tee_shim_wired`).
     pub tee_shim: bool,
-    /// Whether the shim is the agent's shell (`crate::capture::tee_shim_is_agent_shell`).
-    pub shim_is_agent_shell: bool,
+    /// Why the shim is not the shell the agent runs its commands through, when it is not
+    /// (`crate::container::check_shim_image`).
+    pub shim_not_agent_shell: Option<&'a str>,
     /// Granted secrets not scanned for (`--skip-secret-check`), `NAME (env:VAR)`.
     pub unchecked_secrets: &'a [String],
 }
@@ -205,7 +206,7 @@ pub fn export_with_hook(
         patch_sha256: &patch_sha256,
         notices: &notices,
         tee_shim: req.tee_shim,
-        shim_is_agent_shell: req.shim_is_agent_shell,
+        shim_not_agent_shell: req.shim_not_agent_shell,
     };
     let rendered = report::render_report(&input, req.redactor, req.caps.report)?;
     let receipt = report::render_receipt(&input, req.redactor, req.caps.receipt)?;

@@ -74,10 +74,11 @@ pub struct ReportInput<'a> {
     /// `Bash` call its hooks claim should have the shim's record of the command, and a
     /// `tee-shim` record in any other box is forged.
     pub tee_shim: bool,
-    /// Whether the shim is the shell the agent runs its commands through
-    /// (`crate::capture::tee_shim_is_agent_shell`): only then is a `Bash` call without the
-    /// shim's record, or a shim record without a call, a finding.
-    pub shim_is_agent_shell: bool,
+    /// Why the shim is not the shell the agent runs its commands through, when it is not
+    /// (`crate::container::check_shim_image`): only when it is, is a `Bash` call without the
+    /// shim's record, or a shim record without a call, a finding; else the report says the
+    /// cross-check does not apply, and why.
+    pub shim_not_agent_shell: Option<&'a str>,
 }
 
 /// A rendered `report.md`.
@@ -727,6 +728,12 @@ fn shown(c: &dyn Fn(&str) -> String, text: &str) -> String {
 fn shim_gaps(input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) -> Vec<String> {
     let records = &input.receipts.records;
     let mut problems = Vec::new();
+    if let (true, Some(why)) = (input.tee_shim, input.shim_not_agent_shell) {
+        problems.push(format!(
+            "- the cross-check of the hooks' `Bash` calls against the shell shim's commands does not apply to this box: {}",
+            c(why)
+        ));
+    }
     let mut segments: Vec<&[ReceiptRecord]> = Vec::new();
     let mut from = 0;
     for (i, r) in records.iter().enumerate() {
@@ -754,7 +761,7 @@ fn shim_gaps(input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) -> Vec<String>
                 if argv.first().is_some_and(|a| a.rsplit('/').next() == Some("codex")))
         });
         let calls = tool_calls(seg);
-        let cross_check = input.shim_is_agent_shell && (agent_run || !calls.is_empty());
+        let cross_check = input.shim_not_agent_shell.is_none() && (agent_run || !calls.is_empty());
         let mut unmatched: Vec<&ShimCommand<'_>> = Vec::new();
         for s in &shim {
             if s.command.is_none() {
@@ -1078,7 +1085,7 @@ mod tests {
             patch_sha256: "ff",
             notices: &[],
             tee_shim: false,
-            shim_is_agent_shell: false,
+            shim_not_agent_shell: None,
         }
     }
 
@@ -1312,7 +1319,6 @@ mod tests {
         let g = gated();
         let mut i = input(&receipts, &g, "process", None);
         i.tee_shim = true;
-        i.shim_is_agent_shell = true;
         let r = render_report(&i, &Redactor::default(), 1 << 20).unwrap();
         let ran = r.text.split(SECTIONS[1]).nth(1).unwrap();
         let lines: Vec<&str> = ran.lines().filter(|l| l.contains(" #")).collect();
@@ -1329,6 +1335,39 @@ mod tests {
         assert!(lines[0].starts_with("- #1 `host-env-run` (host-observed)"));
         let problems = r.text.split(SECTIONS[6]).nth(1).unwrap();
         assert!(!problems.contains("shell shim"), "{problems}");
+    }
+
+    #[test]
+    fn a_box_whose_shim_is_not_the_agents_shell_says_so_and_finds_no_gap() {
+        let receipts = ReceiptReadout {
+            records: vec![
+                run(1, ReceiptLane::HostEnvRun, &["codex", "exec", "x"], None),
+                staged(2, "PreToolUse", "Bash", "t1", "make test"),
+                staged(3, "PostToolUse", "Bash", "t1", "make test"),
+            ],
+            damaged: vec![],
+        };
+        let g = gated();
+        let mut i = input(&receipts, &g, "container", None);
+        i.tee_shim = true;
+        let problems = |i: &ReportInput<'_>| {
+            let r = render_report(i, &Redactor::default(), 1 << 20).unwrap();
+            r.text.split(SECTIONS[6]).nth(1).unwrap().to_owned()
+        };
+        // The shim is the agent's shell: the call without the shim's record is a finding.
+        assert!(
+            problems(&i).contains("shell shim recorded no such command"),
+            "{}",
+            problems(&i)
+        );
+        i.shim_not_agent_shell = Some("the image's own /etc/passwd gives uid 7 `/bin/sh`\x1b");
+        let said = problems(&i);
+        assert!(
+            said.contains("- the cross-check of the hooks' `Bash` calls against the shell shim's commands does not apply to this box: the image's own /etc/passwd gives uid 7 `/bin/sh`"),
+            "{said}"
+        );
+        assert!(!said.contains("recorded no such command"), "{said}");
+        assert!(!said.contains('\x1b'), "{said:?}");
     }
 
     #[test]
