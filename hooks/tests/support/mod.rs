@@ -3,7 +3,8 @@
 //! 198.18.0.0/15 addresses, listeners the test made), cgroups and output capture are
 //! h5i-testsupport's, re-exported here.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a part of this module and of what it re-exports.
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,8 @@
 //! Shared helpers for the h5i-runc integration tests: busybox bundles, the probe helper, running
 //! the binary, waiting on pids through pidfds (never sleep loops).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a part of this module and of what it re-exports.
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -11,8 +12,6 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 pub use h5i_testsupport::cgroup::{own_cgroup, Delegated};
-// The crash test uses it, the others do not.
-#[allow(unused_imports)]
 pub use h5i_testsupport::dice;
 pub use h5i_testsupport::process::run_to_files;
 
