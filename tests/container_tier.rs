@@ -22,7 +22,6 @@ mod support;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use common::testnet::TestHosts;
 use common::{stderr, stdout, Repo};
@@ -813,20 +812,7 @@ fn the_engine_user_cannot_redirect_a_root_box_onto_a_host_path_of_its_choice() {
 
 /// The static `netprobe` (hooks/tests/support/netprobe.c), built once per test binary.
 fn netprobe() -> &'static Path {
-    static PROBE: OnceLock<PathBuf> = OnceLock::new();
-    PROBE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("hooks/tests/support/netprobe.c");
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("h5i-ct-netprobe-{}", std::process::id()));
-        let st = Command::new("cc")
-            .args(["-static", "-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("cc must be installed to build the netprobe helper");
-        assert!(st.success(), "building netprobe failed");
-        out
-    })
+    h5i_testsupport::process::netprobe(env!("CARGO_TARGET_TMPDIR"))
 }
 
 /// `net.unix` decides `socket(AF_UNIX)` inside a container box, asked of the kernel from

@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use h5i_policy::receipt::{NetTally, PinnedRule};
+use h5i_testsupport::cgroup::{delegate, Delegated};
+use h5i_testsupport::podman::{remove_cgroup_parent, unmount_under};
 use support::*;
 
 /// The probes every box runs, in order, and what each must answer. `{A2}`/`{A3}` are the
@@ -287,27 +289,7 @@ fn nft_in_the_box_cannot_alter_its_table_even_without_the_socket_gate() {
 /// again for this test's own cgroup).
 fn delegate_cgroup_to(uid: u32) -> String {
     let rel = format!("{}/h5i", own_cgroup().trim_end_matches('/'));
-    for h in hierarchies() {
-        let dir = PathBuf::from(format!("{}{rel}", h.display()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cpus = dir.join("cpuset.cpus");
-        if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
-            let parent = dir.parent().unwrap();
-            for f in ["cpuset.cpus", "cpuset.mems"] {
-                std::fs::write(dir.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
-            }
-        }
-        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
-            let p = if f.is_empty() {
-                dir.clone()
-            } else {
-                dir.join(f)
-            };
-            if p.exists() {
-                std::os::unix::fs::chown(&p, Some(uid), Some(uid)).unwrap();
-            }
-        }
-    }
+    delegate(&rel, uid, Some(uid));
     rel
 }
 
@@ -484,23 +466,6 @@ fn read_cid(cidfile: &Path) -> String {
         .to_string()
 }
 
-/// Unmount whatever containers/storage left mounted under `dir`, deepest first.
-fn unmount_under(dir: &Path) {
-    let prefix = dir.to_string_lossy().into_owned();
-    let mut mounts: Vec<PathBuf> = std::fs::read_to_string("/proc/self/mountinfo")
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(PathBuf::from))
-        .filter(|m| m.starts_with(&prefix))
-        .collect();
-    mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-    for m in mounts {
-        let c = std::ffi::CString::new(m.to_string_lossy().as_bytes()).unwrap();
-        // SAFETY: umount2 with a valid NUL-terminated path and MNT_DETACH.
-        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// Whether the run's net directory outlived the run; removed here either way, so a failing
 /// assertion leaves nothing behind.
 fn outlived(net_dir: &Path) -> bool {
@@ -593,9 +558,7 @@ impl Drop for RootfulPodman {
         let _ = self.podman(&["rm".into(), "--all".into(), "--force".into()]);
         let _ = self.podman(&["rmi".into(), "--all".into(), "--force".into()]);
         unmount_under(self.dir.path());
-        for suffix in ["/conmon", ""] {
-            remove_cgroup(&format!("{}{suffix}", self.cgroup_parent));
-        }
+        remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 
@@ -759,37 +722,12 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
         ),
     )
     .unwrap();
-    let rel = format!(
-        "{}/h5i-net-rootless-{}",
-        own_cgroup().trim_end_matches('/'),
-        std::process::id()
-    );
-    let mut procs = Vec::new();
-    for h in hierarchies() {
-        let d = PathBuf::from(format!("{}{rel}", h.display()));
-        std::fs::create_dir_all(&d).unwrap();
-        if d.join("cpuset.cpus").exists() {
-            fill_cpuset_down(&h, &rel);
-        }
-        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
-            let q = if f.is_empty() { d.clone() } else { d.join(f) };
-            if q.exists() {
-                std::os::unix::fs::chown(&q, Some(uid), Some(uid)).unwrap();
-            }
-        }
-        procs.push(d.join("cgroup.procs").display().to_string());
-    }
-    // Root moves this shell into the delegated cgroups, then becomes the user.
-    let script = format!(
-        "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
-        procs.join(" ")
-    );
+    // Root moves this shell into cgroups delegated to the user, then becomes the user.
+    let cgroups = Delegated::new("h5i-net-rootless", uid, uid);
     let podman = |args: &[String]| {
         run_to_files(
-            Command::new("sh")
-                .args([
-                    "-c", &script, "sh", "runuser", "-u", "h5i-test", "--", "env",
-                ])
+            cgroups
+                .command_as("h5i-test")
                 .arg(format!("XDG_RUNTIME_DIR={}", xdg.display()))
                 .arg(format!(
                     "CONTAINERS_CONF={}",
@@ -837,9 +775,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
         }
     }
     unmount_under(&p);
-    let h5i_runc_cgroup = format!("{rel}/h5i-runc");
-    remove_cgroup(&h5i_runc_cgroup);
-    remove_cgroup(&rel);
+    drop(cgroups);
     assert!(
         out.status.success(),
         "rootless podman run: {:?}\n{}\nsentry log:\n{log}",
@@ -852,24 +788,6 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     assert_uplink(&log, UplinkSeen::Slirp { sandboxed: true });
     let t: NetTally = serde_json::from_str(&tally.unwrap()).unwrap();
     check_tally(&t, &hosts);
-}
-
-/// Fill empty `cpuset.cpus`/`cpuset.mems` down `rel` under the cpuset hierarchy `root`, each
-/// from its parent (a new cpuset group is empty, and the user could not fill it).
-fn fill_cpuset_down(root: &Path, rel: &str) {
-    for file in ["cpuset.cpus", "cpuset.mems"] {
-        let mut cur = root.to_path_buf();
-        let mut value = std::fs::read_to_string(cur.join(file)).unwrap();
-        for comp in Path::new(rel.trim_start_matches('/')).components() {
-            cur.push(comp);
-            let here = std::fs::read_to_string(cur.join(file)).unwrap();
-            if here.trim().is_empty() {
-                std::fs::write(cur.join(file), value.trim()).unwrap();
-            } else {
-                value = here;
-            }
-        }
-    }
 }
 
 /// A box whose network cannot be supervised never starts: the hooks refuse, say why, and

@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use support::*;
@@ -145,27 +145,9 @@ impl Drop for Podman {
         let _ = self.run(&["rmi", "--all", "--force"]);
         // containers/storage keeps a private bind mount of its overlay dir: unmount everything
         // under our directory before the TempDir removes it.
-        let prefix = self.dir.path().to_string_lossy().into_owned();
-        let mut mounts: Vec<PathBuf> = std::fs::read_to_string("/proc/self/mountinfo")
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| l.split_whitespace().nth(4).map(PathBuf::from))
-            .filter(|m| m.starts_with(&prefix))
-            .collect();
-        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
-        for m in mounts {
-            let c = std::ffi::CString::new(m.to_string_lossy().as_bytes()).unwrap();
-            // SAFETY: umount2 with a valid NUL-terminated path and MNT_DETACH.
-            unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
-        }
+        h5i_testsupport::podman::unmount_under(self.dir.path());
         // Podman/conmon leave `<parent>/conmon` and the parent itself: remove them if empty.
-        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
-            for h in hierarchies.flatten() {
-                let base = format!("{}{}", h.path().display(), self.cgroup_parent);
-                let _ = std::fs::remove_dir(format!("{base}/conmon"));
-                let _ = std::fs::remove_dir(&base);
-            }
-        }
+        h5i_testsupport::podman::remove_cgroup_parent(&self.cgroup_parent);
     }
 }
 

@@ -13,6 +13,8 @@ pub mod testnet;
 
 #[allow(unused_imports)]
 pub use caller::{as_user, Caller, TEST_USER};
+/// Whether this test runs as root; otherwise says `skipped: <test>: <why>` on stderr, loudly.
+pub use h5i_testsupport::require_root;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -21,20 +23,7 @@ pub const H5I: &str = env!("CARGO_BIN_EXE_h5i");
 
 /// The static syscall probe (runtime/tests/support/probe.c), built once per test binary.
 pub fn probe() -> &'static Path {
-    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    P.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-        let out = dir.join(format!("h5i-probe-{}", std::process::id()));
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("runtime/tests/support/probe.c");
-        let st = Command::new("cc")
-            .args(["-static", "-O2", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .unwrap();
-        assert!(st.success(), "building the probe failed");
-        out
-    })
+    h5i_testsupport::process::probe(env!("CARGO_TARGET_TMPDIR"))
 }
 
 /// Copy the program `src` to `dst` with `cp`, a child process: a write descriptor this
@@ -81,16 +70,6 @@ pub fn with_controlling_terminal(cmd: &mut Command) {
             Ok(())
         });
     }
-}
-
-/// Whether this test runs as root; otherwise says `skipped: <test>: <why>` on stderr, loudly.
-pub fn require_root(test: &str, why: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    eprintln!("skipped: {test}: needs root ({why})");
-    false
 }
 
 /// A scratch git repository with one commit on `main`.
@@ -350,72 +329,15 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
 /// cgroup (a test may run in another session's cgroup than the one setup saw): `<own>/h5i` in
 /// every v1 hierarchy (or the unified one), owned by the user.
 pub fn delegate_cgroup_to(uid: u32) {
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    let anchor = own
-        .lines()
-        .find_map(|l| {
-            if v2 {
-                l.strip_prefix("0::")
-            } else {
-                l.split_once(":memory:").map(|(_, p)| p)
-            }
-        })
-        .unwrap()
-        .trim_start_matches('/')
-        .to_string();
-    let roots: Vec<PathBuf> = if v2 {
-        vec![PathBuf::from("/sys/fs/cgroup")]
-    } else {
-        std::fs::read_dir("/sys/fs/cgroup")
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
-            .collect()
-    };
-    for root in roots {
-        let dir = root.join(&anchor).join("h5i");
-        // Level by level from the hierarchy's root: a cpuset group made here starts with no
-        // cpus or mems (a fresh session's anchor may not exist in this hierarchy yet), and a
-        // task can join it only once both are copied down from its parent.
-        let mut level = root.clone();
-        for part in Path::new(&anchor).join("h5i").components() {
-            let parent = level.clone();
-            level.push(part);
-            let _ = std::fs::create_dir(&level);
-            let cpus = level.join("cpuset.cpus");
-            if cpus.exists() && std::fs::read_to_string(&cpus).unwrap().trim().is_empty() {
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    std::fs::write(level.join(f), std::fs::read(parent.join(f)).unwrap()).unwrap();
-                }
-            }
-        }
-        for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
-            let p = if f.is_empty() {
-                dir.clone()
-            } else {
-                dir.join(f)
-            };
-            if p.exists() {
-                std::os::unix::fs::chown(&p, Some(uid), None).unwrap();
-            }
-        }
-    }
+    let own = h5i_testsupport::cgroup::own_cgroup();
+    h5i_testsupport::cgroup::delegate(&format!("{}/h5i", own.trim_end_matches('/')), uid, None);
 }
 
 /// A static C helper from this repository (`src`, relative to the workspace root) built with
 /// `cc -static` into the test target dir as `name`.
 pub fn static_helper(src: &str, name: &str) -> PathBuf {
     let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(src);
-    let st = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .status()
-        .expect("cc must be installed to build the test helpers");
-    assert!(st.success(), "building {} failed", src.display());
+    h5i_testsupport::process::build_static(&h5i_testsupport::process::workspace_path(src), &out);
     out
 }
 

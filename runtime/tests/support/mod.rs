@@ -1,17 +1,20 @@
 //! Shared helpers for the h5i-runc integration tests: busybox bundles, the probe helper, running
 //! the binary, waiting on pids through pidfds (never sleep loops).
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+// Each test binary uses a part of this module and of what it re-exports.
+#![allow(dead_code, unused_imports, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-#[path = "../../../tests/common/dice.rs"]
-pub mod dice;
+pub use h5i_testsupport::cgroup::{own_cgroup, Delegated};
+pub use h5i_testsupport::dice;
+pub use h5i_testsupport::process::run_to_files;
+
 pub mod rootless;
 
 /// The binary under test: `h5i-runc`, a binary of the root package (so `cargo install --path .`
@@ -37,35 +40,12 @@ pub fn bin() -> &'static str {
 
 /// True when the test can run; prints a loud skip line otherwise.
 pub fn require_root(test: &str) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: {test}: needs root (runs real containers)");
-        return false;
-    }
-    true
+    h5i_testsupport::require_root(test, "runs real containers")
 }
 
 /// A unique container id for this test process.
 pub fn id(name: &str) -> String {
     format!("{name}-{}", std::process::id())
-}
-
-/// The caller's memory cgroup (the v1 anchor here; `0::` path on v2).
-pub fn own_cgroup() -> String {
-    let text = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let v1 = text.lines().find_map(|l| {
-        let mut p = l.splitn(3, ':');
-        let (_, ctrls, path) = (p.next()?, p.next()?, p.next()?);
-        ctrls
-            .split(',')
-            .any(|c| c == "memory")
-            .then(|| path.to_string())
-    });
-    v1.or_else(|| {
-        text.lines()
-            .find_map(|l| l.strip_prefix("0::").map(str::to_string))
-    })
-    .unwrap()
 }
 
 /// Mount points of every cgroup hierarchy (v1 and the hybrid's cgroup2).
@@ -89,20 +69,7 @@ pub fn test_cgroup(id: &str) -> String {
 
 /// Path of the static probe helper (compiled once per test binary).
 pub fn probe() -> &'static Path {
-    static PROBE: OnceLock<PathBuf> = OnceLock::new();
-    PROBE.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/probe.c");
-        let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("h5i-probe-{}", std::process::id()));
-        let st = Command::new("cc")
-            .args(["-static", "-O1", "-o"])
-            .arg(&out)
-            .arg(&src)
-            .status()
-            .expect("cc must be installed to build the probe helper");
-        assert!(st.success(), "building the probe helper failed");
-        out
-    })
+    h5i_testsupport::process::probe(env!("CARGO_TARGET_TMPDIR"))
 }
 
 /// A busybox-static bundle in a temp dir.
@@ -305,37 +272,10 @@ impl Drop for Runtime {
                 }
             }
         }
-        let rel = format!("{}/h5i-runc-test", own_cgroup().trim_end_matches('/'));
-        if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
-            for h in hierarchies.flatten() {
-                let _ = std::fs::remove_dir(format!("{}{rel}", h.path().display()));
-            }
-        }
-        let _ = std::fs::remove_dir(format!("/sys/fs/cgroup{rel}"));
-    }
-}
-
-/// Run `cmd` with stdin closed and stdout/stderr captured through temp files.
-pub fn run_to_files(cmd: &mut Command) -> Output {
-    let mut out = tempfile::tempfile().unwrap();
-    let mut err = tempfile::tempfile().unwrap();
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(out.try_clone().unwrap())
-        .stderr(err.try_clone().unwrap())
-        .status()
-        .unwrap();
-    let read = |f: &mut std::fs::File| {
-        use std::io::{Read, Seek};
-        f.rewind().unwrap();
-        let mut v = Vec::new();
-        f.read_to_end(&mut v).unwrap();
-        v
-    };
-    Output {
-        status,
-        stdout: read(&mut out),
-        stderr: read(&mut err),
+        h5i_testsupport::cgroup::remove(&format!(
+            "{}/h5i-runc-test",
+            own_cgroup().trim_end_matches('/')
+        ));
     }
 }
 
@@ -382,118 +322,6 @@ pub fn test_user(test: &str) -> Option<(String, u32, u32)> {
         None => {
             eprintln!("skipped: {test}: no user {user} (scripts/setup-host.sh creates it)");
             None
-        }
-    }
-}
-
-/// Cgroups root delegates to a user: `<own>/<name>-<pid>` in every hierarchy (on cgroup v1 an
-/// unprivileged user can only make cgroups in a directory root delegated), removed on drop.
-pub struct Delegated {
-    /// The path relative to each hierarchy's root.
-    pub rel: String,
-    /// The delegated directory in each hierarchy.
-    pub dirs: Vec<PathBuf>,
-}
-
-impl Delegated {
-    pub fn new(name: &str, uid: u32, gid: u32) -> Delegated {
-        let rel = format!(
-            "{}/{name}-{}",
-            own_cgroup().trim_end_matches('/'),
-            std::process::id()
-        );
-        let hierarchies: Vec<PathBuf> = if Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
-            vec![PathBuf::from("/sys/fs/cgroup")]
-        } else {
-            std::fs::read_dir("/sys/fs/cgroup")
-                .unwrap()
-                .flatten()
-                .map(|e| e.path())
-                .filter(|p| p.join("cgroup.procs").exists() && !p.ends_with("unified"))
-                .collect()
-        };
-        let mut dirs = Vec::new();
-        for h in hierarchies {
-            let d = PathBuf::from(format!("{}{rel}", h.display()));
-            // Level by level from the hierarchy's root: a cpuset level made here (the caller's
-            // memory cgroup path need not exist in the cpuset hierarchy) starts with no cpus
-            // and mems, and no process can join below it until it has its parent's.
-            let mut level = h.clone();
-            for part in rel.split('/').filter(|p| !p.is_empty()) {
-                let parent = level.clone();
-                level.push(part);
-                if !level.exists() {
-                    std::fs::create_dir(&level).unwrap();
-                }
-                for f in ["cpuset.cpus", "cpuset.mems"] {
-                    let own = level.join(f);
-                    if own.exists() && std::fs::read(&own).unwrap().trim_ascii().is_empty() {
-                        std::fs::write(&own, std::fs::read(parent.join(f)).unwrap()).unwrap();
-                    }
-                }
-            }
-            for f in [d.clone(), d.join("cgroup.procs")] {
-                std::os::unix::fs::chown(&f, Some(uid), Some(gid)).unwrap();
-            }
-            for f in ["tasks", "cgroup.subtree_control"] {
-                if d.join(f).exists() {
-                    std::os::unix::fs::chown(d.join(f), Some(uid), Some(gid)).unwrap();
-                }
-            }
-            dirs.push(d);
-        }
-        Delegated { rel, dirs }
-    }
-
-    /// `runuser -u USER -- env ...` started by a root shell that first moves itself into the
-    /// delegated cgroups; append the environment and the command.
-    pub fn command_as(&self, user: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args([
-            "-c",
-            &self.enter_script(),
-            "sh",
-            "runuser",
-            "-u",
-            user,
-            "--",
-            "env",
-        ]);
-        cmd
-    }
-
-    /// As [`Delegated::command_as`], but every step execs the next (`setpriv`, where `runuser`
-    /// stays as the command's parent): the spawned pid becomes the command itself, so a SIGKILL
-    /// sent to it ends the command, not a wrapper that would leave the command running.
-    pub fn exec_as(&self, user: &str) -> Command {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", &self.enter_script(), "sh", "setpriv"])
-            .arg(format!("--reuid={user}"))
-            .arg(format!("--regid={user}"))
-            .args(["--init-groups", "--reset-env", "--", "env"]);
-        cmd
-    }
-
-    /// A root shell script that moves itself into the delegated cgroups, then execs its
-    /// arguments.
-    fn enter_script(&self) -> String {
-        let procs: Vec<String> = self
-            .dirs
-            .iter()
-            .map(|d| d.join("cgroup.procs").display().to_string())
-            .collect();
-        format!(
-            "for f in {}; do echo $$ > \"$f\"; done; exec \"$@\"",
-            procs.join(" ")
-        )
-    }
-}
-
-impl Drop for Delegated {
-    fn drop(&mut self) {
-        for d in &self.dirs {
-            let _ = std::fs::remove_dir(d.join("h5i-runc"));
-            let _ = std::fs::remove_dir(d);
         }
     }
 }
