@@ -304,6 +304,7 @@ pub fn plan(
         gid: ids.gid,
         id_count: ids.count,
         process_gid: 0,
+        extra_gid: crate::browser::sidecar::extra_gid(policy),
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,

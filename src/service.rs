@@ -29,7 +29,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -989,16 +989,16 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
 
 /// Connect to `127.0.0.1:port` inside the network namespace of the live process-tier service
 /// `service` of the box at `paths` (re-identified: its pid still the process the supervisor
-/// recorded, the namespace opened still the inode it recorded), from a thread of its own that
-/// alone enters the namespace and ends after the connect. Root only: an unprivileged caller
-/// would have to join the box's user namespace, which a threaded process cannot.
-pub fn connect_inside(paths: &BoxPaths, service: &str, port: u16) -> io::Result<TcpStream> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(io::Error::other(
-            "only root can enter a service's network namespace from this process",
-        ));
-    }
+/// recorded, the namespace opened still the inode it recorded): as root, from a thread of its
+/// own that alone enters the namespace and ends after the connect; as an unprivileged caller,
+/// from a forked child ([`connect_as_owner`]) whose socket is of `group` in the box's user
+/// namespace (root's shows the kernel's overflow group there: it maps no id of root's).
+pub fn connect_inside(
+    paths: &BoxPaths,
+    service: &str,
+    port: u16,
+    group: u32,
+) -> io::Result<TcpStream> {
     let st = read_state(paths, service)
         .filter(ServiceState::alive)
         .ok_or_else(|| io::Error::other(format!("service {service} is not running")))?;
@@ -1015,6 +1015,10 @@ pub fn connect_inside(paths: &BoxPaths, service: &str, port: u16) -> io::Result<
             "service {service} is no longer the process its supervisor recorded"
         )));
     }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return connect_as_owner(&ns, port, group);
+    }
     std::thread::spawn(move || {
         setns_net(&ns)?;
         TcpStream::connect_timeout(
@@ -1024,6 +1028,95 @@ pub fn connect_inside(paths: &BoxPaths, service: &str, port: u16) -> io::Result<
     })
     .join()
     .unwrap_or_else(|_| Err(io::Error::other("the connecting thread panicked")))
+}
+
+/// Connect to `127.0.0.1:port` in the network namespace `net` as an unprivileged caller. The
+/// kernel lets it in only from inside the namespace's owning user namespace (the caller's own
+/// box's, where it holds every capability), which a threaded process cannot join: a forked
+/// child joins that user namespace (asked of `net` itself, `NS_GET_USERNS`, never by pid), then
+/// `net`, takes `group` (so the socket is of that group there), connects, and hands the
+/// connected socket back over a socket pair; it is waited for with waitpid. Bounded: the
+/// connect gives up after 10 s.
+fn connect_as_owner(net: &OwnedFd, port: u16, group: u32) -> io::Result<TcpStream> {
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or -1).
+    let user = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS) };
+    if user < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `user` is a fresh fd the ioctl returned, owned by nothing else.
+    let user = unsafe { OwnedFd::from_raw_fd(user) };
+    let (here, there) = std::os::unix::net::UnixStream::pair()?;
+    // Everything the child uses is made before the fork: it allocates nothing.
+    let addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let bound = libc::timeval {
+        tv_sec: 10,
+        tv_usec: 0,
+    };
+    let (user_fd, net_fd) = (user.as_raw_fd(), net.as_raw_fd());
+    // SAFETY: fork; the child makes only raw syscalls and an allocation-free sendmsg, then
+    // _exits without running this process's destructors.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        // SAFETY: setns on fds this process holds, setresgid; socket/setsockopt/connect on a stack
+        // address and timeval that live across the calls; __errno_location is this thread's.
+        let code = unsafe {
+            let s = if libc::setns(user_fd, libc::CLONE_NEWUSER) != 0
+                || libc::setns(net_fd, libc::CLONE_NEWNET) != 0
+                || libc::setresgid(group, group, group) != 0
+            {
+                -1
+            } else {
+                libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
+            };
+            let connected = s >= 0
+                && libc::setsockopt(
+                    s,
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDTIMEO,
+                    std::ptr::from_ref(&bound).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                ) == 0
+                && libc::connect(
+                    s,
+                    std::ptr::from_ref(&addr).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                ) == 0;
+            let errno = *libc::__errno_location();
+            let sent = if connected {
+                h5i_sys::fd_passing::send_with_fds(&there, &[0], &[BorrowedFd::borrow_raw(s)])
+            } else {
+                h5i_sys::fd_passing::send_with_fds(&there, &errno.to_ne_bytes(), &[])
+            };
+            i32::from(sent.is_err() || !connected)
+        };
+        // SAFETY: _exit ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    drop(there);
+    let mut word = [0u8; 4];
+    let got =
+        h5i_sys::fd_passing::recv_with_fds(&here, &mut word, 1, h5i_sys::fd_passing::Wait::Block);
+    let mut status = 0;
+    // SAFETY: waitpid on this process's own child, into a local.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let mut got = got.map_err(io::Error::from)?;
+    match got.fds.pop() {
+        Some(fd) if got.len == 1 => Ok(TcpStream::from(fd)),
+        _ if got.len == 4 => Err(io::Error::from_raw_os_error(i32::from_ne_bytes(word))),
+        _ => Err(io::Error::other(
+            "the child joining the box's network namespace sent no socket",
+        )),
+    }
 }
 
 /// Accept on the host side; for each connection, a thread connects to `127.0.0.1:port` in the

@@ -19,7 +19,8 @@
 //!   unprivileged range h5i owns (never host root; see `h5i::identity`); libcontainer needs
 //!   uid 0 mapped to set the box up. Empty capability sets and `noNewPrivileges`, so "root" in
 //!   the box holds nothing. The rootfs directory is owned by the mapped root, which makes the
-//!   mount points in it (h5i-runc's `stage` makes the sources reachable to it);
+//!   mount points in it (h5i-runc's `stage` makes the sources reachable to it). One exception:
+//!   an unprivileged caller's browser box maps one more group (`extra_gid`), the sidecar's;
 //! - `net.mode = "deny"`: an empty network namespace (loopback only); `host`: the host's;
 //!   a box with a live service joins that service's network namespace (and, so the join is
 //!   permitted, its user namespace, which has the same single mapping) by path;
@@ -71,8 +72,13 @@ pub struct BundlePlan {
     pub id_count: u32,
     /// The box's own gid the process runs as: 0, except for a process the box's network
     /// namespace must tell apart from the box's by its sockets (the browser sidecar's
-    /// Chromium); it must be inside the map (`id_count`).
+    /// Chromium); it must be inside the map (`id_count`, or `extra_gid`).
     pub process_gid: u32,
+    /// One more line of the gid map, (box gid, host gid): for an unprivileged caller's browser
+    /// box, whose one-id map has no group for the sidecar, the sidecar's group mapped to the
+    /// caller's first subordinate gid (libcontainer then writes the map with `newgidmap`,
+    /// which checks `/etc/subgid`).
+    pub extra_gid: Option<(u32, u32)>,
     /// `linux.cgroupsPath`, when a cage holds the limits.
     pub cgroups_path: Option<String>,
     /// Largest file the box may write, bytes (`RLIMIT_FSIZE`).
@@ -302,10 +308,15 @@ impl BundlePlan {
         if let Some(f) = self.max_file_bytes {
             rlimits.push(json!({"type": "RLIMIT_FSIZE", "hard": f, "soft": f}));
         }
+        let mut gid_mappings =
+            vec![json!({"containerID": 0, "hostID": self.gid, "size": self.id_count})];
+        if let Some((inside, host)) = self.extra_gid {
+            gid_mappings.push(json!({"containerID": inside, "hostID": host, "size": 1}));
+        }
         let mut linux = json!({
             "namespaces": namespaces,
             "uidMappings": [{"containerID": 0, "hostID": self.uid, "size": self.id_count}],
-            "gidMappings": [{"containerID": 0, "hostID": self.gid, "size": self.id_count}],
+            "gidMappings": gid_mappings,
             "maskedPaths": ["/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
                             "/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
                             "/proc/sched_debug", "/proc/scsi"],
@@ -412,6 +423,7 @@ mod tests {
             gid: 1000,
             id_count: 1,
             process_gid: 0,
+            extra_gid: None,
             cgroups_path: Some("/x/h5i/b1/c".into()),
             max_file_bytes: Some(1 << 30),
             tmp_bytes: 256 << 20,

@@ -1855,6 +1855,159 @@ fn rootless_create_errors_name_their_cause() {
     r.ok(&["delete", "--force", &id]);
 }
 
+/// The README's join patch: an unprivileged runtime joins, by path, the user and network
+/// namespaces of a container it made (h5i's browser sidecar joins its box's sandbox so). The
+/// joined container is in the first one's namespaces, as its root; the same spec
+/// naming a user namespace root made, or the caller's own, is refused and says why.
+/// Without the patch the first join fails with "rootless container requires valid user
+/// namespace definition".
+#[test]
+fn rootless_joins_the_user_and_network_namespaces_of_its_own_container_only() {
+    let Some(r) = RootlessRunc::new(
+        "rootless_joins_the_user_and_network_namespaces_of_its_own_container_only",
+    ) else {
+        return;
+    };
+    let holder = id("rl-join-holder");
+    let hb = r.bundle(&["sleep", "120"], None);
+    r.ok(&["create", "--bundle", hb.path().to_str().unwrap(), &holder]);
+    // Started: before its exec the init's memory is still the runtime's (the initial user
+    // namespace's), and its namespace files are closed to the unprivileged caller.
+    r.ok(&["start", &holder]);
+    let st: serde_json::Value = serde_json::from_str(&r.ok(&["state", &holder])).unwrap();
+    let pid = st["pid"].as_i64().unwrap();
+    let ns_of = |pid: i64, kind: &str| {
+        std::fs::read_link(format!("/proc/{pid}/ns/{kind}"))
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    };
+    let joiner = |user_ns: &str, net_ns: &str| {
+        let mut b = r.bundle(
+            &[
+                "sh",
+                "-c",
+                "readlink /proc/self/ns/user; readlink /proc/self/ns/net; id -u",
+            ],
+            None,
+        );
+        let list = b.config["linux"]["namespaces"].as_array_mut().unwrap();
+        list.retain(|n| n["type"] != "user" && n["type"] != "network");
+        list.push(serde_json::json!({"type": "user", "path": user_ns}));
+        list.push(serde_json::json!({"type": "network", "path": net_ns}));
+        let linux = b.config["linux"].as_object_mut().unwrap();
+        linux.remove("uidMappings");
+        linux.remove("gidMappings");
+        b.save();
+        b
+    };
+    let b = joiner(
+        &format!("/proc/{pid}/ns/user"),
+        &format!("/proc/{pid}/ns/net"),
+    );
+    let joined = id("rl-join");
+    let out = r.run(&["run", "--bundle", b.path().to_str().unwrap(), &joined]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        said,
+        format!("{}\n{}\n0\n", ns_of(pid, "user"), ns_of(pid, "net")),
+        "the joined container is not in the holder's namespaces"
+    );
+    r.ok(&["delete", "--force", &holder]);
+
+    // Hostile: a user namespace root made (by its /proc path, which the kernel already keeps
+    // the caller from opening, and bind-mounted where the caller can open it), and the caller's
+    // own (the initial one).
+    let mut roots = std::process::Command::new("unshare")
+        .args(["--user", "--net", "sh", "-c", "echo in; exec sleep 120"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut word = [0u8; 3];
+    roots.stdout.take().unwrap().read_exact(&mut word).unwrap();
+    assert_eq!(&word, b"in\n");
+    let root_pid = i64::from(roots.id());
+    let own = std::fs::read_link("/proc/self/ns/user").unwrap();
+    assert_ne!(ns_of(root_pid, "user"), own.to_string_lossy());
+    let opened = Bound::new(r.dir.path(), root_pid);
+    for (user_ns, net_ns, why) in [
+        (
+            format!("/proc/{root_pid}/ns/user"),
+            format!("/proc/{root_pid}/ns/net"),
+            "cannot open it: Permission denied",
+        ),
+        (
+            opened.user.display().to_string(),
+            opened.net.display().to_string(),
+            "it is owned by uid 0, not the caller's",
+        ),
+        (
+            "/proc/self/ns/user".to_string(),
+            "/proc/self/ns/net".to_string(),
+            "it has no parent the caller can see",
+        ),
+    ] {
+        let b = joiner(&user_ns, &net_ns);
+        let id = id("rl-join-foreign");
+        let out = r.run(&["run", "--bundle", b.path().to_str().unwrap(), &id]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "joined {user_ns}: {err}");
+        assert!(
+            err.contains("level=error")
+                && err.contains("only when the caller owns it")
+                && err.contains(why),
+            "{user_ns}: {err}"
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).is_empty());
+        r.assert_gone(&id);
+    }
+    drop(opened);
+    roots.kill().unwrap();
+    roots.wait().unwrap();
+}
+
+/// A process's user and network namespaces bind-mounted onto files in `dir` (readable by all),
+/// unmounted on drop.
+struct Bound {
+    user: std::path::PathBuf,
+    net: std::path::PathBuf,
+}
+
+impl Bound {
+    fn new(dir: &std::path::Path, pid: i64) -> Bound {
+        use std::os::unix::fs::PermissionsExt;
+        let bound = Bound {
+            user: dir.join("userns-of-root"),
+            net: dir.join("netns-of-root"),
+        };
+        for (file, kind) in [(&bound.user, "user"), (&bound.net, "net")] {
+            std::fs::write(file, "").unwrap();
+            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o644)).unwrap();
+            let st = std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(format!("/proc/{pid}/ns/{kind}"))
+                .arg(file)
+                .status()
+                .unwrap();
+            assert!(st.success(), "bind-mounting {kind} onto {}", file.display());
+        }
+        bound
+    }
+}
+
+impl Drop for Bound {
+    fn drop(&mut self) {
+        for file in [&self.user, &self.net] {
+            let _ = std::process::Command::new("umount").arg(file).status();
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Crash safety (issue 20): h5i-runc killed with SIGKILL (no handler, no cleanup) at a random point
 // of `create`, `start` and `delete --force`, as root and as the test user. After every kill the

@@ -397,6 +397,7 @@ fn an_h5i_bundle_plan_with_the_gate_runs_under_libseccomp() {
         gid: 0,
         id_count: 1,
         process_gid: 0,
+        extra_gid: None,
         cgroups_path: Some(test_cgroup(&id)),
         max_file_bytes: None,
         tmp_bytes: 16 << 20,

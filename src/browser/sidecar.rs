@@ -2,8 +2,8 @@
 //! built-in service `browser`, so the page one run opened is still there for the next.
 //!
 //! Owns the sidecar's declaration (the daemon in the foreground, its socket in the sidecar's
-//! private `/tmp`), which boxes get one ([`lives_for_the_box`]: a browser box run by root at
-//! the process tier, where runs join a live service's network namespace, or at the supervised
+//! private `/tmp`), which boxes get one ([`lives_for_the_box`]: a browser box at the process
+//! tier, where runs join a live service's network namespace, or at the supervised
 //! tier, where the sidecar joins the network namespace of the box's sandbox that the runs go
 //! through, so in both the browser reaches the dev server the runs start and, at supervised,
 //! leaves only through the pinned table whose counts each run's receipt carries), starting it
@@ -19,11 +19,17 @@
 //! container of its own (a terminal) joins the sandbox's network too
 //! (`crate::sandbox::share_network`), so the page sees the dev server it starts.
 //!
+//! An unprivileged caller's browser box maps one more group (the caller's first subordinate
+//! gid, [`extra_gid`]) so the sidecar has a group the fence can tell apart, and its sidecar
+//! and runs join the box's user namespace by path, which h5i-runc's libcontainer allows only
+//! for a user namespace the caller owns (runtime/patches/README.md).
+//!
 //! Must never: start a sidecar for a box whose runs could not reach it (they would get a
 //! browser that cannot see their dev server), join a sandbox other than the box's live one, or
 //! serve the relay before the sidecar's pid is known and re-identified. Elsewhere (container,
-//! an unprivileged caller's box, a supervised box whose runs cannot use the sandbox) the
-//! browser lives as long as the run that started it, and `h5i browser status` says so.
+//! an unprivileged caller with no subordinate gid, a supervised box whose runs cannot use the
+//! sandbox) the browser lives as long as the run that started it, and `h5i browser status`
+//! says so.
 //!
 //! Guarded by `tests/browser.rs`.
 
@@ -63,27 +69,65 @@ pub fn own_group(plan: &mut BundlePlan) {
     plan.process_gid = super::fence::SIDECAR_GID;
 }
 
-/// Whether `policy`'s browser outlives each run, run by root: a browser box at the process tier
-/// (whose runs join a live service's network namespace), or at the supervised tier when its
-/// runs go through the box's sandbox (sandboxes on, no credential grant), whose network the
-/// sidecar joins.
+/// Whether `policy`'s browser outlives each run: a browser box at the process tier (whose runs
+/// join a live service's network namespace), or at the supervised tier when its runs go
+/// through the box's sandbox (sandboxes on, no credential grant), whose network the sidecar
+/// joins; run by root, or by a caller with a subordinate gid for the sidecar's group
+/// ([`caller_subgid`]).
 pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
     let tier = match policy.tier {
         Tier::Process => true,
         Tier::Supervised => crate::sandbox::enabled() && policy.auth_grants().is_empty(),
         _ => false,
     };
-    super::is_browser_box(policy) && tier && root
+    super::is_browser_box(policy) && tier && (is_root() || caller_subgid().is_some())
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    euid == 0
+}
+
+/// For an unprivileged caller, the host gid the sidecar's group maps to in its browser box's
+/// user namespace: the first id of the caller's range in `/etc/subgid` (named by user name or
+/// uid), which `newgidmap` lets the caller map. `None` for root (its box range holds the group)
+/// and for a caller with no range.
+pub fn caller_subgid() -> Option<u32> {
+    if is_root() {
+        return None;
+    }
+    let path = std::path::Path::new("/etc/subgid");
+    let text = std::fs::read_to_string(path).ok()?;
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    crate::host::subids::parse(path, &text)
+        .ok()?
+        .into_iter()
+        .find(|r| {
+            r.count > 0
+                && (r.owner == uid.to_string()
+                    || crate::host::users::passwd_entry(&r.owner)
+                        .ok()
+                        .flatten()
+                        .is_some_and(|u| u.uid == uid))
+        })
+        .and_then(|r| u32::try_from(r.start).ok())
+}
+
+/// The gid line a browser box's plan adds for an unprivileged caller (see
+/// [`caller_subgid`]), so its sidecar has a group of its own.
+pub fn extra_gid(policy: &ResolvedPolicy) -> Option<(u32, u32)> {
+    if !super::is_browser_box(policy) {
+        return None;
+    }
+    caller_subgid().map(|host| (super::fence::SIDECAR_GID, host))
 }
 
 /// Why a browser box's browser ends with each run, in a line for `h5i browser status`.
 pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
     match policy.tier {
-        Tier::Process | Tier::Supervised if !root => "an unprivileged caller's runs cannot join a service's network namespace in this build: each run's browser ends with the run, and the control lock is recorded but not enforced",
+        Tier::Process | Tier::Supervised if !is_root() && caller_subgid().is_none() => "an unprivileged caller with no range in /etc/subgid has no group to give the box's browser apart from the box (the fence needs one): each run's browser ends with the run, and the control lock is recorded but not enforced",
         Tier::Supervised => "this box's supervised runs take a container of their own (H5I_SANDBOX=off, or a credential grant served per run), so no browser can share their network: each run's browser ends with the run, and the control lock is recorded but not enforced",
         _ => "the box-lifetime browser is built at the process and supervised tiers only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced",
     }

@@ -56,7 +56,7 @@ pub fn watchable(
                 "box `{name}` has no box-lifetime browser to watch ({})",
                 sidecar::why_per_run(&policy)
             ),
-            "watch a process-tier browser box created by root".into(),
+            "watch a process- or supervised-tier browser box (an unprivileged caller needs a range in /etc/subgid)".into(),
         ));
     }
     sidecar::stream_port(&sb).map_err(|e| {
@@ -96,8 +96,13 @@ pub async fn connect(sb: &StoredBox) -> Result<(BoxStream, String), String> {
     let sb = sb.clone();
     let (port, stream, url) = tokio::task::spawn_blocking(move || {
         let port = sidecar::stream_port(&sb)?;
-        let stream = crate::service::connect_inside(&sb.paths, sidecar::SERVICE, port)
-            .map_err(|e| format!("cannot reach the box's stream ({e})"))?;
+        let stream = crate::service::connect_inside(
+            &sb.paths,
+            sidecar::SERVICE,
+            port,
+            super::fence::SIDECAR_GID,
+        )
+        .map_err(|e| format!("cannot reach the box's stream ({e})"))?;
         Ok::<_, String>((port, stream, sidecar::page_url(&sb)))
     })
     .await

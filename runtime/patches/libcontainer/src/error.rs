@@ -26,6 +26,14 @@ pub enum LibcontainerError {
     NoExecutors,
     #[error("rootless container requires valid user namespace definition")]
     NoUserNamespace,
+    // h5i patch: a rootless spec joins a user namespace the caller does not own.
+    #[error(
+        "rootless container may join user namespace {path:?} only when the caller owns it: {why}"
+    )]
+    UserNamespaceNotOwned {
+        path: std::path::PathBuf,
+        why: String,
+    },
 
     // Invalid inputs
     #[error(transparent)]

@@ -305,7 +305,76 @@ pub fn validate_spec_for_new_user_ns(
     // but we are neither in a new user ns nor a new user ns is specified in spec
     // then it is an error
     if is_rootless_required && !in_user_ns && config.is_none() {
-        return Err(LibcontainerError::NoUserNamespace);
+        // h5i patch: a user namespace joined by path is not "no user namespace" when the
+        // caller owns it (see `caller_owns_user_ns`).
+        return match joined_user_ns_path(spec)? {
+            Some(path) => caller_owns_user_ns(&path, syscall),
+            None => Err(LibcontainerError::NoUserNamespace),
+        };
+    }
+    Ok(())
+}
+
+/// h5i patch: the path of the user namespace `spec` joins, if it names one.
+fn joined_user_ns_path(spec: &Spec) -> Result<Option<PathBuf>, LibcontainerError> {
+    let linux = spec.linux().as_ref().ok_or(MissingSpecError::Linux)?;
+    Ok(linux
+        .namespaces()
+        .as_ref()
+        .and_then(|list| list.iter().find(|n| n.typ() == LinuxNamespaceType::User))
+        .and_then(|n| n.path().clone()))
+}
+
+/// h5i patch: an unprivileged caller may join the user namespace at `path` only when the
+/// kernel already gives it every capability there: the file is a user namespace, its parent
+/// is the caller's own user namespace, and its owner is the caller's effective uid
+/// (`NS_GET_NSTYPE`, `NS_GET_PARENT`, `NS_GET_OWNER_UID`). That is the kernel's own rule for
+/// full capabilities in a child namespace (`cap_capable`: the parent is the caller's and the
+/// owner its euid), so the caller could `setns` into it itself: the container gains nothing
+/// its caller lacks. Any other namespace (another user's, root's, the initial one, one
+/// nested deeper) is refused here, and the kernel's `setns` (CAP_SYS_ADMIN in the target)
+/// still decides at the join whatever the path names by then.
+fn caller_owns_user_ns(path: &Path, syscall: &dyn Syscall) -> Result<(), LibcontainerError> {
+    let refuse = |why: String| LibcontainerError::UserNamespaceNotOwned {
+        path: path.to_path_buf(),
+        why,
+    };
+    let ns = File::open(path).map_err(|e| refuse(format!("cannot open it: {e}")))?;
+    // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd's namespace type.
+    let kind = unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_NSTYPE) };
+    if kind != libc::CLONE_NEWUSER {
+        return Err(refuse("it is not a user namespace".into()));
+    }
+    // SAFETY: NS_GET_PARENT takes no argument and returns a new fd (or -1), owned below.
+    let parent = unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_PARENT) };
+    if parent < 0 {
+        return Err(refuse(format!(
+            "it has no parent the caller can see: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: `parent` is a fresh fd the ioctl returned, owned by nothing else.
+    let parent = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(parent) };
+    let id = |f: &File| f.metadata().map(|m| (m.st_dev(), m.st_ino()));
+    let own = File::open("/proc/self/ns/user").and_then(|f| id(&f));
+    if own.is_err() || id(&parent).ok() != own.ok() {
+        return Err(refuse(
+            "its parent is not the caller's own user namespace".into(),
+        ));
+    }
+    let mut owner: libc::uid_t = 0;
+    // SAFETY: NS_GET_OWNER_UID writes one uid_t into `owner`, which lives across the call.
+    if unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_OWNER_UID, &mut owner) } != 0 {
+        return Err(refuse(format!(
+            "its owner cannot be read: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let euid = syscall.get_euid().as_raw();
+    if owner != euid {
+        return Err(refuse(format!(
+            "it is owned by uid {owner}, not the caller's {euid}"
+        )));
     }
     Ok(())
 }
