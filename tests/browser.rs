@@ -2158,6 +2158,7 @@ fn egress_of(rec: &serde_json::Value, key: &str, dest: &str) -> u64 {
 fn a_supervised_terminal_sessions_own_dev_server_is_the_pages() {
     let Some(sc) = SidecarBox::up(
         "supervised",
+        false,
         "a terminal session's dev server and the box's browser",
         "the box-lifetime browser is a root caller's",
     ) else {
@@ -2225,6 +2226,7 @@ for name, host, p in (("devtools", "127.0.0.1", port), ("unlisted", "allowed.tes
 fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
     let Some(sc) = SidecarBox::up(
         "supervised",
+        false,
         "the browser's traffic between runs",
         "the box-lifetime browser is a root caller's",
     ) else {
