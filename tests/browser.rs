@@ -2160,7 +2160,6 @@ fn a_supervised_terminal_sessions_own_dev_server_is_the_pages() {
         "supervised",
         false,
         "a terminal session's dev server and the box's browser",
-        "the box-lifetime browser is a root caller's",
     ) else {
         return;
     };
@@ -2224,12 +2223,7 @@ for name, host, p in (("devtools", "127.0.0.1", port), ("unlisted", "allowed.tes
 /// packet leaves, which is why the dials are not the page's here.)
 #[test]
 fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
-    let Some(sc) = SidecarBox::up(
-        "supervised",
-        false,
-        "the browser's traffic between runs",
-        "the box-lifetime browser is a root caller's",
-    ) else {
+    let Some(sc) = SidecarBox::up("supervised", false, "the browser's traffic between runs") else {
         return;
     };
     let serve = sc.serve();
