@@ -29,7 +29,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -1035,17 +1035,10 @@ pub fn connect_inside(
 /// box's, where it holds every capability), which a threaded process cannot join: a forked
 /// child joins that user namespace (asked of `net` itself, `NS_GET_USERNS`, never by pid), then
 /// `net`, takes `group` (so the socket is of that group there), connects, and hands the
-/// connected socket back over a socket pair; it is waited for with waitpid. Bounded: the
+/// connected socket back (`h5i_sys::ns_socket::made_in`, which reaps it). Bounded: the
 /// connect gives up after 10 s.
 fn connect_as_owner(net: &OwnedFd, port: u16, group: u32) -> io::Result<TcpStream> {
-    // SAFETY: NS_GET_USERNS takes no argument and returns a new fd (or -1).
-    let user = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS) };
-    if user < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `user` is a fresh fd the ioctl returned, owned by nothing else.
-    let user = unsafe { OwnedFd::from_raw_fd(user) };
-    let (here, there) = std::os::unix::net::UnixStream::pair()?;
+    let user = h5i_sys::ns_socket::owning_user_namespace(net.as_fd())?;
     // Everything the child uses is made before the fork: it allocates nothing.
     let addr = libc::sockaddr_in {
         sin_family: libc::AF_INET as libc::sa_family_t,
@@ -1059,64 +1052,43 @@ fn connect_as_owner(net: &OwnedFd, port: u16, group: u32) -> io::Result<TcpStrea
         tv_sec: 10,
         tv_usec: 0,
     };
-    let (user_fd, net_fd) = (user.as_raw_fd(), net.as_raw_fd());
-    // SAFETY: fork; the child makes only raw syscalls and an allocation-free sendmsg, then
-    // _exits without running this process's destructors.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        // SAFETY: setns on fds this process holds, setresgid; socket/setsockopt/connect on a stack
-        // address and timeval that live across the calls; __errno_location is this thread's.
-        let code = unsafe {
-            let s = if libc::setns(user_fd, libc::CLONE_NEWUSER) != 0
-                || libc::setns(net_fd, libc::CLONE_NEWNET) != 0
-                || libc::setresgid(group, group, group) != 0
-            {
-                -1
-            } else {
-                libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
-            };
-            let connected = s >= 0
-                && libc::setsockopt(
-                    s,
+    let sock = h5i_sys::ns_socket::made_in(
+        net.as_fd(),
+        Some(user.as_fd()),
+        Duration::from_secs(15),
+        || {
+            // SAFETY: setresgid, socket, setsockopt and connect with a stack address and timeval
+            // that live across the calls; the socket is owned by the OwnedFd made from it.
+            unsafe {
+                if libc::setresgid(group, group, group) != 0 {
+                    return Err(h5i_sys::ns_socket::errno());
+                }
+                let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                if s < 0 {
+                    return Err(h5i_sys::ns_socket::errno());
+                }
+                let s = OwnedFd::from_raw_fd(s);
+                let connected = libc::setsockopt(
+                    s.as_raw_fd(),
                     libc::SOL_SOCKET,
                     libc::SO_SNDTIMEO,
                     std::ptr::from_ref(&bound).cast(),
                     std::mem::size_of::<libc::timeval>() as libc::socklen_t,
                 ) == 0
-                && libc::connect(
-                    s,
-                    std::ptr::from_ref(&addr).cast(),
-                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                ) == 0;
-            let errno = *libc::__errno_location();
-            let sent = if connected {
-                h5i_sys::fd_passing::send_with_fds(&there, &[0], &[BorrowedFd::borrow_raw(s)])
-            } else {
-                h5i_sys::fd_passing::send_with_fds(&there, &errno.to_ne_bytes(), &[])
-            };
-            i32::from(sent.is_err() || !connected)
-        };
-        // SAFETY: _exit ends the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
-    }
-    drop(there);
-    let mut word = [0u8; 4];
-    let got =
-        h5i_sys::fd_passing::recv_with_fds(&here, &mut word, 1, h5i_sys::fd_passing::Wait::Block);
-    let mut status = 0;
-    // SAFETY: waitpid on this process's own child, into a local.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    let mut got = got.map_err(io::Error::from)?;
-    match got.fds.pop() {
-        Some(fd) if got.len == 1 => Ok(TcpStream::from(fd)),
-        _ if got.len == 4 => Err(io::Error::from_raw_os_error(i32::from_ne_bytes(word))),
-        _ => Err(io::Error::other(
-            "the child joining the box's network namespace sent no socket",
-        )),
-    }
+                    && libc::connect(
+                        s.as_raw_fd(),
+                        std::ptr::from_ref(&addr).cast(),
+                        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                    ) == 0;
+                if connected {
+                    Ok(s)
+                } else {
+                    Err(h5i_sys::ns_socket::errno())
+                }
+            }
+        },
+    )?;
+    Ok(TcpStream::from(sock))
 }
 
 /// Accept on the host side; for each connection, a thread connects to `127.0.0.1:port` in the

@@ -1,7 +1,7 @@
 //! h5i-sys: the raw kernel calls h5i's crates share, each written once behind a small safe
 //! function: pidfds ([`pidfd`]), descriptors passed over unix sockets ([`fd_passing`]),
-//! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), and netfilter
-//! netlink sockets made inside another network namespace ([`netlink`]).
+//! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
+//! inside another process's namespaces ([`ns_socket`]), and netfilter netlink ([`netlink`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
 //! with `SCM_RIGHTS`, poll, dup); on libc, with a `// SAFETY:` line per block, where it does
@@ -20,4 +20,5 @@ pub mod fd_passing;
 pub mod fds;
 pub mod idmap;
 pub mod netlink;
+pub mod ns_socket;
 pub mod pidfd;

@@ -1,24 +1,19 @@
 //! Netfilter netlink sockets opened inside another network namespace, and the bounded send and
 //! receive a request/dump exchange on one needs.
 //!
-//! A netlink socket belongs to the network namespace it was made in, for its whole life. To
-//! make one in a box's namespace, a forked child enters the namespaces (the user namespace
-//! first when one is given: only a single-threaded process may enter one, which the child is),
-//! makes the socket and sends it back over a socketpair; the caller then speaks to that
-//! namespace's nf_tables without starting a program per request. Between fork and exit the
-//! child makes only raw system calls (setns, socket, sendmsg): no allocation, no lock.
+//! A netlink socket belongs to the network namespace it was made in, for its whole life: one
+//! made in a box's namespace by [`crate::ns_socket::made_in`] lets the caller speak to that
+//! namespace's nf_tables without starting a program per request.
 //!
 //! Owns the calls only: what a message means is the caller's. Must never: block without the
-//! caller's bound, hand out a socket made in any namespace but the one named, or leave the
-//! child unreaped.
+//! caller's bound, or hand out a socket made in any namespace but the one named.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use rustix::net::{netlink, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use crate::fd_passing::{self, Wait};
 use crate::fds::poll_readable;
 
 /// How long the forked child may take to hand the socket back.
@@ -30,87 +25,15 @@ pub fn netfilter_socket_in(
     net: BorrowedFd<'_>,
     user: Option<BorrowedFd<'_>>,
 ) -> io::Result<OwnedFd> {
-    let (ours, theirs) = rustix::net::socketpair(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )?;
-    let (net, user) = (net.as_raw_fd(), user.map(|u| u.as_raw_fd()));
-    // SAFETY: fork has no memory preconditions; the child below makes only raw system calls
-    // (setns, socket, sendmsg through `send_with_fds`, which allocates nothing) and `_exit`s,
-    // so it never touches a lock another thread of the parent may have held at the fork.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if pid == 0 {
-        let code = match make_in_child(net, user) {
-            Ok(sock) => fd_passing::send_with_fds(&theirs, b"s", &[sock.as_fd()]).is_err(),
-            Err(errno) => fd_passing::send_with_fds(&theirs, &errno.to_ne_bytes(), &[]).is_err(),
-        };
-        // SAFETY: _exit ends the child at once, running no destructor or atexit handler of
-        // the parent's state.
-        unsafe { libc::_exit(i32::from(code)) };
-    }
-    drop(theirs);
-    let answer = receive_socket(&ours);
-    if answer.is_err() {
-        // SAFETY: kill(2) of the child forked above, not yet reaped, so its pid is still its.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-    }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child with a valid out-pointer; it has exited or been killed.
-    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break;
-        }
-    }
-    answer
-}
-
-/// In the forked child: enter the namespaces and make the socket; the errno on failure.
-fn make_in_child(net: i32, user: Option<i32>) -> Result<OwnedFd, i32> {
-    let errno = || {
-        io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO)
-    };
-    if let Some(user) = user {
-        // SAFETY: setns with an fd the parent holds open (fork copied it); no memory involved.
-        if unsafe { libc::setns(user, libc::CLONE_NEWUSER) } != 0 {
-            return Err(errno());
-        }
-    }
-    // SAFETY: as above.
-    if unsafe { libc::setns(net, libc::CLONE_NEWNET) } != 0 {
-        return Err(errno());
-    }
-    rustix::net::socket_with(
-        AddressFamily::NETLINK,
-        SocketType::RAW,
-        SocketFlags::CLOEXEC,
-        Some(netlink::NETFILTER),
-    )
-    .map_err(|e| e.raw_os_error())
-}
-
-fn receive_socket(ours: &OwnedFd) -> io::Result<OwnedFd> {
-    if poll_readable(&[ours.as_fd()], Some(CHILD_TIMEOUT))?.is_empty() {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "the child entering the namespaces did not answer",
-        ));
-    }
-    let mut buf = [0u8; 4];
-    let got = fd_passing::recv_with_fds(ours, &mut buf, 1, Wait::Block).map_err(io::Error::from)?;
-    match (got.len, got.fds.into_iter().next()) {
-        (1, Some(sock)) if buf[0] == b's' => Ok(sock),
-        (4, None) => Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf))),
-        _ => Err(io::Error::other(
-            "the child entering the namespaces answered out of protocol",
-        )),
-    }
+    crate::ns_socket::made_in(net, user, CHILD_TIMEOUT, || {
+        rustix::net::socket_with(
+            AddressFamily::NETLINK,
+            SocketType::RAW,
+            SocketFlags::CLOEXEC,
+            Some(netlink::NETFILTER),
+        )
+        .map_err(|e| e.raw_os_error())
+    })
 }
 
 /// Send one whole netlink request (to the kernel: no address needed on an unbound socket).

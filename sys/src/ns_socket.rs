@@ -1,0 +1,116 @@
+//! A socket made inside another process's namespaces. A threaded process cannot enter a user
+//! namespace, and a socket belongs for its whole life to the network namespace it was made in:
+//! so a forked child (single-threaded) enters the user namespace when one is given, then the
+//! network namespace, makes the socket there with the caller's step, and hands it back over a
+//! socketpair; the parent waits for the answer within a bound, then reaps the child.
+//!
+//! Owns the fork, the entering, the hand-back and the reaping. Must never: let the child
+//! allocate or take a lock (between fork and `_exit` it makes only raw system calls: the
+//! caller's step must do the same), hand out a socket the child did not make in the namespaces
+//! named, wait without the caller's bound, or leave the child unreaped.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+
+use crate::fd_passing::{self, Wait};
+use crate::fds::poll_readable;
+
+/// The user namespace that owns the namespace `ns` (`NS_GET_USERNS`), close-on-exec.
+pub fn owning_user_namespace(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: NS_GET_USERNS takes no argument and returns a new descriptor, or -1.
+    let fd = unsafe { libc::ioctl(ns.as_raw_fd(), libc::NS_GET_USERNS) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the fresh descriptor the ioctl returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The socket `make` returns when run in a forked child that entered `user` (when given), then
+/// `net`. `make` runs in that child: it must make only raw system calls, and says a failure by
+/// its errno. The answer is awaited at most `within`; a child that gives none is killed.
+pub fn made_in(
+    net: BorrowedFd<'_>,
+    user: Option<BorrowedFd<'_>>,
+    within: Duration,
+    make: impl FnOnce() -> Result<OwnedFd, i32>,
+) -> io::Result<OwnedFd> {
+    let (ours, theirs) = rustix::net::socketpair(
+        rustix::net::AddressFamily::UNIX,
+        rustix::net::SocketType::SEQPACKET,
+        rustix::net::SocketFlags::CLOEXEC,
+        None,
+    )?;
+    let (net, user) = (net.as_raw_fd(), user.map(|u| u.as_raw_fd()));
+    // SAFETY: fork has no memory preconditions; the child below makes only raw system calls
+    // (setns, the caller's step, sendmsg through `send_with_fds`, which allocates nothing) and
+    // `_exit`s, so it never touches a lock another thread of the parent may have held.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if pid == 0 {
+        let code = match enter(net, user).and_then(|()| make()) {
+            Ok(sock) => fd_passing::send_with_fds(&theirs, b"s", &[sock.as_fd()]).is_err(),
+            Err(errno) => fd_passing::send_with_fds(&theirs, &errno.to_ne_bytes(), &[]).is_err(),
+        };
+        // SAFETY: _exit ends the child at once, running no destructor or atexit handler of
+        // the parent's state.
+        unsafe { libc::_exit(i32::from(code)) };
+    }
+    drop(theirs);
+    let answer = receive_socket(&ours, within);
+    if answer.is_err() {
+        // SAFETY: kill(2) of the child forked above, not yet reaped, so its pid is still its.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let mut status = 0;
+    // SAFETY: waitpid on our own child with a valid out-pointer; it has exited or been killed.
+    while unsafe { libc::waitpid(pid, &mut status, 0) } < 0 {
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
+    }
+    answer
+}
+
+/// In the forked child: enter the namespaces; the errno on failure.
+fn enter(net: i32, user: Option<i32>) -> Result<(), i32> {
+    if let Some(user) = user {
+        // SAFETY: setns with an fd the parent holds open (fork copied it); no memory involved.
+        if unsafe { libc::setns(user, libc::CLONE_NEWUSER) } != 0 {
+            return Err(errno());
+        }
+    }
+    // SAFETY: as above.
+    if unsafe { libc::setns(net, libc::CLONE_NEWNET) } != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// This thread's errno, for a step that failed (EIO when the kernel set none).
+pub fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn receive_socket(ours: &OwnedFd, within: Duration) -> io::Result<OwnedFd> {
+    if poll_readable(&[ours.as_fd()], Some(within))?.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the child entering the namespaces did not answer",
+        ));
+    }
+    let mut buf = [0u8; 4];
+    let got = fd_passing::recv_with_fds(ours, &mut buf, 1, Wait::Block).map_err(io::Error::from)?;
+    match (got.len, got.fds.into_iter().next()) {
+        (1, Some(sock)) if buf[0] == b's' => Ok(sock),
+        (4, None) => Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf))),
+        _ => Err(io::Error::other(
+            "the child entering the namespaces answered out of protocol",
+        )),
+    }
+}
