@@ -15,7 +15,6 @@
 //! place of the image's (an open that would follow a link, or of anything but a regular file,
 //! is refused).
 
-use std::io::Read as _;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
@@ -151,7 +150,16 @@ fn fill(engine: &Engine, image_id: &str, cache: &Path, entry: &Path) -> Result<(
             (&passwd, "passwd", PASSWD_CAP, 0o644),
         ] {
             if let Some(from) = from {
-                let bytes = read_regular(from, cap)?;
+                let bytes = crate::bounded::read_beneath(&run_dir.out, Path::new(name), cap)
+                    .map_err(|why| {
+                        refuse(
+                            format!(
+                                "{} is not a regular file of at most {cap} bytes ({why})",
+                                from.display()
+                            ),
+                            "run it again (the copy is made anew)",
+                        )
+                    })?;
                 write_new(&tmp.join(name), &bytes, mode)?;
             }
         }
@@ -172,30 +180,6 @@ fn fill(engine: &Engine, image_id: &str, cache: &Path, entry: &Path) -> Result<(
         let _ = std::fs::remove_dir(&tmp);
     }
     placed.map(|_| ())
-}
-
-/// `path`'s bytes (at most `cap`), refused when it is a link or not a regular file.
-fn read_regular(path: &Path, cap: u64) -> Result<Vec<u8>, BoxError> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| BoxError::io(path, e))?;
-    let meta = f.metadata().map_err(|e| BoxError::io(path, e))?;
-    if !meta.is_file() || meta.len() > cap {
-        return Err(refuse(
-            format!(
-                "{} is not a regular file of at most {cap} bytes",
-                path.display()
-            ),
-            "run it again (the copy is made anew)",
-        ));
-    }
-    let mut bytes = Vec::new();
-    f.take(cap)
-        .read_to_end(&mut bytes)
-        .map_err(|e| BoxError::io(path, e))?;
-    Ok(bytes)
 }
 
 /// Write `bytes` to the new file `path` with `mode`.
