@@ -1199,14 +1199,18 @@ fn a_supervised_box_reaches_its_browser_only_through_the_relay_never_devtools_or
     bypass_case("supervised", true);
 }
 
-/// `h5i box shell NAME -- sh -c SCRIPT` on a terminal of its own (util-linux `script` holds the
-/// pty, so the session takes the terminal path, not `box run`'s): everything it printed and its
-/// exit code.
+/// `h5i box shell NAME -- sh -c SCRIPT` run by `c` (root's h5i, or h5i-test's through
+/// `runuser`) on a terminal of its own (util-linux `script` holds the pty, so the session takes
+/// the terminal path, not `box run`'s): everything it printed and its exit code.
 fn shell_on_a_terminal(c: &Caller, name: &str, script: &str) -> (String, i32) {
-    let quoted = script.replace('\'', r"'\''");
-    let line = format!("{} box shell {name} -- sh -c '{quoted}'", common::H5I);
-    // The environment and removals every h5i of this caller gets, on `script` instead.
-    let h5i = c.h5i_in(&c.repo(), &[]);
+    let quote = |a: &str| format!("'{}'", a.replace('\'', r"'\''"));
+    // The command line, environment and removals every h5i of this caller gets, on `script`.
+    let h5i = c.h5i_in(&c.repo(), &["box", "shell", name, "--", "sh", "-c", script]);
+    let line = std::iter::once(h5i.get_program())
+        .chain(h5i.get_args())
+        .map(|a| quote(a.to_str().unwrap()))
+        .collect::<Vec<_>>()
+        .join(" ");
     let mut script_cmd = Command::new("script");
     for (k, v) in h5i.get_envs() {
         match v {
@@ -2179,11 +2183,10 @@ fn egress_of(rec: &serde_json::Value, key: &str, dest: &str) -> u64 {
 /// loopback. Nothing else opens with it: the session still cannot complete a handshake with
 /// Chromium's DevTools port (the fence), and its own dial to a port the policy does not list is
 /// refused by the sandbox's table and counted in the session's run record.
-#[test]
-fn a_supervised_terminal_sessions_own_dev_server_is_the_pages() {
+fn terminal_dev_server_case(as_user: bool) {
     let Some(sc) = SidecarBox::up(
         "supervised",
-        false,
+        as_user,
         "a terminal session's dev server and the box's browser",
     ) else {
         return;
@@ -2236,6 +2239,16 @@ for name, host, p in (("devtools", "127.0.0.1", port), ("unlisted", "allowed.tes
         egress_of(session, "denied", &format!("{first}:9090/tcp")) >= 1,
         "the sandbox's table did not count the session's refused dial: {session}"
     );
+}
+
+#[test]
+fn a_supervised_terminal_sessions_own_dev_server_is_the_pages() {
+    terminal_dev_server_case(false);
+}
+
+#[test]
+fn a_supervised_terminal_sessions_own_dev_server_is_the_pages_as_h5i_test() {
+    terminal_dev_server_case(true);
 }
 
 /// The box-lifetime browser at supervised lives in the network of the box's sandbox after the
