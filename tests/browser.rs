@@ -2251,17 +2251,73 @@ fn a_supervised_terminal_sessions_own_dev_server_is_the_pages_as_h5i_test() {
     terminal_dev_server_case(true);
 }
 
+/// The loopback port, in the box's network, of the go-ahead the between-runs page waits for.
+const GO_PORT: u16 = 3001;
+
+/// What the page of the between-runs case does once armed: ask its own loopback for the
+/// go-ahead (every 200 ms, 600 times at most), then fetch the port the table does not list, then
+/// the listed one, then report both outcomes to the go-ahead's `/done`.
+const BETWEEN_RUNS_PAGE: &str = r#"(function () {
+  var go = "http://127.0.0.1:GO_PORT";
+  var settle = function (url) {
+    return fetch(url).then(function (r) { return "status " + r.status; }, function (e) { return String(e); });
+  };
+  var tries = 0;
+  var ask = function () {
+    fetch(go + "/go", { mode: "no-cors" }).then(function () {
+      settle("http://allowed.test:9090/").then(function (unlisted) {
+        settle("http://allowed.test:8080/").then(function (listed) {
+          fetch(go + "/done?unlisted=" + encodeURIComponent(unlisted) + "&listed=" + encodeURIComponent(listed), { mode: "no-cors" });
+        });
+      });
+    }, function () {
+      if (++tries < 600) { setTimeout(ask, 200); }
+    });
+  };
+  ask();
+  return "armed";
+})()"#;
+
+/// The go-ahead, run by the test in the sidecar's network namespace once the first run has
+/// ended: it says `ready` when it listens, answers every request, and prints the request line
+/// of `/done` and ends (or `timeout` after 120 s without a connection).
+const GO_AHEAD: &str = r#"
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(16)
+s.settimeout(120)
+print("ready", flush=True)
+while True:
+    try:
+        c, _ = s.accept()
+    except socket.timeout:
+        print("timeout", flush=True)
+        break
+    c.settimeout(10)
+    try:
+        line = c.recv(4096).decode("latin-1").split("\r\n", 1)[0]
+        c.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+    except OSError:
+        line = ""
+    c.close()
+    if " /done" in line:
+        print(line, flush=True)
+        break
+"#;
+
 /// The box-lifetime browser at supervised lives in the network of the box's sandbox after the
-/// run that opened its page has ended. What that network sends while no run is active (a dial
-/// to the listed destination, which the test host sees, and one to a port the table does not
-/// list, refused) is in neither run's receipt but in a host-observed `browser` record between
-/// them, and in report.md. The dials are made from inside the sidecar's network namespace by
-/// this test (`nsenter --net`), as the page's own would be: the table counts every socket of
-/// that namespace alike. (A page timer's `fetch` between runs fails in Chromium before any
-/// packet leaves, which is why the dials are not the page's here.)
-#[test]
-fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
-    let Some(sc) = SidecarBox::up("supervised", false, "the browser's traffic between runs") else {
+/// run that opened its page has ended. What its page sends while no run is active (a timer's
+/// `fetch` of the listed destination, which the test host sees, and one of a port the table
+/// does not list, refused) is in neither run's receipt but in a host-observed `browser` record
+/// between them, and in report.md. The page waits for a go-ahead on its own loopback that the
+/// test starts once the first run has returned (its idle window open), so no dial can fall in
+/// either run; loopback is not counted.
+fn between_runs_case(as_user: bool) {
+    use std::io::BufRead;
+    let Some(sc) = SidecarBox::up("supervised", as_user, "the browser's traffic between runs")
+    else {
         return;
     };
     let serve = sc.serve();
@@ -2269,33 +2325,32 @@ fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
     let mut hosts = _hosts.unwrap();
     let first = hosts.first;
     let _removed = RemovedAtEnd(&c, "web");
+    let arm = BETWEEN_RUNS_PAGE.replace("GO_PORT", &GO_PORT.to_string());
     let (opened, rc) = box_sh(
         &c,
         "web",
-        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/"),
+        &format!(
+            "{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser eval '{arm}'"
+        ),
     );
     assert_eq!(rc, 0, "{opened}");
-    let dial = format!(
-        "import socket\nfor p in (9090, 8080):\n    s = socket.socket()\n    s.settimeout(5)\n    try:\n        s.connect(('{first}', p)); print(p, 'connected')\n    except OSError as e:\n        print(p, 'refused', e)\n"
-    );
-    let out = Command::new("nsenter")
+    assert!(opened.contains("armed"), "{opened}");
+
+    let mut go = Command::new("nsenter")
         .arg(format!("--net=/proc/{}/ns/net", sidecar_init(&c, "web")))
-        .args(["python3", "-c", &dial])
-        .output()
+        .args(["python3", "-c", GO_AHEAD, &GO_PORT.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
-    let said = format!("{}{}", stdout(&out), stderr(&out));
-    assert!(said.contains("8080 connected"), "{said}");
-    assert!(said.contains("9090 refused"), "{said}");
-    let listed = format!("tcp {first}:8080");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !hosts.log().contains(&listed) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the test host never logged the listed dial: {:?}",
-            hosts.log()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let mut said = std::io::BufReader::new(go.stdout.take().unwrap()).lines();
+    let mut next = || said.next().map(Result::unwrap).unwrap_or_default();
+    assert_eq!(next(), "ready");
+    let done = next();
+    common::wait_bounded(go, std::time::Duration::from_secs(30), "the go-ahead");
+    assert!(
+        done.starts_with("GET /done?unlisted="),
+        "the page never reported its dials: {done:?}"
+    );
     let (ran, rc) = box_sh(&c, "web", "true");
     assert_eq!(rc, 0, "{ran}");
 
@@ -2322,12 +2377,17 @@ fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
         assert_eq!(egress_of(r, "allowed", "allowed.test:8080"), 0, "{r}");
         assert_eq!(egress_of(r, "denied", &unlisted), 0, "{r}");
     }
+    let seen = hosts.log();
     assert!(
-        !hosts.log().iter().any(|l| l.ends_with(":9090")),
-        "the unlisted port was reached: {:?}",
-        hosts.log()
+        seen.contains(&format!("tcp {first}:8080")),
+        "the test host never saw the page's listed dial ({done}): {seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|l| l.ends_with(":9090")),
+        "the unlisted port was reached: {seen:?}"
     );
     let out = tempfile::tempdir().unwrap();
+    hand_to(&c, out.path());
     let dest = out.path().join("review");
     c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
     let report = std::fs::read_to_string(dest.join("report.md")).unwrap();
@@ -2336,4 +2396,14 @@ fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
         b["after_seq"]
     );
     assert!(report.contains(&line), "{line} not in: {report}");
+}
+
+#[test]
+fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
+    between_runs_case(false);
+}
+
+#[test]
+fn the_browsers_traffic_between_runs_is_in_a_browser_record_as_h5i_test() {
+    between_runs_case(true);
 }
