@@ -1836,40 +1836,6 @@ fn term_viewer(c: &Caller, answers: common::kitty::Answers) -> common::kitty::Te
     common::kitty::Terminal::new(session, answers)
 }
 
-/// Whether process `pid` holds a listening socket (TCP, TCP6 or Unix) in its own network
-/// namespace's tables.
-#[cfg(feature = "ui")]
-fn listens(pid: u32) -> Vec<String> {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().into_owned();
-            l.strip_prefix("socket:[")
-                .and_then(|s| s.strip_suffix(']'))
-                .map(str::to_string)
-        })
-        .collect();
-    let mut found = Vec::new();
-    for (table, inode_col, listening) in
-        [("tcp", 9, "0A"), ("tcp6", 9, "0A"), ("unix", 6, "00010000")]
-    {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
-        for l in text.lines().skip(1) {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let state = f.get(3);
-            if f.get(inode_col)
-                .is_some_and(|i| inodes.iter().any(|x| x == i))
-                && state == Some(&listening)
-            {
-                found.push(format!("{table}: {l}"));
-            }
-        }
-    }
-    found
-}
-
 /// The centre of the element `selector` in the box's page, in page pixels.
 #[cfg(feature = "ui")]
 fn centre_of(c: &Caller, selector: &str) -> (f64, f64) {
@@ -1967,7 +1933,7 @@ fn term_case(as_user: bool) {
     // h5i itself: h5i-test's viewer is `runuser`'s child, and runuser binds nothing either way.
     let pid = common::caller::h5i_pid(term.session.child.id());
     assert_eq!(
-        listens(pid as u32),
+        common::listens(pid),
         Vec::<String>::new(),
         "the terminal viewer binds"
     );
