@@ -113,9 +113,15 @@ fn steps(out: &str) -> BTreeMap<String, (String, i32)> {
     map
 }
 
-/// Width, height and the RGB of pixel (x, y) of the PNG at `path`, decoded by the host's
-/// python3 (zlib + the five PNG row filters): the screenshot is a real rendering.
+/// Width, height and the RGB of pixel (x, y) of the PNG at `path` (see [`png_pixels`]).
 fn png_pixel(path: &Path, x: u32, y: u32) -> (u32, u32, [u8; 3]) {
+    let (w, h, px) = png_pixels(path, &[(x, y)]);
+    (w, h, px[0])
+}
+
+/// Width, height and the RGB of each pixel at `points` of the PNG at `path`, decoded by the
+/// host's python3 (zlib + the five PNG row filters): the screenshot is a real rendering.
+fn png_pixels(path: &Path, points: &[(u32, u32)]) -> (u32, u32, Vec<[u8; 3]>) {
     const DECODE: &str = r#"
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()
@@ -144,19 +150,22 @@ for _ in range(h):
             p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
             line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
     rows.append(line); prev = line
-x, y = int(sys.argv[2]), int(sys.argv[3])
-px = rows[y][x * bpp:x * bpp + 3]
-print(w, h, px[0], px[1], px[2])
+print(w, h)
+for x, y in zip(map(int, sys.argv[2::2]), map(int, sys.argv[3::2])):
+    print(*rows[y][x * bpp:x * bpp + 3])
 "#;
-    let v = python_numbers(
-        DECODE,
-        &[
-            path.to_str().unwrap().to_string(),
-            x.to_string(),
-            y.to_string(),
-        ],
+    let mut args = vec![path.to_str().unwrap().to_string()];
+    args.extend(
+        points
+            .iter()
+            .flat_map(|(x, y)| [x.to_string(), y.to_string()]),
     );
-    (v[0], v[1], [v[2] as u8, v[3] as u8, v[4] as u8])
+    let v = python_numbers(DECODE, &args);
+    let px = v[2..]
+        .chunks(3)
+        .map(|c| [c[0] as u8, c[1] as u8, c[2] as u8])
+        .collect();
+    (v[0], v[1], px)
 }
 
 /// The whitespace-separated numbers the host's python3 prints running `script` with `args`.
@@ -1664,18 +1673,7 @@ fn viewer_case(as_user: bool) {
         st["holder"].as_str().unwrap().starts_with("human: "),
         "{st}"
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
-    assert_eq!(status["holder"], "human", "{status}");
-    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
-    assert_ne!(
-        rc, 0,
-        "the agent clicked while the human held control: {agent}"
-    );
-    assert!(
-        agent.contains("refusing: a human holds the browser of box `web`"),
-        "{agent}"
-    );
+    a_human_holds_the_browser(&c);
     click(&mut ws);
     rt.block_on(viewer_next(&mut ws, |m| {
         m["type"] == "h5i" && m["input_sent"] == 2
@@ -1815,6 +1813,267 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder()
 #[test]
 fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder_as_h5i_test() {
     viewer_case(true);
+}
+
+/// Where the page the viewer shows has frame pixel (x, y), in the viewer page's CSS pixels: the
+/// frame `<img>`'s content box (its border left out), scaled from the frame's own size.
+#[cfg(feature = "ui")]
+struct FrameBox {
+    left: f64,
+    top: f64,
+    scale_x: f64,
+    scale_y: f64,
+    natural: (u32, u32),
+}
+
+#[cfg(feature = "ui")]
+impl FrameBox {
+    fn of(b: &mut common::chromium::Browser) -> FrameBox {
+        let v = b.eval(
+            "(() => { const i = document.getElementById('frame'); const r = i.getBoundingClientRect(); \
+             return [r.left + i.clientLeft, r.top + i.clientTop, i.clientWidth, i.clientHeight, i.naturalWidth, i.naturalHeight]; })()",
+        );
+        let n: Vec<f64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        FrameBox {
+            left: n[0],
+            top: n[1],
+            scale_x: n[2] / n[4],
+            scale_y: n[3] / n[5],
+            natural: (n[4] as u32, n[5] as u32),
+        }
+    }
+
+    /// The viewer page's point over frame point (`x`, `y`).
+    fn at(&self, x: f64, y: f64) -> (f64, f64) {
+        (self.left + x * self.scale_x, self.top + y * self.scale_y)
+    }
+
+    /// The viewer page's pixel showing frame pixel (`x`, `y`) (its centre's).
+    fn pixel(&self, x: u32, y: u32) -> (u32, u32) {
+        let (px, py) = self.at(f64::from(x) + 0.5, f64::from(y) + 0.5);
+        (px as u32, py as u32)
+    }
+}
+
+/// The text of the element `id` in the page `b` shows.
+#[cfg(feature = "ui")]
+fn text_of(b: &mut common::chromium::Browser, id: &str) -> String {
+    b.eval(&format!("document.getElementById('{id}').textContent"))
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A human holds box `web`'s browser: `h5i browser status` says so, and the agent's click is
+/// refused with the typed message.
+#[cfg(feature = "ui")]
+fn a_human_holds_the_browser(c: &Caller) {
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "human", "{status}");
+    let (agent, rc) = box_sh(c, "web", "agent-browser click '#go'");
+    assert_ne!(
+        rc, 0,
+        "the agent clicked while the human held control: {agent}"
+    );
+    assert!(
+        agent.contains("refusing: a human holds the browser of box `web`"),
+        "{agent}"
+    );
+}
+
+/// `h5i box view` in a real browser: headless Chromium on the host opens the URL the viewer
+/// printed, as a human does, and the page's own script draws the box's frames: the frame's
+/// pixels, screenshotted off the viewer's page, are the in-box `agent-browser screenshot`'s
+/// (the demo's swatch, the page's white around it, and a grid over the whole frame). h5i's
+/// status bar names the box, the lock holder, the page's origin and the egress policy. A real
+/// mouse click on the frame while the agent holds the lock is dropped and counted; the page's
+/// take button takes the lock, after which the agent's click is refused with the typed message
+/// and the human's click on the frame lands (and the frames follow); hand back returns the
+/// lock. While the box is up, `h5i ui` (the same user's) marks it amber for the demo page's
+/// deliberate errors. Under `H5I_WRITE_DOCS`, root's process-tier page is docs/box-view.png.
+#[cfg(feature = "ui")]
+fn chromium_viewer_case(tier: &'static str, as_user: bool) {
+    let Some(chromium) = common::chromium::chromium() else {
+        return;
+    };
+    let Some(sc) = SidecarBox::up(tier, as_user, "h5i box view in Chromium") else {
+        return;
+    };
+    let (c, serve) = (&sc.c, sc.serve());
+    let by = viewer_by(c);
+    let _removed = RemovedAtEnd(c, "web");
+    let (open, rc) = box_sh(
+        c,
+        "web",
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+    );
+    assert_eq!(rc, 0, "{open}");
+    let shot = c.workspace("web").join("shot.png");
+    let (shot_w, shot_h, swatch) = png_pixel(&shot, 8, 8);
+    assert_eq!(swatch, SWATCH_RGB, "the in-box screenshot has no swatch");
+
+    // The console sees the page's deliberate errors (drained at the run's end): amber.
+    let console = common::console::Console::of(c);
+    let fleet = console.fleet();
+    common::console::assert_signal(&fleet, "web", "amber", "the browser reported ");
+    let (cookie, base) = console.login();
+    let detail = console.get(&cookie, &format!("{base}api/box/web")).json();
+    let page_rows: Vec<&serde_json::Value> = detail["flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["cells"][4]
+                .as_str()
+                .is_some_and(|p| p.starts_with("page "))
+        })
+        .collect();
+    assert!(
+        !page_rows.is_empty() && page_rows.iter().all(|r| r["colour"] == "amber"),
+        "{detail}"
+    );
+    drop(console);
+
+    let (_viewer, port, token) = start_viewer(c, &[], false);
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = common::chromium::Browser::launch(chromium, profile.path());
+    b.open(&format!("http://127.0.0.1:{port}/?token={token}"));
+    b.until(
+        "document.getElementById('frame').naturalWidth > 0 && document.getElementById('box').textContent === 'web'",
+    );
+    let frame = FrameBox::of(&mut b);
+    assert_eq!(
+        frame.natural,
+        (shot_w, shot_h),
+        "the page draws a frame unlike the in-box screenshot"
+    );
+
+    // h5i's status bar.
+    let egress = match tier {
+        "supervised" => "deny all but allowed.test:8080",
+        _ => "deny all (the box's own loopback only)",
+    };
+    let origin = format!("http://127.0.0.1:{APP_PORT}");
+    for (id, want) in [
+        ("box", "web"),
+        ("holder", "agent"),
+        ("origin", origin.as_str()),
+        ("egress", egress),
+        ("sent", "0"),
+        ("dropped", "0"),
+    ] {
+        assert_eq!(text_of(&mut b, id), want, "the status bar's #{id}");
+    }
+    assert_eq!(b.eval("document.getElementById('take').hidden"), false);
+
+    // The frame as the viewer's page shows it, pixel for pixel against the in-box screenshot:
+    // the swatch, white beside and below it, and a grid over the whole frame.
+    let screenshot = b.screenshot();
+    let dir = tempfile::tempdir().unwrap();
+    let page_png = dir.path().join("view.png");
+    std::fs::write(&page_png, &screenshot).unwrap();
+    let mut points: Vec<(u32, u32)> = vec![(8, 8), (32, 32), (56, 56), (100, 8), (8, 80)];
+    for gy in 0..8 {
+        for gx in 0..12 {
+            points.push(((shot_w - 1) * gx / 11, (shot_h - 1) * gy / 7));
+        }
+    }
+    let (_, _, inbox) = png_pixels(&shot, &points);
+    let on_page: Vec<(u32, u32)> = points.iter().map(|&(x, y)| frame.pixel(x, y)).collect();
+    let (_, _, shown) = png_pixels(&page_png, &on_page);
+    let off = |a: [u8; 3], b: [u8; 3]| a.iter().zip(b).map(|(x, y)| x.abs_diff(y)).max().unwrap();
+    for (i, want) in [SWATCH_RGB, SWATCH_RGB, SWATCH_RGB, [255; 3], [255; 3]]
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            off(inbox[i], want) <= 24 && off(shown[i], want) <= 24,
+            "frame pixel {:?}: in the box {:?}, on the viewer's page {:?}, not {want:?}",
+            points[i],
+            inbox[i],
+            shown[i]
+        );
+    }
+    let mean: f64 = inbox[5..]
+        .iter()
+        .zip(&shown[5..])
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| f64::from(x.abs_diff(*y)))
+                .sum::<f64>()
+                / 3.0
+        })
+        .sum::<f64>()
+        / (inbox.len() - 5) as f64;
+    assert!(
+        mean <= 12.0,
+        "the viewer's page shows a frame unlike the in-box screenshot (mean difference {mean:.1} over a grid)"
+    );
+
+    // The agent holds the lock: a real click on the frame's Sign up button is dropped and
+    // counted, and the page does not change.
+    let go = centre_of(c, "#go");
+    let on_go = frame.at(go.0, go.1);
+    b.click_at(on_go.0, on_go.1);
+    b.until("document.getElementById('dropped').textContent === '2'");
+    assert_eq!(text_of(&mut b, "sent"), "0");
+    let (out_text, _) = box_sh(c, "web", "agent-browser get text '#out'");
+    assert!(
+        !out_text.contains("signed up"),
+        "a dropped click landed: {out_text}"
+    );
+
+    // The page's take button takes the lock: the agent's click is refused with the typed
+    // message, and the human's click on the frame lands.
+    let take = b.eval(
+        "(() => { const r = document.getElementById('take').getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+    );
+    b.click_at(take[0].as_f64().unwrap(), take[1].as_f64().unwrap());
+    b.until("document.getElementById('holder').textContent.startsWith('human: ') && !document.getElementById('release').hidden");
+    assert_eq!(text_of(&mut b, "holder"), format!("human: {by}"));
+    a_human_holds_the_browser(c);
+    let seq = b.eval("document.getElementById('frame').dataset.seq");
+    b.click_at(on_go.0, on_go.1);
+    b.until("document.getElementById('sent').textContent === '2'");
+    let (out_text, rc) = box_sh(c, "web", "agent-browser get text '#out'");
+    assert_eq!(rc, 0, "{out_text}");
+    assert!(
+        out_text.contains("signed up"),
+        "the human's click did not land: {out_text}"
+    );
+    b.until(&format!(
+        "document.getElementById('frame').dataset.seq !== {seq}"
+    ));
+    if tier == "process" && !as_user && std::env::var_os("H5I_WRITE_DOCS").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/box-view.png");
+        std::fs::write(docs, b.screenshot()).unwrap();
+    }
+
+    // Hand back.
+    b.eval("document.getElementById('release').click()");
+    b.until("document.getElementById('holder').textContent === 'agent' && !document.getElementById('take').hidden");
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "agent", "{status}");
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_the_viewers_frames_and_its_take_button_takes_the_lock() {
+    chromium_viewer_case("process", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_the_viewers_frames_and_its_take_button_takes_the_lock_as_h5i_test() {
+    chromium_viewer_case("process", true);
 }
 
 /// The terminal the `--term` cases run in: 160 by 48 cells of 10 by 20 pixels.
