@@ -2076,6 +2076,18 @@ fn chromium_shows_the_viewers_frames_and_its_take_button_takes_the_lock_as_h5i_t
     chromium_viewer_case("process", true);
 }
 
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_a_supervised_viewers_frames_and_its_take_button_takes_the_lock() {
+    chromium_viewer_case("supervised", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_a_supervised_viewers_frames_and_its_take_button_takes_the_lock_as_h5i_test() {
+    chromium_viewer_case("supervised", true);
+}
+
 /// The terminal the `--term` cases run in: 160 by 48 cells of 10 by 20 pixels.
 #[cfg(feature = "ui")]
 const TERM_CELL: (u32, u32) = (10, 20);
@@ -2136,20 +2148,23 @@ const HOSTILE_EVAL: &str = r#"agent-browser eval 'document.title = "\u001b]52;c;
 /// `i` takes the lock (the agent's click is then refused), clicks at a cell land on the page
 /// element under it and keys type, `Ctrl-]` hands back; a hostile page's title, URL and console
 /// text reach the terminal as nothing but a count; `q` leaves, restoring the screen, and the
-/// session is recorded in the `viewer` lane and report.md.
+/// session is recorded in the `viewer` lane and report.md. The box is at `tier`: process or
+/// supervised (whose runs serve the demo app themselves).
 #[cfg(feature = "ui")]
-fn term_case(as_user: bool) {
+fn term_case(tier: &'static str, as_user: bool) {
     use common::kitty::Answers;
     use std::time::Duration;
-    let Some(c) = demo_sidecar_box(as_user, "h5i box view --term") else {
+    let Some(sc) = SidecarBox::up(tier, as_user, "h5i box view --term") else {
         return;
     };
+    let serve = sc.serve();
+    let SidecarBox { c, _hosts, .. } = sc;
     let by = viewer_by(&c);
     let _removed = RemovedAtEnd(&c, "web");
     let (open, rc) = box_sh(
         &c,
         "web",
-        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
     );
     assert_eq!(rc, 0, "{open}");
     let (shot_w, shot_h, _) = png_pixel(&c.workspace("web").join("shot.png"), 8, 8);
@@ -2360,13 +2375,26 @@ fn a_terminal_without_kitty_graphics_is_refused_as_h5i_test() {
 #[cfg(feature = "ui")]
 #[test]
 fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock() {
-    term_case(false);
+    term_case("process", false);
 }
 
 #[cfg(feature = "ui")]
 #[test]
 fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock_as_h5i_test() {
-    term_case(true);
+    term_case("process", true);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_the_lock() {
+    term_case("supervised", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_the_lock_as_h5i_test(
+) {
+    term_case("supervised", true);
 }
 
 /// What the egress tally of record `rec` counts under `key` (`allowed` or `denied`) for `dest`.
