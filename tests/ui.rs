@@ -2,7 +2,9 @@
 //! client (every refusal: no token, a mutating method, a foreign origin or host, a traversal)
 //! and loaded by a real headless Chromium (the page draws the fleet's colours; its screenshot is
 //! docs/ui-console.png). Boxes are real, and so are their receipts: a supervised box's refused
-//! egress (its test hosts in 198.19.0.0/16) and a run that fails.
+//! egress (its test hosts in 198.19.0.0/16), a run that fails, one the wall clock kills, a
+//! workspace-tier box and what a box staged as its own account. The console runs as root and as
+//! the unprivileged test user, whose own fleet it shows, bound to loopback alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -10,10 +12,10 @@ mod common;
 use std::process::Command;
 
 use common::chromium::{chromium, Browser};
-use common::console::{fleet_row, request, Console, Reply};
+use common::console::{assert_signal, fleet_row, request, Console, Reply};
 use common::opener::{fake_opener, opened, path_with, recorded};
 use common::testnet::TestHosts;
-use common::{stderr, Repo, H5I};
+use common::{require_root, stderr, Caller, Repo, H5I};
 
 /// Where the login page's `meta refresh` sends the browser on (from the console's own origin).
 fn refresh_to(r: &Reply) -> String {
@@ -449,3 +451,164 @@ fn chromium_follows_the_handoff_file_to_the_console() {
     );
 }
 
+/// `c`, or `None` (said) when the test user is asked for and this test cannot switch to it.
+fn caller(as_user: bool, test: &str) -> Option<Caller> {
+    if as_user && !require_root(test, "switching to h5i-test") {
+        return None;
+    }
+    Some(Caller::either(as_user))
+}
+
+/// The console as its user runs it (root, and h5i-test: the normal human path): the server h5i
+/// runs holds one listening socket, TCP on 127.0.0.1 at the printed port (its own socket table
+/// read through /proc, the kernel's answer); without the token every route is 401; the token
+/// is traded for an HttpOnly SameSite=Strict cookie that opens the fleet, which lists the
+/// user's own boxes with their tiers; another origin, site or Host is refused with the cookie.
+fn own_fleet_case(as_user: bool) {
+    let Some(mut c) = caller(as_user, "h5i ui as its user") else {
+        return;
+    };
+    c.create_at("proc", "process");
+    c.create_at("sup", "supervised");
+    let con = Console::of(&c);
+    let sockets = common::listens(con.pid);
+    let want = format!("0100007F:{:04X}", con.port);
+    assert!(
+        sockets.len() == 1
+            && sockets[0].starts_with("tcp: ")
+            && sockets[0].split_whitespace().nth(2) == Some(want.as_str()),
+        "as {}: the console listens on more than {want}: {sockets:?}",
+        c.who()
+    );
+
+    for path in ["/", "/?token=", "/api/fleet", "/c/0/api/fleet"] {
+        let r = request(con.port, "GET", path, &[]);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+    }
+    let r = request(con.port, "GET", con.token_path(), &[]);
+    assert_eq!(r.status, 303, "{r:?}");
+    let set = r.header("set-cookie").unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap();
+    let base = r.header("location").unwrap();
+    let fleet_path = format!("{base}api/fleet");
+    assert_eq!(
+        request(con.port, "GET", &fleet_path, &[]).status,
+        401,
+        "the fleet without the cookie"
+    );
+    let fleet = con.get(cookie, &fleet_path).json();
+    let names: Vec<&str> = fleet["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{fleet}");
+    assert_eq!(fleet_row(&fleet, "proc")["tier"], "process", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "sup")["tier"], "supervised", "{fleet}");
+    let detail = con.get(cookie, &format!("{base}api/box/sup")).json();
+    assert_eq!(detail["status"]["tier"], "supervised", "{detail}");
+
+    let rebound = format!("rebound.test:{}", con.port);
+    for (k, v) in [
+        ("Origin", "http://127.0.0.1:3000"),
+        ("Origin", "http://example.com"),
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Host", rebound.as_str()),
+    ] {
+        let r = request(con.port, "GET", &fleet_path, &[("Cookie", cookie), (k, v)]);
+        assert_eq!(r.status, 403, "{k}: {v}: {r:?}");
+        assert!(!r.body.contains("proc"), "{r:?}");
+    }
+}
+
+#[test]
+fn the_console_binds_loopback_alone_and_shows_its_users_fleet() {
+    own_fleet_case(false);
+}
+
+#[test]
+fn the_console_binds_loopback_alone_and_shows_its_users_fleet_as_h5i_test() {
+    own_fleet_case(true);
+}
+
+/// The colours the manual gives besides red and a failed run's amber, end to end: a run the
+/// wall clock killed (exit 124) is amber, in the fleet and on its flight row; a workspace-tier
+/// box is grey (nothing was confined); what a box staged in its spool is a grey `box-claimed`
+/// row beside its run's plain `host-observed` one.
+fn more_colours_case(as_user: bool) {
+    let Some(mut c) = caller(as_user, "h5i ui's colours") else {
+        return;
+    };
+    c.write(
+        ".h5i/env.toml",
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n",
+    );
+    c.commit_all("a wall-clock limit");
+    c.create_at_with("slow", "process", &["--profile", "quick"]);
+    let out = c.h5i(&["box", "run", "slow", "--", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    c.create_at("loose", "workspace");
+    c.ok(&["box", "run", "loose", "--", "true"]);
+    c.create_at("claims", "process");
+    c.in_box(
+        "claims",
+        r#"printf '{"kind":"command","argv":["make","test"]}' > "$H5I_ENV_CAPTURE_SPOOL/01-cmd.json""#,
+    );
+
+    let con = Console::of(&c);
+    let fleet = con.fleet();
+    assert_signal(
+        &fleet,
+        "slow",
+        "amber",
+        "the wall clock killed the last run",
+    );
+    assert_signal(
+        &fleet,
+        "loose",
+        "grey",
+        "workspace tier: nothing was confined",
+    );
+    assert_signal(&fleet, "claims", "plain", "last run exit 0");
+
+    let (cookie, base) = con.login();
+    let flight = |name: &str| {
+        con.get(&cookie, &format!("{base}api/box/{name}")).json()["flight"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let killed = flight("slow");
+    assert_eq!(killed.len(), 1, "{killed:?}");
+    assert_eq!(killed[0]["colour"], "amber", "{killed:?}");
+    assert!(
+        killed[0]["cells"][2]
+            .as_str()
+            .unwrap()
+            .ends_with("exit 124 (wall clock killed it)"),
+        "{killed:?}"
+    );
+    let claims = flight("claims");
+    let (run, claimed): (Vec<_>, Vec<_>) = claims
+        .iter()
+        .partition(|r| r["evidence"] == "host-observed");
+    assert_eq!((run.len(), claimed.len()), (1, 1), "{claims:?}");
+    assert_eq!(run[0]["colour"], "plain", "{claims:?}");
+    assert_eq!(claimed[0]["colour"], "grey", "{claims:?}");
+    assert_eq!(claimed[0]["lane"], "inbox-capture", "{claims:?}");
+}
+
+#[test]
+fn a_wall_clock_kill_is_amber_and_weak_evidence_grey() {
+    more_colours_case(false);
+}
+
+#[test]
+fn a_wall_clock_kill_is_amber_and_weak_evidence_grey_as_h5i_test() {
+    more_colours_case(true);
+}
