@@ -113,9 +113,15 @@ fn steps(out: &str) -> BTreeMap<String, (String, i32)> {
     map
 }
 
-/// Width, height and the RGB of pixel (x, y) of the PNG at `path`, decoded by the host's
-/// python3 (zlib + the five PNG row filters): the screenshot is a real rendering.
+/// Width, height and the RGB of pixel (x, y) of the PNG at `path` (see [`png_pixels`]).
 fn png_pixel(path: &Path, x: u32, y: u32) -> (u32, u32, [u8; 3]) {
+    let (w, h, px) = png_pixels(path, &[(x, y)]);
+    (w, h, px[0])
+}
+
+/// Width, height and the RGB of each pixel at `points` of the PNG at `path`, decoded by the
+/// host's python3 (zlib + the five PNG row filters): the screenshot is a real rendering.
+fn png_pixels(path: &Path, points: &[(u32, u32)]) -> (u32, u32, Vec<[u8; 3]>) {
     const DECODE: &str = r#"
 import struct, sys, zlib
 data = open(sys.argv[1], "rb").read()
@@ -144,19 +150,22 @@ for _ in range(h):
             p = a + b - c; pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
             line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
     rows.append(line); prev = line
-x, y = int(sys.argv[2]), int(sys.argv[3])
-px = rows[y][x * bpp:x * bpp + 3]
-print(w, h, px[0], px[1], px[2])
+print(w, h)
+for x, y in zip(map(int, sys.argv[2::2]), map(int, sys.argv[3::2])):
+    print(*rows[y][x * bpp:x * bpp + 3])
 "#;
-    let v = python_numbers(
-        DECODE,
-        &[
-            path.to_str().unwrap().to_string(),
-            x.to_string(),
-            y.to_string(),
-        ],
+    let mut args = vec![path.to_str().unwrap().to_string()];
+    args.extend(
+        points
+            .iter()
+            .flat_map(|(x, y)| [x.to_string(), y.to_string()]),
     );
-    (v[0], v[1], [v[2] as u8, v[3] as u8, v[4] as u8])
+    let v = python_numbers(DECODE, &args);
+    let px = v[2..]
+        .chunks(3)
+        .map(|c| [c[0] as u8, c[1] as u8, c[2] as u8])
+        .collect();
+    (v[0], v[1], px)
 }
 
 /// The whitespace-separated numbers the host's python3 prints running `script` with `args`.
@@ -1693,18 +1702,7 @@ fn viewer_case(as_user: bool) {
         st["holder"].as_str().unwrap().starts_with("human: "),
         "{st}"
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
-    assert_eq!(status["holder"], "human", "{status}");
-    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
-    assert_ne!(
-        rc, 0,
-        "the agent clicked while the human held control: {agent}"
-    );
-    assert!(
-        agent.contains("refusing: a human holds the browser of box `web`"),
-        "{agent}"
-    );
+    a_human_holds_the_browser(&c);
     click(&mut ws);
     rt.block_on(viewer_next(&mut ws, |m| {
         m["type"] == "h5i" && m["input_sent"] == 2
@@ -1846,6 +1844,279 @@ fn the_viewer_shows_the_boxs_browser_and_passes_input_only_for_the_lock_holder_a
     viewer_case(true);
 }
 
+/// Where the page the viewer shows has frame pixel (x, y), in the viewer page's CSS pixels: the
+/// frame `<img>`'s content box (its border left out), scaled from the frame's own size.
+#[cfg(feature = "ui")]
+struct FrameBox {
+    left: f64,
+    top: f64,
+    scale_x: f64,
+    scale_y: f64,
+    natural: (u32, u32),
+}
+
+#[cfg(feature = "ui")]
+impl FrameBox {
+    fn of(b: &mut common::chromium::Browser) -> FrameBox {
+        let v = b.eval(
+            "(() => { const i = document.getElementById('frame'); const r = i.getBoundingClientRect(); \
+             return [r.left + i.clientLeft, r.top + i.clientTop, i.clientWidth, i.clientHeight, i.naturalWidth, i.naturalHeight]; })()",
+        );
+        let n: Vec<f64> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        FrameBox {
+            left: n[0],
+            top: n[1],
+            scale_x: n[2] / n[4],
+            scale_y: n[3] / n[5],
+            natural: (n[4] as u32, n[5] as u32),
+        }
+    }
+
+    /// The viewer page's point over frame point (`x`, `y`).
+    fn at(&self, x: f64, y: f64) -> (f64, f64) {
+        (self.left + x * self.scale_x, self.top + y * self.scale_y)
+    }
+
+    /// The viewer page's pixel showing frame pixel (`x`, `y`) (its centre's).
+    fn pixel(&self, x: u32, y: u32) -> (u32, u32) {
+        let (px, py) = self.at(f64::from(x) + 0.5, f64::from(y) + 0.5);
+        (px as u32, py as u32)
+    }
+}
+
+/// The text of the element `id` in the page `b` shows.
+#[cfg(feature = "ui")]
+fn text_of(b: &mut common::chromium::Browser, id: &str) -> String {
+    b.eval(&format!("document.getElementById('{id}').textContent"))
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A human holds box `web`'s browser: `h5i browser status` says so, and the agent's click is
+/// refused with the typed message.
+#[cfg(feature = "ui")]
+fn a_human_holds_the_browser(c: &Caller) {
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "human", "{status}");
+    let (agent, rc) = box_sh(c, "web", "agent-browser click '#go'");
+    assert_ne!(
+        rc, 0,
+        "the agent clicked while the human held control: {agent}"
+    );
+    assert!(
+        agent.contains("refusing: a human holds the browser of box `web`"),
+        "{agent}"
+    );
+}
+
+/// `h5i box view` in a real browser: headless Chromium on the host opens the URL the viewer
+/// printed, as a human does, and the page's own script draws the box's frames: the frame's
+/// pixels, screenshotted off the viewer's page, are the in-box `agent-browser screenshot`'s
+/// (the demo's swatch, the page's white around it, and a grid over the whole frame). h5i's
+/// status bar names the box, the lock holder, the page's origin and the egress policy. A real
+/// mouse click on the frame while the agent holds the lock is dropped and counted; the page's
+/// take button takes the lock, after which the agent's click is refused with the typed message
+/// and the human's click on the frame lands (and the frames follow); hand back returns the
+/// lock. While the box is up, `h5i ui` (the same user's) marks it amber for the demo page's
+/// deliberate errors. Under `H5I_WRITE_DOCS`, root's process-tier page is docs/box-view.png.
+#[cfg(feature = "ui")]
+fn chromium_viewer_case(tier: &'static str, as_user: bool) {
+    let Some(chromium) = common::chromium::chromium() else {
+        return;
+    };
+    let Some(sc) = SidecarBox::up(tier, as_user, "h5i box view in Chromium") else {
+        return;
+    };
+    let (c, serve) = (&sc.c, sc.serve());
+    let by = viewer_by(c);
+    let _removed = RemovedAtEnd(c, "web");
+    let (open, rc) = box_sh(
+        c,
+        "web",
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+    );
+    assert_eq!(rc, 0, "{open}");
+    let shot = c.workspace("web").join("shot.png");
+    let (shot_w, shot_h, swatch) = png_pixel(&shot, 8, 8);
+    assert_eq!(swatch, SWATCH_RGB, "the in-box screenshot has no swatch");
+
+    // The console sees the page's deliberate errors (drained at the run's end): amber.
+    let console = common::console::Console::of(c);
+    let fleet = console.fleet();
+    common::console::assert_signal(&fleet, "web", "amber", "the browser reported ");
+    let (cookie, base) = console.login();
+    let detail = console.get(&cookie, &format!("{base}api/box/web")).json();
+    let page_rows: Vec<&serde_json::Value> = detail["flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["cells"][4]
+                .as_str()
+                .is_some_and(|p| p.starts_with("page "))
+        })
+        .collect();
+    assert!(
+        !page_rows.is_empty() && page_rows.iter().all(|r| r["colour"] == "amber"),
+        "{detail}"
+    );
+    drop(console);
+
+    let (_viewer, port, token) = start_viewer(c, &[], false);
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = common::chromium::Browser::launch(chromium, profile.path());
+    b.open(&format!("http://127.0.0.1:{port}/?token={token}"));
+    b.until(
+        "document.getElementById('frame').naturalWidth > 0 && document.getElementById('box').textContent === 'web'",
+    );
+    let frame = FrameBox::of(&mut b);
+    assert_eq!(
+        frame.natural,
+        (shot_w, shot_h),
+        "the page draws a frame unlike the in-box screenshot"
+    );
+
+    // h5i's status bar.
+    let egress = match tier {
+        "supervised" => "deny all but allowed.test:8080",
+        _ => "deny all (the box's own loopback only)",
+    };
+    let origin = format!("http://127.0.0.1:{APP_PORT}");
+    for (id, want) in [
+        ("box", "web"),
+        ("holder", "agent"),
+        ("origin", origin.as_str()),
+        ("egress", egress),
+        ("sent", "0"),
+        ("dropped", "0"),
+    ] {
+        assert_eq!(text_of(&mut b, id), want, "the status bar's #{id}");
+    }
+    assert_eq!(b.eval("document.getElementById('take').hidden"), false);
+
+    // The frame as the viewer's page shows it, pixel for pixel against the in-box screenshot:
+    // the swatch, white beside and below it, and a grid over the whole frame.
+    let screenshot = b.screenshot();
+    let dir = tempfile::tempdir().unwrap();
+    let page_png = dir.path().join("view.png");
+    std::fs::write(&page_png, &screenshot).unwrap();
+    let mut points: Vec<(u32, u32)> = vec![(8, 8), (32, 32), (56, 56), (100, 8), (8, 80)];
+    for gy in 0..8 {
+        for gx in 0..12 {
+            points.push(((shot_w - 1) * gx / 11, (shot_h - 1) * gy / 7));
+        }
+    }
+    let (_, _, inbox) = png_pixels(&shot, &points);
+    let on_page: Vec<(u32, u32)> = points.iter().map(|&(x, y)| frame.pixel(x, y)).collect();
+    let (_, _, shown) = png_pixels(&page_png, &on_page);
+    let off = |a: [u8; 3], b: [u8; 3]| a.iter().zip(b).map(|(x, y)| x.abs_diff(y)).max().unwrap();
+    for (i, want) in [SWATCH_RGB, SWATCH_RGB, SWATCH_RGB, [255; 3], [255; 3]]
+        .into_iter()
+        .enumerate()
+    {
+        assert!(
+            off(inbox[i], want) <= 24 && off(shown[i], want) <= 24,
+            "frame pixel {:?}: in the box {:?}, on the viewer's page {:?}, not {want:?}",
+            points[i],
+            inbox[i],
+            shown[i]
+        );
+    }
+    let mean: f64 = inbox[5..]
+        .iter()
+        .zip(&shown[5..])
+        .map(|(a, b)| {
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| f64::from(x.abs_diff(*y)))
+                .sum::<f64>()
+                / 3.0
+        })
+        .sum::<f64>()
+        / (inbox.len() - 5) as f64;
+    assert!(
+        mean <= 12.0,
+        "the viewer's page shows a frame unlike the in-box screenshot (mean difference {mean:.1} over a grid)"
+    );
+
+    // The agent holds the lock: a real click on the frame's Sign up button is dropped and
+    // counted, and the page does not change.
+    let go = centre_of(c, "#go");
+    let on_go = frame.at(go.0, go.1);
+    b.click_at(on_go.0, on_go.1);
+    b.until("document.getElementById('dropped').textContent === '2'");
+    assert_eq!(text_of(&mut b, "sent"), "0");
+    let (out_text, _) = box_sh(c, "web", "agent-browser get text '#out'");
+    assert!(
+        !out_text.contains("signed up"),
+        "a dropped click landed: {out_text}"
+    );
+
+    // The page's take button takes the lock: the agent's click is refused with the typed
+    // message, and the human's click on the frame lands.
+    let take = b.eval(
+        "(() => { const r = document.getElementById('take').getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()",
+    );
+    b.click_at(take[0].as_f64().unwrap(), take[1].as_f64().unwrap());
+    b.until("document.getElementById('holder').textContent.startsWith('human: ') && !document.getElementById('release').hidden");
+    assert_eq!(text_of(&mut b, "holder"), format!("human: {by}"));
+    a_human_holds_the_browser(c);
+    let seq = b.eval("document.getElementById('frame').dataset.seq");
+    b.click_at(on_go.0, on_go.1);
+    b.until("document.getElementById('sent').textContent === '2'");
+    let (out_text, rc) = box_sh(c, "web", "agent-browser get text '#out'");
+    assert_eq!(rc, 0, "{out_text}");
+    assert!(
+        out_text.contains("signed up"),
+        "the human's click did not land: {out_text}"
+    );
+    b.until(&format!(
+        "document.getElementById('frame').dataset.seq !== {seq}"
+    ));
+    if tier == "process" && !as_user && std::env::var_os("H5I_WRITE_DOCS").is_some() {
+        let docs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/box-view.png");
+        std::fs::write(docs, b.screenshot()).unwrap();
+    }
+
+    // Hand back.
+    b.eval("document.getElementById('release').click()");
+    b.until("document.getElementById('holder').textContent === 'agent' && !document.getElementById('take').hidden");
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    assert_eq!(status["holder"], "agent", "{status}");
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_the_viewers_frames_and_its_take_button_takes_the_lock() {
+    chromium_viewer_case("process", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_the_viewers_frames_and_its_take_button_takes_the_lock_as_h5i_test() {
+    chromium_viewer_case("process", true);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_a_supervised_viewers_frames_and_its_take_button_takes_the_lock() {
+    chromium_viewer_case("supervised", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn chromium_shows_a_supervised_viewers_frames_and_its_take_button_takes_the_lock_as_h5i_test() {
+    chromium_viewer_case("supervised", true);
+}
+
 /// The terminal the `--term` cases run in: 160 by 48 cells of 10 by 20 pixels.
 #[cfg(feature = "ui")]
 const TERM_CELL: (u32, u32) = (10, 20);
@@ -1863,40 +2134,6 @@ fn term_viewer(c: &Caller, answers: common::kitty::Answers) -> common::kitty::Te
         (160 * TERM_CELL.0 as u16, 48 * TERM_CELL.1 as u16),
     );
     common::kitty::Terminal::new(session, answers)
-}
-
-/// Whether process `pid` holds a listening socket (TCP, TCP6 or Unix) in its own network
-/// namespace's tables.
-#[cfg(feature = "ui")]
-fn listens(pid: u32) -> Vec<String> {
-    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_link(e.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().into_owned();
-            l.strip_prefix("socket:[")
-                .and_then(|s| s.strip_suffix(']'))
-                .map(str::to_string)
-        })
-        .collect();
-    let mut found = Vec::new();
-    for (table, inode_col, listening) in
-        [("tcp", 9, "0A"), ("tcp6", 9, "0A"), ("unix", 6, "00010000")]
-    {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
-        for l in text.lines().skip(1) {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            let state = f.get(3);
-            if f.get(inode_col)
-                .is_some_and(|i| inodes.iter().any(|x| x == i))
-                && state == Some(&listening)
-            {
-                found.push(format!("{table}: {l}"));
-            }
-        }
-    }
-    found
 }
 
 /// The centre of the element `selector` in the box's page, in page pixels.
@@ -1940,20 +2177,23 @@ const HOSTILE_EVAL: &str = r#"agent-browser eval 'document.title = "\u001b]52;c;
 /// `i` takes the lock (the agent's click is then refused), clicks at a cell land on the page
 /// element under it and keys type, `Ctrl-]` hands back; a hostile page's title, URL and console
 /// text reach the terminal as nothing but a count; `q` leaves, restoring the screen, and the
-/// session is recorded in the `viewer` lane and report.md.
+/// session is recorded in the `viewer` lane and report.md. The box is at `tier`: process or
+/// supervised (whose runs serve the demo app themselves).
 #[cfg(feature = "ui")]
-fn term_case(as_user: bool) {
+fn term_case(tier: &'static str, as_user: bool) {
     use common::kitty::Answers;
     use std::time::Duration;
-    let Some(c) = demo_sidecar_box(as_user, "h5i box view --term") else {
+    let Some(sc) = SidecarBox::up(tier, as_user, "h5i box view --term") else {
         return;
     };
+    let serve = sc.serve();
+    let SidecarBox { c, _hosts, .. } = sc;
     let by = viewer_by(&c);
     let _removed = RemovedAtEnd(&c, "web");
     let (open, rc) = box_sh(
         &c,
         "web",
-        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
+        &format!("{serve}agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser screenshot /work/shot.png"),
     );
     assert_eq!(rc, 0, "{open}");
     let (shot_w, shot_h, _) = png_pixel(&c.workspace("web").join("shot.png"), 8, 8);
@@ -1993,9 +2233,10 @@ fn term_case(as_user: bool) {
             .all(|(a, b)| a.abs_diff(b) <= 24),
         "the swatch is {swatch:?}, not {SWATCH_RGB:?}"
     );
-    let pid = term.session.child.id();
+    // h5i itself: h5i-test's viewer is `runuser`'s child, and runuser binds nothing either way.
+    let pid = common::caller::h5i_pid(term.session.child.id());
     assert_eq!(
-        listens(pid),
+        common::listens(pid),
         Vec::<String>::new(),
         "the terminal viewer binds"
     );
@@ -2163,13 +2404,26 @@ fn a_terminal_without_kitty_graphics_is_refused_as_h5i_test() {
 #[cfg(feature = "ui")]
 #[test]
 fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock() {
-    term_case(false);
+    term_case("process", false);
 }
 
 #[cfg(feature = "ui")]
 #[test]
 fn the_terminal_viewer_draws_the_boxs_browser_and_drives_it_only_with_the_lock_as_h5i_test() {
-    term_case(true);
+    term_case("process", true);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_the_lock() {
+    term_case("supervised", false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_the_lock_as_h5i_test(
+) {
+    term_case("supervised", true);
 }
 
 /// What the egress tally of record `rec` counts under `key` (`allowed` or `denied`) for `dest`.

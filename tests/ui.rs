@@ -2,19 +2,20 @@
 //! client (every refusal: no token, a mutating method, a foreign origin or host, a traversal)
 //! and loaded by a real headless Chromium (the page draws the fleet's colours; its screenshot is
 //! docs/ui-console.png). Boxes are real, and so are their receipts: a supervised box's refused
-//! egress (its test hosts in 198.19.0.0/16) and a run that fails.
+//! egress (its test hosts in 198.19.0.0/16), a run that fails, one the wall clock kills, a
+//! workspace-tier box and what a box staged as its own account. The console runs as root and as
+//! the unprivileged test user, whose own fleet it shows, bound to loopback alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
+use common::chromium::{chromium, Browser};
+use common::console::{assert_signal, fleet_row, request, Console, Reply};
 use common::opener::{fake_opener, opened, path_with, recorded};
 use common::testnet::TestHosts;
-use common::{stderr, Repo, H5I};
+use common::{require_root, stderr, Caller, Repo, H5I};
 
 /// Where the login page's `meta refresh` sends the browser on (from the console's own origin).
 fn refresh_to(r: &Reply) -> String {
@@ -25,96 +26,7 @@ fn refresh_to(r: &Reply) -> String {
     rest[..rest.find('"').unwrap()].to_string()
 }
 
-/// One HTTP answer.
-#[derive(Debug)]
-struct Reply {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {self:?}"))
-    }
-}
-
-/// A raw HTTP/1.1 request on loopback (the path sent exactly as given: no client normalises it).
-fn request(port: u16, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\n");
-    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
-        req.push_str(&format!("Host: 127.0.0.1:{port}\r\n"));
-    }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("Connection: close\r\nContent-Length: 0\r\n\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line: {text}"));
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let chunked = headers
-        .iter()
-        .any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.contains("chunked"));
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    Reply {
-        status,
-        headers,
-        body,
-    }
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// A running `h5i ui --port 0`; ended (and reaped) on drop.
-struct Console {
-    child: Child,
-    port: u16,
-    url: String,
-}
-
-impl Drop for Console {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
+/// `h5i ui --port 0` run by root in `repo`.
 impl Console {
     fn start(repo: &Repo) -> Console {
         Console::start_opening(repo, None)
@@ -123,45 +35,11 @@ impl Console {
     /// `h5i ui --port 0`; with `opener`, `--open` and that directory first on PATH.
     fn start_opening(repo: &Repo, opener: Option<&std::path::Path>) -> Console {
         let mut cmd = Command::new(H5I);
-        cmd.args(["ui", "--port", "0"]);
+        cmd.args(["ui", "--port", "0"]).current_dir(repo.path());
         if let Some(dir) = opener {
             cmd.arg("--open").env("PATH", path_with(dir));
         }
-        let mut child = cmd
-            .current_dir(repo.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let url = line.trim().to_string();
-        let rest = url
-            .strip_prefix("http://127.0.0.1:")
-            .unwrap_or_else(|| panic!("not a loopback URL: {url:?}"));
-        let port = rest[..rest.find('/').unwrap()].parse().unwrap();
-        assert!(url.contains("/?token="), "{url}");
-        Console { child, port, url }
-    }
-
-    fn token_path(&self) -> &str {
-        &self.url[self.url.find("/?token=").unwrap()..]
-    }
-
-    /// Trade the token for the cookie: (the `Cookie` header to send, the session path).
-    fn login(&self) -> (String, String) {
-        let r = request(self.port, "GET", self.token_path(), &[]);
-        assert_eq!(r.status, 303, "{r:?}");
-        let set = r.header("set-cookie").unwrap().to_string();
-        let location = r.header("location").unwrap().to_string();
-        (set.split(';').next().unwrap().to_string(), location)
-    }
-
-    fn get(&self, cookie: &str, path: &str) -> Reply {
-        request(self.port, "GET", path, &[("Cookie", cookie)])
+        Console::spawn(cmd)
     }
 }
 
@@ -366,15 +244,7 @@ fn a_denied_egress_run_is_red_a_failed_run_amber_and_a_row_opens_to_the_inspect_
     let c = Console::start(&repo);
     let (cookie, base) = c.login();
     let fleet = c.get(&cookie, &format!("{base}api/fleet")).json();
-    let colour = |name: &str| {
-        fleet["boxes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["name"] == name)
-            .unwrap_or_else(|| panic!("{name} not listed: {fleet}"))["signal"]["colour"]
-            .clone()
-    };
+    let colour = |name: &str| fleet_row(&fleet, name)["signal"]["colour"].clone();
     assert_eq!(colour("leaky"), "red", "{fleet}");
     assert_eq!(colour("failing"), "amber", "{fleet}");
     assert_eq!(colour("quiet"), "plain", "{fleet}");
@@ -443,152 +313,6 @@ fn a_finished_run_arrives_live_without_a_reload() {
     assert_ne!(changed["version"], first["version"], "{changed}");
     let fleet = c.get(&cookie, &format!("{base}api/fleet")).json();
     assert_eq!(fleet["boxes"][0]["signal"]["colour"], "amber", "{fleet}");
-}
-
-/// Headless Chromium, or `None` (said) when this host has none.
-fn chromium() -> Option<&'static str> {
-    let path = "/usr/bin/chromium";
-    if std::path::Path::new(path).exists() {
-        return Some(path);
-    }
-    println!("skipped: no Chromium at {path}");
-    None
-}
-
-/// A headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
-/// commands on its fd 3, answers on its fd 4, each message ending in a NUL). Killed on drop; a
-/// watchdog kills it after two minutes, which ends any read with EOF.
-struct Browser {
-    child: Child,
-    to: std::process::ChildStdin,
-    from: BufReader<std::process::ChildStdout>,
-    next_id: u64,
-    session: Option<String>,
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Browser {
-    fn launch(path: &str, profile: &std::path::Path) -> Browser {
-        let mut child = Command::new("sh")
-            .args([
-                "-c",
-                r#"exec "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null"#,
-                path,
-            ])
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--hide-scrollbars",
-                "--window-size=1400,1000",
-                "--remote-debugging-pipe",
-            ])
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let pid = child.id() as libc::pid_t;
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(120));
-            // SAFETY: kill(2) on the browser's pid; if it was already reaped the pid is still
-            // ours to name for this test's short life (no other process of ours took it).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        });
-        Browser {
-            to: child.stdin.take().unwrap(),
-            from: BufReader::new(child.stdout.take().unwrap()),
-            child,
-            next_id: 0,
-            session: None,
-        }
-    }
-
-    fn call(&mut self, method: &str, params: serde_json::Value) -> serde_json::Value {
-        self.next_id += 1;
-        let mut msg = serde_json::json!({"id": self.next_id, "method": method, "params": params});
-        if let Some(s) = &self.session {
-            msg["sessionId"] = s.clone().into();
-        }
-        self.to.write_all(msg.to_string().as_bytes()).unwrap();
-        self.to.write_all(b"\0").unwrap();
-        loop {
-            let mut buf = Vec::new();
-            self.from.read_until(0, &mut buf).unwrap();
-            assert!(
-                buf.pop() == Some(0),
-                "the browser went away during {method}"
-            );
-            let v: serde_json::Value = serde_json::from_slice(&buf).unwrap();
-            if v["id"] == self.next_id {
-                assert!(v.get("error").is_none(), "{method}: {v}");
-                return v["result"].clone();
-            }
-        }
-    }
-
-    /// Open `url` in a new tab and talk to that tab from now on.
-    fn open(&mut self, url: &str) {
-        let target = self.call("Target.createTarget", serde_json::json!({ "url": url }));
-        let attached = self.call(
-            "Target.attachToTarget",
-            serde_json::json!({"targetId": target["targetId"], "flatten": true}),
-        );
-        self.session = attached["sessionId"].as_str().map(String::from);
-    }
-
-    fn eval(&mut self, expression: &str) -> serde_json::Value {
-        let r = self.call(
-            "Runtime.evaluate",
-            serde_json::json!({"expression": expression, "returnByValue": true}),
-        );
-        r["result"]["value"].clone()
-    }
-
-    /// Wait (bounded: 60 s) until `expression` is true in the page.
-    fn until(&mut self, expression: &str) {
-        for _ in 0..600 {
-            if self.eval(expression) == true {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("the page never got to {expression}");
-    }
-
-    fn screenshot(&mut self) -> Vec<u8> {
-        let shot = self.call(
-            "Page.captureScreenshot",
-            serde_json::json!({"format": "png"}),
-        );
-        base64_decode(shot["data"].as_str().unwrap())
-    }
-}
-
-fn base64_decode(text: &str) -> Vec<u8> {
-    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = Vec::with_capacity(text.len() * 3 / 4);
-    let (mut acc, mut bits) = (0u32, 0);
-    for c in text.bytes().filter(|c| *c != b'=') {
-        let v = ALPHABET.iter().position(|a| *a == c).unwrap() as u32;
-        acc = (acc << 6) | v;
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-        }
-    }
-    out
 }
 
 /// The class of box `name`'s row in the fleet list, as the page drew it.
@@ -725,4 +449,166 @@ fn chromium_follows_the_handoff_file_to_the_console() {
         !std::path::Path::new(&file).exists(),
         "the handoff file outlived its use"
     );
+}
+
+/// `c`, or `None` (said) when the test user is asked for and this test cannot switch to it.
+fn caller(as_user: bool, test: &str) -> Option<Caller> {
+    if as_user && !require_root(test, "switching to h5i-test") {
+        return None;
+    }
+    Some(Caller::either(as_user))
+}
+
+/// The console as its user runs it (root, and h5i-test: the normal human path): the server h5i
+/// runs holds one listening socket, TCP on 127.0.0.1 at the printed port (its own socket table
+/// read through /proc, the kernel's answer); without the token every route is 401; the token
+/// is traded for an HttpOnly SameSite=Strict cookie that opens the fleet, which lists the
+/// user's own boxes with their tiers; another origin, site or Host is refused with the cookie.
+fn own_fleet_case(as_user: bool) {
+    let Some(mut c) = caller(as_user, "h5i ui as its user") else {
+        return;
+    };
+    c.create_at("proc", "process");
+    c.create_at("sup", "supervised");
+    let con = Console::of(&c);
+    let sockets = common::listens(con.pid);
+    let want = format!("0100007F:{:04X}", con.port);
+    assert!(
+        sockets.len() == 1
+            && sockets[0].starts_with("tcp: ")
+            && sockets[0].split_whitespace().nth(2) == Some(want.as_str()),
+        "as {}: the console listens on more than {want}: {sockets:?}",
+        c.who()
+    );
+
+    for path in ["/", "/?token=", "/api/fleet", "/c/0/api/fleet"] {
+        let r = request(con.port, "GET", path, &[]);
+        assert_eq!(r.status, 401, "{path}: {r:?}");
+    }
+    let r = request(con.port, "GET", con.token_path(), &[]);
+    assert_eq!(r.status, 303, "{r:?}");
+    let set = r.header("set-cookie").unwrap();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap();
+    let base = r.header("location").unwrap();
+    let fleet_path = format!("{base}api/fleet");
+    assert_eq!(
+        request(con.port, "GET", &fleet_path, &[]).status,
+        401,
+        "the fleet without the cookie"
+    );
+    let fleet = con.get(cookie, &fleet_path).json();
+    let names: Vec<&str> = fleet["boxes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{fleet}");
+    assert_eq!(fleet_row(&fleet, "proc")["tier"], "process", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "sup")["tier"], "supervised", "{fleet}");
+    let detail = con.get(cookie, &format!("{base}api/box/sup")).json();
+    assert_eq!(detail["status"]["tier"], "supervised", "{detail}");
+
+    let rebound = format!("rebound.test:{}", con.port);
+    for (k, v) in [
+        ("Origin", "http://127.0.0.1:3000"),
+        ("Origin", "http://example.com"),
+        ("Sec-Fetch-Site", "cross-site"),
+        ("Host", rebound.as_str()),
+    ] {
+        let r = request(con.port, "GET", &fleet_path, &[("Cookie", cookie), (k, v)]);
+        assert_eq!(r.status, 403, "{k}: {v}: {r:?}");
+        assert!(!r.body.contains("proc"), "{r:?}");
+    }
+}
+
+#[test]
+fn the_console_binds_loopback_alone_and_shows_its_users_fleet() {
+    own_fleet_case(false);
+}
+
+#[test]
+fn the_console_binds_loopback_alone_and_shows_its_users_fleet_as_h5i_test() {
+    own_fleet_case(true);
+}
+
+/// The colours the manual gives besides red and a failed run's amber, end to end: a run the
+/// wall clock killed (exit 124) is amber, in the fleet and on its flight row; a workspace-tier
+/// box is grey (nothing was confined); what a box staged in its spool is a grey `box-claimed`
+/// row beside its run's plain `host-observed` one.
+fn more_colours_case(as_user: bool) {
+    let Some(mut c) = caller(as_user, "h5i ui's colours") else {
+        return;
+    };
+    c.write(
+        ".h5i/env.toml",
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n",
+    );
+    c.commit_all("a wall-clock limit");
+    c.create_at_with("slow", "process", &["--profile", "quick"]);
+    let out = c.h5i(&["box", "run", "slow", "--", "sleep", "60"]);
+    assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
+    c.create_at("loose", "workspace");
+    c.ok(&["box", "run", "loose", "--", "true"]);
+    c.create_at("claims", "process");
+    c.in_box(
+        "claims",
+        r#"printf '{"kind":"command","argv":["make","test"]}' > "$H5I_ENV_CAPTURE_SPOOL/01-cmd.json""#,
+    );
+
+    let con = Console::of(&c);
+    let fleet = con.fleet();
+    assert_signal(
+        &fleet,
+        "slow",
+        "amber",
+        "the wall clock killed the last run",
+    );
+    assert_signal(
+        &fleet,
+        "loose",
+        "grey",
+        "workspace tier: nothing was confined",
+    );
+    assert_signal(&fleet, "claims", "plain", "last run exit 0");
+
+    let (cookie, base) = con.login();
+    let flight = |name: &str| {
+        con.get(&cookie, &format!("{base}api/box/{name}")).json()["flight"]
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let killed = flight("slow");
+    assert_eq!(killed.len(), 1, "{killed:?}");
+    assert_eq!(killed[0]["colour"], "amber", "{killed:?}");
+    assert!(
+        killed[0]["cells"][2]
+            .as_str()
+            .unwrap()
+            .ends_with("exit 124 (wall clock killed it)"),
+        "{killed:?}"
+    );
+    let claims = flight("claims");
+    let (run, claimed): (Vec<_>, Vec<_>) = claims
+        .iter()
+        .partition(|r| r["evidence"] == "host-observed");
+    assert_eq!((run.len(), claimed.len()), (1, 1), "{claims:?}");
+    assert_eq!(run[0]["colour"], "plain", "{claims:?}");
+    assert_eq!(claimed[0]["colour"], "grey", "{claims:?}");
+    assert_eq!(claimed[0]["lane"], "inbox-capture", "{claims:?}");
+}
+
+#[test]
+fn a_wall_clock_kill_is_amber_and_weak_evidence_grey() {
+    more_colours_case(false);
+}
+
+#[test]
+fn a_wall_clock_kill_is_amber_and_weak_evidence_grey_as_h5i_test() {
+    more_colours_case(true);
 }

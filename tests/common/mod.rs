@@ -3,6 +3,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod caller;
+pub mod chromium;
+pub mod console;
 pub mod dice;
 #[cfg(feature = "ui")]
 pub mod kitty;
@@ -461,4 +463,37 @@ pub fn until(limit: std::time::Duration, mut done: impl FnMut() -> bool) -> bool
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     done()
+}
+
+/// The listening sockets (TCP, TCP6 or Unix) process `pid` holds, as the lines of its own
+/// network namespace's tables that name them.
+pub fn listens(pid: i32) -> Vec<String> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")
+                .and_then(|s| s.strip_suffix(']'))
+                .map(str::to_string)
+        })
+        .collect();
+    let mut found = Vec::new();
+    for (table, inode_col, listening) in
+        [("tcp", 9, "0A"), ("tcp6", 9, "0A"), ("unix", 6, "00010000")]
+    {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap();
+        for l in text.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let state = f.get(3);
+            if f.get(inode_col)
+                .is_some_and(|i| inodes.iter().any(|x| x == i))
+                && state == Some(&listening)
+            {
+                found.push(format!("{table}: {l}"));
+            }
+        }
+    }
+    found
 }
