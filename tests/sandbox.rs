@@ -539,6 +539,78 @@ fn a_sandbox_run_carries_the_same_credentials_limits_and_filters_as_a_container_
     same_confinement_as_a_container_per_run(true);
 }
 
+fn idle_case(as_user: bool) {
+    let Some(mut c) = caller("idle timeout", as_user) else {
+        return;
+    };
+    sandbox::idle_teardown(&mut c, "process");
+}
+
+#[test]
+fn the_idle_timeout_tears_a_process_sandbox_down() {
+    idle_case(false);
+}
+
+#[test]
+fn the_idle_timeout_tears_a_process_sandbox_down_as_the_test_user() {
+    idle_case(true);
+}
+
+#[test]
+fn an_idle_time_that_is_not_whole_seconds_from_one_to_a_day_is_refused_and_makes_no_sandbox() {
+    let Some(mut c) = caller("bad idle time", false) else {
+        return;
+    };
+    c.ok(&["box", "create", "badidle", "--isolation=process"]);
+    for bad in [
+        "0",
+        "-5",
+        "3s",
+        "1e3",
+        "86401",
+        "18446744073709551616",
+        "",
+        " 5",
+    ] {
+        let out = c.h5i_with(
+            &["box", "run", "badidle", "--", "echo", "ran"],
+            &[("H5I_SANDBOX_IDLE_SECS", bad)],
+        );
+        let err = stderr(&out);
+        assert_ne!(out.status.code(), Some(0), "{bad:?} was taken: {err}");
+        assert!(
+            err.contains("refusing: H5I_SANDBOX_IDLE_SECS=") && err.contains("to fix:"),
+            "{bad:?}: {err}"
+        );
+        assert!(!stdout(&out).contains("ran"), "{bad:?}: the command ran");
+        assert_eq!(sandbox_id(&c, "badidle"), None, "{bad:?} made a sandbox");
+    }
+    let out = c.h5i_with(
+        &["box", "run", "badidle", "--", "echo", "ran"],
+        &[("H5I_SANDBOX_IDLE_SECS", "86400")],
+    );
+    assert!(stdout(&out).contains("ran"), "{}", stderr(&out));
+    assert!(sandbox_id(&c, "badidle").is_some());
+    c.ok(&["box", "rm", "--force", "badidle"]);
+}
+
+fn oom_spares_service(as_user: bool) {
+    let Some(mut c) = caller("oom and a service", as_user) else {
+        return;
+    };
+    sandbox::oom_spares_a_service(&mut c, "process");
+}
+
+#[test]
+fn a_runs_oom_kills_that_run_not_a_service_of_the_box() {
+    oom_spares_service(false);
+}
+
+#[test]
+fn a_runs_oom_kills_that_run_not_a_service_of_the_box_as_the_test_user() {
+    oom_spares_service(true);
+}
+
 /// The box init ends after its idle time without a run even while something keeps connecting
 /// to ask whether it answers (h5i's `status`, `box ls`, the console's refresh do): a check is
 /// not a run. Before, every connection restarted the idle clock, so a watched box's sandbox

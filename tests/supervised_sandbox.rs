@@ -585,3 +585,134 @@ fn a_supervised_runs_oom_kills_that_run_not_the_sandbox_or_a_concurrent_run_as_t
     oom_kills_only_that_run(true);
 }
 
+/// A supervised profile `name` with no egress and `extra` TOML after its header, committed.
+fn quiet_profile(c: &Caller, name: &str, extra: &str) {
+    c.write(
+        ".h5i/env.toml",
+        format!("[profile.{name}]\nisolation = \"supervised\"\n{extra}"),
+    );
+    c.commit_all(name);
+}
+
+/// The names of the run sub-cgroups (`run-*`) below sandbox `id`'s cgroups.
+fn run_cgroups(id: &str) -> Vec<String> {
+    sandbox::cgroups_named(id)
+        .iter()
+        .flat_map(|g| std::fs::read_dir(g.join("c")).into_iter().flatten())
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-"))
+        .collect()
+}
+
+fn wall_clock_kills_a_warm_run(as_user: bool) {
+    let c = Caller::either(as_user);
+    quiet_profile(&c, "quick", "[profile.quick.resources]\nwall = \"3s\"\n");
+    c.ok(&["box", "create", "slow", "--profile", "quick"]);
+    // Warm: the sandbox is up before the run the clock ends.
+    c.in_box("slow", "true");
+    let id = sandbox_id(&c, "slow").expect("the run did not use the sandbox");
+    let marker = format!("sleep 73.{}", 40 + u32::from(as_user));
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "slow",
+        "--",
+        "sh",
+        "-c",
+        &format!("{marker} & {marker}"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}: {}",
+        c.who(),
+        stderr(&out)
+    );
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "{}: the run's processes outlived its wall clock: {}",
+        c.who(),
+        stdout(&ps)
+    );
+    assert_eq!(
+        run_cgroups(&id),
+        Vec::<String>::new(),
+        "{}: the run's cgroup outlived it",
+        c.who()
+    );
+    let rec = c.receipts("slow").pop().unwrap();
+    assert_eq!(rec["exit"]["timed_out"], true, "{rec}");
+    // The next run is served by the same sandbox.
+    let out = c.h5i(&["box", "run", "slow", "--", "echo", "next-run-ok"]);
+    assert_eq!(out.status.code(), Some(0), "{}: {}", c.who(), stderr(&out));
+    assert!(stdout(&out).contains("next-run-ok"), "{}", stdout(&out));
+    assert_eq!(
+        sandbox_id(&c, "slow").as_deref(),
+        Some(id.as_str()),
+        "{}: the wall clock took the sandbox down",
+        c.who()
+    );
+    c.ok(&["box", "rm", "--force", "slow"]);
+}
+
+#[test]
+fn the_wall_clock_kills_a_warm_supervised_run_with_124_and_the_next_run_works() {
+    wall_clock_kills_a_warm_run(false);
+}
+
+#[test]
+fn the_wall_clock_kills_a_warm_supervised_run_with_124_and_the_next_run_works_as_the_test_user() {
+    wall_clock_kills_a_warm_run(true);
+}
+
+fn abort_tears_down(as_user: bool) {
+    let mut c = Caller::either(as_user);
+    c.create_at("ab", "supervised");
+    c.in_box("ab", "true");
+    let held = sandbox::Held::now(&c, "ab");
+    let (_, uplink) = held
+        .net
+        .as_ref()
+        .expect("a supervised sandbox has a sentry");
+    assert!(uplink.exists(), "{}: no uplink found to watch", c.who());
+    c.ok(&["box", "abort", "ab"]);
+    let left = held.left();
+    assert!(left.is_empty(), "{}: `box abort` left {left:?}", c.who());
+    let status = c.ok(&["box", "status", "ab"]);
+    assert!(status.contains("sandbox: down"), "{}: {status}", c.who());
+}
+
+#[test]
+fn abort_tears_the_supervised_sandbox_down_sentry_uplink_cgroup_and_directory() {
+    abort_tears_down(false);
+}
+
+#[test]
+fn abort_tears_the_supervised_sandbox_down_sentry_uplink_cgroup_and_directory_as_the_test_user() {
+    abort_tears_down(true);
+}
+
+#[test]
+fn the_idle_timeout_tears_a_supervised_sandbox_down() {
+    sandbox::idle_teardown(&mut Caller::either(false), "supervised");
+}
+
+#[test]
+fn the_idle_timeout_tears_a_supervised_sandbox_down_as_the_test_user() {
+    sandbox::idle_teardown(&mut Caller::either(true), "supervised");
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box() {
+    sandbox::oom_spares_a_service(&mut Caller::either(false), "supervised");
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box_as_the_test_user() {
+    sandbox::oom_spares_a_service(&mut Caller::either(true), "supervised");
+}
