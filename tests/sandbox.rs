@@ -491,9 +491,18 @@ fn same_confinement_as_a_container_per_run(as_user: bool) {
         return;
     };
     c.ok(&["box", "create", "same", "--isolation=process"]);
+    common::copy_program(common::probe(), &c.workspace("same").join("probe"));
+    // Then, from inside: Landlock's answers (the root directory and a new file in /dev are on
+    // mounts the box may use but outside every grant; /dev is the box user's own, so only
+    // Landlock can refuse there) and the seccomp filter's answer to every call it rules on.
     let script = "grep -E '^(Uid|Gid|Groups|Cap|NoNewPrivs|Seccomp)' /proc/self/status; \
                   ulimit -a; cat /proc/self/uid_map /proc/self/gid_map; pwd; \
-                  cat /proc/self/mountinfo | awk '{print $5, $6}' | grep -v -E '^/.h5i-(box-)?init ' | sort";
+                  cat /proc/self/mountinfo | awk '{print $5, $6}' | grep -v -E '^/.h5i-(box-)?init ' | sort; \
+                  echo box-uid=$(id -u); stat -c 'dev-owner=%u dev-mode=%a' /dev; \
+                  ./probe read / | sed 's/^/root_/'; \
+                  ./probe write /dev/h5i-landlock-probe | sed 's/^/dev_/'; \
+                  ./probe write /tmp/h5i-landlock-probe | sed 's/^/tmp_/'; \
+                  ./probe syscalls; ./probe unlisted; ./probe setid /tmp";
     let per_run = c.h5i_with(
         &["box", "run", "same", "--", "sh", "-c", script],
         &[("H5I_SANDBOX", "off")],
@@ -519,12 +528,37 @@ fn same_confinement_as_a_container_per_run(as_user: bool) {
     // Only the inits' own read-only mounts differ (left out above): the sandbox's box init, and
     // the catatonit a run in a container of its own starts under.
     assert_eq!(stdout(&warm), stdout(&per_run), "{}", c.who());
-    assert!(
-        stdout(&warm).contains("NoNewPrivs:\t1"),
-        "{}: {}",
-        c.who(),
-        stdout(&warm)
+    let text = stdout(&warm);
+    assert!(text.contains("NoNewPrivs:\t1"), "{}: {text}", c.who());
+    let got = common::labelled_results(&warm);
+    // /dev belongs to the box's user and is writable by its owner: a refusal there is
+    // Landlock's, as is the root directory's; /tmp, which is granted, takes the same write.
+    assert_eq!(
+        got["dev-owner"].split_whitespace().next(),
+        Some(got["box-uid"].as_str()),
+        "{}: {text}",
+        c.who()
     );
+    assert!(got["dev-owner"].ends_with("dev-mode=755"), "{text}");
+    for (probe, want) in [
+        ("root_read", "EACCES"),
+        ("dev_write", "EACCES"),
+        ("tmp_write", "OK"),
+        // The filter's answers: EPERM for what it denies, ENOSYS for clone3.
+        ("keyctl", "EPERM"),
+        ("io_uring_setup", "EPERM"),
+        ("unshare", "EPERM"),
+        ("clone_newuser", "EPERM"),
+        ("clone3", "ENOSYS"),
+        ("chmod_u+s", "EPERM"),
+    ] {
+        assert_eq!(
+            got.get(probe).map(String::as_str),
+            Some(want),
+            "{}: {probe} in a sandbox run: {text}",
+            c.who()
+        );
+    }
     c.ok(&["box", "rm", "--force", "same"]);
 }
 
