@@ -1,7 +1,11 @@
 //! The box-lifetime sandbox from the box's side: made lazily by a process-tier or supervised run
 //! from the same plan a per-run container would use, kept in h5i's private runtime directory,
 //! rebuilt when the plan it was made from changes, torn down by `abort`, `rm` and its init's
-//! idle timeout.
+//! idle timeout (`H5I_SANDBOX_IDLE_SECS`, default 600 s). When the init ends idle, its pid
+//! namespace ends with it (every process of the box is killed by the kernel) and a supervised
+//! sandbox's sentry, watching the init, stops the uplink and ends; what the init cannot remove
+//! itself (the container's record, its empty cgroups, the directory) is swept by the next h5i
+//! that looks: the box's `status`, its next run, or any box's sandbox being made.
 //!
 //! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
 //! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
@@ -54,8 +58,31 @@ use crate::error::BoxError;
 use crate::file_lock::{FileLock, LockKind};
 use crate::store::{now_ms, StoredBox};
 
-/// How long an idle sandbox's init waits for the next run before it ends.
+/// How long an idle sandbox's init waits for the next run before it ends, unless
+/// [`IDLE_ENV`] says otherwise.
 pub const IDLE_SECS: u64 = 600;
+/// The variable that sets another idle time for the sandboxes this h5i makes (whole seconds).
+pub const IDLE_ENV: &str = "H5I_SANDBOX_IDLE_SECS";
+/// The longest idle time [`IDLE_ENV`] may ask for: a day.
+const MAX_IDLE_SECS: u64 = 86_400;
+
+/// The idle time a sandbox made now gets: [`IDLE_ENV`] when set (1 s to a day), else
+/// [`IDLE_SECS`]. It is part of the sandbox's plan, so a different one rebuilds the sandbox.
+fn idle_secs() -> Result<u64, BoxError> {
+    let Some(raw) = std::env::var_os(IDLE_ENV) else {
+        return Ok(IDLE_SECS);
+    };
+    raw.to_str()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|n| (1..=MAX_IDLE_SECS).contains(n))
+        .ok_or_else(|| BoxError::BadRequest {
+            what: format!(
+                "{IDLE_ENV}={} is not a whole number of seconds from 1 to {MAX_IDLE_SECS}",
+                raw.to_string_lossy().escape_debug()
+            ),
+            mend: format!("set it to a number of seconds, e.g. {IDLE_ENV}=600, or unset it"),
+        })
+}
 
 /// What `state.json` holds.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -99,9 +126,18 @@ pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
     Some((pid.trim().parse().ok()?, net_dir(&dir)))
 }
 
-/// `status`'s line for the sandbox.
+/// `status`'s line for the sandbox. A sandbox whose init ended on its own (the idle timeout)
+/// is swept first: the container's record, cgroups and directory its init could not remove.
 pub fn status_line(sb: &StoredBox) -> String {
-    match status(sb) {
+    let up = status(sb);
+    if up.is_none() {
+        if let Ok(dir) = dir_for(sb) {
+            if dir.exists() {
+                sweep_if_orphaned(&dir);
+            }
+        }
+    }
+    match up {
         Some(s) => format!(
             "sandbox: up ({}, config digest {})",
             s.container,
@@ -118,14 +154,14 @@ fn read_state(dir: &Path) -> Option<SandboxState> {
 
 /// The plan of the sandbox's own container: `plan` with the box init as its process, no
 /// environment (each run brings its own), and a name of the box's.
-fn sandbox_plan(sb: &StoredBox, plan: &BundlePlan, runc: &Path) -> BundlePlan {
+fn sandbox_plan(sb: &StoredBox, plan: &BundlePlan, runc: &Path, idle_secs: u64) -> BundlePlan {
     let mut base = plan.clone();
     base.id = format!("{}-sb", sb.manifest.name);
     base.argv = vec![
         rt::INIT_PATH_IN_BOX.to_string(),
         rt::INIT_VERB.to_string(),
         "--idle-secs".to_string(),
-        IDLE_SECS.to_string(),
+        idle_secs.to_string(),
     ];
     // libcontainer's executor looks the init up on PATH; runs bring their own environment.
     base.env = vec!["PATH=/usr/bin:/bin".to_string()];
@@ -200,7 +236,7 @@ pub fn run(
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
     })?;
     let dir = dir_for(sb)?;
-    let mut base = sandbox_plan(sb, plan, &runc);
+    let mut base = sandbox_plan(sb, plan, &runc, idle_secs()?);
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
     let digest = match egress {
@@ -546,21 +582,26 @@ fn sweep_orphaned_sandboxes(ours: &Path) {
     };
     for e in entries.flatten() {
         let dir = e.path();
-        if dir == ours || !e.file_name().to_string_lossy().starts_with("sandbox-") {
-            continue;
+        if dir != ours && e.file_name().to_string_lossy().starts_with("sandbox-") {
+            sweep_if_orphaned(&dir);
         }
-        let Ok(Some(lock)) = FileLock::try_take(&dir.join("lock"), LockKind::Exclusive) else {
-            continue;
-        };
-        let orphaned = match read_state(&dir) {
-            Some(s) => !s.box_dir.is_dir() || rt::connect(&dir.join("init.sock")).is_err(),
-            None => true,
-        };
-        if orphaned && teardown_locked(&dir).is_ok() {
-            let _ = fs::remove_dir_all(&dir);
-        }
-        drop(lock);
     }
+}
+
+/// Tear down the sandbox in `dir` when nothing is served from it any more (its box is gone,
+/// its init ended, or it has no state: a making that was cut off) and no one holds it.
+fn sweep_if_orphaned(dir: &Path) {
+    let Ok(Some(lock)) = FileLock::try_take(&dir.join("lock"), LockKind::Exclusive) else {
+        return;
+    };
+    let orphaned = match read_state(dir) {
+        Some(s) => !s.box_dir.is_dir() || rt::connect(&dir.join("init.sock")).is_err(),
+        None => true,
+    };
+    if orphaned && teardown_locked(dir).is_ok() {
+        let _ = fs::remove_dir_all(dir);
+    }
+    drop(lock);
 }
 
 /// End the box's sandbox, if it has one: its container, cgroups and directory. Waits for runs

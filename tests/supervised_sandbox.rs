@@ -19,10 +19,10 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use common::sandbox::{self, pid_in};
 use common::testnet::TestHosts;
 use common::{labelled_results as results, process_alive as alive, stderr, stdout, Caller};
 
@@ -57,43 +57,7 @@ fn connect(c: &mut Caller, name: &str, pin: &str, checks: &[(&str, String)]) -> 
 
 /// The box's sandbox container id, from `box status` (None when it is down).
 fn sandbox_id(c: &Caller, name: &str) -> Option<String> {
-    common::sandbox_id_in(&c.ok(&["box", "status", name]))
-}
-
-/// The sandbox directory holding container `id`'s state, under the caller's runtime directory.
-fn sandbox_dir(c: &Caller, id: &str) -> PathBuf {
-    let uid = c.uid();
-    let parents = [
-        PathBuf::from("/run/h5i"),
-        PathBuf::from(format!("/run/user/{uid}/h5i")),
-        std::env::temp_dir().join(format!("h5i-{uid}")),
-    ];
-    parents
-        .iter()
-        .filter_map(|p| std::fs::read_dir(p).ok())
-        .flat_map(|d| d.flatten())
-        .find(|e| {
-            std::fs::read_to_string(e.path().join("state.json"))
-                .is_ok_and(|s| s.contains(&format!("\"container\":\"{id}\"")))
-        })
-        .map(|e| e.path())
-        .unwrap_or_else(|| panic!("no sandbox directory holds {id}"))
-}
-
-fn pid_in(path: PathBuf) -> i32 {
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-fn receipts(c: &Caller, name: &str) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(c.box_dir(name).join("receipts.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    sandbox::id(c, name)
 }
 
 fn policy(c: &Caller, extra: &str) {
@@ -220,7 +184,7 @@ fn repinned_name_swaps_into_the_table(as_user: bool) {
     );
 
     // Each receipt counts its own run only.
-    let recs = receipts(&c, "rp");
+    let recs = c.receipts("rp");
     let (one, two) = (&recs[recs.len() - 2], &recs[recs.len() - 1]);
     for (rec, other) in [(one, second), (two, first)] {
         assert_eq!(rec["tier"], "supervised");
@@ -286,7 +250,7 @@ fn dial_and_count(c: &mut Caller, pin: &str, reached: Ipv4Addr, refused: Ipv4Add
     let got = results(&connect(c, "pt", pin, &checks(refused)));
     assert_eq!(got["named"], format!("hello {reached}:8080"), "{got:?}");
     assert!(got["other"].starts_with("err:"), "{got:?}");
-    let rec = receipts(c, "pt").pop().unwrap();
+    let rec = c.receipts("pt").pop().unwrap();
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 1, "{rec}");
     assert_eq!(
         denied_of(&rec),
@@ -307,7 +271,7 @@ fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
     // Run N: one allowed connection, one refused dial, both in its receipt.
     dial_and_count(&mut c, &pin_first, first, second);
     let id = sandbox_id(&c, "pt").expect("the run did not use the sandbox");
-    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+    let init = pid_in(&sandbox::dir(&c, &id).join("init.pid"));
 
     // Between runs, a dial from inside the box's network namespace is refused by the table
     // (so it is counted there) but belongs to no run.
@@ -317,7 +281,7 @@ fn each_runs_tally_and_pins_are_its_own(as_user: bool) {
     // Run N+1, same pins: neither run N's refusal nor the one between runs is in its receipt.
     let out = run(&mut c, "pt", &pin_first, &["true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let rec = receipts(&c, "pt").pop().unwrap();
+    let rec = c.receipts("pt").pop().unwrap();
     assert_eq!(rec["egress"]["allowed"]["allowed.test:8080"], 0, "{rec}");
     assert_eq!(denied_of(&rec), Vec::new(), "{}: {rec}", c.who());
 
@@ -399,7 +363,7 @@ fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_no
     let out = run(&mut c, "tb", &pin_first, &["true"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let id = sandbox_id(&c, "tb").expect("the run did not use the sandbox");
-    let init = pid_in(sandbox_dir(&c, &id).join("init.pid"));
+    let init = pid_in(&sandbox::dir(&c, &id).join("init.pid"));
 
     // Another table made in the box's namespace during a run (as the browser fence is) leaves
     // the run's tally whole.
@@ -408,7 +372,7 @@ fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_no
     assert!(made.status.success(), "{}", stderr(&made));
     let status = common::wait_bounded(child, Duration::from_secs(60), "the run");
     assert_eq!(status.code(), Some(0));
-    let rec = receipts(&c, "tb").pop().unwrap();
+    let rec = c.receipts("tb").pop().unwrap();
     assert_eq!(
         denied_of(&rec),
         vec![(format!("{second}:8080/tcp"), 1)],
@@ -435,13 +399,13 @@ fn a_table_replaced_during_a_run_voids_that_runs_tally_and_another_table_does_no
         said.contains("left no tally") && said.contains("replaced"),
         "{said}"
     );
-    let rec = receipts(&c, "tb").pop().unwrap();
+    let rec = c.receipts("tb").pop().unwrap();
     assert!(rec["egress"]["denied"].is_null(), "{rec}");
 
     // The next run puts the sentry's own table back and counts as before.
     let got = results(&connect(&mut c, "tb", &pin_first, &checks(second)));
     assert!(got["other"].starts_with("err:"), "{got:?}");
-    let rec = receipts(&c, "tb").pop().unwrap();
+    let rec = c.receipts("tb").pop().unwrap();
     assert_eq!(
         denied_of(&rec),
         vec![(format!("{second}:8080/tcp"), 1)],
@@ -474,9 +438,9 @@ fn changed_plan_rebuilds_with_its_network(as_user: bool) {
     let out = run(&mut c, "rb", &pin, &["sh", "-c", &probe]);
     assert!(stdout(&out).contains("cat=1"), "{}", stderr(&out));
     let first = sandbox_id(&c, "rb").expect("sandbox up after the first run");
-    let dir = sandbox_dir(&c, &first);
-    let old_init = pid_in(dir.join("init.pid"));
-    let old_sentry = pid_in(dir.join("net/sentry.pid"));
+    let dir = sandbox::dir(&c, &first);
+    let old_init = pid_in(&dir.join("init.pid"));
+    let old_sentry = pid_in(&dir.join("net/sentry.pid"));
     assert!(alive(old_sentry), "the sandbox's sentry is not running");
 
     std::fs::create_dir(&grant).unwrap();
@@ -513,7 +477,7 @@ fn changed_plan_rebuilds_with_its_network(as_user: bool) {
     );
     assert!(got["other"].starts_with("err:"), "{got:?}");
     assert_eq!(hosts.log(), vec![format!("tcp {}:8080", hosts.first)]);
-    let new_sentry = pid_in(sandbox_dir(&c, &second).join("net/sentry.pid"));
+    let new_sentry = pid_in(&sandbox::dir(&c, &second).join("net/sentry.pid"));
     c.ok(&["box", "rm", "--force", "rb"]);
     assert!(!alive(new_sentry), "rm left the sandbox's sentry running");
 }
@@ -590,7 +554,7 @@ fn oom_kills_only_that_run(as_user: bool) {
         "{}: the sandbox itself went down",
         c.who()
     );
-    let recs = receipts(&c, "oom");
+    let recs = c.receipts("oom");
     let hog_rec = recs
         .iter()
         .find(|r| {
@@ -619,4 +583,136 @@ fn a_supervised_runs_oom_kills_that_run_not_the_sandbox_or_a_concurrent_run() {
 #[test]
 fn a_supervised_runs_oom_kills_that_run_not_the_sandbox_or_a_concurrent_run_as_the_test_user() {
     oom_kills_only_that_run(true);
+}
+
+/// A supervised profile `name` with no egress and `extra` TOML after its header, committed.
+fn quiet_profile(c: &Caller, name: &str, extra: &str) {
+    c.write(
+        ".h5i/env.toml",
+        format!("[profile.{name}]\nisolation = \"supervised\"\n{extra}"),
+    );
+    c.commit_all(name);
+}
+
+/// The names of the run sub-cgroups (`run-*`) below sandbox `id`'s cgroups.
+fn run_cgroups(id: &str) -> Vec<String> {
+    sandbox::cgroups_named(id)
+        .iter()
+        .flat_map(|g| std::fs::read_dir(g.join("c")).into_iter().flatten())
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("run-"))
+        .collect()
+}
+
+fn wall_clock_kills_a_warm_run(as_user: bool) {
+    let c = Caller::either(as_user);
+    quiet_profile(&c, "quick", "[profile.quick.resources]\nwall = \"3s\"\n");
+    c.ok(&["box", "create", "slow", "--profile", "quick"]);
+    // Warm: the sandbox is up before the run the clock ends.
+    c.in_box("slow", "true");
+    let id = sandbox_id(&c, "slow").expect("the run did not use the sandbox");
+    let marker = format!("sleep 73.{}", 40 + u32::from(as_user));
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "slow",
+        "--",
+        "sh",
+        "-c",
+        &format!("{marker} & {marker}"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}: {}",
+        c.who(),
+        stderr(&out)
+    );
+    let ps = std::process::Command::new("pgrep")
+        .args(["-f", &marker])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&ps).trim().is_empty(),
+        "{}: the run's processes outlived its wall clock: {}",
+        c.who(),
+        stdout(&ps)
+    );
+    assert_eq!(
+        run_cgroups(&id),
+        Vec::<String>::new(),
+        "{}: the run's cgroup outlived it",
+        c.who()
+    );
+    let rec = c.receipts("slow").pop().unwrap();
+    assert_eq!(rec["exit"]["timed_out"], true, "{rec}");
+    // The next run is served by the same sandbox.
+    let out = c.h5i(&["box", "run", "slow", "--", "echo", "next-run-ok"]);
+    assert_eq!(out.status.code(), Some(0), "{}: {}", c.who(), stderr(&out));
+    assert!(stdout(&out).contains("next-run-ok"), "{}", stdout(&out));
+    assert_eq!(
+        sandbox_id(&c, "slow").as_deref(),
+        Some(id.as_str()),
+        "{}: the wall clock took the sandbox down",
+        c.who()
+    );
+    c.ok(&["box", "rm", "--force", "slow"]);
+}
+
+#[test]
+fn the_wall_clock_kills_a_warm_supervised_run_with_124_and_the_next_run_works() {
+    wall_clock_kills_a_warm_run(false);
+}
+
+#[test]
+fn the_wall_clock_kills_a_warm_supervised_run_with_124_and_the_next_run_works_as_the_test_user() {
+    wall_clock_kills_a_warm_run(true);
+}
+
+fn abort_tears_down(as_user: bool) {
+    let mut c = Caller::either(as_user);
+    c.create_at("ab", "supervised");
+    c.in_box("ab", "true");
+    let held = sandbox::Held::now(&c, "ab");
+    let (_, uplink) = held
+        .net
+        .as_ref()
+        .expect("a supervised sandbox has a sentry");
+    assert!(uplink.exists(), "{}: no uplink found to watch", c.who());
+    c.ok(&["box", "abort", "ab"]);
+    let left = held.left();
+    assert!(left.is_empty(), "{}: `box abort` left {left:?}", c.who());
+    let status = c.ok(&["box", "status", "ab"]);
+    assert!(status.contains("sandbox: down"), "{}: {status}", c.who());
+}
+
+#[test]
+fn abort_tears_the_supervised_sandbox_down_sentry_uplink_cgroup_and_directory() {
+    abort_tears_down(false);
+}
+
+#[test]
+fn abort_tears_the_supervised_sandbox_down_sentry_uplink_cgroup_and_directory_as_the_test_user() {
+    abort_tears_down(true);
+}
+
+#[test]
+fn the_idle_timeout_tears_a_supervised_sandbox_down() {
+    sandbox::idle_teardown(&mut Caller::either(false), "supervised");
+}
+
+#[test]
+fn the_idle_timeout_tears_a_supervised_sandbox_down_as_the_test_user() {
+    sandbox::idle_teardown(&mut Caller::either(true), "supervised");
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box() {
+    sandbox::oom_spares_a_service(&mut Caller::either(false), "supervised");
+}
+
+#[test]
+fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box_as_the_test_user() {
+    sandbox::oom_spares_a_service(&mut Caller::either(true), "supervised");
 }

@@ -14,6 +14,8 @@ Environment (all optional):
                           (RUST_LOG when H5I_LOG is unset); every h5i binary reads it
   H5I_NO_PROBE_CACHE      re-probe host capabilities instead of reusing the cached answer
   H5I_SANDBOX             off: a container per run instead of the long-lived box sandbox
+  H5I_SANDBOX_IDLE_SECS   how long a box sandbox with no run stays up (default 600, at most
+                          86400); a sandbox made with another idle time is rebuilt
   H5I_CONTAINER_USER      the engine user whose rootless Podman runs a root caller's
                           container boxes (overrides /etc/h5i/container.toml)
   H5I_TEST_HOSTS          test seam, with H5I_TEST_CA_FILE: name=ip:port pins for the

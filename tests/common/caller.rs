@@ -338,6 +338,15 @@ impl Caller {
         self.box_dir(name).join("workspace")
     }
 
+    /// Every record in box `name`'s receipt log, oldest first.
+    pub fn receipts(&self, name: &str) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.box_dir(name).join("receipts.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
     /// Box `name`'s latest host-observed run record.
     pub fn last_run(&self, name: &str) -> serde_json::Value {
         let receipts = std::fs::read_to_string(self.box_dir(name).join("receipts.jsonl")).unwrap();

@@ -10,6 +10,7 @@ pub mod dice;
 pub mod kitty;
 pub mod opener;
 pub mod pty;
+pub mod sandbox;
 pub mod secrets;
 pub mod testnet;
 
