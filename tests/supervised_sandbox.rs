@@ -4,8 +4,8 @@
 //! next run (the host that was refused is reached and the other way round) without a rebuild,
 //! and each receipt's tally is exactly its own run's; a changed plan rebuilds the sandbox, its
 //! sentry and uplink going with the old one; a run's OOM kills that run only, not the sandbox,
-//! a concurrent run or a running service. A refused dial is counted in its own run's receipt
-//! only: not in the next run's (whose pins match, so the table stays in force), nor is a dial
+//! or a concurrent run (a service is refused at this tier, as the manual says). A refused dial
+//! is counted in its own run's receipt only: not in the next run's (whose pins match, so the table stays in force), nor is a dial
 //! made between runs from inside the box's network namespace; a run during which the box's table
 //! is replaced gets no tally (never one mixed from two tables), while another table made in the
 //! namespace meanwhile (as the browser fence is) leaves the run's tally whole. Every
@@ -708,11 +708,11 @@ fn the_idle_timeout_tears_a_supervised_sandbox_down_as_the_test_user() {
 }
 
 #[test]
-fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box() {
+fn a_supervised_box_refuses_a_service_as_the_manual_says() {
     sandbox::oom_spares_a_service(&mut Caller::either(false), "supervised");
 }
 
 #[test]
-fn a_supervised_runs_oom_kills_that_run_not_a_service_of_the_box_as_the_test_user() {
+fn a_supervised_box_refuses_a_service_as_the_manual_says_as_the_test_user() {
     sandbox::oom_spares_a_service(&mut Caller::either(true), "supervised");
 }
