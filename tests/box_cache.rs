@@ -1,6 +1,5 @@
-//! Warm dependency caches (`h5i box cache`), asserted with a real npm, cargo, pip, uv, Poetry and
-//! Go project,
-//! each against a static registry stand-in this test serves from its own network namespace
+//! Warm dependency caches (`h5i box cache`), asserted with a real npm, pnpm, Yarn 1, cargo, pip,
+//! uv, Poetry and Go project, each against a static registry stand-in this test serves from its own network namespace
 //! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. pip and Go
 //! find the stand-in the way a host names its mirror (PIP_INDEX_URL, GOPROXY in the caller's
 //! environment; uv's as UV_DEFAULT_INDEX, Poetry's as pip's), which `refresh` hands its box:
@@ -62,6 +61,35 @@ const NPM: Eco = Eco {
     prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
     proved: "2",
     lockfile: "package-lock.json",
+};
+
+/// pnpm's project: the npm fixture's packages locked in pnpm-lock.yaml. The cold box names a
+/// store in its own home (with no store setting pnpm looks for one on the project's filesystem).
+/// Warm, pnpm copies every package out of the read-only store, offline.
+const PNPM: Eco = Eco {
+    name: "pnpm",
+    fixture: &["npm_fixture.py", "5", "4096", "{base}", "pnpm"],
+    host_env: &[],
+    var: "npm_config_store_dir",
+    install: "pnpm install --frozen-lockfile --store-dir \"$HOME/.pnpm-store\"",
+    warm_install: Some("pnpm install --frozen-lockfile --offline"),
+    prove: NPM.prove,
+    proved: NPM.proved,
+    lockfile: "pnpm-lock.yaml",
+};
+
+/// Yarn 1's project: the npm fixture's packages locked in yarn.lock. Warm, yarn installs from
+/// the read-only cache folder, offline.
+const YARN: Eco = Eco {
+    name: "yarn",
+    fixture: &["npm_fixture.py", "5", "4096", "{base}", "yarn"],
+    host_env: &[],
+    var: "YARN_CACHE_FOLDER",
+    install: "yarn install --frozen-lockfile --non-interactive",
+    warm_install: Some("yarn install --frozen-lockfile --offline --non-interactive"),
+    prove: NPM.prove,
+    proved: NPM.proved,
+    lockfile: "yarn.lock",
 };
 
 const CARGO: Eco = Eco {
@@ -502,6 +530,10 @@ macro_rules! each_caller {
 each_caller! {
     NPM: npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    PNPM: pnpm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        pnpm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    YARN: yarn_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        yarn_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     CARGO: cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     PIP: pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
@@ -690,13 +722,15 @@ fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
         &'static str,
         &'static [(&'static str, &'static str)],
     );
-    let cases: [Case; 6] = [
+    let cases: [Case; 8] = [
         (
             "npm",
             "package-lock.json",
             "\"registry.npmjs.org:443\"",
             &[],
         ),
+        ("pnpm", "pnpm-lock.yaml", "\"registry.npmjs.org:443\"", &[]),
+        ("yarn", "yarn.lock", "\"registry.yarnpkg.com:443\"", &[]),
         (
             "cargo",
             "Cargo.lock",
