@@ -348,6 +348,69 @@ add_row box-cache-npm-warm-vs-cold \
     --runs 5 \
     --target 'ratio:median <= 0.2'
 
+# The same 300-package project locked for pnpm or Yarn 1 (bench/npm_fixture.py's last argument),
+# its cache refreshed, a cold box (its lockfile gained a trailing newline: stale key, nothing
+# mounted) and a warm one. $1: pnpm or yarn.
+node_warm_cold_setup() {
+    printf '%s' '
+        mkdir -p "$ROW_DIR/reg" "$ROW_DIR/repo"
+        cd "$ROW_DIR/repo"
+        git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
+        python3 "$ROOT/bench/npm_fixture.py" "$ROW_DIR/reg" . 300 20000 http://198.19.251.2:8080 '"$1"'
+        mkdir -p .h5i
+        printf "[profile.cache-'"$1"']\nisolation = \"supervised\"\n[profile.cache-'"$1"'.net]\negress = [\"198.19.251.2:8080\"]\n[profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"198.19.251.2:8080\"]\n" > .h5i/env.toml
+        git add -A && git commit -qm bench-'"$1"'
+        "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
+        "$H5I" box cache refresh '"$1"'
+        "$H5I" box create bench-cold --profile dev
+        "$H5I" box run bench-cold -- sh -c "echo >> '"$2"'"
+        "$H5I" box create bench-warm --profile dev'
+}
+
+# The check both rows share: 300 packages installed in each box, the cold box stale, and the warm
+# install's receipt (the latest run with --offline) with no connection at all.
+NODE_WARM_COLD_CHECK='
+        "$H5I" box cache mounts bench-warm | grep -q "mounted read-only at" || { echo "the warm box got no cache"; exit 1; }
+        "$H5I" box cache mounts bench-cold | grep -q "(stale)" || { echo "the cold box is not stale"; exit 1; }
+        for b in bench-cold bench-warm; do
+            n="$("$H5I" box run "$b" -- sh -c "ls node_modules | grep -c ^h5i-fixture-")"
+            [ "$n" = 300 ] || { echo "$b installed ${n:-no} packages, not 300"; exit 1; }
+        done
+        rec="$(grep "\"host-env-run\"" .git/.h5i/env/*/bench-warm/receipts.jsonl | grep -- "--offline" | tail -n 1)"
+        [ -n "$rec" ] || { echo "no receipt of the warm install"; exit 1; }
+        echo "$rec" | python3 -c "import json,sys; r=json.load(sys.stdin); a=sum(r[\"egress\"][\"allowed\"].values())+sum(r[\"egress\"][\"denied\"].values()); sys.exit(1 if a else 0)" \
+            || { echo "the warm install reached the network: $rec"; exit 1; }'
+
+# pnpm, cold vs warm, as the npm row: both boxes supervised with the same egress; cold fetches
+# every tarball into a store in the box's home (removed before each run) and links node_modules;
+# warm copies every package out of the read-only store (package-import-method=copy), offline.
+# Both runs remove node_modules first, in a box whose sandbox is already up.
+add_row box-cache-pnpm-warm-vs-cold \
+    --title 'installing the 300-package project locked for pnpm (pnpm-lock.yaml, the same stand-in) in a supervised box: cold (pnpm install --frozen-lockfile, an empty store, every tarball fetched) vs warm (the read-only store mounted, pnpm install --frozen-lockfile --offline)' \
+    --shell bash \
+    --setup "$(node_warm_cold_setup pnpm pnpm-lock.yaml)" \
+    --cwd '$ROW_DIR/repo' \
+    --baseline '$H5I box run bench-cold -- sh -c "rm -rf node_modules \$HOME/.pnpm-store && pnpm install --frozen-lockfile --store-dir \$HOME/.pnpm-store >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && pnpm install --frozen-lockfile --offline >/dev/null"' \
+    --check "$NODE_WARM_COLD_CHECK" \
+    --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
+    --runs 5 \
+    --target 'ratio:median <= 0.2'
+
+# Yarn 1, cold vs warm, the same way: cold fetches every tarball into a cache folder in the box's
+# home (removed before each run); warm unpacks from the read-only cache folder, offline.
+add_row box-cache-yarn-warm-vs-cold \
+    --title 'installing the 300-package project locked for Yarn 1 (yarn.lock, the same stand-in) in a supervised box: cold (yarn install --frozen-lockfile, an empty cache folder, every tarball fetched) vs warm (the read-only cache folder mounted, yarn install --frozen-lockfile --offline)' \
+    --shell bash \
+    --setup "$(node_warm_cold_setup yarn yarn.lock)" \
+    --cwd '$ROW_DIR/repo' \
+    --baseline '$H5I box run bench-cold -- sh -c "rm -rf node_modules \$HOME/.yarn-cache && YARN_CACHE_FOLDER=\$HOME/.yarn-cache yarn install --frozen-lockfile --non-interactive >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && yarn install --frozen-lockfile --offline --non-interactive >/dev/null"' \
+    --check "$NODE_WARM_COLD_CHECK" \
+    --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
+    --runs 5 \
+    --target 'ratio:median <= 0.2'
+
 # Where the warm install spends its time: the same warm `npm ci` in the box (the cache mounted
 # read-only by h5i) and on the host (the same cache directory, bind-mounted read-only in a
 # private mount namespace, the same npm variables). The difference is h5i's share.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build h5i's container images with Podman, without a registry (none is reachable here):
 #   localhost/h5i-debian:bookworm   debootstrap --variant=minbase bookworm, tarred, podman import
-#   localhost/h5i-base:latest       Containerfile.base (git, curl, python3, node/npm, ...)
+#   localhost/h5i-base:latest       Containerfile.base (git, curl, python3, node/npm, pnpm, yarn, ...)
 #   localhost/h5i-agent-claude      Containerfile.agent-claude (@anthropic-ai/claude-code)
 #   localhost/h5i-agent-codex       Containerfile.agent-codex (@openai/codex)
 #   localhost/h5i-browser           Containerfile.browser (Debian chromium + agent-browser, pinned in agent-versions.env)
@@ -118,6 +118,12 @@ while IFS='=' read -r k v; do
     case "$k" in '' | \#*) continue ;; esac
     pin_args+=(--build-arg "$k=$v")
 done <"$HERE/agent-versions.env"
+# The npm registry the host's own npm configuration names, for the base image's pnpm and yarn
+# (nothing when the host has no npm: the image's npm keeps its default).
+if command -v npm >/dev/null; then
+    npm_registry="$(cd / && npm config get registry 2>/dev/null || true)"
+    [ -z "$npm_registry" ] || pin_args+=(--build-arg "npm_config_registry=$npm_registry")
+fi
 ctx="$(mktemp -d /tmp/h5i-images.XXXXXX)"
 trap 'rm -rf "$ctx"' EXIT
 chmod 755 "$ctx"

@@ -142,6 +142,9 @@ fi
 # node 22 is only a notice); agent-browser's CLI is a native binary too, and it drives Debian's
 # chromium (installed above), never a browser of its own. tests/agent_claude.rs runs the agents
 # against a scripted model, never a real one; tests/browser.rs drives agent-browser in boxes.
+# pnpm and Yarn 1 come the same way (tests/box_cache.rs's pnpm and yarn projects; npm 11 leaves
+# yarn's preinstall script, a corepack notice, unrun, and yarn needs nothing from it). Every
+# package comes from the registry the host's own npm configuration names.
 # shellcheck source=../images/agent-versions.env
 . "$REPO_DIR/images/agent-versions.env"
 agent_version() { # COMMAND: the installed version, or nothing
@@ -152,6 +155,8 @@ wanted=()
 [ "$(agent_version claude)" = "$CLAUDE_CODE_VERSION" ] || wanted+=("@anthropic-ai/claude-code@$CLAUDE_CODE_VERSION")
 [ "$(agent_version codex)" = "$CODEX_VERSION" ] || wanted+=("@openai/codex@$CODEX_VERSION")
 [ "$(agent_version agent-browser)" = "$AGENT_BROWSER_VERSION" ] || wanted+=("agent-browser@$AGENT_BROWSER_VERSION")
+[ "$(agent_version pnpm)" = "$PNPM_VERSION" ] || wanted+=("pnpm@$PNPM_VERSION")
+[ "$(agent_version yarn)" = "$YARN_VERSION" ] || wanted+=("yarn@$YARN_VERSION")
 if [ "${#wanted[@]}" -gt 0 ]; then
     command -v npm >/dev/null || die "npm is not installed (apt-get install npm), needed for ${wanted[*]}"
     log="$(mktemp /tmp/h5i-setup-npm.XXXXXX)"
@@ -166,6 +171,8 @@ if [ "${#wanted[@]}" -gt 0 ]; then
         die "codex --version is not $CODEX_VERSION after the install"
     [ "$(agent_version agent-browser)" = "$AGENT_BROWSER_VERSION" ] ||
         die "agent-browser --version is not $AGENT_BROWSER_VERSION after the install"
+    [ "$(agent_version pnpm)" = "$PNPM_VERSION" ] || die "pnpm --version is not $PNPM_VERSION after the install"
+    [ "$(agent_version yarn)" = "$YARN_VERSION" ] || die "yarn --version is not $YARN_VERSION after the install"
     changed "installed ${wanted[*]} under /usr/local"
 fi
 

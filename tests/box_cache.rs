@@ -1,6 +1,5 @@
-//! Warm dependency caches (`h5i box cache`), asserted with a real npm, cargo, pip, uv, Poetry and
-//! Go project,
-//! each against a static registry stand-in this test serves from its own network namespace
+//! Warm dependency caches (`h5i box cache`), asserted with a real npm, pnpm, Yarn 1, cargo, pip,
+//! uv, Poetry and Go project, each against a static registry stand-in this test serves from its own network namespace
 //! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. pip and Go
 //! find the stand-in the way a host names its mirror (PIP_INDEX_URL, GOPROXY in the caller's
 //! environment; uv's as UV_DEFAULT_INDEX, Poetry's as pip's), which `refresh` hands its box:
@@ -62,6 +61,35 @@ const NPM: Eco = Eco {
     prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
     proved: "2",
     lockfile: "package-lock.json",
+};
+
+/// pnpm's project: the npm fixture's packages locked in pnpm-lock.yaml. The cold box names a
+/// store in its own home (with no store setting pnpm looks for one on the project's filesystem).
+/// Warm, pnpm copies every package out of the read-only store, offline.
+const PNPM: Eco = Eco {
+    name: "pnpm",
+    fixture: &["npm_fixture.py", "5", "4096", "{base}", "pnpm"],
+    host_env: &[],
+    var: "npm_config_store_dir",
+    install: "pnpm install --frozen-lockfile --store-dir \"$HOME/.pnpm-store\"",
+    warm_install: Some("pnpm install --frozen-lockfile --offline"),
+    prove: NPM.prove,
+    proved: NPM.proved,
+    lockfile: "pnpm-lock.yaml",
+};
+
+/// Yarn 1's project: the npm fixture's packages locked in yarn.lock. Warm, yarn installs from
+/// the read-only cache folder, offline.
+const YARN: Eco = Eco {
+    name: "yarn",
+    fixture: &["npm_fixture.py", "5", "4096", "{base}", "yarn"],
+    host_env: &[],
+    var: "YARN_CACHE_FOLDER",
+    install: "yarn install --frozen-lockfile --non-interactive",
+    warm_install: Some("yarn install --frozen-lockfile --offline --non-interactive"),
+    prove: NPM.prove,
+    proved: NPM.proved,
+    lockfile: "yarn.lock",
 };
 
 const CARGO: Eco = Eco {
@@ -502,6 +530,10 @@ macro_rules! each_caller {
 each_caller! {
     NPM: npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         npm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    PNPM: pnpm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        pnpm_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
+    YARN: yarn_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
+        yarn_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     CARGO: cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
         cargo_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_h5i_test;
     PIP: pip_cold_install_fetches_warm_install_makes_no_request_and_cannot_write_the_cache_as_root,
@@ -572,53 +604,56 @@ fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
     c.ok(&["box", "rm", "--force", "ctr"]);
 }
 
-/// The container tier with an image of its own node and npm (`localhost/h5i-base`, made by
-/// images/build.sh): a warm `npm ci --offline` from the read-only download cache installs a
-/// usable tree and makes no request (none in the receipt's tally though the registry is in the
-/// box's egress, none at the stand-in), the box cannot write the cache, and the cache entry is
-/// byte for byte as refresh stored it. npm's built tree is not mounted there: the image's node
-/// is not the one that built it, and `mounts` says so.
-fn container_box_installs_warm_from_the_cache(as_user: bool) {
+/// The container tier with an image of its own node, npm, pnpm and yarn (`localhost/h5i-base`,
+/// made by images/build.sh): a warm offline install (`npm ci --offline`, pnpm's and yarn's
+/// `install --frozen-lockfile --offline`) from the read-only cache installs a usable tree and
+/// makes no request (none in the receipt's tally though the registry is in the box's egress,
+/// none at the stand-in), the box cannot write the cache, and the cache entry is byte for byte
+/// as refresh stored it. npm's built tree is not mounted there: the image's node is not the one
+/// that built it, and `mounts` says so.
+fn container_box_installs_warm_from_the_cache(eco: &Eco, warm_install: &str, as_user: bool) {
     const IMAGE: &str = "localhost/h5i-base:latest";
     let test = format!(
-        "box cache npm warm install at the container tier as {}",
+        "box cache {} warm install at the container tier as {}",
+        eco.name,
         if as_user { "h5i-test" } else { "root" }
     );
     let Some(reg) = Registry::up(&test) else {
         return;
     };
     let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
-    project(&c, &reg, &NPM);
+    project(&c, &reg, eco);
     c.write(
         ".h5i/env.toml",
         format!(
             "{}\n[profile.devc]\nisolation = \"container\"\n[profile.devc.net]\negress = [\"registry.test:{PORT}\"]\n",
-            profiles(&NPM)
+            profiles(eco)
         ),
     );
     c.commit_all("a container profile");
-    refresh(&c, "npm");
+    refresh(&c, eco.name);
     let after_refresh = reg.requests().len();
     let ls: serde_json::Value =
         serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
     let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
-    let entry = c.repo().join(".git/.h5i/cache/npm").join(&key);
+    let entry = c.repo().join(".git/.h5i/cache").join(eco.name).join(&key);
     let stored = tree_digest(&entry);
 
     c.create_container_with("ctr", IMAGE, &["--profile", "devc"]);
     let mounts = c.ok(&["box", "cache", "mounts", "ctr"]);
     assert!(
-        mounts.starts_with(&format!("npm: {key} ("))
-            && mounts.contains("mounted read-only at /.h5i/cache/npm")
-            && mounts.contains("built node_modules not mounted: built for ")
-            && mounts.contains("this tier brings its own"),
+        mounts.starts_with(&format!("{}: {key} (", eco.name))
+            && mounts.contains(&format!("mounted read-only at /.h5i/cache/{}", eco.name))
+            && (eco.name != "npm"
+                || mounts.contains("built node_modules not mounted: built for ")
+                    && mounts.contains("this tier brings its own")),
         "{mounts}"
     );
-    let out = run(&c, "ctr", "npm ci --offline --no-audit --no-fund");
+    let out = run(&c, "ctr", warm_install);
     assert_eq!(
         out.status.code(),
         Some(0),
-        "warm npm ci as {}: {}{}",
+        "warm {warm_install} as {}: {}{}",
         c.who(),
         stdout(&out),
         stderr(&out)
@@ -635,9 +670,9 @@ fn container_box_installs_warm_from_the_cache(as_user: bool) {
         "warm install hit the registry: {:?}",
         reg.requests()
     );
-    let out = run(&c, "ctr", NPM.prove);
-    assert_eq!(stdout(&out).trim(), NPM.proved, "{}", stderr(&out));
-    assert_cannot_write(&c, &NPM, "ctr");
+    let out = run(&c, "ctr", eco.prove);
+    assert_eq!(stdout(&out).trim(), eco.proved, "{}", stderr(&out));
+    assert_cannot_write(&c, eco, "ctr");
     assert_eq!(
         tree_digest(&entry),
         stored,
@@ -646,24 +681,35 @@ fn container_box_installs_warm_from_the_cache(as_user: bool) {
     c.ok(&["box", "rm", "--force", "ctr"]);
 }
 
-#[test]
-fn a_container_box_installs_warm_from_the_cache_with_no_request_as_root() {
-    if require_root(
-        "container warm install as root",
-        "the test registry's netns",
-    ) {
-        container_box_installs_warm_from_the_cache(false);
-    }
+/// A container-tier warm install per node package manager and caller.
+macro_rules! container_warm {
+    ($($eco:ident, $install:literal: $as_root:ident, $as_user:ident;)*) => {$(
+        #[test]
+        fn $as_root() {
+            if require_root("container warm install as root", "the test registry's netns") {
+                container_box_installs_warm_from_the_cache(&$eco, $install, false);
+            }
+        }
+
+        #[test]
+        fn $as_user() {
+            if require_root("container warm install as h5i-test", "the test registry's netns") {
+                container_box_installs_warm_from_the_cache(&$eco, $install, true);
+            }
+        }
+    )*};
 }
 
-#[test]
-fn a_container_box_installs_warm_from_the_cache_with_no_request_as_h5i_test() {
-    if require_root(
-        "container warm install as h5i-test",
-        "the test registry's netns",
-    ) {
-        container_box_installs_warm_from_the_cache(true);
-    }
+container_warm! {
+    NPM, "npm ci --offline --no-audit --no-fund":
+        a_container_box_installs_warm_from_the_cache_with_no_request_as_root,
+        a_container_box_installs_warm_from_the_cache_with_no_request_as_h5i_test;
+    PNPM, "pnpm install --frozen-lockfile --offline":
+        a_container_box_installs_warm_from_the_pnpm_store_with_no_request_as_root,
+        a_container_box_installs_warm_from_the_pnpm_store_with_no_request_as_h5i_test;
+    YARN, "yarn install --frozen-lockfile --offline --non-interactive":
+        a_container_box_installs_warm_from_the_yarn_cache_with_no_request_as_root,
+        a_container_box_installs_warm_from_the_yarn_cache_with_no_request_as_h5i_test;
 }
 
 #[test]
@@ -690,13 +736,15 @@ fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
         &'static str,
         &'static [(&'static str, &'static str)],
     );
-    let cases: [Case; 6] = [
+    let cases: [Case; 8] = [
         (
             "npm",
             "package-lock.json",
             "\"registry.npmjs.org:443\"",
             &[],
         ),
+        ("pnpm", "pnpm-lock.yaml", "\"registry.npmjs.org:443\"", &[]),
+        ("yarn", "yarn.lock", "\"registry.yarnpkg.com:443\"", &[]),
         (
             "cargo",
             "Cargo.lock",
@@ -835,6 +883,32 @@ fn pip_refresh_refuses_an_unhashed_or_vcs_requirement_and_stores_nothing() {
     }
 }
 
+/// `text` committed as `eco`'s lockfile (`what` says how it was made hostile): `h5i box cache
+/// refresh` exits 1 with a refusal holding each of `says` and the mend, stores nothing and leaves
+/// no refresh box.
+fn assert_refresh_refused(c: &Caller, eco: &Eco, what: &str, text: String, says: &[&str]) {
+    c.write(eco.lockfile, text);
+    c.commit_all(what);
+    let out = c.h5i(&["box", "cache", "refresh", eco.name]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{} {what}: {err}", eco.name);
+    assert!(
+        says.iter().all(|s| err.contains(s)) && err.contains("; to fix: "),
+        "{} {what}: {err}",
+        eco.name
+    );
+    assert!(
+        c.ok(&["box", "cache", "ls"]).contains("no caches"),
+        "{} {what}: a cache was stored",
+        eco.name
+    );
+    assert!(
+        !c.ok(&["box", "ls"]).contains("refresh"),
+        "{} {what}: the refresh box was left behind",
+        eco.name
+    );
+}
+
 /// A uv.lock or poetry.lock is hostile input to the refresh: a tampered hash (a well-formed one
 /// that is not the file's) fails pip's check in the refresh box, and a name carrying a pip
 /// option is refused on the host before the install step runs. Either way nothing is stored,
@@ -874,29 +948,51 @@ fn uv_and_poetry_refresh_refuse_a_tampered_hash_or_a_smuggled_option_and_store_n
             ),
         ] {
             let before = reg.requests().len();
-            c.write(eco.lockfile, text);
-            c.commit_all(what);
-            let out = c.h5i(&["box", "cache", "refresh", eco.name]);
-            let err = stderr(&out);
-            assert_eq!(out.status.code(), Some(1), "{} {what}: {err}", eco.name);
-            assert!(
-                err.contains(&refusal) && err.contains("; to fix: "),
-                "{} {what}: {err}",
-                eco.name
-            );
-            assert!(
-                c.ok(&["box", "cache", "ls"]).contains("no caches"),
-                "{} {what}: a cache was stored",
-                eco.name
-            );
-            assert!(
-                !c.ok(&["box", "ls"]).contains("refresh"),
-                "{} {what}: the refresh box was left behind",
-                eco.name
-            );
+            assert_refresh_refused(&c, eco, what, text, &[&refusal]);
             if what == "smuggled option" {
                 assert_eq!(reg.requests().len(), before, "{}: fetched anyway", eco.name);
             }
+        }
+    }
+}
+
+/// A pnpm-lock.yaml or yarn.lock is hostile input to the refresh: a package whose integrity is
+/// another package's fails the package manager's check in the refresh box, and a tarball URL on
+/// a host outside the `cache-<eco>` profile's egress (the test net's second host) is refused at
+/// connect by the box's egress (the refusal's tally names it denied). Either way the install step
+/// fails, nothing is stored, no refresh box is left, and the refusal names the mend.
+#[test]
+fn pnpm_and_yarn_refresh_refuse_a_swapped_integrity_or_an_off_registry_tarball_and_store_nothing() {
+    let Some(reg) = Registry::up("box cache pnpm and yarn hostile lockfiles") else {
+        return;
+    };
+    let off_registry = format!("{}:{PORT}", reg.hosts.second);
+    for eco in [&PNPM, &YARN] {
+        let c = Caller::root().with_env("H5I_TEST_HOSTS", &reg.pin());
+        project(&c, &reg, eco);
+        let locked = std::fs::read_to_string(c.repo().join(eco.lockfile)).unwrap();
+        let integrities: Vec<&str> = locked
+            .split(|ch: char| ch.is_whitespace() || ch == ',')
+            .filter(|w| w.starts_with("sha512-"))
+            .collect();
+        assert!(integrities.len() >= 2, "{locked}");
+        let swapped = locked.replacen(integrities[0], integrities[1], 1);
+        let elsewhere = locked.replacen(
+            &format!("registry.test:{PORT}/h5i-fixture-000/"),
+            &format!("{off_registry}/h5i-fixture-000/"),
+            1,
+        );
+        assert_ne!(elsewhere, locked);
+        for (what, text, says) in [
+            ("swapped integrity", swapped, String::new()),
+            (
+                "off-registry tarball",
+                elsewhere,
+                format!("denied {off_registry}/tcp x"),
+            ),
+        ] {
+            let exited = format!("refusing: the {} install step exited ", eco.name);
+            assert_refresh_refused(&c, eco, what, text, &[&exited, &says]);
         }
     }
 }

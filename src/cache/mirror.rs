@@ -28,7 +28,7 @@ pub struct Mirror {
     pub hosts: Vec<String>,
 }
 
-/// For an ecosystem whose mirror h5i does not read from the host (npm, cargo): none.
+/// For an ecosystem whose mirror h5i does not read from the host (npm, pnpm, yarn, cargo): none.
 pub fn none(_: Lookup) -> Mirror {
     Mirror::default()
 }

@@ -15,8 +15,9 @@
 //! directory another user owns or may write, a record of another key), hand out a built tree
 //! for another platform or node binary, or let anything but [`refresh`] write one.
 //!
-//! Guarded by `tests/box_cache.rs` (a real npm, cargo, pip, uv, Poetry and Go project, each
-//! against a registry stand-in in the test's own network namespace) and the unit tests below.
+//! Guarded by `tests/box_cache.rs` (a real npm, pnpm, Yarn 1, cargo, pip, uv, Poetry and Go
+//! project, each against a registry stand-in in the test's own network namespace) and the unit
+//! tests below.
 
 pub mod lockfile;
 pub mod ls;
@@ -88,6 +89,31 @@ const NPM_ENV: &[(&str, &str)] = &[
     ("npm_config_update_notifier", "false"),
 ];
 
+/// pnpm's variables, the same in agent boxes and the refresh box (pnpm 10 reads its settings
+/// from `npm_config_*`; npm warns that it does not know the two pnpm-only ones). The store is
+/// read-only in an agent box: pnpm copies each package out of it (`package-import-method=copy`;
+/// a hard link or reflink across the read-only bind is refused anyway, EXDEV) and never writes
+/// it when every locked package is there. The one write pnpm 10 makes into a store on every
+/// install is the project's registration link (`v10/projects/<hash of the project dir>`), which
+/// the refresh box made for `/work`, where every box's project is: the link exists, so
+/// pnpm's symlink answers EEXIST (before EROFS) and pnpm takes it as done.
+const PNPM_ENV: &[(&str, &str)] = &[
+    ("npm_config_store_dir", "{dir}"),
+    ("npm_config_package_import_method", "copy"),
+    ("npm_config_prefer_offline", "true"),
+    ("npm_config_update_notifier", "false"),
+];
+
+/// Yarn 1's variables, the same in agent boxes and the refresh box. An explicit cache folder is
+/// used as it is, read-only or not (only yarn's own default candidates are tried for
+/// writability); a box installs offline with `yarn install --frozen-lockfile --offline`.
+const YARN_ENV: &[(&str, &str)] = &[
+    ("YARN_CACHE_FOLDER", "{dir}"),
+    // Yarn asks its registry for a newer yarn after an install: a request a warm install must
+    // not make.
+    ("YARN_DISABLE_SELF_UPDATE_CHECK", "true"),
+];
+
 /// cargo's variables, the same in agent boxes and the refresh box. The whole CARGO_HOME is the
 /// cache: cargo uses a read-only one whose registry holds every locked crate (index, .crate
 /// files and unpacked sources; it takes its package lock shared when the home is read-only). A
@@ -148,6 +174,37 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         fill_env: NPM_ENV,
         derived: None,
         keeps_tree: true,
+    },
+    Ecosystem {
+        name: "pnpm",
+        lockfiles: &["pnpm-lock.yaml"],
+        // --ignore-scripts, as npm's: nothing but what the registry served lands in the store.
+        install: &["pnpm", "install", "--frozen-lockfile", "--ignore-scripts"],
+        lock_hint: "pnpm install --lockfile-only",
+        default_hosts: &["registry.npmjs.org:443"],
+        mirror: mirror::none,
+        env: PNPM_ENV,
+        fill_env: PNPM_ENV,
+        derived: None,
+        keeps_tree: false,
+    },
+    Ecosystem {
+        name: "yarn",
+        lockfiles: &["yarn.lock"],
+        install: &[
+            "yarn",
+            "install",
+            "--frozen-lockfile",
+            "--ignore-scripts",
+            "--non-interactive",
+        ],
+        lock_hint: "yarn install",
+        default_hosts: &["registry.yarnpkg.com:443"],
+        mirror: mirror::none,
+        env: YARN_ENV,
+        fill_env: YARN_ENV,
+        derived: None,
+        keeps_tree: false,
     },
     Ecosystem {
         name: "cargo",

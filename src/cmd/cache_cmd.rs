@@ -38,12 +38,12 @@ pub enum CacheVerb {
     /// GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file, GOENV),
     /// which the refresh box is handed.
     Refresh {
-        /// The ecosystem: npm, cargo, pip, uv, poetry or go.
+        /// The ecosystem: npm, pnpm, yarn, cargo, pip, uv, poetry or go.
         eco: String,
     },
     /// Remove one ecosystem's caches.
     Rm {
-        /// The ecosystem: npm, cargo, pip, uv, poetry or go.
+        /// The ecosystem: npm, pnpm, yarn, cargo, pip, uv, poetry or go.
         eco: String,
     },
 }
