@@ -4,7 +4,8 @@
 #   make install `cargo install --path .` into target/install/bin, building in target/ (the
 #                test build shares every dependency's artifacts; tests/install.rs does the same)
 #   make build   release build of every workspace binary into target/release
-#   make test    setup and images, then fmt check, clippy (-D warnings), release tests
+#   make test    setup and images, then fmt check, clippy (-D warnings), the build without the
+#                `ui` feature, release tests
 #   make bench   setup, build, then bench/run.sh -> BENCHMARKS.md (ROWS="a b" for some rows)
 #   make demo    setup (which builds and installs before it installs the hooks), then
 #                scripts/demo.sh with the installed h5i
@@ -48,6 +49,11 @@ build:
 test: setup images
 	$(CARGO) fmt --all --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	# Cargo.toml's `ui` feature: a build without it compiles and has none of its dependencies.
+	$(CARGO) check -p h5i --no-default-features --lib --bins
+	if $(CARGO) tree -p h5i --no-default-features -e normal --prefix none \
+	    | grep -E '^(axum|tokio|tokio-tungstenite|futures-util|zune-jpeg|base64) '; then \
+	    echo "refusing: --no-default-features still pulls in the ui feature's dependencies above; to fix: make them optional under the feature in Cargo.toml"; exit 1; fi
 	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so
 	# cargo test rebuilds h5i's bins with it; tests/install.rs checks the seam-free install.
 	$(CARGO) test --workspace --release

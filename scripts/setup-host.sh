@@ -61,8 +61,8 @@ PACKAGES=(
     # Workloads tests/seccomp_base.rs runs under the default-deny seccomp base: a toolchain
     # and a browser a box's identity can read (rustup's under /root is not).
     cargo chromium
-    # tests/cli_docs.rs loads `h5i completion zsh` in zsh.
-    zsh
+    # tests/cli_docs.rs completes `h5i box ca<TAB>` in zsh and renders `h5i man` with groff.
+    zsh groff-base
     # runtime/tests/containerd.rs: containerd's runc v2 shim pointed at h5i-runc (ctr run).
     containerd
     # tests/box_cache.rs: the pip, poetry and go caches, filled and used by the host's own

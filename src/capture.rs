@@ -4,10 +4,10 @@
 //! Owns, for an agent box at every kernel tier, the tool hooks h5i writes ([`tool_hooks`]: a
 //! PreToolUse and a PostToolUse hook on every tool, whose command is h5i's own `h5i-hook capture
 //! SOURCE` at [`HOOK_IN_BOX`]), and where they go:
-//! - Claude Code 2.1.328 reads its managed settings from the folder [`CLAUDE_MANAGED_DIR`]
-//!   (`managed-settings.json` and `managed-settings.d/` in it; measured with strace: this build
-//!   ignores `CLAUDE_CODE_MANAGED_SETTINGS_PATH`);
-//! - Codex 0.171 reads its system layer from [`CODEX_SYSTEM_DIR`]: `config.toml` (the switches
+//! - Claude Code 2.1.328 reads its managed settings from the folder `/etc/claude-code`
+//!   (`AgentRuntime::system_dir`; `managed-settings.json` and `managed-settings.d/` in it;
+//!   measured with strace: this build ignores `CLAUDE_CODE_MANAGED_SETTINGS_PATH`);
+//! - Codex 0.171 reads its system layer from `/etc/codex`: `config.toml` (the switches
 //!   and the provider of `crate::agent::codex_config`, which names the run's credential proxy,
 //!   so the folder is written per run: [`CodexSystemDir`]) and `hooks.json`, whose hooks run
 //!   without Codex's trust review (measured: the same hooks in `$CODEX_HOME/hooks.json` do not
@@ -33,12 +33,8 @@ use serde_json::{json, Value};
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
-/// Where Claude Code reads its managed settings on Linux (a folder).
-pub const CLAUDE_MANAGED_DIR: &str = "/etc/claude-code";
 /// Where the box runs h5i's capture hook from.
 pub const HOOK_IN_BOX: &str = "/.h5i/bin/h5i-hook";
-/// Where Codex reads its system configuration, hooks and skills on Linux (a folder).
-pub const CODEX_SYSTEM_DIR: &str = "/etc/codex";
 
 /// The agent's tool hooks for a box, in the shape both Claude Code's managed settings and
 /// Codex's `hooks.json` take: every tool call is staged before it runs and after it returns,
@@ -64,18 +60,10 @@ pub struct CaptureBinds {
     pub programs: Vec<(PathBuf, PathBuf)>,
 }
 
-/// The folder in the box where `runtime` reads what h5i binds over it.
-pub fn system_dir(runtime: AgentRuntime) -> &'static str {
-    match runtime {
-        AgentRuntime::Claude => CLAUDE_MANAGED_DIR,
-        AgentRuntime::Codex => CODEX_SYSTEM_DIR,
-    }
-}
-
 /// Refuse a box that reads the host's `/etc` when the host lacks `runtime`'s folder: a bind
 /// needs its mount point, and the box's `/etc` is read-only.
 fn check_mount_point(policy: &ResolvedPolicy, runtime: AgentRuntime) -> Result<(), BoxError> {
-    let at = system_dir(runtime);
+    let at = runtime.system_dir();
     let reads_host_etc = policy
         .fs
         .read
@@ -119,7 +107,7 @@ pub fn binds_for(
         write_folder(&dir, &[(CLAUDE_SETTINGS_FILE, &settings)])?;
     }
     Ok(CaptureBinds {
-        dirs: vec![(dir, PathBuf::from(CLAUDE_MANAGED_DIR))],
+        dirs: vec![(dir, PathBuf::from(AgentRuntime::Claude.system_dir()))],
         programs,
     })
 }
@@ -168,7 +156,7 @@ pub fn write_folder(dir: &Path, files: &[(&str, &str)]) -> Result<Vec<PathBuf>, 
     Ok(written)
 }
 
-/// The files of a Codex box's [`CODEX_SYSTEM_DIR`] for one run whose box environment is
+/// The files of a Codex box's `/etc/codex` for one run whose box environment is
 /// `env` (`KEY=VALUE`): `config.toml` and `hooks.json`.
 pub fn codex_files(env: &[String]) -> [(&'static str, String); 2] {
     let base_url = env
@@ -180,7 +168,7 @@ pub fn codex_files(env: &[String]) -> [(&'static str, String); 2] {
     ]
 }
 
-/// A Codex box's [`CODEX_SYSTEM_DIR`] for one process- or supervised-tier run, written beside
+/// A Codex box's `/etc/codex` for one process- or supervised-tier run, written beside
 /// the run's bundle and removed (its two files, then the folder) when dropped.
 #[derive(Debug)]
 pub struct CodexSystemDir {
@@ -204,7 +192,10 @@ impl CodexSystemDir {
         let dir = parent.join(format!("codex-{run_id}"));
         let files = codex_files(env);
         let written = write_folder(&dir, &files.each_ref().map(|(n, t)| (*n, t.as_str())))?;
-        binds.push(h5i_runtime::bundle::Bind::ro(&dir, CODEX_SYSTEM_DIR));
+        binds.push(h5i_runtime::bundle::Bind::ro(
+            &dir,
+            AgentRuntime::Codex.system_dir(),
+        ));
         Ok(Some(CodexSystemDir {
             dir,
             files: written,

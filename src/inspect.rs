@@ -223,8 +223,8 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             out.push(match egress {
                 Some(t) => format!(
                     "egress      allowed {}; denied {}{}",
-                    tally_text(&t.allowed),
-                    tally_text(&t.denied),
+                    h5i_policy::receipt::tally_text(&t.allowed),
+                    h5i_policy::receipt::tally_text(&t.denied),
                     t.uncounted
                         .map(|u| format!("; uncounted: {}", u.describe()))
                         .unwrap_or_default()
@@ -234,8 +234,8 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             if let Some(g) = socket_gate {
                 out.push(format!(
                     "socket gate allowed {}; refused {}",
-                    tally_text(&g.allowed),
-                    tally_text(&g.denied)
+                    h5i_policy::receipt::tally_text(&g.allowed),
+                    h5i_policy::receipt::tally_text(&g.denied)
                 ));
             }
             out
@@ -257,7 +257,7 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             "browser     {action} by {by}: {holder} holds control"
         )],
         RecordBody::ViewerSession { .. } => {
-            vec![format!("viewer      {}", viewer_session_line(body))]
+            vec![format!("viewer      {}", body.viewer_session_line())]
         }
         RecordBody::Page {
             after_seq, state, ..
@@ -268,56 +268,8 @@ fn body_lines(body: &RecordBody) -> Vec<String> {
             }
             out
         }
-        RecordBody::Browser { .. } => vec![format!("browser     {}", between_runs_line(body))],
+        RecordBody::Browser { .. } => vec![format!("browser     {}", body.between_runs_line())],
     }
-}
-
-/// A `browser` record (what the box's browser sent while no run held its network) as one
-/// line (`box inspect`, the fleet view, report.md); empty for any other record.
-pub fn between_runs_line(body: &RecordBody) -> String {
-    let RecordBody::Browser {
-        after_seq, egress, ..
-    } = body
-    else {
-        return String::new();
-    };
-    format!(
-        "between runs after record #{after_seq}, the box's browser made: allowed {}; denied {}",
-        tally_text(&egress.allowed),
-        tally_text(&egress.denied)
-    )
-}
-
-/// A viewer-session record as one line (`box inspect`, report.md's "Viewer sessions"); empty
-/// for any other record.
-pub fn viewer_session_line(body: &RecordBody) -> String {
-    let RecordBody::ViewerSession {
-        event,
-        via,
-        by,
-        took_control,
-        input_sent,
-        input_dropped,
-        ..
-    } = body
-    else {
-        return String::new();
-    };
-    let line = format!("{via} {event} by {by}");
-    if event == "opened" {
-        return line;
-    }
-    let control = if *took_control {
-        "a human took control"
-    } else {
-        "watched only"
-    };
-    let ending = if event == "killed" {
-        " (the viewer was killed; a later h5i verb closed its session with the counts it last saved)"
-    } else {
-        ""
-    };
-    format!("{line}: {control}; {input_sent} input events sent, {input_dropped} dropped while the agent held control{ending}")
 }
 
 /// A command as receipts show it: each argument in backquotes, so where one ends is plain.
@@ -348,16 +300,6 @@ fn micros(us: u64) -> String {
 
 fn opt(v: Option<String>) -> String {
     v.unwrap_or_else(|| "n/a".into())
-}
-
-fn tally_text(t: &std::collections::BTreeMap<String, u64>) -> String {
-    if t.is_empty() {
-        return "none".into();
-    }
-    t.iter()
-        .map(|(k, n)| format!("{k} x{n}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// Which records `box log` shows. Every filter narrows; none set shows everything.

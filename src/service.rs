@@ -976,8 +976,8 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
         // SAFETY: F_SETFD on descriptors this process owns.
         unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
-    setns(&user, libc::CLONE_NEWUSER)
-        .and_then(|()| setns(&net, libc::CLONE_NEWNET))
+    h5i_sys::ns::enter(user.as_fd(), h5i_sys::ns::Namespace::User)
+        .and_then(|()| setns_net(&net))
         .and_then(|()| drop_capabilities())
         .map_err(|e| refuse(format!("cannot join the box's namespaces: {e}")))?;
     drop((user, net));
@@ -1162,17 +1162,7 @@ fn poll_readable(fd: &OwnedFd, timeout: Duration) -> bool {
 
 /// Enter a network namespace on the calling thread only.
 fn setns_net(ns: &OwnedFd) -> io::Result<()> {
-    setns(ns, libc::CLONE_NEWNET)
-}
-
-/// Enter the namespace `ns` of type `kind` (a user namespace: the whole, single-threaded,
-/// process).
-fn setns(ns: &OwnedFd, kind: libc::c_int) -> io::Result<()> {
-    // SAFETY: setns on a valid namespace fd of the named type; no memory is passed.
-    if unsafe { libc::setns(ns.as_raw_fd(), kind) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    h5i_sys::ns::enter(ns.as_fd(), h5i_sys::ns::Namespace::Network)
 }
 
 /// Give up every capability (joining a user namespace grants the full set there), and any way

@@ -164,19 +164,77 @@ fn every_variable_the_code_reads_is_in_h5i_help_and_the_man_page() {
     }
 }
 
+/// zsh's own completion system, in a terminal: an interactive zsh (in a zsh/zpty pseudo-terminal)
+/// that ran compinit and sourced the script is sent `h5i box ca<TAB>` and must offer `cache`
+/// with its description. A script that loads but registers nothing never offers it, and the
+/// outer `timeout` ends the wait.
 #[test]
-fn the_zsh_completion_script_loads() {
+fn the_zsh_completion_script_loads_and_completes_box_verbs() {
     if !on_path("zsh") {
-        eprintln!("skipped: the_zsh_completion_script_loads: zsh is not installed");
+        eprintln!("skipped: the_zsh_completion_script_loads_and_completes_box_verbs: zsh is not installed");
         return;
     }
-    let script = format!("autoload -U compinit && compinit -u && source <('{H5I}' completion zsh)");
-    let out = Command::new("zsh").args(["-c", &script]).output().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let dump = home.path().join(".zcompdump");
+    std::fs::write(
+        home.path().join(".zshrc"),
+        format!(
+            "autoload -U compinit && compinit -u -d '{}'\nsource <('{H5I}' completion zsh)\nPROMPT='> '\n",
+            dump.display()
+        ),
+    )
+    .unwrap();
+    let driver = format!(
+        "zmodload zsh/zpty\nzpty -b z 'ZDOTDIR={} zsh -i'\nzpty -w -n z $'h5i box ca\\t'\nzpty -r z out '*cache*--*Warm dependency caches*'\nzpty -d z\nprint -r -- \"$out\"\n",
+        home.path().display()
+    );
+    let out = Command::new("timeout")
+        .args(["60", "zsh", "-f", "-c", &driver])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{}",
+        "zsh never offered `cache` for `h5i box ca<TAB>` (exit {:?}): {shown}{}",
+        out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(
+        shown.contains("cache") && shown.contains("Warm dependency caches"),
+        "{shown}"
+    );
+}
+
+/// A reader that leaves early (`h5i completion zsh | head`) ends the output quietly: exit 0, no
+/// panic and no complaint on stderr, for the generated documents as for every other verb.
+#[test]
+fn a_generated_document_piped_to_a_reader_that_left_ends_quietly() {
+    for args in [
+        &["completion", "zsh"][..],
+        &["completion", "bash"],
+        &["man"],
+        &["man", "box"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(H5I)
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

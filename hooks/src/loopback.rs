@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 /// Why the loopback could not be brought up.
 #[derive(Debug, thiserror::Error)]
@@ -62,24 +62,17 @@ pub(crate) fn in_pid1_netns() -> bool {
     true
 }
 
-fn enter(pid: i64, ns: &'static str, flag: libc::c_int) -> Result<(), LoopbackError> {
+fn enter(pid: i64, ns: &'static str, kind: h5i_sys::ns::Namespace) -> Result<(), LoopbackError> {
     let path = format!("/proc/{pid}/ns/{ns}");
     let f = File::open(&path).map_err(|source| LoopbackError::Enter { ns, pid, source })?;
-    // SAFETY: setns on a valid namespace fd; the process is single-threaded (the hook binary
-    // spawns no threads), which entering a user namespace requires.
-    if unsafe { libc::setns(f.as_raw_fd(), flag) } != 0 {
-        return Err(LoopbackError::Enter {
-            ns,
-            pid,
-            source: io::Error::last_os_error(),
-        });
-    }
-    Ok(())
+    // The process is single-threaded (the hook binary spawns no threads), which entering a
+    // user namespace requires.
+    h5i_sys::ns::enter(f.as_fd(), kind).map_err(|source| LoopbackError::Enter { ns, pid, source })
 }
 
 /// Enter the network namespace of `pid` (a createRuntime hook, as root) and set `lo` up.
 pub fn bring_up(pid: i64) -> Result<(), LoopbackError> {
-    enter(pid, "net", libc::CLONE_NEWNET)?;
+    enter(pid, "net", h5i_sys::ns::Namespace::Network)?;
     set_lo_up()
 }
 

@@ -15,7 +15,7 @@
 //! namespace. Guarded by the unit tests below and `hooks/tests/supervised_net.rs`.
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -231,19 +231,16 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some((net, user)) = enter {
-        // SAFETY: the closure runs in the forked child before exec and calls only setns, which
-        // is async-signal-safe; the fds it names are open in the child (fork copies them).
+        // SAFETY: the closure runs in the forked child before exec and calls only setns (one
+        // system call, no allocation: async-signal-safe); the fds it names are the caller's,
+        // open across the spawn, so open in the child (fork copies them).
         unsafe {
             cmd.pre_exec(move || {
+                use h5i_sys::ns::{enter, Namespace};
                 if let Some(user) = user {
-                    if libc::setns(user, libc::CLONE_NEWUSER) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
+                    enter(BorrowedFd::borrow_raw(user), Namespace::User)?;
                 }
-                if libc::setns(net, libc::CLONE_NEWNET) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
+                enter(BorrowedFd::borrow_raw(net), Namespace::Network)
             });
         }
     }

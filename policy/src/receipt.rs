@@ -372,7 +372,71 @@ impl RecordBody {
             _ => None,
         }
     }
+
+    /// A `browser` record (what the box's browser sent while no run held its network) as one
+    /// line (`box inspect`, the fleet view, report.md); empty for any other record.
+    pub fn between_runs_line(&self) -> String {
+        let RecordBody::Browser {
+            after_seq, egress, ..
+        } = self
+        else {
+            return String::new();
+        };
+        format!(
+            "between runs after record #{after_seq}, the box's browser made: allowed {}; denied {}",
+            tally_text(&egress.allowed),
+            tally_text(&egress.denied)
+        )
+    }
+
+    /// A viewer-session record as one line (`box inspect`, report.md's "Viewer sessions"); empty
+    /// for any other record.
+    pub fn viewer_session_line(&self) -> String {
+        let RecordBody::ViewerSession {
+            event,
+            via,
+            by,
+            took_control,
+            input_sent,
+            input_dropped,
+            ..
+        } = self
+        else {
+            return String::new();
+        };
+        let line = format!("{via} {event} by {by}");
+        if event == "opened" {
+            return line;
+        }
+        let control = if *took_control {
+            "a human took control"
+        } else {
+            "watched only"
+        };
+        let ending = if event == "killed" {
+            " (the viewer was killed; a later h5i verb closed its session with the counts it last saved)"
+        } else {
+            ""
+        };
+        format!("{line}: {control}; {input_sent} input events sent, {input_dropped} dropped while the agent held control{ending}")
+    }
 }
+
+/// Per-destination counts as reports show them (`example.test:443 x2, ...`, or `none`).
+pub fn tally_text(t: &std::collections::BTreeMap<String, u64>) -> String {
+    if t.is_empty() {
+        return "none".into();
+    }
+    t.iter()
+        .map(|(k, n)| format!("{k} x{n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The claim key of a box-claimed record's staging time, nanoseconds since the Unix epoch: put
+/// there by h5i from the spool entry's name when it ingests the record (a value the box wrote
+/// under that key itself is dropped), read by report.md to order and place the record.
+pub const STAGED_NS: &str = "staged_ns";
 
 /// One line of `receipts.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -43,6 +43,16 @@ impl AgentRuntime {
             AgentRuntime::Codex => "codex",
         }
     }
+
+    /// The folder in the box where this runtime reads what h5i binds over it (a box reading the
+    /// host's `/etc` needs it as a mount point): Claude Code's managed settings on Linux, and
+    /// Codex's system configuration, hooks and skills.
+    pub fn system_dir(self) -> &'static str {
+        match self {
+            AgentRuntime::Claude => "/etc/claude-code",
+            AgentRuntime::Codex => "/etc/codex",
+        }
+    }
 }
 
 impl fmt::Display for AgentRuntime {

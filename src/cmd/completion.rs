@@ -3,9 +3,12 @@
 
 use clap::CommandFactory;
 
-/// Write the completion script for `shell` to stdout.
+/// Write the completion script for `shell` to stdout (rendered whole first: clap_complete
+/// panics on a write error, and `h5i completion zsh | head` is a reader leaving, not a fault).
 pub fn run(shell: clap_complete::Shell) -> anyhow::Result<i32> {
     let mut cmd = super::Cli::command();
-    clap_complete::generate(shell, &mut cmd, "h5i", &mut std::io::stdout().lock());
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "h5i", &mut script);
+    super::out::bytes(&script);
     Ok(0)
 }

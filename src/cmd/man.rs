@@ -26,7 +26,9 @@ fn find(path: &[String]) -> anyhow::Result<clap::Command> {
 /// Print the page for `path`, or write every page into `out`.
 pub fn run(path: &[String], out: Option<&Path>) -> anyhow::Result<i32> {
     let Some(dir) = out else {
-        clap_mangen::Man::new(find(path)?).render(&mut std::io::stdout().lock())?;
+        let mut page = Vec::new();
+        clap_mangen::Man::new(find(path)?).render(&mut page)?;
+        super::out::bytes(&page);
         return Ok(0);
     };
     std::fs::create_dir_all(dir)

@@ -23,6 +23,18 @@ pub fn line(text: &str) {
     }
 }
 
+/// Write `data` as it is to stdout (a generated script or page, no newline added); after a
+/// failure, writes nothing more.
+pub fn bytes(data: &[u8]) {
+    if FAILED.get().is_some() {
+        return;
+    }
+    let mut stdout = io::stdout().lock();
+    if let Err(e) = stdout.write_all(data).and_then(|()| stdout.flush()) {
+        let _ = FAILED.set(e);
+    }
+}
+
 /// The exit code once the verb is done: its own, unless a write failed for a reason other than
 /// the reader leaving (then 1, and the failure is said on stderr).
 pub fn finish(code: i32) -> i32 {

@@ -32,7 +32,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 
 use h5i_sys::idmap::{
     CloneStep, MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
@@ -225,7 +225,6 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
             attr_set: set,
         });
     }
-    let mnt = ns.mnt.as_raw_fd();
     let user = ns.user.as_raw_fd();
     // One slot per entry for the detached trees, allocated before the fork (the child makes no
     // allocation).
@@ -238,21 +237,18 @@ pub fn attach_all(ns: &EngineNamespace, plan: &[Attach]) -> Result<(), EngineNsE
             match h5i_sys::idmap::clone_tree(&p.source, p.attr_set, user) {
                 Ok(tree) => trees[i] = tree.into_raw_fd(),
                 Err((step, e)) => {
-                    // SAFETY: __errno_location is valid in this thread; `report` sends errno.
-                    unsafe { *libc::__errno_location() = e.raw_os_error().unwrap_or(libc::EIO) };
-                    return report(1 + usize::from(step == CloneStep::SetAttr), i);
+                    return report(1 + usize::from(step == CloneStep::SetAttr), i, &e);
                 }
             }
         }
-        // SAFETY: setns on a namespace fd this process holds; the child is single-threaded.
-        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
-            return report(0, usize::MAX);
+        if let Err(e) = h5i_sys::ns::enter(ns.mnt.as_fd(), h5i_sys::ns::Namespace::Mount) {
+            return report(0, usize::MAX, &e);
         }
         for (i, p) in prepared.iter().enumerate() {
             // In the namespace just entered, where the engine user may only redirect the tree
             // within its own namespace.
-            if h5i_sys::idmap::attach(trees[i], &p.target).is_err() {
-                return report(3, i);
+            if let Err(e) = h5i_sys::idmap::attach(trees[i], &p.target) {
+                return report(3, i, &e);
             }
         }
         0
@@ -280,11 +276,9 @@ pub fn detach_all(ns: &EngineNamespace, targets: &[PathBuf]) {
         .iter()
         .filter_map(|t| CString::new(t.as_os_str().as_bytes()).ok())
         .collect();
-    let mnt = ns.mnt.as_raw_fd();
     let _ = in_child(|report| {
-        // SAFETY: as in attach_all.
-        if unsafe { libc::setns(mnt, libc::CLONE_NEWNS) } != 0 {
-            return report(0, usize::MAX);
+        if let Err(e) = h5i_sys::ns::enter(ns.mnt.as_fd(), h5i_sys::ns::Namespace::Mount) {
+            return report(0, usize::MAX, &e);
         }
         for t in targets.iter().rev() {
             // SAFETY: umount2 with a NUL-terminated path; MNT_DETACH never blocks.
@@ -295,10 +289,11 @@ pub fn detach_all(ns: &EngineNamespace, targets: &[PathBuf]) {
 }
 
 /// Run `body` in a forked child (a mount namespace can only be entered by a single-threaded
-/// process, and h5i has threads). `body` reports a failure with `report(step, index)`, which
-/// sends (step, index, errno) to the parent over a pipe and yields the child's exit code.
+/// process, and h5i has threads). `body` reports a failure with `report(step, index, error)`,
+/// which sends (step, index, the error's errno) to the parent over a pipe and yields the
+/// child's exit code.
 fn in_child(
-    body: impl FnOnce(&dyn Fn(usize, usize) -> libc::c_int) -> libc::c_int,
+    body: impl FnOnce(&dyn Fn(usize, usize, &io::Error) -> libc::c_int) -> libc::c_int,
 ) -> Result<(), (usize, usize, io::Error)> {
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two fds into the array.
@@ -314,9 +309,8 @@ fn in_child(
     }
     if pid == 0 {
         let w = wr.as_raw_fd();
-        let report = move |step: usize, index: usize| -> libc::c_int {
-            // SAFETY: __errno_location is valid in this thread.
-            let errno = unsafe { *libc::__errno_location() };
+        let report = move |step: usize, index: usize, e: &io::Error| -> libc::c_int {
+            let errno = e.raw_os_error().unwrap_or(libc::EIO);
             let msg: [u64; 3] = [step as u64, index as u64, errno as u64];
             // SAFETY: write of a stack buffer to the pipe; async-signal-safe.
             unsafe { libc::write(w, msg.as_ptr().cast(), std::mem::size_of_val(&msg)) };

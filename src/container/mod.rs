@@ -675,7 +675,7 @@ fn agent_binds(
     dirs.dedup();
     run_dir.dirs.extend(dirs);
     run_dir.files.extend(written);
-    binds.push(ro(system, crate::capture::system_dir(runtime)));
+    binds.push(ro(system, runtime.system_dir()));
     Ok(match runtime {
         AgentRuntime::Claude => {
             let at = config_dir.join("skills/h5i");

@@ -542,13 +542,13 @@ fn what_ran(
 }
 
 /// When the box says it staged `r` (the time in its spool entry's name,
-/// `crate::session::record::STAGED_NS`), as ` at +S.mmm s` from the start of the run it
+/// `h5i_policy::receipt::STAGED_NS`), as ` at +S.mmm s` from the start of the run it
 /// follows (`run_ms`); empty when either is unknown. The lines under a run are in this order
 /// (the spool is ingested by it), so the hooks' and the shim's accounts read interleaved.
 fn staged_at(r: &ReceiptRecord, run_ms: Option<u64>) -> String {
     let staged = match &r.body {
         RecordBody::BoxClaimed { claim, .. } => claim
-            .get(crate::session::record::STAGED_NS)
+            .get(h5i_policy::receipt::STAGED_NS)
             .and_then(Value::as_u64),
         _ => None,
     };
@@ -839,7 +839,7 @@ fn browser_saw(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> St
     for r in &input.receipts.records {
         if let RecordBody::Browser { .. } = r.body {
             any = true;
-            let line = crate::inspect::between_runs_line(&r.body);
+            let line = r.body.between_runs_line();
             let _ = writeln!(out, "- {}: {}", lane_label(r), code(&c(&line)));
             continue;
         }
@@ -913,7 +913,7 @@ fn viewer_sessions(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -
                 code(&c(by)),
                 c(holder)
             ),
-            RecordBody::ViewerSession { .. } => c(&crate::inspect::viewer_session_line(&r.body)),
+            RecordBody::ViewerSession { .. } => c(&r.body.viewer_session_line()),
         };
         let _ = writeln!(out, "- #{} {} {what}", r.seq, lane_label(r));
     }
@@ -1277,7 +1277,7 @@ mod tests {
     fn the_lanes_of_a_run_read_interleaved_each_line_with_its_lane_and_staging_time() {
         let at = |mut r: ReceiptRecord, ns: u64| {
             if let RecordBody::BoxClaimed { claim, .. } = &mut r.body {
-                claim[crate::session::record::STAGED_NS] = ns.into();
+                claim[h5i_policy::receipt::STAGED_NS] = ns.into();
             }
             r
         };

@@ -168,7 +168,7 @@ pub fn setup(req: &SetupRequest) -> Result<Vec<Change>, HostError> {
         h5i_policy::AgentRuntime::Claude,
         h5i_policy::AgentRuntime::Codex,
     ] {
-        let at = root.path(crate::capture::system_dir(runtime));
+        let at = root.path(runtime.system_dir());
         if files::ensure_dir(&at, 0o755, files::Owner::ROOT)? {
             changes.push(Change(format!(
                 "created {} (empty: the mount point of a {runtime} box's settings from h5i)",

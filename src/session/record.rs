@@ -8,7 +8,9 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use h5i_broker::redact::SecretValue;
-use h5i_policy::receipt::{EgressTally, ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::receipt::{
+    EgressTally, ExitOutcome, ReceiptLane, ReceiptRecord, RecordBody, STAGED_NS,
+};
 use h5i_policy::ResolvedPolicy;
 
 use super::{Purpose, TierRun, Usage};
@@ -210,9 +212,6 @@ fn with_staged_time(body: RecordBody, staged_ns: Option<u64>) -> RecordBody {
         other => other,
     }
 }
-
-/// The claim key of a box-claimed record's staging time, nanoseconds since the Unix epoch.
-pub const STAGED_NS: &str = "staged_ns";
 
 /// Largest raw payload stored per record, bytes (a staged entry is smaller still).
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;

@@ -311,10 +311,10 @@ fn flight_row(r: &ReceiptRecord) -> FlightRow {
             *page = Some(format!("browser {action} by {by}: {holder} holds control"));
         }
         RecordBody::ViewerSession { .. } => {
-            *page = Some(crate::inspect::viewer_session_line(&r.body));
+            *page = Some(r.body.viewer_session_line());
         }
         RecordBody::Browser { .. } => {
-            *page = Some(crate::inspect::between_runs_line(&r.body));
+            *page = Some(r.body.between_runs_line());
             if host_denied(r) > 0 {
                 colour = Colour::Red;
             }

@@ -42,7 +42,6 @@ pub fn made_in(
         rustix::net::SocketFlags::CLOEXEC,
         None,
     )?;
-    let (net, user) = (net.as_raw_fd(), user.map(|u| u.as_raw_fd()));
     // SAFETY: fork has no memory preconditions; the child below makes only raw system calls
     // (setns, the caller's step, sendmsg through `send_with_fds`, which allocates nothing) and
     // `_exit`s, so it never touches a lock another thread of the parent may have held.
@@ -76,18 +75,12 @@ pub fn made_in(
 }
 
 /// In the forked child: enter the namespaces; the errno on failure.
-fn enter(net: i32, user: Option<i32>) -> Result<(), i32> {
+fn enter(net: BorrowedFd<'_>, user: Option<BorrowedFd<'_>>) -> Result<(), i32> {
+    let errno = |e: io::Error| e.raw_os_error().unwrap_or(libc::EIO);
     if let Some(user) = user {
-        // SAFETY: setns with an fd the parent holds open (fork copied it); no memory involved.
-        if unsafe { libc::setns(user, libc::CLONE_NEWUSER) } != 0 {
-            return Err(errno());
-        }
+        crate::ns::enter(user, crate::ns::Namespace::User).map_err(errno)?;
     }
-    // SAFETY: as above.
-    if unsafe { libc::setns(net, libc::CLONE_NEWNET) } != 0 {
-        return Err(errno());
-    }
-    Ok(())
+    crate::ns::enter(net, crate::ns::Namespace::Network).map_err(errno)
 }
 
 /// This thread's errno, for a step that failed (EIO when the kernel set none).
