@@ -442,15 +442,7 @@ fn import_image(podman: &dyn Fn(&[String]) -> std::process::Output, dir: &Path, 
     let rootfs = dir.join("image-rootfs");
     make_rootfs(&rootfs);
     let tar = dir.join("image.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&rootfs)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    h5i_testsupport::rootfs::tar(&rootfs, &tar);
     std::os::unix::fs::chown(&tar, Some(uid), Some(uid)).unwrap();
     let out = podman(&["import".into(), tar.display().to_string(), IMAGE.into()]);
     assert!(
