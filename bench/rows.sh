@@ -200,9 +200,9 @@ add_row box-supervised-100mb \
     --target 'ratio:median <= 1.11'
 
 # The same download as the unprivileged h5i-test user (make setup prepares it): the uplink is
-# slirp4netns (hooks/src/uplink.rs says why not pasta); both sides run through runuser.
+# pasta (hooks/src/uplink.rs says why); both sides run through runuser.
 add_row box-supervised-100mb-rootless \
-    --title '100 MB HTTP download from the test host 198.19.250.2: curl in a supervised box run by the unprivileged h5i-test user (slirp4netns uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host as that user' \
+    --title '100 MB HTTP download from the test host 198.19.250.2: curl in a supervised box run by the unprivileged h5i-test user (pasta uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host as that user' \
     --shell bash \
     --setup '
         "$ROOT/bench/testhost.sh" up 104857600

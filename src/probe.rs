@@ -34,7 +34,7 @@ pub struct KernelFacts {
     /// The cgroup layout, and whether h5i can make groups under its own cgroup.
     pub cgroups: (String, Result<(), String>),
     /// What the supervised tier's network needs beyond the process tier: `h5i-hook`, a
-    /// runnable `slirp4netns` and `nft`, and a tun device this caller can open.
+    /// runnable `pasta` and `nft`, and a tun device this caller can open.
     pub supervised_net: Result<(), String>,
 }
 
@@ -72,7 +72,7 @@ fn runs(program: &str) -> Result<(), String> {
 fn supervised_net() -> Result<(), String> {
     crate::process::hook_binary()
         .ok_or_else(|| "h5i-hook is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)".to_string())?;
-    runs("slirp4netns")?;
+    runs("pasta")?;
     runs("nft")?;
     // The uplink opens the tun device as this caller, inside the box's user namespace.
     std::fs::OpenOptions::new()
@@ -313,7 +313,7 @@ pub fn probe_lines() -> Vec<ProbeLine> {
         "supervised network",
         match &f.supervised_net {
             Ok(()) => {
-                "slirp4netns uplink + nftables table in the box's namespace + tun available".into()
+                "pasta uplink (veth pair when rootful) + nftables table in the box's namespace + tun available".into()
             }
             Err(e) => e.clone(),
         },

@@ -286,10 +286,7 @@ pub fn run(
                 Ok(Some(held)) => {
                     crate::browser::idle::close(sb, &net)?;
                     crate::supervised::refresh_hosts(&net, &hostname, rules)?;
-                    (
-                        Some((held, rules)),
-                        Some(crate::supervised::begin(&net, rules)?),
-                    )
+                    (Some(held), Some(crate::supervised::begin(&net, rules)?))
                 }
                 Ok(None) => return Ok(None),
                 Err(e) => return Err(BoxError::io(&path, e)),
@@ -334,9 +331,9 @@ pub fn run(
     );
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
-    let tally = net_lock.map(|(held, rules)| {
+    let tally = net_lock.map(|held| {
         let t = crate::supervised::end(&net);
-        crate::browser::idle::open(policy, &net, rules);
+        crate::browser::idle::open(policy, &net);
         drop(held);
         t
     });
@@ -362,7 +359,6 @@ pub fn run(
 pub struct SharedNetwork {
     pid: i32,
     net: PathBuf,
-    rules: Vec<PinnedRule>,
     net_lock: FileLock,
     _lock: FileLock,
 }
@@ -396,7 +392,6 @@ pub fn share_network(
     Ok(Some(SharedNetwork {
         pid,
         net,
-        rules,
         net_lock,
         _lock: lock,
     }))
@@ -418,7 +413,7 @@ impl SharedNetwork {
     /// browser's idle window opened for `policy`; the network is let go.
     pub fn finish(self, policy: &ResolvedPolicy) -> Result<NetTally, String> {
         let tally = crate::supervised::end(&self.net);
-        crate::browser::idle::open(policy, &self.net, &self.rules);
+        crate::browser::idle::open(policy, &self.net);
         drop(self.net_lock);
         tally
     }

@@ -339,7 +339,8 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
     let out = fs::File::create(&log).map_err(|e| BoxError::io(&log, e))?;
     let err = out.try_clone().map_err(|e| BoxError::io(&log, e))?;
     let exe = std::env::current_exe().map_err(|e| BoxError::io(Path::new("/proc/self/exe"), e))?;
-    let (ready_r, ready_w) = pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
+    let (ready_r, ready_w) =
+        h5i_sys::fds::pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
     let mut cmd = Command::new(exe);
     cmd.args(["box", "__service-supervise", name, service])
         .current_dir(&store.repo_root)
@@ -646,7 +647,7 @@ fn supervise_inner(
     // rest is copied to the log. The session resolves its secrets and serves its credential
     // proxies in this supervisor, for as long as the service runs: every auth grant servable,
     // or the service does not start.
-    let (out_r, out_w) = pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
+    let (out_r, out_w) = h5i_sys::fds::pipe().map_err(|e| BoxError::io(Path::new("pipe"), e))?;
     let log = io::stdout()
         .as_fd()
         .try_clone_to_owned()
@@ -1220,16 +1221,6 @@ fn is_listening_socket(fd: RawFd) -> bool {
         )
     };
     rc == 0 && on == 1
-}
-
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2 writes two fds into the two-element array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and nothing else owns them.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Whether `fd` is open and a pipe.

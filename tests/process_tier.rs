@@ -380,7 +380,7 @@ fn a_repository_under_tmp_is_visible_in_the_box_despite_the_private_tmp() {
 
 #[test]
 fn auto_picks_the_process_tier_when_supervised_cannot_run() {
-    // No slirp4netns on PATH: the supervised tier's uplink cannot be made, so `auto` takes the
+    // No pasta on PATH: the supervised tier's uplink cannot be made, so `auto` takes the
     // next strongest tier this host runs.
     let bin = common::path_with_only(&["git", "nft"]);
     let path = bin.path().display().to_string();

@@ -93,7 +93,7 @@ fn only_the_pinned_destination_is_reachable_and_the_tally_matches_the_attempts()
         format!("tcp:second_host,{second},8080"),
         format!("udp:udp,{first},5353"),
         format!("tcp:host_loopback,127.0.0.1,{lport}"),
-        format!("tcp:slirp_gateway,10.0.2.2,{lport}"),
+        format!("tcp:uplink_gateway,10.0.2.2,{lport}"),
         "tcp:unlisted_name,example.com,80".to_string(),
         "write:/etc/hosts".to_string(),
     ];
@@ -105,7 +105,7 @@ fn only_the_pinned_destination_is_reachable_and_the_tally_matches_the_attempts()
     let greeting = format!("hello {first}:8080");
     assert_eq!(got["allowed"], greeting, "{got:?}");
     assert_eq!(got["again"], greeting, "{got:?}");
-    for refused in ["other_port", "second_host", "slirp_gateway"] {
+    for refused in ["other_port", "second_host", "uplink_gateway"] {
         assert!(got[refused].starts_with("err:"), "{refused}: {got:?}");
     }
     // The box's loopback is its own: nothing listens there.
@@ -267,7 +267,7 @@ fn unix_sockets_pass_the_gate_when_the_profile_allows_them() {
 
 #[test]
 fn an_explicit_supervised_tier_fails_closed_naming_a_missing_prerequisite() {
-    // A PATH with git but no slirp4netns: the uplink cannot be made, so the tier is refused.
+    // A PATH with git but no pasta: the uplink cannot be made, so the tier is refused.
     let bin = common::path_with_only(&["git", "nft"]);
     let r = Repo::new();
     let path = bin.path().display().to_string();
@@ -277,7 +277,7 @@ fn an_explicit_supervised_tier_fails_closed_naming_a_missing_prerequisite() {
     );
     assert_ne!(out.status.code(), Some(0));
     let e = stderr(&out);
-    assert!(e.contains("slirp4netns") && e.contains("to fix"), "{e}");
+    assert!(e.contains("pasta") && e.contains("to fix"), "{e}");
     assert!(
         !r.h5i_dir().join("env").exists()
             || std::fs::read_dir(r.h5i_dir().join("env"))

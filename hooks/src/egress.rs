@@ -5,9 +5,9 @@
 //! `addrs` optional — and the step that turns it into [`PinnedRule`]s: given addresses are
 //! checked, missing ones are resolved once, at sentry start, through the broker's
 //! [`Resolver`] seam (production: the host's resolver). Every address must pass the broker's
-//! [`AddressRules`] and must not fall inside an uplink's own network: slirp4netns's
-//! (`10.0.2.0/24`, `fd00::/64`: its gateway forwards to the host and its DNS resolves for the
-//! box) or the veth pairs' range (`100.127.0.0/16`: the host sides are the host's, the box sides
+//! [`AddressRules`] and must not fall inside an uplink's own network: pasta's
+//! (`10.0.2.0/24`, `fd00::/64`: the box's addresses and gateway there are pasta's, and the
+//! host's own IPv6 network here is `fd00::/64`) or the veth pairs' range (`100.127.0.0/16`: the host sides are the host's, the box sides
 //! other boxes).
 //!
 //! Must never: resolve a name later than sentry start (a name that re-resolves elsewhere must
@@ -56,7 +56,7 @@ pub enum EgressError {
         addr: String,
     },
     /// An address the rules refuse.
-    #[error("refusing: {host}:{port} pins {addr}, which is {why}; to fix: allow only destinations outside the host and its slirp4netns uplink")]
+    #[error("refusing: {host}:{port} pins {addr}, which is {why}; to fix: allow only destinations outside the host and its uplink")]
     Refused {
         /// The destination's host.
         host: String,
@@ -133,7 +133,8 @@ fn is_host_name(s: &str) -> bool {
         })
 }
 
-/// slirp4netns's own network: its gateway (the host), DNS forwarder and the box's address.
+/// The unprivileged uplink's own network (pasta's, as `uplink.rs` configures it): the box's
+/// address and its gateway.
 fn in_uplink_network(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -155,7 +156,7 @@ fn check(rules: &AddressRules, host: &str, port: u16, addr: IpAddr) -> Result<()
     };
     if in_uplink_network(addr) {
         return Err(refused(
-            "inside an uplink's own network (slirp4netns's 10.0.2.0/24 and fd00::/64, the veth pairs' 100.127.0.0/16)",
+            "inside an uplink's own network (pasta's 10.0.2.0/24 and fd00::/64, the veth pairs' 100.127.0.0/16)",
         ));
     }
     rules.check(addr).map_err(|r| refused(r.as_str()))

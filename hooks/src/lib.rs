@@ -13,7 +13,7 @@
 //! (`nft.rs`; its counters are read back over netlink, `nft_counters.rs`), serves the socket gate, and, once `net-inside` (createContainer) hands it the
 //! box's namespaces, loads the table inside the box's network namespace (`netns.rs`) while it
 //! starts the uplink (`uplink.rs`: a veth pair and the host's forwarding for a rootful sentry,
-//! `veth.rs`; else slirp4netns on the tap device `net-inside` made, `tap.rs`),
+//! `veth.rs`; else pasta on the tap device `net-inside` made, `tap.rs`),
 //! and lets the box run only once both are up; `net-down` (poststop) has it write the
 //! tally, and ends a net directory h5i-runc made for the run (`net_end.rs`). The spec's
 //! `h5i.net*` annotations and the net directory are `net_spec.rs`; the hook verbs `net_hooks.rs`; OCI hooks.d declaration `hooks/oci/h5i-supervised.json`.

@@ -4,16 +4,16 @@
 //! namespace, and the comments by which `nft_counters` reads its counters back. The
 //! table (`inet h5i`), measured against nftables 1.0.6:
 //! - output, default drop: accept `lo`; accept `ct state established,related`; accept the
-//!   IPv6 neighbour-discovery messages the link itself needs (they end at slirp4netns); per
+//!   IPv6 neighbour-discovery messages the link itself needs (they end at the uplink); per
 //!   pinned rule `ip[6] daddr {addrs} tcp dport PORT ct state new counter accept` (TCP only);
 //!   link-scope IPv6 multicast (`ff02::/16`: MLD reports) is dropped uncounted, since it never
 //!   leaves the link;
 //!   everything else is added to a dynamic set keyed `daddr . l4proto . dport` (with a counter
 //!   per element; port 0 for protocols without ports) and then rejected with
 //!   `icmpx admin-prohibited`, so a refused TCP connect fails at once with `EHOSTUNREACH` (a
-//!   refused UDP send fails with `EPERM`) instead of hanging. slirp4netns's DNS (10.0.2.3) and
-//!   gateway (10.0.2.2, the host) are never pinned (`egress` refuses them), so they are refused
-//!   like every other destination.
+//!   refused UDP send fails with `EPERM`) instead of hanging. The unprivileged uplink's own
+//!   network (10.0.2.0/24: its gateway 10.0.2.2, the old DNS forwarder's 10.0.2.3) is never
+//!   pinned (`egress` refuses it), so it is refused like every other destination.
 //! - input, default drop: accept `lo`, established/related and neighbour discovery; nothing
 //!   outside can open a connection in.
 //!

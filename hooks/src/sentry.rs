@@ -34,7 +34,10 @@
 //!   cleared; answer `ok` once that table is in force. A run whose pins match the table in
 //!   force so starts without running nft at all.
 //! - `end\n`: the counters read again, minus the baseline, and the gate's decisions since
-//!   `begin`, answered as one [`NetTally`] JSON document (or the refusal, one line). A tally
+//!   `begin`, answered as one [`NetTally`] JSON document (or the refusal, one line). That
+//!   reading is then the baseline: an `end` with no `begin` since answers what was counted after
+//!   the previous `end` (a box's browser's idle window between runs, `src/browser/idle.rs`,
+//!   needs no round trip of its own to start). A tally
 //!   whose two readings are of different tables (it was replaced during the run) is refused,
 //!   never mixed. The caller runs one run at a time per sandbox, so the tally is
 //!   exactly that run's: whatever was counted before `begin` (an earlier run, or anything
@@ -148,8 +151,9 @@ struct Attached {
     uplink: Uplink,
     /// The netlink socket in the box's network namespace the counters are read through.
     counters: CounterReader,
-    /// The reading the current run started from (`begin`); `None`: the table in force was
-    /// loaded fresh since (attach, or a refresh), so its counters started at zero.
+    /// The reading the next tally counts from (the last `begin`'s or `end`'s); `None`: the
+    /// table in force was loaded fresh since (attach, or a refresh), so its counters started at
+    /// zero.
     baseline: Option<Counters>,
     /// The handle the sentry last read its own table at; `None` right after a refresh, whose
     /// new table the next reading names.
@@ -513,13 +517,15 @@ impl Sentry {
         Ok(())
     }
 
-    /// A run ended: its counters and socket-gate decisions since [`Self::begin`].
+    /// A run (or an idle window) ended: its counters and socket-gate decisions since the later
+    /// of [`Self::begin`] and the previous `end`.
     fn end(&mut self) -> Result<NetTally, SentryError> {
         let Some(a) = self.attached.as_mut() else {
             return Err(SentryError::Tally(
                 "no table was loaded: the box was never attached".into(),
             ));
         };
+        a.settle_refresh();
         let egress = a.tally(&self.rules)?;
         Ok(NetTally {
             table: LoadedEgressTable {
@@ -610,7 +616,8 @@ impl Attached {
         }
     }
 
-    /// The counters read now, minus the baseline: what `rules`' table counted since.
+    /// The counters read now, minus the baseline: what `rules`' table counted since. The
+    /// reading is the next tally's baseline.
     fn tally(&mut self, rules: &[PinnedRule]) -> Result<EgressTally, SentryError> {
         let now = self
             .counters
@@ -620,6 +627,7 @@ impl Attached {
             .map_err(|e| SentryError::Tally(e.to_string()))?;
         self.known_table = Some(now.table);
         self.dirty = !now.denied.is_empty();
+        self.baseline = Some(now);
         Ok(egress)
     }
 }

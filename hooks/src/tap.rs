@@ -1,20 +1,20 @@
 //! The uplink's tap device, made by `net-inside` in the box's own network namespace before the
-//! sentry starts slirp4netns on it.
+//! sentry starts pasta on it.
 //!
 //! Owns [`make_persistent`]: open `/dev/net/tun`, `TUNSETIFF` the name with
-//! `IFF_TAP | IFF_NO_PI` (the flags slirp4netns asks for), `TUNSETPERSIST 1`, close. The kernel
+//! `IFF_TAP | IFF_NO_PI` (the flags pasta asks for), `TUNSETPERSIST 1`, close. The kernel
 //! makes a tun/tap device in the network namespace of the process that opened `/dev/net/tun`,
 //! so this must run inside the box (the createContainer hook does).
 //!
-//! Why persistent: slirp4netns opens an existing device by name (its own `TUNSETIFF`), and when
-//! it exits, closing a persistent device's last fd only detaches it. When slirp4netns made the
-//! device itself, closing that fd unregistered it, and that teardown cost 18-27 ms of every
-//! run's end (measured 0.4 ms with the device persistent). The device then goes when the box's
-//! network namespace goes, off the run's path.
+//! Why persistent: the uplink opens an existing device by name (its own `TUNSETIFF`), and when
+//! it exits, closing a persistent device's last fd only detaches it. When the uplink made the
+//! device itself, closing that fd unregistered it, and that teardown cost 18-27 ms (measured
+//! with slirp4netns, then started per run; 0.4 ms with the device persistent). The device then
+//! goes when the box's network namespace goes.
 //!
 //! Ownership: none is set (`TUNSETOWNER`/`TUNSETGROUP` left unset). The kernel lets a process
 //! attach to an existing device when the device has no owner, or when it holds
-//! `CAP_NET_ADMIN` over the device's network namespace; slirp4netns always holds that (it joins
+//! `CAP_NET_ADMIN` over the device's network namespace; pasta always holds that (it joins
 //! the box's user namespace, or is root, or shares rootless Podman's namespace, and it needs the
 //! capability anyway to configure the device), so an owner would add nothing it relies on. Only
 //! one process can be attached to a non-multiqueue device at a time (`EBUSY` for any other), and
@@ -100,7 +100,7 @@ pub fn make_persistent(name: &str) -> Result<(), TapError> {
     if unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong) } != 0 {
         return Err(failed("TUNSETPERSIST"));
     }
-    // Closing the fd (dropping `tun`) detaches it; the device stays, down, for slirp4netns.
+    // Closing the fd (dropping `tun`) detaches it; the device stays, down, for pasta.
     Ok(())
 }
 

@@ -1,84 +1,100 @@
 //! The box's only way out: for a sentry that is real root and a table without IPv6 pins, a veth
-//! pair and the host kernel's forwarding (`veth.rs`); otherwise slirp4netns on a tap device
+//! pair and the host kernel's forwarding (`veth.rs`); otherwise pasta (passt) on a tap device
 //! inside the box's network namespace. Chosen by measurement: the veth pair runs at the host's
-//! own speed; unprivileged, pasta (passt 2023-03-09, Debian 12) measured within noise of
-//! slirp4netns here (median 165 vs 198 ms for 100 MB, host 96 ms) and needs five more flags to
-//! keep the host's ports and loopback out of the box, so slirp4netns stays (BENCHMARKS.md).
-//! IPv6 stays on slirp4netns: the kernel has no per-device IPv6 forwarding switch to scope.
+//! own speed; unprivileged, pasta (passt 2023-03-09, Debian 12) reached 0.72x the host's rate
+//! for 100 MB on a quiet machine against slirp4netns's 0.47x (BENCHMARKS.md), so slirp4netns is
+//! gone. IPv6 pins take pasta even for root: the kernel has no per-device IPv6 forwarding switch
+//! to scope.
 //!
-//! Owns starting and stopping the uplink, and for slirp4netns: `slirp4netns --configure --mtu=65520
-//! --disable-host-loopback --enable-seccomp [--enable-sandbox] [--enable-ipv6]
-//! --ready-fd=3 --exit-fd=4 [--userns-path=/proc/self/fd/6] --netns-type=path /proc/self/fd/5
-//! tap0`, with the namespace fds the sentry holds inherited at fixed numbers. slirp4netns runs in
+//! Owns starting and stopping the uplink, and for pasta: `pasta --foreground --quiet
+//! --config-net --runas UID:GID -t none -u none -T none -U none --no-map-gw [-4] -I tap0
+//! -a 10.0.2.100 -n 24 -g 10.0.2.2 [-a fd00::100 -g fd00::2] --no-netns-quit
+//! --netns /proc/self/fd/4 [--userns /proc/self/fd/5] -P /proc/self/fd/3`, the namespace fds the
+//! sentry holds and the write end of the ready pipe inherited at fixed numbers. pasta runs in
 //! the sentry's network namespace and dials out as an ordinary host process, so the box reaches
 //! exactly what the host reaches, filtered first by the box's own nftables table (its load runs
 //! alongside the uplink's start, and the box is held until both are done: nothing in the box
-//! sends before the table is in force). `--disable-host-loopback` keeps the gateway 10.0.2.2
-//! from reaching the host's 127.0.0.1 (the table refuses 10.0.2.2 as well).
+//! sends before the table is in force). The flags, each measured here:
+//! - `-t none -u none -T none -U none`: no port forwarding either way. pasta's defaults (`auto`)
+//!   would bind, on the box's own loopback, every port the host listens on and splice it to the
+//!   host's loopback, past the table (which accepts `lo`); and forward host ports into the box.
+//! - `--no-map-gw`: a connection to the gateway is not turned into one to the host's loopback
+//!   (pasta's default); the table refuses the gateway as well.
+//! - `-a`/`-n`/`-g`: the box's network is 10.0.2.0/24 (and fd00::/64), the one `egress` refuses
+//!   to pin, instead of a copy of the host's own addresses and routes.
+//! - `--runas UID:GID` (the sentry's own ids): pasta started as uid 0 otherwise switches to
+//!   `nobody`, which cannot enter a root-owned namespace ("Couldn't switch to pasta
+//!   namespaces"); for an unprivileged sentry it names its own ids, which needs no privilege.
+//! - `--no-netns-quit`: the namespace is given by an fd path, which pasta cannot watch; its end
+//!   is the sentry's [`Pasta::stop`].
 //!
-//! `tap0` already exists when slirp4netns starts: `net-inside` made it persistent (`tap.rs`).
-//! slirp4netns attaches to it by name and configures it as it would a device of its own
-//! (measured with 1.2.0: rootful, unprivileged through `--userns-path`, rootless Podman); on
-//! exit it only detaches, which is what saves its teardown on the run's end.
+//! Foreground, so pasta stays the sentry's own child: the sentry holds a pidfd on it, sees it
+//! end ([`Uplink::alive`]), and ends it with `SIGKILL` through that pidfd and reaps it
+//! (`waitpid`). Readiness is exact: pasta writes its pid to the `-P` file once the tap is
+//! attached and configured (addresses, routes, link up), and that file is the ready pipe; the
+//! sentry waits (bounded) for that line, and for the pid it names to be the child's. `EOF`
+//! first means pasta exited. Ready in about 10 ms. pasta sandboxes itself (its own user and
+//! mount namespaces, capabilities dropped, seccomp).
 //!
-//! Measured here (slirp4netns 1.2.0): the fd paths work rootful and rootless; `--userns-path`
-//! equal to the caller's own user namespace is accepted; `--enable-sandbox` needs
-//! `CAP_SYS_ADMIN` in the uplink's own user namespace (it fails with "setegid(0)" for an
-//! unprivileged caller outside any user namespace), so it is on exactly when the sentry holds
-//! that capability (root, or rootless Podman's namespace); `--enable-seccomp` works everywhere.
-//! Ready in 3–10 ms.
+//! `tap0` already exists when pasta starts: `net-inside` made it persistent (`tap.rs`). pasta
+//! attaches to it by name (`TUNSETIFF` with the same flags) and configures it over netlink; on
+//! exit it only detaches.
 //!
 //! The sandbox makes its own mount namespace but marks only `/` private before it pivots and
 //! detaches the old root; every shared mount below `/` (here `/run`, which holds
 //! `/run/netns/*`) then propagates that detach back to the host, and `ip netns` names on the host
-//! stop working ("setting the network namespace ... failed: Invalid argument"). So a sandboxed
-//! uplink is started in a mount namespace of its own whose mounts are all private first; nothing
-//! it does there can reach the host's mounts.
+//! stop working ("setting the network namespace ... failed: Invalid argument"). So when the
+//! sentry holds `CAP_SYS_ADMIN` (root, rootless Podman's namespace), pasta is started in a mount
+//! namespace of its own whose mounts are all private first; nothing it does there can reach the
+//! host's mounts.
 //!
 //! Must never: carry a packet of the box's before the table is loaded (the sentry lets the box
-//! run only once both are up), or outlive the sentry (`--exit-fd` ends it when the sentry's end
-//! of the pipe closes; `PR_SET_PDEATHSIG` too).
+//! run only once both are up), or outlive the sentry (`PR_SET_PDEATHSIG` with `SIGKILL`:
+//! measured to survive pasta's own namespace switches, as root and unprivileged).
 
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::netns::BoxNamespaces;
 use crate::veth::{VethError, VethUplink};
 use h5i_policy::receipt::PinnedRule;
 use h5i_sys::{fds, pidfd};
 
-/// Where slirp4netns is looked for (hooks run with a cleared environment).
-const SLIRP_PATHS: &[&str] = &["/usr/bin/slirp4netns", "/usr/local/bin/slirp4netns"];
+/// Where pasta is looked for (hooks run with a cleared environment).
+const PASTA_PATHS: &[&str] = &["/usr/bin/pasta", "/usr/local/bin/pasta"];
 /// The tap device's name in the box.
 pub const DEVICE: &str = "tap0";
-/// How long slirp4netns may take to configure the device.
+/// The box's IPv4 address, prefix length and gateway on the tap.
+const BOX_V4: (&str, &str, &str) = ("10.0.2.100", "24", "10.0.2.2");
+/// The box's IPv6 address and gateway, for a table with IPv6 pins.
+const BOX_V6: (&str, &str) = ("fd00::100", "fd00::2");
+/// How long pasta may take to configure the device.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long it may take to exit once asked.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The longest ready line read (a pid and a newline).
+const MAX_READY_LINE: usize = 32;
 
 /// `CAP_SYS_ADMIN`'s bit number (linux/capability.h).
 const CAP_SYS_ADMIN: u32 = 21;
 
 const READY_FD: RawFd = 3;
-const EXIT_FD: RawFd = 4;
-const NETNS_FD: RawFd = 5;
-const USERNS_FD: RawFd = 6;
+const NETNS_FD: RawFd = 4;
+const USERNS_FD: RawFd = 5;
 
 /// Why the uplink could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum UplinkError {
-    /// slirp4netns is not installed.
-    #[error("refusing: slirp4netns is not installed (looked in {0}); to fix: apt-get install slirp4netns")]
+    /// pasta is not installed.
+    #[error("refusing: pasta is not installed (looked in {0}); to fix: apt-get install passt")]
     Missing(String),
     /// It could not be started.
-    #[error("refusing: cannot start slirp4netns: {0}; to fix: report this as an h5i bug")]
+    #[error("refusing: cannot start pasta: {0}; to fix: report this as an h5i bug")]
     Spawn(io::Error),
     /// It exited or stalled before saying it was ready.
-    #[error("refusing: slirp4netns did not bring up {DEVICE} in the box ({0}); to fix: check /dev/net/tun is usable by this user (mode 0666) and see the sentry log")]
+    #[error("refusing: pasta did not bring up {DEVICE} in the box ({0}); to fix: check /dev/net/tun is usable by this user (mode 0666) and see the sentry log")]
     NotReady(String),
     /// The veth pair could not be made.
     #[error(transparent)]
@@ -88,15 +104,15 @@ pub enum UplinkError {
 /// A running uplink.
 #[derive(Debug)]
 pub enum Uplink {
-    /// slirp4netns on the box's tap device.
-    Slirp(Slirp),
+    /// pasta on the box's tap device.
+    Pasta(Pasta),
     /// A veth pair and the host's forwarding.
     Veth(VethUplink),
 }
 
 impl Uplink {
     /// Start the uplink this sentry can give the box for `rules`: the veth pair for real root
-    /// and IPv4-only pins, else slirp4netns (its output to `log`, the sentry's own log).
+    /// and IPv4-only pins, else pasta (its output to `log`, the sentry's own log).
     pub fn start(
         ns: &BoxNamespaces,
         rules: &[PinnedRule],
@@ -107,14 +123,14 @@ impl Uplink {
             eprintln!("h5i sentry: uplink: veth pair, host forwarding");
             return Ok(Uplink::Veth(VethUplink::start(ns, rules)?));
         }
-        Ok(Uplink::Slirp(Slirp::start(ns, ipv6, log)?))
+        Ok(Uplink::Pasta(Pasta::start(ns, ipv6, log)?))
     }
 
     /// Make `rules` (a later run's pins) reachable: the veth uplink's reply devices; nothing
-    /// for slirp4netns, which dials out as a host process.
+    /// for pasta, which dials out as a host process.
     pub fn route(&mut self, rules: &[PinnedRule]) -> Result<(), UplinkError> {
         match self {
-            Uplink::Slirp(_) => Ok(()),
+            Uplink::Pasta(_) => Ok(()),
             Uplink::Veth(v) => Ok(v.route(rules)?),
         }
     }
@@ -122,7 +138,7 @@ impl Uplink {
     /// Whether it is still up.
     pub fn alive(&self) -> bool {
         match self {
-            Uplink::Slirp(s) => s.alive(),
+            Uplink::Pasta(p) => p.alive(),
             Uplink::Veth(v) => v.alive(),
         }
     }
@@ -130,33 +146,23 @@ impl Uplink {
     /// End it.
     pub fn stop(&mut self) {
         match self {
-            Uplink::Slirp(s) => s.stop(),
+            Uplink::Pasta(p) => p.stop(),
             Uplink::Veth(v) => v.stop(),
         }
     }
 }
 
-/// A running slirp4netns.
+/// A running pasta, the sentry's child.
 #[derive(Debug)]
-pub struct Slirp {
+pub struct Pasta {
     child: Child,
     pidfd: OwnedFd,
-    exit_w: Option<OwnedFd>,
+    reaped: bool,
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two new fds into the array on success.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just returned by pipe2 and nothing else owns them.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-/// Whether this process holds `CAP_SYS_ADMIN` in its own user namespace (slirp4netns's sandbox
-/// needs it).
-pub fn can_sandbox() -> bool {
+/// Whether this process holds `CAP_SYS_ADMIN` in its own user namespace (it may then give
+/// pasta a mount namespace of its own).
+fn holds_sys_admin() -> bool {
     let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
         return false;
     };
@@ -167,59 +173,74 @@ pub fn can_sandbox() -> bool {
         .is_some_and(|caps| caps & (1 << CAP_SYS_ADMIN) != 0)
 }
 
-/// The argv after the program name.
-pub fn args(ipv6: bool, sandbox: bool, userns: bool) -> Vec<String> {
+/// The argv after the program name, for a sentry running as `uid:gid`.
+pub fn args(ipv6: bool, userns: bool, uid: u32, gid: u32) -> Vec<String> {
     let mut a: Vec<String> = [
-        "--configure",
-        "--mtu=65520",
-        "--disable-host-loopback",
-        "--enable-seccomp",
+        "--foreground",
+        "--quiet",
+        "--config-net",
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+        "--no-map-gw",
     ]
     .iter()
     .map(ToString::to_string)
     .collect();
-    if sandbox {
-        a.push("--enable-sandbox".into());
+    a.push("--runas".into());
+    a.push(format!("{uid}:{gid}"));
+    if !ipv6 {
+        a.push("-4".into());
+    }
+    let (v4, prefix, gw4) = BOX_V4;
+    for x in ["-I", DEVICE, "-a", v4, "-n", prefix, "-g", gw4] {
+        a.push(x.into());
     }
     if ipv6 {
-        a.push("--enable-ipv6".into());
+        let (v6, gw6) = BOX_V6;
+        for x in ["-a", v6, "-g", gw6] {
+            a.push(x.into());
+        }
     }
-    a.push(format!("--ready-fd={READY_FD}"));
-    a.push(format!("--exit-fd={EXIT_FD}"));
-    if userns {
-        a.push(format!("--userns-path=/proc/self/fd/{USERNS_FD}"));
-    }
-    a.push("--netns-type=path".into());
+    a.push("--no-netns-quit".into());
+    a.push("--netns".into());
     a.push(format!("/proc/self/fd/{NETNS_FD}"));
-    a.push(DEVICE.into());
+    if userns {
+        a.push("--userns".into());
+        a.push(format!("/proc/self/fd/{USERNS_FD}"));
+    }
+    a.push("-P".into());
+    a.push(format!("/proc/self/fd/{READY_FD}"));
     a
 }
 
-impl Slirp {
-    /// Start slirp4netns for the box and wait (bounded) until it reports the device ready.
+impl Pasta {
+    /// Start pasta for the box and wait (bounded) until it reports the device configured.
     /// Its output goes to `log` (the sentry's own log).
     pub fn start(
         ns: &BoxNamespaces,
         ipv6: bool,
         log: &std::fs::File,
-    ) -> Result<Slirp, UplinkError> {
-        let slirp = SLIRP_PATHS
+    ) -> Result<Pasta, UplinkError> {
+        let pasta = PASTA_PATHS
             .iter()
             .map(Path::new)
             .find(|p| p.exists())
-            .ok_or_else(|| UplinkError::Missing(SLIRP_PATHS.join(", ")))?;
-        let (ready_r, ready_w) = pipe().map_err(UplinkError::Spawn)?;
-        let (exit_r, exit_w) = pipe().map_err(UplinkError::Spawn)?;
+            .ok_or_else(|| UplinkError::Missing(PASTA_PATHS.join(", ")))?;
+        let (ready_r, ready_w) = fds::pipe().map_err(UplinkError::Spawn)?;
         // Sources above every target number, so the child's dup2s cannot clobber one another.
         let high = |fd: BorrowedFd<'_>| fds::dup_at_least(fd, 16).map_err(UplinkError::Spawn);
         let ready_src = high(ready_w.as_fd())?;
-        let exit_src = high(exit_r.as_fd())?;
         let net_src = high(ns.net().as_fd())?;
         let user_src = ns.user().map(|u| high(u.as_fd())).transpose()?;
-        drop((ready_w, exit_r));
+        drop(ready_w);
         let plan: Vec<(RawFd, RawFd)> = [
             Some((ready_src.as_raw_fd(), READY_FD)),
-            Some((exit_src.as_raw_fd(), EXIT_FD)),
             Some((net_src.as_raw_fd(), NETNS_FD)),
             user_src.as_ref().map(|u| (u.as_raw_fd(), USERNS_FD)),
         ]
@@ -228,10 +249,12 @@ impl Slirp {
         .collect();
         let out = log.try_clone().map_err(UplinkError::Spawn)?;
         let err = log.try_clone().map_err(UplinkError::Spawn)?;
-        let sandbox = can_sandbox();
-        let argv = args(ipv6, sandbox, user_src.is_some());
-        eprintln!("h5i sentry: uplink: {} {}", slirp.display(), argv.join(" "));
-        let mut cmd = Command::new(slirp);
+        let private_mounts = holds_sys_admin();
+        // SAFETY: geteuid and getegid have no preconditions.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let argv = args(ipv6, user_src.is_some(), uid, gid);
+        eprintln!("h5i sentry: uplink: {} {}", pasta.display(), argv.join(" "));
+        let mut cmd = Command::new(pasta);
         cmd.args(&argv)
             .env_clear()
             .stdin(Stdio::null())
@@ -247,7 +270,7 @@ impl Slirp {
                         return Err(io::Error::last_os_error());
                     }
                 }
-                if sandbox {
+                if private_mounts {
                     if libc::unshare(libc::CLONE_NEWNS) != 0 {
                         return Err(io::Error::last_os_error());
                     }
@@ -271,14 +294,22 @@ impl Slirp {
         }
         let child = cmd.spawn().map_err(UplinkError::Spawn)?;
         h5i_log::spawned(&cmd, Some(child.id()));
-        drop((ready_src, exit_src, net_src, user_src));
-        let pidfd = pidfd::open(child.id() as i32).map_err(UplinkError::Spawn)?;
-        let mut uplink = Slirp {
+        drop((ready_src, net_src, user_src));
+        let pidfd = match pidfd::open(child.id() as i32) {
+            Ok(fd) => fd,
+            Err(e) => {
+                let mut child = child;
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(UplinkError::Spawn(e));
+            }
+        };
+        let mut uplink = Pasta {
             child,
             pidfd,
-            exit_w: Some(exit_w),
+            reaped: false,
         };
-        match wait_ready(&ready_r) {
+        match wait_ready(ready_r, uplink.child.id()) {
             Ok(()) => Ok(uplink),
             Err(e) => {
                 uplink.stop();
@@ -287,46 +318,68 @@ impl Slirp {
         }
     }
 
-    /// Whether slirp4netns is still running.
+    /// Whether pasta is still running.
     pub fn alive(&self) -> bool {
-        matches!(pidfd::wait_exited(&self.pidfd, Duration::ZERO), Ok(false))
+        !self.reaped && matches!(pidfd::wait_exited(&self.pidfd, Duration::ZERO), Ok(false))
     }
 
-    /// End the uplink: close the exit fd, wait (bounded), then kill; reap it.
+    /// End the uplink: `SIGKILL` through the pidfd (pasta keeps no state the box needs: the
+    /// persistent tap stays), then reap it.
     pub fn stop(&mut self) {
-        self.exit_w.take();
-        if !matches!(pidfd::wait_exited(&self.pidfd, EXIT_TIMEOUT), Ok(true)) {
-            let _ = pidfd::kill(&self.pidfd);
+        if self.reaped {
+            return;
         }
+        let _ = pidfd::kill(&self.pidfd);
         let _ = self.child.wait();
+        self.reaped = true;
     }
 }
 
-impl Drop for Slirp {
+impl Drop for Pasta {
     fn drop(&mut self) {
-        if self.exit_w.is_some() {
-            self.stop();
+        self.stop();
+    }
+}
+
+/// Wait (bounded) for pasta's pid file line on the ready pipe: pasta writes it once the tap is
+/// attached and configured. It must name `pid`, the child the sentry started.
+fn wait_ready(ready_r: OwnedFd, pid: u32) -> Result<(), UplinkError> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut pipe = std::fs::File::from(ready_r);
+    let mut line = Vec::new();
+    while !line.ends_with(b"\n") {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ready = fds::poll_readable(&[pipe.as_fd()], Some(left))
+            .map_err(|e| UplinkError::NotReady(e.to_string()))?;
+        if ready.is_empty() {
+            return Err(UplinkError::NotReady(format!(
+                "no word within {}s",
+                READY_TIMEOUT.as_secs()
+            )));
+        }
+        let mut buf = [0u8; MAX_READY_LINE];
+        let n = pipe
+            .read(&mut buf)
+            .map_err(|e| UplinkError::NotReady(e.to_string()))?;
+        if n == 0 {
+            return Err(UplinkError::NotReady("it exited".into()));
+        }
+        line.extend_from_slice(&buf[..n]);
+        if line.len() > MAX_READY_LINE {
+            return Err(UplinkError::NotReady("an overlong ready line".into()));
         }
     }
+    ready_line_names(&line, pid)
 }
 
-fn wait_ready(ready_r: &OwnedFd) -> Result<(), UplinkError> {
-    let ready = fds::poll_readable(&[ready_r.as_fd()], Some(READY_TIMEOUT))
-        .map_err(|e| UplinkError::NotReady(e.to_string()))?;
-    if ready.is_empty() {
-        return Err(UplinkError::NotReady(format!(
-            "no word within {}s",
-            READY_TIMEOUT.as_secs()
-        )));
-    }
-    let mut byte = [0u8; 1];
-    // SAFETY: reading one byte into a valid one-byte buffer from an owned fd.
-    let n = unsafe { libc::read(ready_r.as_raw_fd(), byte.as_mut_ptr().cast(), 1) };
-    match (n, byte[0]) {
-        (1, b'1') => Ok(()),
-        (0, _) => Err(UplinkError::NotReady("it exited".into())),
-        (n, b) => Err(UplinkError::NotReady(format!(
-            "unexpected answer {n} bytes {b:#x}"
+/// Whether `line` (the pid file's contents) names `pid`.
+fn ready_line_names(line: &[u8], pid: u32) -> Result<(), UplinkError> {
+    let text = String::from_utf8_lossy(line);
+    match text.trim_end_matches('\n').parse::<u32>() {
+        Ok(p) if p == pid => Ok(()),
+        _ => Err(UplinkError::NotReady(format!(
+            "its pid file said {:?}, not {pid}",
+            text.trim_end()
         ))),
     }
 }
@@ -336,25 +389,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_arguments_hold_the_host_loopback_shut_and_name_the_inherited_fds() {
-        let a = args(false, false, true);
-        assert!(a.contains(&"--disable-host-loopback".to_string()));
-        assert!(a.contains(&"--enable-seccomp".to_string()));
-        assert!(!a.contains(&"--enable-sandbox".to_string()));
-        assert!(!a.contains(&"--enable-ipv6".to_string()));
+    fn the_arguments_forward_no_port_keep_the_gateway_off_the_host_and_name_the_inherited_fds() {
+        let a = args(false, true, 1001, 1002);
+        let joined = a.join(" ");
+        for want in [
+            "--foreground",
+            "--config-net",
+            "-t none -u none -T none -U none",
+            "--no-map-gw",
+            "--runas 1001:1002",
+            "-I tap0 -a 10.0.2.100 -n 24 -g 10.0.2.2",
+            "--no-netns-quit",
+        ] {
+            assert!(joined.contains(want), "{want}: {joined}");
+        }
+        assert!(a.contains(&"-4".to_string()), "{joined}");
+        assert!(!joined.contains("fd00::"), "{joined}");
         assert_eq!(
-            &a[a.len() - 4..],
+            &a[a.len() - 6..],
             &[
-                "--userns-path=/proc/self/fd/6",
-                "--netns-type=path",
+                "--netns",
+                "/proc/self/fd/4",
+                "--userns",
                 "/proc/self/fd/5",
-                "tap0"
+                "-P",
+                "/proc/self/fd/3"
             ]
         );
-        let b = args(true, true, false);
-        assert!(
-            b.contains(&"--enable-sandbox".to_string()) && b.contains(&"--enable-ipv6".to_string())
-        );
-        assert!(!b.iter().any(|x| x.starts_with("--userns-path")));
+        let b = args(true, false, 0, 0);
+        let joined = b.join(" ");
+        assert!(!b.contains(&"-4".to_string()), "{joined}");
+        assert!(joined.contains("-a fd00::100 -g fd00::2"), "{joined}");
+        assert!(joined.contains("--runas 0:0"), "{joined}");
+        assert!(!joined.contains("--userns"), "{joined}");
+    }
+
+    #[test]
+    fn only_a_ready_line_naming_the_child_is_ready() {
+        assert!(ready_line_names(b"4242\n", 4242).is_ok());
+        for bad in [&b"4243\n"[..], b"\n", b"x4242\n", b"-1\n", b"4242 1\n"] {
+            assert!(
+                matches!(ready_line_names(bad, 4242), Err(UplinkError::NotReady(_))),
+                "{bad:?}"
+            );
+        }
     }
 }

@@ -1,5 +1,5 @@
 //! The rootful box's uplink: a veth pair and the host kernel's own forwarding, at the speed of
-//! the kernel (slirp4netns copies every byte through a user-space TCP stack).
+//! the kernel (pasta, the unprivileged uplink, copies every byte through a user-space TCP stack).
 //!
 //! Owns, for a sentry that is real root: one veth pair per box (`h5iuN` on the host, `h5i0` in
 //! the box's network namespace), one point-to-point `/31` of [`RANGE`] for it (host side

@@ -19,12 +19,15 @@ use h5i_testsupport::podman::{remove_cgroup_parent, unmount_under};
 use support::*;
 
 /// The probes every box runs, in order, and what each must answer. `{A2}`/`{A3}` are the
-/// allowed and the second test host, `{LO}` the host-loopback listener's port.
+/// allowed and the second test host, `{LO}` the host-loopback listener's port, `{A1}:{HA}` a
+/// listener on the host's own address on the test hosts' pair.
 ///
 /// The first is the box's first packet, and a refused one: {A2}:9090 greets whoever reaches it,
 /// so `EHOSTUNREACH` there proves the table was in force from the box's first instruction (the
 /// sentry loads it while the uplink starts, and holds the box until both are done); the second
-/// proves the uplink was up by then.
+/// proves the uplink was up by then. `127.0.0.1:{LO}` answering `ECONNREFUSED` from the box's
+/// own loopback proves the uplink splices no host port into it (pasta's default `-T auto`
+/// would, past the table, which accepts `lo`).
 const PROBES: &[(&str, &str)] = &[
     ("tcp {A2} 9090", "EHOSTUNREACH"),
     ("tcp {A2} 8080", "OK host {A2}:8080"),
@@ -32,6 +35,7 @@ const PROBES: &[(&str, &str)] = &[
     ("udp {A2} 5353", "EPERM"),
     ("tcp 10.0.2.2 {LO}", "EHOSTUNREACH"),
     ("tcp 127.0.0.1 {LO}", "ECONNREFUSED"),
+    ("tcp {A1} {HA}", "EHOSTUNREACH"),
     ("udp 10.0.2.3 53", "EPERM"),
 ];
 
@@ -50,7 +54,9 @@ struct Expect {
 }
 
 fn fill(s: &str, hosts: &TestHosts) -> String {
-    s.replace("{A2}", &hosts.addr(2))
+    s.replace("{A1}", &hosts.addr(1))
+        .replace("{HA}", &hosts.host_address_port.to_string())
+        .replace("{A2}", &hosts.addr(2))
         .replace("{A3}", &hosts.addr(3))
         .replace("{LO}", &hosts.host_loopback_port.to_string())
 }
@@ -141,18 +147,22 @@ fn check_tally(t: &NetTally, hosts: &TestHosts) {
             (format!("{}:8080/tcp", hosts.addr(3)), 1),
             (format!("{a2}:5353/udp"), 1),
             (format!("10.0.2.2:{lo}/tcp"), 1),
+            (
+                format!("{}:{}/tcp", hosts.addr(1), hosts.host_address_port),
+                1
+            ),
             ("10.0.2.3:53/udp".to_string(), 1),
         ]),
         "{t:#?}"
     );
 }
 
-/// The socket gate's tally for the probes: 9 inet sockets (7 TCP, 2 UDP), one pair; raw and
+/// The socket gate's tally for the probes: 10 inet sockets (8 TCP, 2 UDP), one pair; raw and
 /// packet refused once each; netlink at least twice (the probe, then nft) and unix at least
 /// once (the probe; nft's glibc also tries nscd's socket for its name lookups).
 fn check_gate_tally(t: &NetTally) {
     let g = &t.socket_gate;
-    assert_eq!(g.allowed.get("inet"), Some(&9), "{g:#?}");
+    assert_eq!(g.allowed.get("inet"), Some(&10), "{g:#?}");
     assert_eq!(g.allowed.get("unix-pair"), Some(&1), "{g:#?}");
     assert_eq!(g.allowed.len(), 2, "{g:#?}");
     for k in ["inet-raw", "packet"] {
@@ -187,8 +197,8 @@ fn bundle(dir: &Path, spec: &serde_json::Value) -> PathBuf {
 enum UplinkSeen {
     /// A veth pair and the host's forwarding (a sentry that is real root).
     Veth,
-    /// slirp4netns, with or without its own sandbox.
-    Slirp { sandboxed: bool },
+    /// pasta, forwarding no port either way and the gateway not to the host.
+    Pasta,
 }
 
 fn assert_uplink(log: &str, want: UplinkSeen) {
@@ -198,9 +208,12 @@ fn assert_uplink(log: &str, want: UplinkSeen) {
         .unwrap_or_else(|| panic!("no uplink line in the sentry log:\n{log}"));
     match want {
         UplinkSeen::Veth => assert!(line.contains("veth pair"), "{line}"),
-        UplinkSeen::Slirp { sandboxed } => {
-            assert!(line.contains("--disable-host-loopback"), "{line}");
-            assert_eq!(line.contains("--enable-sandbox"), sandboxed, "{line}");
+        UplinkSeen::Pasta => {
+            assert!(line.contains("pasta --foreground"), "{line}");
+            assert!(
+                line.contains("-t none -u none -T none -U none --no-map-gw"),
+                "{line}"
+            );
         }
     }
 }
@@ -294,7 +307,7 @@ fn delegate_cgroup_to(uid: u32) -> String {
 }
 
 /// The same box as the unprivileged `h5i-test` user: its own user namespace (box 0 -> 1001),
-/// the sentry and slirp4netns run as 1001, and h5i-runc picks the net directory
+/// the sentry and pasta run as 1001, and h5i-runc picks the net directory
 /// (`$XDG_RUNTIME_DIR/h5i-net/<id>`), since the spec names none.
 #[test]
 fn an_unprivileged_user_gets_the_same_supervised_network() {
@@ -373,8 +386,7 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
         net_dir.display()
     );
     check_results(&out, &expect, &log);
-    // An unprivileged sentry outside any user namespace cannot sandbox slirp4netns.
-    assert_uplink(&log, UplinkSeen::Slirp { sandboxed: false });
+    assert_uplink(&log, UplinkSeen::Pasta);
     let t = tally_kept_in(&b);
     check_tally(&t, &hosts);
     check_gate_tally(&t);
@@ -430,15 +442,7 @@ fn import_image(podman: &dyn Fn(&[String]) -> std::process::Output, dir: &Path, 
     let rootfs = dir.join("image-rootfs");
     make_rootfs(&rootfs);
     let tar = dir.join("image.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&rootfs)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    h5i_testsupport::rootfs::tar(&rootfs, &tar);
     std::os::unix::fs::chown(&tar, Some(uid), Some(uid)).unwrap();
     let out = podman(&["import".into(), tar.display().to_string(), IMAGE.into()]);
     assert!(
@@ -784,8 +788,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     );
     assert!(!dir_outlived, "{} outlived the run", net_dir.display());
     check_results(&out, &expect, &log);
-    // The sentry holds CAP_SYS_ADMIN in Podman's user namespace: slirp4netns is sandboxed.
-    assert_uplink(&log, UplinkSeen::Slirp { sandboxed: true });
+    assert_uplink(&log, UplinkSeen::Pasta);
     let t: NetTally = serde_json::from_str(&tally.unwrap()).unwrap();
     check_tally(&t, &hosts);
 }
@@ -807,7 +810,7 @@ fn a_box_whose_network_cannot_be_supervised_never_starts() {
             s["annotations"]["h5i.net.egress"] =
                 serde_json::json!(r#"[{"host":"lo.test","port":80,"addrs":["127.0.0.1"]}]"#);
         }),
-        ("gateway", "slirp4netns", |s| {
+        ("gateway", "uplink's own network", |s| {
             s["annotations"]["h5i.net.egress"] =
                 serde_json::json!(r#"[{"host":"gw.test","port":22,"addrs":["10.0.2.2"]}]"#);
         }),

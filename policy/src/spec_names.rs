@@ -54,6 +54,6 @@ pub mod net_dir {
     pub const TALLY: &str = "tally.json";
     /// The sentry's pid.
     pub const SENTRY_PID: &str = "sentry.pid";
-    /// The sentry's log (its stderr, and slirp4netns's output).
+    /// The sentry's log (its stderr, and pasta's output).
     pub const SENTRY_LOG: &str = "sentry.log";
 }

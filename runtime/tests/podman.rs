@@ -9,7 +9,7 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use support::*;
 
@@ -106,31 +106,19 @@ impl Podman {
 
     fn import_image(&self) {
         let rootfs = self.dir.path().join("image-rootfs");
-        for d in ["bin", "etc", "tmp", "mnt"] {
-            std::fs::create_dir_all(rootfs.join(d)).unwrap();
-        }
-        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
-        for a in ["sh", "cat", "echo", "sleep", "true", "id", "unshare", "ps"] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
-        }
+        h5i_testsupport::rootfs::busybox(
+            &rootfs,
+            &["etc", "tmp", "mnt"],
+            &["sh", "cat", "echo", "sleep", "true", "id", "unshare", "ps"],
+        );
         std::fs::copy(probe(), rootfs.join("bin/probe")).unwrap();
-        let mut tar = Command::new("tar")
-            .arg("-C")
-            .arg(&rootfs)
-            .args(["-c", "."])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let tar = self.dir.path().join("image.tar");
+        h5i_testsupport::rootfs::tar(&rootfs, &tar);
         let out = self
             .cmd()
-            .args(["import", "-", IMAGE])
-            .stdin(tar.stdout.take().unwrap())
+            .args(["import", tar.to_str().unwrap(), IMAGE])
             .output()
             .unwrap();
-        assert!(
-            tar.wait().unwrap().success(),
-            "tar of the image rootfs failed"
-        );
         assert!(
             out.status.success(),
             "podman import: {}",
@@ -383,24 +371,14 @@ impl Rootless {
         let cgroups = Delegated::new("h5i-runc-rootless", uid, gid);
         let r = Rootless { dir, user, cgroups };
         let rootfs = r.dir.path().join("image-rootfs");
-        for d in ["bin", "etc", "tmp"] {
-            std::fs::create_dir_all(rootfs.join(d)).unwrap();
-        }
-        std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
-        for a in ["sh", "cat", "echo", "sleep", "true", "id", "unshare"] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
-        }
+        h5i_testsupport::rootfs::busybox(
+            &rootfs,
+            &["etc", "tmp"],
+            &["sh", "cat", "echo", "sleep", "true", "id", "unshare"],
+        );
         std::fs::copy(probe(), rootfs.join("bin/probe")).unwrap();
         let tar = r.dir.path().join("image.tar");
-        let st = Command::new("tar")
-            .arg("-C")
-            .arg(&rootfs)
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(st.success());
+        h5i_testsupport::rootfs::tar(&rootfs, &tar);
         chown(&tar, uid, gid);
         r.ok(&["import", tar.to_str().unwrap(), IMAGE]);
         Some(r)

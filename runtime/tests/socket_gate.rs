@@ -500,15 +500,7 @@ fn podman_supervised_annotation_gets_the_gate_injected() {
     std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/:/bin/probe\n").unwrap();
     std::fs::copy(probe(), rootfs.join("bin/probe")).unwrap();
     let tar = dir.path().join("image.tar");
-    let st = Command::new("tar")
-        .arg("-C")
-        .arg(&rootfs)
-        .arg("-cf")
-        .arg(&tar)
-        .arg(".")
-        .status()
-        .unwrap();
-    assert!(st.success());
+    h5i_testsupport::rootfs::tar(&rootfs, &tar);
     let image = "localhost/h5i-gate-probe";
     let out = podman(&["import", tar.to_str().unwrap(), image]);
     assert!(

@@ -5,11 +5,13 @@
 //! is active, and those dials would fall between two tallies.
 //!
 //! Owns the idle window of a browser box's sandbox network: [`open`] right after a run's `end`
-//! (the sentry begins again with the same pins, so the window counts from a reading taken after
-//! the run's, and the same destinations stay reachable), [`close`] just before the
-//! next run's `begin`, or before the sandbox is torn down, reading what the table counted
-//! since into a host-observed `browser` record that follows the box's last record. The window
-//! is marked by `idle.since` in the sandbox's net directory (host-only, like the rest of it).
+//! marks it (the sentry keeps that `end`'s reading as its baseline, so the window counts from
+//! the run's last reading, with no request of its own; the table and its pins stay in force,
+//! so the same destinations stay reachable), [`close`] just before the next run's `begin`, or
+//! before the sandbox is torn down, asks the sentry for one more `end` (what the table counted
+//! since the run's) and writes it into a host-observed `browser` record that follows the box's
+//! last record. The window is marked by `idle.since` in the sandbox's net directory
+//! (host-only, like the rest of it).
 //!
 //! Must never: open a window on a network no run has ended on (its counts are a run's), take a
 //! window's counts into a run's receipt, or write a record for a window that counted nothing
@@ -19,7 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
-use h5i_policy::receipt::{PinnedRule, ReceiptLane, RecordBody};
+use h5i_policy::receipt::{ReceiptLane, RecordBody};
 use h5i_policy::ResolvedPolicy;
 
 use crate::error::BoxError;
@@ -30,18 +32,15 @@ fn marker(net: &Path) -> PathBuf {
 }
 
 /// After a run of `policy`'s box ended on the sandbox network `net` (its tally read): when the
-/// box's browser lives in that network, zero the counters again for `rules` and mark the window.
-/// A failure is said on stderr and leaves no window (the next run's `begin` takes its own reading).
-pub fn open(policy: &ResolvedPolicy, net: &Path, rules: &[PinnedRule]) {
+/// box's browser lives in that network, mark the window (the sentry counts it from that `end`'s
+/// reading). A failure is said on stderr and leaves no window (the next run's `begin` takes its
+/// own reading).
+pub fn open(policy: &ResolvedPolicy, net: &Path) {
     if !super::sidecar::lives_for_the_box(policy) {
         return;
     }
-    let opened = crate::supervised::begin(net, rules)
-        .and_then(crate::supervised::BeginRequest::answer)
-        .and_then(|()| {
-            let path = marker(net);
-            std::fs::write(&path, now_ms().to_string()).map_err(|e| BoxError::io(&path, e))
-        });
+    let path = marker(net);
+    let opened = std::fs::write(&path, now_ms().to_string()).map_err(|e| BoxError::io(&path, e));
     if let Err(e) = opened {
         eprintln!("h5i: warning: the browser's traffic until the next run is not counted: {e}");
     }

@@ -32,7 +32,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd, OwnedFd};
 
 use h5i_sys::idmap::{
     CloneStep, MOUNT_ATTR_IDMAP, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
@@ -295,13 +295,7 @@ pub fn detach_all(ns: &EngineNamespace, targets: &[PathBuf]) {
 fn in_child(
     body: impl FnOnce(&dyn Fn(usize, usize, &io::Error) -> libc::c_int) -> libc::c_int,
 ) -> Result<(), (usize, usize, io::Error)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err((0, usize::MAX, io::Error::last_os_error()));
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned here.
-    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (rd, wr) = h5i_sys::fds::pipe().map_err(|e| (0, usize::MAX, e))?;
     // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {

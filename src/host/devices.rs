@@ -1,4 +1,4 @@
-//! Device nodes unprivileged boxes need: `/dev/net/tun` (the supervised tier's slirp4netns
+//! Device nodes unprivileged boxes need: `/dev/net/tun` (the supervised tier's pasta
 //! uplink, rootless Podman's network) and `/dev/fuse` (fuse-overlayfs). Hosts without udev bring
 //! them up 0600.
 //!

@@ -237,7 +237,7 @@ mod tests {
     /// A pipe; the read end sees its end (read returns 0) only once every copy of the write
     /// end anywhere in this process is closed.
     fn pipe() -> (std::fs::File, OwnedFd) {
-        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        let (r, w) = crate::fds::pipe().unwrap();
         (std::fs::File::from(r), w)
     }
 

@@ -1,5 +1,6 @@
 //! Bounded waits on descriptors and descriptor hygiene: `poll` for readability, closing what a
-//! process inherited, duplicating above a floor, and the uid behind a unix socket.
+//! process inherited, close-on-exec pipes, duplicating above a floor, and the uid behind a unix
+//! socket.
 //!
 //! Must never: wait without the bound the caller passed (`None` is the caller's explicit
 //! choice), or sleep in a loop.
@@ -50,6 +51,11 @@ pub fn close_inherited_fds() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// A close-on-exec pipe: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?)
 }
 
 /// A close-on-exec duplicate of `fd` numbered at least `min`.

@@ -32,24 +32,14 @@ pub const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0 as libc::c_int; 2];
-    // SAFETY: pipe2 writes two fds into the array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just returned by pipe2 and are owned here.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 /// A user namespace whose `uid_map` and `gid_map` are `uid_map` and `gid_map` (the kernel's
 /// text, one `inside outside count` line each), for an idmapped mount's map. Made by a forked
 /// child that unshares a user namespace and waits; the caller (who must be allowed to write
 /// those maps: root for any range) writes both and keeps a descriptor to the namespace; the
 /// child is then released and reaped.
 pub fn userns_with_maps(uid_map: &str, gid_map: &str) -> io::Result<OwnedFd> {
-    let (ready_r, ready_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
+    let (ready_r, ready_w) = crate::fds::pipe()?;
+    let (go_r, go_w) = crate::fds::pipe()?;
     // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
     let pid = unsafe { libc::fork() };
     if pid < 0 {

@@ -12,12 +12,7 @@ pub const TEST_USER: &str = "h5i-test";
 
 /// `user`'s uid; panics with the mend when the user is missing.
 pub fn uid_of(user: &str) -> u32 {
-    let id = Command::new("id").args(["-u", user]).output().unwrap();
-    assert!(
-        id.status.success(),
-        "the {user} user is missing: run `make setup` (scripts/setup-host.sh)"
-    );
-    stdout(&id).trim().parse().unwrap()
+    h5i_testsupport::process::test_user_uid(user)
 }
 
 /// A command that runs as `user` through `runuser`, with the user's runtime dir and, when

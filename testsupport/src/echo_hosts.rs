@@ -1,7 +1,7 @@
 //! Test hosts for the supervised-network tests, in an unnamed network namespace of their own
 //! (HOST.md: veth pairs, 198.18.0.0/15 addresses, listeners the test made): greeters, a UDP echo
-//! and a bulk stream, served by threads that a stop socket ends, plus a greeter on the host's own
-//! loopback (which a box must not reach).
+//! and a bulk stream, served by threads that a stop socket ends, plus greeters on the host's own
+//! loopback and on the host's own address on the pair (which a box must not reach).
 
 use std::io::Write;
 use std::net::{SocketAddrV4, TcpListener, TcpStream, UdpSocket};
@@ -18,8 +18,8 @@ pub const BULK_PORT: u16 = 7000;
 /// host side `198.18.N.1`, test hosts `198.18.N.2` (the allowed one) and `198.18.N.3` (a
 /// second host), each with TCP listeners on 8080 and 9090 that greet with
 /// `host <addr>:<port>`, a UDP echo on 5353, and (on .2) [`BULK_PORT`] streaming
-/// [`EchoHosts::BULK_BYTES`]. Plus a listener on the host's own loopback. Everything is removed
-/// on drop.
+/// [`EchoHosts::BULK_BYTES`]. Plus listeners on the host's own loopback and on the host's side
+/// of the pair, `198.18.N.1`. Everything is removed on drop.
 pub struct EchoHosts {
     /// The third octet.
     pub net: u8,
@@ -27,6 +27,8 @@ pub struct EchoHosts {
     threads: Vec<std::thread::JoinHandle<()>>,
     /// A listener on the host's 127.0.0.1 (the box must not reach it).
     pub host_loopback_port: u16,
+    /// A listener on the host's own address `198.18.N.1` (the box must not reach it).
+    pub host_address_port: u16,
     /// Dropped after the threads have ended: removes the veth pair; the namespace ends with its
     /// last socket.
     link: VethNet,
@@ -70,9 +72,12 @@ impl EchoHosts {
         let stop_rx = std::sync::Arc::new(stop_rx);
         let host_lo = TcpListener::bind("127.0.0.1:0").unwrap();
         let host_loopback_port = host_lo.local_addr().unwrap().port();
+        let host_addr = TcpListener::bind(SocketAddrV4::new(link.addr(1), 0)).unwrap();
+        let host_address_port = host_addr.local_addr().unwrap().port();
         let mut threads = Vec::new();
         let mut listeners: Vec<(TcpListener, u16)> = tcp;
         listeners.push((host_lo, 0));
+        listeners.push((host_addr, 0));
         for (l, _) in listeners {
             let stop = std::sync::Arc::clone(&stop_rx);
             threads.push(std::thread::spawn(move || {
@@ -107,6 +112,7 @@ impl EchoHosts {
             stop,
             threads,
             host_loopback_port,
+            host_address_port,
             link,
         }
     }

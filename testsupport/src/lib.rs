@@ -11,8 +11,10 @@
 //!   127.0.0.1, and a raw HTTP client;
 //! - [`cgroup`]: the caller's cgroup, each hierarchy's root, and cgroups delegated to the
 //!   unprivileged test user under the caller's own cgroup;
-//! - [`process`]: the root check with its loud `skipped:` line, capturing output through files,
-//!   and the static C probes built once per test binary;
+//! - [`process`]: the root check with its loud `skipped:` line, the test user's ids, the
+//!   binaries under test beside the test binary, capturing output through files, and the static
+//!   C probes built once per test binary;
+//! - [`rootfs`]: busybox image trees and their tars for `podman import`;
 //! - [`podman`]: undoing what a rootful Podman of a test's own leaves (mounts, conmon cgroups);
 //! - [`dice`]: kill points for the crash tests, reproducible from a printed seed.
 //!
@@ -34,6 +36,7 @@ pub mod echo_hosts;
 pub mod netns;
 pub mod podman;
 pub mod process;
+pub mod rootfs;
 pub mod testnet;
 pub mod upstream;
 

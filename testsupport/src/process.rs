@@ -1,5 +1,6 @@
-//! Test processes: the root check with its loud skip line, output captured through files, and
-//! the static C probes the tests copy into boxes, built once per test binary.
+//! Test processes: the root check with its loud skip line, the unprivileged test user, the
+//! binaries under test beside the test binary, output captured through files, and the static C
+//! probes the tests copy into boxes, built once per test binary.
 
 use std::io::{Read, Seek};
 use std::path::{Path, PathBuf};
@@ -14,6 +15,40 @@ pub fn require_root(test: &str, why: &str) -> bool {
     }
     eprintln!("skipped: {test}: needs root ({why})");
     false
+}
+
+/// `user`'s uid and gid from `/etc/passwd`, or `None` when there is no such user.
+pub fn user_ids(user: &str) -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&user))
+            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))
+            .flatten()
+    })
+}
+
+/// The unprivileged test user's uid (`make setup` makes `user`); panics with the mend when the
+/// user is missing.
+pub fn test_user_uid(user: &str) -> u32 {
+    user_ids(user)
+        .unwrap_or_else(|| {
+            panic!("the {user} user is missing: run `make setup` (scripts/setup-host.sh)")
+        })
+        .0
+}
+
+/// A binary of the workspace built beside the running test binary: `name` in the profile
+/// directory above this test's `deps/` (`cargo build --release --workspace --bins` first).
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().and_then(Path::parent).unwrap().join(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build every binary first (cargo build --release --workspace --bins)",
+        p.display()
+    );
+    p
 }
 
 /// Run `cmd` with stdin closed and stdout/stderr captured through temp files (a box's init

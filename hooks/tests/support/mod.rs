@@ -19,41 +19,17 @@ pub use h5i_testsupport::process::run_to_files;
 /// The hook binary under test: `h5i-hook`, a binary of the root package (so `cargo install
 /// --path .` installs it), found in the profile directory above this test's `deps/`.
 pub fn hook_bin() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap()
-        .join("h5i-hook");
-    assert!(
-        p.is_file(),
-        "{} is missing: build every binary first (cargo build --release --workspace --bins)",
-        p.display()
-    );
-    p
+    h5i_testsupport::process::sibling_binary("h5i-hook")
 }
 
 /// h5i-runc, built beside it (`cargo build --release --workspace --bins` first).
 pub fn runc_bin() -> PathBuf {
-    let p = hook_bin().with_file_name("h5i-runc");
-    assert!(
-        p.exists(),
-        "{} is missing: build every binary first (cargo build --release --workspace --bins)",
-        p.display()
-    );
-    p
+    h5i_testsupport::process::sibling_binary("h5i-runc")
 }
 
 /// The unprivileged test user's uid; `make setup` (scripts/setup-host.sh) makes the user.
 pub fn test_user_uid() -> u32 {
-    let out = Command::new("id")
-        .args(["-u", "h5i-test"])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("the h5i-test user is missing: run `make setup` (scripts/setup-host.sh)")
+    h5i_testsupport::process::test_user_uid("h5i-test")
 }
 
 /// True when the test can run; prints a loud skip line otherwise.
@@ -78,13 +54,11 @@ pub fn results(stdout: &[u8]) -> Vec<(String, String)> {
 /// A busybox rootfs with netprobe, and `/usr` of the host bind-mounted read-only in the spec
 /// (so the box can run the host's `nft`): `lib`/`lib64` point into it.
 pub fn make_rootfs(rootfs: &Path) {
-    for d in ["bin", "proc", "dev", "tmp", "etc", "usr", "run"] {
-        std::fs::create_dir_all(rootfs.join(d)).unwrap();
-    }
-    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
-    for a in ["sh", "cat", "echo", "true", "id", "sleep", "grep"] {
-        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(a)).unwrap();
-    }
+    h5i_testsupport::rootfs::busybox(
+        rootfs,
+        &["proc", "dev", "tmp", "etc", "usr", "run"],
+        &["sh", "cat", "echo", "true", "id", "sleep", "grep"],
+    );
     std::fs::copy(netprobe(), rootfs.join("bin/netprobe")).unwrap();
     for l in ["lib", "lib64"] {
         std::os::unix::fs::symlink(format!("usr/{l}"), rootfs.join(l)).unwrap();

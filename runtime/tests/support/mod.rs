@@ -23,18 +23,9 @@ pub mod rootless;
 pub fn bin() -> &'static str {
     static BIN: OnceLock<String> = OnceLock::new();
     BIN.get_or_init(|| {
-        let exe = std::env::current_exe().unwrap();
-        let p = exe
-            .parent()
-            .and_then(Path::parent)
-            .unwrap()
-            .join("h5i-runc");
-        assert!(
-            p.is_file(),
-            "{} is missing: build every binary first (cargo build --release --workspace --bins)",
-            p.display()
-        );
-        p.to_string_lossy().into_owned()
+        h5i_testsupport::process::sibling_binary("h5i-runc")
+            .to_string_lossy()
+            .into_owned()
     })
 }
 
@@ -310,14 +301,7 @@ pub fn result_of<'a>(results: &'a [(String, String)], name: &str) -> &'a str {
 /// None after a loud skip line when it does not exist.
 pub fn test_user(test: &str) -> Option<(String, u32, u32)> {
     let user = std::env::var("H5I_TEST_USER").unwrap_or_else(|_| "h5i-test".into());
-    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
-    let found = passwd.lines().find_map(|l| {
-        let f: Vec<&str> = l.split(':').collect();
-        (f.first() == Some(&user.as_str()))
-            .then(|| Some((f.get(2)?.parse().ok()?, f.get(3)?.parse().ok()?)))
-            .flatten()
-    });
-    match found {
+    match h5i_testsupport::process::user_ids(&user) {
         Some((uid, gid)) => Some((user, uid, gid)),
         None => {
             eprintln!("skipped: {test}: no user {user} (scripts/setup-host.sh creates it)");
