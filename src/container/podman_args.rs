@@ -8,8 +8,9 @@
 //! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
 //! read-only image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable
 //! tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev); every
-//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
-//! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
+//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id` with
+//! the engine user's own uid and gid named (`--user UID:GID`, whatever `USER` the image sets,
+//! and so no supplementary group looked up in the image's `/etc/group`); `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
 //! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
 //! annotations; catatonit as the box's pid 1 (`--init`, bound read-only at
 //! `/run/podman-init`), so the command gets signals as it would outside. Secrets are passed by
@@ -57,6 +58,8 @@ pub struct PodmanRun {
     pub hooks_dir: Option<PathBuf>,
     /// The container's name.
     pub name: String,
+    /// The box's user: the engine user's uid and primary gid ([`confinement_flags`]).
+    pub user: (u32, u32),
     /// The run id (the hooks match on it).
     pub run_id: String,
     /// The image reference (a pinned image id).
@@ -110,8 +113,13 @@ pub struct PodmanRun {
 pub const WALL_GRACE: Duration = Duration::from_secs(5);
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
-/// baseline so both sides run the same container).
-pub fn confinement_flags() -> Vec<String> {
+/// baseline so both sides run the same container). `user` is the engine user's uid and primary
+/// gid: the box's user under keep-id. Named explicitly because Podman otherwise runs an image's
+/// own `USER` (root, or an account of the image's) and, for a user named without a group, adds
+/// the groups the image's `/etc/group` gives that name as supplementary groups: the box would
+/// not be the engine user, and h5i-runc refuses any supplementary group in a rootless user
+/// namespace (CVE-2014-8989), so such an image could not start at all.
+pub fn confinement_flags(user: (u32, u32)) -> Vec<String> {
     vec![
         "--rm".into(),
         "--pull=never".into(),
@@ -127,6 +135,7 @@ pub fn confinement_flags() -> Vec<String> {
         "--ipc".into(),
         "private".into(),
         "--userns=keep-id".into(),
+        format!("--user={}:{}", user.0, user.1),
     ]
 }
 
@@ -160,7 +169,7 @@ impl PodmanRun {
             a.push(h.clone().into());
         }
         a.push("run".into());
-        a.extend(confinement_flags().into_iter().map(OsString::from));
+        a.extend(confinement_flags(self.user).into_iter().map(OsString::from));
         a.push("--name".into());
         a.push(self.name.clone().into());
         a.push("-i".into());
@@ -237,6 +246,7 @@ mod tests {
             runtime: Some("/usr/bin/h5i-runc".into()),
             hooks_dir: Some("/run/user/1001/h5i/run-x/hooks".into()),
             name: "h5i-b-x".into(),
+            user: (1001, 1001),
             run_id: "x".into(),
             image: "sha256:abc".into(),
             argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
@@ -319,7 +329,7 @@ mod tests {
             "--cap-drop=ALL",
             "--security-opt no-new-privileges",
             "--ipc private",
-            "--userns=keep-id",
+            "--userns=keep-id --user=1001:1001",
             "--cgroup-parent /own/h5i/x",
             "--runtime /usr/bin/h5i-runc",
             "--init --init-path /usr/bin/catatonit",
