@@ -524,7 +524,7 @@ mod tests {
             "mounts": [
                 {"destination": "/proc", "type": "proc", "source": "proc", "options": []},
                 {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
-                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=256m", "nosuid", "nodev"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=1024m", "nosuid", "nodev"]},
                 {"destination": "/work", "type": "bind", "source": "/ws", "options": ["rbind", "rw"]},
                 {"destination": "/.h5i/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
                 {"destination": "/work/.git/objects/info/alternates", "type": "bind", "source": "/b/alternates.box", "options": ["rbind", "ro"]},

@@ -6,7 +6,7 @@
 //! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
 //! finds the base it borrows without learning the store's host path), the warm dependency caches
 //! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
-//! read-only image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable
+//! read-only image root with a private 1 GiB `/tmp` (nosuid, nodev; also the box's HOME) and no other writable
 //! tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev); every
 //! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id` with
 //! the engine user's own uid and gid named (`--user UID:GID`, whatever `USER` the image sets,
@@ -29,8 +29,10 @@ pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
 pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
 /// Where the borrowed objects appear in the box (read-only; the same place at every tier).
 pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
-/// The private `/tmp`'s size.
-pub const TMP_SIZE: &str = "256m";
+/// The private `/tmp`'s size: the kernel tiers' (`crate::process::TMP_BYTES`, 1 GiB). At
+/// this tier it is also the box's HOME, so the agent's state and the package managers' caches
+/// share it with `TMPDIR`; tmpfs pages are charged to the box's `mem`.
+pub const TMP_SIZE: &str = "1024m";
 /// The size of an agent's config-directory tmpfs ([`PodmanRun::config_tmpfs`]).
 pub const CONFIG_TMPFS_SIZE: &str = "64m";
 pub use h5i_policy::spec_names::annotation::RUN as RUN_ANNOTATION;
@@ -281,6 +283,11 @@ mod tests {
     }
 
     #[test]
+    fn the_private_tmp_is_the_kernel_tiers_size() {
+        assert_eq!(TMP_SIZE, format!("{}m", crate::process::TMP_BYTES >> 20));
+    }
+
+    #[test]
     fn conmons_timeout_is_the_wall_clock_plus_the_grace_rounded_up() {
         let mut r = run();
         assert!(!text(&r).iter().any(|a| a.starts_with("--timeout")));
@@ -325,7 +332,7 @@ mod tests {
             "--network none",
             "--read-only",
             "--read-only-tmpfs=false",
-            "--tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+            "--tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup",
             "--cap-drop=ALL",
             "--security-opt no-new-privileges",
             "--ipc private",
@@ -379,7 +386,7 @@ mod tests {
         assert_eq!(
             tmpfs,
             [
-                "/tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+                "/tmp:rw,size=1024m,nosuid,nodev,notmpcopyup",
                 "/tmp/.claude:rw,size=64m,mode=1777,nosuid,nodev,notmpcopyup"
             ]
         );
