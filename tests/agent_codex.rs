@@ -562,6 +562,8 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     let mut env = m.env(&CODEX_AGENT);
     env.push(("TERM", "xterm-256color"));
     let argv = ["box", "shell", "cx", "--", "codex"];
+    let who = c.who();
+    let started = std::time::Instant::now();
     let mut s = Session::spawn(c.h5i_cmd_with(&argv, &env), agent::SESSION_LIMIT);
     s.expect_screen("Ask Codex to do anything");
     s.send("fix the greeting in greeting.txt");
@@ -574,6 +576,12 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     s.read_for(Duration::from_millis(500));
     s.send("\r");
     s.expect_screen("The greeting is fixed.");
+    // The session's wall time for BENCHMARKS.md: from `box shell` to the model's last answer
+    // on the screen, the person's two half-second pauses included.
+    eprintln!(
+        "agent-codex interactive session at {tier} as {who}: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     s.send("\x03");
     s.read_for(Duration::from_millis(300));
     s.send("\x03");
