@@ -42,6 +42,7 @@ const CODEX_AGENT: Agent = Agent {
     profile: "agent-codex",
     api: Api::OpenAi,
     host: "api.openai.com",
+    other_host: "api.anthropic.com",
     key_var: "OPENAI_API_KEY",
     real: "sk-proj-REAL-host-only-51c7e0a93f",
     key_header: "authorization",
@@ -97,12 +98,14 @@ fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
             .expecting("hello world"),
         Turn::calls(vec![exec(sh(&agent::reach_out(
             "$OPENAI_BASE_URL/models",
-            "api.anthropic.com",
+            CODEX_AGENT.other_host,
             denied_ip,
         )))])
         .expecting("hits=[]")
         .expecting("skill=refused"),
-        Turn::calls(vec![exec(sh(&agent::stage_proposal()))]).expecting("other=421"),
+        Turn::calls(vec![exec(sh(&agent::stage_proposal()))])
+            .expecting("direct=000")
+            .expecting("other=421"),
         Turn::finish("The greeting is fixed.").expecting("staged"),
     ]
 }
