@@ -261,7 +261,7 @@ add_row box-run-container-vs-podman \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$(id -u h5i-test):$(id -g h5i-test) -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '
         out="$("$H5I" box run bench-ctr -- sh -c "grep CapEff /proc/self/status; touch /etc/x 2>&1; true")"
@@ -280,7 +280,7 @@ add_row box-run-container-vs-podman-h5i-runc \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$(id -u h5i-test):$(id -g h5i-test) -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '"$H5I" box run bench-ctr -- true' \
     --teardown '"$H5I" box rm --force bench-ctr' \

@@ -32,6 +32,7 @@ const CLAUDE_AGENT: Agent = Agent {
     profile: "agent-claude",
     api: Api::Anthropic,
     host: "api.anthropic.com",
+    other_host: "api.openai.com",
     key_var: "ANTHROPIC_API_KEY",
     real: "sk-ant-REAL-host-only-9d2e61c0b4",
     key_header: "x-api-key",
@@ -91,12 +92,13 @@ fn fix_script(agent: &Agent, file: &str, denied_ip: Ipv4Addr) -> Vec<Turn> {
         )])
         .expecting("hello world"),
         Turn::calls(vec![bash(
-            agent::reach_out("$ANTHROPIC_BASE_URL/v1/models", "api.openai.com", denied_ip),
+            agent::reach_out("$ANTHROPIC_BASE_URL/v1/models", agent.other_host, denied_ip),
             "reach hosts outside the profile",
         )])
         .expecting("hits=[]")
         .expecting("skill=refused"),
         Turn::calls(vec![bash(agent::stage_proposal(), "stage the proposal")])
+            .expecting("direct=000")
             .expecting("other=421"),
         Turn::finish("The greeting is fixed.").expecting("staged"),
     ]

@@ -42,6 +42,7 @@ const CODEX_AGENT: Agent = Agent {
     profile: "agent-codex",
     api: Api::OpenAi,
     host: "api.openai.com",
+    other_host: "api.anthropic.com",
     key_var: "OPENAI_API_KEY",
     real: "sk-proj-REAL-host-only-51c7e0a93f",
     key_header: "authorization",
@@ -97,12 +98,14 @@ fn fix_script(denied_ip: Ipv4Addr) -> Vec<Turn> {
             .expecting("hello world"),
         Turn::calls(vec![exec(sh(&agent::reach_out(
             "$OPENAI_BASE_URL/models",
-            "api.anthropic.com",
+            CODEX_AGENT.other_host,
             denied_ip,
         )))])
         .expecting("hits=[]")
         .expecting("skill=refused"),
-        Turn::calls(vec![exec(sh(&agent::stage_proposal()))]).expecting("other=421"),
+        Turn::calls(vec![exec(sh(&agent::stage_proposal()))])
+            .expecting("direct=000")
+            .expecting("other=421"),
         Turn::finish("The greeting is fixed.").expecting("staged"),
     ]
 }
@@ -562,6 +565,8 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     let mut env = m.env(&CODEX_AGENT);
     env.push(("TERM", "xterm-256color"));
     let argv = ["box", "shell", "cx", "--", "codex"];
+    let who = c.who();
+    let started = std::time::Instant::now();
     let mut s = Session::spawn(c.h5i_cmd_with(&argv, &env), agent::SESSION_LIMIT);
     s.expect_screen("Ask Codex to do anything");
     s.send("fix the greeting in greeting.txt");
@@ -574,6 +579,12 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     s.read_for(Duration::from_millis(500));
     s.send("\r");
     s.expect_screen("The greeting is fixed.");
+    // The session's wall time for BENCHMARKS.md: from `box shell` to the model's last answer
+    // on the screen, the person's two half-second pauses included.
+    eprintln!(
+        "agent-codex interactive session at {tier} as {who}: {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
     s.send("\x03");
     s.read_for(Duration::from_millis(300));
     s.send("\x03");
@@ -821,8 +832,13 @@ fn a_codex_box_in_an_image_without_bash_is_refused_at_create() {
 
 /// The image `localhost/h5i-agent-codex` with an entry of its own for the engine user's uid
 /// (the box user under `--userns=keep-id`) whose shell is `/bin/sh`: Podman then writes no
-/// entry, so Codex runs its commands through `/bin/sh`, past h5i's shim over bash. Built once
-/// (a layer over the project's image), into the test user's storage.
+/// entry, so Codex runs its commands through `/bin/sh`, past h5i's shim over bash. The image
+/// also leaves its `USER` at root (the step that edits `/etc/passwd` needs it) and its
+/// `/etc/group` puts that entry in root's group and in `staff`: Podman left to itself would run
+/// the box as the image's root with the engine user's gid as a supplementary group, which
+/// h5i-runc refuses in a rootless user namespace, so the container did not start; or give the
+/// entry's groups to the box. Built once (a layer over the project's image), into the test
+/// user's storage.
 fn own_passwd_image(test: &str) -> Option<&'static str> {
     const IMAGE: &str = "localhost/h5i-test-codex-own-passwd:latest";
     if !agent::image_built(test, CODEX_AGENT.image) {
@@ -830,7 +846,9 @@ fn own_passwd_image(test: &str) -> Option<&'static str> {
     }
     let uid = common::caller::uid_of(common::TEST_USER);
     let containerfile = format!(
-        "FROM {}\nUSER root\nRUN echo 'own:x:{uid}:{uid}:own entry:/tmp:/bin/sh' >> /etc/passwd\n",
+        "FROM {}\nUSER root\nRUN echo 'own:x:{uid}:{uid}:own entry:/tmp:/bin/sh' >> /etc/passwd \
+         && sed -i -e 's/^root:x:0:$/root:x:0:own/' -e 's/^staff:x:50:$/staff:x:50:own/' /etc/group \
+         && grep -qx 'root:x:0:own' /etc/group && grep -qx 'staff:x:50:own' /etc/group\n",
         CODEX_AGENT.image
     );
     // The build context: a directory of the test's that the test user can read.
@@ -866,13 +884,14 @@ fn own_passwd_image(test: &str) -> Option<&'static str> {
     Some(IMAGE)
 }
 
-/// A Codex box made in [`own_passwd_image`]: Codex would run its commands through that
-/// entry's `/bin/sh`, past h5i's shim over bash, so the box's pin keeps why from create, and
-/// report.md says the hooks-vs-shim cross-check does not apply to this box and why (the
-/// image's own entry and its shell) instead of reading each `Bash` call as a gap.
-#[test]
-fn an_image_with_its_own_passwd_entry_says_the_shim_cross_check_does_not_apply() {
-    let test = "an_image_with_its_own_passwd_entry_says_the_shim_cross_check_does_not_apply";
+/// A Codex box made in [`own_passwd_image`], by root (Podman as the test user) or by the test
+/// user: its container starts and the command runs as the engine user with its own gid and no
+/// other group (not the image's root, not the groups the image's `/etc/group` gives the entry),
+/// under the image's entry and its `/bin/sh`; Codex would run its commands through that shell,
+/// past h5i's shim over bash, so the box's pin keeps why from create, and report.md says the
+/// hooks-vs-shim cross-check does not apply to this box and why (the image's own entry and its
+/// shell) instead of reading each `Bash` call as a gap.
+fn own_passwd_entry_box(test: &str, as_user: bool) {
     if !agent::have_agent(test, CODEX) {
         return;
     }
@@ -883,16 +902,57 @@ fn an_image_with_its_own_passwd_entry_says_the_shim_cross_check_does_not_apply()
         image,
         ..CODEX_AGENT
     };
-    let c = agent::greeting_box(&agent, "cx", "container", false);
+    let mut c = agent::greeting_box(&agent, "cx", "container", as_user);
     let pin = std::fs::read_to_string(c.box_dir("cx").join("container-image.json")).unwrap();
     assert!(pin.contains("login shell `/bin/sh`"), "{pin}");
+    let Some(m) = Model::start(test, &agent, &c, Vec::new()) else {
+        return;
+    };
+    let out = c.h5i_bounded(
+        &[
+            "box",
+            "run",
+            "cx",
+            "--",
+            "sh",
+            "-c",
+            "id -u; id -g; id -G; getent passwd \"$(id -u)\"; cat greeting.txt",
+        ],
+        &m.env(&agent),
+        agent::SESSION_LIMIT,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let uid = common::caller::uid_of(common::TEST_USER);
+    assert_eq!(
+        common::stdout(&out),
+        format!("{uid}\n{uid}\n{uid}\nown:x:{uid}:{uid}:own entry:/tmp:/bin/sh\nhelo wrld\n")
+    );
+    let status = c.ok(&["box", "status", "cx"]);
+    assert!(status.contains("matches the policy: yes"), "{status}");
     let report = agent::export_report(&c, "cx");
     let problems = agent::problems_section(&report);
-    let uid = common::caller::uid_of(common::TEST_USER);
     assert!(
         problems.contains(&format!(
             "the cross-check of the hooks' `Bash` calls against the shell shim's commands does not apply to this box: the image's own /etc/passwd gives the box user (uid {uid}) the login shell `/bin/sh`"
         )),
         "{problems}"
+    );
+}
+
+#[test]
+fn an_image_with_its_own_passwd_entry_runs_as_the_engine_user_and_says_the_shim_cross_check_does_not_apply(
+) {
+    own_passwd_entry_box(
+        "an_image_with_its_own_passwd_entry_runs_as_the_engine_user_and_says_the_shim_cross_check_does_not_apply",
+        false,
+    );
+}
+
+#[test]
+fn an_image_with_its_own_passwd_entry_runs_as_the_engine_user_and_says_the_shim_cross_check_does_not_apply_as_h5i_test(
+) {
+    own_passwd_entry_box(
+        "an_image_with_its_own_passwd_entry_runs_as_the_engine_user_and_says_the_shim_cross_check_does_not_apply_as_h5i_test",
+        true,
     );
 }

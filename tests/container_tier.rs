@@ -1077,3 +1077,82 @@ fn a_killed_run_never_outlives_its_wall_clock() {
         left_in(runs, "walled")
     );
 }
+
+/// The box's private `/tmp` (also its HOME at this tier: the agent's state, package caches and
+/// `TMPDIR` all land there) holds what the README says, 1 GiB, the same as the kernel tiers'
+/// (`h5i::process::TMP_BYTES`), and no more: a box writes 1000 MiB there, and the next 100 MiB
+/// meet the kernel's ENOSPC ("No space left on device") with the file cut short at the size
+/// limit; `df` shows the 1 GiB tmpfs. The bytes live in memory charged to the box's `mem`, and
+/// are gone with the run (`--rm`): the next run starts with an empty `/tmp`.
+fn tmp_holds_its_documented_size_and_no_more(test: &str, as_user: bool) {
+    if !ready(test) {
+        return;
+    }
+    let mut c = common::caller::Caller::either(as_user);
+    c.create_container("tmp", common::caller::container_image());
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "tmp",
+        "--",
+        "sh",
+        "-c",
+        "df -k /tmp | tail -n 1; \
+         dd if=/dev/zero of=/tmp/fill bs=1M count=1000 2>/dev/null; echo fill=$?; \
+         dd if=/dev/zero of=/tmp/more bs=1M count=100 2>&1; echo more=$?; \
+         echo size=$(( $(wc -c < /tmp/fill) + $(wc -c < /tmp/more) ))",
+    ]);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}: {text}{}",
+        c.who(),
+        stderr(&out)
+    );
+    let df: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!((df[0], df[1]), ("tmpfs", "1048576"), "{}: {text}", c.who());
+    assert!(text.contains("fill=0\n"), "{}: {text}", c.who());
+    assert!(
+        text.contains("No space left on device") && !text.contains("more=0\n"),
+        "{}: {text}",
+        c.who()
+    );
+    let size: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("size="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        size <= 1 << 30 && size > (1 << 30) - (16 << 20),
+        "{}: {size} bytes in /tmp",
+        c.who()
+    );
+    let next = c.h5i(&[
+        "box",
+        "run",
+        "tmp",
+        "--",
+        "sh",
+        "-c",
+        "ls -A /tmp | grep -c -e fill -e more",
+    ]);
+    assert_eq!(stdout(&next).trim(), "0", "{}: {}", c.who(), stderr(&next));
+}
+
+#[test]
+fn a_container_boxs_tmp_holds_1_gib_and_then_enospc_as_root() {
+    tmp_holds_its_documented_size_and_no_more(
+        "a_container_boxs_tmp_holds_1_gib_and_then_enospc_as_root",
+        false,
+    );
+}
+
+#[test]
+fn a_container_boxs_tmp_holds_1_gib_and_then_enospc_as_the_test_user() {
+    tmp_holds_its_documented_size_and_no_more(
+        "a_container_boxs_tmp_holds_1_gib_and_then_enospc_as_the_test_user",
+        true,
+    );
+}

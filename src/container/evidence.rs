@@ -65,6 +65,10 @@ pub struct SpecSummary {
     pub namespaces: BTreeMap<String, String>,
     /// The process's uid and gid in the box.
     pub user: (u32, u32),
+    /// `process.user.additionalGids`: its supplementary groups (Podman lists the gid itself
+    /// under keep-id; any other is a group the image's `/etc/group` or a flag gave the box).
+    #[serde(default)]
+    pub additional_gids: Vec<u32>,
     /// uid mappings: (box id, engine id, size).
     pub uid_mappings: Vec<(u32, u32, u32)>,
     /// Every mount.
@@ -98,6 +102,14 @@ pub struct RunEvidence {
     /// host file besides the planned binds that may appear in the box, at `/run/podman-init`.
     #[serde(default)]
     pub init: Option<PathBuf>,
+    /// An agent box's binds h5i planned, `(box path, source)`, each read-only: h5i's settings
+    /// for the agent, the skill, the capture hook and (Codex) the shell shim over the image's
+    /// bash with that bash at the shim's private path.
+    #[serde(default)]
+    pub agent_binds: Vec<(String, String)>,
+    /// A Claude Code box's config-directory tmpfs in HOME (`nosuid,nodev`), when planned.
+    #[serde(default)]
+    pub agent_tmpfs: Option<String>,
     /// The captured spec, summarized (`None`: not captured).
     pub spec: Option<SpecSummary>,
 }
@@ -203,6 +215,14 @@ pub fn summarize(v: &serde_json::Value) -> SpecSummary {
             process["user"]["uid"].as_u64().unwrap_or(0) as u32,
             process["user"]["gid"].as_u64().unwrap_or(0) as u32,
         ),
+        additional_gids: process["user"]["additionalGids"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|g| g.as_u64().and_then(|g| u32::try_from(g).ok()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         uid_mappings,
         mounts,
         annotations,
@@ -295,6 +315,19 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
             s.user.0
         ));
     }
+    let extra: Vec<String> = s
+        .additional_gids
+        .iter()
+        .filter(|&&g| g != s.user.1)
+        .map(u32::to_string)
+        .collect();
+    if !extra.is_empty() {
+        out.push(format!(
+            "supplementary group {} in the box beside its own gid {}",
+            extra.join(","),
+            s.user.1
+        ));
+    }
     for m in &s.mounts {
         let d = m.destination.as_str();
         let bindish = m.kind == "bind" || m.options.iter().any(|o| o == "bind" || o == "rbind");
@@ -335,6 +368,27 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
             if m.kind != "tmpfs" || !want.iter().all(|w| m.options.iter().any(|o| o == w)) {
                 out.push(format!(
                     "/tmp is not a private {TMP_SIZE} nosuid,nodev tmpfs ({} {})",
+                    m.kind,
+                    m.options.join(",")
+                ));
+            }
+        } else if let Some((_, source)) = ev.agent_binds.iter().find(|(dest, _)| dest == d) {
+            if !(bindish && &m.source == source && m.options.iter().any(|o| o == "ro")) {
+                out.push(format!(
+                    "the agent's mount at {d} is not the planned read-only bind of {source} ({} from {}, {})",
+                    m.kind,
+                    m.source,
+                    m.options.join(",")
+                ));
+            }
+        } else if ev.agent_tmpfs.as_deref() == Some(d) {
+            if m.kind != "tmpfs"
+                || !["nosuid", "nodev"]
+                    .iter()
+                    .all(|w| m.options.iter().any(|o| o == w))
+            {
+                out.push(format!(
+                    "the agent's config directory at {d} is not a nosuid,nodev tmpfs ({} {})",
                     m.kind,
                     m.options.join(",")
                 ));
@@ -462,7 +516,7 @@ mod tests {
         json!({
             "root": {"path": "/x", "readonly": true},
             "process": {
-                "user": {"uid": 1001, "gid": 1001},
+                "user": {"uid": 1001, "gid": 1001, "additionalGids": [1001]},
                 "env": ["PATH=/bin", "ANTHROPIC_API_KEY=dummy-secret"],
                 "noNewPrivileges": true,
                 "capabilities": {"bounding": [], "effective": []}
@@ -470,7 +524,7 @@ mod tests {
             "mounts": [
                 {"destination": "/proc", "type": "proc", "source": "proc", "options": []},
                 {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup", "options": ["ro"]},
-                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=256m", "nosuid", "nodev"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=1024m", "nosuid", "nodev"]},
                 {"destination": "/work", "type": "bind", "source": "/ws", "options": ["rbind", "rw"]},
                 {"destination": "/.h5i/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]},
                 {"destination": "/work/.git/objects/info/alternates", "type": "bind", "source": "/b/alternates.box", "options": ["rbind", "ro"]},
@@ -501,6 +555,8 @@ mod tests {
             limits_unheld: None,
             argv_flags: vec![],
             init: Some("/usr/bin/catatonit".into()),
+            agent_binds: vec![],
+            agent_tmpfs: None,
             spec: Some(summarize(&v)),
         }
     }
@@ -522,6 +578,7 @@ mod tests {
         v["root"]["readonly"] = json!(false);
         v["process"]["capabilities"]["effective"] = json!(["CAP_NET_RAW"]);
         v["process"]["noNewPrivileges"] = json!(false);
+        v["process"]["user"]["additionalGids"] = json!([1001, 0]);
         v["linux"]["namespaces"][1] = json!({"type": "network", "path": "/proc/1/ns/net"});
         v["mounts"].as_array_mut().unwrap().push(json!(
             {"destination": "/run/podman/podman.sock", "type": "bind", "source": "/run/podman/podman.sock", "options": ["rbind"]}
@@ -534,6 +591,7 @@ mod tests {
             "image root is writable",
             "CAP_NET_RAW",
             "noNewPrivileges is off",
+            "supplementary group 0 in the box beside its own gid 1001",
             "network namespace is joined",
             "Podman socket",
             "unplanned mount at /home",
@@ -582,6 +640,56 @@ mod tests {
         for want in [
             "unplanned mount at /r/.git/objects",
             "bind at /work/.git/objects/info/alternates is writable",
+        ] {
+            assert!(m.contains(want), "missing {want} in\n{m}");
+        }
+    }
+
+    #[test]
+    fn only_the_planned_agent_binds_read_only_and_its_tmpfs_pass() {
+        let mut v = spec();
+        let mounts = v["mounts"].as_array_mut().unwrap();
+        mounts.push(json!(
+            {"destination": "/etc/codex", "type": "bind", "source": "/run/user/1001/h5i/run-x/agent-settings", "options": ["rbind", "ro"]}
+        ));
+        mounts.push(json!(
+            {"destination": "/usr/bin/bash", "type": "bind", "source": "/opt/h5i-hook", "options": ["rbind", "ro"]}
+        ));
+        mounts.push(json!(
+            {"destination": "/tmp/.claude", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=64m", "nosuid", "nodev"]}
+        ));
+        let mut ev = evidence(v.clone());
+        let unplanned = mismatches(&ev).join("\n");
+        for d in ["/etc/codex", "/usr/bin/bash", "/tmp/.claude"] {
+            assert!(
+                unplanned.contains(&format!("an unplanned mount at {d} ")),
+                "{unplanned}"
+            );
+        }
+        ev.agent_binds = vec![
+            (
+                "/etc/codex".into(),
+                "/run/user/1001/h5i/run-x/agent-settings".into(),
+            ),
+            ("/usr/bin/bash".into(), "/opt/h5i-hook".into()),
+        ];
+        ev.agent_tmpfs = Some("/tmp/.claude".into());
+        assert_eq!(mismatches(&ev), Vec::<String>::new());
+        // The planned path from another source, written through, or a tmpfs with set-id files.
+        let mounts = v["mounts"].as_array_mut().unwrap();
+        let n = mounts.len();
+        mounts[n - 3]["source"] = json!("/home/u/.codex");
+        mounts[n - 2]["options"] = json!(["rbind", "rw"]);
+        mounts[n - 1]["options"] = json!(["rw", "size=64m"]);
+        let planned = ev.clone();
+        ev = evidence(v);
+        ev.agent_binds = planned.agent_binds;
+        ev.agent_tmpfs = planned.agent_tmpfs;
+        let m = mismatches(&ev).join("\n");
+        for want in [
+            "the agent's mount at /etc/codex is not the planned read-only bind",
+            "the agent's mount at /usr/bin/bash is not the planned read-only bind",
+            "the agent's config directory at /tmp/.claude is not a nosuid,nodev tmpfs",
         ] {
             assert!(m.contains(want), "missing {want} in\n{m}");
         }

@@ -442,6 +442,12 @@ pub fn run(
         hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
     run_dir.files.extend(hook_files);
 
+    let agent_planned: Vec<(String, String)> = agent
+        .binds
+        .iter()
+        .map(|b| (b.dest.display().to_string(), b.source.display().to_string()))
+        .collect();
+    let agent_tmpfs = agent.config_tmpfs.as_ref().map(|d| d.display().to_string());
     let container_name = format!("h5i-{id}");
     let wiring = StdioWiring::for_caller(inputs.tty);
     let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
@@ -449,6 +455,7 @@ pub fn run(
         runtime: (!host_default).then(|| sources.runc.clone()),
         hooks_dir: Some(hooks_path.clone()),
         name: container_name.clone(),
+        user: (engine.uid, engine.gid),
         run_id: id.clone(),
         image: image.id.clone(),
         argv: inputs.argv.to_vec(),
@@ -543,8 +550,10 @@ pub fn run(
             image: image.clone(),
             cgroup_parent: podman_run.cgroup_parent.clone(),
             limits_unheld: limits_unheld.clone(),
-            argv_flags: podman_args::confinement_flags(),
+            argv_flags: podman_args::confinement_flags(podman_run.user),
             init: Some(init),
+            agent_binds: agent_planned,
+            agent_tmpfs,
             spec: captured,
         },
     )?;

@@ -6,10 +6,11 @@
 //! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
 //! finds the base it borrows without learning the store's host path), the warm dependency caches
 //! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
-//! read-only image root with a private 256 MiB `/tmp` (nosuid, nodev) and no other writable
+//! read-only image root with a private 1 GiB `/tmp` (nosuid, nodev; also the box's HOME) and no other writable
 //! tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev); every
-//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`;
-//! `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
+//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id` with
+//! the engine user's own uid and gid named (`--user UID:GID`, whatever `USER` the image sets,
+//! and so no supplementary group looked up in the image's `/etc/group`); `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
 //! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
 //! annotations; catatonit as the box's pid 1 (`--init`, bound read-only at
 //! `/run/podman-init`), so the command gets signals as it would outside. Secrets are passed by
@@ -28,8 +29,10 @@ pub const BOX_WORK: &str = h5i_policy::inbox::WORK;
 pub const BOX_SPOOL: &str = h5i_policy::inbox::SPOOL;
 /// Where the borrowed objects appear in the box (read-only; the same place at every tier).
 pub const BOX_OBJECTS: &str = h5i_policy::inbox::OBJECTS;
-/// The private `/tmp`'s size.
-pub const TMP_SIZE: &str = "256m";
+/// The private `/tmp`'s size: the kernel tiers' (`crate::process::TMP_BYTES`, 1 GiB). At
+/// this tier it is also the box's HOME, so the agent's state and the package managers' caches
+/// share it with `TMPDIR`; tmpfs pages are charged to the box's `mem`.
+pub const TMP_SIZE: &str = "1024m";
 /// The size of an agent's config-directory tmpfs ([`PodmanRun::config_tmpfs`]).
 pub const CONFIG_TMPFS_SIZE: &str = "64m";
 pub use h5i_policy::spec_names::annotation::RUN as RUN_ANNOTATION;
@@ -57,6 +60,8 @@ pub struct PodmanRun {
     pub hooks_dir: Option<PathBuf>,
     /// The container's name.
     pub name: String,
+    /// The box's user: the engine user's uid and primary gid ([`confinement_flags`]).
+    pub user: (u32, u32),
     /// The run id (the hooks match on it).
     pub run_id: String,
     /// The image reference (a pinned image id).
@@ -110,8 +115,13 @@ pub struct PodmanRun {
 pub const WALL_GRACE: Duration = Duration::from_secs(5);
 
 /// The flags that make the article's configuration, in order (shared with `make bench`'s
-/// baseline so both sides run the same container).
-pub fn confinement_flags() -> Vec<String> {
+/// baseline so both sides run the same container). `user` is the engine user's uid and primary
+/// gid: the box's user under keep-id. Named explicitly because Podman otherwise runs an image's
+/// own `USER` (root, or an account of the image's) and, for a user named without a group, adds
+/// the groups the image's `/etc/group` gives that name as supplementary groups: the box would
+/// not be the engine user, and h5i-runc refuses any supplementary group in a rootless user
+/// namespace (CVE-2014-8989), so such an image could not start at all.
+pub fn confinement_flags(user: (u32, u32)) -> Vec<String> {
     vec![
         "--rm".into(),
         "--pull=never".into(),
@@ -127,6 +137,7 @@ pub fn confinement_flags() -> Vec<String> {
         "--ipc".into(),
         "private".into(),
         "--userns=keep-id".into(),
+        format!("--user={}:{}", user.0, user.1),
     ]
 }
 
@@ -160,7 +171,7 @@ impl PodmanRun {
             a.push(h.clone().into());
         }
         a.push("run".into());
-        a.extend(confinement_flags().into_iter().map(OsString::from));
+        a.extend(confinement_flags(self.user).into_iter().map(OsString::from));
         a.push("--name".into());
         a.push(self.name.clone().into());
         a.push("-i".into());
@@ -237,6 +248,7 @@ mod tests {
             runtime: Some("/usr/bin/h5i-runc".into()),
             hooks_dir: Some("/run/user/1001/h5i/run-x/hooks".into()),
             name: "h5i-b-x".into(),
+            user: (1001, 1001),
             run_id: "x".into(),
             image: "sha256:abc".into(),
             argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
@@ -268,6 +280,11 @@ mod tests {
             passthrough: false,
             wall: None,
         }
+    }
+
+    #[test]
+    fn the_private_tmp_is_the_kernel_tiers_size() {
+        assert_eq!(TMP_SIZE, format!("{}m", crate::process::TMP_BYTES >> 20));
     }
 
     #[test]
@@ -315,11 +332,11 @@ mod tests {
             "--network none",
             "--read-only",
             "--read-only-tmpfs=false",
-            "--tmpfs /tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+            "--tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup",
             "--cap-drop=ALL",
             "--security-opt no-new-privileges",
             "--ipc private",
-            "--userns=keep-id",
+            "--userns=keep-id --user=1001:1001",
             "--cgroup-parent /own/h5i/x",
             "--runtime /usr/bin/h5i-runc",
             "--init --init-path /usr/bin/catatonit",
@@ -369,7 +386,7 @@ mod tests {
         assert_eq!(
             tmpfs,
             [
-                "/tmp:rw,size=256m,nosuid,nodev,notmpcopyup",
+                "/tmp:rw,size=1024m,nosuid,nodev,notmpcopyup",
                 "/tmp/.claude:rw,size=64m,mode=1777,nosuid,nodev,notmpcopyup"
             ]
         );

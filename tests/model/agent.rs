@@ -31,6 +31,9 @@ pub struct Agent {
     /// The API its model service speaks, and the host the credential proxy serves it as.
     pub api: Api,
     pub host: &'static str,
+    /// The other agent's API host, outside this agent's profile: its box asks for it directly
+    /// and through its own base URL ([`reach_out`]), and both are refused.
+    pub other_host: &'static str,
     /// The variable holding the host's real key, and that key.
     pub key_var: &'static str,
     pub real: &'static str,
@@ -146,13 +149,15 @@ pub fn image_built(test: &str, image: &str) -> bool {
 /// A command the model runs in the box: two hosts outside the profile, by name (`denied.test`,
 /// never resolved by the system: the box's proxy refuses it by name, or the box has no
 /// resolver) and by address (`denied_ip`, a test host of the test's own, see [`DeniedHost`]),
-/// and `other_host`'s model list through this agent's base URL (`models_url`, a shell
-/// expression), which the credential proxy must refuse (421). Prints `denied=CODE`,
-/// `ip=CODE` and `other=STATUS`.
+/// `other_host` (the other agent's API) directly, and `other_host`'s model list through this
+/// agent's base URL (`models_url`, a shell expression), which the credential proxy must refuse
+/// (421). Prints `denied=CODE`, `ip=CODE`, `direct=STATUS` (000: no HTTP answer came) and
+/// `other=STATUS`.
 pub fn reach_out(models_url: &str, other_host: &str, denied_ip: Ipv4Addr) -> String {
     format!(
         "curl -sS -m 10 -o /dev/null -w 'denied=%{{http_connect}}\\n' https://denied.test/; \
          curl -sS -m 5 -o /dev/null -w 'ip=%{{http_code}}\\n' https://{denied_ip}/; \
+         curl -sS -m 10 -o /dev/null -w 'direct=%{{http_code}}\\n' https://{other_host}/v1/models; \
          curl -sS -m 10 -o /dev/null -w 'other=%{{http_code}}\\n' -H 'Host: {other_host}' \
          \"{models_url}\"; true"
     )
@@ -196,7 +201,9 @@ impl DeniedHost {
     /// credential proxy for `agent`'s host, which refused the request for the other API's host
     /// (counted under its own host); at the supervised tier the box's egress table, which
     /// refused and counted the connection to the test host; at the container tier the box's
-    /// egress proxy, which refused the CONNECT to it and to `denied.test`. The process tier
+    /// egress proxy, which refused the CONNECT to it, to `denied.test` and to the other API's
+    /// host. (At the supervised tier the direct request for the other API's host has no name to
+    /// go to: the box's `/etc/hosts` holds only its profile's hosts and there is no resolver.) The process tier
     /// has no egress counter for a direct connection (its box has no route at all), and the
     /// report says so under the section rather than leaving the list to read as complete.
     pub fn was_refused(mut self, agent: &Agent, tier: &str, report: &str) {
@@ -209,7 +216,11 @@ impl DeniedHost {
         let mut keys = vec![format!("`{}:443` refused", agent.host)];
         match tier {
             "supervised" => keys.push(format!("{}:443/tcp", self.ip())),
-            "container" => keys.extend([format!("{}:443", self.ip()), "denied.test:443".into()]),
+            "container" => keys.extend([
+                format!("{}:443", self.ip()),
+                "denied.test:443".into(),
+                format!("{}:443", agent.other_host),
+            ]),
             _ => {}
         }
         for key in keys {
@@ -227,7 +238,8 @@ impl DeniedHost {
 
 /// A command the model runs in the box: it looks for the host's real key (passed in two
 /// halves, so the whole key is in no argv and no transcript) in its environment, every
-/// `/proc/*/environ` it can read, HOME and the workspace, and prints `hits=[...]`; and it
+/// `/proc/*/environ` it can read, HOME, the workspace, `/tmp` and the spool, and prints
+/// `hits=[...]`; and it
 /// opens h5i's skill where the agent reads it (its config directory in HOME, or Codex's system
 /// skills) for appending and prints `skill=refused ERRNO` when the box refused it (EROFS, or
 /// EACCES from Landlock), `skill=writable`, or `skill=missing` when there is none.
@@ -244,7 +256,7 @@ for p in os.listdir("/proc"):
                 hits.append("/proc/%s/environ" % p)
         except OSError:
             pass
-for top in (os.environ["HOME"], os.getcwd()):
+for top in (os.environ["HOME"], os.getcwd(), "/tmp", os.environ["H5I_ENV_CAPTURE_SPOOL"]):
     for d, _, files in os.walk(top):
         for f in files:
             try:
