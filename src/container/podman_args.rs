@@ -6,11 +6,12 @@
 //! named by an in-box `alternates` file bound read-only over the workspace's, so the box's git
 //! finds the base it borrows without learning the store's host path), the warm dependency caches
 //! whose key matches (read-only under `/.h5i/cache`) and the box's spool (`/.h5i/spool`); a
-//! read-only image root with a private 1 GiB `/tmp` (nosuid, nodev; also the box's HOME) and no other writable
-//! tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev); every
-//! capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id` with
-//! the engine user's own uid and gid named (`--user UID:GID`, whatever `USER` the image sets,
-//! and so no supplementary group looked up in the image's `/etc/group`); `--pull=never`; `--rm`; no network (`--network none`: egress only through the proxy
+//! read-only image root with a private 1 GiB `/tmp` (nosuid, nodev; also the box's HOME) and
+//! no other writable tmpfs but a Claude Code box's `~/.claude` in it (64 MiB, nosuid, nodev);
+//! every capability dropped; `no-new-privileges`; a private IPC namespace; `--userns=keep-id`
+//! with the engine user's own uid and gid named (`--user UID:GID`, whatever `USER` the image
+//! sets, and so no supplementary group looked up in the image's `/etc/group`); `--pull=never`;
+//! `--rm`; no network (`--network none`: egress only through the proxy
 //! listener a hook hands in); the cage as `--cgroup-parent`; h5i-runc's confinement
 //! annotations; catatonit as the box's pid 1 (`--init`, bound read-only at
 //! `/run/podman-init`), so the command gets signals as it would outside. Secrets are passed by
