@@ -154,7 +154,7 @@ fn the_image_root_is_read_only_and_the_box_holds_no_capability() {
         tmp.contains("tmpfs")
             && tmp.contains("nosuid")
             && tmp.contains("nodev")
-            && tmp.contains("size=262144k"),
+            && tmp.contains("size=1048576k"),
         "{tmp}"
     );
 }
