@@ -115,17 +115,7 @@ if [ "$(id -u)" = 0 ]; then
     step "a browser box: the demo app as a box service, opened by agent-browser in one run, read in the next"
     mkdir -p "$work/browser/app" "$work/browser/.h5i"
     cp "$root/examples/browser-demo/index.html" "$work/browser/app/"
-    cat >"$work/browser/.h5i/env.toml" <<'TOML'
-[profile.web]
-isolation = "process"
-[profile.web.fs]
-write = ["~/.agent-browser"]
-[profile.web.net]
-unix = true
-[service.demo]
-command = "exec python3 -m http.server 3000 --bind 127.0.0.1 --directory /work/app"
-port = 3000
-TOML
+    cp "$root/examples/browser-demo/env.toml" "$work/browser/.h5i/env.toml"
     cd "$work/browser"
     git init -q
     git add -A

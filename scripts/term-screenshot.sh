@@ -30,17 +30,7 @@ mkdir -p "$work/repo/.h5i" "$work/repo/app"
 cd "$work/repo"
 git init -q
 cp "$root/examples/browser-demo/index.html" app/
-cat > .h5i/env.toml <<'EOF'
-[profile.web]
-isolation = "process"
-[profile.web.fs]
-write = ["~/.agent-browser"]
-[profile.web.net]
-unix = true
-[service.demo]
-command = "exec python3 -m http.server 3000 --bind 127.0.0.1 --directory /work/app"
-port = 3000
-EOF
+cp "$root/examples/browser-demo/env.toml" .h5i/env.toml
 git add -A
 git -c user.name=h5i -c user.email=h5i@example.com commit -qm "browser demo"
 "$h5i" box create web --isolation process --profile web >/dev/null
