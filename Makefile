@@ -56,7 +56,11 @@ test: setup images
 	    echo "refusing: --no-default-features still pulls in the ui feature's dependencies above; to fix: make them optional under the feature in Cargo.toml"; exit 1; fi
 	# The test build turns on the `test-seams` feature (a dev-dependency of h5i on itself), so
 	# cargo test rebuilds h5i's bins with it; tests/install.rs checks the seam-free install.
-	$(CARGO) test --workspace --release
+	# Every skip is kept (testsupport/src/skip.rs), listed, and refused unless tests/skips-allowed.txt
+	# names it: a test for a capability this host has runs.
+	rm -f target/test-skips.log
+	H5I_TEST_SKIPS=$(CURDIR)/target/test-skips.log $(CARGO) test --workspace --release
+	bash scripts/test-skips.sh target/test-skips.log tests/skips-allowed.txt
 
 bench: setup build
 	bash bench/run.sh $(ROWS)

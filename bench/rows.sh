@@ -297,7 +297,7 @@ add_row shell-pty-echo \
     --h5i 'python3 $ROOT/bench/pty_echo.py --count 1000 -- $H5I box shell bench-shell --' \
     --check '
         python3 "$ROOT/bench/pty_echo.py" --count 10 -- "$H5I" box shell bench-shell -- || exit 1
-        n="$("$H5I" box log bench-shell | grep -c "^[0-9]* shell ")"
+        n="$("$H5I" box log bench-shell | grep -cE "^[^ ]+ +shell ")"
         [ "$n" -ge 1 ] || { echo "no box shell session was recorded for bench-shell"; exit 1; }' \
     --teardown '"$H5I" box rm --force bench-shell' \
     --target 'added_ms:median < 150'

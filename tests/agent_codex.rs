@@ -21,12 +21,9 @@
 //! the unprivileged test user `h5i-test` (`_as_h5i_test`); the test process itself is root.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "model/agent.rs"]
-mod agent;
-mod common;
-mod model;
-#[path = "../broker/tests/support/mod.rs"]
-mod support;
+use crate::agent;
+use crate::common;
+use crate::model;
 
 use std::net::Ipv4Addr;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! never a repository to clone (issue 14: `h5i box lss` tried to clone `./lss`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{git, stderr, Repo};
 

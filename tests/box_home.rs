@@ -10,9 +10,8 @@
 //! call `box create` makes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "../broker/tests/support/mod.rs"]
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -334,8 +333,8 @@ fn a_claude_box_sees_its_seeded_config_and_no_planted_credential_and_writes_stay
         &[("HOME", &host_text)],
     );
     if stderr(&out).contains("not in this build") {
-        eprintln!(
-            "skipped: an agent-scoped box needs the supervised tier, which this build of h5i lacks ({}); the seed itself is checked by a_claude_box_home_gets_the_config_and_no_credential_shape_at_any_depth",
+        h5i_testsupport::skipped!(
+            "an agent-scoped box needs the supervised tier, which this build of h5i lacks ({}); the seed itself is checked by a_claude_box_home_gets_the_config_and_no_credential_shape_at_any_depth",
             stderr(&out).trim()
         );
         return;

@@ -2,7 +2,7 @@
 //! refusals, through the real `h5i` binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{git, stderr, stdout, Repo};
 

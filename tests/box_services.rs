@@ -7,7 +7,7 @@
 //! runs h5i as the unprivileged test user, whose forwarder joins the box's user namespace first.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};

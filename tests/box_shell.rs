@@ -7,7 +7,7 @@
 //! Runs as root (CI); the process-tier sessions go through `h5i-runc`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::io::Write;
 use std::os::fd::AsRawFd;

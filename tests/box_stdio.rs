@@ -13,7 +13,7 @@
 //! so the pty row's device number is the only field allowed to differ.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::fs::{File, OpenOptions};
 use std::io::Read;

@@ -11,7 +11,7 @@
 //! with git (`scripts/make-test-image.sh --git`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Output;

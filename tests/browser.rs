@@ -22,7 +22,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -544,7 +544,9 @@ fn container_case(as_user: bool) {
         return;
     }
     if !browser_image_built() {
-        eprintln!("skipped: {test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        h5i_testsupport::skipped!(
+            "{test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)"
+        );
         return;
     }
     let Some(mut hosts) = TestHosts::up(test, &[8080, 9090], &[]) else {
@@ -602,7 +604,9 @@ fn gateway_secret_case(tier: &str, as_user: bool) {
         return;
     }
     if tier == "container" && !browser_image_built() {
-        eprintln!("skipped: {test} at container: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        h5i_testsupport::skipped!(
+            "{test} at container: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)"
+        );
         return;
     }
     let mut c = Caller::either(as_user)

@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -171,7 +171,9 @@ fn every_variable_the_code_reads_is_in_h5i_help_and_the_man_page() {
 #[test]
 fn the_zsh_completion_script_loads_and_completes_box_verbs() {
     if !on_path("zsh") {
-        eprintln!("skipped: the_zsh_completion_script_loads_and_completes_box_verbs: zsh is not installed");
+        h5i_testsupport::skipped!(
+            "the_zsh_completion_script_loads_and_completes_box_verbs: zsh is not installed"
+        );
         return;
     }
     let home = tempfile::tempdir().unwrap();
@@ -240,7 +242,9 @@ fn a_generated_document_piped_to_a_reader_that_left_ends_quietly() {
 #[test]
 fn man_h5i_box_renders_without_a_groff_warning() {
     if !on_path("groff") {
-        eprintln!("skipped: man_h5i_box_renders_without_a_groff_warning: groff is not installed");
+        h5i_testsupport::skipped!(
+            "man_h5i_box_renders_without_a_groff_warning: groff is not installed"
+        );
         return;
     }
     for (args, name, mention) in [

@@ -14,7 +14,7 @@
 //! unprivileged `h5i-test` user `make setup` creates.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -176,7 +176,9 @@ fn no_setid_file_can_be_made_at_the_process_tier() {
 #[test]
 fn no_setid_file_can_be_made_at_the_supervised_tier() {
     if !is_root() {
-        eprintln!("skipped: supervised set-id: the supervised tier's network needs root here");
+        h5i_testsupport::skipped!(
+            "supervised set-id: the supervised tier's network needs root here"
+        );
         return;
     }
     let r = Repo::new();
@@ -198,7 +200,9 @@ fn every_refused_address_family_answers_eperm_at_the_process_tier() {
 #[test]
 fn every_refused_address_family_answers_eperm_at_the_supervised_tier() {
     if !is_root() {
-        eprintln!("skipped: supervised families: the supervised tier's network needs root here");
+        h5i_testsupport::skipped!(
+            "supervised families: the supervised tier's network needs root here"
+        );
         return;
     }
     let r = Repo::new();
@@ -320,7 +324,7 @@ fn an_allocation_past_the_memory_ceiling_is_oom_killed_and_the_receipt_says_so()
 #[test]
 fn the_container_tier_refuses_setid_files_and_unscoped_families() {
     if !is_root() {
-        eprintln!("skipped: container tier: h5i runs rootless Podman as {USER} for root");
+        h5i_testsupport::skipped!("container tier: h5i runs rootless Podman as {USER} for root");
         return;
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/make-test-image.sh");
@@ -352,7 +356,7 @@ fn the_container_tier_refuses_setid_files_and_unscoped_families() {
 #[test]
 fn an_unprivileged_user_gets_the_same_refusals() {
     if !is_root() {
-        eprintln!("skipped: unprivileged refusals: needs root to switch to {USER}");
+        h5i_testsupport::skipped!("unprivileged refusals: needs root to switch to {USER}");
         return;
     }
     let (dir, _) = common::unprivileged_tree(USER, &[(probe(), "probe")]);

@@ -15,9 +15,8 @@
 //! test's own hosts (tests/common/testnet.rs) or loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "../broker/tests/support/mod.rs"]
-mod support;
+use crate::common;
+use crate::support;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //! it is finished, and finishing lands exactly the merge the killed rebase computed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

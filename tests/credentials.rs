@@ -7,9 +7,8 @@
 //! never through the system resolver. Runs as root (CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "../broker/tests/support/mod.rs"]
-mod support;
+use crate::common;
+use crate::support;
 
 use std::collections::BTreeMap;
 

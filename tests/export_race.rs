@@ -17,7 +17,7 @@
 //! `h5i-test`; switching users needs root, so as another user every test says `skipped:`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

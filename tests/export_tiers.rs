@@ -15,7 +15,7 @@
 //! As another user than root every test says `skipped:` (switching to h5i-test needs root).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::secrets::{assert_each_encoding_excluded, encoded_copies, ODD_VALUE};
 use common::{stderr, stdout, tier_case as case, Caller};

@@ -14,7 +14,7 @@
 //! As another user than root every test says `skipped:` (switching to h5i-test needs root).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use common::{assert_nothing_raw, stderr, stdout, tier_case as case, Caller};
 

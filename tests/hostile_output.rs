@@ -9,7 +9,7 @@
 //! process tier), as root and as the unprivileged `h5i-test`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::Duration;

@@ -16,7 +16,7 @@
 //! - a set-id file the box holds is named by `status`, `doctor`, `diff` and `rm`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

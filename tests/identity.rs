@@ -8,7 +8,7 @@
 //! `h5i-test` user); each test says `skipped:` loudly otherwise.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -131,8 +131,8 @@ fn root_only_files_are_refused_at(tier: &str) {
 #[test]
 fn a_root_callers_process_box_cannot_read_root_only_host_files() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_root_callers_process_box_cannot_read_root_only_host_files needs root"
+        h5i_testsupport::skipped!(
+            "a_root_callers_process_box_cannot_read_root_only_host_files needs root"
         );
         return;
     }
@@ -142,8 +142,8 @@ fn a_root_callers_process_box_cannot_read_root_only_host_files() {
 #[test]
 fn a_root_callers_supervised_box_cannot_read_root_only_host_files() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_root_callers_supervised_box_cannot_read_root_only_host_files needs root"
+        h5i_testsupport::skipped!(
+            "a_root_callers_supervised_box_cannot_read_root_only_host_files needs root"
         );
         return;
     }
@@ -196,8 +196,8 @@ fn the_box_is_the_range_at(tier: &str) {
 #[test]
 fn a_root_callers_process_box_is_the_unprivileged_range_on_the_host() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_root_callers_process_box_is_the_unprivileged_range_on_the_host needs root"
+        h5i_testsupport::skipped!(
+            "a_root_callers_process_box_is_the_unprivileged_range_on_the_host needs root"
         );
         return;
     }
@@ -207,8 +207,8 @@ fn a_root_callers_process_box_is_the_unprivileged_range_on_the_host() {
 #[test]
 fn a_root_callers_supervised_box_is_the_unprivileged_range_on_the_host() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_root_callers_supervised_box_is_the_unprivileged_range_on_the_host needs root"
+        h5i_testsupport::skipped!(
+            "a_root_callers_supervised_box_is_the_unprivileged_range_on_the_host needs root"
         );
         return;
     }
@@ -221,8 +221,8 @@ fn a_root_callers_supervised_box_is_the_unprivileged_range_on_the_host() {
 #[test]
 fn a_box_set_fsmonitor_does_not_run_in_a_root_hosts_git_status() {
     if !is_root() {
-        eprintln!(
-            "skipped: a_box_set_fsmonitor_does_not_run_in_a_root_hosts_git_status needs root"
+        h5i_testsupport::skipped!(
+            "a_box_set_fsmonitor_does_not_run_in_a_root_hosts_git_status needs root"
         );
         return;
     }
@@ -271,7 +271,7 @@ fn a_box_set_fsmonitor_does_not_run_in_a_root_hosts_git_status() {
 #[test]
 fn an_unprivileged_callers_box_still_maps_only_the_caller() {
     if !is_root() {
-        eprintln!("skipped: an_unprivileged_callers_box_still_maps_only_the_caller needs root to switch to h5i-test");
+        h5i_testsupport::skipped!("an_unprivileged_callers_box_still_maps_only_the_caller needs root to switch to h5i-test");
         return;
     }
     let (dir, uid) = common::unprivileged_tree(common::TEST_USER, &[]);
@@ -309,7 +309,7 @@ fn an_unprivileged_callers_box_still_maps_only_the_caller() {
 #[test]
 fn a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files() {
     if !is_root() {
-        eprintln!("skipped: a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files needs root");
+        h5i_testsupport::skipped!("a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files needs root");
         return;
     }
     let image = Command::new("bash")
@@ -369,7 +369,9 @@ fn a_root_callers_container_box_writes_as_the_range_and_cannot_read_roots_files(
 #[test]
 fn a_box_made_before_box_identity_is_migrated_at_its_next_run() {
     if !is_root() {
-        eprintln!("skipped: a_box_made_before_box_identity_is_migrated_at_its_next_run needs root");
+        h5i_testsupport::skipped!(
+            "a_box_made_before_box_identity_is_migrated_at_its_next_run needs root"
+        );
         return;
     }
     let (uid, gid, _) = range();

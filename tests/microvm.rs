@@ -18,7 +18,7 @@
 //! agent is the musl build of `h5i-guest`, built here when missing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -428,7 +428,7 @@ fn qemu_is_confined_on_the_host_and_cannot_open_a_host_file_outside_its_grants()
         return;
     };
     if Command::new("gdb").arg("--version").output().is_err() {
-        eprintln!("skipped: {TEST}: gdb is not installed (apt-get install gdb)");
+        h5i_testsupport::skipped!("{TEST}: gdb is not installed (apt-get install gdb)");
         return;
     }
     let r = Repo::new();

@@ -10,7 +10,7 @@
 //! 198.18.0.0/15 address; nothing is dialled (the fake only records).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -100,7 +100,9 @@ fn ready(test: &str) -> bool {
         .open("/dev/kvm")
         .is_err()
     {
-        eprintln!("skipped: {test}: /dev/kvm cannot be opened here (msb's second requirement)");
+        h5i_testsupport::skipped!(
+            "{test}: /dev/kvm cannot be opened here (msb's second requirement)"
+        );
         return false;
     }
     common::caller::container_image();

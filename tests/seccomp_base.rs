@@ -17,7 +17,7 @@
 //! /root is not readable by a box's identity).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -62,7 +62,9 @@ fn tool(path: &str, test: &str) -> bool {
     if Path::new(path).exists() {
         return true;
     }
-    eprintln!("skipped: {test}: {path} is not installed on this host (make setup installs it)");
+    h5i_testsupport::skipped!(
+        "{test}: {path} is not installed on this host (make setup installs it)"
+    );
     false
 }
 

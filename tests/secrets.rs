@@ -2,7 +2,7 @@
 //! what a box stages in its spool is recorded as box-claimed or quarantined, never host-observed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -9,9 +9,8 @@
 //! stages becomes a box-claimed record with its payload stored.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-#[path = "../broker/tests/support/mod.rs"]
-mod support;
+use crate::common;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

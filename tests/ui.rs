@@ -7,7 +7,7 @@
 //! the unprivileged test user, whose own fleet it shows, bound to loopback alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -458,7 +458,7 @@ fn have_podman(test: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: {test}: podman is not installed");
+        h5i_testsupport::skipped!("{test}: podman is not installed");
     }
     ok
 }

@@ -33,8 +33,8 @@ impl Containerd {
         }
         for tool in ["containerd", "ctr", "containerd-shim-runc-v2"] {
             if !installed(tool) && !Path::new(&format!("/usr/bin/{tool}")).exists() {
-                eprintln!(
-                    "skipped: {test}: {tool} is not installed (make setup installs containerd)"
+                h5i_testsupport::skipped!(
+                    "{test}: {tool} is not installed (make setup installs containerd)"
                 );
                 return None;
             }
@@ -236,7 +236,7 @@ fn ctr_run_of_an_imported_podman_image_is_confined_by_h5i_landlock() {
         return;
     };
     if !installed("podman") {
-        eprintln!("skipped: {TEST}: podman is not installed (make setup installs it)");
+        h5i_testsupport::skipped!("{TEST}: podman is not installed (make setup installs it)");
         return;
     }
     let archive = c.dir.path().join("h5i-busybox.tar");
@@ -247,8 +247,8 @@ fn ctr_run_of_an_imported_podman_image_is_confined_by_h5i_landlock() {
         .output()
         .unwrap();
     if !save.status.success() {
-        eprintln!(
-            "skipped: {TEST}: {IMAGE} is not in root's Podman storage (make setup makes it): {}",
+        h5i_testsupport::skipped!(
+            "{TEST}: {IMAGE} is not in root's Podman storage (make setup makes it): {}",
             text(&save)
         );
         return;
@@ -324,7 +324,9 @@ fn the_documented_runtime_class_recipe_is_a_config_containerd_reads() {
         return;
     }
     if !installed("containerd") {
-        eprintln!("skipped: the_documented_runtime_class_recipe_...: containerd is not installed");
+        h5i_testsupport::skipped!(
+            "the_documented_runtime_class_recipe_...: containerd is not installed"
+        );
         return;
     }
     let doc = std::fs::read_to_string(

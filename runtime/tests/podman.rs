@@ -28,7 +28,7 @@ impl Podman {
             return None;
         }
         if !installed("podman") {
-            eprintln!("skipped: {test}: podman is not installed");
+            h5i_testsupport::skipped!("{test}: podman is not installed");
             return None;
         }
         let dir = tempfile::Builder::new()
@@ -323,13 +323,13 @@ impl Rootless {
             return None;
         }
         if !installed("podman") {
-            eprintln!("skipped: {test}: podman is not installed");
+            h5i_testsupport::skipped!("{test}: podman is not installed");
             return None;
         }
         let (user, uid, gid) = test_user(test)?;
         let subuid = std::fs::read_to_string("/etc/subuid").unwrap_or_default();
         if !subuid.lines().any(|l| l.starts_with(&format!("{user}:"))) {
-            eprintln!("skipped: {test}: {user} has no /etc/subuid range");
+            h5i_testsupport::skipped!("{test}: {user} has no /etc/subuid range");
             return None;
         }
         let dir = tempfile::Builder::new()

@@ -1167,7 +1167,7 @@ fn no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup() {
         return;
     }
     if !cgroup_v1() {
-        eprintln!("skipped: no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup: needs cgroup v1 (the emulated cgroup mount)");
+        h5i_testsupport::skipped!("no_pid_namespace_on_cgroup_v1_mounts_the_containers_own_cgroup: needs cgroup v1 (the emulated cgroup mount)");
         return;
     }
     let rt = Runtime::new();
@@ -1461,7 +1461,9 @@ fn disable_oom_killer_is_held_on_cgroup_v1() {
         return;
     }
     if !cgroup_v1() {
-        eprintln!("skipped: disable_oom_killer_is_held_on_cgroup_v1: memory.oom_control is cgroup v1 only");
+        h5i_testsupport::skipped!(
+            "disable_oom_killer_is_held_on_cgroup_v1: memory.oom_control is cgroup v1 only"
+        );
         return;
     }
     let rt = Runtime::new();

@@ -454,7 +454,7 @@ fn podman_supervised_annotation_gets_the_gate_injected() {
         return;
     }
     if !have_podman() {
-        eprintln!("skipped: {test}: podman is not installed");
+        h5i_testsupport::skipped!("{test}: podman is not installed");
         return;
     }
     let dir = tempfile::Builder::new()

@@ -113,8 +113,8 @@ mod tests {
     fn hooks_are_installed_once_over_a_temp_root() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!(
-                "skipped: hooks_are_installed_once_over_a_temp_root: needs root (root-owned files)"
+            h5i_testsupport::skipped!(
+                "hooks_are_installed_once_over_a_temp_root: needs root (root-owned files)"
             );
             return;
         }

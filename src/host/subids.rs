@@ -131,7 +131,7 @@ mod tests {
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         if !root {
-            eprintln!("skipped: ensure_range writes root-owned files: needs root");
+            h5i_testsupport::skipped!("ensure_range writes root-owned files: needs root");
         }
         root
     }

@@ -11,7 +11,7 @@ pub fn chromium() -> Option<&'static str> {
     if std::path::Path::new(path).exists() {
         return Some(path);
     }
-    println!("skipped: no Chromium at {path}");
+    h5i_testsupport::skipped!("no Chromium at {path}");
     None
 }
 

@@ -416,7 +416,7 @@ pub fn guest_agent_ready(test: &str) -> bool {
         .status()
         .unwrap();
     if !built.success() {
-        eprintln!("skipped: {test}: the musl target is not installed (rustup target add x86_64-unknown-linux-musl)");
+        h5i_testsupport::skipped!("{test}: the musl target is not installed (rustup target add x86_64-unknown-linux-musl)");
     }
     built.success()
 }

@@ -139,8 +139,8 @@ pub fn image_built(test: &str, image: &str) -> bool {
         .status()
         .is_ok_and(|s| s.success());
     if !exists {
-        eprintln!(
-            "skipped: {test}: the image {image} is not built on this host (run `make images`)"
+        h5i_testsupport::skipped!(
+            "{test}: the image {image} is not built on this host (run `make images`)"
         );
     }
     exists

@@ -16,7 +16,8 @@
 //!   C probes built once per test binary;
 //! - [`rootfs`]: busybox image trees and their tars for `podman import`;
 //! - [`podman`]: undoing what a rootful Podman of a test's own leaves (mounts, conmon cgroups);
-//! - [`dice`]: kill points for the crash tests, reproducible from a printed seed.
+//! - [`dice`]: kill points for the crash tests, reproducible from a printed seed;
+//! - [`skip`]: the loud `skipped:` line, also kept in `$H5I_TEST_SKIPS` for `make test`'s list.
 //!
 //! What it must never do: touch the host's own network namespace beyond creating and removing
 //! its own veth pairs (`h5i*` names) and its own named namespaces (`h5i-s*`); send traffic
@@ -37,6 +38,7 @@ pub mod netns;
 pub mod podman;
 pub mod process;
 pub mod rootfs;
+pub mod skip;
 pub mod testnet;
 pub mod upstream;
 

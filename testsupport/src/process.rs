@@ -13,7 +13,7 @@ pub fn require_root(test: &str, why: &str) -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    eprintln!("skipped: {test}: needs root ({why})");
+    crate::skipped!("{test}: needs root ({why})");
     false
 }
 

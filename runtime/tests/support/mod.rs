@@ -304,7 +304,7 @@ pub fn test_user(test: &str) -> Option<(String, u32, u32)> {
     match h5i_testsupport::process::user_ids(&user) {
         Some((uid, gid)) => Some((user, uid, gid)),
         None => {
-            eprintln!("skipped: {test}: no user {user} (scripts/setup-host.sh creates it)");
+            h5i_testsupport::skipped!("{test}: no user {user} (scripts/setup-host.sh creates it)");
             None
         }
     }

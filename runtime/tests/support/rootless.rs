@@ -129,7 +129,7 @@ impl RootlessRunc {
     pub fn new_on_v1(test: &str, why: &str) -> Option<RootlessRunc> {
         let r = RootlessRunc::new(test)?;
         if !cgroup_v1() {
-            eprintln!("skipped: {test}: {why}");
+            h5i_testsupport::skipped!("{test}: {why}");
             return None;
         }
         Some(r)
