@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Render BENCHMARKS.md from bench/out/: ROW.meta.json (written by bench/run.sh) and
-ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i).
+ROW.json (hyperfine --export-json, results[0] = baseline, results[1] = h5i; for a transfer
+row, bench/transfer.py's output in the same shape, times being the transfers' own).
 
 Usage: report.py --out DIR --report FILE [--measured ROW...] -- ROW...   (rows in report order)
 
@@ -18,7 +19,7 @@ import subprocess
 import sys
 
 TARGET_RE = re.compile(
-    r"^\s*(ratio|added_ms)(?::(mean|median|min))?\s*(<=|<|>=|>)\s*([0-9]*\.?[0-9]+)\s*$"
+    r"^\s*(ratio|rate_ratio|added_ms)(?::(mean|median|min))?\s*(<=|<|>=|>)\s*([0-9]*\.?[0-9]+)\s*$"
 )
 OPS = {
     "<=": lambda a, b: a <= b,
@@ -44,6 +45,8 @@ def target_text(expr):
         return str(e)
     if metric == "ratio":
         return f"h5i/baseline ({stat}) {OP_TEXT[op]} {num:g}×"
+    if metric == "rate_ratio":
+        return f"h5i rate / baseline rate ({stat} transfer time) {OP_TEXT[op]} {num:g}×"
     return f"added time ({stat}) {OP_TEXT[op]} {num:g} ms"
 
 
@@ -53,6 +56,10 @@ def evaluate(expr, base, h5i):
     b, h = base[stat], h5i[stat]
     if metric == "ratio":
         value = h / b if b > 0 else float("inf")
+        return f"{value:.2f}×", OPS[op](value, num)
+    if metric == "rate_ratio":
+        # The same bytes both sides: the rates' ratio is the times' inverse ratio.
+        value = b / h if h > 0 else 0.0
         return f"{value:.2f}×", OPS[op](value, num)
     value = (h - b) * 1000.0
     return f"{value:+.2f} ms", OPS[op](value, num)
@@ -141,6 +148,8 @@ def row_section(meta, results):
     name = meta["name"]
     lines = [f"## {name}", "", meta.get("title", name), ""]
     shell = "hyperfine -N" if meta.get("shell", "none") == "none" else f"hyperfine --shell {meta['shell']}"
+    if meta.get("kind") == "transfer":
+        shell = "bench/transfer.py (each command under bash -c)"
     lines.append(
         f"Measured {meta.get('date', '?')} at h5i commit {meta.get('h5i_commit', '?')}; "
         f"{shell}, --warmup {meta.get('warmup', '?')}. Target: {target_text(meta['target'])}."
@@ -158,6 +167,8 @@ def row_section(meta, results):
             "",
         ]
         return lines
+    if meta.get("kind") == "transfer":
+        return lines + transfer_table(meta, results)
     base, h5i = results
     lines += [
         "| | command | mean ± σ | median | min | max | runs |",
@@ -176,6 +187,39 @@ def row_section(meta, results):
         f"| h5i − baseline | | {added_mean:+.2f} ms | {added_median:+.2f} ms | | | |"
     )
     lines.append(f"| h5i / baseline | | {ratio_mean:.2f}× | {ratio_median:.2f}× | | | |")
+    lines.append("")
+    value, met = evaluate(meta["target"], base, h5i)
+    lines += [f"Result: {value} against {target_text(meta['target'])}: **{'met' if met else 'NOT met'}**.", ""]
+    return lines
+
+
+def mb_per_s(size, seconds):
+    return f"{size / seconds / 1e6:.0f} MB/s" if seconds > 0 else "—"
+
+
+def transfer_table(meta, results):
+    """A transfer row's table: the transfer times curl reported, and the rates they make."""
+    base, h5i = results
+    size = base.get("bytes", 0)
+    lines = [
+        f"Each side ran {len(base['times'])} times, alternating with the other (after "
+        f"{meta.get('warmup', '?')} warmup pairs); a run's time is curl's time_total − "
+        f"time_starttransfer for its {size} bytes (bench/transfer.py).",
+        "",
+        "| | command | transfer mean ± σ | median | min | max | rate at the median | runs |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, cmd, r in (("baseline", meta["baseline"], base), ("h5i", meta["h5i"], h5i)):
+        lines.append(
+            f"| {label} | {code(cmd)} | {ms(r['mean'])} ± {ms(r['stddev'] or 0.0)} | "
+            f"{ms(r['median'])} | {ms(r['min'])} | {ms(r['max'])} | "
+            f"{mb_per_s(size, r['median'])} | {len(r['times'])} |"
+        )
+    ratio_median = base["median"] / h5i["median"] if h5i["median"] > 0 else 0.0
+    ratio_mean = base["mean"] / h5i["mean"] if h5i["mean"] > 0 else 0.0
+    lines.append(
+        f"| h5i rate / baseline rate | | {ratio_mean:.2f}× (means) | {ratio_median:.2f}× | | | | |"
+    )
     lines.append("")
     value, met = evaluate(meta["target"], base, h5i)
     lines += [f"Result: {value} against {target_text(meta['target'])}: **{'met' if met else 'NOT met'}**.", ""]

@@ -4,6 +4,11 @@
 # baseline measured in the SAME hyperfine run.
 #
 # add_row NAME [--key VALUE]...
+#   --kind time|transfer time (default): hyperfine times each whole command.
+#                        transfer: each command makes one transfer and prints curl's
+#                        -w '%{size_download} %{time_starttransfer} %{time_total}';
+#                        the two alternate (--runs, default 30) and the row compares
+#                        the transfers' own times (bench/transfer.py); no prepares
 #   --title T            one line for the report
 #   --setup CMD          bash, run in a fresh $ROW_DIR before measuring; failing it
 #                        marks the row "not measured: setup failed"
@@ -18,6 +23,8 @@
 #   --teardown CMD       bash, after measuring (errors ignored)
 #   --target EXPR        METRIC[:STAT] OP NUMBER, METRIC one of
 #                          ratio     h5i STAT / baseline STAT
+#                          rate_ratio  baseline STAT / h5i STAT: the h5i side's rate
+#                                    over the baseline's (transfer rows)
 #                          added_ms  h5i STAT - baseline STAT, in milliseconds
 #                        STAT mean|median|min (default median), OP <= < >= >
 #   --shell bash|none    hyperfine's --shell (default none: `hyperfine -N`, for
@@ -179,32 +186,19 @@ add_row box-run-supervised-first-run \
     --teardown '"$H5I" box rm --force bench-sup-first; "$H5I" box rm --force bench-sup-perrun' \
     --target 'ratio:median <= 1.5'
 
-add_row box-supervised-100mb \
-    --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box as root (veth pair + host forwarding uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host' \
-    --shell bash \
-    --setup '
+# The 100 MB rows' test host and box: as root (BULK_SETUP, box bench-bulk, its repository
+# $ROW_DIR/repo) and as the unprivileged h5i-test user (BULK_USER_SETUP, box bench-bulk-u,
+# $ROW_DIR/u/repo; make setup prepares the user). The uplink is a veth pair as root, pasta for
+# the user (hooks/src/uplink.rs says why).
+BULK_SETUP='
         "$ROOT/bench/testhost.sh" up 104857600
         "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
         cd "$ROW_DIR/repo"
         mkdir -p .h5i
         printf "[profile.bulk]\nisolation = \"supervised\"\n[profile.bulk.net]\negress = [\"198.19.250.2:8080\"]\n" > .h5i/env.toml
         git add -A && git commit -qm bench-policy
-        "$H5I" box create bench-bulk --profile bulk' \
-    --cwd '$ROW_DIR/repo' \
-    --baseline 'curl -sS -o /dev/null http://198.19.250.2:8080/' \
-    --h5i '$H5I box run bench-bulk -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
-    --check '
-        n="$("$H5I" box run bench-bulk -- curl -sS -o /dev/null -w "%{size_download}" http://198.19.250.2:8080/)"
-        [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
-    --teardown '"$H5I" box rm --force bench-bulk; "$ROOT/bench/testhost.sh" down' \
-    --target 'ratio:median <= 1.11'
-
-# The same download as the unprivileged h5i-test user (make setup prepares it): the uplink is
-# pasta (hooks/src/uplink.rs says why); both sides run through runuser.
-add_row box-supervised-100mb-rootless \
-    --title '100 MB HTTP download from the test host 198.19.250.2: curl in a supervised box run by the unprivileged h5i-test user (pasta uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host as that user' \
-    --shell bash \
-    --setup '
+        "$H5I" box create bench-bulk --profile bulk'
+BULK_USER_SETUP='
         "$ROOT/bench/testhost.sh" up 104857600
         # make setup delegates <own cgroup>/h5i to h5i-test for the session it ran in; again here.
         anchor="$(sed -n "s/^[0-9]*:memory:\///p" /proc/self/cgroup)"
@@ -228,7 +222,27 @@ add_row box-supervised-100mb-rootless \
         as_user() { runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$@"; }
         as_user git init -q -b main . && as_user git add -A
         as_user git -c user.name=b -c user.email=b@x commit -qm bench-policy
-        as_user "$ROW_DIR/u/bin/h5i" box create bench-bulk-u --profile bulk' \
+        as_user "$ROW_DIR/u/bin/h5i" box create bench-bulk-u --profile bulk'
+
+add_row box-supervised-100mb \
+    --title '100 MB HTTP download from an allowed test host (198.19.250.2, own netns): curl in a supervised box as root (veth pair + host forwarding uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host' \
+    --shell bash \
+    --setup "$BULK_SETUP" \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --h5i '$H5I box run bench-bulk -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
+    --check '
+        n="$("$H5I" box run bench-bulk -- curl -sS -o /dev/null -w "%{size_download}" http://198.19.250.2:8080/)"
+        [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-bulk; "$ROOT/bench/testhost.sh" down' \
+    --target 'ratio:median <= 1.11'
+
+# The same download as the unprivileged h5i-test user (make setup prepares it): the uplink is
+# pasta (hooks/src/uplink.rs says why); both sides run through runuser.
+add_row box-supervised-100mb-rootless \
+    --title '100 MB HTTP download from the test host 198.19.250.2: curl in a supervised box run by the unprivileged h5i-test user (pasta uplink, pinned nftables table; the h5i side includes the whole warm box run) vs the same curl on the host as that user' \
+    --shell bash \
+    --setup "$BULK_USER_SETUP" \
     --cwd '$ROW_DIR/u/repo' \
     --baseline 'runuser -u h5i-test -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
     --h5i 'runuser -u h5i-test -- env HOME=$ROW_DIR/u/home XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR $ROW_DIR/u/bin/h5i box run bench-bulk-u -- curl -sS -o /dev/null http://198.19.250.2:8080/' \
@@ -237,6 +251,31 @@ add_row box-supervised-100mb-rootless \
         [ "$n" = 104857600 ] || { echo "the box downloaded ${n:-nothing}, not 104857600 bytes"; exit 1; }' \
     --teardown 'runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$ROW_DIR/u/bin/h5i" box rm --force bench-bulk-u; "$ROOT/bench/testhost.sh" down' \
     --target 'ratio:median <= 1.43'
+
+# The same 100 MB transfers, their rate alone (the issue's target: >= 0.9x the host's rate as
+# root, >= 0.7x rootless): curl's own time from the body's first byte to its last, inside the
+# box and on the host, alternating (bench/transfer.py). The rows above time the whole run.
+add_row box-supervised-100mb-rate \
+    --kind transfer \
+    --title 'Rate of a 100 MB HTTP download from the test host 198.19.250.2: curl in a warm supervised box as root (veth pair + host forwarding) vs the same curl on the host, each timed by curl (time_total - time_starttransfer)' \
+    --setup "$BULK_SETUP" \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
+    --h5i '$H5I box run bench-bulk -- curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
+    --teardown '"$H5I" box rm --force bench-bulk; "$ROOT/bench/testhost.sh" down' \
+    --runs 30 \
+    --target 'rate_ratio:median >= 0.9'
+
+add_row box-supervised-100mb-rate-rootless \
+    --kind transfer \
+    --title 'Rate of a 100 MB HTTP download from the test host 198.19.250.2: curl in a warm supervised box run by the unprivileged h5i-test user (pasta uplink) vs the same curl on the host as that user, each timed by curl (time_total - time_starttransfer)' \
+    --setup "$BULK_USER_SETUP" \
+    --cwd '$ROW_DIR/u/repo' \
+    --baseline 'runuser -u h5i-test -- curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
+    --h5i 'runuser -u h5i-test -- env HOME=$ROW_DIR/u/home XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR $ROW_DIR/u/bin/h5i box run bench-bulk-u -- curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
+    --teardown 'runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$ROW_DIR/u/bin/h5i" box rm --force bench-bulk-u; "$ROOT/bench/testhost.sh" down' \
+    --runs 30 \
+    --target 'rate_ratio:median >= 0.7'
 
 add_row podman-h5i-runc-vs-runc \
     --title 'podman run --rm with --runtime h5i-runc vs --runtime runc (rootful, busybox image)' \

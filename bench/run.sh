@@ -4,7 +4,9 @@
 # Usage: bench/run.sh [ROW...]      (no ROW: every row; `make bench` runs them all)
 #
 # Each row measures a baseline and an h5i command in the same hyperfine run
-# (--warmup, --export-json bench/out/ROW.json) and is judged against its target. A row
+# (--warmup, --export-json bench/out/ROW.json) and is judged against its target; a
+# `--kind transfer` row instead alternates the two commands and keeps the time of the
+# transfer each reports (bench/transfer.py), in the same JSON shape. A row
 # whose setup, trial run or check fails is reported "not measured: <reason>"; the
 # other rows still run. Rows not named on the command line keep their previous result
 # (from bench/out/) in the report.
@@ -44,7 +46,7 @@ command -v python3 >/dev/null || die "python3 not found"
 # ---------------------------------------------------------------- row registry
 ROWS=()
 declare -A ROW=()
-ROW_KEYS=" title note setup cwd baseline baseline-prepare h5i h5i-prepare check teardown target shell runs warmup "
+ROW_KEYS=" kind title note setup cwd baseline baseline-prepare h5i h5i-prepare check teardown target shell runs warmup "
 
 add_row() {
     local name="$1" key
@@ -62,6 +64,14 @@ add_row() {
     [ -n "${ROW[$name.baseline]:-}" ] || die "row '$name': --baseline is required"
     [ -n "${ROW[$name.h5i]:-}" ] || die "row '$name': --h5i is required"
     [ -n "${ROW[$name.target]:-}" ] || die "row '$name': --target is required"
+    case "${ROW[$name.kind]:-time}" in
+    time) ;;
+    transfer)
+        [ -z "${ROW[$name.baseline-prepare]:-}${ROW[$name.h5i-prepare]:-}" ] ||
+            die "row '$name': a transfer row has no prepare commands"
+        ;;
+    *) die "row '$name': --kind is time or transfer, not '${ROW[$name.kind]}'" ;;
+    esac
     ROWS+=("$name")
 }
 
@@ -109,7 +119,7 @@ write_meta() {
 # ---------------------------------------------------------------- one row
 measure_row() {
     local name="$1"
-    local title target cwd baseline h5i_cmd bprep hprep shell runs warmup
+    local kind title target cwd baseline h5i_cmd bprep hprep shell runs warmup
     local status="not measured" reason="" log started=0
     row_dir="$BENCH_WORK/$name"
     rm -rf "$row_dir"
@@ -118,6 +128,7 @@ measure_row() {
     : >"$log"
     rm -f "$OUT/$name.json"
 
+    kind="${ROW[$name.kind]:-time}"
     title="$(expand "${ROW[$name.title]:-$name}")"
     target="${ROW[$name.target]}"
     cwd="$(expand "${ROW[$name.cwd]:-\$ROW_DIR}")"
@@ -157,7 +168,17 @@ measure_row() {
             ! snippet "$cwd" "${ROW[$name.check]}" >"$row_dir/check.out" 2>&1; then
             reason="check failed: $(first_line "$row_dir/check.out")"
         fi
-        if [ -z "$reason" ]; then
+        if [ -z "$reason" ] && [ "$kind" = transfer ]; then
+            # Alternating runs, each timed by curl itself (bench/transfer.py says how).
+            if (cd "$cwd" && ROW_DIR="$row_dir" python3 "$ROOT/bench/transfer.py" --cwd "$cwd" \
+                --runs "${runs:-30}" --warmup "$warmup" --out "$OUT/$name.json" \
+                "$baseline" "$h5i_cmd" 2>"$row_dir/transfer.err"); then
+                status="measured"
+            else
+                reason="transfer runs failed: $(last_line "$row_dir/transfer.err")"
+                rm -f "$OUT/$name.json"
+            fi
+        elif [ -z "$reason" ]; then
             local args=(--warmup "$warmup" --time-unit millisecond --export-json "$OUT/$name.json")
             [ "$shell" = none ] && args+=(-N) || args+=(--shell "$shell")
             [ -z "$runs" ] || args+=(--runs "$runs")
@@ -180,7 +201,7 @@ measure_row() {
     [ "$status" = measured ] || echo "   not measured: $reason"
 
     write_meta "$OUT/$name.meta.json" \
-        name "$name" title "$title" note "$(expand "${ROW[$name.note]:-}")" \
+        name "$name" kind "$kind" title "$title" note "$(expand "${ROW[$name.note]:-}")" \
         target "$target" status "$status" reason "$reason" \
         date "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
         baseline "${ROW[$name.baseline]}" h5i "${ROW[$name.h5i]}" \

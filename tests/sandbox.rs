@@ -224,22 +224,7 @@ fn oom_kills_only_that_run(as_user: bool) {
         "{}: the calm run has no sub-cgroup of the sandbox's: {runs:?}",
         c.who()
     );
-    let hog = run(
-        &c,
-        "oom2",
-        &[
-            "python3",
-            "-c",
-            "x = bytearray(512 * 1024 * 1024); print(len(x))",
-        ],
-    );
-    assert_eq!(
-        hog.status.code(),
-        Some(137),
-        "{}: {}",
-        c.who(),
-        stderr(&hog)
-    );
+    sandbox::memory_hog_is_killed(&c, "oom2");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut calm_out, &mut rest).unwrap();
     let status = common::wait_bounded(calm, Duration::from_secs(60), "the calm run");
@@ -259,7 +244,7 @@ fn oom_kills_only_that_run(as_user: bool) {
     let recs = c.receipts("oom2");
     let hog_rec = recs
         .iter()
-        .find(|rec| rec["argv"][0] == "python3")
+        .find(|rec| rec["argv"][0] == sandbox::MEMORY_HOG[0])
         .expect("hog receipt");
     assert_eq!(
         hog_rec["exit"]["oom_killed"],

@@ -62,8 +62,11 @@ fn fill(s: &str, hosts: &TestHosts) -> String {
 }
 
 /// The box's script: the network probes, the gate probes (when gated), an attempt to delete
-/// the table with the host's own `nft`, then the first two probes again (the table held).
-fn box_script(hosts: &TestHosts, gated: bool) -> Expect {
+/// the table with the host's own `nft`, then the first two probes again (the table held), and
+/// the receive-window clamp on the box's default route as the kernel reports it
+/// (`/proc/net/route`'s Window column): pasta's route carries `uplink::WINDOW_CLAMP`, the veth
+/// pair's none.
+fn box_script(hosts: &TestHosts, gated: bool, uplink: UplinkSeen) -> Expect {
     let mut e = Expect {
         script: String::new(),
         want: Vec::new(),
@@ -91,6 +94,15 @@ fn box_script(hosts: &TestHosts, gated: bool) -> Expect {
     for (p, r) in &PROBES[..2] {
         probe(&mut e, p, r);
     }
+    e.script.push_str(
+        "while read -r _ dst _ _ _ _ _ _ _ window _; do \
+         if [ \"$dst\" = 00000000 ]; then echo \"route-window=$window\"; fi; done < /proc/net/route\n",
+    );
+    let window = match uplink {
+        UplinkSeen::Veth => 0,
+        UplinkSeen::Pasta => h5i_hook::uplink::WINDOW_CLAMP,
+    };
+    e.want.push(("route-window".into(), window.to_string()));
     e
 }
 
@@ -242,7 +254,7 @@ fn supervised_box_as_root(gated: bool, test: &str) {
     let net_dir = tmp.path().join("n");
     private_dir(&net_dir, 0);
     let cgroup = format!("{}/h5i-net-test/{id}", own_cgroup().trim_end_matches('/'));
-    let expect = box_script(&hosts, gated);
+    let expect = box_script(&hosts, gated, UplinkSeen::Veth);
     let spec = spec(
         &["sh", "-c", &expect.script],
         &hook_bin(),
@@ -338,7 +350,7 @@ fn an_unprivileged_user_gets_the_same_supervised_network() {
     let net_dir = xdg.join("h5i-net").join(&id[..id.len().min(16)]);
     let delegated = delegate_cgroup_to(uid);
     let cgroup = format!("{delegated}/net-test-{}", std::process::id());
-    let expect = box_script(&hosts, true);
+    let expect = box_script(&hosts, true, UplinkSeen::Pasta);
     let mut spec = spec(
         &["sh", "-c", &expect.script],
         &bin.join("h5i-hook"),
@@ -575,7 +587,7 @@ fn podman_with_the_shipped_hooks_gives_a_supervised_box() {
     let hosts = TestHosts::new();
     let podman = RootfulPodman::new("h5i-net-podman");
     let cidfile = podman.dir.path().join("cid");
-    let expect = box_script(&hosts, false);
+    let expect = box_script(&hosts, false, UplinkSeen::Veth);
     let out = podman.run(
         &podman_net_args(&hosts, &cidfile),
         &["sh", "-c", &expect.script],
@@ -751,7 +763,7 @@ fn rootless_podman_with_the_shipped_hooks_gives_a_supervised_box() {
     };
     import_image(&podman, &p, uid);
     let cidfile = p.join("out/cid");
-    let expect = box_script(&hosts, false);
+    let expect = box_script(&hosts, false, UplinkSeen::Pasta);
     let mut args = podman_net_args(&hosts, &cidfile);
     args.extend([IMAGE, "sh", "-c", &expect.script].map(String::from));
     let out = podman(&args);

@@ -18,7 +18,7 @@
 //!
 //! Guarded by `tests/microvm.rs` (a host file QEMU opens, asked from outside through gdb).
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use landlock::{
@@ -126,21 +126,11 @@ impl Grants {
     }
 }
 
-/// In the forked child, before `exec`: `no_new_privs`, then the ruleset. Only syscalls.
-///
-/// # Safety
-/// Call only between fork and exec (it is async-signal-safe: two syscalls).
-pub unsafe fn enforce_in_child(ruleset: &OwnedFd) -> std::io::Result<()> {
-    // SAFETY: prctl and landlock_restrict_self take integers only; the ruleset descriptor is
-    // open for the call.
-    unsafe {
-        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-            || libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0) != 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+/// In the forked child, before `exec`: `no_new_privs`, then the ruleset. Async-signal-safe
+/// (two system calls, through `h5i_sys::landlock`), so a `pre_exec` closure may call it.
+pub fn enforce_in_child(ruleset: &OwnedFd) -> std::io::Result<()> {
+    h5i_sys::landlock::set_no_new_privs()?;
+    h5i_sys::landlock::restrict_self(ruleset.as_fd())
 }
 
 /// QEMU's cgroup for a VM with `ram_mib` of RAM, made and its limits written before QEMU

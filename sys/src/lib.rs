@@ -1,14 +1,16 @@
 //! h5i-sys: the raw kernel calls h5i's crates share, each written once behind a small safe
 //! function: pidfds ([`pidfd`]), descriptors passed over unix sockets ([`fd_passing`]),
 //! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
-//! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]), and
-//! netfilter netlink ([`netlink`]).
+//! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
+//! netfilter netlink ([`netlink`]), and Landlock's ABI probe, `no_new_privs` and enforcing a
+//! built ruleset ([`landlock`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
-//! with `SCM_RIGHTS`, poll, dup, setns); on libc, with a `// SAFETY:` line per block, where it does
-//! not: `recvmsg` and `SO_PEERCRED`, whose `ucred` rustix reads into a non-zero `Pid` although
-//! the kernel writes pid 0 for a process outside the reader's pid namespace (a box can hand
-//! its end of a socket to such a process), and `close_range`, which rustix does not wrap.
+//! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`); on libc, with a `// SAFETY:`
+//! line per block, where it does not: `recvmsg` and `SO_PEERCRED`, whose `ucred` rustix reads
+//! into a non-zero `Pid` although the kernel writes pid 0 for a process outside the reader's
+//! pid namespace (a box can hand its end of a socket to such a process), and `close_range` and
+//! the Landlock calls, which rustix does not wrap.
 //!
 //! Owns the calls only: what a message means, which descriptors a protocol expects and what a
 //! refusal is called are the callers'. Must never: block without a bound the caller chose,
@@ -20,6 +22,7 @@
 pub mod fd_passing;
 pub mod fds;
 pub mod idmap;
+pub mod landlock;
 pub mod netlink;
 pub mod ns;
 pub mod ns_socket;

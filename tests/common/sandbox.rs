@@ -327,6 +327,28 @@ fn ask_web(c: &Caller) -> String {
 /// neither the service (it still answers, `box service status` says alive) nor the sandbox
 /// goes down with it. At supervised, where the manual supports no service, the start is
 /// refused with the mend and nothing is left running.
+/// The argv of a run that asks for 512 MiB at once: past every memory cap the OOM rows set.
+pub const MEMORY_HOG: [&str; 3] = [
+    "python3",
+    "-c",
+    "x = bytearray(512 * 1024 * 1024); print(len(x))",
+];
+
+/// Run [`MEMORY_HOG`] in box `name` and assert the kernel's OOM killer ended it (exit 137:
+/// `SIGKILL`); the caller then asks what else survived.
+pub fn memory_hog_is_killed(c: &Caller, name: &str) {
+    let mut args = vec!["box", "run", name, "--"];
+    args.extend_from_slice(&MEMORY_HOG);
+    let hog = c.h5i(&args);
+    assert_eq!(
+        hog.status.code(),
+        Some(137),
+        "{}: the memory hog was not OOM-killed: {}",
+        c.who(),
+        super::stderr(&hog)
+    );
+}
+
 pub fn oom_spares_a_service(c: &mut Caller, tier: &str) {
     c.write(
         ".h5i/env.toml",
@@ -361,22 +383,7 @@ pub fn oom_spares_a_service(c: &mut Caller, tier: &str) {
         "{}: the service never answered",
         c.who()
     );
-    let hog = c.h5i(&[
-        "box",
-        "run",
-        "svc",
-        "--",
-        "python3",
-        "-c",
-        "x = bytearray(512 * 1024 * 1024); print(len(x))",
-    ]);
-    assert_eq!(
-        hog.status.code(),
-        Some(137),
-        "{}: {}",
-        c.who(),
-        super::stderr(&hog)
-    );
+    memory_hog_is_killed(c, "svc");
     let rec = c.receipts("svc").pop().unwrap();
     assert_eq!(rec["exit"]["oom_killed"], true, "{}: {rec}", c.who());
     let status = c.ok(&["box", "service", "status", "svc"]);

@@ -74,36 +74,16 @@ pub trait ConfinementKernel {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct LinuxKernel;
 
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-
 impl ConfinementKernel for LinuxKernel {
     fn landlock_abi(&self) -> i32 {
-        // SAFETY: landlock_create_ruleset with a NULL attr, size 0 and the VERSION flag only
-        // returns the ABI number (or -1/errno); it reads and writes no memory of ours.
-        let v = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<libc::c_void>(),
-                0usize,
-                LANDLOCK_CREATE_RULESET_VERSION,
-            )
-        };
-        if v < 0 {
-            -io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::ENOSYS)
-        } else {
-            i32::try_from(v).unwrap_or(i32::MAX)
+        match h5i_sys::landlock::abi_version() {
+            Ok(v) => i32::try_from(v).unwrap_or(i32::MAX),
+            Err(e) => -e.raw_os_error().unwrap_or(libc::ENOSYS),
         }
     }
 
     fn set_no_new_privs(&mut self) -> Result<(), KernelError> {
-        // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only and touches no memory.
-        let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-        if rc != 0 {
-            return Err(KernelError::NoNewPrivs(io::Error::last_os_error()));
-        }
-        Ok(())
+        h5i_sys::landlock::set_no_new_privs().map_err(KernelError::NoNewPrivs)
     }
 
     fn restrict_landlock(&mut self, plan: &LandlockPlan) -> Result<(), KernelError> {
