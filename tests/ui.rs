@@ -365,6 +365,46 @@ fn chromium_draws_the_fleet_in_its_colours_follows_a_finished_run_and_the_screen
     b.until(&format!("{} === 'amber'", row_class("quiet")));
 }
 
+/// A run whose argv is markup and escape sequences, drawn by a real Chromium: the flight row and
+/// the opened receipt show the text as text (the same text `box inspect` prints); no element of
+/// it is parsed and no script of it runs.
+#[test]
+fn chromium_shows_a_hostile_receipt_as_text_and_runs_none_of_it() {
+    let Some(path) = chromium() else {
+        return;
+    };
+    let repo = Repo::new();
+    repo.ok(&["box", "create", "hostile", "--isolation", "process"]);
+    let img = "<img src=x onerror=\"window.pwned='img'\">";
+    let script = "<script>window.pwned='script'</script>";
+    let escapes = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m";
+    repo.ok(&["box", "run", "hostile", "--", "printf", "%s", img, script, escapes]);
+    let c = Console::start(&repo);
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = Browser::launch(path, profile.path());
+    b.open(&format!("{}#box=hostile", c.url));
+    b.until("document.querySelectorAll('table.flight tr[data-seq]').length === 1");
+    let cell = b.eval("document.querySelector('table.flight tr[data-seq]').cells[5].textContent");
+    let cell = cell.as_str().unwrap();
+    assert!(cell.contains(img) && cell.contains(script), "{cell}");
+    assert!(
+        !cell.contains(['\u{1b}', '\u{7}', '\u{9b}']),
+        "a raw control reached the page: {cell:?}"
+    );
+    b.eval("document.querySelector('table.flight tr[data-seq]').click()");
+    b.until("!!document.querySelector('#receipt pre') && document.querySelector('#receipt pre').textContent.length > 0");
+    let shown = b.eval("document.querySelector('#receipt pre').textContent");
+    let seq = b.eval("document.querySelector('table.flight tr[data-seq]').dataset.seq");
+    let printed = repo.ok(&["box", "inspect", "hostile", "--capture", seq.as_str().unwrap()]);
+    assert_eq!(shown, printed.trim_end());
+    assert!(printed.contains(script), "{printed}");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#detail img, #detail script, #boxes img').length"),
+        0
+    );
+    assert_eq!(b.eval("typeof window.pwned"), "undefined");
+}
+
 /// `h5i ui --open`: `xdg-open` (a stand-in on PATH that records what it was given) gets the path
 /// of a private file and nothing else: the token is in neither its argv nor its environment;
 /// the file is 0600 in a 0700 directory of the store and leads to the URL; it is gone once the
@@ -546,9 +586,10 @@ fn more_colours_case(as_user: bool) {
     };
     c.write(
         ".h5i/env.toml",
-        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n",
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n\
+         [service.web]\ncommand = \"exec python3 -m http.server 8000 --bind 127.0.0.1\"\nport = 8000\n",
     );
-    c.commit_all("a wall-clock limit");
+    c.commit_all("a wall-clock limit and a service");
     c.create_at_with("slow", "process", &["--profile", "quick"]);
     let out = c.h5i(&["box", "run", "slow", "--", "sleep", "60"]);
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
@@ -559,6 +600,14 @@ fn more_colours_case(as_user: bool) {
         "claims",
         r#"printf '{"kind":"command","argv":["make","test"]}' > "$H5I_ENV_CAPTURE_SPOOL/01-cmd.json""#,
     );
+    // A real change in the workspace (the diffstat), and the box's own account of the file it
+    // wrote (the flight recorder's FS lane).
+    c.in_box(
+        "claims",
+        r#"printf 'one\ntwo\n' > notes.txt && printf '%s' '{"kind":"tool-call","source":"claude-code","payload":"{\"tool_name\":\"Write\",\"tool_input\":{\"file_path\":\"notes.txt\"}}"}' > "$H5I_ENV_CAPTURE_SPOOL/02-write.json""#,
+    );
+    c.ok(&["box", "service", "start", "claims", "web"]);
+    c.ok(&["box", "abort", "loose"]);
 
     let con = Console::of(&c);
     let fleet = con.fleet();
@@ -575,6 +624,10 @@ fn more_colours_case(as_user: bool) {
         "workspace tier: nothing was confined",
     );
     assert_signal(&fleet, "claims", "plain", "last run exit 0");
+    // Each row's state is the box's own (`box abort` changed one).
+    assert_eq!(fleet_row(&fleet, "slow")["state"], "active", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "claims")["state"], "active", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "loose")["state"], "aborted", "{fleet}");
 
     let (cookie, base) = con.login();
     let flight = |name: &str| {
@@ -597,10 +650,77 @@ fn more_colours_case(as_user: bool) {
     let (run, claimed): (Vec<_>, Vec<_>) = claims
         .iter()
         .partition(|r| r["evidence"] == "host-observed");
-    assert_eq!((run.len(), claimed.len()), (1, 1), "{claims:?}");
-    assert_eq!(run[0]["colour"], "plain", "{claims:?}");
-    assert_eq!(claimed[0]["colour"], "grey", "{claims:?}");
-    assert_eq!(claimed[0]["lane"], "inbox-capture", "{claims:?}");
+    assert_eq!((run.len(), claimed.len()), (2, 2), "{claims:?}");
+    assert!(run.iter().all(|r| r["colour"] == "plain"), "{claims:?}");
+    for r in &claimed {
+        assert_eq!(r["colour"], "grey", "{claims:?}");
+        assert_eq!(r["lane"], "inbox-capture", "{claims:?}");
+    }
+    // The RES lane: the kill's wall time (the 1 s limit) and its memory figure.
+    let res = killed[0]["cells"][3].as_str().unwrap();
+    let wall: u64 = res
+        .strip_prefix("wall ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("RES: {res}"));
+    assert!((1000..30_000).contains(&wall), "{res}");
+    assert!(res.contains(", max-rss ") && res.ends_with(" KiB"), "{res}");
+    console_detail_case(&c, &con);
+}
+
+/// The picked box's detail as `claims` ended up in [`more_colours_case`]: its services panel is
+/// `box service status --json`'s (the running server, then the stopped one with its exit), its
+/// enforced policy `box status --json`'s, its diffstat `box diff --stat`'s over the file the
+/// box wrote, and that write is the FS cell of the box's own claim.
+fn console_detail_case(c: &Caller, con: &Console) {
+    let (cookie, base) = con.login();
+    let detail = || con.get(&cookie, &format!("{base}api/box/claims")).json();
+    let cli_json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&c.ok(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let d = detail();
+    let services = &d["services"]["services"];
+    assert_eq!(services.as_array().map(Vec::len), Some(1), "{d}");
+    assert_eq!(services[0]["service"], "web", "{d}");
+    assert_eq!(services[0]["alive"], true, "{d}");
+    assert!(services[0]["host_port"].as_u64().is_some(), "{d}");
+    let cli = cli_json(&["box", "service", "status", "claims", "--json"]);
+    assert_eq!(d["services"], cli, "as {}", c.who());
+    c.ok(&["box", "service", "stop", "claims", "web"]);
+    let d = detail();
+    let stopped = &d["services"]["services"][0];
+    assert_eq!(stopped["alive"], false, "{d}");
+    assert!(stopped["last_exit"].is_i64(), "{d}");
+    assert_eq!(
+        d["services"],
+        cli_json(&["box", "service", "status", "claims", "--json"])
+    );
+
+    let status = cli_json(&["box", "status", "claims", "--json"]);
+    assert!(
+        status["enforced"].as_array().is_some_and(|e| !e.is_empty()),
+        "{status}"
+    );
+    assert_eq!(d["status"]["enforced"], status["enforced"], "{d}");
+    assert_eq!(d["status"]["tier"], status["tier"], "{d}");
+
+    let stat = c.ok(&["box", "diff", "claims", "--stat"]);
+    assert!(stat.contains("notes.txt"), "{stat}");
+    let lines: Vec<&str> = d["diffstat"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.join("\n"), stat.trim_end(), "{d}");
+
+    let fs: Vec<&str> = d["flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["cells"][0].as_str())
+        .collect();
+    assert_eq!(fs, ["claimed tool-call: Write notes.txt"], "{d}");
 }
 
 #[test]
