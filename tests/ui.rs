@@ -405,60 +405,128 @@ fn chromium_shows_a_hostile_receipt_as_text_and_runs_none_of_it() {
     assert_eq!(b.eval("typeof window.pwned"), "undefined");
 }
 
-/// `h5i ui --open`: `xdg-open` (a stand-in on PATH that records what it was given) gets the path
-/// of a private file and nothing else: the token is in neither its argv nor its environment;
-/// the file is 0600 in a 0700 directory of the store and leads to the URL; it is gone once the
-/// token was presented. A cross-site request is still refused everywhere but at the token's
-/// trade, and there without the token.
-#[test]
-fn open_hands_the_browser_a_private_file_and_never_the_token() {
-    let repo = Repo::new();
-    let fake = tempfile::tempdir().unwrap();
+/// `h5i ui --open`, run by root and by h5i-test with a HOME of its own: `xdg-open` (a stand-in
+/// on PATH that records what it was given) gets the path of a private file and nothing else;
+/// the file (0600 in a 0700 directory of the store) leads to a one-time code, not the session
+/// token, which is in no file under the store or HOME, nor in xdg-open's argv or environment;
+/// a box cannot read the file or find the code; the code is traded for the cookie once (from
+/// another site: the `file:` page), removing the file, and refused on second use.
+fn open_case(as_user: bool) {
+    let Some(c) = caller(as_user, "h5i ui --open") else {
+        return;
+    };
+    let (fake, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let record = fake_opener(fake.path());
-    let c = Console::start_opening(&repo, Some(fake.path()));
-    let token = c.token_path()["/?token=".len()..].to_string();
-    assert_eq!(token.len(), 64, "{}", c.url);
+    for p in [fake.path(), &record, &record.join("done"), home.path()] {
+        std::os::unix::fs::chown(p, Some(c.uid()), None).unwrap();
+    }
+    let mut c = c
+        .with_env("PATH", &path_with(fake.path()))
+        .with_env("HOME", home.path().to_str().unwrap());
+    c.create_at("b", "process");
+    let con = Console::spawn(c.h5i_in(&c.repo(), &["ui", "--port", "0", "--open"]));
+    let who = c.who();
+    let token = con.token_path()["/?token=".len()..].to_string();
+    assert_eq!(token.len(), 64, "{}", con.url);
     opened(&record);
     let argv = recorded(&record, "argv");
     let env = recorded(&record, "env");
-    assert!(
-        !argv.contains(&token),
-        "the token is in xdg-open's argv: {argv}"
-    );
-    assert!(
-        !env.contains(&token),
-        "the token is in xdg-open's environment"
-    );
+    assert!(!argv.contains(&token), "{who}: the token is in xdg-open's argv: {argv}");
+    assert!(!env.contains(&token), "{who}: the token is in xdg-open's environment");
     let args: Vec<&str> = argv.lines().skip(1).collect();
     assert_eq!(args.len(), 1, "{argv}");
     let file = std::path::PathBuf::from(args[0]);
-    let handoff = repo.path().join(".git/.h5i/handoff");
-    assert_eq!(file.parent(), Some(handoff.as_path()), "{argv}");
+    let store = c.repo().join(".git/.h5i");
+    assert_eq!(file.parent(), Some(store.join("handoff").as_path()), "{argv}");
     assert_eq!(recorded(&record, "mode").trim(), "600");
     assert_eq!(recorded(&record, "dirmode").trim(), "700");
     let page = recorded(&record, "page");
-    assert!(
-        page.contains(&format!("content=\"0;url={}\"", c.url)),
-        "{page}"
-    );
+    let prefix = format!("content=\"0;url=http://127.0.0.1:{}/?code=", con.port);
+    let code = page
+        .split_once(&prefix)
+        .map(|(_, rest)| rest[..rest.find('"').unwrap()].to_string())
+        .unwrap_or_else(|| panic!("{who}: the file leads to no one-time code: {page}"));
+    assert_eq!(code.len(), 64, "{page}");
+    assert_ne!(code, token);
     assert!(file.exists(), "the file went before the browser came");
+    // The session token is written nowhere: not under the store, not under HOME.
+    for dir in [store.as_path(), home.path()] {
+        let holding = common::files_containing(dir, token.as_bytes());
+        assert!(holding.is_empty(), "{who}: the session token is on disk: {holding:?}");
+    }
+    assert_eq!(
+        common::files_containing(&store, code.as_bytes()),
+        [file.display().to_string()],
+        "{who}: the code is somewhere besides its handoff file"
+    );
+    // A box of this clone can neither read the file nor find the code.
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "b",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "cat '{}' 2>&1; echo cat=$?; timeout 120 grep -rslF {code} /work /tmp /.h5i \"$HOME\" 2>/dev/null; echo grep=$?",
+            file.display()
+        ),
+    ]);
+    let inside = format!("{}{}", common::stdout(&out), stderr(&out));
+    assert!(
+        !inside.contains("cat=0") && !inside.contains(&code),
+        "{who}: the box read the handoff: {inside}"
+    );
+    assert!(
+        (inside.contains("grep=1") || inside.contains("grep=2"))
+            && !inside.lines().any(|l| l.starts_with('/')),
+        "{who}: a file in the box holds the code: {inside}"
+    );
 
-    // Hostile: another site without the token, and another site under the session path with
-    // a session, are refused; a cross-site request with the token is the trade and nothing else.
+    // Hostile: another site without the code or with a wrong one is refused and leaves the
+    // file; the code's trade from another site sets the cookie, removes the file, and the code
+    // opens nothing a second time.
     let cross = ("Sec-Fetch-Site", "cross-site");
-    for path in ["/", "/?token=", &format!("/?token={}", "0".repeat(64))] {
-        let r = request(c.port, "GET", path, &[cross]);
-        assert_eq!(r.status, 403, "{path}: {r:?}");
+    for path in [
+        "/".to_string(),
+        "/?token=".to_string(),
+        "/?code=".to_string(),
+        format!("/?code={}", "0".repeat(64)),
+        format!("/?code={token}"),
+    ] {
+        let r = request(con.port, "GET", &path, &[cross]);
+        assert!(r.status == 403 || r.status == 401, "{path}: {r:?}");
+        assert!(r.header("set-cookie").is_none(), "{path}: {r:?}");
     }
     assert!(file.exists(), "a refused request removed the handoff file");
-    let r = request(c.port, "GET", c.token_path(), &[cross]);
-    assert_eq!(r.status, 200, "{r:?}");
-    assert!(!file.exists(), "the handoff file outlived the token's use");
+    let with_code = format!("/?code={code}");
+    // Not a method but GET, even with the code (and the code survives the refusal).
+    assert_eq!(request(con.port, "POST", &with_code, &[cross]).status, 405);
+    let r = request(con.port, "GET", &with_code, &[cross]);
+    assert_eq!(r.status, 200, "{who}: {r:?}");
+    assert!(!file.exists(), "the handoff file outlived the code's use");
     let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap();
     let base = refresh_to(&r);
-    assert_eq!(c.get(cookie, &base).status, 200);
-    let r = request(c.port, "GET", &base, &[("Cookie", cookie), cross]);
+    assert_eq!(con.get(cookie, &base).status, 200);
+    let again = request(con.port, "GET", &with_code, &[cross]);
+    assert_eq!(again.status, 401, "{who}: the one-time code worked twice: {again:?}");
+    assert!(again.header("set-cookie").is_none(), "{again:?}");
+    let again = request(con.port, "GET", &with_code, &[]);
+    assert_eq!(again.status, 401, "{who}: {again:?}");
+    let r = request(con.port, "GET", &base, &[("Cookie", cookie), cross]);
     assert_eq!(r.status, 403, "{r:?}");
+    // The printed token still opens the console.
+    assert_eq!(request(con.port, "GET", con.token_path(), &[]).status, 303);
+}
+
+#[test]
+fn open_hands_the_browser_a_one_time_code_and_never_the_token() {
+    open_case(false);
+}
+
+#[test]
+fn open_hands_the_browser_a_one_time_code_and_never_the_token_as_h5i_test() {
+    open_case(true);
 }
 
 /// The handoff file as a real browser loads it: a `file:` page, so its navigation to the
