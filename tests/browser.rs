@@ -2466,7 +2466,8 @@ fn viewer_lock_case(as_user: bool) {
     };
     let who = c.who();
     let _removed = RemovedAtEnd(&c, "web");
-    let mend = "to fix: start its browser and stream it: `h5i box run web -- agent-browser stream enable`";
+    let mend =
+        "to fix: start its browser and stream it: `h5i box run web -- agent-browser stream enable`";
     let refused = |why: &str| {
         let out = c.h5i(&["box", "view", "web", "--port", "0"]);
         assert_ne!(out.status.code(), Some(0), "{who}: {}", stdout(&out));
@@ -2501,7 +2502,11 @@ fn viewer_lock_case(as_user: bool) {
     assert_eq!(holder(&c), "human", "{who}");
     term.send(b"\x03");
     assert_eq!(term.finish(), 0, "{}", term.session.transcript());
-    assert_eq!(holder(&c), "agent", "{who}: leaving while driving kept the lock");
+    assert_eq!(
+        holder(&c),
+        "agent",
+        "{who}: leaving while driving kept the lock"
+    );
     let control = records_of(&c, "web", "control");
     let actions: Vec<&str> = control[before..]
         .iter()
@@ -2516,13 +2521,19 @@ fn viewer_lock_case(as_user: bool) {
     term.row_where("driving", |r| r.contains("│ driving │"));
     let viewer = common::caller::h5i_pid(term.session.child.id());
     let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
-    assert_ne!(rc, 0, "{who}: the agent clicked while the human drove: {agent}");
+    assert_ne!(
+        rc, 0,
+        "{who}: the agent clicked while the human drove: {agent}"
+    );
     // SAFETY: kill(2) of the h5i viewer this test started (runuser's child for h5i-test).
     assert_eq!(unsafe { libc::kill(viewer, libc::SIGKILL) }, 0);
     term.finish();
     // The agent's own verb hands back the lock of a viewer that is gone.
     let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
-    assert_eq!(rc, 0, "{who}: the dead viewer's lock still refuses the agent: {agent}");
+    assert_eq!(
+        rc, 0,
+        "{who}: the dead viewer's lock still refuses the agent: {agent}"
+    );
     assert_eq!(holder(&c), "agent", "{who}");
     let control = records_of(&c, "web", "control");
     let last = control.last().unwrap();
@@ -2554,7 +2565,11 @@ fn viewer_lock_case(as_user: bool) {
     assert_eq!(holder(&c), "human", "{who}");
     let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
     assert_ne!(rc, 0, "{who}: {agent}");
-    assert_eq!(holder(&c), "human", "{who}: a lock taken by hand was handed back");
+    assert_eq!(
+        holder(&c),
+        "human",
+        "{who}: a lock taken by hand was handed back"
+    );
     c.ok(&["browser", "release", "web"]);
 
     // Every viewer-session record: the viewer lane, a time, and the killed one ended by the

@@ -378,7 +378,9 @@ fn chromium_shows_a_hostile_receipt_as_text_and_runs_none_of_it() {
     let img = "<img src=x onerror=\"window.pwned='img'\">";
     let script = "<script>window.pwned='script'</script>";
     let escapes = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m";
-    repo.ok(&["box", "run", "hostile", "--", "printf", "%s", img, script, escapes]);
+    repo.ok(&[
+        "box", "run", "hostile", "--", "printf", "%s", img, script, escapes,
+    ]);
     let c = Console::start(&repo);
     let profile = tempfile::tempdir().unwrap();
     let mut b = Browser::launch(path, profile.path());
@@ -395,7 +397,13 @@ fn chromium_shows_a_hostile_receipt_as_text_and_runs_none_of_it() {
     b.until("!!document.querySelector('#receipt pre') && document.querySelector('#receipt pre').textContent.length > 0");
     let shown = b.eval("document.querySelector('#receipt pre').textContent");
     let seq = b.eval("document.querySelector('table.flight tr[data-seq]').dataset.seq");
-    let printed = repo.ok(&["box", "inspect", "hostile", "--capture", seq.as_str().unwrap()]);
+    let printed = repo.ok(&[
+        "box",
+        "inspect",
+        "hostile",
+        "--capture",
+        seq.as_str().unwrap(),
+    ]);
     assert_eq!(shown, printed.trim_end());
     assert!(printed.contains(script), "{printed}");
     assert_eq!(
@@ -431,13 +439,23 @@ fn open_case(as_user: bool) {
     opened(&record);
     let argv = recorded(&record, "argv");
     let env = recorded(&record, "env");
-    assert!(!argv.contains(&token), "{who}: the token is in xdg-open's argv: {argv}");
-    assert!(!env.contains(&token), "{who}: the token is in xdg-open's environment");
+    assert!(
+        !argv.contains(&token),
+        "{who}: the token is in xdg-open's argv: {argv}"
+    );
+    assert!(
+        !env.contains(&token),
+        "{who}: the token is in xdg-open's environment"
+    );
     let args: Vec<&str> = argv.lines().skip(1).collect();
     assert_eq!(args.len(), 1, "{argv}");
     let file = std::path::PathBuf::from(args[0]);
     let store = c.repo().join(".git/.h5i");
-    assert_eq!(file.parent(), Some(store.join("handoff").as_path()), "{argv}");
+    assert_eq!(
+        file.parent(),
+        Some(store.join("handoff").as_path()),
+        "{argv}"
+    );
     assert_eq!(recorded(&record, "mode").trim(), "600");
     assert_eq!(recorded(&record, "dirmode").trim(), "700");
     let page = recorded(&record, "page");
@@ -452,7 +470,10 @@ fn open_case(as_user: bool) {
     // The session token is written nowhere: not under the store, not under HOME.
     for dir in [store.as_path(), home.path()] {
         let holding = common::files_containing(dir, token.as_bytes());
-        assert!(holding.is_empty(), "{who}: the session token is on disk: {holding:?}");
+        assert!(
+            holding.is_empty(),
+            "{who}: the session token is on disk: {holding:?}"
+        );
     }
     assert_eq!(
         common::files_containing(&store, code.as_bytes()),
@@ -509,7 +530,10 @@ fn open_case(as_user: bool) {
     let base = refresh_to(&r);
     assert_eq!(con.get(cookie, &base).status, 200);
     let again = request(con.port, "GET", &with_code, &[cross]);
-    assert_eq!(again.status, 401, "{who}: the one-time code worked twice: {again:?}");
+    assert_eq!(
+        again.status, 401,
+        "{who}: the one-time code worked twice: {again:?}"
+    );
     assert!(again.header("set-cookie").is_none(), "{again:?}");
     let again = request(con.port, "GET", &with_code, &[]);
     assert_eq!(again.status, 401, "{who}: {again:?}");

@@ -257,8 +257,7 @@ pub(super) fn append_record(
 
 /// Whether `c` is a human's lock taken through a viewer process that has ended.
 fn held_by_a_gone_viewer(c: &Control) -> Option<ProcId> {
-    c.viewer
-        .filter(|v| c.holder == Holder::Human && !v.alive())
+    c.viewer.filter(|v| c.holder == Holder::Human && !v.alive())
 }
 
 /// The control state of box `sb`, after handing a lock whose viewer has ended back to the

@@ -320,8 +320,14 @@ mod tests {
         let code = url.split_once("?code=").unwrap().1.to_string();
         assert_ne!(code, g.token);
         assert!(!url.contains(&g.token));
-        assert_eq!(g.take_code(&root(&format!("token={}", g.token))), Code::Absent);
-        assert_eq!(g.take_code(&root(&format!("code={}", g.token))), Code::Refused);
+        assert_eq!(
+            g.take_code(&root(&format!("token={}", g.token))),
+            Code::Absent
+        );
+        assert_eq!(
+            g.take_code(&root(&format!("code={}", g.token))),
+            Code::Refused
+        );
         assert_eq!(g.take_code(&root(&format!("code={code}x"))), Code::Refused);
         assert_eq!(g.take_code(&root(&format!("code={code}"))), Code::Taken);
         assert_eq!(g.take_code(&root(&format!("code={code}"))), Code::Refused);
