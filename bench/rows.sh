@@ -518,42 +518,49 @@ for tier in process supervised container; do
 done
 
 # Frame latency of the human's viewers of a box's browser (issue 17): a process-tier browser box
-# (root: its browser is the box-lifetime sidecar) serves a page whose body turns another colour
-# on every click; bench/view-latency.py connects a viewer, waits for its first frame and leaves
-# (the baseline), or also clicks the page through the viewer and waits for the next frame (h5i):
-# the added time is input to changed frame, on the viewer's side. The browser viewer is served
-# once for the row (its URL read from its stdout, the lock taken for root by `h5i browser take`);
-# the terminal viewer runs per invocation on a pty whose terminal answers as kitty does, and
-# takes the lock with `i` itself.
+# (root: its browser is the box-lifetime sidecar) shows a page that paints its body black or
+# white by the wall clock, turning at every 500 ms boundary; bench/view-latency.py connects a
+# viewer, waits for its first frame and then for the next boundary (the baseline), or, after
+# that boundary, for the first frame that shows the change (h5i; decoded and checked to be the
+# new colour): the added time is page change to changed frame, on the viewer's side, and each
+# h5i run also prints it measured alone. The browser viewer is served once for the row (its
+# URL read from its stdout); the terminal viewer runs per invocation on a pty whose terminal
+# answers as kitty does. No input is sent: the page changes by itself.
 VIEW_SETUP='
     mkdir -p "$ROW_DIR/repo/app" "$ROW_DIR/repo/.h5i" && cd "$ROW_DIR/repo"
     git init -q -b main && git config user.name bench && git config user.email bench@example.invalid
-    printf "<!doctype html><title>bench</title><body style=\"margin:0;height:100vh;background:#fff\" onclick=\"this.style.background = this.style.background === \x27rgb(0, 0, 0)\x27 ? \x27#fff\x27 : \x27#000\x27\"></body>" >app/index.html
+    cat >app/index.html <<"PAGE"
+<!doctype html><title>bench</title><body style="margin:0;height:100vh;background:#fff"><script>
+function turn() { var n = Date.now(); document.body.style.background = Math.floor(n / 500) % 2 ? "#000" : "#fff"; setTimeout(turn, 500 - n % 500); }
+turn();
+</script></body>
+PAGE
     printf "[profile.web]\nisolation = \"process\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\n[service.demo]\ncommand = \"exec python3 -m http.server 3000 --bind 127.0.0.1 --directory /work/app\"\nport = 3000\n" >.h5i/env.toml
     git add -A && git commit -qm bench-view
     "$H5I" box create bench-view --profile web >/dev/null
     "$H5I" box service start bench-view demo >/dev/null
     "$H5I" box run bench-view -- agent-browser open http://127.0.0.1:3000/ >/dev/null'
 add_row view-frame-browser \
-    --title 'h5i box view (browser viewer): connect, first frame, click, changed frame vs connect and first frame' \
+    --title 'h5i box view (browser viewer): connect, first frame, page change, changed frame vs connect, first frame, page change' \
     --setup "$VIEW_SETUP"'
-    "$H5I" browser take bench-view >/dev/null
     "$H5I" box view bench-view --port 0 >"$ROW_DIR/url" 2>/dev/null &
     echo $! >"$ROW_DIR/pid"
     for _ in $(seq 200); do [ -s "$ROW_DIR/url" ] && break; sleep 0.05; done' \
     --cwd '$ROW_DIR/repo' \
     --baseline 'python3 $ROOT/bench/view-latency.py browser $ROW_DIR/url' \
     --h5i 'python3 $ROOT/bench/view-latency.py browser $ROW_DIR/url --change' \
+    --check 'python3 "$ROOT/bench/view-latency.py" browser "$ROW_DIR/url" --change | grep -q "^latency_ms "' \
     --teardown 'kill "$(cat "$ROW_DIR/pid")"; "$H5I" box rm --force bench-view' \
     --runs 20 \
     --warmup 2 \
     --target 'added_ms:median < 250'
 add_row view-frame-term \
-    --title 'h5i box view --term (Kitty graphics on a pty): first image, i, click, changed image vs first image' \
+    --title 'h5i box view --term (Kitty graphics on a pty): first image, page change, changed image vs first image, page change' \
     --setup "$VIEW_SETUP" \
     --cwd '$ROW_DIR/repo' \
     --baseline 'python3 $ROOT/bench/view-latency.py term $H5I bench-view' \
     --h5i 'python3 $ROOT/bench/view-latency.py term $H5I bench-view --change' \
+    --check 'python3 "$ROOT/bench/view-latency.py" term "$H5I" bench-view --change | grep -q "^latency_ms "' \
     --teardown '"$H5I" box rm --force bench-view' \
     --runs 10 \
     --warmup 1 \

@@ -457,25 +457,7 @@ fn viewer_url_case(as_user: bool) {
     assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{who}");
     assert_eq!(meta.uid(), c.uid(), "{who}");
 
-    let (inside, rc) = box_sh(
-        &c,
-        "web",
-        &format!(
-            "cat '{}' 2>&1; echo cat=$?; timeout 120 grep -rslF {token} /work /tmp /.h5i /etc /run /var \"$HOME\" 2>/dev/null; echo grep=$?",
-            file.display()
-        ),
-    );
-    assert_eq!(rc, 0, "{who}: {inside}");
-    assert!(
-        !inside.contains("cat=0"),
-        "{who}: the box read the token file: {inside}"
-    );
-    // grep: 1 when nothing matched, 2 when a listed directory is absent too; 124 is a timeout.
-    assert!(
-        (inside.contains("grep=1") || inside.contains("grep=2"))
-            && !inside.lines().any(|l| l.starts_with('/')),
-        "{who}: a file in the box holds the token: {inside}"
-    );
+    token_out_of_reach(&c, "web", &token);
 
     for (args, want) in [
         (
@@ -505,6 +487,48 @@ fn viewer_url_case(as_user: bool) {
         "{who}: a refused ask minted a token"
     );
     c.ok(&["box", "rm", "--force", "web"]);
+}
+
+/// Box `name` of `c` cannot read its viewer token: not the token file, no file under the
+/// places a box can list (its workspace, /tmp, its store view, /etc, /run, /var, its HOME),
+/// and no process's argv or environment it can see.
+fn token_out_of_reach(c: &Caller, name: &str, token: &str) {
+    let who = c.who();
+    let file = c.box_dir(name).join("browser/viewer.token");
+    let (inside, rc) = box_sh(
+        c,
+        name,
+        &format!(
+            "cat '{}' 2>&1; echo cat=$?; timeout 120 grep -rslF {token} /work /tmp /.h5i /etc /run /var \"$HOME\" 2>/dev/null; echo grep=$?",
+            file.display()
+        ),
+    );
+    assert_eq!(rc, 0, "{who}: {inside}");
+    assert!(
+        !inside.contains("cat=0"),
+        "{who}: the box read the token file: {inside}"
+    );
+    // grep: 1 when nothing matched, 2 when a listed directory is absent too; 124 is a timeout.
+    assert!(
+        (inside.contains("grep=1") || inside.contains("grep=2"))
+            && !inside.lines().any(|l| l.starts_with('/')),
+        "{who}: a file in the box holds the token: {inside}"
+    );
+    // Every process the box sees, but this check's own (whose argv holds the token reversed,
+    // so no argv in the box holds it as it is).
+    let reversed: String = token.chars().rev().collect();
+    let (procs, rc) = box_sh(
+        c,
+        name,
+        &format!(
+            "python3 -c 'import os, sys\nt = sys.argv[1][::-1].encode()\nmine = {{os.getpid(), os.getppid()}}\nhits = []\nfor p in os.listdir(\"/proc\"):\n    if not p.isdigit() or int(p) in mine:\n        continue\n    for f in (\"cmdline\", \"environ\"):\n        try:\n            if t in open(\"/proc/%s/%s\" % (p, f), \"rb\").read():\n                hits.append(p + \"/\" + f)\n        except OSError:\n            pass\nprint(\"hits\", hits)' {reversed}"
+        ),
+    );
+    assert_eq!(rc, 0, "{who}: {procs}");
+    assert!(
+        procs.contains("hits []"),
+        "{who}: a process the box sees holds the token: {procs}"
+    );
 }
 
 #[test]
@@ -1543,26 +1567,15 @@ fn viewer_case(as_user: bool) {
             .trim(),
         url
     );
-    // Bound to loopback alone: the host's other addresses do not answer on the port.
-    let listening = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    let hex_port = format!(":{port:04X} ");
-    let lines: Vec<&str> = listening
-        .lines()
-        .filter(|l| {
-            l.split_whitespace()
-                .nth(1)
-                .is_some_and(|a| a.ends_with(hex_port.trim()))
-                && l.split_whitespace().nth(3) == Some("0A")
-        })
-        .collect();
+    // Bound to loopback alone: the viewer's one listening socket (TCP, TCP6 and unix read from
+    // its own socket table) is TCP on 127.0.0.1 at the printed port.
+    let sockets = common::listens(common::caller::h5i_pid(viewer.0.id()));
+    let want = format!("0100007F:{port:04X}");
     assert!(
-        !lines.is_empty()
-            && lines.iter().all(|l| l
-                .split_whitespace()
-                .nth(1)
-                .unwrap()
-                .starts_with("0100007F:")),
-        "the viewer listens beyond loopback: {lines:?}"
+        sockets.len() == 1
+            && sockets[0].starts_with("tcp: ")
+            && sockets[0].split_whitespace().nth(2) == Some(want.as_str()),
+        "the viewer listens beyond {want}: {sockets:?}"
     );
 
     // `--open`: xdg-open was handed a private file leading to the URL, never the token.
@@ -1986,6 +1999,9 @@ fn chromium_viewer_case(tier: &'static str, as_user: bool) {
         (shot_w, shot_h),
         "the page draws a frame unlike the in-box screenshot"
     );
+    // While the viewer serves (its token in its memory and in the page's URL), the box
+    // still cannot read the token.
+    token_out_of_reach(c, "web", &token);
 
     // h5i's status bar.
     let egress = match tier {
@@ -2428,6 +2444,177 @@ fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_t
 fn the_terminal_viewer_draws_a_supervised_boxs_browser_and_drives_it_only_with_the_lock_as_h5i_test(
 ) {
     term_case("supervised", true);
+}
+
+/// `browser status web --json`'s holder, as `c` asks.
+#[cfg(feature = "ui")]
+fn holder(c: &Caller) -> String {
+    let status: serde_json::Value =
+        serde_json::from_str(&c.ok(&["browser", "status", "web", "--json"])).unwrap();
+    status["holder"].as_str().unwrap().to_string()
+}
+
+/// The control lock a viewer holds, and a box whose browser does not stream: `h5i box view`
+/// refuses a box whose browser has not started and one whose browser stopped streaming, each
+/// with the mend, which works; leaving while driving (`--term`, Ctrl-C: `q` is the page's key
+/// then) hands the lock back; a viewer
+/// SIGKILLed while driving cannot, and the next `browser status` hands the lock back for it,
+/// recorded in the `viewer` lane (the agent acts again); a lock taken with `h5i browser take`
+/// (no viewer) is kept until its taker releases it. Every viewer-session record is in the
+/// `viewer` lane with its time.
+#[cfg(feature = "ui")]
+fn viewer_lock_case(as_user: bool) {
+    use common::kitty::Answers;
+    let Some(c) = demo_sidecar_box(as_user, "h5i box view's lock and stream") else {
+        return;
+    };
+    let who = c.who();
+    let _removed = RemovedAtEnd(&c, "web");
+    let mend =
+        "to fix: start its browser and stream it: `h5i box run web -- agent-browser stream enable`";
+    let refused = |why: &str| {
+        let out = c.h5i(&["box", "view", "web", "--port", "0"]);
+        assert_ne!(out.status.code(), Some(0), "{who}: {}", stdout(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("refusing: box `web` cannot be watched: ")
+                && err.contains(why)
+                && err.contains(mend),
+            "{who}: {err}"
+        );
+    };
+    // No run has started the box's browser yet.
+    refused("");
+    let (open, rc) = box_sh(
+        &c,
+        "web",
+        &format!("agent-browser open http://127.0.0.1:{APP_PORT}/ && agent-browser stream disable"),
+    );
+    assert_eq!(rc, 0, "{who}: {open}");
+    refused("the box's browser is not streaming");
+    let (mended, rc) = box_sh(&c, "web", "agent-browser stream enable");
+    assert_eq!(rc, 0, "{who}: {mended}");
+
+    let receipts = c.box_dir("web").join("receipts.jsonl");
+    let before = records_of(&c, "web", "control").len();
+    // Leaving while driving hands the lock back (a key is the page's while driving, so
+    // `q` would be typed there: Ctrl-C leaves).
+    let mut term = term_viewer(&c, Answers::Kitty);
+    term.row_where("watching", |r| r.contains("│ watching │"));
+    term.send(b"i");
+    term.row_where("driving", |r| r.contains("│ driving │"));
+    assert_eq!(holder(&c), "human", "{who}");
+    term.send(b"\x03");
+    assert_eq!(term.finish(), 0, "{}", term.session.transcript());
+    assert_eq!(
+        holder(&c),
+        "agent",
+        "{who}: leaving while driving kept the lock"
+    );
+    let control = records_of(&c, "web", "control");
+    let actions: Vec<&str> = control[before..]
+        .iter()
+        .map(|r| r["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["take", "release"], "{who}: {control:?}");
+
+    // A viewer killed while driving: its lock does not outlive it.
+    let mut term = term_viewer(&c, Answers::Kitty);
+    term.row_where("watching", |r| r.contains("│ watching │"));
+    term.send(b"i");
+    term.row_where("driving", |r| r.contains("│ driving │"));
+    let viewer = common::caller::h5i_pid(term.session.child.id());
+    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
+    assert_ne!(
+        rc, 0,
+        "{who}: the agent clicked while the human drove: {agent}"
+    );
+    // SAFETY: kill(2) of the h5i viewer this test started (runuser's child for h5i-test).
+    assert_eq!(unsafe { libc::kill(viewer, libc::SIGKILL) }, 0);
+    term.finish();
+    // The agent's own verb hands back the lock of a viewer that is gone.
+    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
+    assert_eq!(
+        rc, 0,
+        "{who}: the dead viewer's lock still refuses the agent: {agent}"
+    );
+    assert_eq!(holder(&c), "agent", "{who}");
+    let control = records_of(&c, "web", "control");
+    let last = control.last().unwrap();
+    assert_eq!(
+        (&last["action"], &last["holder"], &last["lane"]),
+        (
+            &serde_json::json!("release"),
+            &serde_json::json!("agent"),
+            &serde_json::json!("viewer")
+        ),
+        "{who}: {control:?}"
+    );
+    let by = last["by"].as_str().unwrap();
+    assert!(
+        by.contains(&format!("(pid {viewer}) ended while it held control")),
+        "{who}: {by}"
+    );
+    assert_eq!(
+        control
+            .iter()
+            .filter(|r| r["by"].as_str().is_some_and(|b| b.starts_with("h5i: ")))
+            .count(),
+        1,
+        "{who}: the gone viewer's lock was handed back more than once: {control:?}"
+    );
+
+    // A lock taken by hand names no viewer: nothing but its taker ends it.
+    c.ok(&["browser", "take", "web"]);
+    assert_eq!(holder(&c), "human", "{who}");
+    let (agent, rc) = box_sh(&c, "web", "agent-browser click '#go'");
+    assert_ne!(rc, 0, "{who}: {agent}");
+    assert_eq!(
+        holder(&c),
+        "human",
+        "{who}: a lock taken by hand was handed back"
+    );
+    c.ok(&["browser", "release", "web"]);
+
+    // Every viewer-session record: the viewer lane, a time, and the killed one ended by the
+    // next sweep (`box export`).
+    let out = tempfile::tempdir().unwrap();
+    hand_to(&c, out.path());
+    let dest = out.path().join("review");
+    c.ok(&["box", "export", "web", "--out", dest.to_str().unwrap()]);
+    let sessions = viewer_records(&receipts);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert_eq!(sessions.len(), 4, "{who}: {sessions:?}");
+    for r in &sessions {
+        assert_eq!(r["lane"], "viewer", "{who}: {r}");
+        let at = r["at_ms"].as_u64().unwrap();
+        assert!(
+            at <= now && now - at < 30 * 60 * 1000,
+            "{who}: a viewer session's time is not this run's: {r}"
+        );
+    }
+    let events: Vec<&str> = sessions
+        .iter()
+        .map(|r| r["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["opened", "closed", "opened", "killed"], "{who}");
+    assert_eq!(sessions[3]["took_control"], true, "{who}");
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn a_viewer_hands_its_lock_back_on_leaving_or_dying_and_an_unstreamed_browser_is_refused() {
+    viewer_lock_case(false);
+}
+
+#[cfg(feature = "ui")]
+#[test]
+fn a_viewer_hands_its_lock_back_on_leaving_or_dying_and_an_unstreamed_browser_is_refused_as_h5i_test(
+) {
+    viewer_lock_case(true);
 }
 
 /// What the egress tally of record `rec` counts under `key` (`allowed` or `denied`) for `dest`.

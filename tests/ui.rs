@@ -365,60 +365,192 @@ fn chromium_draws_the_fleet_in_its_colours_follows_a_finished_run_and_the_screen
     b.until(&format!("{} === 'amber'", row_class("quiet")));
 }
 
-/// `h5i ui --open`: `xdg-open` (a stand-in on PATH that records what it was given) gets the path
-/// of a private file and nothing else: the token is in neither its argv nor its environment;
-/// the file is 0600 in a 0700 directory of the store and leads to the URL; it is gone once the
-/// token was presented. A cross-site request is still refused everywhere but at the token's
-/// trade, and there without the token.
+/// A run whose argv is markup and escape sequences, drawn by a real Chromium: the flight row and
+/// the opened receipt show the text as text (the same text `box inspect` prints); no element of
+/// it is parsed and no script of it runs.
 #[test]
-fn open_hands_the_browser_a_private_file_and_never_the_token() {
+fn chromium_shows_a_hostile_receipt_as_text_and_runs_none_of_it() {
+    let Some(path) = chromium() else {
+        return;
+    };
     let repo = Repo::new();
-    let fake = tempfile::tempdir().unwrap();
+    repo.ok(&["box", "create", "hostile", "--isolation", "process"]);
+    let img = "<img src=x onerror=\"window.pwned='img'\">";
+    let script = "<script>window.pwned='script'</script>";
+    let escapes = "\u{1b}]0;owned\u{7}\u{1b}[2J\u{9b}31m";
+    repo.ok(&[
+        "box", "run", "hostile", "--", "printf", "%s", img, script, escapes,
+    ]);
+    let c = Console::start(&repo);
+    let profile = tempfile::tempdir().unwrap();
+    let mut b = Browser::launch(path, profile.path());
+    b.open(&format!("{}#box=hostile", c.url));
+    b.until("document.querySelectorAll('table.flight tr[data-seq]').length === 1");
+    let cell = b.eval("document.querySelector('table.flight tr[data-seq]').cells[5].textContent");
+    let cell = cell.as_str().unwrap();
+    assert!(cell.contains(img) && cell.contains(script), "{cell}");
+    assert!(
+        !cell.contains(['\u{1b}', '\u{7}', '\u{9b}']),
+        "a raw control reached the page: {cell:?}"
+    );
+    b.eval("document.querySelector('table.flight tr[data-seq]').click()");
+    b.until("!!document.querySelector('#receipt pre') && document.querySelector('#receipt pre').textContent.length > 0");
+    let shown = b.eval("document.querySelector('#receipt pre').textContent");
+    let seq = b.eval("document.querySelector('table.flight tr[data-seq]').dataset.seq");
+    let printed = repo.ok(&[
+        "box",
+        "inspect",
+        "hostile",
+        "--capture",
+        seq.as_str().unwrap(),
+    ]);
+    assert_eq!(shown, printed.trim_end());
+    assert!(printed.contains(script), "{printed}");
+    assert_eq!(
+        b.eval("document.querySelectorAll('#detail img, #detail script, #boxes img').length"),
+        0
+    );
+    assert_eq!(b.eval("typeof window.pwned"), "undefined");
+}
+
+/// `h5i ui --open`, run by root and by h5i-test with a HOME of its own: `xdg-open` (a stand-in
+/// on PATH that records what it was given) gets the path of a private file and nothing else;
+/// the file (0600 in a 0700 directory of the store) leads to a one-time code, not the session
+/// token, which is in no file under the store or HOME, nor in xdg-open's argv or environment;
+/// a box cannot read the file or find the code; the code is traded for the cookie once (from
+/// another site: the `file:` page), removing the file, and refused on second use.
+fn open_case(as_user: bool) {
+    let Some(c) = caller(as_user, "h5i ui --open") else {
+        return;
+    };
+    let (fake, home) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let record = fake_opener(fake.path());
-    let c = Console::start_opening(&repo, Some(fake.path()));
-    let token = c.token_path()["/?token=".len()..].to_string();
-    assert_eq!(token.len(), 64, "{}", c.url);
+    for p in [fake.path(), &record, &record.join("done"), home.path()] {
+        std::os::unix::fs::chown(p, Some(c.uid()), None).unwrap();
+    }
+    let mut c = c
+        .with_env("PATH", &path_with(fake.path()))
+        .with_env("HOME", home.path().to_str().unwrap());
+    c.create_at("b", "process");
+    let con = Console::spawn(c.h5i_in(&c.repo(), &["ui", "--port", "0", "--open"]));
+    let who = c.who();
+    let token = con.token_path()["/?token=".len()..].to_string();
+    assert_eq!(token.len(), 64, "{}", con.url);
     opened(&record);
     let argv = recorded(&record, "argv");
     let env = recorded(&record, "env");
     assert!(
         !argv.contains(&token),
-        "the token is in xdg-open's argv: {argv}"
+        "{who}: the token is in xdg-open's argv: {argv}"
     );
     assert!(
         !env.contains(&token),
-        "the token is in xdg-open's environment"
+        "{who}: the token is in xdg-open's environment"
     );
     let args: Vec<&str> = argv.lines().skip(1).collect();
     assert_eq!(args.len(), 1, "{argv}");
     let file = std::path::PathBuf::from(args[0]);
-    let handoff = repo.path().join(".git/.h5i/handoff");
-    assert_eq!(file.parent(), Some(handoff.as_path()), "{argv}");
+    let store = c.repo().join(".git/.h5i");
+    assert_eq!(
+        file.parent(),
+        Some(store.join("handoff").as_path()),
+        "{argv}"
+    );
     assert_eq!(recorded(&record, "mode").trim(), "600");
     assert_eq!(recorded(&record, "dirmode").trim(), "700");
     let page = recorded(&record, "page");
-    assert!(
-        page.contains(&format!("content=\"0;url={}\"", c.url)),
-        "{page}"
-    );
+    let prefix = format!("content=\"0;url=http://127.0.0.1:{}/?code=", con.port);
+    let code = page
+        .split_once(&prefix)
+        .map(|(_, rest)| rest[..rest.find('"').unwrap()].to_string())
+        .unwrap_or_else(|| panic!("{who}: the file leads to no one-time code: {page}"));
+    assert_eq!(code.len(), 64, "{page}");
+    assert_ne!(code, token);
     assert!(file.exists(), "the file went before the browser came");
+    // The session token is written nowhere: not under the store, not under HOME.
+    for dir in [store.as_path(), home.path()] {
+        let holding = common::files_containing(dir, token.as_bytes());
+        assert!(
+            holding.is_empty(),
+            "{who}: the session token is on disk: {holding:?}"
+        );
+    }
+    assert_eq!(
+        common::files_containing(&store, code.as_bytes()),
+        [file.display().to_string()],
+        "{who}: the code is somewhere besides its handoff file"
+    );
+    // A box of this clone can neither read the file nor find the code.
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "b",
+        "--",
+        "sh",
+        "-c",
+        &format!(
+            "cat '{}' 2>&1; echo cat=$?; timeout 120 grep -rslF {code} /work /tmp /.h5i \"$HOME\" 2>/dev/null; echo grep=$?",
+            file.display()
+        ),
+    ]);
+    let inside = format!("{}{}", common::stdout(&out), stderr(&out));
+    assert!(
+        !inside.contains("cat=0") && !inside.contains(&code),
+        "{who}: the box read the handoff: {inside}"
+    );
+    assert!(
+        (inside.contains("grep=1") || inside.contains("grep=2"))
+            && !inside.lines().any(|l| l.starts_with('/')),
+        "{who}: a file in the box holds the code: {inside}"
+    );
 
-    // Hostile: another site without the token, and another site under the session path with
-    // a session, are refused; a cross-site request with the token is the trade and nothing else.
+    // Hostile: another site without the code or with a wrong one is refused and leaves the
+    // file; the code's trade from another site sets the cookie, removes the file, and the code
+    // opens nothing a second time.
     let cross = ("Sec-Fetch-Site", "cross-site");
-    for path in ["/", "/?token=", &format!("/?token={}", "0".repeat(64))] {
-        let r = request(c.port, "GET", path, &[cross]);
-        assert_eq!(r.status, 403, "{path}: {r:?}");
+    for path in [
+        "/".to_string(),
+        "/?token=".to_string(),
+        "/?code=".to_string(),
+        format!("/?code={}", "0".repeat(64)),
+        format!("/?code={token}"),
+    ] {
+        let r = request(con.port, "GET", &path, &[cross]);
+        assert!(r.status == 403 || r.status == 401, "{path}: {r:?}");
+        assert!(r.header("set-cookie").is_none(), "{path}: {r:?}");
     }
     assert!(file.exists(), "a refused request removed the handoff file");
-    let r = request(c.port, "GET", c.token_path(), &[cross]);
-    assert_eq!(r.status, 200, "{r:?}");
-    assert!(!file.exists(), "the handoff file outlived the token's use");
+    let with_code = format!("/?code={code}");
+    // Not a method but GET, even with the code (and the code survives the refusal).
+    assert_eq!(request(con.port, "POST", &with_code, &[cross]).status, 405);
+    let r = request(con.port, "GET", &with_code, &[cross]);
+    assert_eq!(r.status, 200, "{who}: {r:?}");
+    assert!(!file.exists(), "the handoff file outlived the code's use");
     let cookie = r.header("set-cookie").unwrap().split(';').next().unwrap();
     let base = refresh_to(&r);
-    assert_eq!(c.get(cookie, &base).status, 200);
-    let r = request(c.port, "GET", &base, &[("Cookie", cookie), cross]);
+    assert_eq!(con.get(cookie, &base).status, 200);
+    let again = request(con.port, "GET", &with_code, &[cross]);
+    assert_eq!(
+        again.status, 401,
+        "{who}: the one-time code worked twice: {again:?}"
+    );
+    assert!(again.header("set-cookie").is_none(), "{again:?}");
+    let again = request(con.port, "GET", &with_code, &[]);
+    assert_eq!(again.status, 401, "{who}: {again:?}");
+    let r = request(con.port, "GET", &base, &[("Cookie", cookie), cross]);
     assert_eq!(r.status, 403, "{r:?}");
+    // The printed token still opens the console.
+    assert_eq!(request(con.port, "GET", con.token_path(), &[]).status, 303);
+}
+
+#[test]
+fn open_hands_the_browser_a_one_time_code_and_never_the_token() {
+    open_case(false);
+}
+
+#[test]
+fn open_hands_the_browser_a_one_time_code_and_never_the_token_as_h5i_test() {
+    open_case(true);
 }
 
 /// The handoff file as a real browser loads it: a `file:` page, so its navigation to the
@@ -546,9 +678,10 @@ fn more_colours_case(as_user: bool) {
     };
     c.write(
         ".h5i/env.toml",
-        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n",
+        "[profile.quick]\nisolation = \"process\"\n[profile.quick.resources]\nwall = \"1s\"\n\
+         [service.web]\ncommand = \"exec python3 -m http.server 8000 --bind 127.0.0.1\"\nport = 8000\n",
     );
-    c.commit_all("a wall-clock limit");
+    c.commit_all("a wall-clock limit and a service");
     c.create_at_with("slow", "process", &["--profile", "quick"]);
     let out = c.h5i(&["box", "run", "slow", "--", "sleep", "60"]);
     assert_eq!(out.status.code(), Some(124), "{}", stderr(&out));
@@ -559,6 +692,14 @@ fn more_colours_case(as_user: bool) {
         "claims",
         r#"printf '{"kind":"command","argv":["make","test"]}' > "$H5I_ENV_CAPTURE_SPOOL/01-cmd.json""#,
     );
+    // A real change in the workspace (the diffstat), and the box's own account of the file it
+    // wrote (the flight recorder's FS lane).
+    c.in_box(
+        "claims",
+        r#"printf 'one\ntwo\n' > notes.txt && printf '%s' '{"kind":"tool-call","source":"claude-code","payload":"{\"tool_name\":\"Write\",\"tool_input\":{\"file_path\":\"notes.txt\"}}"}' > "$H5I_ENV_CAPTURE_SPOOL/02-write.json""#,
+    );
+    c.ok(&["box", "service", "start", "claims", "web"]);
+    c.ok(&["box", "abort", "loose"]);
 
     let con = Console::of(&c);
     let fleet = con.fleet();
@@ -575,6 +716,10 @@ fn more_colours_case(as_user: bool) {
         "workspace tier: nothing was confined",
     );
     assert_signal(&fleet, "claims", "plain", "last run exit 0");
+    // Each row's state is the box's own (`box abort` changed one).
+    assert_eq!(fleet_row(&fleet, "slow")["state"], "active", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "claims")["state"], "active", "{fleet}");
+    assert_eq!(fleet_row(&fleet, "loose")["state"], "aborted", "{fleet}");
 
     let (cookie, base) = con.login();
     let flight = |name: &str| {
@@ -597,10 +742,77 @@ fn more_colours_case(as_user: bool) {
     let (run, claimed): (Vec<_>, Vec<_>) = claims
         .iter()
         .partition(|r| r["evidence"] == "host-observed");
-    assert_eq!((run.len(), claimed.len()), (1, 1), "{claims:?}");
-    assert_eq!(run[0]["colour"], "plain", "{claims:?}");
-    assert_eq!(claimed[0]["colour"], "grey", "{claims:?}");
-    assert_eq!(claimed[0]["lane"], "inbox-capture", "{claims:?}");
+    assert_eq!((run.len(), claimed.len()), (2, 2), "{claims:?}");
+    assert!(run.iter().all(|r| r["colour"] == "plain"), "{claims:?}");
+    for r in &claimed {
+        assert_eq!(r["colour"], "grey", "{claims:?}");
+        assert_eq!(r["lane"], "inbox-capture", "{claims:?}");
+    }
+    // The RES lane: the kill's wall time (the 1 s limit) and its memory figure.
+    let res = killed[0]["cells"][3].as_str().unwrap();
+    let wall: u64 = res
+        .strip_prefix("wall ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("RES: {res}"));
+    assert!((1000..30_000).contains(&wall), "{res}");
+    assert!(res.contains(", max-rss ") && res.ends_with(" KiB"), "{res}");
+    console_detail_case(&c, &con);
+}
+
+/// The picked box's detail as `claims` ended up in [`more_colours_case`]: its services panel is
+/// `box service status --json`'s (the running server, then the stopped one with its exit), its
+/// enforced policy `box status --json`'s, its diffstat `box diff --stat`'s over the file the
+/// box wrote, and that write is the FS cell of the box's own claim.
+fn console_detail_case(c: &Caller, con: &Console) {
+    let (cookie, base) = con.login();
+    let detail = || con.get(&cookie, &format!("{base}api/box/claims")).json();
+    let cli_json = |args: &[&str]| -> serde_json::Value {
+        serde_json::from_str(&c.ok(args)).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    };
+    let d = detail();
+    let services = &d["services"]["services"];
+    assert_eq!(services.as_array().map(Vec::len), Some(1), "{d}");
+    assert_eq!(services[0]["service"], "web", "{d}");
+    assert_eq!(services[0]["alive"], true, "{d}");
+    assert!(services[0]["host_port"].as_u64().is_some(), "{d}");
+    let cli = cli_json(&["box", "service", "status", "claims", "--json"]);
+    assert_eq!(d["services"], cli, "as {}", c.who());
+    c.ok(&["box", "service", "stop", "claims", "web"]);
+    let d = detail();
+    let stopped = &d["services"]["services"][0];
+    assert_eq!(stopped["alive"], false, "{d}");
+    assert!(stopped["last_exit"].is_i64(), "{d}");
+    assert_eq!(
+        d["services"],
+        cli_json(&["box", "service", "status", "claims", "--json"])
+    );
+
+    let status = cli_json(&["box", "status", "claims", "--json"]);
+    assert!(
+        status["enforced"].as_array().is_some_and(|e| !e.is_empty()),
+        "{status}"
+    );
+    assert_eq!(d["status"]["enforced"], status["enforced"], "{d}");
+    assert_eq!(d["status"]["tier"], status["tier"], "{d}");
+
+    let stat = c.ok(&["box", "diff", "claims", "--stat"]);
+    assert!(stat.contains("notes.txt"), "{stat}");
+    let lines: Vec<&str> = d["diffstat"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(lines.join("\n"), stat.trim_end(), "{d}");
+
+    let fs: Vec<&str> = d["flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["cells"][0].as_str())
+        .collect();
+    assert_eq!(fs, ["claimed tool-call: Write notes.txt"], "{d}");
 }
 
 #[test]

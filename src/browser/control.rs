@@ -8,9 +8,18 @@
 //! receipt log as a `viewer`-lane record. The relay (`super::relay`) reads the file on every
 //! request the agent sends and enforces it.
 //!
+//! A lock a viewer took (`h5i box view`'s page, `--term`'s `i`) names that viewer process by
+//! pid and start time; a viewer that leaves hands it back itself, and one that was killed
+//! while it held the lock cannot, so [`current`] (run by `h5i browser status|take|release`,
+//! and by the relay before it judges an agent's request that a human's lock would refuse)
+//! hands a lock whose viewer is gone back to the agent and records that in the `viewer` lane.
+//! A lock taken with `h5i browser take` names no process and is only ever released by its
+//! taker.
+//!
 //! Must never: let a human take control that a human already holds (a second take is refused,
-//! never silently re-stamped), let anyone but the host user who took it release it, or mark
-//! the refs fresh on anything but a snapshot the daemon answered.
+//! never silently re-stamped), let anyone but the host user who took it release it (but h5i
+//! for a viewer that has ended), or mark the refs fresh on anything but a snapshot the daemon
+//! answered.
 //!
 //! Guarded by the unit tests below and `tests/browser.rs`.
 
@@ -24,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
 use crate::file_lock::{FileLock, LockKind};
+use crate::service::ProcId;
 use crate::store::{now_ms, write_atomic, BoxPaths, BoxStore, StoredBox};
 
 /// Who drives a box's browser.
@@ -56,6 +66,9 @@ pub struct Control {
     /// The host uid of the human who took it, while a human holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub taken_by_uid: Option<u32>,
+    /// The viewer process that took it, while a human holds it through a viewer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub viewer: Option<ProcId>,
     /// Whether the agent's @refs predate a human's turn: acting on one is refused until the
     /// agent snapshots again.
     pub refs_stale: bool,
@@ -67,6 +80,7 @@ impl Default for Control {
             holder: Holder::Agent,
             since_ms: 0,
             taken_by_uid: None,
+            viewer: None,
             refs_stale: false,
         }
     }
@@ -241,33 +255,114 @@ pub(super) fn append_record(
     Ok(())
 }
 
+/// Whether `c` is a human's lock taken through a viewer process that has ended.
+fn held_by_a_gone_viewer(c: &Control) -> Option<ProcId> {
+    c.viewer.filter(|v| c.holder == Holder::Human && !v.alive())
+}
+
+/// The control state of box `sb`, after handing a lock whose viewer has ended back to the
+/// agent (recorded in the `viewer` lane as a release by h5i for that viewer).
+pub fn current(sb: &StoredBox) -> Result<Control, ControlError> {
+    let c = read(&sb.paths);
+    if held_by_a_gone_viewer(&c).is_none() {
+        return Ok(c);
+    }
+    let mut gone = None;
+    let next = update(&sb.paths, |c| {
+        gone = held_by_a_gone_viewer(&c).zip(c.taken_by_uid);
+        Ok(match gone {
+            Some(_) => Control {
+                holder: Holder::Agent,
+                since_ms: now_ms(),
+                taken_by_uid: None,
+                viewer: None,
+                refs_stale: true,
+            },
+            None => c,
+        })
+    })?;
+    if let Some((viewer, uid)) = gone {
+        record_viewer(
+            sb,
+            RecordBody::Control {
+                action: "release".to_string(),
+                holder: Holder::Agent.as_str().to_string(),
+                by: format!(
+                    "h5i: the viewer of {} (pid {}) ended while it held control",
+                    user_label(uid),
+                    viewer.pid
+                ),
+            },
+        )?;
+    }
+    Ok(next)
+}
+
+/// The control state at `paths` as the relay judges an agent's request by: [`current`], when a
+/// human's lock names a viewer that has ended (the box's manifest read for the record); the
+/// state as read otherwise, or when that fails (a human's lock then still refuses the agent).
+pub fn read_for_agent(paths: &BoxPaths) -> Control {
+    let c = read(paths);
+    if held_by_a_gone_viewer(&c).is_none() {
+        return c;
+    }
+    let sb = match crate::store::read_manifest(paths) {
+        Ok(manifest) => StoredBox {
+            paths: paths.clone(),
+            manifest,
+        },
+        Err(_) => return c,
+    };
+    current(&sb).unwrap_or(c)
+}
+
 /// `h5i browser status NAME`.
 pub fn status(store: &BoxStore, name: &str) -> Result<Control, ControlError> {
     let sb = browser_box(store, name)?;
-    Ok(read(&sb.paths))
+    current(&sb)
 }
 
 /// `h5i browser take NAME`: a human takes control (never asks). Refused while a human holds it.
 pub fn take(store: &BoxStore, name: &str) -> Result<Control, ControlError> {
-    change(store, name, "take", decide_take)
+    change(store, name, "take", None, decide_take)
 }
 
-/// Apply `decide` for the calling host user under the lock, and record it as `action`.
+/// A viewer process (this one) takes control for its human: [`take`], naming the viewer, so a
+/// viewer killed while it holds the lock does not hold it for ever ([`current`]).
+pub fn take_for_viewer(store: &BoxStore, name: &str) -> Result<Control, ControlError> {
+    let me = ProcId::of(std::process::id() as i32).ok_or_else(|| {
+        ControlError::Box(BoxError::BadRequest {
+            what: "cannot read this viewer's own start time in /proc/self/stat".into(),
+            mend: "mount /proc, or take control with `h5i browser take`".into(),
+        })
+    })?;
+    change(store, name, "take", Some(me), decide_take)
+}
+
+/// Apply `decide` for the calling host user (through `viewer`, when a viewer process acts)
+/// under the lock, and record it as `action`.
 fn change(
     store: &BoxStore,
     name: &str,
     action: &str,
-    decide: fn(Control, u32, &str) -> Result<Control, ControlError>,
+    viewer: Option<ProcId>,
+    decide: fn(Control, u32, Option<ProcId>, &str) -> Result<Control, ControlError>,
 ) -> Result<Control, ControlError> {
     let sb = browser_box(store, name)?;
+    current(&sb)?;
     let me = caller_uid();
-    let next = update(&sb.paths, |c| decide(c, me, name))?;
+    let next = update(&sb.paths, |c| decide(c, me, viewer, name))?;
     record(&sb, action, next.holder)?;
     Ok(next)
 }
 
-/// The state after host user `me` takes control from `c`, or why not.
-fn decide_take(c: Control, me: u32, name: &str) -> Result<Control, ControlError> {
+/// The state after host user `me` (through `viewer`) takes control from `c`, or why not.
+fn decide_take(
+    c: Control,
+    me: u32,
+    viewer: Option<ProcId>,
+    name: &str,
+) -> Result<Control, ControlError> {
     match c.holder {
         Holder::Human => Err(ControlError::AlreadyHeld {
             name: name.to_string(),
@@ -278,13 +373,19 @@ fn decide_take(c: Control, me: u32, name: &str) -> Result<Control, ControlError>
             holder: Holder::Human,
             since_ms: now_ms(),
             taken_by_uid: Some(me),
+            viewer,
             refs_stale: c.refs_stale,
         }),
     }
 }
 
 /// The state after host user `me` releases control held as `c`, or why not.
-fn decide_release(c: Control, me: u32, name: &str) -> Result<Control, ControlError> {
+fn decide_release(
+    c: Control,
+    me: u32,
+    _viewer: Option<ProcId>,
+    name: &str,
+) -> Result<Control, ControlError> {
     match (c.holder, c.taken_by_uid) {
         (Holder::Agent, _) => Err(ControlError::NotHeld {
             name: name.to_string(),
@@ -297,6 +398,7 @@ fn decide_release(c: Control, me: u32, name: &str) -> Result<Control, ControlErr
             holder: Holder::Agent,
             since_ms: now_ms(),
             taken_by_uid: None,
+            viewer: None,
             refs_stale: true,
         }),
     }
@@ -305,7 +407,7 @@ fn decide_release(c: Control, me: u32, name: &str) -> Result<Control, ControlErr
 /// `h5i browser release NAME`: the human who took control hands it back; every @ref the agent
 /// holds is stale from here until it snapshots again.
 pub fn release(store: &BoxStore, name: &str) -> Result<Control, ControlError> {
-    change(store, name, "release", decide_release)
+    change(store, name, "release", None, decide_release)
 }
 
 /// The agent snapshotted (the daemon answered a snapshot): its refs are fresh again. A no-op
@@ -341,19 +443,35 @@ mod tests {
 
     #[test]
     fn a_second_take_and_a_release_by_anyone_but_the_taker_are_refused() {
-        let held = decide_take(Control::default(), 1000, "web").unwrap();
+        let held = decide_take(Control::default(), 1000, None, "web").unwrap();
         assert_eq!(held.holder, Holder::Human);
         assert_eq!(held.taken_by_uid, Some(1000));
-        let again = decide_take(held.clone(), 1000, "web").unwrap_err();
+        let again = decide_take(held.clone(), 1000, None, "web").unwrap_err();
         assert!(matches!(again, ControlError::AlreadyHeld { .. }), "{again}");
-        let other = decide_release(held.clone(), 1001, "web").unwrap_err();
+        let other = decide_release(held.clone(), 1001, None, "web").unwrap_err();
         assert!(matches!(other, ControlError::NotTaker { .. }), "{other}");
         assert!(other.to_string().contains("to fix: ask"), "{other}");
-        let back = decide_release(held, 1000, "web").unwrap();
+        let back = decide_release(held, 1000, None, "web").unwrap();
         assert_eq!(back.holder, Holder::Agent);
         assert!(back.refs_stale);
-        let none = decide_release(back, 1000, "web").unwrap_err();
+        let none = decide_release(back, 1000, None, "web").unwrap_err();
         assert!(matches!(none, ControlError::NotHeld { .. }), "{none}");
+    }
+
+    #[test]
+    fn only_a_lock_naming_a_viewer_that_ended_is_a_gone_viewers() {
+        let me = ProcId::of(std::process::id() as i32).unwrap();
+        let gone = ProcId {
+            pid: me.pid,
+            start: me.start + 1,
+        };
+        let by = |viewer| decide_take(Control::default(), 1000, viewer, "web").unwrap();
+        assert_eq!(held_by_a_gone_viewer(&by(Some(me))), None);
+        assert_eq!(held_by_a_gone_viewer(&by(None)), None);
+        assert_eq!(held_by_a_gone_viewer(&by(Some(gone))), Some(gone));
+        let back = decide_release(by(Some(gone)), 1000, None, "web").unwrap();
+        assert_eq!(back.viewer, None);
+        assert_eq!(held_by_a_gone_viewer(&back), None);
     }
 
     #[test]

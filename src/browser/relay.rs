@@ -472,7 +472,7 @@ fn serve_client(
     let mut daemon: Option<(UnixStream, BufReader<UnixStream>)> = None;
     while let Some(line) = read_line(&mut reader, MAX_REQUEST)? {
         super::drain::touched(paths, false);
-        match judge(&line, &control::read(paths), name) {
+        match judge(&line, &control::read_for_agent(paths), name) {
             Verdict::Refuse { id, error } => refuse(&mut client, id, &error)?,
             Verdict::Forward { action } => {
                 if daemon.is_none() {
@@ -533,6 +533,7 @@ mod tests {
             holder: Holder::Human,
             since_ms: 1,
             taken_by_uid: Some(0),
+            viewer: None,
             refs_stale: false,
         }
     }

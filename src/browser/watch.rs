@@ -228,7 +228,7 @@ pub async fn take_or_release(
     let (store, name) = (store.clone(), name.to_string());
     let done = tokio::task::spawn_blocking(move || {
         if take {
-            control::take(&store, &name)
+            control::take_for_viewer(&store, &name)
         } else {
             control::release(&store, &name)
         }

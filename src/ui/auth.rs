@@ -12,6 +12,13 @@
 //!   every port of a host, so a box's service published on `127.0.0.1:<port>` would be sent a
 //!   cookie scoped to `/`; scoped to a path the box cannot know, it is never sent there.
 //!
+//! With `--open`, a fourth: the one-time code (`/?code=…`), the only secret written to disk
+//! (in `--open`'s handoff file, private to the user, in the store no box grant exposes). It is
+//! not the token: it is traded for the cookie like the token, once ([`Gate::take_code`]
+//! forgets it on first use), and only within [`CODE_TTL`] of its minting, after which it is
+//! forgotten and its file removed. So the file outlives neither the browser's first load nor
+//! two minutes, and what it held opens nothing after either.
+//!
 //! Every request, before anything else: a method other than GET is refused (405), a `Host` other
 //! than `127.0.0.1:<our port>` is refused (DNS rebinding: another name pointed at loopback), an
 //! `Origin` other than ours is refused, and so is a `Sec-Fetch-Site` other than `none` or
@@ -24,7 +31,8 @@
 //! a request reach a route before these checks, or let a cross-site request past them but the
 //! token's trade for the cookie.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -37,6 +45,10 @@ const COOKIE: &str = "h5i_ui";
 /// Random bytes in each secret.
 const SECRET_BYTES: usize = 32;
 
+/// How long `--open`'s one-time code may be traded for the cookie after it was minted: the
+/// desktop's browser starting and loading a local file, with room for a slow machine.
+pub const CODE_TTL: Duration = Duration::from_secs(120);
+
 /// The console's secrets and the address it answers as.
 pub struct Gate {
     token: String,
@@ -47,8 +59,21 @@ pub struct Gate {
     host: String,
     /// `http://127.0.0.1:<port>`: the only `Origin` accepted.
     origin: String,
-    /// The `--open` handoff file, removed once the token is presented.
+    /// `--open`'s one-time code and when it was minted, until it is used or expires.
+    code: Mutex<Option<(String, Instant)>>,
+    /// The `--open` handoff file, removed once the code is used or expires.
     pub handoff: OnceLock<Arc<super::handoff::Handoff>>,
+}
+
+/// What a request's one-time code turned out to be.
+#[derive(Debug, PartialEq, Eq)]
+enum Code {
+    /// The request carries no `code=`.
+    Absent,
+    /// The live code, now used up.
+    Taken,
+    /// A code that opens nothing: wrong, used before, or expired.
+    Refused,
 }
 
 /// Whether `a` and `b` are equal, in time that depends on their lengths only.
@@ -65,6 +90,7 @@ impl Gate {
             base: format!("/c/{}", crate::random::hex(16)?),
             host: format!("127.0.0.1:{port}"),
             origin: format!("http://127.0.0.1:{port}"),
+            code: Mutex::new(None),
             handoff: OnceLock::new(),
         })
     }
@@ -72,6 +98,50 @@ impl Gate {
     /// The URL a human opens: the only place the token is ever written.
     pub fn url(&self) -> String {
         format!("{}/?token={}", self.origin, self.token)
+    }
+
+    /// Mint `--open`'s one-time code (replacing any earlier one); the URL that carries it.
+    pub fn one_time_url(&self) -> std::io::Result<String> {
+        let code = crate::random::hex(SECRET_BYTES)?;
+        let url = format!("{}/?code={code}", self.origin);
+        *self.code.lock().unwrap_or_else(|p| p.into_inner()) = Some((code, Instant::now()));
+        Ok(url)
+    }
+
+    /// Forget the one-time code if it outlived [`CODE_TTL`], removing its handoff file; whether
+    /// it did (a code already used or never minted did not).
+    pub fn expire_code(&self) -> bool {
+        let mut code = self.code.lock().unwrap_or_else(|p| p.into_inner());
+        let expired = code
+            .as_ref()
+            .is_some_and(|(_, minted)| minted.elapsed() >= CODE_TTL);
+        if expired {
+            *code = None;
+            if let Some(h) = self.handoff.get() {
+                h.used();
+            }
+        }
+        expired
+    }
+
+    /// The request's one-time code judged, and used up when it is the live one.
+    fn take_code(&self, req: &Request) -> Code {
+        let Some(given) = req.uri().query().and_then(|q| {
+            q.split('&')
+                .find_map(|kv| kv.strip_prefix("code="))
+                .map(str::to_string)
+        }) else {
+            return Code::Absent;
+        };
+        self.expire_code();
+        let mut code = self.code.lock().unwrap_or_else(|p| p.into_inner());
+        match code.as_ref() {
+            Some((live, _)) if same(given.as_bytes(), live.as_bytes()) => {
+                *code = None;
+                Code::Taken
+            }
+            _ => Code::Refused,
+        }
     }
 
     /// Why this request is refused before routing, if it is; `with_token`: the request is the
@@ -173,8 +243,16 @@ impl Gate {
 /// The middleware in front of every route (see the module doc), and the headers every response
 /// carries: no caching, no sniffing, no referrer, no framing.
 pub async fn guard(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> Response {
-    let with_token = req.uri().path() == "/" && gate.has_token(&req);
-    let mut res = match gate.refusal(req.method(), req.headers(), with_token) {
+    let at_root = req.uri().path() == "/";
+    // The code is judged (and used up) only for a GET that passes every other check.
+    let code_given = at_root && req.uri().query().is_some_and(|q| q.contains("code="));
+    let with_token = at_root && (gate.has_token(&req) || code_given);
+    let refused = gate.refusal(req.method(), req.headers(), with_token);
+    let with_token = match (&refused, code_given) {
+        (None, true) => gate.take_code(&req) == Code::Taken,
+        _ => with_token,
+    };
+    let mut res = match refused {
         Some(refused) => refused,
         None if with_token => gate.login(!matches!(
             req.headers()
@@ -187,6 +265,11 @@ pub async fn guard(State(gate): State<Arc<Gate>>, req: Request, next: Next) -> R
         {
             next.run(req).await
         }
+        None if code_given => (
+            StatusCode::UNAUTHORIZED,
+            "refusing: this one-time code was used already, has expired or is not the console's; to fix: open the URL `h5i ui` printed (it carries the token)\n",
+        )
+            .into_response(),
         None => (
             StatusCode::UNAUTHORIZED,
             "refusing: no console session; to fix: open the URL `h5i ui` printed (it carries the token)\n",
@@ -220,6 +303,47 @@ mod tests {
         assert!(!same(b"abc", b"abcd"));
         assert!(!same(b"abce", b"abcd"));
         assert!(!same(b"", b"abcd"));
+    }
+
+    fn root(query: &str) -> Request {
+        Request::builder()
+            .uri(format!("/?{query}"))
+            .body(axum::body::Body::empty())
+            .unwrap()
+    }
+
+    #[test]
+    fn the_one_time_code_opens_once_and_is_not_the_token() {
+        let g = Gate::mint(1).unwrap();
+        assert_eq!(g.take_code(&root("code=00")), Code::Refused, "none minted");
+        let url = g.one_time_url().unwrap();
+        let code = url.split_once("?code=").unwrap().1.to_string();
+        assert_ne!(code, g.token);
+        assert!(!url.contains(&g.token));
+        assert_eq!(
+            g.take_code(&root(&format!("token={}", g.token))),
+            Code::Absent
+        );
+        assert_eq!(
+            g.take_code(&root(&format!("code={}", g.token))),
+            Code::Refused
+        );
+        assert_eq!(g.take_code(&root(&format!("code={code}x"))), Code::Refused);
+        assert_eq!(g.take_code(&root(&format!("code={code}"))), Code::Taken);
+        assert_eq!(g.take_code(&root(&format!("code={code}"))), Code::Refused);
+    }
+
+    #[test]
+    fn an_expired_code_opens_nothing() {
+        let g = Gate::mint(1).unwrap();
+        let url = g.one_time_url().unwrap();
+        let code = url.split_once("?code=").unwrap().1.to_string();
+        assert!(!g.expire_code(), "a fresh code expired");
+        if let Some((_, minted)) = g.code.lock().unwrap().as_mut() {
+            *minted -= CODE_TTL;
+        }
+        assert_eq!(g.take_code(&root(&format!("code={code}"))), Code::Refused);
+        assert!(g.code.lock().unwrap().is_none());
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! `--open` (`h5i ui`, `h5i box view`): hand a URL that carries a token to this desktop's
-//! browser without the token appearing in another process's argv or environment.
+//! `--open` (`h5i ui`, `h5i box view`): hand a URL that carries a secret (the console's
+//! one-time code, which is not its session token; the viewer's per-box token, which lives in
+//! the store already) to this desktop's browser without it appearing in another process's
+//! argv or environment.
 //!
 //! Owns `.git/.h5i/handoff/` (mode 0700, in the store, which no box grant exposes) and the one
 //! file per handoff in it, `<pid>-<start>-<random>.html` (created new, mode 0600, never
 //! followed through a symlink): a page whose only content is a `meta refresh` to the URL.
 //! `xdg-open` is given that file's path, never the URL, because `/proc/PID/cmdline` is readable
 //! by every local user and the file by its owner only. The file is removed when the server
-//! first admits the token ([`Handoff::used`]: the browser followed it), when `xdg-open` cannot
+//! first admits its secret ([`Handoff::used`]: the browser followed it), when the console's
+//! code expires, when `xdg-open` cannot
 //! run or fails, and by the next handoff in the store once the process that wrote it has ended
 //! (a killed server).
 //!

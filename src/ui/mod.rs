@@ -8,8 +8,10 @@
 //!
 //! Must never: bind an address other than 127.0.0.1, write the session's secrets anywhere
 //! (they live in this process's memory; the URL printed on stdout is the one place the token
-//! appears, and with `--open` the handoff file, private to the user, until the token is used), offer a route that changes anything (shell, run, export, apply and rm stay in the
-//! CLI), or serve a file from disk. Built only with the default-on cargo feature `ui`.
+//! appears; `--open` hands the browser a one-time code instead, which [`auth`] forgets on first
+//! use or after two minutes), offer a route that changes anything (shell, run, export, apply
+//! and rm stay in the CLI), or serve a file from disk. Built only with the default-on cargo
+//! feature `ui`.
 //!
 //! Guarded by the unit tests in each module and `tests/ui.rs` (real HTTP on loopback, and a
 //! headless Chromium loading the page).
@@ -49,9 +51,10 @@ pub enum UiError {
 }
 
 /// Serve the console of `store` on 127.0.0.1:`port` (0: the kernel picks) until Ctrl-C (or
-/// SIGTERM, SIGHUP: [`stop`]). `ready` is handed the URL, token included, once the socket is listening; with `open`,
-/// the URL is then handed to the desktop's browser through [`handoff`] (a failure is said on
-/// stderr: the URL is printed already).
+/// SIGTERM, SIGHUP: [`stop`]). `ready` is handed the URL, token included, once the socket is
+/// listening; with `open`, a URL carrying a one-time code (never the token) is then handed to
+/// the desktop's browser through [`handoff`] (a failure is said on stderr: the URL is printed
+/// already).
 pub fn serve(
     store: BoxStore,
     port: u16,
@@ -71,9 +74,14 @@ pub fn serve(
         let gate = Arc::new(auth::Gate::mint(listener.local_addr()?.port())?);
         ready(&gate.url());
         if open {
-            match handoff::Handoff::open(&store, &gate.url()) {
+            match handoff::Handoff::open(&store, &gate.one_time_url()?) {
                 Ok(h) => {
                     let _ = gate.handoff.set(h);
+                    let expiring = Arc::clone(&gate);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(auth::CODE_TTL).await;
+                        expiring.expire_code();
+                    });
                 }
                 Err(e) => eprintln!("h5i: {e}"),
             }
