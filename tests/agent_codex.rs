@@ -29,6 +29,7 @@ mod model;
 mod support;
 
 use std::net::Ipv4Addr;
+use std::time::Duration;
 
 use agent::{Agent, DeniedHost, Model};
 use common::pty::{screen_text, Session};
@@ -551,8 +552,8 @@ fn shell_script() -> Vec<Turn> {
 
 /// A person runs `h5i box shell cx -- codex` at `tier`, on a real terminal: Codex's TUI comes
 /// up at its prompt (its app-server in-process: no unix socket, which the box may not make),
-/// they answer whether to trust the folder and paste the task, the scripted model plays it,
-/// and they leave with Ctrl-C once Codex is idle. The edit is in `box diff`; report.md lists each tool call
+/// they type the task and answer whether to trust the folder, the scripted model plays it, and
+/// they leave with Ctrl-C. The edit is in `box diff`; report.md lists each tool call
 /// (`inbox-capture`) and each command the shim saw (`tee-shim`) under the host-observed run of
 /// `codex`, with no gap between the two accounts; every model call carried the real key. Then
 /// the box's own tries at a unix socket are refused ([`no_unix_socket_for_the_box`]).
@@ -567,39 +568,25 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     let who = c.who();
     let started = std::time::Instant::now();
     let mut s = Session::spawn(c.h5i_cmd_with(&argv, &env), agent::SESSION_LIMIT);
-    // Codex asks whether to trust the folder as soon as its session has started, typed task or
-    // not (measured on a bare pty: the prompt comes up by itself within a second of the
-    // composer), so a task typed first races it: keystrokes land in whichever view holds the
-    // keyboard. The person answers the prompt first. The trust view holds the keyboard once
-    // Codex has switched mouse capture off for it (`ESC[?1007h`) and ended that frame.
+    s.expect_screen("Ask Codex to do anything");
+    s.send("fix the greeting in greeting.txt");
+    s.read_for(Duration::from_millis(500));
+    s.send("\r");
+    // The folder's trust is the person's to answer (the cursor starts on "Trust and
+    // continue"); the task waits for it.
     s.expect_screen("Trust this folder?");
     s.expect_screen("1. Trust and continue");
-    s.expect(CODEX_TRUST_VIEW_ON);
-    s.expect(FRAME_END);
-    s.send("\r");
-    // Taken: Codex leaves the view (mouse capture back on).
-    s.expect(CODEX_TRUST_VIEW_OFF);
-    // The task as a bracketed paste (Codex turned bracketed paste on): keystrokes that arrive
-    // together are read as a paste burst, in which an Enter is a newline, not a submit.
-    s.send("\x1b[200~fix the greeting in greeting.txt\x1b[201~");
-    s.expect_screen("fix the greeting in greeting.txt");
+    s.read_for(Duration::from_millis(500));
     s.send("\r");
     s.expect_screen("The greeting is fixed.");
     // The session's wall time for BENCHMARKS.md: from `box shell` to the model's last answer
-    // on the screen.
+    // on the screen, the person's two half-second pauses included.
     eprintln!(
         "agent-codex interactive session at {tier} as {who}: {:.2} s",
         started.elapsed().as_secs_f64()
     );
-    // The person leaves once Codex is idle again (its terminal-state report after the turn's
-    // last `working`): one Ctrl-C at an idle, empty composer quits Codex, which leaves raw
-    // mode at once and takes about 2.5 s to shut down. A second Ctrl-C in that time meets a
-    // cooked terminal, and the box's line discipline kills Codex with SIGINT (130): Codex's
-    // and the terminal's behaviour, measured on a bare pty too, not h5i's (h5i passes the
-    // bytes).
-    let working = rfind(&s.seen, CODEX_WORKING.as_bytes()).unwrap_or(0);
-    s.cursor = s.cursor.max(working);
-    s.expect(CODEX_IDLE);
+    s.send("\x03");
+    s.read_for(Duration::from_millis(300));
     s.send("\x03");
     let code = s.finish();
     assert_eq!(code, 0, "at {tier}: {}", screen_text(&s.seen));
@@ -651,22 +638,6 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     let problems = agent::problems_section(&report);
     assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
     no_unix_socket_for_the_box(&mut c, &env, tier);
-}
-
-/// What Codex writes as its trust view takes the keyboard: mouse capture off, alternate
-/// scroll on (Codex 0.171, measured on a bare pty).
-const CODEX_TRUST_VIEW_ON: &str = "\x1b[?1007h";
-/// What Codex writes as it leaves the trust view: alternate scroll off, mouse capture on.
-const CODEX_TRUST_VIEW_OFF: &str = "\x1b[?1007l\x1b[?1000h";
-/// The end of a synchronized update: a frame drawn whole.
-const FRAME_END: &str = "\x1b[?2026l";
-/// Codex's terminal-state reports (OSC 7501): a turn running, and idle again.
-const CODEX_WORKING: &str = "\x1b]7501;state=working";
-const CODEX_IDLE: &str = "\x1b]7501;state=idle";
-
-/// Where `needle` last occurs in `hay`.
-fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).rposition(|w| w == needle)
 }
 
 /// The `tools.NAME` Codex's first request offered the model's code-mode cell, by name.
