@@ -253,21 +253,7 @@ impl Prepared {
             }),
             None => PathBuf::new(),
         };
-        // SAFETY: geteuid has no preconditions.
-        let place = if plan.uid == unsafe { libc::geteuid() } {
-            HandoffPlace {
-                dir: crate::process::runtime_dir()?,
-                owner: None,
-                hook,
-            }
-        } else {
-            // A root caller's box root is h5i-box's range: the hook runs as it.
-            HandoffPlace {
-                dir: crate::identity::handoff_dir(plan.uid, plan.gid)?,
-                owner: Some((plan.uid, plan.gid)),
-                hook,
-            }
-        };
+        let place = HandoffPlace::for_plan(plan.uid, plan.gid, hook)?;
         self.attach_parts(
             &mut plan.env,
             &mut plan.create_container_hooks,
@@ -352,6 +338,26 @@ pub struct HandoffPlace {
 }
 
 impl HandoffPlace {
+    /// Where a kernel-tier box's createContainer hook, running as the box's root `uid:gid`,
+    /// can reach h5i: the private runtime directory when the box's root is the caller, else
+    /// (a root caller's box root is h5i-box's range) the handoff directory of that uid.
+    pub fn for_plan(uid: u32, gid: u32, hook: PathBuf) -> Result<HandoffPlace, BoxError> {
+        // SAFETY: geteuid has no preconditions.
+        if uid == unsafe { libc::geteuid() } {
+            Ok(HandoffPlace {
+                dir: crate::process::runtime_dir()?,
+                owner: None,
+                hook,
+            })
+        } else {
+            Ok(HandoffPlace {
+                dir: crate::identity::handoff_dir(uid, gid)?,
+                owner: Some((uid, gid)),
+                hook,
+            })
+        }
+    }
+
     /// Bind the socket at `sock` (replacing a stale one) and give it to the owner.
     pub fn bind(&self, sock: &Path) -> Result<UnixListener, BoxError> {
         let _ = std::fs::remove_file(sock);

@@ -23,6 +23,7 @@ pub mod compare;
 pub mod container;
 pub mod create;
 pub mod credentials;
+pub mod denied_egress;
 pub mod diff;
 pub mod doctor;
 pub mod error;

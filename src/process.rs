@@ -277,11 +277,8 @@ pub fn plan(
     let mut create_container_hooks = Vec::new();
     if !host_network {
         let hook = hook_binary().ok_or_else(no_hook_binary)?;
-        create_container_hooks.push(vec![
-            hook.display().to_string(),
-            "loopback".to_string(),
-            "--inside".to_string(),
-        ]);
+        // Loopback up, and every other dial refused by the box's own kernel and counted.
+        create_container_hooks.push(crate::denied_egress::loopback_hook(&hook));
     }
     Ok(BundlePlan {
         id: format!(

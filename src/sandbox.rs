@@ -13,7 +13,9 @@
 //! its rootfs is the box's root), `init.log` (the init's own stderr), `lock` (exclusive to
 //! build or tear down, shared while a run is served, so a teardown waits for runs in flight),
 //! and for a supervised sandbox `net/` (the sentry's net directory: its sockets, log, the box's
-//! hosts file) and `net.lock` (held by the one supervised run the network serves at a time).
+//! hosts file) and `net.lock` (held by the one supervised run the network serves at a time; in
+//! a process-tier sandbox, by the one run whose refused dials its deny-all table counts, read
+//! before and after the run through the init's network namespace: `crate::denied_egress`).
 //!
 //! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
 //! with it by the same hooks a per-run container has, and live as long as it: the sentry
@@ -46,7 +48,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use h5i_hook::net_spec::NET_SOCK;
-use h5i_policy::receipt::{NetTally, PinnedRule};
+use h5i_policy::receipt::{EgressTally, NetTally, PinnedRule};
 use h5i_policy::ResolvedPolicy;
 use h5i_runtime::bundle::BundlePlan;
 use h5i_runtime::process_tier::ProcessRunReport;
@@ -207,6 +209,9 @@ pub struct SandboxRun {
     pub report: ProcessRunReport,
     /// A supervised sandbox's tally of exactly this run (or why there is none).
     pub net: Option<Result<NetTally, String>>,
+    /// A process-tier sandbox's count of the dials its table refused during exactly this run
+    /// (or why there is none); `None` when its network counts nothing (the host's).
+    pub denied: Option<Result<EgressTally, String>>,
 }
 
 /// The supervised sandbox's net directory (inside the sandbox's own, so it goes with it).
@@ -278,7 +283,18 @@ pub fn run(
     // One supervised run at a time holds the sandbox's network, so its tally is its own; a
     // second one meanwhile takes a container of its own. The sentry's `begin` runs while the
     // run's cgroup is made; the run starts only on its `ok`.
+    let counts_denials = egress.is_none() && crate::denied_egress::counts_denials(plan);
     let (net_lock, begun) = match egress {
+        None if counts_denials => {
+            // A process-tier sandbox's table counts every run's refusals: one run at a time
+            // reads them, so its tally is its own.
+            let path = dir.join("net.lock");
+            match FileLock::try_take(&path, LockKind::Exclusive) {
+                Ok(Some(held)) => (Some(held), None),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(BoxError::io(&path, e)),
+            }
+        }
         None => (None, None),
         Some(rules) => {
             let path = dir.join("net.lock");
@@ -293,6 +309,16 @@ pub fn run(
             }
         }
     };
+    let denial_counter = counts_denials.then(|| {
+        fs::read_to_string(dir.join("init.pid"))
+            .map_err(|e| format!("{}: {e}", dir.join("init.pid").display()))
+            .and_then(|pid| {
+                pid.trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("init.pid holds {:?}", pid.trim()))
+            })
+            .and_then(crate::denied_egress::SandboxCounter::begin)
+    });
     sweep_stale_runs(&state.container);
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]);
@@ -331,7 +357,8 @@ pub fn run(
     );
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
-    let tally = net_lock.map(|held| {
+    let denied = denial_counter.map(|c| c.and_then(crate::denied_egress::SandboxCounter::end));
+    let tally = net_lock.filter(|_| egress.is_some()).map(|held| {
         let t = crate::supervised::end(&net);
         crate::browser::idle::open(policy, &net);
         drop(held);
@@ -349,6 +376,7 @@ pub fn run(
             notes: base_notes(plan),
         },
         net: tally,
+        denied,
     }))
 }
 

@@ -381,8 +381,9 @@ fn assert_cannot_write(c: &Caller, eco: &Eco, name: &str) {
     }
 }
 
-/// From inside box `name`: a TCP connect to the stand-in fails with ENETUNREACH (the box has no
-/// route to any registry, so whatever it installs comes from the cache).
+/// From inside box `name`: a TCP connect to the stand-in is refused at once with EHOSTUNREACH
+/// (the box's own deny-all table refuses every dial, so whatever it installs comes from the
+/// cache).
 fn assert_no_route(c: &Caller, reg: &Registry, name: &str) {
     let probe = format!(
         "import errno, socket\ns = socket.socket()\ns.settimeout(10)\ntry:\n    s.connect(('{ip}', {PORT}))\n    print('CONNECTED')\nexcept OSError as e:\n    print(errno.errorcode.get(e.errno, e))\n",
@@ -391,7 +392,7 @@ fn assert_no_route(c: &Caller, reg: &Registry, name: &str) {
     let out = c.h5i(&["box", "run", name, "--", "python3", "-c", &probe]);
     assert_eq!(
         stdout(&out).trim(),
-        "ENETUNREACH",
+        "EHOSTUNREACH",
         "box {name} reached for the registry: {}",
         stderr(&out)
     );

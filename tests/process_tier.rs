@@ -489,13 +489,16 @@ fn probe_reports_what_this_host_can_enforce() {
     }
 }
 
-/// A process box's own connection to a test host is refused by the kernel (no route out of its
-/// loopback-only network: `ENETUNREACH`, the host never reached), the box cannot give itself a
-/// route (`ip route add` refused: it holds no capability), and since no counter at this tier can
-/// see that attempt, the run's receipt, `box status` and the export's report say so rather than
-/// reading as a complete tally. As root and as the unprivileged test user.
-fn a_direct_connection_is_refused_and_said_to_be_uncounted(as_user: bool) {
-    let test = "a_direct_connection_is_refused_and_said_to_be_uncounted";
+/// A process box's own dials are refused at once by its own kernel and counted by destination:
+/// a TCP connect to a test host fails with `EHOSTUNREACH` (not a timeout), a UDP send with
+/// `EPERM`, an ICMP echo is refused too; the box cannot give itself a route or wake the void end
+/// of its pair (no capability); nothing leaves (the host saw nothing, and neither device sent a
+/// packet); its own loopback still serves. The run's receipt counts the refused TCP and UDP
+/// destinations, `box status` no longer says "not counted", and the export's "Denied egress
+/// attempts" lists the dial. Each run's tally is its own, through the box's warm sandbox and
+/// through a container of the run's own (`H5I_SANDBOX=off`). As root and as h5i-test.
+fn a_direct_connection_is_refused_and_counted(as_user: bool) {
+    let test = "a_direct_connection_is_refused_and_counted";
     let Some(mut hosts) = common::testnet::TestHosts::up(test, &[8080], &[]) else {
         return;
     };
@@ -503,55 +506,122 @@ fn a_direct_connection_is_refused_and_said_to_be_uncounted(as_user: bool) {
     let who = c.who();
     c.create_at("nc", "process");
     let script = r#"
-import errno, socket, subprocess, sys
+import errno, socket, subprocess, sys, threading, time
+def err(e):
+    return errno.errorcode.get(e.errno, e.errno)
 s = socket.socket()
-s.settimeout(10)
+s.settimeout(20)
+t0 = time.monotonic()
 try:
     s.connect((sys.argv[1], 8080))
     print("connect=OK")
 except OSError as e:
-    print("connect=%s" % errno.errorcode.get(e.errno, e.errno))
-r = subprocess.run(["/usr/bin/ip", "route", "add", sys.argv[1], "dev", "lo"], capture_output=True, text=True)
-print("route=%d %s" % (r.returncode, r.stderr.strip()))
+    print("connect=%s" % err(e))
+print("connect_secs=%d" % int(time.monotonic() - t0))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", (sys.argv[1], 53))
+    print("udp=OK")
+except OSError as e:
+    print("udp=%s" % err(e))
+try:
+    p = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    p.sendto(b"\x08\x00\x00\x00\x00\x01\x00\x01", (sys.argv[1], 0))
+    print("icmp=OK")
+except OSError as e:
+    print("icmp=%s" % err(e))
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen(1)
+threading.Thread(target=lambda: l.accept()[0].sendall(b"hi"), daemon=True).start()
+c = socket.create_connection(l.getsockname(), timeout=10)
+print("loopback=%s" % c.recv(2).decode())
+for name, argv in [("route", ["route", "add", sys.argv[1], "dev", "lo"]),
+                   ("wake", ["link", "set", "h5i-void", "up"])]:
+    r = subprocess.run(["/usr/bin/ip"] + argv, capture_output=True, text=True)
+    print("%s=%d %s" % (name, r.returncode, r.stderr.strip()))
+for line in open("/proc/net/dev"):
+    name, _, rest = line.partition(":")
+    if name.strip().startswith("h5i-"):
+        f = rest.split()
+        print("tx_%s=%s packets %s dropped" % (name.strip(), f[9], f[11]))
 "#;
     let first = hosts.first.to_string();
-    let out = c.h5i(&["box", "run", "nc", "--", "python3", "-c", script, &first]);
-    let res = probe_results(&stdout(&out));
-    assert_eq!(
-        res.get("connect").map(String::as_str),
-        Some("ENETUNREACH"),
-        "{who}: {}{}",
-        stdout(&out),
-        stderr(&out)
-    );
-    assert!(
-        res["route"].starts_with('2') && res["route"].contains("Operation not permitted"),
-        "{who}: the box gave itself a route: {res:?}"
-    );
-    assert_eq!(
-        hosts.log(),
-        Vec::<String>::new(),
-        "{who}: the host was reached"
-    );
+    let tcp_key = format!("{first}:8080/tcp");
+    let udp_key = format!("{first}:53/udp");
+    for (round, sandbox) in [(1, "on"), (2, "off")] {
+        let out = c.h5i_with(
+            &["box", "run", "nc", "--", "python3", "-c", script, &first],
+            &[("H5I_SANDBOX", sandbox)],
+        );
+        let res = probe_results(&stdout(&out));
+        let said = format!("{who} round {round}: {}{}", stdout(&out), stderr(&out));
+        assert_eq!(
+            res.get("connect").map(String::as_str),
+            Some("EHOSTUNREACH"),
+            "{said}"
+        );
+        assert_eq!(
+            res.get("connect_secs").map(String::as_str),
+            Some("0"),
+            "a refusal, not a timeout: {said}"
+        );
+        assert_eq!(res.get("udp").map(String::as_str), Some("EPERM"), "{said}");
+        assert!(
+            matches!(
+                res.get("icmp").map(String::as_str),
+                Some("EPERM" | "EACCES")
+            ),
+            "{said}"
+        );
+        assert_eq!(
+            res.get("loopback").map(String::as_str),
+            Some("hi"),
+            "{said}"
+        );
+        for step in ["route", "wake"] {
+            assert!(
+                res[step].starts_with('2') && res[step].contains("Operation not permitted"),
+                "{said}: the box changed its own network ({step})"
+            );
+        }
+        for dev in ["h5i-deny", "h5i-void"] {
+            assert_eq!(
+                res.get(&format!("tx_{dev}")).map(String::as_str),
+                Some("0 packets 0 dropped"),
+                "{said}: {dev} sent something"
+            );
+        }
+        assert_eq!(
+            hosts.log(),
+            Vec::<String>::new(),
+            "{who}: the host was reached"
+        );
 
-    let rec = c.last_run("nc");
-    assert_eq!(
-        rec["egress"]["uncounted"], "refused-without-count",
-        "{who}: {rec}"
-    );
-    assert_eq!(
-        rec["egress"]["denied"],
-        serde_json::json!({}),
-        "{who}: {rec}"
-    );
+        let rec = c.last_run("nc");
+        assert!(rec["egress"].get("uncounted").is_none(), "{said}\n{rec}");
+        let denied = &rec["egress"]["denied"];
+        assert!(
+            denied[&tcp_key].as_u64() >= Some(1),
+            "{who} round {round}: {rec}"
+        );
+        assert!(
+            denied[&udp_key].as_u64() >= Some(1),
+            "{who} round {round}: {rec}"
+        );
+
+        // The next run's tally is its own: it dialled nothing.
+        c.ok(&["box", "run", "nc", "--", "true"]);
+        let quiet = c.last_run("nc");
+        assert_eq!(
+            quiet["egress"]["denied"],
+            serde_json::json!({}),
+            "{who}: {quiet}"
+        );
+    }
 
     let status = c.ok(&["box", "status", "nc"]);
-    assert!(
-        status.contains(
-            "- network: not counted: connections the box makes itself are refused by the kernel"
-        ),
-        "{who}: {status}"
-    );
+    assert!(!status.contains("not counted"), "{who}: {status}");
     let dir = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(dir.path(), Some(c.uid()), Some(c.uid())).unwrap();
     let review = dir.path().join("review");
@@ -563,17 +633,18 @@ print("route=%d %s" % (r.returncode, r.stderr.strip()))
         .and_then(|t| t.split("\n## ").next())
         .unwrap();
     assert!(
-        denied.contains("Not counted: connections the box makes itself are refused by the kernel"),
+        denied.contains(&format!("`{tcp_key}` refused")),
         "{who}: {denied}"
     );
+    assert!(!denied.contains("Not counted"), "{who}: {denied}");
 }
 
 #[test]
-fn a_direct_connection_is_refused_by_the_kernel_and_said_to_be_uncounted() {
-    a_direct_connection_is_refused_and_said_to_be_uncounted(false);
+fn a_direct_connection_is_refused_by_the_kernel_and_counted() {
+    a_direct_connection_is_refused_and_counted(false);
 }
 
 #[test]
-fn a_direct_connection_is_refused_by_the_kernel_and_said_to_be_uncounted_as_h5i_test() {
-    a_direct_connection_is_refused_and_said_to_be_uncounted(true);
+fn a_direct_connection_is_refused_by_the_kernel_and_counted_as_h5i_test() {
+    a_direct_connection_is_refused_and_counted(true);
 }

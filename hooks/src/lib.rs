@@ -6,7 +6,10 @@
 //! `lo` in the box's private network namespace, so a dev server in the box is reachable from the
 //! box and from nothing else. After a run, `spool` ingests what the box staged in its spool as
 //! box-claimed records, or quarantines it. `listen --inside` (createContainer) binds the
-//! credential proxy's listener on the box's loopback and hands its fd to h5i.
+//! credential proxy's listener on the box's loopback and hands its fd to h5i. At the process tier,
+//! `loopback --inside --deny-counted` also routes the box's namespace into a deny-all table
+//! that refuses and counts every dial by destination, and can hand h5i the socket it reads
+//! the counters with (`denied_net.rs`).
 //!
 //! The supervised tier's network: `net-up` (createRuntime) starts the per-run `sentry`
 //! (`sentry.rs`), which pins the egress request (`egress.rs`), renders the nftables table
@@ -27,6 +30,7 @@
 
 pub mod capture;
 pub mod claude_state;
+pub mod denied_net;
 pub mod egress;
 pub mod listen;
 pub mod loopback;

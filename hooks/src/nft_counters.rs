@@ -2,7 +2,8 @@
 //! difference of two readings.
 //!
 //! Owns [`CounterReader`] (a `NETLINK_NETFILTER` socket made inside the box's network namespace
-//! once, at attach: `h5i_sys::netlink`), the four dump requests one reading is (the inet
+//! once, at attach: `h5i_sys::netlink`; or, at the process tier, made there by the box's hook
+//! and handed to h5i: `denied_net`), the four dump requests one reading is (the inet
 //! tables, for `h5i`'s handle; the rules of its output chain; the elements of `denied4` and of
 //! `denied6`), the parse of their
 //! answers into [`Counters`], and [`tally`]: what one run did, `after` minus `before`, per
@@ -125,6 +126,16 @@ impl CounterReader {
             seq: 0,
             protocols,
         })
+    }
+
+    /// Read through `sock`, a `NETLINK_NETFILTER` socket already made inside the box's network
+    /// namespace (the process tier's hook makes it there and hands it to h5i: `denied_net`).
+    pub fn from_socket(sock: OwnedFd, protocols: ProtocolNames) -> CounterReader {
+        CounterReader {
+            sock,
+            seq: 0,
+            protocols,
+        }
     }
 
     /// Read the table's counters: one consistent reading (retried once when the ruleset

@@ -142,10 +142,17 @@ pub struct EgressTally {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum UncountedEgress {
-    /// The box's network namespace has loopback only (the process tier, `net = "deny"`): the
-    /// kernel refuses every connection the box makes itself (`ENETUNREACH`: no route) before a
-    /// packet exists, so nothing counts the attempt.
+    /// The box's network namespace had loopback only (the process tier, `net = "deny"`, before
+    /// its table counted refusals): the kernel refused every connection the box made itself
+    /// (`ENETUNREACH`: no route) before a packet existed, so nothing counted the attempt. Kept
+    /// so receipts written then still read true.
     RefusedWithoutCount,
+    /// The process tier's table refused and counted the run's own connections, but h5i could
+    /// not read the counts back.
+    CountsUnread,
+    /// The run shared a service's network namespace (the process tier): its own connections
+    /// were refused and counted by that namespace's table, in the service's run record.
+    InServiceNetwork,
     /// The box shares the host's network (the process tier, `net = "host"`): its own
     /// connections go out, and nothing counts them.
     HostNetwork,
@@ -153,13 +160,12 @@ pub enum UncountedEgress {
 
 impl UncountedEgress {
     /// What no counter sees at `tier` with network `mode`: the process tier's own connections
-    /// (it has no egress table; its credential proxy is its only counter); `None` elsewhere
-    /// (the supervised table and the container proxy count what they refuse; the workspace
-    /// tier confines nothing and says so itself).
+    /// on the host's network; `None` elsewhere (the process tier's deny-all table, the
+    /// supervised table and the container proxy count what they refuse; the workspace tier
+    /// confines nothing and says so itself).
     pub fn at(tier: crate::tier::Tier, mode: crate::resolved::NetMode) -> Option<Self> {
         use crate::resolved::NetMode;
         match (tier, mode) {
-            (crate::tier::Tier::Process, NetMode::Deny) => Some(Self::RefusedWithoutCount),
             (crate::tier::Tier::Process, NetMode::Host) => Some(Self::HostNetwork),
             _ => None,
         }
@@ -172,6 +178,14 @@ impl UncountedEgress {
                 "connections the box makes itself are refused by the kernel (no route out of \
                  its loopback-only network) and counted by nothing at this tier; only the \
                  credential proxy counts what it refuses"
+            }
+            UncountedEgress::CountsUnread => {
+                "the box's table refused this run's own connections and counted them, but h5i \
+                 could not read the counts back (it said why when the run ended)"
+            }
+            UncountedEgress::InServiceNetwork => {
+                "the run shared a service's network: its own connections were refused and \
+                 counted by that network's table, in the service's run record, not this one's"
             }
             UncountedEgress::HostNetwork => {
                 "the box shares the host's network, so its own connections go out and nothing \

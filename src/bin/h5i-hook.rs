@@ -3,7 +3,7 @@
 
 use std::io::Read;
 
-const USAGE: &str = "usage: h5i-hook loopback [--inside]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)\n       h5i-hook claude-state -- COMMAND [ARGS]   (inside a Claude Code box: make ~/.claude.json ready for the run, then exec COMMAND)\n       bash ARGS   (h5i-hook bound over a Codex box's bash: the tee shim, which records each `-c` command)";
+const USAGE: &str = "usage: h5i-hook loopback [--inside [--deny-counted [--send SOCKET]]]   (an OCI createRuntime hook, or with --inside a createContainer hook; the state comes on stdin; --deny-counted: the process tier's deny-all table, counting each refused dial, its counter socket sent to h5i at SOCKET)\n       h5i-hook listen --inside --port PORT --send SOCKET   (a createContainer hook: listen on the box's 127.0.0.1:PORT, send the fd to h5i at SOCKET)\n       h5i-hook net-up [--attach] | net-inside | net-down   (the supervised network: createRuntime, createContainer, poststop hooks; --attach does net-inside's work from the host, as root)\n       h5i-hook sentry   (started by net-up; not for direct use)\n       h5i-hook capture claude-code|codex   (inside a box: an agent's tool hook; stages its stdin in $H5I_ENV_CAPTURE_SPOOL, always exits 0)\n       h5i-hook claude-state -- COMMAND [ARGS]   (inside a Claude Code box: make ~/.claude.json ready for the run, then exec COMMAND)\n       bash ARGS   (h5i-hook bound over a Codex box's bash: the tee shim, which records each `-c` command)";
 
 fn main() {
     // Bound over a Codex box's bash, h5i-hook is the tee shim (h5i_hook::tee_shim).
@@ -17,7 +17,7 @@ fn main() {
     h5i_log::init("h5i-hook");
     let arg = std::env::args().nth(1);
     let result = match arg.as_deref() {
-        Some("loopback") => loopback(std::env::args().nth(2).as_deref() == Some("--inside")),
+        Some("loopback") => loopback(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("listen") => listen(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("net-up") => {
             h5i_hook::net_hooks::net_up(std::env::args().nth(2).as_deref() == Some("--attach"))
@@ -40,12 +40,25 @@ fn main() {
     }
 }
 
-fn loopback(inside: bool) -> Result<(), Box<dyn std::error::Error>> {
+fn loopback(args: &[String]) -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (inside, deny_counted, send) = match args.as_slice() {
+        [] => (false, false, None),
+        ["--inside"] => (true, false, None),
+        ["--inside", "--deny-counted"] => (true, true, None),
+        ["--inside", "--deny-counted", "--send", sock] => {
+            (true, true, Some(std::path::Path::new(*sock)))
+        }
+        _ => return Err(format!("refusing: bad arguments; to fix: {USAGE}").into()),
+    };
     let mut buf = Vec::new();
     std::io::stdin().take(1 << 20).read_to_end(&mut buf)?;
     let state = h5i_hook::state::OciState::parse(&buf)?;
     if inside {
         h5i_hook::loopback::bring_up_inside()?;
+        if deny_counted {
+            h5i_hook::denied_net::set_up_inside(send)?;
+        }
     } else {
         h5i_hook::loopback::bring_up(state.runtime_pid()?)?;
     }

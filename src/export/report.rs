@@ -395,6 +395,12 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
              ({}) and refused none.",
             code(&tier)
         )
+    } else if counted > 0 && matches!(input.tier.parse::<Tier>(), Ok(Tier::Process)) {
+        format!(
+            "None recorded: the box's deny-all table counted the connections it refused for \
+             {counted} run(s) at this box's tier ({}) and refused none.",
+            code(&tier)
+        )
     } else if counted > 0 {
         format!(
             "None recorded: the egress allowlist counted connections for {counted} run(s) at this \
@@ -407,9 +413,10 @@ fn denied_egress(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str) -> 
                 nothing confines or counts the box's network, so an attempt to reach any host was \
                 neither refused nor seen."
                 .to_string(),
-            Ok(Tier::Process) => "None recorded, and none could be: the `process` tier scopes the \
-                network as deny or host-wide, with no allowlist and no counter, so attempts are \
-                not seen."
+            Ok(Tier::Process) => "None recorded: no run of this box carried an egress tally. \
+                A `process` run on its own network has a deny-all table that refuses and counts \
+                every connection the box makes; nothing counted here is not the same as nothing \
+                attempted."
                 .to_string(),
             Ok(Tier::Microvm) => "None recorded: no run of this box carried an egress tally. A \
                 `microvm` run whose policy allows no egress has no network device and no forward, \

@@ -4,7 +4,9 @@
 //! in it) and a container of the run's own (`h5i-runc` through `crate::process::run_plan`),
 //! and the wiring of a per-run container's standard descriptors: the caller's, a terminal of
 //! the box's own (`h5i-runc` opens the pty inside the box and sends its master over a console
-//! socket to the proxy), or a service's log pipe. Must never: let a run that needs something
+//! socket to the proxy), or a service's log pipe; and the run's egress tally: what the box's
+//! own table refused and counted (`crate::denied_egress`), with the credential proxies'
+//! counts. Must never: let a run that needs something
 //! per run (credential proxies, a terminal, a service's network, a service's own container)
 //! take the warm sandbox, or leave this process's stdout redirected after a run.
 
@@ -26,8 +28,8 @@ pub(super) struct Process;
 
 impl TierBackend for Process {
     fn run(&self, resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
-        let uncounted = uncounted_egress(resolved.policy);
         let mut plan = plan_for(&resolved, &req)?;
+        let joined = matches!(req.network, Network::JoinService(_));
         if let Network::JoinService(pid) = req.network {
             crate::process::join_network_of(&mut plan, pid);
         }
@@ -36,26 +38,41 @@ impl TierBackend for Process {
             if let Some(run) =
                 crate::sandbox::run(resolved.sb, resolved.policy, &plan, req.wall, env, None)?
             {
+                let egress = match run.denied {
+                    Some(counted) => crate::denied_egress::settle(counted, None),
+                    None => uncounted_egress(resolved.policy, joined),
+                };
                 return Ok(TierRun::supervised(
                     run.report.child,
                     run.report.cage.oom,
-                    Some(uncounted),
+                    Some(egress),
                 ));
             }
         }
-        let (run, egress) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+        let policy = resolved.policy;
+        let counter = crate::denied_egress::PerRunCounter::attach(&mut plan)?;
+        let (run, cred_tally) = run_in_container(resolved, plan, req.wall, req.stdio)?;
+        let counted = counter.map(crate::denied_egress::PerRunCounter::finish);
         let run = run?;
-        let egress = uncounted.merged(egress);
+        let egress = match counted {
+            Some(counted) => crate::denied_egress::settle(counted, cred_tally),
+            None => uncounted_egress(policy, joined).merged(cred_tally),
+        };
         Ok(TierRun::supervised(run.child, run.cage.oom, Some(egress)))
     }
 }
 
-/// The process tier's egress tally before its credential proxy's counts are added: empty, and
-/// saying what no counter here sees (the tier has no egress table), so the receipt never reads
-/// as all of the run's egress.
-fn uncounted_egress(policy: &ResolvedPolicy) -> EgressTally {
+/// The process tier's egress tally for a run whose own namespace has no counted refusal (the
+/// host's network, or a service's): empty, and saying what no counter of this run sees, so the
+/// receipt never reads as all of the run's egress.
+fn uncounted_egress(policy: &ResolvedPolicy, joined_service: bool) -> EgressTally {
+    let uncounted = if joined_service && policy.net.mode == h5i_policy::NetMode::Deny {
+        Some(UncountedEgress::InServiceNetwork)
+    } else {
+        UncountedEgress::at(Tier::Process, policy.net.mode)
+    };
     EgressTally {
-        uncounted: UncountedEgress::at(Tier::Process, policy.net.mode),
+        uncounted,
         ..EgressTally::default()
     }
 }

@@ -1,5 +1,5 @@
-//! Netfilter netlink sockets opened inside another network namespace, and the bounded send and
-//! receive a request/dump exchange on one needs.
+//! Netfilter netlink sockets opened inside another network namespace (or the caller's own), and
+//! the bounded send and receive a request/dump exchange on one needs.
 //!
 //! A netlink socket belongs to the network namespace it was made in, for its whole life: one
 //! made in a box's namespace by [`crate::ns_socket::made_in`] lets the caller speak to that
@@ -18,6 +18,18 @@ use crate::fds::poll_readable;
 
 /// How long the forked child may take to hand the socket back.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `NETLINK_NETFILTER` socket in the caller's own network namespace, close-on-exec: what a
+/// hook running inside a box's namespaces hands to h5i, so h5i reads that namespace's
+/// nf_tables after the box is gone (the socket keeps the namespace alive).
+pub fn netfilter_socket() -> io::Result<OwnedFd> {
+    Ok(rustix::net::socket_with(
+        AddressFamily::NETLINK,
+        SocketType::RAW,
+        SocketFlags::CLOEXEC,
+        Some(netlink::NETFILTER),
+    )?)
+}
 
 /// A `NETLINK_NETFILTER` socket made inside the network namespace `net` (entered through the
 /// user namespace `user` first, when given), close-on-exec.
