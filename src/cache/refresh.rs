@@ -130,25 +130,51 @@ fn registry_policy(
             policy.tier
         )));
     }
-    if let Some(why) = beyond_the_registry(&policy, mirror) {
+    // What every box gets (the built-in default at the same tier): the yardstick for host paths.
+    let base = crate::create::resolve_policy(
+        store,
+        &ResolveRequest {
+            profile: Some("default".into()),
+            isolation: req.isolation.clone(),
+            ..ResolveRequest::default()
+        },
+        &crate::probe::host_tiers(),
+    )?;
+    if let Some(why) = beyond_the_registry(&policy, &base, mirror) {
         return Err(refuse(why));
     }
     Ok(policy)
 }
 
 /// What `policy` grants a refresh box beyond egress to the registry hosts, if anything: an
-/// agent, host paths, AF_UNIX (host listeners), loopback ports, address families beyond the
+/// agent, host paths beyond those of `base` (the built-in default: system paths read-only, the
+/// workspace read-write), AF_UNIX (host listeners), loopback ports, address families beyond the
 /// always-allowed ones, or (where the host's configuration names the mirror, so the registry
 /// hosts are known) an egress entry that is not one of the mirror's hosts.
-fn beyond_the_registry(policy: &h5i_policy::ResolvedPolicy, mirror: &Mirror) -> Option<String> {
+fn beyond_the_registry(
+    policy: &h5i_policy::ResolvedPolicy,
+    base: &h5i_policy::ResolvedPolicy,
+    mirror: &Mirror,
+) -> Option<String> {
     if let Some(agent) = &policy.agent {
         return Some(format!(
             "it names the agent {}, and a refresh box has none",
             agent.as_str()
         ));
     }
-    if !policy.fs.read.is_empty() || !policy.fs.write.is_empty() {
-        return Some("it grants host paths, which a cache fill must not reach".into());
+    let extra_paths: Vec<&String> = (policy.fs.read.iter())
+        .filter(|p| !base.fs.read.contains(p) && !base.fs.write.contains(p))
+        .chain(policy.fs.write.iter().filter(|p| !base.fs.write.contains(p)))
+        .collect();
+    if !extra_paths.is_empty() {
+        return Some(format!(
+            "it grants host paths beyond the default profile's ({}), which a cache fill must not reach",
+            extra_paths
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
     }
     if policy.net.unix {
         return Some("it allows AF_UNIX sockets (net.unix), which reach host listeners".into());
