@@ -349,8 +349,10 @@ add_row box-cache-npm-warm-vs-cold \
     --target 'ratio:median <= 0.2'
 
 # The same 300-package project locked for pnpm or Yarn 1 (bench/npm_fixture.py's last argument),
-# its cache refreshed, a cold box (its lockfile gained a trailing newline: stale key, nothing
-# mounted) and a warm one. $1: pnpm or yarn.
+# its cache refreshed, a cold box (its lockfile gained a trailing newline before its first run,
+# written from the host: stale key, nothing mounted, not even the kept tree as its node_modules,
+# which a run with the key current would have made its own) and a warm one. $1: pnpm or yarn,
+# $2: its lockfile.
 node_warm_cold_setup() {
     printf '%s' '
         mkdir -p "$ROW_DIR/reg" "$ROW_DIR/repo"
@@ -363,7 +365,7 @@ node_warm_cold_setup() {
         "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
         "$H5I" box cache refresh '"$1"'
         "$H5I" box create bench-cold --profile dev
-        "$H5I" box run bench-cold -- sh -c "echo >> '"$2"'"
+        echo >> "$(ls -d .git/.h5i/env/*/bench-cold/workspace)/'"$2"'"
         "$H5I" box create bench-warm --profile dev'
 }
 

@@ -13,7 +13,14 @@
 //! - a changed lockfile makes the cache stale: not mounted, the variable not even set;
 //! - refresh without a registry profile refuses with the profile text, before any box exists;
 //! - a uv.lock or poetry.lock with a tampered hash or an option smuggled into a package name
-//!   fails the refresh, and nothing is stored.
+//!   fails the refresh, and nothing is stored;
+//! - npm's, pnpm's and Yarn's refresh keep the built node_modules, which a box gets overlaid as
+//!   its own (its writes in its own upper layer, the cache byte for byte as stored) and the
+//!   package manager finds up to date;
+//! - a `cache-<eco>` profile granting more than registry egress (host paths, AF_UNIX, another
+//!   address family, a host the configured mirror does not name) is refused before any box;
+//! - the progress line shows while a slow stand-in serves, and what the install step prints
+//!   reaches the caller escaped, never raw.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -93,7 +100,9 @@ const YARN: Eco = Eco {
     host_env: &[],
     var: "YARN_CACHE_FOLDER",
     install: "yarn install --frozen-lockfile --non-interactive",
-    warm_install: Some("yarn install --frozen-lockfile --offline --ignore-scripts --non-interactive"),
+    warm_install: Some(
+        "yarn install --frozen-lockfile --offline --ignore-scripts --non-interactive",
+    ),
     prove: NPM.prove,
     proved: NPM.proved,
     lockfile: "yarn.lock",

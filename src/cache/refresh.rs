@@ -1,18 +1,27 @@
 //! `h5i box cache refresh <eco>`: the only writer of a cache.
 //!
 //! The steps, in order: find the project-declared profile `cache-<eco>` and check it (egress
-//! the registry hosts, no host network, no secrets, no credential grants) or refuse with the
-//! profile written out ready to paste, before any box exists; create a dedicated box from this
+//! the registry hosts, no host network, no secrets, no credential grants, no agent, no host
+//! paths beyond the default profile's, no AF_UNIX, loopback ports or extra address families,
+//! and, where the host's configuration names the mirror, no egress entry but its hosts) or
+//! refuse with the profile written out ready to paste, before any box exists; create a dedicated box from this
 //! repository at HEAD at the supervised tier, with no agent; key the cache by the lockfiles in
 //! that box's workspace (and, for uv and Poetry, derive the hashed requirements list from the
 //! lockfile there: [`super::lockfile`]); run the ecosystem's install step alone there with a fresh staging
 //! directory as the only cache it can write and the registry settings the host's own
-//! configuration names ([`super::mirror`]); on exit 0, take the staging directory back from
+//! configuration names ([`super::mirror`]), its stdin /dev/null and its output captured
+//! ([`Capture`]) and handed to the caller a line at a time, to be escaped ([`Report::Said`]);
+//! on exit 0, for npm, pnpm and Yarn, copy the `node_modules` it built beside the cache and
+//! stamp it with its platform ([`super::KeptTree`]), then take the staging directory back from
 //! the box's identity, store it under its key (replacing this ecosystem's other caches: one
 //! per project and ecosystem) and remove the box.
 //!
 //! Must never: write a cache a box could have chosen the path of, keep a cache from a failed
-//! install, run an install whose egress was not narrowed, or run with an agent in the box.
+//! install, run an install whose egress was not narrowed, run with an agent in the box, or let
+//! the refresh box hold the caller's terminal or print to it but through the caller's escaping.
+//!
+//! Guarded by `tests/box_cache.rs` (every ecosystem's refresh, the refusals of a missing or too
+//! wide profile, the progress line and the escaped output against a slow registry stand-in).
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -164,7 +173,13 @@ fn beyond_the_registry(
     }
     let extra_paths: Vec<&String> = (policy.fs.read.iter())
         .filter(|p| !base.fs.read.contains(p) && !base.fs.write.contains(p))
-        .chain(policy.fs.write.iter().filter(|p| !base.fs.write.contains(p)))
+        .chain(
+            policy
+                .fs
+                .write
+                .iter()
+                .filter(|p| !base.fs.write.contains(p)),
+        )
         .collect();
     if !extra_paths.is_empty() {
         return Some(format!(
@@ -227,7 +242,11 @@ pub type Reporter<'r> = &'r (dyn Fn(Report<'_>, &mut dyn Write) + Sync);
 pub const SAID_CAP: usize = 4096;
 
 /// Refresh the cache of ecosystem `name`, telling `report` what happens while it runs.
-pub fn refresh(store: &BoxStore, name: &str, report: Reporter<'_>) -> Result<Refreshed, CacheError> {
+pub fn refresh(
+    store: &BoxStore,
+    name: &str,
+    report: Reporter<'_>,
+) -> Result<Refreshed, CacheError> {
     let eco = super::ecosystem(name)?;
     let root = CacheRoot::of(store);
     let _lock = EcoLock::take(&root, eco)?;
