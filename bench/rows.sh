@@ -388,8 +388,10 @@ add_row box-cache-npm-warm-vs-cold \
     --target 'ratio:median <= 0.2'
 
 # The same 300-package project locked for pnpm or Yarn 1 (bench/npm_fixture.py's last argument),
-# its cache refreshed, a cold box (its lockfile gained a trailing newline: stale key, nothing
-# mounted) and a warm one. $1: pnpm or yarn.
+# its cache refreshed, a cold box (its lockfile gained a trailing newline before its first run,
+# written from the host: stale key, nothing mounted, not even the kept tree as its node_modules,
+# which a run with the key current would have made its own) and a warm one. $1: pnpm or yarn,
+# $2: its lockfile.
 node_warm_cold_setup() {
     printf '%s' '
         mkdir -p "$ROW_DIR/reg" "$ROW_DIR/repo"
@@ -402,14 +404,15 @@ node_warm_cold_setup() {
         "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
         "$H5I" box cache refresh '"$1"'
         "$H5I" box create bench-cold --profile dev
-        "$H5I" box run bench-cold -- sh -c "echo >> '"$2"'"
+        echo >> "$(ls -d .git/.h5i/env/*/bench-cold/workspace)/'"$2"'"
         "$H5I" box create bench-warm --profile dev'
 }
 
-# The check both rows share: 300 packages installed in each box, the cold box stale, and the warm
-# install's receipt (the latest run with --offline) with no connection at all.
+# The check both rows share: the warm box's node_modules the kept tree (overlaid), 300 packages
+# installed in each box, the cold box stale, and the warm install's receipt (the latest run with
+# --offline) with no connection at all.
 NODE_WARM_COLD_CHECK='
-        "$H5I" box cache mounts bench-warm | grep -q "mounted read-only at" || { echo "the warm box got no cache"; exit 1; }
+        "$H5I" box cache mounts bench-warm | grep -q "and overlaid at /work/node_modules" || { echo "the warm box got no overlaid tree"; exit 1; }
         "$H5I" box cache mounts bench-cold | grep -q "(stale)" || { echo "the cold box is not stale"; exit 1; }
         for b in bench-cold bench-warm; do
             n="$("$H5I" box run "$b" -- sh -c "ls node_modules | grep -c ^h5i-fixture-")"
@@ -421,30 +424,35 @@ NODE_WARM_COLD_CHECK='
             || { echo "the warm install reached the network: $rec"; exit 1; }'
 
 # pnpm, cold vs warm, as the npm row: both boxes supervised with the same egress; cold fetches
-# every tarball into a store in the box's home (removed before each run) and links node_modules;
-# warm copies every package out of the read-only store (package-import-method=copy), offline.
-# Both runs remove node_modules first, in a box whose sandbox is already up.
+# every tarball into a store in the box's home (removed before each run, with node_modules) and
+# links node_modules; warm is a fresh box (made again before each run, not timed) whose
+# node_modules is the tree the refresh kept (its .pnpm virtual store with it), overlaid
+# read-only beneath the box's own upper layer, which pnpm, offline, finds up to date.
 add_row box-cache-pnpm-warm-vs-cold \
-    --title 'installing the 300-package project locked for pnpm (pnpm-lock.yaml, the same stand-in) in a supervised box: cold (pnpm install --frozen-lockfile, an empty store, every tarball fetched) vs warm (the read-only store mounted, pnpm install --frozen-lockfile --offline)' \
+    --title 'installing the 300-package project locked for pnpm (pnpm-lock.yaml, the same stand-in) in a supervised box: cold (pnpm install --frozen-lockfile, an empty store, every tarball fetched) vs warm (a fresh box whose node_modules is the tree the refresh kept, overlaid read-only beneath the box'"'"'s own upper layer, then pnpm install --frozen-lockfile --offline)' \
     --shell bash \
     --setup "$(node_warm_cold_setup pnpm pnpm-lock.yaml)" \
     --cwd '$ROW_DIR/repo' \
     --baseline '$H5I box run bench-cold -- sh -c "rm -rf node_modules \$HOME/.pnpm-store && pnpm install --frozen-lockfile --store-dir \$HOME/.pnpm-store >/dev/null"' \
-    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && pnpm install --frozen-lockfile --offline >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "pnpm install --frozen-lockfile --offline >/dev/null"' \
+    --h5i-prepare '"$H5I" box rm --force bench-warm >/dev/null && "$H5I" box create bench-warm --profile dev >/dev/null' \
     --check "$NODE_WARM_COLD_CHECK" \
     --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
     --runs 5 \
     --target 'ratio:median <= 0.2'
 
 # Yarn 1, cold vs warm, the same way: cold fetches every tarball into a cache folder in the box's
-# home (removed before each run); warm unpacks from the read-only cache folder, offline.
+# home (removed before each run, with node_modules); warm is a fresh box whose node_modules is the
+# tree the refresh kept, which yarn, offline and with --ignore-scripts (the flag the refresh built
+# it with, recorded in its .yarn-integrity), finds up to date.
 add_row box-cache-yarn-warm-vs-cold \
-    --title 'installing the 300-package project locked for Yarn 1 (yarn.lock, the same stand-in) in a supervised box: cold (yarn install --frozen-lockfile, an empty cache folder, every tarball fetched) vs warm (the read-only cache folder mounted, yarn install --frozen-lockfile --offline)' \
+    --title 'installing the 300-package project locked for Yarn 1 (yarn.lock, the same stand-in) in a supervised box: cold (yarn install --frozen-lockfile, an empty cache folder, every tarball fetched) vs warm (a fresh box whose node_modules is the tree the refresh kept, overlaid read-only beneath the box'"'"'s own upper layer, then yarn install --frozen-lockfile --offline --ignore-scripts)' \
     --shell bash \
     --setup "$(node_warm_cold_setup yarn yarn.lock)" \
     --cwd '$ROW_DIR/repo' \
     --baseline '$H5I box run bench-cold -- sh -c "rm -rf node_modules \$HOME/.yarn-cache && YARN_CACHE_FOLDER=\$HOME/.yarn-cache yarn install --frozen-lockfile --non-interactive >/dev/null"' \
-    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && yarn install --frozen-lockfile --offline --non-interactive >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "yarn install --frozen-lockfile --offline --ignore-scripts --non-interactive >/dev/null"' \
+    --h5i-prepare '"$H5I" box rm --force bench-warm >/dev/null && "$H5I" box create bench-warm --profile dev >/dev/null' \
     --check "$NODE_WARM_COLD_CHECK" \
     --teardown '"$H5I" box rm --force bench-cold; "$H5I" box rm --force bench-warm; "$ROOT/bench/npm_registry.sh" down' \
     --runs 5 \

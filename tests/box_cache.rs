@@ -13,7 +13,14 @@
 //! - a changed lockfile makes the cache stale: not mounted, the variable not even set;
 //! - refresh without a registry profile refuses with the profile text, before any box exists;
 //! - a uv.lock or poetry.lock with a tampered hash or an option smuggled into a package name
-//!   fails the refresh, and nothing is stored.
+//!   fails the refresh, and nothing is stored;
+//! - npm's, pnpm's and Yarn's refresh keep the built node_modules, which a box gets overlaid as
+//!   its own (its writes in its own upper layer, the cache byte for byte as stored) and the
+//!   package manager finds up to date;
+//! - a `cache-<eco>` profile granting more than registry egress (host paths, AF_UNIX, another
+//!   address family, a host the configured mirror does not name) is refused before any box;
+//! - the progress line shows while a slow stand-in serves, and what the install step prints
+//!   reaches the caller escaped, never raw.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -49,6 +56,9 @@ struct Eco {
     proved: &'static str,
     /// The lockfile.
     lockfile: &'static str,
+    /// npm, pnpm, Yarn: the variable naming the kept `node_modules` in a box, and what the warm
+    /// install prints when it finds that tree (overlaid as the box's `node_modules`) up to date.
+    tree: Option<(&'static str, &'static str)>,
 }
 
 const NPM: Eco = Eco {
@@ -61,11 +71,13 @@ const NPM: Eco = Eco {
     prove: "node -e \"console.log(require('h5i-fixture-002'))\"",
     proved: "2",
     lockfile: "package-lock.json",
+    tree: None,
 };
 
 /// pnpm's project: the npm fixture's packages locked in pnpm-lock.yaml. The cold box names a
 /// store in its own home (with no store setting pnpm looks for one on the project's filesystem).
-/// Warm, pnpm copies every package out of the read-only store, offline.
+/// Warm, the box's node_modules is the tree the refresh kept (its `.pnpm` virtual store with
+/// it), overlaid, and pnpm finds it up to date, offline.
 const PNPM: Eco = Eco {
     name: "pnpm",
     fixture: &["npm_fixture.py", "5", "4096", "{base}", "pnpm"],
@@ -76,20 +88,25 @@ const PNPM: Eco = Eco {
     prove: NPM.prove,
     proved: NPM.proved,
     lockfile: "pnpm-lock.yaml",
+    tree: Some(("H5I_PNPM_TREE", "Already up to date")),
 };
 
-/// Yarn 1's project: the npm fixture's packages locked in yarn.lock. Warm, yarn installs from
-/// the read-only cache folder, offline.
+/// Yarn 1's project: the npm fixture's packages locked in yarn.lock. Warm, the box's
+/// node_modules is the tree the refresh kept, overlaid, and yarn finds it up to date, offline
+/// (with `--ignore-scripts`, the flag the tree was built with and its `.yarn-integrity` records).
 const YARN: Eco = Eco {
     name: "yarn",
     fixture: &["npm_fixture.py", "5", "4096", "{base}", "yarn"],
     host_env: &[],
     var: "YARN_CACHE_FOLDER",
     install: "yarn install --frozen-lockfile --non-interactive",
-    warm_install: Some("yarn install --frozen-lockfile --offline --non-interactive"),
+    warm_install: Some(
+        "yarn install --frozen-lockfile --offline --ignore-scripts --non-interactive",
+    ),
     prove: NPM.prove,
     proved: NPM.proved,
     lockfile: "yarn.lock",
+    tree: Some(("H5I_YARN_TREE", "success Already up-to-date.")),
 };
 
 const CARGO: Eco = Eco {
@@ -104,6 +121,7 @@ const CARGO: Eco = Eco {
     prove: "cargo build --locked -q && ./target/debug/fixture-app",
     proved: "3",
     lockfile: "Cargo.lock",
+    tree: None,
 };
 
 const PIP: Eco = Eco {
@@ -123,6 +141,7 @@ const PIP: Eco = Eco {
     prove: "python3 -c \"import sys; sys.path.insert(0, 'deps'); import h5i_fixture_002 as m; print(m.VALUE)\"",
     proved: "3",
     lockfile: "requirements.txt",
+    tree: None,
 };
 
 /// Poetry with its virtualenv in the project (`.venv`) and no keyring (a box has no session bus).
@@ -151,6 +170,7 @@ const UV: Eco = Eco {
     prove: VENV_PROVE,
     proved: "3",
     lockfile: "uv.lock",
+    tree: None,
 };
 
 const POETRY: Eco = Eco {
@@ -166,6 +186,7 @@ const POETRY: Eco = Eco {
     prove: VENV_PROVE,
     proved: "3",
     lockfile: "poetry.lock",
+    tree: None,
 };
 
 const GO: Eco = Eco {
@@ -180,6 +201,7 @@ const GO: Eco = Eco {
     prove: "GOPROXY=off go build -o app . && ./app",
     proved: "3",
     lockfile: "go.sum",
+    tree: None,
 };
 
 /// The static registry: `python3 -m http.server` on the first test host, in the test's netns.
@@ -191,26 +213,49 @@ pub struct Registry {
     pub root: PathBuf,
 }
 
+/// A static server that waits `DELAY` seconds before answering each request (argv: DELAY
+/// ADDR PORT ROOT), logging as `http.server` does.
+const SLOW_SERVER: &str = r#"
+import functools, http.server, sys, time
+delay, addr, port, root = float(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+class Slow(http.server.SimpleHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(delay)
+        super().do_GET()
+srv = http.server.ThreadingHTTPServer((addr, port), functools.partial(Slow, directory=root))
+print("Serving HTTP (slow)", flush=True)
+srv.serve_forever()
+"#;
+
 impl Registry {
     pub fn up(test: &str) -> Option<Registry> {
+        Registry::serve(test, None)
+    }
+
+    /// A stand-in that answers each request `delay` seconds late.
+    pub fn up_slow(test: &str, delay: u32) -> Option<Registry> {
+        Registry::serve(test, Some(delay))
+    }
+
+    fn serve(test: &str, delay: Option<u32>) -> Option<Registry> {
         let hosts = TestHosts::up(test, &[], &[])?;
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("registry");
         std::fs::create_dir(&root).unwrap();
         let log = dir.path().join("requests.log");
-        let mut server = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                hosts.ns(),
-                "python3",
-                "-u",
-                "-m",
-                "http.server",
-            ])
-            .arg(PORT.to_string())
-            .args(["--bind", &hosts.first.to_string(), "--directory"])
-            .arg(&root)
+        let mut server = Command::new("ip");
+        server.args(["netns", "exec", hosts.ns(), "python3", "-u"]);
+        match delay {
+            None => server
+                .args(["-m", "http.server", &PORT.to_string()])
+                .args(["--bind", &hosts.first.to_string(), "--directory"])
+                .arg(&root),
+            Some(d) => server
+                .args(["-c", SLOW_SERVER, &d.to_string()])
+                .args([hosts.first.to_string(), PORT.to_string()])
+                .arg(&root),
+        };
+        let mut server = server
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -309,8 +354,8 @@ fn last_run(c: &Caller, name: &str) -> serde_json::Value {
 }
 
 /// Install in box `name` with `script`, insist it worked and the packages are usable; the
-/// install's receipt.
-fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> serde_json::Value {
+/// install's receipt and what it printed.
+fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> (serde_json::Value, String) {
     let out = run(c, name, script);
     assert_eq!(
         out.status.code(),
@@ -321,6 +366,7 @@ fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> serde_json::Value
         stderr(&out)
     );
     let receipt = last_run(c, name);
+    let said = stdout(&out);
     let out = run(c, name, eco.prove);
     assert_eq!(
         stdout(&out).trim(),
@@ -330,7 +376,7 @@ fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> serde_json::Value
         c.who(),
         stderr(&out)
     );
-    receipt
+    (receipt, said)
 }
 
 fn tally(rec: &serde_json::Value, side: &str) -> u64 {
@@ -417,7 +463,7 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
 
     // Cold: a supervised box with no cache fetches from the registry.
     c.ok(&["box", "create", "cold", "--profile", "dev"]);
-    let cold = install(&c, eco, "cold", eco.install);
+    let (cold, _) = install(&c, eco, "cold", eco.install);
     assert!(
         tally(&cold, "allowed") >= 1,
         "cold install made no connection: {cold}"
@@ -455,7 +501,30 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
         "{mounts}"
     );
     let warm_install = eco.warm_install.unwrap_or(eco.install);
-    let warm = install(&c, eco, "warm", warm_install);
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
+    let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
+    let entry = c.repo().join(".git/.h5i/cache").join(eco.name).join(&key);
+    let stored = tree_digest(&entry);
+    let (warm, said) = install(&c, eco, "warm", warm_install);
+    if let Some((_, up_to_date)) = eco.tree {
+        // The kept tree is the box's node_modules: the package manager finds it up to date
+        // rather than copying or unpacking a package.
+        let named = mounts
+            .split('`')
+            .nth(1)
+            .filter(|_| mounts.contains("` finds it up to date"));
+        assert!(
+            mounts.contains("and overlaid at /work/node_modules")
+                && named.is_some_and(|n| warm_install.starts_with(n)),
+            "the install mounts names is not the one run ({warm_install}): {mounts}"
+        );
+        assert!(
+            said.contains(up_to_date),
+            "{} did not find the kept tree up to date: {said}",
+            eco.name
+        );
+    }
     assert_eq!(
         tally(&warm, "allowed"),
         0,
@@ -484,9 +553,38 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
     // Warm, process tier: no network at all there, so the install works from the cache alone.
     c.ok(&["box", "create", "warmp", "--isolation", "process"]);
     assert_no_route(&c, &reg, "warmp");
-    install(&c, eco, "warmp", warm_install);
+    let (_, said) = install(&c, eco, "warmp", warm_install);
     assert_cannot_write(&c, eco, "warmp");
     assert_eq!(reg.requests().len(), after_refresh);
+    if let Some((var, up_to_date)) = eco.tree {
+        assert!(said.contains(up_to_date), "warmp: {said}");
+        // The kept tree, read-only where the box sees it and beneath its node_modules: a box
+        // writes, removes and replaces there in its own upper layer, never in the cache.
+        let tree_eco = Eco { var, ..*eco };
+        for b in ["warm", "warmp"] {
+            assert_cannot_write(&c, &tree_eco, b);
+            let out = run(
+                &c,
+                b,
+                "set -e; echo 'module.exports = 0;' > node_modules/h5i-fixture-002/index.js
+                 rm -rf node_modules/h5i-fixture-001 && mkdir node_modules/planted
+                 node -p \"require('h5i-fixture-002')\"",
+            );
+            assert_eq!(stdout(&out).trim(), "0", "{b}: {}", stderr(&out));
+        }
+        assert!(
+            c.box_dir("warm")
+                .join(format!("{}-tree/{key}/upper/planted", eco.name))
+                .is_dir(),
+            "the box's write is not in its own upper layer"
+        );
+    }
+    assert_eq!(
+        tree_digest(&entry),
+        stored,
+        "a box changed the {} cache",
+        eco.name
+    );
 
     // A changed lockfile in the box: another dependency set, so the cache is stale and not
     // mounted (the variable is not even set).
@@ -645,7 +743,7 @@ fn container_box_installs_warm_from_the_cache(eco: &Eco, warm_install: &str, as_
     assert!(
         mounts.starts_with(&format!("{}: {key} (", eco.name))
             && mounts.contains(&format!("mounted read-only at /.h5i/cache/{}", eco.name))
-            && (eco.name != "npm"
+            && (!matches!(eco.name, "npm" | "pnpm" | "yarn")
                 || mounts.contains("built node_modules not mounted: built for ")
                     && mounts.contains("this tier brings its own")),
         "{mounts}"
@@ -822,6 +920,156 @@ fn refresh_without_a_registry_profile_refuses_with_the_profile_text() {
     let c = Caller::root();
     assert!(stderr(&c.h5i(&["box", "cache", "refresh", "maven"]))
         .contains("no cache ecosystem `maven`"));
+}
+
+/// A `cache-<eco>` profile that grants the refresh box anything beyond egress to the registry
+/// hosts is refused before any box exists, with the ready-to-paste profile: host paths, AF_UNIX
+/// (host listeners), another address family, and (where the host's configuration names the
+/// mirror, so the registry hosts are known) an egress entry that is not the mirror's.
+fn refresh_refuses_a_profile_reaching_beyond_the_registry(as_user: bool) {
+    let cases: [(&str, &str, &str, &str); 4] = [
+        (
+            "npm",
+            "[profile.cache-npm.fs]\nwrite = [\"/tmp\"]\n",
+            "it grants host paths beyond the default profile's (/tmp)",
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "npm",
+            "[profile.cache-npm.net]\negress = [\"registry.test:8080\"]\nunix = true\n",
+            "it allows AF_UNIX sockets (net.unix)",
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "npm",
+            "[profile.cache-npm.net]\negress = [\"registry.test:8080\"]\nfamilies = [\"alg\"]\n",
+            "it grants the address families alg (net.families)",
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "pip",
+            "[profile.cache-pip.net]\negress = [\"registry.test:8080\", \"other.test:443\"]\n",
+            "its egress names other.test:443, which the host's registry configuration does not",
+            "\"registry.test:8080\"",
+        ),
+    ];
+    for (eco, extra, why, hosts) in cases {
+        let c = Caller::either(as_user)
+            .with_env("PIP_INDEX_URL", "http://registry.test:8080/simple")
+            .with_env("PIP_TRUSTED_HOST", "registry.test");
+        c.write(
+            if eco == "pip" {
+                "requirements.txt"
+            } else {
+                "package-lock.json"
+            },
+            "{}",
+        );
+        let base = if extra.contains(".net]") {
+            String::new()
+        } else {
+            format!("[profile.cache-{eco}.net]\negress = [\"registry.test:8080\"]\n")
+        };
+        c.write(
+            ".h5i/env.toml",
+            format!("[profile.cache-{eco}]\nisolation = \"supervised\"\n{base}{extra}"),
+        );
+        c.commit_all("a wide cache profile");
+        let out = c.h5i(&["box", "cache", "refresh", eco]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{extra}: {err}");
+        assert!(
+            err.contains(&format!(
+                "refusing: refreshing the {eco} cache needs a profile `cache-{eco}`"
+            )) && err.contains(why)
+                && err.contains(&format!("\n[profile.cache-{eco}.net]\negress = [{hosts}]")),
+            "{extra} as {}: {err}",
+            c.who()
+        );
+        assert!(
+            c.ok(&["box", "ls"]).contains("no boxes"),
+            "{extra}: a box was made"
+        );
+    }
+}
+
+#[test]
+fn refresh_refuses_a_profile_reaching_beyond_the_registry_as_root() {
+    refresh_refuses_a_profile_reaching_beyond_the_registry(false);
+}
+
+#[test]
+fn refresh_refuses_a_profile_reaching_beyond_the_registry_as_h5i_test() {
+    refresh_refuses_a_profile_reaching_beyond_the_registry(true);
+}
+
+/// The progress line while a refresh runs (stderr not a terminal: one line every 5 s), against
+/// a stand-in slow enough for the install to last past 5 s; what the install step prints reaches
+/// the caller escaped, each line after `h5i: refresh npm: | `, never raw: a lockfile naming a
+/// package with an escape sequence in its name makes npm print it, and the caller's stderr
+/// carries no ESC byte.
+fn refresh_progress_line_and_escaped_output(as_user: bool) {
+    let test = format!(
+        "box cache refresh progress as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up_slow(&test, 6) else {
+        return;
+    };
+    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    project(&c, &reg, &NPM);
+    let out = refresh(&c, "npm");
+    let err = stderr(&out);
+    assert!(
+        err.contains("h5i: refresh npm: installing in a dedicated supervised box")
+            && err.contains(" MiB in the cache, 5 s\n"),
+        "no progress line: {err}"
+    );
+    assert!(
+        err.contains("h5i: refresh npm: | added 5 packages"),
+        "the install's own output was not relayed: {err}"
+    );
+
+    let lock = std::fs::read_to_string(c.repo().join("package-lock.json")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&lock).unwrap();
+    let evil = "h5i-\u{1b}[31mRED\u{1b}]0;title\u{7}";
+    doc["packages"][""]["dependencies"][evil] = "1.0.0".into();
+    doc["packages"][&format!("node_modules/{evil}")] = serde_json::json!({
+        "version": "1.0.0",
+        "resolved": format!("http://registry.test:{PORT}/evil/-/evil-1.0.0.tgz"),
+        "integrity": "sha512-AAAA",
+    });
+    c.write("package-lock.json", doc.to_string());
+    let manifest = std::fs::read_to_string(c.repo().join("package.json")).unwrap();
+    let mut manifest: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    manifest["dependencies"][evil] = "1.0.0".into();
+    c.write("package.json", manifest.to_string());
+    c.commit_all("a hostile package name");
+    let out = c.h5i(&["box", "cache", "refresh", "npm"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        !out.stderr.contains(&0x1b) && !out.stdout.contains(&0x1b) && !out.stderr.contains(&0x07),
+        "box-supplied control bytes reached the caller raw: {err:?}"
+    );
+    assert!(
+        err.contains("h5i: refresh npm: | ") && err.contains("h5i-\\x1b[31mRED"),
+        "the box's output is not shown escaped: {err}"
+    );
+    assert!(
+        err.contains("refusing: the npm install step exited "),
+        "{err}"
+    );
+}
+
+#[test]
+fn refresh_shows_a_progress_line_and_escapes_what_the_box_prints_as_root() {
+    refresh_progress_line_and_escaped_output(false);
+}
+
+#[test]
+fn refresh_shows_a_progress_line_and_escapes_what_the_box_prints_as_h5i_test() {
+    refresh_progress_line_and_escaped_output(true);
 }
 
 /// A symlinked lockfile (pointing out of the tree) is refused, never followed: nothing is
@@ -1010,6 +1258,7 @@ const NPM_PLATFORM: Eco = Eco {
     prove: "node -e \"console.log(require('h5i-native'))\" && ls node_modules/@h5i-native",
     proved: "",
     lockfile: "package-lock.json",
+    tree: None,
 };
 
 /// The built tree as the box sees it (`H5I_NPM_TREE`), for the write attempts.

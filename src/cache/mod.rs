@@ -4,10 +4,12 @@
 //! Owns the reviewed ecosystem table ([`ECOSYSTEMS`]), the key (a SHA-256 over the lockfiles,
 //! each read through the one bounded reader, never following a symlink), and the on-disk layout:
 //! `<key>/data/` is what a box gets (read-only), `<key>/refresh.json` is what the refresh that
-//! wrote it observed. npm's entry also holds `<key>/tree/node_modules`, the tree `npm ci` built
-//! in the refresh box, stamped with the platform and node ABI it was built for ([`TreeRecord`]):
-//! a box gets it as its `node_modules` (overlaid: [`mounts`]) instead of unpacking every tarball
-//! again. One module per verb: [`ls`], [`mounts`], [`refresh`], [`rm`].
+//! wrote it observed. The entry of a node package manager (npm, pnpm, Yarn 1: [`KeptTree`]) also
+//! holds `<key>/tree/node_modules`, the tree its install built in the refresh box (pnpm's with
+//! its `.pnpm` virtual store, Yarn's with its `.yarn-integrity`), stamped with the platform and
+//! node ABI it was built for ([`TreeRecord`]): a box gets it as its `node_modules` (overlaid:
+//! [`mounts`]) instead of unpacking every package again. One module per verb: [`ls`],
+//! [`mounts`], [`refresh`], [`rm`].
 //!
 //! Must never: hand a box a cache whose key does not match the lockfiles in that box's workspace
 //! (packages resolved for another dependency set are a silent wrong answer), hand one to a tier
@@ -33,12 +35,17 @@ use sha2::{Digest, Sha256};
 
 use crate::error::BoxError;
 
-/// Where a process or supervised box sees the npm cache's built `node_modules` (read-only).
-pub const NPM_TREE_INSIDE: &str = "/.h5i/cache/npm-tree";
-
-/// The variable naming [`NPM_TREE_INSIDE`] in a box that has it (where the tree is also the
-/// workspace's `node_modules`, overlaid: `mounts::NPM_TREE_OVERLAY`).
-pub const NPM_TREE_VAR: &str = "H5I_NPM_TREE";
+/// A node package manager's built `node_modules`, kept by `refresh` beside its cache.
+#[derive(Debug)]
+pub struct KeptTree {
+    /// Where a process or supervised box sees it (read-only).
+    pub inside: &'static str,
+    /// The variable naming `inside` in a box that has it (where the tree is also the
+    /// workspace's `node_modules`, overlaid: `mounts::TREE_OVERLAY`).
+    pub var: &'static str,
+    /// The install that finds the kept tree up to date, for `box cache mounts` to name.
+    pub warm_install: &'static str,
+}
 
 /// The largest `refresh.json` or tree stamp read.
 const RECORD_CAP: u64 = 1 << 20;
@@ -73,9 +80,9 @@ pub struct Ecosystem {
     /// the lockfile ([`lockfile`]): the lockfile's format. `refresh` writes the list into the
     /// cache before the install step runs, and a box installs from the same list.
     pub derived: Option<lockfile::LockFormat>,
-    /// Whether `refresh` also keeps the tree the install built in the project (npm's
-    /// `node_modules`), stamped with its platform: [`TreeRecord`].
-    pub keeps_tree: bool,
+    /// Whether `refresh` also keeps the `node_modules` the install built in the project,
+    /// stamped with its platform ([`TreeRecord`]), and where a box sees it.
+    pub tree: Option<KeptTree>,
 }
 
 /// npm's variables, the same in agent boxes and the refresh box.
@@ -173,7 +180,11 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: NPM_ENV,
         fill_env: NPM_ENV,
         derived: None,
-        keeps_tree: true,
+        tree: Some(KeptTree {
+            inside: "/.h5i/cache/npm-tree",
+            var: "H5I_NPM_TREE",
+            warm_install: "npm install --offline --no-save",
+        }),
     },
     Ecosystem {
         name: "pnpm",
@@ -186,7 +197,14 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: PNPM_ENV,
         fill_env: PNPM_ENV,
         derived: None,
-        keeps_tree: false,
+        // node_modules holds relative symlinks into node_modules/.pnpm (the virtual store,
+        // copies out of the store: package-import-method=copy), so the one tree serves whole;
+        // its .modules.yaml names the store at the path every box gets it at.
+        tree: Some(KeptTree {
+            inside: "/.h5i/cache/pnpm-tree",
+            var: "H5I_PNPM_TREE",
+            warm_install: "pnpm install --frozen-lockfile --offline",
+        }),
     },
     Ecosystem {
         name: "yarn",
@@ -204,7 +222,15 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: YARN_ENV,
         fill_env: YARN_ENV,
         derived: None,
-        keeps_tree: false,
+        // Its node_modules/.yarn-integrity records the install's flags, `ignoreScripts` among
+        // them: yarn finds the tree up to date only for an install with the same flag, and
+        // relinks every package from the cache (offline, as correct, and as slow as before)
+        // for one without it, since that one asks for the scripts the refresh did not run.
+        tree: Some(KeptTree {
+            inside: "/.h5i/cache/yarn-tree",
+            var: "H5I_YARN_TREE",
+            warm_install: "yarn install --frozen-lockfile --offline --ignore-scripts",
+        }),
     },
     Ecosystem {
         name: "cargo",
@@ -219,7 +245,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: CARGO_ENV,
         fill_env: CARGO_ENV,
         derived: None,
-        keeps_tree: false,
+        tree: None,
     },
     Ecosystem {
         name: "pip",
@@ -234,7 +260,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: PIP_WHEELHOUSE_ENV,
         fill_env: &[],
         derived: None,
-        keeps_tree: false,
+        tree: None,
     },
     Ecosystem {
         name: "uv",
@@ -251,7 +277,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: &[("UV_FIND_LINKS", "{dir}"), ("UV_OFFLINE", "1")],
         fill_env: &[],
         derived: Some(lockfile::LockFormat::Uv),
-        keeps_tree: false,
+        tree: None,
     },
     Ecosystem {
         name: "poetry",
@@ -268,7 +294,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         env: PIP_WHEELHOUSE_ENV,
         fill_env: &[],
         derived: Some(lockfile::LockFormat::Poetry),
-        keeps_tree: false,
+        tree: None,
     },
     Ecosystem {
         name: "go",
@@ -284,7 +310,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         // refresh's staging directory can be removed; the stored cache is read-only anyway.
         fill_env: &[("GOMODCACHE", "{dir}"), ("GOFLAGS", "-modcacherw")],
         derived: None,
-        keeps_tree: false,
+        tree: None,
     },
 ];
 
@@ -338,9 +364,11 @@ pub enum CacheError {
         /// The egress tally, one line.
         egress: String,
     },
-    /// npm's built tree could not be kept; nothing was stored.
-    #[error("refusing: the npm install succeeded but its node_modules could not be kept ({why}; receipt {receipt} of the refresh box); nothing was stored; to fix: check that the refresh box runs node, then refresh again")]
+    /// The built tree could not be kept; nothing was stored.
+    #[error("refusing: the {eco} install succeeded but its node_modules could not be kept ({why}; receipt {receipt} of the refresh box); nothing was stored; to fix: check that the refresh box runs node, then refresh again")]
     TreeNotKept {
+        /// The ecosystem.
+        eco: &'static str,
         /// The receipt of the copy.
         receipt: u64,
         /// What went wrong.
@@ -429,7 +457,11 @@ impl Ecosystem {
 
     /// Every variable name this ecosystem sets in any box.
     pub fn var_names(&self) -> impl Iterator<Item = &'static str> {
-        self.env.iter().chain(self.fill_env).map(|(k, _)| *k)
+        self.env
+            .iter()
+            .chain(self.fill_env)
+            .map(|(k, _)| *k)
+            .chain(self.tree.as_ref().map(|t| t.var))
     }
 
     /// The key of the project rooted at `root`: `None` when it has none of the lockfiles.
@@ -516,7 +548,7 @@ impl CacheRoot {
         self.entry(eco, key).join("data")
     }
 
-    /// The directory of `eco`'s built tree under `key` (npm): `tree/node_modules`.
+    /// The directory of `eco`'s built tree under `key` ([`KeptTree`]): `tree/node_modules`.
     pub fn tree(&self, eco: &Ecosystem, key: &str) -> PathBuf {
         self.entry(eco, key).join("tree").join("node_modules")
     }
@@ -615,7 +647,7 @@ pub struct RefreshRecord {
     pub egress: Option<h5i_policy::receipt::EgressTally>,
     /// Bytes stored.
     pub bytes: u64,
-    /// npm only: the built `node_modules` stored beside the download cache.
+    /// npm, pnpm and Yarn: the built `node_modules` stored beside the download cache.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tree: Option<TreeRecord>,
 }

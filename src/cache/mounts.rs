@@ -4,12 +4,15 @@
 //! Owns the decision per ecosystem: the cache whose key matches the lockfiles of the project
 //! the box installs from, and that [`CacheRoot::verify`] accepts, is mounted read-only at its
 //! own path, and the package manager's variables point at it; a cache under any other key is
-//! stale and never handed out. npm's built tree is mounted beside it only at the tiers that run
-//! the host's `/usr` (process, supervised), and only when the node binary there is the one that
-//! built it ([`super::TreeRecord`]). There it is also the box's `node_modules`, without a copy:
-//! an overlay ([`h5i_runtime::bundle::Overlay`]) of the read-only tree beneath an upper layer of
-//! the box's own (`<box dir>/npm-tree/<key>/upper`, kept while the box lives), unless the
-//! workspace already has a `node_modules` of its own, which is left as it is.
+//! stale and never handed out. A node package manager's built tree (npm, pnpm, Yarn 1:
+//! [`super::KeptTree`]) is mounted beside it only at the tiers that run the host's `/usr`
+//! (process, supervised), and only when the node binary there is the one that built it
+//! ([`super::TreeRecord`]). There it is also the box's `node_modules`, without a copy: an overlay
+//! ([`h5i_runtime::bundle::Overlay`]) of the read-only tree beneath an upper layer of the box's
+//! own (`<box dir>/<eco>-tree/<key>/upper`, kept while the box lives), unless the workspace
+//! already has a `node_modules` of its own, which is left as it is. One tree per box: a project
+//! locked for two of them gets the first of the table's order overlaid, or the one its
+//! `node_modules` is already built on.
 //!
 //! From its first run with the overlay, the box's `node_modules` is the box's own, not the
 //! cache's ([`BoxTree`]): later runs overlay the same tree (the key it started from) beneath the
@@ -34,8 +37,8 @@ use crate::error::BoxError;
 use crate::store::StoredBox;
 use h5i_runtime::bundle::{Bind, Overlay};
 
-/// Where npm's built tree is overlaid in a box: the workspace's `node_modules`.
-pub const NPM_TREE_OVERLAY: &str = "/work/node_modules";
+/// Where a built tree is overlaid in a box: the workspace's `node_modules`.
+pub const TREE_OVERLAY: &str = "/work/node_modules";
 
 /// One ecosystem's answer for one project.
 #[derive(Debug, Clone, Serialize)]
@@ -53,7 +56,7 @@ pub enum Offer {
         inside: String,
         /// The variables set for the package manager.
         env: Vec<String>,
-        /// npm: the built `node_modules` stored with it, and whether this box gets it.
+        /// npm, pnpm, Yarn: the built `node_modules` stored with it, and whether this box gets it.
         #[serde(skip_serializing_if = "Option::is_none")]
         tree: Option<TreeOffer>,
     },
@@ -82,7 +85,7 @@ pub enum Offer {
     },
 }
 
-/// npm's built tree, for one box.
+/// A built tree, for one box.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum TreeOffer {
@@ -98,6 +101,8 @@ pub enum TreeOffer {
         env: String,
         /// Whether it is also the workspace's `node_modules`.
         overlay: TreeOverlay,
+        /// The install that finds it up to date.
+        warm_install: &'static str,
     },
     /// Built by another node binary than the one this box would run (another platform or ABI,
     /// or node changed since): not mounted.
@@ -114,7 +119,7 @@ pub enum TreeOffer {
     },
 }
 
-/// Whether npm's built tree is the box's `node_modules`.
+/// Whether a built tree is the box's `node_modules`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum TreeOverlay {
@@ -124,24 +129,35 @@ pub enum TreeOverlay {
         /// Where the box sees it.
         inside: &'static str,
     },
-    /// Not this key's tree: the box's `node_modules` stays the one it has, the tree of `key` it
-    /// started from beneath its own upper layer ([`BoxTree`]).
+    /// Not this key's tree: the box's `node_modules` stays the one it has, the tree of `eco`'s
+    /// cache `key` it started from beneath its own upper layer ([`BoxTree`]).
     Kept {
+        /// The ecosystem whose tree is beneath the box's `node_modules`.
+        eco: &'static str,
         /// The key of the tree beneath the box's `node_modules`.
         key: String,
     },
     /// The workspace has a `node_modules` of its own (anything but an empty directory): left
     /// as it is.
     OwnTree,
+    /// The project is locked for another node package manager too, whose tree (first in the
+    /// table's order) is the one overlaid.
+    OtherTree {
+        /// That ecosystem.
+        eco: &'static str,
+    },
 }
 
-/// A box's own `node_modules` once it has had npm's tree overlaid: the tree of the key it
-/// started from (its upper layer's name), whatever the lockfiles make now.
+/// A box's own `node_modules` once it has had a built tree overlaid: the tree of the ecosystem
+/// and key it started from (its upper layer's directory and name), whatever the lockfiles make
+/// now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
 pub enum BoxTree {
     /// Overlaid at `inside`: `lower` read-only beneath `upper`.
     Overlaid {
+        /// The ecosystem whose tree is beneath.
+        eco: &'static str,
         /// The key of the tree beneath.
         key: String,
         /// Whether the lockfiles make that key now (false: the box changed them since).
@@ -155,6 +171,8 @@ pub enum BoxTree {
     },
     /// Not overlaid: the box's changes stay in `upper` until `h5i box rm`.
     Unavailable {
+        /// The ecosystem whose tree it was.
+        eco: &'static str,
         /// The key of the tree it was.
         key: String,
         /// The box's upper layer on the host.
@@ -184,16 +202,20 @@ fn base_key(uppers: &Path, current: Option<&str>) -> Option<String> {
     have.pop().map(|(_, k)| k)
 }
 
-/// Box `sb`'s own `node_modules`, when it has had npm's tree overlaid (`host_usr`: as
+/// Box `sb`'s own `node_modules`, when it has had a built tree overlaid (`host_usr`: as
 /// [`offers`]; the container tier never has one). None: it never had, or the workspace has a
 /// `node_modules` of its own.
 pub fn box_tree(sb: &StoredBox, root: &CacheRoot, host_usr: bool) -> Option<BoxTree> {
-    let eco = ECOSYSTEMS.iter().find(|e| e.keeps_tree)?;
     let ws = sb.paths.workspace();
-    let current = eco.key_of(&ws).ok().flatten();
-    let uppers = upper_root(sb);
-    let key = base_key(&uppers, current.as_deref())?;
-    let upper = uppers.join(&key);
+    let (eco, current, key) = ECOSYSTEMS
+        .iter()
+        .filter(|e| e.tree.is_some())
+        .find_map(|eco| {
+            let current = eco.key_of(&ws).ok().flatten();
+            let key = base_key(&upper_root(sb, eco.name), current.as_deref())?;
+            Some((eco, current, key))
+        })?;
+    let upper = upper_root(sb, eco.name).join(&key);
     if !host_usr || overlay_for(&ws) == TreeOverlay::OwnTree {
         return None;
     }
@@ -207,42 +229,55 @@ pub fn box_tree(sb: &StoredBox, root: &CacheRoot, host_usr: bool) -> Option<BoxT
             ),
             Some(_) => {
                 return Some(BoxTree::Overlaid {
+                    eco: eco.name,
                     current: current.as_deref() == Some(key.as_str()),
                     lower: root.tree(eco, &key),
                     key,
                     upper,
-                    inside: NPM_TREE_OVERLAY,
+                    inside: TREE_OVERLAY,
                 })
             }
         },
     };
     Some(BoxTree::Unavailable {
-        why: format!("the npm cache {key} cannot be overlaid ({why})"),
+        why: format!("the {} cache {key} cannot be overlaid ({why})", eco.name),
+        eco: eco.name,
         key,
         upper,
     })
 }
 
-/// `offers` as box `sb` gets them: npm's tree not overlaid where the box's own `node_modules`
-/// is built on another key's tree (`base`).
+/// `offers` as box `sb` gets them: no tree overlaid but the one the box's own `node_modules`
+/// is built on (`base`), and not even that one's current tree where the box's is built on
+/// another key's.
 pub fn keep_base(offers: &mut [Offer], base: Option<&BoxTree>) {
-    let Some(BoxTree::Overlaid {
-        key,
-        current: false,
-        ..
-    }) = base
-    else {
-        return;
+    let (base_eco, base_key, current) = match base {
+        None => return,
+        Some(BoxTree::Overlaid {
+            eco, key, current, ..
+        }) => (*eco, key, *current),
+        Some(BoxTree::Unavailable { eco, key, .. }) => (*eco, key, true),
     };
     for o in offers {
         if let Offer::Mounted {
+            eco,
             tree: Some(TreeOffer::Mounted { overlay, .. }),
             ..
         } = o
         {
-            if *overlay != TreeOverlay::OwnTree {
-                *overlay = TreeOverlay::Kept { key: key.clone() };
+            if *overlay == TreeOverlay::OwnTree {
+                continue;
             }
+            *overlay = if *eco == base_eco && current {
+                TreeOverlay::Overlaid {
+                    inside: TREE_OVERLAY,
+                }
+            } else {
+                TreeOverlay::Kept {
+                    eco: base_eco,
+                    key: base_key.clone(),
+                }
+            };
         }
     }
 }
@@ -258,7 +293,7 @@ fn overlay_for(ws: &Path) -> TreeOverlay {
     };
     if free {
         TreeOverlay::Overlaid {
-            inside: NPM_TREE_OVERLAY,
+            inside: TREE_OVERLAY,
         }
     } else {
         TreeOverlay::OwnTree
@@ -289,6 +324,8 @@ pub fn offers(
     workspace: bool,
 ) -> Result<Vec<Offer>, CacheError> {
     let mut out = Vec::new();
+    // The ecosystem whose tree is overlaid as node_modules: one per box.
+    let mut overlaid_by = None;
     for eco in ECOSYSTEMS {
         let want = match eco.key_of(project) {
             Ok(Some(k)) => k,
@@ -318,7 +355,8 @@ pub fn offers(
             };
             let data = root.data(eco, &want);
             let inside = h5i_policy::inbox::cache_dir(eco.name);
-            let tree = record.tree.map(|t| {
+            let kept = eco.tree.as_ref();
+            let tree = record.tree.zip(kept).map(|(t, kept)| {
                 if !host_usr {
                     TreeOffer::OtherTier {
                         platform: t.platform,
@@ -332,18 +370,26 @@ pub fn offers(
                     TreeOffer::Mounted {
                         platform: t.platform,
                         data: root.tree(eco, &want),
-                        inside: super::NPM_TREE_INSIDE,
-                        env: format!("{}={}", super::NPM_TREE_VAR, super::NPM_TREE_INSIDE),
-                        overlay: if workspace {
-                            overlay_for(project)
-                        } else {
-                            TreeOverlay::Overlaid {
-                                inside: NPM_TREE_OVERLAY,
-                            }
+                        inside: kept.inside,
+                        env: format!("{}={}", kept.var, kept.inside),
+                        overlay: match overlaid_by {
+                            Some(first) => TreeOverlay::OtherTree { eco: first },
+                            None if workspace => overlay_for(project),
+                            None => TreeOverlay::Overlaid {
+                                inside: TREE_OVERLAY,
+                            },
                         },
+                        warm_install: kept.warm_install,
                     }
                 }
             });
+            if let Some(TreeOffer::Mounted {
+                overlay: TreeOverlay::Overlaid { .. },
+                ..
+            }) = &tree
+            {
+                overlaid_by = Some(eco.name);
+            }
             Offer::Mounted {
                 eco: eco.name,
                 env: eco.env_for(Path::new(&inside)),
@@ -372,6 +418,8 @@ pub fn offers(
 /// variables (`NAME=VALUE`) pointing the package manager at it.
 #[derive(Debug, Clone)]
 pub struct Granted {
+    /// The ecosystem.
+    pub eco: &'static str,
     /// The cache's key.
     pub key: String,
     /// The cache's data directory on the host.
@@ -380,11 +428,11 @@ pub struct Granted {
     pub inside: String,
     /// The package manager's variables.
     pub env: Vec<String>,
-    /// npm's built tree, when this box gets it.
+    /// Its built tree, when this box gets it.
     pub tree: Option<GrantedTree>,
 }
 
-/// npm's built tree as one box gets it.
+/// A built tree as one box gets it.
 #[derive(Debug, Clone)]
 pub struct GrantedTree {
     /// The tree on the host.
@@ -411,13 +459,14 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
     all.into_iter()
         .filter_map(|o| match o {
             Offer::Mounted {
+                eco,
                 key,
                 data,
                 inside,
                 env,
                 tree,
-                ..
             } => Some(Granted {
+                eco,
                 key,
                 data,
                 inside,
@@ -443,8 +492,8 @@ pub fn granted(sb: &StoredBox, host_usr: bool) -> Vec<Granted> {
         .collect()
 }
 
-/// For the run path of the process and supervised tiers: each [`granted`] cache (and npm's
-/// built tree) as a read-only bind in `binds`, its variables in `env`, and npm's tree as the
+/// For the run path of the process and supervised tiers: each [`granted`] cache (and its built
+/// tree) as a read-only bind in `binds`, its variables in `env`, and one built tree as the
 /// workspace's `node_modules` in `overlays`: the tree the box's own `node_modules` is built on
 /// ([`box_tree`]), else the current key's over a new upper layer made here. (The container tier
 /// mounts the download caches alone through Podman: `container::box_binds`.)
@@ -477,7 +526,7 @@ pub fn grant(
             if let TreeOverlay::Overlaid { inside } = t.overlay {
                 overlays.push(Overlay {
                     lower: t.data.clone(),
-                    state: upper_state(sb, &g.key)?,
+                    state: upper_state(sb, g.eco, &g.key)?,
                     dest: PathBuf::from(inside),
                 });
             }
@@ -487,18 +536,18 @@ pub fn grant(
     Ok(())
 }
 
-/// The box's own directory of upper layers for npm's tree: `<box dir>/npm-tree` (outside every
-/// grant: the box reaches an upper layer only through its overlay).
-pub fn upper_root(sb: &StoredBox) -> PathBuf {
-    sb.paths.dir.join("npm-tree")
+/// The box's own directory of upper layers for `eco`'s tree: `<box dir>/<eco>-tree` (outside
+/// every grant: the box reaches an upper layer only through its overlay).
+pub fn upper_root(sb: &StoredBox, eco: &str) -> PathBuf {
+    sb.paths.dir.join(format!("{eco}-tree"))
 }
 
-/// The box's upper layer for the tree of cache key `key`: `<box dir>/npm-tree/<key>` holding
+/// The box's upper layer for the tree of `eco`'s cache key `key`: `<box dir>/<eco>-tree/<key>` holding
 /// `upper/` and `work/`, owned by the box's identity. Made whole or not at all (both made
 /// under a temporary name, handed to the box, then renamed into place), so a killed run
 /// leaves no half of one.
-fn upper_state(sb: &StoredBox, key: &str) -> Result<PathBuf, BoxError> {
-    let root = upper_root(sb);
+fn upper_state(sb: &StoredBox, eco: &str, key: &str) -> Result<PathBuf, BoxError> {
+    let root = upper_root(sb, eco);
     let state = root.join(key);
     if state.is_dir() {
         return Ok(state);
@@ -559,6 +608,7 @@ mod tests {
 
     fn granted(env: &[&str]) -> Granted {
         Granted {
+            eco: "npm",
             key: String::new(),
             data: PathBuf::from("/unused"),
             inside: String::new(),

@@ -1,20 +1,31 @@
 //! `h5i box cache refresh <eco>`: the only writer of a cache.
 //!
 //! The steps, in order: find the project-declared profile `cache-<eco>` and check it (egress
-//! the registry hosts, no host network, no secrets, no credential grants) or refuse with the
-//! profile written out ready to paste, before any box exists; create a dedicated box from this
+//! the registry hosts, no host network, no secrets, no credential grants, no agent, no host
+//! paths beyond the default profile's, no AF_UNIX, loopback ports or extra address families,
+//! and, where the host's configuration names the mirror, no egress entry but its hosts) or
+//! refuse with the profile written out ready to paste, before any box exists; create a dedicated box from this
 //! repository at HEAD at the supervised tier, with no agent; key the cache by the lockfiles in
 //! that box's workspace (and, for uv and Poetry, derive the hashed requirements list from the
 //! lockfile there: [`super::lockfile`]); run the ecosystem's install step alone there with a fresh staging
 //! directory as the only cache it can write and the registry settings the host's own
-//! configuration names ([`super::mirror`]); on exit 0, take the staging directory back from
+//! configuration names ([`super::mirror`]), its stdin /dev/null and its output captured
+//! ([`Capture`]) and handed to the caller a line at a time, to be escaped ([`Report::Said`]);
+//! on exit 0, for npm, pnpm and Yarn, copy the `node_modules` it built beside the cache and
+//! stamp it with its platform ([`super::KeptTree`]), then take the staging directory back from
 //! the box's identity, store it under its key (replacing this ecosystem's other caches: one
 //! per project and ecosystem) and remove the box.
 //!
 //! Must never: write a cache a box could have chosen the path of, keep a cache from a failed
-//! install, run an install whose egress was not narrowed, or run with an agent in the box.
+//! install, run an install whose egress was not narrowed, run with an agent in the box, or let
+//! the refresh box hold the caller's terminal or print to it but through the caller's escaping.
+//!
+//! Guarded by `tests/box_cache.rs` (every ecosystem's refresh, the refusals of a missing or too
+//! wide profile, the progress line and the escaped output against a slow registry stand-in).
 
 use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -128,15 +139,113 @@ fn registry_policy(
             policy.tier
         )));
     }
+    // What every box gets (the built-in default at the same tier): the yardstick for host paths.
+    let base = crate::create::resolve_policy(
+        store,
+        &ResolveRequest {
+            profile: Some("default".into()),
+            isolation: req.isolation.clone(),
+            ..ResolveRequest::default()
+        },
+        &crate::probe::host_tiers(),
+    )?;
+    if let Some(why) = beyond_the_registry(&policy, &base, mirror) {
+        return Err(refuse(why));
+    }
     Ok(policy)
 }
 
-/// Refresh the cache of ecosystem `name`, calling `progress` once as the install starts (at
-/// 0 s) and about once a second while it runs.
+/// What `policy` grants a refresh box beyond egress to the registry hosts, if anything: an
+/// agent, host paths beyond those of `base` (the built-in default: system paths read-only, the
+/// workspace read-write), AF_UNIX (host listeners), loopback ports, address families beyond the
+/// always-allowed ones, or (where the host's configuration names the mirror, so the registry
+/// hosts are known) an egress entry that is not one of the mirror's hosts.
+fn beyond_the_registry(
+    policy: &h5i_policy::ResolvedPolicy,
+    base: &h5i_policy::ResolvedPolicy,
+    mirror: &Mirror,
+) -> Option<String> {
+    if let Some(agent) = &policy.agent {
+        return Some(format!(
+            "it names the agent {}, and a refresh box has none",
+            agent.as_str()
+        ));
+    }
+    let extra_paths: Vec<&String> = (policy.fs.read.iter())
+        .filter(|p| !base.fs.read.contains(p) && !base.fs.write.contains(p))
+        .chain(
+            policy
+                .fs
+                .write
+                .iter()
+                .filter(|p| !base.fs.write.contains(p)),
+        )
+        .collect();
+    if !extra_paths.is_empty() {
+        return Some(format!(
+            "it grants host paths beyond the default profile's ({}), which a cache fill must not reach",
+            extra_paths
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if policy.net.unix {
+        return Some("it allows AF_UNIX sockets (net.unix), which reach host listeners".into());
+    }
+    if !policy.net.loopback.is_empty() {
+        return Some("it grants host loopback ports (net.loopback)".into());
+    }
+    if !policy.net.families.is_empty() {
+        return Some(format!(
+            "it grants the address families {} (net.families)",
+            policy.net.families.join(", ")
+        ));
+    }
+    if !mirror.hosts.is_empty() {
+        let extra: Vec<String> = policy
+            .net
+            .egress
+            .iter()
+            .map(ToString::to_string)
+            .filter(|hp| !mirror.hosts.contains(hp))
+            .collect();
+        if !extra.is_empty() {
+            return Some(format!(
+                "its egress names {}, which the host's registry configuration does not",
+                extra.join(", ")
+            ));
+        }
+    }
+    None
+}
+
+/// What a running refresh tells its caller, handed the caller's own stderr to write it to:
+/// while a step runs in the refresh box, this process's standard descriptors point into the
+/// capture ([`Capture`]), never at the caller's terminal.
+pub enum Report<'a> {
+    /// The install step starts.
+    Started,
+    /// About once a second while the install step runs.
+    Progress(Progress),
+    /// One line a step printed on its stdout or stderr, without its line end (a longer line
+    /// comes in pieces of [`SAID_CAP`] bytes): box-supplied bytes, to be escaped before they are
+    /// shown.
+    Said(&'a [u8]),
+}
+
+/// The caller's side of [`Report`]: called from more than one thread, one call at a time.
+pub type Reporter<'r> = &'r (dyn Fn(Report<'_>, &mut dyn Write) + Sync);
+
+/// The longest piece of a line [`Report::Said`] carries.
+pub const SAID_CAP: usize = 4096;
+
+/// Refresh the cache of ecosystem `name`, telling `report` what happens while it runs.
 pub fn refresh(
     store: &BoxStore,
     name: &str,
-    progress: &(dyn Fn(Progress) + Sync),
+    report: Reporter<'_>,
 ) -> Result<Refreshed, CacheError> {
     let eco = super::ecosystem(name)?;
     let root = CacheRoot::of(store);
@@ -187,7 +296,7 @@ pub fn refresh(
 
     let inside = h5i_policy::inbox::cache_dir(eco.name);
     let argv = eco.install_for(Path::new(&inside));
-    let tree = eco.keeps_tree.then(|| scratch.staging.join("tree"));
+    let tree = eco.tree.as_ref().map(|_| scratch.staging.join("tree"));
     if let Some(tree) = &tree {
         std::fs::create_dir(tree).map_err(|e| BoxError::io(tree, e))?;
         crate::identity::Mapping::for_caller()
@@ -202,7 +311,7 @@ pub fn refresh(
         inside: &inside,
         tree: tree.as_deref(),
     };
-    let run = install(store, &box_name, &fill, &argv, Some(progress))?;
+    let run = install(store, &box_name, &fill, &argv, report, true)?;
     if run.exit.passthrough_code() != 0 {
         return Err(CacheError::InstallFailed {
             eco: eco.name,
@@ -211,9 +320,9 @@ pub fn refresh(
             egress: egress_line(run.egress.as_ref()),
         });
     }
-    let tree = match &tree {
-        Some(dir) => Some(keep_tree(store, &box_name, &fill, dir)?),
-        None => None,
+    let tree = match (&tree, &eco.tree) {
+        (Some(dir), Some(kept)) => Some(keep_tree(store, &box_name, &fill, kept, dir, report)?),
+        _ => None,
     };
 
     // The box wrote it as its own identity: take it back, readable by every box, writable by
@@ -274,8 +383,8 @@ struct Fill<'a> {
     data: &'a Path,
     /// Where the box sees it.
     inside: &'a str,
-    /// npm: the staging directory the built tree is copied into, writable at
-    /// [`super::NPM_TREE_INSIDE`].
+    /// npm, pnpm, Yarn: the staging directory the built tree is copied into, writable at its
+    /// [`super::KeptTree::inside`].
     tree: Option<&'a Path>,
 }
 
@@ -293,11 +402,14 @@ fn keep_tree(
     store: &BoxStore,
     box_name: &str,
     fill: &Fill,
+    kept: &super::KeptTree,
     dir: &Path,
+    report: Reporter<'_>,
 ) -> Result<super::TreeRecord, CacheError> {
-    let argv = ["sh", "-c", KEEP_TREE, "sh", super::NPM_TREE_INSIDE].map(String::from);
-    let run = install(store, box_name, fill, &argv, None)?;
+    let argv = ["sh", "-c", KEEP_TREE, "sh", kept.inside].map(String::from);
+    let run = install(store, box_name, fill, &argv, report, false)?;
     let failed = |why: String| CacheError::TreeNotKept {
+        eco: fill.eco.name,
         receipt: run.receipt_seq,
         why,
     };
@@ -321,33 +433,37 @@ fn keep_tree(
     Ok(super::TreeRecord { platform, node })
 }
 
-/// Run `argv` in the refresh box at the supervised tier, `data` (and npm's tree directory) its
-/// only writable cache and the host's mirror settings its only registry settings, with a
-/// progress line while it runs when `progress` is given.
+/// Run `argv` in the refresh box at the supervised tier, `data` (and the tree directory) its
+/// only writable cache and the host's mirror settings its only registry settings. Its stdin is
+/// /dev/null and its stdout and stderr are captured ([`Capture`]): every line it prints reaches
+/// `report` as [`Report::Said`], and with `ticks` the progress line's ticks too.
 fn install(
     store: &BoxStore,
     box_name: &str,
     fill: &Fill,
     argv: &[String],
-    progress: Option<&(dyn Fn(Progress) + Sync)>,
+    report: Reporter<'_>,
+    ticks: bool,
 ) -> Result<RunOutcome, CacheError> {
     let session = RunSession::open(store, box_name, Purpose::CacheRefresh)?;
-    // The run path offers every agent box the matching caches read-only; the refresh box gets
-    // none of them, only its own staging directory, read-write.
+    // The run path offers every agent box the matching caches read-only (and a built tree as
+    // its node_modules); the refresh box gets none of them, only its own staging directory,
+    // read-write, and builds its node_modules from nothing.
     let own_cache = |plan: &mut h5i_runtime::bundle::BundlePlan| {
         plan.binds.retain(|b| !b.source.starts_with(&fill.root.dir));
+        plan.overlays
+            .retain(|o| !o.lower.starts_with(&fill.root.dir));
         plan.env.retain(|e| {
             !super::ECOSYSTEMS
                 .iter()
                 .flat_map(Ecosystem::var_names)
-                .chain([super::NPM_TREE_VAR])
                 .any(|k| e.starts_with(&format!("{k}=")))
         });
         plan.binds
             .push(h5i_runtime::bundle::Bind::rw(fill.data, fill.inside));
-        if let Some(tree) = fill.tree {
+        if let (Some(tree), Some(kept)) = (fill.tree, &fill.eco.tree) {
             plan.binds
-                .push(h5i_runtime::bundle::Bind::rw(tree, super::NPM_TREE_INSIDE));
+                .push(h5i_runtime::bundle::Bind::rw(tree, kept.inside));
         }
         plan.env
             .extend(fill.eco.fill_env_for(Path::new(fill.inside)));
@@ -356,28 +472,157 @@ fn install(
     let data = fill.data;
     let mut req = session.request(argv.iter().map(OsString::from).collect());
     req.edit_plan = Some(&own_cache);
-    let Some(progress) = progress else {
-        return Ok(session.run(req)?);
+    let captured = |e: std::io::Error| BoxError::io(Path::new("the refresh box's output"), e);
+    let (mut capture, out) = Capture::start().map_err(captured)?;
+    let console = std::sync::Mutex::new(capture.console().map_err(captured)?);
+    let say_to_console = |r: Report<'_>| {
+        if let Ok(mut to) = console.lock() {
+            report(r, &mut *to);
+            let _ = to.flush();
+        }
     };
+    let say: &(dyn Fn(Report<'_>) + Sync) = &say_to_console;
     let started = Instant::now();
-    progress(Progress { bytes: 0, secs: 0 });
+    if ticks {
+        say(Report::Started);
+    }
+    let (stop_read, stop_write) = h5i_sys::fds::pipe().map_err(captured)?;
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let outcome = std::thread::scope(|s| {
-        s.spawn(move || {
-            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                rx.recv_timeout(Duration::from_secs(1))
-            {
-                progress(Progress {
-                    bytes: tree_bytes(data),
-                    secs: started.elapsed().as_secs(),
-                });
-            }
-        });
+        s.spawn(move || relay(&out, &stop_read, say));
+        if ticks {
+            s.spawn(move || {
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                    rx.recv_timeout(Duration::from_secs(1))
+                {
+                    say(Report::Progress(Progress {
+                        bytes: tree_bytes(data),
+                        secs: started.elapsed().as_secs(),
+                    }));
+                }
+            });
+        }
         let outcome = session.run(req);
         drop(tx);
+        // This process's own descriptors back: it holds the capture's write end no more, and
+        // the relay drains what the step left and ends.
+        capture.restore();
+        drop(stop_write);
         outcome
     })?;
     Ok(outcome)
+}
+
+/// This process's standard descriptors while a step runs in the refresh box: stdin /dev/null,
+/// stdout and stderr the write end of a pipe whose read end [`Capture::start`] hands the relay.
+/// The caller's own are kept aside (close-on-exec, so the box never inherits them) and put back
+/// by [`Capture::restore`] or on drop. The refresh box then never holds the caller's terminal,
+/// and nothing it prints reaches it but through [`Report::Said`].
+struct Capture {
+    saved: Option<[OwnedFd; 3]>,
+}
+
+impl Capture {
+    /// Point the standard descriptors into the capture; the pipe's read end.
+    fn start() -> std::io::Result<(Capture, OwnedFd)> {
+        std::io::stdout().flush()?;
+        std::io::stderr().flush()?;
+        let floor = 3;
+        let saved = [
+            h5i_sys::fds::dup_at_least(std::io::stdin(), floor)?,
+            h5i_sys::fds::dup_at_least(std::io::stdout(), floor)?,
+            h5i_sys::fds::dup_at_least(std::io::stderr(), floor)?,
+        ];
+        let null = std::fs::File::open("/dev/null")?;
+        let (out, write) = h5i_sys::fds::pipe()?;
+        let capture = Capture { saved: Some(saved) };
+        h5i_sys::fds::point_std(0, null.as_fd())?;
+        h5i_sys::fds::point_std(1, write.as_fd())?;
+        h5i_sys::fds::point_std(2, write.as_fd())?;
+        Ok((capture, out))
+    }
+
+    /// The caller's own stderr (a close-on-exec copy).
+    /// (The relay and the progress line write there while the standard ones point elsewhere.)
+    fn console(&self) -> std::io::Result<std::fs::File> {
+        let saved = self
+            .saved
+            .as_ref()
+            .ok_or_else(|| std::io::Error::from_raw_os_error(libc::EBADF))?;
+        Ok(h5i_sys::fds::dup_at_least(&saved[2], 3)?.into())
+    }
+
+    fn restore(&mut self) {
+        if let Some(saved) = self.saved.take() {
+            for (n, fd) in (0..).zip(saved.iter()) {
+                let _ = h5i_sys::fds::point_std(n, fd.as_fd());
+            }
+        }
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        self.restore();
+    }
+}
+
+/// The most the relay reads once told to stop: a process the step left behind that keeps
+/// writing cannot hold the refresh.
+const DRAIN_CAP: usize = 1 << 20;
+
+/// Read the step's output from `out` and hand it to `say` a line at a time, until every writer
+/// is gone, or `stop` hangs up and what is left has been read.
+fn relay(out: &OwnedFd, stop: &OwnedFd, say: &(dyn Fn(Report<'_>) + Sync)) {
+    let mut line: Vec<u8> = Vec::new();
+    let mut buf = [0u8; 8192];
+    let mut drained: Option<usize> = None;
+    loop {
+        let wait = drained.map(|_| Duration::ZERO);
+        let Ok(ready) = h5i_sys::fds::poll_readable(&[out.as_fd(), stop.as_fd()], wait) else {
+            break;
+        };
+        if ready.contains(&1) && drained.is_none() {
+            drained = Some(0);
+            continue;
+        }
+        if !ready.contains(&0) {
+            if drained.is_some() {
+                break;
+            }
+            continue;
+        }
+        let n = match rustix::io::read(out, &mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        if let Some(d) = drained.as_mut() {
+            *d += n;
+            if *d > DRAIN_CAP {
+                break;
+            }
+        }
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                say_line(&line, say);
+                line.clear();
+            } else {
+                line.push(b);
+                if line.len() == SAID_CAP {
+                    say(Report::Said(&line));
+                    line.clear();
+                }
+            }
+        }
+    }
+    if !line.is_empty() {
+        say_line(&line, say);
+    }
+}
+
+/// One line as the step printed it, a carriage return before its end dropped.
+fn say_line(line: &[u8], say: &(dyn Fn(Report<'_>) + Sync)) {
+    say(Report::Said(line.strip_suffix(b"\r").unwrap_or(line)));
 }
 
 /// One line for an egress tally.

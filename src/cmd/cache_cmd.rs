@@ -5,6 +5,7 @@ use std::io::IsTerminal;
 use clap::Subcommand;
 
 use h5i::cache::mounts::{BoxTree, Offer, TreeOffer, TreeOverlay};
+use h5i::cache::refresh::Report;
 
 /// Print one line to stdout through the one escaper.
 macro_rules! say {
@@ -162,6 +163,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 inside,
                                 env,
                                 overlay,
+                                warm_install,
                             }) => {
                                 say!(
                                     "  built node_modules for {platform} ({}) mounted read-only at {inside}",
@@ -169,11 +171,17 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 );
                                 say!("  {env}");
                                 match overlay {
-                                    TreeOverlay::Overlaid { inside } => say!(
-                                        "  and overlaid at {inside}: the tree read-only beneath, the box's changes in an upper layer of its own"
+                                    TreeOverlay::Overlaid { inside } => {
+                                        say!(
+                                            "  and overlaid at {inside}: the tree read-only beneath, the box's changes in an upper layer of its own"
+                                        );
+                                        say!("  `{warm_install}` finds it up to date");
+                                    }
+                                    TreeOverlay::Kept { eco: base, key } => say!(
+                                        "  not overlaid: the box's node_modules stays its own, built on the tree of {base} cache {key}"
                                     ),
-                                    TreeOverlay::Kept { key } => say!(
-                                        "  not overlaid: the box's node_modules stays its own, built on the tree of {key}"
+                                    TreeOverlay::OtherTree { eco: first } => say!(
+                                        "  not overlaid: the project is locked for {first} too, whose tree is the box's node_modules"
                                     ),
                                     TreeOverlay::OwnTree => say!(
                                         "  not overlaid: the workspace has a node_modules of its own (remove it in the box to get the cached tree there)"
@@ -202,18 +210,24 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
             }
             match base {
                 Some(BoxTree::Overlaid {
+                    eco,
                     key,
                     current: false,
                     lower,
                     upper,
                     inside,
                 }) => say!(
-                    "node_modules: the box's own, overlaid at {inside}: the tree of npm cache {key} it started from ({}) read-only beneath its upper layer ({}); kept across the lockfile change, since a box's node_modules is its own, not the cache's",
+                    "node_modules: the box's own, overlaid at {inside}: the tree of {eco} cache {key} it started from ({}) read-only beneath its upper layer ({}); kept across the lockfile change, since a box's node_modules is its own, not the cache's",
                     lower.display(),
                     upper.display()
                 ),
-                Some(BoxTree::Unavailable { key, upper, why }) => say!(
-                    "node_modules: not overlaid: the box's was built on the tree of npm cache {key}, and {why}; its changes stay in {} until h5i box rm",
+                Some(BoxTree::Unavailable {
+                    eco,
+                    key,
+                    upper,
+                    why,
+                }) => say!(
+                    "node_modules: not overlaid: the box's was built on the tree of {eco} cache {key}, and {why}; its changes stay in {} until h5i box rm",
                     upper.display()
                 ),
                 _ => {}
@@ -222,23 +236,40 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
         }
         CacheVerb::Refresh { eco } => {
             let tty = std::io::stderr().is_terminal();
-            let progress = |p: h5i::cache::refresh::Progress| {
-                if p.secs == 0 {
-                    eprintln!("h5i: refresh {eco}: installing in a dedicated supervised box (no agent, egress: the cache-{eco} profile's hosts)");
-                    return;
-                }
-                let line = format!(
-                    "h5i: refresh {eco}: {} in the cache, {} s",
-                    mib(p.bytes),
-                    p.secs
-                );
-                if tty {
-                    eprint!("\r{line}\x1b[K");
-                } else if p.secs.is_multiple_of(5) {
-                    eprintln!("{line}");
-                }
+            let eco_shown = h5i::escape::escape_controls(&eco);
+            // Written to the caller's stderr, which the refresh hands in: while a step runs in
+            // the refresh box this process's own descriptors point into its capture.
+            let report = |r: Report<'_>, to: &mut dyn std::io::Write| {
+                let _ = match r {
+                    Report::Started => writeln!(
+                        to,
+                        "h5i: refresh {eco_shown}: installing in a dedicated supervised box (no agent, egress: the cache-{eco_shown} profile's hosts)"
+                    ),
+                    Report::Progress(p) => {
+                        let line = format!(
+                            "h5i: refresh {eco_shown}: {} in the cache, {} s",
+                            mib(p.bytes),
+                            p.secs
+                        );
+                        if tty {
+                            write!(to, "\r{line}\x1b[K")
+                        } else if p.secs.is_multiple_of(5) {
+                            writeln!(to, "{line}")
+                        } else {
+                            Ok(())
+                        }
+                    }
+                    // What the box printed: escaped, on a line of its own (over the progress
+                    // line on a terminal, which the next tick draws again).
+                    Report::Said(bytes) => writeln!(
+                        to,
+                        "{}h5i: refresh {eco_shown}: | {}",
+                        if tty { "\r\x1b[K" } else { "" },
+                        h5i::escape::bytes(bytes)
+                    ),
+                };
             };
-            let result = h5i::cache::refresh::refresh(&store, &eco, &progress);
+            let result = h5i::cache::refresh::refresh(&store, &eco, &report);
             if tty {
                 eprintln!();
             }

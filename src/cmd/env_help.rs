@@ -33,9 +33,11 @@ Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF
   XDG_CACHE_HOME (the microvm tier's extracted guest kernels, under h5i/microvm)
 Set by h5i inside a box (do not set them yourself): H5I_ENV_ID, H5I_ENV_POLICY_DIGEST,
   H5I_ENV_CAPTURE_SPOOL, H5I_SECRET_FILE_<NAME>, H5I_TEE_SHIM_NESTED (a Codex box's bash shim: a
-  command inside a recorded command), H5I_NPM_TREE (the npm cache's built node_modules, read-only,
-  at the process and supervised tiers, where it is also overlaid as the workspace's node_modules:
-  `npm install --offline --no-save` then installs without unpacking a tarball)
+  command inside a recorded command), H5I_NPM_TREE, H5I_PNPM_TREE, H5I_YARN_TREE (the cache's built
+  node_modules, read-only, at the process and supervised tiers, where it is also overlaid as the
+  workspace's node_modules: `npm install --offline --no-save`, `pnpm install --frozen-lockfile
+  --offline` or `yarn install --frozen-lockfile --offline --ignore-scripts` then installs without
+  unpacking a package)
 Read inside a Claude box by h5i-hook before each run: ANTHROPIC_API_KEY (when it is h5i's
   per-run dummy, its suffix is approved in Claude Code's state), CLAUDE_CONFIG_DIR (where that
   state lives; else HOME)";

@@ -1,6 +1,6 @@
 //! Bounded waits on descriptors and descriptor hygiene: `poll` for readability, closing what a
-//! process inherited, close-on-exec pipes, duplicating above a floor, and the uid behind a unix
-//! socket.
+//! process inherited, close-on-exec pipes, duplicating above a floor, pointing a standard
+//! descriptor elsewhere, and the uid behind a unix socket.
 //!
 //! Must never: wait without the bound the caller passed (`None` is the caller's explicit
 //! choice), or sleep in a loop.
@@ -61,6 +61,21 @@ pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 /// A close-on-exec duplicate of `fd` numbered at least `min`.
 pub fn dup_at_least(fd: impl AsFd, min: RawFd) -> io::Result<OwnedFd> {
     Ok(rustix::io::fcntl_dupfd_cloexec(fd, min)?)
+}
+
+/// Point the standard descriptor `target` (0, 1 or 2) of this process at `to`, as dup2 does
+/// (what a child spawned from now on inherits there).
+pub fn point_std(target: RawFd, to: BorrowedFd<'_>) -> io::Result<()> {
+    if !(0..=2).contains(&target) {
+        return Err(io::Error::from_raw_os_error(libc::EBADF));
+    }
+    // SAFETY: dup2 of a live descriptor onto a standard one; no memory is involved, and the
+    // descriptor it replaces is a standard one this process's std handles only ever name by
+    // number.
+    if unsafe { libc::dup2(to.as_raw_fd(), target) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The uid of the process at the other end of a connected unix socket (`SO_PEERCRED`), as this
