@@ -1158,8 +1158,20 @@ fn bypass_case(tier: &'static str, as_user: bool) {
         .iter()
         .map(|p| p.as_u64().unwrap())
         .collect();
+    // At the container tier the run's own egress proxy listens on the shared loopback too
+    // (the box's, bound by the run's hook): it answers the probe as the proxy, never as Chrome.
+    const PROXY_PORT: u16 = 3128;
+    if tier == "container" {
+        let proxy = tcp[&PROXY_PORT.to_string()].as_str().unwrap();
+        assert!(
+            proxy.starts_with("answered HTTP/1.1 400") && !told.contains(&u64::from(PROXY_PORT)),
+            "the run's proxy did not answer as the proxy: {seen}"
+        );
+    }
     for (port, said) in tcp {
-        if port == &APP_PORT.to_string() {
+        if port == &APP_PORT.to_string()
+            || (tier == "container" && port == &PROXY_PORT.to_string())
+        {
             continue;
         }
         assert_eq!(
