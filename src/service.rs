@@ -795,12 +795,12 @@ fn spawn_starter(
                     };
                     if service == crate::browser::sidecar::SERVICE {
                         let tier = tier.parse::<Tier>().unwrap_or(Tier::Process);
-                        crate::browser::sidecar::start_relay(&paths, proc_id.pid, tier).map_err(|e| {
-                            BoxError::BadRequest {
+                        crate::browser::sidecar::start_relay(&paths, proc_id.pid, tier).map_err(
+                            |e| BoxError::BadRequest {
                                 what: e,
                                 mend: "check the box's HOME (`h5i box doctor`)".into(),
-                            }
-                        })?;
+                            },
+                        )?;
                     }
                     Ok(serve)
                 }) {

@@ -1169,8 +1169,7 @@ fn bypass_case(tier: &'static str, as_user: bool) {
         );
     }
     for (port, said) in tcp {
-        if port == &APP_PORT.to_string()
-            || (tier == "container" && port == &PROXY_PORT.to_string())
+        if port == &APP_PORT.to_string() || (tier == "container" && port == &PROXY_PORT.to_string())
         {
             continue;
         }
@@ -1281,7 +1280,10 @@ fn one_run_at_a_time_case(as_user: bool) {
     let (open, rc) = box_sh(
         c,
         "web",
-        &format!("{}agent-browser open http://127.0.0.1:{APP_PORT}/", sc.serve()),
+        &format!(
+            "{}agent-browser open http://127.0.0.1:{APP_PORT}/",
+            sc.serve()
+        ),
     );
     assert_eq!(rc, 0, "{who}: {open}");
     let started = c.workspace("web").join("first-started");

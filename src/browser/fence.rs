@@ -181,7 +181,10 @@ mod tests {
             s.contains("meta skgid != { 1, 65534 } ct mark set 0x68356962"),
             "{s}"
         );
-        assert!(s.contains("ct mark 0x68356962 meta skgid { 0 } accept"), "{s}");
+        assert!(
+            s.contains("ct mark 0x68356962 meta skgid { 0 } accept"),
+            "{s}"
+        );
         let drop = s.lines().find(|l| l.contains("drop")).unwrap();
         assert!(drop.contains("syn | ack ct mark 0x68356962"), "{s}");
         // The table is replaced whole: a reload never leaves an old rule beside a new one.

@@ -331,7 +331,7 @@ pub fn start_relay(paths: &BoxPaths, pid: i32, tier: Tier) -> Result<(), String>
                 0o700,
             )
             .create(&home)
-                .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
+            .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
             // The box's user is the engine user (keep-id): root's relay socket is handed to it.
             let owner = engine.switches_user.then_some((engine.uid, engine.gid));
             (

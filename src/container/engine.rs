@@ -293,8 +293,8 @@ impl Engine {
     /// sizes read from `/etc/subuid` and `/etc/subgid`).
     pub fn keep_id_maps(&self) -> Result<super::podman_args::KeepIdMaps, String> {
         let count = |file: &str| -> Result<u32, String> {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| format!("cannot read {file}: {e}"))?;
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
             let uid = self.uid.to_string();
             text.lines()
                 .find_map(|l| {
@@ -442,7 +442,10 @@ mod tests {
         // As measured: `podman run --userns=keep-id --user 1001:1` shows gid 1 -> 2 in the
         // rootless namespace, whose 1.. are h5i-test's 265536...
         let text = "h5i-box:200000:65536\nh5i-test:265536:65536\n1002:400000:10\n";
-        assert_eq!(keep_id_host_gid_in(text, "h5i-test", 1001, 1), Some(265_537));
+        assert_eq!(
+            keep_id_host_gid_in(text, "h5i-test", 1001, 1),
+            Some(265_537)
+        );
         assert_eq!(keep_id_host_gid_in(text, "other", 1002, 1), Some(400_001));
         assert_eq!(keep_id_host_gid_in(text, "other", 1002, 10), None);
         assert_eq!(keep_id_host_gid_in(text, "nobody", 7, 1), None);

@@ -169,11 +169,12 @@ impl EngineNamespace {
         engine: (u32, u32),
         group: Option<(u32, u32)>,
     ) -> Result<(), EngineNsError> {
-        self.user = owner_namespace(disk, engine, group).map_err(|source| EngineNsError::Mount {
-            what: format!("the box's ids {}:{}", disk.0, disk.1),
-            step: "make an idmap user namespace",
-            source,
-        })?;
+        self.user =
+            owner_namespace(disk, engine, group).map_err(|source| EngineNsError::Mount {
+                what: format!("the box's ids {}:{}", disk.0, disk.1),
+                step: "make an idmap user namespace",
+                source,
+            })?;
         Ok(())
     }
 }

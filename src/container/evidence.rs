@@ -629,7 +629,10 @@ mod tests {
         ));
         let alone = mismatches(&evidence(v.clone())).join("\n");
         assert!(alone.contains("user namespace is joined"), "{alone}");
-        assert!(alone.contains("unplanned mount at /tmp/.agent-browser"), "{alone}");
+        assert!(
+            alone.contains("unplanned mount at /tmp/.agent-browser"),
+            "{alone}"
+        );
         let mut ev = evidence(v.clone());
         ev.joined_browser = Some("h5i-web-1".into());
         assert_eq!(

@@ -186,7 +186,10 @@ pub struct KeepIdMaps {
 /// engine user's own to 0 (the engine user on the host), the rest to themselves.
 pub fn keep_id_maps(m: KeepIdMaps) -> Vec<String> {
     let mut out = Vec::new();
-    for (flag, id, count) in [("--uidmap", m.uid, m.subuids), ("--gidmap", m.gid, m.subgids)] {
+    for (flag, id, count) in [
+        ("--uidmap", m.uid, m.subuids),
+        ("--gidmap", m.gid, m.subgids),
+    ] {
         out.push(format!("{flag}=0:1:{id}"));
         out.push(format!("{flag}={id}:0:1"));
         if count > id {
@@ -521,9 +524,18 @@ mod tests {
         r.joins = Some("h5i-web-browser".into());
         let a = text(&r);
         let joined = a.join(" ");
-        assert!(joined.contains("--network container:h5i-web-browser"), "{joined}");
-        assert!(joined.contains("--userns=container:h5i-web-browser"), "{joined}");
-        assert!(!joined.contains("keep-id") && !joined.contains("--network none"), "{joined}");
+        assert!(
+            joined.contains("--network container:h5i-web-browser"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--userns=container:h5i-web-browser"),
+            "{joined}"
+        );
+        assert!(
+            !joined.contains("keep-id") && !joined.contains("--network none"),
+            "{joined}"
+        );
         assert!(joined.contains("--user=1001:1001"), "{joined}");
         let at = a.iter().position(|x| x == "run").unwrap() + 1;
         assert_eq!(
@@ -538,7 +550,6 @@ mod tests {
         assert!(pid < image && a[pid + 1].ends_with("sidecar.pid"), "{a:?}");
     }
 
-
     #[test]
     fn a_sidecars_spelled_out_keep_id_is_podmans_own_mapping() {
         let m = KeepIdMaps {
@@ -551,7 +562,11 @@ mod tests {
         // 1002 1002 64535.
         assert_eq!(
             keep_id_maps(m)[..3],
-            ["--uidmap=0:1:1001", "--uidmap=1001:0:1", "--uidmap=1002:1002:64535"]
+            [
+                "--uidmap=0:1:1001",
+                "--uidmap=1001:0:1",
+                "--uidmap=1002:1002:64535"
+            ]
         );
         let mut r = run();
         r.user = (1001, 1);
@@ -561,5 +576,4 @@ mod tests {
         assert!(a.contains(&"--gidmap=1001:0:1".to_string()), "{a:?}");
         assert!(a.contains(&"--user=1001:1".to_string()), "{a:?}");
     }
-
 }
