@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn the_table_marks_the_boxs_connections_and_drops_only_their_foreign_syn_acks() {
-        let s = script(65534);
+        let s = script(65534, &BoxGroups::kernel_tier());
         assert!(
             s.contains("meta skgid != { 1, 65534 } ct mark set 0x68356962"),
             "{s}"
