@@ -141,6 +141,10 @@ pub struct ServiceState {
     pub ended_ms: Option<u64>,
     /// The receipt recording its run.
     pub receipt_seq: Option<u64>,
+    /// The Podman container it runs as (the container tier's browser sidecar), which the
+    /// box's runs join by name.
+    #[serde(default)]
+    pub container: Option<String>,
 }
 
 /// A process, named so it cannot be mistaken for a later one with the same pid.
@@ -634,6 +638,7 @@ fn supervise_inner(
         exit: None,
         ended_ms: None,
         receipt_seq: None,
+        container: None,
     }));
     save(&paths, &state)?;
     eprintln!(
@@ -685,7 +690,10 @@ fn supervise_inner(
     if service == crate::browser::sidecar::SERVICE
         && crate::browser::sidecar::lives_for_the_box(policy)
     {
-        req.edit_plan = Some(&crate::browser::sidecar::own_group);
+        // At the container tier the group is the container's (`crate::container::BrowserPart`).
+        if policy.tier != Tier::Container {
+            req.edit_plan = Some(&crate::browser::sidecar::own_group);
+        }
         if policy.tier == Tier::Supervised {
             req.network = crate::browser::sidecar::sandbox_network(session.stored_box())?;
         }
@@ -751,6 +759,7 @@ fn spawn_starter(
         false => Forward::Host,
     };
     let (drained, rx) = std::sync::mpsc::channel();
+    lock(&state).container = how.container.clone();
     std::thread::spawn(move || {
         let mut out = io::BufReader::new(fs::File::from(out));
         let mut first = String::new();
@@ -780,13 +789,18 @@ fn spawn_starter(
         match pid.and_then(ProcId::of) {
             Some(proc_id) => {
                 match start_forward(&paths, &state, proc_id, forward).and_then(|serve| {
-                    if lock(&state).service == crate::browser::sidecar::SERVICE {
-                        crate::browser::sidecar::start_relay(&paths, proc_id.pid).map_err(|e| {
-                            BoxError::BadRequest {
+                    let (service, tier) = {
+                        let st = lock(&state);
+                        (st.service.clone(), st.tier.clone())
+                    };
+                    if service == crate::browser::sidecar::SERVICE {
+                        let tier = tier.parse::<Tier>().unwrap_or(Tier::Process);
+                        crate::browser::sidecar::start_relay(&paths, proc_id.pid, tier).map_err(
+                            |e| BoxError::BadRequest {
                                 what: e,
                                 mend: "check the box's HOME (`h5i box doctor`)".into(),
-                            }
-                        })?;
+                            },
+                        )?;
                     }
                     Ok(serve)
                 }) {

@@ -10,9 +10,10 @@
 //! policy inside Chrome, and at the supervised tier the pinned table refuses an allowed name on a
 //! port it does not list (L4), which the run's receipt counts as denied; at the container tier
 //! (the `localhost/h5i-browser` image `make images` builds) Chrome's egress goes through the
-//! box's proxy, which refuses and counts the same unlisted port. At the process and supervised
-//! tiers as root the browser is the box's `browser` sidecar (at supervised, in the network of the
-//! box's sandbox, so the page's refused dial is counted in the run's receipt): it outlives each
+//! run's proxy, which refuses and counts the same unlisted port. At every tier the browser is the
+//! box's `browser` sidecar (at supervised, in the network of the box's sandbox, so the page's
+//! refused dial is counted in the run's receipt; at container, a container whose user and
+//! network namespaces each run joins, driven by one run at a time): it outlives each
 //! run, and h5i's relay in front of it
 //! enforces the control lock (`h5i browser take|release`) and feeds "What the browser saw" in
 //! report.md, after runs and terminal shell sessions alike; a hostile run that dials Chromium's
@@ -183,15 +184,18 @@ fn python_numbers(script: &str, args: &[String]) -> Vec<u32> {
 }
 
 /// A browser box `name` at `tier` for `c`: a custom profile with the browser grants
-/// (agent-browser's state directory and `net.unix`); at supervised, egress `allowed.test:8080`;
-/// at process, the demo app declared as the service `demo` on the box's port 3000.
+/// (agent-browser's state directory and `net.unix`); at supervised and container, egress
+/// `allowed.test:8080` (at container, in the `localhost/h5i-browser` image); at process, the
+/// demo app declared as the service `demo` on the box's port 3000.
 fn browser_box(c: &mut Caller, name: &str, tier: &str) {
-    let extra = if tier == "supervised" {
-        "egress = [\"allowed.test:8080\"]\n".to_string()
-    } else {
-        format!(
+    let extra = match tier {
+        "supervised" => "egress = [\"allowed.test:8080\"]\n".to_string(),
+        "container" => format!(
+            "egress = [\"allowed.test:8080\"]\n[profile.web.container]\nimage = \"{BROWSER_IMAGE}\"\n"
+        ),
+        _ => format!(
             "[service.demo]\ncommand = \"exec python3 -m http.server {APP_PORT} --bind 127.0.0.1 --directory /work/app\"\nport = {APP_PORT}\n"
-        )
+        ),
     };
     c.write(
         ".h5i/env.toml",
@@ -201,7 +205,12 @@ fn browser_box(c: &mut Caller, name: &str, tier: &str) {
     );
     c.write("app/index.html", DEMO_PAGE);
     c.commit_all("browser demo");
-    c.create_at_with(name, tier, &["--profile", "web"]);
+    if tier == "container" {
+        // The profile's image (create_at_with would name the plain test image).
+        c.ok(&["box", "create", name, "--profile", "web"]);
+    } else {
+        c.create_at_with(name, tier, &["--profile", "web"]);
+    }
 }
 
 /// The checks every tier shares; returns the steps for tier-specific ones.
@@ -216,7 +225,13 @@ fn drive(
     let out = c.h5i(&["box", "run", name, "--", "sh", "-c", &script]);
     let text = stdout(&out);
     let who = c.who();
-    assert_eq!(out.status.code(), Some(0), "{who}: {text}{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{who}: {text}{}\nthe browser's log: {}",
+        stderr(&out),
+        std::fs::read_to_string(c.box_dir(name).join("services/browser.log")).unwrap_or_default()
+    );
     let s = steps(&text);
     let step = |n: &str| {
         s.get(n)
@@ -559,41 +574,42 @@ fn browser_image_built() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// At the container tier Chrome's egress is the box's proxy: `https://` is a CONNECT, which the
-/// proxy opens for the listed destination (the test host logs the connection; the page then
-/// fails TLS against the plain greeter) and refuses with a count for the unlisted port.
+/// A [`Caller`] of root or h5i-test (`as_user`) for the container tier's browser boxes: the
+/// engine user h5i-test (root's configured by name), probes not cached; `None` (said as
+/// skipped) when the browser image is not built for h5i-test.
+fn container_caller(as_user: bool, test: &str) -> Option<Caller> {
+    if !browser_image_built() {
+        h5i_testsupport::skipped!("{test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        return None;
+    }
+    let mut c = Caller::either(as_user)
+        .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
+        .with_env("H5I_NO_PROBE_CACHE", "1");
+    if !as_user {
+        c = c.with_env("H5I_CONTAINER_USER", common::caller::TEST_USER);
+    }
+    Some(c)
+}
+
+/// At the container tier the browser is the box's sidecar container, and Chrome's egress is the
+/// run's proxy, the sidecar's only way out: `https://` is a CONNECT, which the proxy opens for
+/// the listed destination (the test host logs the connection; the page then fails TLS against
+/// the plain greeter) and refuses with a count for the unlisted port. `box rm` ends the sidecar.
 fn container_case(as_user: bool) {
     let test = "browser at the container tier";
     if !require_root(test, "boxes as root and as h5i-test") {
         return;
     }
-    if !browser_image_built() {
-        h5i_testsupport::skipped!(
-            "{test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)"
-        );
+    let Some(c) = container_caller(as_user, test) else {
         return;
-    }
+    };
     let Some(mut hosts) = TestHosts::up(test, &[8080, 9090], &[]) else {
         return;
     };
     let pin = hosts.pin(&[("allowed.test", hosts.first)]);
-    let mut c = Caller::either(as_user)
-        .with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY)
-        .with_env("H5I_TEST_HOSTS", &pin)
-        .with_env("H5I_NO_PROBE_CACHE", "1");
-    if !as_user {
-        c = c.with_env("H5I_CONTAINER_USER", common::caller::TEST_USER);
-    }
-    c.write(
-        ".h5i/env.toml",
-        format!(
-            "[profile.web]\nisolation = \"container\"\n[profile.web.container]\nimage = \"{BROWSER_IMAGE}\"\n[profile.web.fs]\nwrite = [\"~/.agent-browser\"]\n[profile.web.net]\nunix = true\negress = [\"allowed.test:8080\"]\n"
-        ),
-    );
-    c.write("app/index.html", DEMO_PAGE);
-    c.commit_all("browser demo");
-    c.ok(&["box", "create", "web", "--profile", "web"]);
-    let s = drive(&mut c, "web", true, false, &egress_steps("https"));
+    let mut c = c.with_env("H5I_TEST_HOSTS", &pin);
+    browser_box(&mut c, "web", "container");
+    let s = drive(&mut c, "web", true, true, &egress_steps("https"));
     let who = c.who();
     assert_eq!(
         s["unlisted"],
@@ -607,6 +623,12 @@ fn container_case(as_user: bool) {
             .unwrap_or(0)
             >= 1,
         "{who}: the proxy's refusal is not in the receipt: {rec}"
+    );
+    let init = sidecar_init(&c, "web");
+    c.ok(&["box", "rm", "--force", "web"]);
+    assert!(
+        !Path::new(&format!("/proc/{init}")).exists(),
+        "{who}: the browser sidecar outlived `box rm`"
     );
 }
 
@@ -703,9 +725,9 @@ impl Drop for RemovedAtEnd<'_> {
 }
 
 /// A browser box `web` of root or h5i-test whose browser is the box-lifetime sidecar (or `None`, said
-/// as skipped), and what serves the demo app: at process its `demo` service; at supervised
-/// (no services there) each run that needs the app starts it (`serve`), and the box's egress
-/// `allowed.test:8080` is pinned to the test hosts kept here.
+/// as skipped), and what serves the demo app: at process its `demo` service; at supervised and
+/// container (no services of the box's own there) each run that needs the app starts it
+/// (`serve`), and the box's egress `allowed.test:8080` is pinned to the test hosts kept here.
 struct SidecarBox {
     c: Caller,
     tier: &'static str,
@@ -723,11 +745,14 @@ impl SidecarBox {
         if !require_root(test, "boxes as root and as h5i-test") {
             return None;
         }
+        let mut c = match tier {
+            "container" => container_caller(as_user, test)?,
+            _ => Caller::either(as_user).with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY),
+        };
         let hosts = match tier {
-            "supervised" => Some(TestHosts::up(test, &[8080, 9090], &[])?),
+            "supervised" | "container" => Some(TestHosts::up(test, &[8080, 9090], &[])?),
             _ => None,
         };
-        let mut c = Caller::either(as_user).with_env("AI_GATEWAY_API_KEY", GATEWAY_KEY);
         if let Some(h) = &hosts {
             c = c.with_env("H5I_TEST_HOSTS", &h.pin(&[("allowed.test", h.first)]));
         }
@@ -829,8 +854,9 @@ fn kill_sidecar_chrome(c: &Caller, name: &str) {
 /// A page whose title and console error carry terminal escapes (OSC title, SGR colour).
 const HOSTILE_PAGE: &str = "printf '<title>\\033]0;pwned\\007evil</title><script>console.error(\"\\033[31mred \\033]52;c;AAAA\\007\")</script>' > /work/app/evil.html";
 
-/// At the process and supervised tiers a browser box's browser (root's or h5i-test's) is a sidecar that
-/// outlives each run (at supervised, in the network of the box's sandbox): a second
+/// At every tier a browser box's browser (root's or h5i-test's) is a sidecar that
+/// outlives each run (at supervised, in the network of the box's sandbox; at container, a
+/// container whose namespaces the runs join): a second
 /// run sees the page the first opened. A human takes control: the agent's click is refused
 /// with the typed message while its snapshot works, a second take is refused, and after the
 /// release a pre-take @ref is refused until a new snapshot. Report.md lists what the browser
@@ -983,6 +1009,16 @@ fn a_process_tier_browser_outlives_its_run_and_a_human_can_take_it_as_h5i_test()
 }
 
 #[test]
+fn a_container_browser_outlives_its_run_and_a_human_can_take_it() {
+    outlives_case("container", false);
+}
+
+#[test]
+fn a_container_browser_outlives_its_run_and_a_human_can_take_it_as_h5i_test() {
+    outlives_case("container", true);
+}
+
+#[test]
 fn a_supervised_browser_outlives_its_run_and_a_human_can_take_it() {
     outlives_case("supervised", false);
 }
@@ -1041,8 +1077,12 @@ try:
     out["raw"] = "opened"
 except OSError as e:
     out["raw"] = "errno %d" % e.errno
-nft = subprocess.run(["nft", "flush", "table", "inet", "h5i_browser"], capture_output=True, text=True)
-out["nft"] = "rc %d: %s" % (nft.returncode, nft.stderr.strip())
+try:
+    nft = subprocess.run(["nft", "flush", "table", "inet", "h5i_browser"], capture_output=True, text=True)
+    out["nft"] = "rc %d: %s" % (nft.returncode, nft.stderr.strip())
+except FileNotFoundError:
+    out["nft"] = "missing"
+out["capeff"] = [l.split()[1] for l in open("/proc/self/status") if l.startswith("CapEff:")][0]
 print(json.dumps(out))
 "#;
 
@@ -1144,8 +1184,19 @@ fn bypass_case(tier: &'static str, as_user: bool) {
         .iter()
         .map(|p| p.as_u64().unwrap())
         .collect();
+    // At the container tier the run's own egress proxy listens on the shared loopback too
+    // (the box's, bound by the run's hook): it answers the probe as the proxy, never as Chrome.
+    const PROXY_PORT: u16 = 3128;
+    if tier == "container" {
+        let proxy = tcp[&PROXY_PORT.to_string()].as_str().unwrap();
+        assert!(
+            proxy.starts_with("answered HTTP/1.1 400") && !told.contains(&u64::from(PROXY_PORT)),
+            "the run's proxy did not answer as the proxy: {seen}"
+        );
+    }
     for (port, said) in tcp {
-        if port == &APP_PORT.to_string() {
+        if port == &APP_PORT.to_string() || (tier == "container" && port == &PROXY_PORT.to_string())
+        {
             continue;
         }
         assert_eq!(
@@ -1189,12 +1240,17 @@ fn bypass_case(tier: &'static str, as_user: bool) {
     }
     assert_eq!(seen["raw"], "errno 1", "{seen}");
     // Refused by the kernel: the table's change (process), or already the netlink socket nft
-    // needs, which the supervised tier's socket gate refuses.
+    // needs, which the supervised tier's socket gate refuses. The browser image has no `nft`:
+    // there the box holds no capability at all (a table change needs CAP_NET_ADMIN).
     let nft = seen["nft"].as_str().unwrap();
-    assert!(
-        !nft.starts_with("rc 0") && nft.contains("Operation not permitted"),
-        "{nft}"
-    );
+    if tier == "container" && nft == "missing" {
+        assert_eq!(seen["capeff"], "0000000000000000", "{seen}");
+    } else {
+        assert!(
+            !nft.starts_with("rc 0") && nft.contains("Operation not permitted"),
+            "{nft}"
+        );
+    }
 
     // The relay is still the way in, and it still enforces the human's hold.
     let (snap, rc) = box_sh(c, "web", "agent-browser snapshot -i");
@@ -1223,6 +1279,93 @@ fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon
 #[test]
 fn a_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon_as_h5i_test() {
     bypass_case("process", true);
+}
+
+#[test]
+fn a_container_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon() {
+    bypass_case("container", false);
+}
+
+#[test]
+fn a_container_box_reaches_its_browser_only_through_the_relay_never_devtools_or_the_daemon_as_h5i_test(
+) {
+    bypass_case("container", true);
+}
+
+/// At the container tier a browser box's runs share the sidecar's network, where Chrome's one
+/// proxy address is the running run's proxy: a second run while one is running is refused
+/// (before anything of it starts) with the typed message, and runs again once the first ended.
+fn one_run_at_a_time_case(as_user: bool) {
+    let Some(sc) = SidecarBox::up("container", as_user, "one container browser run at a time")
+    else {
+        return;
+    };
+    let c = &sc.c;
+    let who = c.who();
+    let _removed = RemovedAtEnd(c, "web");
+    let (open, rc) = box_sh(
+        c,
+        "web",
+        &format!(
+            "{}agent-browser open http://127.0.0.1:{APP_PORT}/",
+            sc.serve()
+        ),
+    );
+    assert_eq!(rc, 0, "{who}: {open}");
+    let started = c.workspace("web").join("first-started");
+    let first = c
+        .h5i_in(
+            &c.repo(),
+            &[
+                "box",
+                "run",
+                "web",
+                "--",
+                "sh",
+                "-c",
+                "touch /work/first-started && sleep 20 && agent-browser get url",
+            ],
+        )
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !started.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(started.exists(), "{who}: the first run never started");
+    let second = c.h5i(&["box", "run", "web", "--", "agent-browser", "get", "url"]);
+    assert_ne!(second.status.code(), Some(0), "{who}: {}", stdout(&second));
+    assert!(
+        stderr(&second).contains("refusing: another run of box `web` is using the box's browser")
+            && stderr(&second).contains("to fix: wait for that run"),
+        "{who}: {}",
+        stderr(&second)
+    );
+    let first = first.wait_with_output().unwrap();
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{who}: {}{}",
+        stdout(&first),
+        stderr(&first)
+    );
+    assert!(stdout(&first).contains("127.0.0.1:3000"), "{who}");
+    let (url, rc) = box_sh(c, "web", "agent-browser get url");
+    assert_eq!(rc, 0, "{who}: {url}");
+    assert!(url.contains("127.0.0.1:3000"), "{who}: {url}");
+}
+
+#[test]
+fn a_container_browser_boxs_second_concurrent_run_is_refused() {
+    one_run_at_a_time_case(false);
+}
+
+#[test]
+fn a_container_browser_boxs_second_concurrent_run_is_refused_as_h5i_test() {
+    one_run_at_a_time_case(true);
 }
 
 #[test]

@@ -5,15 +5,18 @@
 //! The runs share the sidecar's network namespace (the browser must reach the dev server the
 //! runs start), so loopback alone would let a run speak CDP to Chromium and act while a human
 //! holds control. The sidecar runs as the box's group [`SIDECAR_GID`] (the box's own processes
-//! are group 0, hold no capability and cannot change group), and an nftables table in the box's
-//! network namespace, loaded by h5i as root before the sidecar's daemon starts ([`load`]),
-//! tells the two apart by the group of the socket that sends each packet:
+//! hold no capability and cannot change group), and an nftables table in the box's network
+//! namespace, loaded by h5i before the sidecar's daemon starts ([`load`]), tells the two apart
+//! by the group of the socket that sends each packet:
 //! - a SYN sent by a socket of neither the sidecar's group nor the kernel's overflow group (what
 //!   a socket of h5i's own, opened from the host's user namespace, shows: the viewer's) marks
 //!   its connection as opened by the box;
-//! - on such a connection a SYN-ACK is sent only by a listener of the box's group 0; any other
-//!   (a listener of the sidecar's, or a syncookie SYN-ACK, which names no listener) is dropped
-//!   and counted, so the handshake never completes and nothing the box sent is ever read.
+//! - on such a connection a SYN-ACK is sent only by a listener of one of the box's groups
+//!   ([`BoxGroups`]: 0 at the kernel tiers; at the container tier 0, the group of the listener
+//!   the run's hook binds for its egress proxy, and the engine user's group, the box's own
+//!   processes); any other (a listener of the sidecar's, or a syncookie SYN-ACK, which names no
+//!   listener) is dropped and counted, so the handshake never completes and nothing the box
+//!   sent is ever read.
 //!
 //! The box cannot undo it: changing a table needs `CAP_NET_ADMIN`, which no box process holds.
 //!
@@ -42,8 +45,38 @@ const BOX_OPENED: u32 = 0x6835_6962;
 /// The FIFO in the sidecar's private `/tmp` its command reads before it starts the daemon.
 pub const GATE: &str = "/tmp/h5i-browser/fenced";
 
-/// The table for a kernel whose overflow group is `overflow_gid`.
-pub fn script(overflow_gid: u32) -> String {
+/// The groups, as the sidecar's network namespace's owning user namespace names them, whose
+/// listeners may answer a connection the box opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxGroups(pub Vec<u32>);
+
+impl BoxGroups {
+    /// The kernel tiers: the box's processes are its group 0.
+    pub fn kernel_tier() -> BoxGroups {
+        BoxGroups(vec![0])
+    }
+
+    /// The container tier: group 0 (each run's createContainer hook binds its proxy
+    /// listeners as the namespace's root) and the engine user's group `engine_gid`, which
+    /// `--userns=keep-id` keeps as the box's processes' own.
+    pub fn container_tier(engine_gid: u32) -> BoxGroups {
+        let mut g = vec![0];
+        if engine_gid != 0 && engine_gid != SIDECAR_GID {
+            g.push(engine_gid);
+        }
+        BoxGroups(g)
+    }
+
+    fn set(&self) -> String {
+        let ids: Vec<String> = self.0.iter().map(u32::to_string).collect();
+        format!("{{ {} }}", ids.join(", "))
+    }
+}
+
+/// The table for a kernel whose overflow group is `overflow_gid`, letting only listeners of
+/// `box_groups` answer the box.
+pub fn script(overflow_gid: u32, box_groups: &BoxGroups) -> String {
+    let listeners = box_groups.set();
     format!(
         "table {TABLE}
 delete table {TABLE}
@@ -51,7 +84,7 @@ table {TABLE} {{
   chain output {{
     type filter hook output priority 0; policy accept;
     tcp flags & (syn | ack) == syn meta skgid != {{ {SIDECAR_GID}, {overflow_gid} }} ct mark set {BOX_OPENED:#x}
-    tcp flags & (syn | ack) == syn | ack ct mark {BOX_OPENED:#x} meta skgid 0 accept
+    tcp flags & (syn | ack) == syn | ack ct mark {BOX_OPENED:#x} meta skgid {listeners} accept
     tcp flags & (syn | ack) == syn | ack ct mark {BOX_OPENED:#x} counter drop comment \"h5i-browser-fence\"
   }}
 }}
@@ -69,17 +102,31 @@ fn overflow_gid() -> u32 {
 }
 
 /// Load the table into the network namespace of the sidecar whose container init is `pid`,
-/// then open its [`GATE`] so its daemon starts. Bounded by `within`.
-pub fn load(pid: i32, within: Duration) -> Result<(), String> {
+/// then open its [`GATE`] so its daemon starts. Bounded by `within`. `from_parent`: enter the
+/// parent of the sidecar's user namespace rather than that namespace itself (the container
+/// tier's unprivileged caller: the caller is a non-root id in the sidecar's `keep-id`
+/// namespace, whose capabilities `nft` would lose at exec, and root in the rootless engine's
+/// namespace above it, whose capabilities cover the sidecar's network namespace).
+pub fn load(
+    pid: i32,
+    within: Duration,
+    box_groups: &BoxGroups,
+    from_parent: bool,
+) -> Result<(), String> {
     let ns = |kind: &str| {
         File::open(format!("/proc/{pid}/ns/{kind}"))
             .map(std::os::fd::OwnedFd::from)
             .map_err(|e| format!("cannot open the sidecar's {kind} namespace: {e}"))
     };
+    let mut user = ns("user")?;
+    if from_parent {
+        user = h5i_sys::ns_socket::parent_user_namespace(std::os::fd::AsFd::as_fd(&user))
+            .map_err(|e| format!("cannot find the parent of the sidecar's user namespace: {e}"))?;
+    }
     let spaces =
-        h5i_hook::netns::BoxNamespaces::new(ns("net")?, ns("user")?).map_err(|e| e.to_string())?;
+        h5i_hook::netns::BoxNamespaces::new(ns("net")?, user).map_err(|e| e.to_string())?;
     spaces
-        .nft(&["-f", "-"], script(overflow_gid()).as_bytes())
+        .nft(&["-f", "-"], script(overflow_gid(), box_groups).as_bytes())
         .map_err(|e| e.to_string())?;
     open_gate(pid, within).map_err(|e| format!("cannot open the sidecar's gate {GATE}: {e}"))
 }
@@ -129,12 +176,15 @@ mod tests {
 
     #[test]
     fn the_table_marks_the_boxs_connections_and_drops_only_their_foreign_syn_acks() {
-        let s = script(65534);
+        let s = script(65534, &BoxGroups::kernel_tier());
         assert!(
             s.contains("meta skgid != { 1, 65534 } ct mark set 0x68356962"),
             "{s}"
         );
-        assert!(s.contains("ct mark 0x68356962 meta skgid 0 accept"), "{s}");
+        assert!(
+            s.contains("ct mark 0x68356962 meta skgid { 0 } accept"),
+            "{s}"
+        );
         let drop = s.lines().find(|l| l.contains("drop")).unwrap();
         assert!(drop.contains("syn | ack ct mark 0x68356962"), "{s}");
         // The table is replaced whole: a reload never leaves an old rule beside a new one.
@@ -143,5 +193,17 @@ mod tests {
             "{s}"
         );
         assert!(!s.contains("policy drop"), "{s}");
+    }
+
+    #[test]
+    fn at_the_container_tier_the_proxy_listener_and_the_engine_group_answer_the_box() {
+        let s = script(65534, &BoxGroups::container_tier(1001));
+        assert!(
+            s.contains("ct mark 0x68356962 meta skgid { 0, 1001 } accept"),
+            "{s}"
+        );
+        // The sidecar's own group is never one of the box's, whatever the engine's group is.
+        assert_eq!(BoxGroups::container_tier(SIDECAR_GID), BoxGroups(vec![0]));
+        assert!(s.contains("meta skgid != { 1, 65534 }"), "{s}");
     }
 }

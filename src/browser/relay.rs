@@ -291,11 +291,11 @@ fn bound_path(paths: &BoxPaths) -> PathBuf {
 /// Whether the socket the box's clients find in its HOME is still the one the relay bound: the
 /// box can remove it (the directory is its own) and start a daemon of its own there, which
 /// would leave later runs with a browser of their own rather than the box's.
-pub fn still_bound(paths: &BoxPaths) -> bool {
+pub fn still_bound(paths: &BoxPaths, home: &Path) -> bool {
     let Ok(recorded) = std::fs::read_to_string(bound_path(paths)) else {
         return false;
     };
-    let found = Dir::open(&paths.home())
+    let found = Dir::open(home)
         .and_then(|home| home.subdir(CLIENT_DIR.as_bytes()))
         .and_then(|dir| dir.stat_at(format!("{SESSION}.sock").as_bytes()));
     matches!(found, Ok(f) if format!("{} {}", f.dev_ino.0, f.dev_ino.1) == recorded)

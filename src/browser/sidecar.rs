@@ -24,12 +24,20 @@
 //! and runs join the box's user namespace by path, which h5i-runc's libcontainer allows only
 //! for a user namespace the caller owns (runtime/patches/README.md).
 //!
+//! At the container tier the sidecar is a Podman container of the box's image
+//! (`crate::container::BrowserPart`) running as the box's group `SIDECAR_GID`, which keep-id
+//! maps for any caller; each run joins its user and network namespaces by the container's name
+//! (recorded in the service's state, [`container_join`]) and finds the relay's directory
+//! ([`relay_home`]'s `.agent-browser`) read-only at its HOME's `.agent-browser`. The fence there
+//! lets the box's processes (the engine user's group) and the listener each run's hook binds
+//! for its egress proxy (group 0) answer the box, and Chrome's only way out is that proxy.
+//!
 //! Must never: start a sidecar for a box whose runs could not reach it (they would get a
 //! browser that cannot see their dev server), join a sandbox other than the box's live one, or
-//! serve the relay before the sidecar's pid is known and re-identified. Elsewhere (container,
-//! an unprivileged caller with no subordinate gid, a supervised box whose runs cannot use the
-//! sandbox) the browser lives as long as the run that started it, and `h5i browser status`
-//! says so.
+//! serve the relay before the sidecar's pid is known and re-identified. Elsewhere (the microvm
+//! tier, an unprivileged caller with no subordinate gid at a kernel tier, a supervised box
+//! whose runs cannot use the sandbox) the browser lives as long as the run that started it, and
+//! `h5i browser status` says so.
 //!
 //! Guarded by `tests/browser.rs`.
 
@@ -72,15 +80,49 @@ pub fn own_group(plan: &mut BundlePlan) {
 /// Whether `policy`'s browser outlives each run: a browser box at the process tier (whose runs
 /// join a live service's network namespace), or at the supervised tier when its runs go
 /// through the box's sandbox (sandboxes on, no credential grant), whose network the sidecar
-/// joins; run by root, or by a caller with a subordinate gid for the sidecar's group
-/// ([`caller_subgid`]).
+/// joins, run by root or by a caller with a subordinate gid for the sidecar's group
+/// ([`caller_subgid`]); or at the container tier, for any caller (keep-id maps the group).
 pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
-    let tier = match policy.tier {
+    let kernel_tier = match policy.tier {
         Tier::Process => true,
         Tier::Supervised => crate::sandbox::enabled() && policy.auth_grants().is_empty(),
+        Tier::Container => return super::is_browser_box(policy),
         _ => false,
     };
-    super::is_browser_box(policy) && tier && (is_root() || caller_subgid().is_some())
+    super::is_browser_box(policy) && kernel_tier && (is_root() || caller_subgid().is_some())
+}
+
+/// The directory whose `.agent-browser` holds the relay's socket for the box at `paths` of
+/// `tier`: the box's HOME at the kernel tiers; at the container tier (whose HOME is each run's
+/// private `/tmp`) `<box>/browser/home`, host-only, whose `.agent-browser` each run gets
+/// read-only at `crate::container::RELAY_IN_BOX`.
+pub fn relay_home(paths: &BoxPaths, tier: Tier) -> std::path::PathBuf {
+    match tier {
+        Tier::Container => paths.dir.join("browser").join("home"),
+        _ => paths.home(),
+    }
+}
+
+/// What a container-tier run needs to join its box's running sidecar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerJoin {
+    /// The sidecar's container name.
+    pub container: String,
+    /// The relay's directory on the host (bound read-only in the run).
+    pub relay: std::path::PathBuf,
+}
+
+/// The running sidecar of container-tier box `sb` for a run to join, when it has one.
+pub fn container_join(sb: &StoredBox, policy: &ResolvedPolicy) -> Option<ContainerJoin> {
+    if policy.tier != Tier::Container || !lives_for_the_box(policy) {
+        return None;
+    }
+    let st = crate::service::read_state(&sb.paths, SERVICE)
+        .filter(crate::service::ServiceState::alive)?;
+    Some(ContainerJoin {
+        container: st.container?,
+        relay: relay_home(&sb.paths, Tier::Container).join(super::relay::CLIENT_DIR),
+    })
 }
 
 fn is_root() -> bool {
@@ -129,7 +171,7 @@ pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
     match policy.tier {
         Tier::Process | Tier::Supervised if !is_root() && caller_subgid().is_none() => "an unprivileged caller with no range in /etc/subgid has no group to give the box's browser apart from the box (the fence needs one): each run's browser ends with the run, and the control lock is recorded but not enforced",
         Tier::Supervised => "this box's supervised runs take a container of their own (H5I_SANDBOX=off, or a credential grant served per run), so no browser can share their network: each run's browser ends with the run, and the control lock is recorded but not enforced",
-        _ => "the box-lifetime browser is built at the process and supervised tiers only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced",
+        _ => "the box-lifetime browser is built at the process, supervised and container tiers only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced",
     }
 }
 
@@ -153,7 +195,7 @@ pub fn ensure(store: &BoxStore, name: &str) -> Result<(), BoxError> {
         _ => None,
     };
     if alive(&sb) {
-        let why = if !super::relay::still_bound(&sb.paths) {
+        let why = if !super::relay::still_bound(&sb.paths, &relay_home(&sb.paths, policy.tier)) {
             // The browser behind a replaced socket is unreachable for the box's runs.
             "the browser relay's socket in the box's HOME was replaced"
         } else if sandbox.is_some_and(|pid| !in_network_of(&sb, pid)) {
@@ -272,17 +314,42 @@ pub fn join_sandbox(plan: &mut BundlePlan, sb: &StoredBox, pid: i32) -> Result<(
 }
 
 /// In the sidecar's supervisor, once the daemon's container init `pid` is known: bind the
-/// relay in the box's HOME and serve it on a thread for as long as this process lives.
-pub fn start_relay(paths: &BoxPaths, pid: i32) -> Result<(), String> {
+/// relay in [`relay_home`] and serve it on a thread for as long as this process lives.
+pub fn start_relay(paths: &BoxPaths, pid: i32, tier: Tier) -> Result<(), String> {
     let name = paths
         .dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let home = paths.home();
-    let ids = crate::identity::Mapping::for_caller().map_err(|e| e.to_string())?;
-    let owner = ids.range.then_some((ids.uid, ids.gid));
-    super::fence::load(pid, DAEMON_START)
+    let home = relay_home(paths, tier);
+    let (owner, groups, from_parent) = match tier {
+        Tier::Container => {
+            let engine =
+                crate::container::engine::Engine::for_caller().map_err(|e| e.to_string())?;
+            std::os::unix::fs::DirBuilderExt::mode(
+                std::fs::DirBuilder::new().recursive(true),
+                0o700,
+            )
+            .create(&home)
+            .map_err(|e| format!("cannot make {}: {e}", home.display()))?;
+            // The box's user is the engine user (keep-id): root's relay socket is handed to it.
+            let owner = engine.switches_user.then_some((engine.uid, engine.gid));
+            (
+                owner,
+                super::fence::BoxGroups::container_tier(engine.gid),
+                !is_root(),
+            )
+        }
+        _ => {
+            let ids = crate::identity::Mapping::for_caller().map_err(|e| e.to_string())?;
+            (
+                ids.range.then_some((ids.uid, ids.gid)),
+                super::fence::BoxGroups::kernel_tier(),
+                false,
+            )
+        }
+    };
+    super::fence::load(pid, DAEMON_START, &groups, from_parent)
         .map_err(|e| format!("the box's network could not be fenced off its browser: {e}"))?;
     super::relay::wait_for_daemon(pid, DAEMON_START).map_err(|e| {
         format!(

@@ -272,6 +272,63 @@ fn parse_config(text: &str) -> Result<String, EngineError> {
 }
 
 /// Whether `/etc/subuid`-format `text` gives `name` (or its uid) a non-empty range.
+/// The host gid a container gid `gid` below the engine user's own is under `--userns=keep-id`:
+/// keep-id maps it to `gid + 1` in the rootless namespace, whose ids from 1 are the engine
+/// user's first `/etc/subgid` range (`text`), so the range's start plus `gid`.
+fn keep_id_host_gid_in(text: &str, name: &str, uid: u32, gid: u32) -> Option<u32> {
+    let uid = uid.to_string();
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.trim().split(':').collect();
+        if f.len() != 3 || (f[0] != name && f[0] != uid) {
+            return None;
+        }
+        let start: u32 = f[1].parse().ok()?;
+        let count: u32 = f[2].parse().ok()?;
+        (gid < count).then(|| start.checked_add(gid)).flatten()
+    })
+}
+
+impl Engine {
+    /// keep-id's mapping for this engine user, spelled out (its first subordinate ranges'
+    /// sizes read from `/etc/subuid` and `/etc/subgid`).
+    pub fn keep_id_maps(&self) -> Result<super::podman_args::KeepIdMaps, String> {
+        let count = |file: &str| -> Result<u32, String> {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"))?;
+            let uid = self.uid.to_string();
+            text.lines()
+                .find_map(|l| {
+                    let f: Vec<&str> = l.trim().split(':').collect();
+                    (f.len() == 3 && (f[0] == self.user || f[0] == uid))
+                        .then(|| f[2].parse::<u32>().ok())
+                        .flatten()
+                })
+                .ok_or_else(|| format!("`{}` has no range in {file}", self.user))
+        };
+        Ok(super::podman_args::KeepIdMaps {
+            uid: self.uid,
+            gid: self.gid,
+            subuids: count("/etc/subuid")?,
+            subgids: count("/etc/subgid")?,
+        })
+    }
+
+    /// The host gid of container gid `gid` under `--userns=keep-id` (see
+    /// [`keep_id_host_gid_in`]); `gid` must be below the engine user's own gid.
+    pub fn keep_id_host_gid(&self, gid: u32) -> Result<u32, String> {
+        if gid >= self.gid {
+            return Err(format!(
+                "gid {gid} is not below the engine user's own gid {}",
+                self.gid
+            ));
+        }
+        let text = std::fs::read_to_string("/etc/subgid")
+            .map_err(|e| format!("cannot read /etc/subgid: {e}"))?;
+        keep_id_host_gid_in(&text, &self.user, self.uid, gid)
+            .ok_or_else(|| format!("`{}` has no /etc/subgid range holding {gid}", self.user))
+    }
+}
+
 fn has_subordinate_range(text: &str, name: &str, uid: u32) -> bool {
     let uid = uid.to_string();
     text.lines().any(|l| {
@@ -379,6 +436,20 @@ fn lookup(call: &PwCall<'_>) -> Option<Account> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keep_id_puts_a_low_container_gid_at_the_first_subgid_range_plus_that_gid() {
+        // As measured: `podman run --userns=keep-id --user 1001:1` shows gid 1 -> 2 in the
+        // rootless namespace, whose 1.. are h5i-test's 265536...
+        let text = "h5i-box:200000:65536\nh5i-test:265536:65536\n1002:400000:10\n";
+        assert_eq!(
+            keep_id_host_gid_in(text, "h5i-test", 1001, 1),
+            Some(265_537)
+        );
+        assert_eq!(keep_id_host_gid_in(text, "other", 1002, 1), Some(400_001));
+        assert_eq!(keep_id_host_gid_in(text, "other", 1002, 10), None);
+        assert_eq!(keep_id_host_gid_in(text, "nobody", 7, 1), None);
+    }
 
     #[test]
     fn the_config_names_exactly_one_user() {

@@ -162,28 +162,36 @@ impl EngineNamespace {
     /// which owns the box's workspace and spool) is seen as the engine user `engine`, and what
     /// the engine user writes lands owned by `disk`, never by root. Replaces the pause
     /// process's user namespace (whose map would store the engine user's writes as root).
+    /// `group`: one more gid line (on-disk gid, host gid), a browser box's sidecar's group.
     pub fn map_disk_owner(
         &mut self,
         disk: (u32, u32),
         engine: (u32, u32),
+        group: Option<(u32, u32)>,
     ) -> Result<(), EngineNsError> {
-        self.user = owner_namespace(disk, engine).map_err(|source| EngineNsError::Mount {
-            what: format!("the box's ids {}:{}", disk.0, disk.1),
-            step: "make an idmap user namespace",
-            source,
-        })?;
+        self.user =
+            owner_namespace(disk, engine, group).map_err(|source| EngineNsError::Mount {
+                what: format!("the box's ids {}:{}", disk.0, disk.1),
+                step: "make an idmap user namespace",
+                source,
+            })?;
         Ok(())
     }
 }
 
 /// A user namespace whose only mapping is namespace id `disk` -> host id `engine` (uid and
-/// gid): as an idmapped mount's map it shows on-disk `disk` as `engine` and stores `engine`'s
-/// writes as `disk`.
-fn owner_namespace(disk: (u32, u32), engine: (u32, u32)) -> io::Result<OwnedFd> {
-    h5i_sys::idmap::userns_with_maps(
-        &format!("{} {} 1\n", disk.0, engine.0),
-        &format!("{} {} 1\n", disk.1, engine.1),
-    )
+/// gid), plus the gid line `group` when given: as an idmapped mount's map it shows on-disk
+/// `disk` as `engine` and stores `engine`'s writes as `disk`.
+fn owner_namespace(
+    disk: (u32, u32),
+    engine: (u32, u32),
+    group: Option<(u32, u32)>,
+) -> io::Result<OwnedFd> {
+    let mut gids = format!("{} {} 1\n", disk.1, engine.1);
+    if let Some((on_disk, host)) = group {
+        gids.push_str(&format!("{on_disk} {host} 1\n"));
+    }
+    h5i_sys::idmap::userns_with_maps(&format!("{} {} 1\n", disk.0, engine.0), &gids)
 }
 
 /// The steps a child reports by index when one fails.

@@ -110,6 +110,11 @@ pub struct RunEvidence {
     /// A Claude Code box's config-directory tmpfs in HOME (`nosuid,nodev`), when planned.
     #[serde(default)]
     pub agent_tmpfs: Option<String>,
+    /// The browser sidecar container whose user and network namespaces the run joined (a
+    /// browser box's run: `super::BrowserPart`), which then holds the relay's directory
+    /// read-only at `super::RELAY_IN_BOX`.
+    #[serde(default)]
+    pub joined_browser: Option<String>,
     /// The captured spec, summarized (`None`: not captured).
     pub spec: Option<SpecSummary>,
 }
@@ -296,19 +301,23 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
     if !s.no_new_privileges {
         out.push("noNewPrivileges is off".into());
     }
+    let joined = ev.joined_browser.is_some();
     for ns in ["user", "network", "ipc", "pid", "mount"] {
         match s.namespaces.get(ns).map(String::as_str) {
             Some("new") => {}
+            // The box's own browser sidecar's, which keep-id made (its own run's evidence).
+            Some(_) if joined && (ns == "user" || ns == "network") => {}
             Some(path) => out.push(format!(
                 "the {ns} namespace is joined from {path}, not private"
             )),
             None => out.push(format!("no private {ns} namespace")),
         }
     }
-    if !s
-        .uid_mappings
-        .iter()
-        .any(|&(inside, outside, size)| inside == s.user.0 && outside == 0 && size == 1)
+    if !joined
+        && !s
+            .uid_mappings
+            .iter()
+            .any(|&(inside, outside, size)| inside == s.user.0 && outside == 0 && size == 1)
     {
         out.push(format!(
             "uid {} in the box is not the engine user (keep-id)",
@@ -362,6 +371,14 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
         } else if bindish && is_cache_dest(d) {
             if !m.options.iter().any(|o| o == "ro") {
                 out.push(format!("the warm cache's bind at {d} is writable"));
+            }
+        } else if joined && d == super::RELAY_IN_BOX {
+            if !(bindish && m.options.iter().any(|o| o == "ro")) {
+                out.push(format!(
+                    "the browser relay's directory at {d} is not a read-only bind ({} {})",
+                    m.kind,
+                    m.options.join(",")
+                ));
             }
         } else if d == "/tmp" {
             let want = [format!("size={TMP_SIZE}"), "nosuid".into(), "nodev".into()];
@@ -557,6 +574,7 @@ mod tests {
             init: Some("/usr/bin/catatonit".into()),
             agent_binds: vec![],
             agent_tmpfs: None,
+            joined_browser: None,
             spec: Some(summarize(&v)),
         }
     }
@@ -598,6 +616,35 @@ mod tests {
         ] {
             assert!(m.contains(want), "missing {want} in\n{m}");
         }
+    }
+
+    #[test]
+    fn a_run_joining_the_boxs_browser_may_share_only_its_user_and_network_namespaces() {
+        let mut v = spec();
+        v["linux"]["namespaces"][0] = json!({"type": "user", "path": "/proc/7/ns/user"});
+        v["linux"]["namespaces"][1] = json!({"type": "network", "path": "/proc/7/ns/net"});
+        v["linux"]["namespaces"][3] = json!({"type": "pid", "path": "/proc/7/ns/pid"});
+        v["mounts"].as_array_mut().unwrap().push(json!(
+            {"destination": "/tmp/.agent-browser", "type": "bind", "source": "/r/relay", "options": ["rbind", "ro"]}
+        ));
+        let alone = mismatches(&evidence(v.clone())).join("\n");
+        assert!(alone.contains("user namespace is joined"), "{alone}");
+        assert!(
+            alone.contains("unplanned mount at /tmp/.agent-browser"),
+            "{alone}"
+        );
+        let mut ev = evidence(v.clone());
+        ev.joined_browser = Some("h5i-web-1".into());
+        assert_eq!(
+            mismatches(&ev),
+            ["the pid namespace is joined from /proc/7/ns/pid, not private"]
+        );
+        v["mounts"].as_array_mut().unwrap().last_mut().unwrap()["options"] = json!(["rbind"]);
+        let mut ev = evidence(v);
+        ev.joined_browser = Some("h5i-web-1".into());
+        assert!(mismatches(&ev)
+            .join("\n")
+            .contains("relay's directory at /tmp/.agent-browser is not a read-only bind"));
     }
 
     #[test]

@@ -20,6 +20,16 @@
 //!    so the receipt's figures come from the cage), the proxies' tallies; then everything of
 //!    the run is removed.
 //!
+//! A browser box's box-lifetime browser ([`BrowserPart`], `crate::browser::sidecar`) is a run
+//! of its own: a container of the box's image, running as the box's group
+//! `crate::browser::fence::SIDECAR_GID`, with no proxy of its own (Chrome is told the address
+//! each run's proxy listens on, so between runs it reaches nothing but its loopback). Every
+//! other run of that box joins the sidecar's user and network namespaces (`--userns` and
+//! `--network container:NAME`: mounting `/sys` needs the user namespace owning the network
+//! namespace), finds the relay's socket read-only at `/tmp/.agent-browser`, and holds the
+//! box's browser-run lock for its life: one run at a time, since each run's proxy listens on
+//! the one address Chrome was given.
+//!
 //! Must never: run rootful Podman, mount a host path the plan does not name, give the box a
 //! network device (`--network none`: the proxy listener is its only way out), run a policy with
 //! `net.unix` off on a runtime that cannot refuse `socket(AF_UNIX)` (`host-default`), or leave
@@ -87,6 +97,35 @@ pub struct RunInputs<'a> {
     pub creds: Option<crate::credentials::Prepared>,
     /// A pty of the container's own (`box shell` on a terminal).
     pub tty: bool,
+    /// Whether this run is, or joins, the box's browser sidecar.
+    pub browser: BrowserPart<'a>,
+}
+
+/// How a run meets the box-lifetime browser of a browser box at this tier.
+pub enum BrowserPart<'a> {
+    /// Neither: a box without one (or whose sidecar is not running).
+    None,
+    /// This run is the sidecar: detached, its stdout the supervisor's pipe.
+    Sidecar(SidecarIo<'a>),
+    /// This run joins the running sidecar.
+    Join(crate::browser::sidecar::ContainerJoin),
+}
+
+/// The sidecar's wiring to its supervisor.
+pub struct SidecarIo<'a> {
+    /// Its stdout (the supervisor's pipe; stdin is empty, stderr the service log).
+    pub stdout: std::os::fd::OwnedFd,
+    /// Told, before Podman starts, the file the runtime writes the container init's pid to
+    /// and the container's name.
+    pub announce: &'a mut dyn FnMut(PathBuf, String),
+}
+
+/// Where a run finds the relay's socket: agent-browser's state directory in the box's HOME.
+pub const RELAY_IN_BOX: &str = "/tmp/.agent-browser";
+
+/// `<box>/browser/run.lock`: held exclusively by each run that joins the sidecar.
+fn browser_run_lock(sb: &StoredBox) -> PathBuf {
+    sb.paths.dir.join("browser").join("run.lock")
 }
 
 /// How the caller's standard descriptors reach the box. None of them a terminal: they pass
@@ -272,6 +311,9 @@ struct Sources {
     /// The warm dependency caches granted to this run: (the directory as Podman sees it, where
     /// the box sees it), each read-only.
     caches: Vec<(PathBuf, String)>,
+    /// The relay's directory (agent-browser's state directory, holding the relay's socket),
+    /// for a run that joins the box's browser sidecar.
+    relay: Option<PathBuf>,
 }
 
 /// At `box create`: the image a container box will run, looked up in the engine's storage
@@ -367,7 +409,26 @@ pub fn run(
         }
     }
     let init = probe::init_program().ok_or_else(|| refuse(probe::NO_INIT.0, probe::NO_INIT.1))?;
+    let mut inputs = inputs;
+    let mut sidecar_io = None;
+    let mut joins = None;
+    match std::mem::replace(&mut inputs.browser, BrowserPart::None) {
+        BrowserPart::None => {}
+        BrowserPart::Sidecar(io) => sidecar_io = Some(io),
+        BrowserPart::Join(j) => joins = Some(j),
+    }
     let egress_plan = egress::plan_for(policy)?;
+    // The sidecar has no proxy of its own: Chrome is pointed at the address each run's proxy
+    // listens on in the network the runs share, and between runs nothing answers there.
+    let chrome_proxy = sidecar_io.is_some() && egress_plan.is_some();
+    let (egress_plan, creds) = match sidecar_io {
+        Some(_) => (None, None),
+        None => (egress_plan, inputs.creds.take()),
+    };
+    let _one_run = match &joins {
+        Some(j) => Some(take_browser_run_lock(sb, j)?),
+        None => None,
+    };
 
     let id = format!(
         "{}-{}-{}",
@@ -380,7 +441,16 @@ pub fn run(
 
     // Read once: what is mounted and the variables naming it come from the same answer.
     let granted = crate::cache::mounts::granted(sb, false);
-    let (sources, attached) = attach_sources(&engine, sb, &granted, &mut run_dir, &runc, &hook)?;
+    let relay = joins.as_ref().map(|j| j.relay.clone());
+    let (sources, attached) = attach_sources(
+        &engine,
+        sb,
+        policy,
+        &granted,
+        &mut run_dir,
+        (&runc, &hook),
+        relay.as_deref(),
+    )?;
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
     let mut env = box_env(sb, policy);
@@ -398,6 +468,9 @@ pub fn run(
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v)),
     );
+    if chrome_proxy {
+        env.extend(egress::proxy_env());
+    }
     let mut by_name: Vec<(String, String)> = inputs
         .secrets
         .iter()
@@ -408,7 +481,7 @@ pub fn run(
         owner: engine.switches_user.then_some((engine.uid, engine.gid)),
         hook: sources.hook.clone(),
     };
-    let broker = Broker::start(egress_plan, inputs.creds, &place, &id, &mut run_dir)?;
+    let broker = Broker::start(egress_plan, creds, &place, &id, &mut run_dir)?;
     env.extend(broker.env.iter().cloned());
     // The credential proxy's base URL is among the variables Podman passes by name.
     let box_vars: Vec<String> = env
@@ -449,13 +522,38 @@ pub fn run(
         .collect();
     let agent_tmpfs = agent.config_tmpfs.as_ref().map(|d| d.display().to_string());
     let container_name = format!("h5i-{id}");
-    let wiring = StdioWiring::for_caller(inputs.tty);
+    let wiring = match sidecar_io {
+        // Detached: stdin empty, stdout the supervisor's pipe, passed through as they are.
+        Some(_) => StdioWiring::Passthrough(h5i_runtime::stdio::ClosedStdio::default()),
+        None => StdioWiring::for_caller(inputs.tty),
+    };
+    let pid_file = sidecar_io.as_ref().map(|_| run_dir.out.join("sidecar.pid"));
+    if let Some(f) = &pid_file {
+        run_dir.files.push(f.clone());
+    }
     let host_default = policy.container_runtime == Some(ContainerRuntime::HostDefault);
     let podman_run = PodmanRun {
         runtime: (!host_default).then(|| sources.runc.clone()),
         hooks_dir: Some(hooks_path.clone()),
         name: container_name.clone(),
-        user: (engine.uid, engine.gid),
+        user: (
+            engine.uid,
+            match sidecar_io {
+                Some(_) => crate::browser::fence::SIDECAR_GID,
+                None => engine.gid,
+            },
+        ),
+        joins: joins.as_ref().map(|j| j.container.clone()),
+        pid_file: pid_file.clone(),
+        keep_id_maps: match sidecar_io {
+            Some(_) => Some(engine.keep_id_maps().map_err(|e| {
+                refuse(
+                    format!("cannot spell out keep-id's mapping for the box's browser: {e}"),
+                    "give the engine user ranges in /etc/subuid and /etc/subgid (`make setup` does)",
+                )
+            })?),
+            None => None,
+        },
         run_id: id.clone(),
         image: image.id.clone(),
         argv: inputs.argv.to_vec(),
@@ -484,6 +582,11 @@ pub fn run(
     cmd.args(podman_run.args());
     for (k, v) in &by_name {
         cmd.env(k, v);
+    }
+    if let (Some(io), Some(f)) = (sidecar_io, &pid_file) {
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::from(io.stdout));
+        (io.announce)(f.clone(), container_name.clone());
     }
     let mut forwarded = None;
     let child = {
@@ -550,7 +653,11 @@ pub fn run(
             image: image.clone(),
             cgroup_parent: podman_run.cgroup_parent.clone(),
             limits_unheld: limits_unheld.clone(),
-            argv_flags: podman_args::confinement_flags(podman_run.user),
+            argv_flags: podman_args::confinement_flags_for(
+                podman_run.user,
+                podman_run.joins.as_deref(),
+            ),
+            joined_browser: podman_run.joins.clone(),
             init: Some(init),
             agent_binds: agent_planned,
             agent_tmpfs,
@@ -768,7 +875,34 @@ fn box_binds(sources: &Sources) -> Vec<Bind> {
         dest: BOX_SPOOL.into(),
         readonly: false,
     });
+    if let Some(relay) = &sources.relay {
+        binds.push(Bind {
+            source: relay.clone(),
+            dest: RELAY_IN_BOX.into(),
+            readonly: true,
+        });
+    }
     binds
+}
+
+/// Take `sb`'s browser-run lock for a run joining its sidecar `join`, or refuse: another run
+/// holds it, and its proxy listens on the one address the box's Chrome was given.
+fn take_browser_run_lock(
+    sb: &StoredBox,
+    join: &crate::browser::sidecar::ContainerJoin,
+) -> Result<crate::file_lock::FileLock, BoxError> {
+    let path = browser_run_lock(sb);
+    match crate::file_lock::FileLock::try_take(&path, crate::file_lock::LockKind::Exclusive) {
+        Ok(Some(lock)) => Ok(lock),
+        Ok(None) => Err(refuse(
+            format!(
+                "another run of box `{}` is using the box's browser (container {}): at the container tier a browser box's runs share its browser's network, where Chrome's one proxy address is the running run's egress proxy, so they run one at a time",
+                sb.manifest.name, join.container
+            ),
+            "wait for that run (or shell session) to end, then run again",
+        )),
+        Err(e) => Err(BoxError::io(&path, e)),
+    }
 }
 
 /// Deliver `sig` to the run's payload, as a terminal delivers it to its foreground group: to
@@ -857,10 +991,11 @@ impl Broker {
 fn attach_sources(
     engine: &Engine,
     sb: &StoredBox,
+    policy: &ResolvedPolicy,
     granted: &[crate::cache::mounts::Granted],
     run_dir: &mut RunDir,
-    runc: &Path,
-    hook: &Path,
+    (runc, hook): (&Path, &Path),
+    relay: Option<&Path>,
 ) -> Result<(Sources, Option<Attached>), BoxError> {
     let alternates = crate::process::alternates_bind(sb)?.map(|(host, _)| host);
     if !engine.switches_user {
@@ -875,6 +1010,7 @@ fn attach_sources(
                 .iter()
                 .map(|g| (g.data.clone(), g.inside.clone()))
                 .collect(),
+            relay: relay.map(Path::to_path_buf),
         };
         return Ok((sources, None));
     }
@@ -883,7 +1019,21 @@ fn attach_sources(
     // them as its own and writes them as the range.
     let ids = crate::identity::Mapping::for_caller()?;
     ids.hold(&sb.paths.dir, &[sb.paths.workspace(), sb.paths.spool()])?;
-    ns.map_disk_owner((ids.uid, ids.gid), (engine.uid, engine.gid))
+    // A browser box's sidecar writes as the box's group SIDECAR_GID (a screenshot in the
+    // workspace): on disk that is the range's group of that number, as at the kernel tiers.
+    let sidecar_group = if crate::browser::is_browser_box(policy) {
+        let gid = crate::browser::fence::SIDECAR_GID;
+        let host = engine.keep_id_host_gid(gid).map_err(|e| {
+            refuse(
+                format!("cannot map the browser's group {gid} for the engine user: {e}"),
+                "give the engine user a range in /etc/subgid (`make setup` does)",
+            )
+        })?;
+        Some((ids.gid + gid, host))
+    } else {
+        None
+    };
+    ns.map_disk_owner((ids.uid, ids.gid), (engine.uid, engine.gid), sidecar_group)
         .map_err(|e| refuse_from(&e))?;
     let mut sources = Sources {
         runc: run_dir.path.join("bin/h5i-runc"),
@@ -893,6 +1043,7 @@ fn attach_sources(
         objects: run_dir.path.join("objects"),
         alternates: alternates.as_ref().map(|_| run_dir.path.join("alternates")),
         caches: Vec::new(),
+        relay: relay.map(|_| run_dir.path.join("relay")),
     };
     // (host path, mount point, a file, idmapped and writable)
     let mut plan = vec![
@@ -907,6 +1058,9 @@ fn attach_sources(
     ];
     if let (Some(host), Some(at)) = (&alternates, &sources.alternates) {
         plan.push((host.clone(), at.clone(), true, false));
+    }
+    if let (Some(host), Some(at)) = (relay, &sources.relay) {
+        plan.push((host.to_path_buf(), at.clone(), false, false));
     }
     // The caches: read-only and not idmapped (refresh left them readable by every identity).
     for (i, g) in granted.iter().enumerate() {

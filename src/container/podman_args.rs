@@ -61,8 +61,19 @@ pub struct PodmanRun {
     pub hooks_dir: Option<PathBuf>,
     /// The container's name.
     pub name: String,
-    /// The box's user: the engine user's uid and primary gid ([`confinement_flags`]).
+    /// The box's user: the engine user's uid and primary gid ([`confinement_flags`]); a
+    /// browser sidecar's gid is the box's browser group instead.
     pub user: (u32, u32),
+    /// The browser sidecar container whose user and network namespaces this run joins
+    /// ([`confinement_flags_for`]), in place of keep-id's and a network of its own.
+    pub joins: Option<String>,
+    /// `--pidfile`: where the runtime writes the container init's pid (a browser sidecar's,
+    /// which its supervisor watches).
+    pub pid_file: Option<PathBuf>,
+    /// keep-id's mapping spelled out ([`keep_id_maps`]) in place of `--userns=keep-id`: a
+    /// browser sidecar's, whose group is not the engine user's (keep-id would add the engine
+    /// user's group as a supplementary one, which the sidecar must not hold).
+    pub keep_id_maps: Option<KeepIdMaps>,
     /// The run id (the hooks match on it).
     pub run_id: String,
     /// The image reference (a pinned image id).
@@ -123,11 +134,25 @@ pub const WALL_GRACE: Duration = Duration::from_secs(5);
 /// not be the engine user, and h5i-runc refuses any supplementary group in a rootless user
 /// namespace (CVE-2014-8989), so such an image could not start at all.
 pub fn confinement_flags(user: (u32, u32)) -> Vec<String> {
+    confinement_flags_for(user, None)
+}
+
+/// [`confinement_flags`] for a run that joins the browser sidecar `joins`, when given: its
+/// network and its user namespace (`container:NAME`; the user namespace too, since mounting
+/// the box's `/sys` needs the one that owns the network namespace) in place of a network of
+/// its own and keep-id's. The sidecar's namespace is keep-id's already, so `user` names the
+/// same ids there.
+pub fn confinement_flags_for(user: (u32, u32), joins: Option<&str>) -> Vec<String> {
+    let network = joins.map_or_else(|| "none".to_string(), |c| format!("container:{c}"));
+    let userns = joins.map_or_else(
+        || "--userns=keep-id".to_string(),
+        |c| format!("--userns=container:{c}"),
+    );
     vec![
         "--rm".into(),
         "--pull=never".into(),
         "--network".into(),
-        "none".into(),
+        network,
         "--read-only".into(),
         "--read-only-tmpfs=false".into(),
         "--tmpfs".into(),
@@ -137,9 +162,41 @@ pub fn confinement_flags(user: (u32, u32)) -> Vec<String> {
         "no-new-privileges".into(),
         "--ipc".into(),
         "private".into(),
-        "--userns=keep-id".into(),
+        userns,
         format!("--user={}:{}", user.0, user.1),
     ]
+}
+
+/// The ids keep-id maps: the engine user's uid and gid, and how many subordinate ids its
+/// first `/etc/subuid` and `/etc/subgid` ranges hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeepIdMaps {
+    /// The engine user's uid.
+    pub uid: u32,
+    /// Its primary gid.
+    pub gid: u32,
+    /// Its subordinate uid count.
+    pub subuids: u32,
+    /// Its subordinate gid count.
+    pub subgids: u32,
+}
+
+/// `--uidmap`/`--gidmap` flags mapping exactly as `--userns=keep-id` does (as measured on
+/// Podman 4.3): container ids below the engine user's to the rootless namespace's 1.., the
+/// engine user's own to 0 (the engine user on the host), the rest to themselves.
+pub fn keep_id_maps(m: KeepIdMaps) -> Vec<String> {
+    let mut out = Vec::new();
+    for (flag, id, count) in [
+        ("--uidmap", m.uid, m.subuids),
+        ("--gidmap", m.gid, m.subgids),
+    ] {
+        out.push(format!("{flag}=0:1:{id}"));
+        out.push(format!("{flag}={id}:0:1"));
+        if count > id {
+            out.push(format!("{flag}={}:{}:{}", id + 1, id + 1, count - id));
+        }
+    }
+    out
 }
 
 /// CSV-quote one `--annotation` value (Podman parses the flag's value as CSV).
@@ -172,7 +229,18 @@ impl PodmanRun {
             a.push(h.clone().into());
         }
         a.push("run".into());
-        a.extend(confinement_flags(self.user).into_iter().map(OsString::from));
+        for f in confinement_flags_for(self.user, self.joins.as_deref()) {
+            match self.keep_id_maps {
+                Some(m) if f == "--userns=keep-id" => {
+                    a.extend(keep_id_maps(m).into_iter().map(OsString::from));
+                }
+                _ => a.push(f.into()),
+            }
+        }
+        if let Some(f) = &self.pid_file {
+            a.push("--pidfile".into());
+            a.push(f.clone().into());
+        }
         a.push("--name".into());
         a.push(self.name.clone().into());
         a.push("-i".into());
@@ -250,6 +318,9 @@ mod tests {
             hooks_dir: Some("/run/user/1001/h5i/run-x/hooks".into()),
             name: "h5i-b-x".into(),
             user: (1001, 1001),
+            joins: None,
+            pid_file: None,
+            keep_id_maps: None,
             run_id: "x".into(),
             image: "sha256:abc".into(),
             argv: vec!["sh".into(), "-c".into(), "echo hi".into()],
@@ -445,5 +516,64 @@ mod tests {
         assert!(text(&r).contains(&"--log-driver=passthrough".to_string()));
         r.tty = true;
         assert!(!text(&r).iter().any(|a| a.starts_with("--log-driver")));
+    }
+
+    #[test]
+    fn a_run_joining_the_browser_sidecar_takes_its_user_and_network_namespaces() {
+        let mut r = run();
+        r.joins = Some("h5i-web-browser".into());
+        let a = text(&r);
+        let joined = a.join(" ");
+        assert!(
+            joined.contains("--network container:h5i-web-browser"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("--userns=container:h5i-web-browser"),
+            "{joined}"
+        );
+        assert!(
+            !joined.contains("keep-id") && !joined.contains("--network none"),
+            "{joined}"
+        );
+        assert!(joined.contains("--user=1001:1001"), "{joined}");
+        let at = a.iter().position(|x| x == "run").unwrap() + 1;
+        assert_eq!(
+            confinement_flags_for((1001, 1001), Some("h5i-web-browser")),
+            a[at..at + confinement_flags(r.user).len()]
+        );
+        r.joins = None;
+        r.pid_file = Some("/run/h5i-engine/run-x/out/sidecar.pid".into());
+        let a = text(&r);
+        let image = a.iter().position(|x| x == "sha256:abc").unwrap();
+        let pid = a.iter().position(|x| x == "--pidfile").unwrap();
+        assert!(pid < image && a[pid + 1].ends_with("sidecar.pid"), "{a:?}");
+    }
+
+    #[test]
+    fn a_sidecars_spelled_out_keep_id_is_podmans_own_mapping() {
+        let m = KeepIdMaps {
+            uid: 1001,
+            gid: 1001,
+            subuids: 65536,
+            subgids: 65536,
+        };
+        // As `podman run --userns=keep-id` shows in /proc/self/uid_map: 0 1 1001, 1001 0 1,
+        // 1002 1002 64535.
+        assert_eq!(
+            keep_id_maps(m)[..3],
+            [
+                "--uidmap=0:1:1001",
+                "--uidmap=1001:0:1",
+                "--uidmap=1002:1002:64535"
+            ]
+        );
+        let mut r = run();
+        r.user = (1001, 1);
+        r.keep_id_maps = Some(m);
+        let a = text(&r);
+        assert!(!a.iter().any(|x| x.contains("keep-id")), "{a:?}");
+        assert!(a.contains(&"--gidmap=1001:0:1".to_string()), "{a:?}");
+        assert!(a.contains(&"--user=1001:1".to_string()), "{a:?}");
     }
 }

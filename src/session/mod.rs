@@ -120,6 +120,9 @@ pub struct Starting {
     pub pid: PidSource,
     /// Whether it has a network namespace of its own (else it is on the host's network).
     pub own_network: bool,
+    /// The Podman container it runs as (the container tier's browser sidecar, whose user and
+    /// network namespaces the box's runs join by this name).
+    pub container: Option<String>,
 }
 
 /// Which network a kernel-tier run is in.
@@ -244,8 +247,9 @@ fn tier_not_built(name: &str, tier: Tier) -> BoxError {
     }
 }
 
-/// Refuse a request its tier cannot serve: a plan edit where the tier has no bundle plan, a
-/// detached service at the container tier.
+/// Refuse a request its tier cannot serve: a plan edit where the tier has no bundle plan. (A
+/// detached command at the container tier is a browser box's sidecar: `crate::service` refuses
+/// every other service there before a session starts.)
 fn refuse_unservable(tier: Tier, req: &RunRequest<'_>) -> Result<(), BoxError> {
     let has_plan = matches!(tier, Tier::Process | Tier::Supervised);
     if req.edit_plan.is_some() && !has_plan {
@@ -255,12 +259,6 @@ fn refuse_unservable(tier: Tier, req: &RunRequest<'_>) -> Result<(), BoxError> {
                 tier.as_str()
             ),
             mend: "run it at the process or supervised tier".into(),
-        });
-    }
-    if matches!(req.stdio, Stdio::Service { .. }) && tier == Tier::Container {
-        return Err(BoxError::BadRequest {
-            what: "a service cannot run at the container tier in this build".into(),
-            mend: "create the box with --isolation process (or workspace)".into(),
         });
     }
     Ok(())
@@ -395,28 +393,6 @@ mod tests {
             req.edit_plan = Some(&edit);
             assert!(refuse_unservable(tier, &req).is_ok());
         }
-    }
-
-    #[test]
-    fn a_detached_service_is_refused_at_the_container_tier_only() {
-        let sink = std::fs::File::options()
-            .write(true)
-            .open("/dev/null")
-            .unwrap();
-        let mut told = |_: Starting| {};
-        let mut req = request();
-        req.stdio = Stdio::Service {
-            stdout: sink.into(),
-            starting: &mut told,
-        };
-        let e = refuse_unservable(Tier::Container, &req)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("container tier") && e.contains("to fix:"), "{e}");
-        for tier in [Tier::Workspace, Tier::Process, Tier::Supervised] {
-            assert!(refuse_unservable(tier, &req).is_ok());
-        }
-        assert!(refuse_unservable(Tier::Container, &request()).is_ok());
     }
 
     #[test]

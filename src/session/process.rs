@@ -172,6 +172,7 @@ pub(super) fn run_in_container(
                     crate::process::bundle_dir_for(&plan.id)?.join("init.pid"),
                 ),
                 own_network: !plan.host_network,
+                container: None,
             });
             // h5i-runc and the container inherit this process's stdout: the pipe, for the run.
             let _pipe = StdoutTo::fd(stdout)?;

@@ -59,6 +59,7 @@ impl TierBackend for Workspace {
                 starting(Starting {
                     pid: PidSource::Wrapper,
                     own_network: false,
+                    container: None,
                 });
                 cmd.stdin(std::process::Stdio::null())
                     .stdout(std::process::Stdio::from(stdout));

@@ -27,6 +27,19 @@ pub fn owning_user_namespace(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// The parent of the user namespace `user` (`NS_GET_PARENT`), close-on-exec: where an
+/// unprivileged caller that owns an ancestor holds the capabilities a nested namespace's own
+/// non-root ids lose at exec.
+pub fn parent_user_namespace(user: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // SAFETY: NS_GET_PARENT takes no argument and returns a new descriptor, or -1.
+    let fd = unsafe { libc::ioctl(user.as_raw_fd(), libc::NS_GET_PARENT) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is the fresh descriptor the ioctl returned, owned by nothing else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The socket `make` returns when run in a forked child that entered `user` (when given), then
 /// `net`. `make` runs in that child: it must make only raw system calls, and says a failure by
 /// its errno. The answer is awaited at most `within`; a child that gives none is killed.
