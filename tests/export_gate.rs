@@ -866,7 +866,8 @@ fn a_kill_mid_export_leaves_nothing_under_the_name() {
     fs::write(fx.root.join("base"), &fx.base).unwrap();
     let st = Command::new(std::env::current_exe().unwrap())
         .args([
-            "crash_child_helper",
+            // Its name in the integration binary (tests/integration.rs).
+            "export_gate::crash_child_helper",
             "--exact",
             "--nocapture",
             "--test-threads=1",
