@@ -579,7 +579,9 @@ fn browser_image_built() -> bool {
 /// skipped) when the browser image is not built for h5i-test.
 fn container_caller(as_user: bool, test: &str) -> Option<Caller> {
     if !browser_image_built() {
-        h5i_testsupport::skipped!("{test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)");
+        h5i_testsupport::skipped!(
+            "{test}: {BROWSER_IMAGE} is not built for h5i-test (run `make images`)"
+        );
         return None;
     }
     let mut c = Caller::either(as_user)

@@ -34,10 +34,52 @@ struct Bounded {
     timed_out: bool,
 }
 
+/// The parent that measures: it runs the command given after the figure's file and writes that
+/// child's `wait4` `ru_maxrss` there, then exits with its status. Why a parent of its own: the
+/// kernel keeps the high-water mark of the image a process had before `exec` in `ru_maxrss`,
+/// so a child spawned straight from this test process (the whole suite is one binary, tens of
+/// MB) would carry the test's figure, not h5i's. This parent is a few MB.
+const MEASURING_PARENT: &str = r#"import os, sys
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write(str(usage.ru_maxrss))
+code = os.waitstatus_to_exitcode(status)
+os._exit(code if code >= 0 else 128 - code)
+"#;
+
+/// `cmd` under [`MEASURING_PARENT`], which writes its peak RSS (KiB) to `figure`.
+fn measured(cmd: &Command, figure: &std::path::Path) -> Command {
+    let mut m = Command::new("python3");
+    m.arg("-c")
+        .arg(MEASURING_PARENT)
+        .arg(figure)
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => m.env(k, v),
+            None => m.env_remove(k),
+        };
+    }
+    if let Some(dir) = cmd.get_current_dir() {
+        m.current_dir(dir);
+    }
+    m
+}
+
 /// Run `cmd` (stdout and stderr to files, so a full pipe cannot stall it) and wait for it on a
-/// pidfd with a timeout; on timeout it is killed. The peak RSS is `wait4`'s `ru_maxrss`, which
-/// covers the child and every descendant it waited for (the git processes h5i runs).
-fn run_bounded(mut cmd: Command) -> Bounded {
+/// pidfd with a timeout; on timeout it is killed. The peak RSS is `wait4`'s `ru_maxrss` of
+/// `cmd` as [`MEASURING_PARENT`] reads it, which covers h5i and every descendant it waited for
+/// (the git processes h5i runs).
+fn run_bounded(cmd: Command) -> Bounded {
+    let figure = tempfile::NamedTempFile::new().unwrap();
+    let mut cmd = measured(&cmd, figure.path());
     let out = tempfile::tempfile().unwrap();
     let err = out.try_clone().unwrap();
     cmd.stdin(Stdio::null())
@@ -54,12 +96,19 @@ fn run_bounded(mut cmd: Command) -> Bounded {
         unsafe { libc::kill(-pid, libc::SIGKILL) };
     }
     let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: pid is our unwaited child; status and usage point to writable memory.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    // SAFETY: pid is our unwaited child; status points to writable memory.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "waitpid: {}", std::io::Error::last_os_error());
     std::mem::forget(child);
+    let peak_rss_kb = if timed_out {
+        0
+    } else {
+        std::fs::read_to_string(figure.path())
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
     let mut text = String::new();
     let mut f = out;
     std::io::Seek::rewind(&mut f).unwrap();
@@ -67,7 +116,7 @@ fn run_bounded(mut cmd: Command) -> Bounded {
     Bounded {
         code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
         out: text,
-        peak_rss_kb: usage.ru_maxrss,
+        peak_rss_kb,
         timed_out,
     }
 }
