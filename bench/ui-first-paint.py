@@ -126,14 +126,20 @@ class Cdp:
                 return m.get("result", {})
 
 
-def painted_at(devtools, url, rows):
-    """Load `url` in a fresh tab; ms from navigation start to the frame that paints `rows` rows."""
+def open_watched(devtools, url, rows):
+    """A fresh tab loading `url` with the paint observer for `rows` rows in place: (tab, cdp)."""
     req = urllib.request.Request(f"http://127.0.0.1:{devtools}/json/new?about:blank", method="PUT")
     tab = json.load(urllib.request.urlopen(req, timeout=DEADLINE))
     cdp = Cdp(tab["webSocketDebuggerUrl"])
     cdp.call("Page.enable")
     cdp.call("Page.addScriptToEvaluateOnNewDocument", source=OBSERVER % rows)
     cdp.call("Page.navigate", url=url)
+    return tab, cdp
+
+
+def painted_at(devtools, url, rows):
+    """Load `url` in a fresh tab; ms from navigation start to the frame that paints `rows` rows."""
+    tab, cdp = open_watched(devtools, url, rows)
     got = cdp.call(
         "Runtime.evaluate",
         expression="new Promise((ok, no) => { const t = setTimeout(() => no('no paint'), 30000); "
@@ -152,12 +158,7 @@ def painted_at(devtools, url, rows):
 
 def drawn_page(devtools, url, rows):
     """The console page as drawn (fleet included): its DOM without scripts, style inlined."""
-    req = urllib.request.Request(f"http://127.0.0.1:{devtools}/json/new?about:blank", method="PUT")
-    tab = json.load(urllib.request.urlopen(req, timeout=DEADLINE))
-    cdp = Cdp(tab["webSocketDebuggerUrl"])
-    cdp.call("Page.enable")
-    cdp.call("Page.addScriptToEvaluateOnNewDocument", source=OBSERVER % rows)
-    cdp.call("Page.navigate", url=url)
+    tab, cdp = open_watched(devtools, url, rows)
     got = cdp.call(
         "Runtime.evaluate",
         expression="(async () => { while (!window.__h5iPainted) await new Promise((r) => setTimeout(r, 5)); "
