@@ -113,6 +113,31 @@ impl PerRunCounter {
     }
 }
 
+/// How long a sandbox's init just started may take to finish its `exec`.
+const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Open `/proc/<init>/ns/<kind>` of a sandbox init that may still be finishing its `exec`.
+/// Why a bounded retry: `runc run --detach` returns once the init is about to `exec`; until it
+/// has, the init is non-dumpable with its memory still owned by the host's user namespace, so
+/// an unprivileged caller's open is refused (`EACCES`), and after it (its memory owned by the
+/// box's user namespace, which the caller owns) allowed. The kernel signals no `exec` to an
+/// unprivileged watcher (the proc connector needs `CAP_NET_ADMIN`), so this retries that one
+/// refusal, at most [`EXEC_SETTLE`]; any other error, or the refusal after it, is returned.
+fn open_after_exec(path: &str) -> std::io::Result<std::fs::File> {
+    let until = std::time::Instant::now() + EXEC_SETTLE;
+    loop {
+        match std::fs::File::open(path) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::PermissionDenied
+                    && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// A run in the box's sandbox: the table's reading when it began.
 pub struct SandboxCounter {
     reader: CounterReader,
@@ -125,7 +150,7 @@ impl SandboxCounter {
     pub fn begin(init_pid: i32) -> Result<SandboxCounter, String> {
         let open = |ns: &str| {
             let path = format!("/proc/{init_pid}/ns/{ns}");
-            std::fs::File::open(&path)
+            open_after_exec(&path)
                 .map(OwnedFd::from)
                 .map_err(|e| format!("{path}: {e}"))
         };
