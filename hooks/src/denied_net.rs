@@ -35,10 +35,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
 use std::path::Path;
-
-use h5i_sys::fd_passing::send_with_fds;
 
 use crate::netns::NetnsError;
 
@@ -107,9 +104,7 @@ pub fn set_up_inside(send: Option<&Path>) -> Result<(), DeniedNetError> {
         source,
     };
     let counters = h5i_sys::netlink::netfilter_socket().map_err(err)?;
-    let sock = UnixStream::connect(send).map_err(err)?;
-    // One data byte carries the descriptor (h5i reads exactly one).
-    send_with_fds(&sock, b"N", &[counters.as_fd()]).map_err(|e| err(e.into()))
+    crate::listen::hand_over(send, b"N", counters.as_fd()).map_err(err)
 }
 
 #[cfg(test)]

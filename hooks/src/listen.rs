@@ -13,7 +13,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
@@ -67,9 +67,14 @@ pub fn listen_inside(port: u16, send: &Path) -> Result<(), ListenError> {
         path: send.display().to_string(),
         source,
     };
-    let sock = UnixStream::connect(send).map_err(err)?;
-    // One data byte carries the descriptor (h5i reads exactly one).
-    send_with_fds(&sock, b"L", &[listener.as_fd()]).map_err(|e| err(e.into()))
+    hand_over(send, b"L", listener.as_fd()).map_err(err)
+}
+
+/// Hand `fd` to the h5i waiting on the AF_UNIX socket `send` (the `--send` of this hook and of
+/// `loopback --deny-counted`): one data byte, `tag`, carries it (h5i reads exactly one).
+pub(crate) fn hand_over(send: &Path, tag: &[u8; 1], fd: BorrowedFd<'_>) -> io::Result<()> {
+    let sock = UnixStream::connect(send)?;
+    send_with_fds(&sock, tag, &[fd]).map_err(io::Error::from)
 }
 
 #[cfg(test)]
