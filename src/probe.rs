@@ -130,11 +130,43 @@ fn cgroups() -> (String, Result<(), String>) {
         Ok(h5i_runtime::runc::cgroup::Layout::V1) => "v1",
         Err(e) => return ("unknown".into(), Err(e.to_string())),
     };
-    let probe_id = format!("probe-{}", std::process::id());
-    let held = h5i_runtime::cage::ResourceCage::create(&probe_id, Some(64 << 20), Some(64))
-        .map(drop)
-        .map_err(|e| e.to_string());
+    sweep_dead_probe_cages();
+    let held =
+        h5i_runtime::cage::ResourceCage::create(&probe_cage_name(), Some(64 << 20), Some(64))
+            .map(drop)
+            .map_err(|e| e.to_string());
     (layout.into(), held)
+}
+
+/// The probe's trial cage: named by this process's pid and start time. A probe killed before
+/// it removed its group leaves the group behind; named by pid alone, a later h5i given the same
+/// pid (pid_max is 32768 on hosts like this one) found that group already made, by root
+/// perhaps, could not write its limits, and refused the tier.
+fn probe_cage_name() -> String {
+    let me = std::process::id() as i32;
+    let start = crate::service::ProcId::of(me).map_or(0, |p| p.start);
+    format!("probe-{me}-{start}")
+}
+
+/// Remove the trial cages of probes that are gone (`probe-<pid>` of older builds, and
+/// `probe-<pid>-<start>` whose process no longer runs). A cage's rmdir succeeds only when it
+/// is empty, and a probe's never holds a process.
+fn sweep_dead_probe_cages() {
+    for name in h5i_runtime::cage::cages() {
+        let Some(rest) = name.strip_prefix("probe-") else {
+            continue;
+        };
+        let gone = match rest.split_once('-') {
+            Some((pid, start)) => match (pid.parse::<i32>(), start.parse::<u64>()) {
+                (Ok(pid), Ok(start)) => !(crate::service::ProcId { pid, start }).alive(),
+                _ => false,
+            },
+            None => rest.parse::<i32>().is_ok(),
+        };
+        if gone {
+            let _ = h5i_runtime::cage::remove_tree(&name);
+        }
+    }
 }
 
 /// What this host can run, tier by tier, with the reason where it cannot.

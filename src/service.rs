@@ -993,7 +993,7 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
     }
     h5i_sys::ns::enter(user.as_fd(), h5i_sys::ns::Namespace::User)
         .and_then(|()| setns_net(&net))
-        .and_then(|()| drop_capabilities())
+        .and_then(|()| h5i_sys::caps::drop_all())
         .map_err(|e| refuse(format!("cannot join the box's namespaces: {e}")))?;
     drop((user, net));
     println!("inside");
@@ -1178,45 +1178,6 @@ fn poll_readable(fd: &OwnedFd, timeout: Duration) -> bool {
 /// Enter a network namespace on the calling thread only.
 fn setns_net(ns: &OwnedFd) -> io::Result<()> {
     h5i_sys::ns::enter(ns.as_fd(), h5i_sys::ns::Namespace::Network)
-}
-
-/// Give up every capability (joining a user namespace grants the full set there), and any way
-/// to regain one or to be inspected.
-fn drop_capabilities() -> io::Result<()> {
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0
-        // SAFETY: as above.
-        || unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header {
-        version: LINUX_CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: capset reads a v3 header and two data structs, both live on the stack.
-    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Whether `fd` is a socket in the listening state.

@@ -489,6 +489,29 @@ fn probe_reports_what_this_host_can_enforce() {
     }
 }
 
+/// A probe killed before it removed its trial cage leaves the group behind. The next probe
+/// removes the groups of probes that are gone (named by pid and start time; the older
+/// pid-only names too) and still answers: a leftover never blocks a later h5i given the same
+/// pid.
+#[test]
+fn a_dead_probes_trial_cage_is_swept_and_the_probe_still_answers() {
+    let r = Repo::new();
+    // pid 999999 is above this host's pid_max: no process can hold it.
+    let stale = ["probe-999999-1", "probe-999998"];
+    for name in stale {
+        h5i_runtime::cage::ResourceCage::create(name, Some(64 << 20), Some(64))
+            .unwrap()
+            .keep();
+        assert!(h5i_runtime::cage::cages().iter().any(|c| c == name));
+    }
+    let text = r.ok(&["box", "probe"]);
+    assert!(text.contains("tier process= available"), "{text}");
+    let left = h5i_runtime::cage::cages();
+    for name in stale {
+        assert!(!left.iter().any(|c| c == name), "{name} left in {left:?}");
+    }
+}
+
 /// A process box's own dials are refused at once by its own kernel and counted by destination:
 /// a TCP connect to a test host fails with `EHOSTUNREACH` (not a timeout), a UDP send with
 /// `EPERM`, an ICMP echo is refused too; the box cannot give itself a route or wake the void end

@@ -482,6 +482,17 @@ fn write_limit(path: &Path, value: &str, what: &'static str) -> Result<(), CageE
 /// The names of the groups directly below cage `id`'s group in the first hierarchy (empty
 /// when it does not exist).
 pub fn children(id: &str) -> Vec<String> {
+    subgroups(Path::new(id))
+}
+
+/// The names of every cage under the caller's own group (`<own cgroup>/h5i/*`), in the first
+/// hierarchy.
+pub fn cages() -> Vec<String> {
+    subgroups(Path::new(""))
+}
+
+/// The groups directly below `<own cgroup>/h5i/<below>` in the first hierarchy.
+fn subgroups(below: &Path) -> Vec<String> {
     let Ok(layout) = detect_layout() else {
         return Vec::new();
     };
@@ -495,7 +506,10 @@ pub fn children(id: &str) -> Vec<String> {
         Layout::V2 => PathBuf::from("/sys/fs/cgroup"),
         Layout::V1 => Path::new("/sys/fs/cgroup").join(V1_CONTROLLERS[0]),
     };
-    let rel = anchor.join("h5i").join(id);
+    let mut rel = anchor.join("h5i");
+    if !below.as_os_str().is_empty() {
+        rel.push(below);
+    }
     let dir = root.join(rel.strip_prefix("/").unwrap_or(&rel));
     fs::read_dir(dir)
         .map(|entries| {

@@ -7,10 +7,10 @@
 //! choice of time) for its console messages, uncaught exceptions and request log, clears them
 //! so the next drain holds only what is new, and appends one `page` record after the run's: the
 //! documents visited, console errors, exceptions and failed requests (status 400 and up, or no
-//! response), each redacted and cut to a bounded length. When no browser answered (the sidecar
-//! is gone, its daemon does not answer, or the browser the box had was gone and a new one had to
-//! be launched to answer the run or the drain) the record says `unavailable`, which the report
-//! never reads as a clean page.
+//! response within a few seconds of the run's end), each redacted and cut to a bounded length.
+//! When no browser answered (the sidecar is gone, its daemon does not answer, or the browser the
+//! box had was gone and a new one had to be launched to answer the run or the drain) the record
+//! says `unavailable`, which the report never reads as a clean page.
 //!
 //! Must never: take the agent's word for any of it (the relay refuses the agent's own clears),
 //! write an unbounded record, or record a drain for a run that never touched the browser.
@@ -18,6 +18,7 @@
 //! Guarded by `tests/browser.rs` and the unit tests below.
 
 use std::fs;
+use std::time::{Duration, Instant};
 
 use h5i_policy::receipt::{ReceiptLane, RecordBody};
 use h5i_policy::ResolvedPolicy;
@@ -146,21 +147,45 @@ pub fn seen_from(console: &Value, errors: &Value, requests: &Value) -> Seen {
     seen
 }
 
+/// How long the drain waits for the requests still in flight at a run's end to be answered.
+/// agent-browser's log fills a request's status in when its response arrives and marks no
+/// failure, so an entry without a status is either still in flight or never answered (a
+/// refused connect): only time tells them apart, and a page's own fetch answered a moment after
+/// the run that loaded it returned is not a failed request.
+const SETTLE: Duration = Duration::from_secs(3);
+
+/// How many logged requests have no response yet.
+fn unanswered(requests: &Value) -> usize {
+    items(requests, "requests")
+        .iter()
+        .filter(|r| r.get("status").and_then(Value::as_u64).is_none())
+        .count()
+}
+
+/// One of the daemon's answers, `None` when it failed or had to launch a browser to give it.
+fn ask_log(pid: i32, action: &str) -> Option<Value> {
+    let a = super::relay::ask(
+        pid,
+        &json!({"action": action, "clear": false, "id": "h5i-drain"}),
+    )
+    .ok()?;
+    (a.get("success").and_then(Value::as_bool) == Some(true) && !launched_afresh(&a)).then_some(a)
+}
+
 /// Ask the daemon of the sidecar whose container init is `pid`; `None` when no browser
 /// answered.
 fn ask_browser(pid: i32) -> Option<Seen> {
-    let mut answers = Vec::new();
-    for action in ["console", "errors", "requests"] {
-        let a = super::relay::ask(
-            pid,
-            &json!({"action": action, "clear": false, "id": "h5i-drain"}),
-        )
-        .ok()?;
-        if a.get("success").and_then(Value::as_bool) != Some(true) || launched_afresh(&a) {
-            return None;
-        }
-        answers.push(a);
+    let console = ask_log(pid, "console")?;
+    let errors = ask_log(pid, "errors")?;
+    let mut requests = ask_log(pid, "requests")?;
+    let deadline = Instant::now() + SETTLE;
+    let mut pause = Duration::from_millis(25);
+    while unanswered(&requests) > 0 && Instant::now() + pause < deadline {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(400));
+        requests = ask_log(pid, "requests")?;
     }
+    let answers = [console, errors, requests];
     for action in ["console", "errors", "requests"] {
         let _ = super::relay::ask(
             pid,
@@ -246,6 +271,17 @@ mod tests {
                 "no response: GET http://denied.test/"
             ]
         );
+    }
+
+    #[test]
+    fn only_a_request_without_a_status_is_waited_for() {
+        let requests = json!({"data": {"requests": [
+            {"url": "http://127.0.0.1:3000/", "status": 200},
+            {"url": "http://127.0.0.1:3000/missing.json", "status": 404},
+            {"url": "http://127.0.0.1:3000/slow"},
+        ]}});
+        assert_eq!(unanswered(&requests), 1);
+        assert_eq!(unanswered(&json!({"data": {}})), 0);
     }
 
     #[test]

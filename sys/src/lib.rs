@@ -2,11 +2,11 @@
 //! function: pidfds ([`pidfd`]), descriptors passed over unix sockets ([`fd_passing`]),
 //! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
 //! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
-//! netfilter netlink ([`netlink`]), and Landlock's ABI probe, `no_new_privs` and enforcing a
-//! built ruleset ([`landlock`]).
+//! netfilter netlink ([`netlink`]), Landlock's ABI probe, `no_new_privs` and enforcing a
+//! built ruleset ([`landlock`]), and giving up every capability for good ([`caps`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
-//! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`); on libc, with a `// SAFETY:`
+//! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE`, capset); on libc, with a `// SAFETY:`
 //! line per block, where it does not: `recvmsg` and `SO_PEERCRED`, whose `ucred` rustix reads
 //! into a non-zero `Pid` although the kernel writes pid 0 for a process outside the reader's
 //! pid namespace (a box can hand its end of a socket to such a process), and `close_range` and
@@ -19,6 +19,7 @@
 //! over socketpairs and open pidfds of real children; every caller's tests exercise it too.
 //! The lowest crate of the workspace: it depends on no h5i crate, so `h5i-policy` stays pure.
 
+pub mod caps;
 pub mod fd_passing;
 pub mod fds;
 pub mod idmap;
