@@ -33,8 +33,9 @@
 #   --warmup N           warmup runs (default $BENCH_WARMUP)
 #
 # In every command the harness replaces $H5I (the binary), $ROW_DIR (this row's
-# scratch dir), $ROOT (the h5i checkout) and $BENCH_FILES (files per generated repo)
-# before use; the bash snippets also get them as environment variables, along with
+# scratch dir), $ROOT (the h5i checkout), $BENCH_FILES (files per generated repo),
+# $H5I_RUNC, $H5I_BENCH_CGROUP(_ROOT), and the engine user's $H5I_ENGINE_RUNDIR and
+# $H5I_ENGINE_IDS (uid:gid) before use; the bash snippets also get them as environment variables, along with
 # $BENCH_MUTATE (below). Measured commands run with hyperfine -N unless --shell bash.
 #
 # To add a row: append an add_row call here. `bench/run.sh NAME` measures just that
@@ -274,6 +275,7 @@ add_row box-supervised-100mb-rate-rootless \
     --baseline 'runuser -u h5i-test -- curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
     --h5i 'runuser -u h5i-test -- env HOME=$ROW_DIR/u/home XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR $ROW_DIR/u/bin/h5i box run bench-bulk-u -- curl -sS -o /dev/null -w "%{size_download} %{time_starttransfer} %{time_total}" http://198.19.250.2:8080/' \
     --teardown 'runuser -u h5i-test -- env HOME="$ROW_DIR/u/home" XDG_RUNTIME_DIR="$H5I_ENGINE_RUNDIR" "$ROW_DIR/u/bin/h5i" box rm --force bench-bulk-u; "$ROOT/bench/testhost.sh" down' \
+    --note 'Why the box can read faster than the host here: pasta gives the box a tap device with a 65520-byte MTU, so the box'"'"'s curl receives 64 KiB segments, while the host'"'"'s curl receives the test host'"'"'s 1500-byte ones over its veth (pasta reads those into its own large socket buffer). Measured by hand on a quiet host (2026-12-06, 22 alternating pairs): the host'"'"'s own curl over that veth took a median 54.0 ms at MTU 1500 and 26.7 ms with the veth at 65520. The baseline is the path the user'"'"'s own download takes; the ratio says the uplink does not slow a box down, not that it beats the kernel.' \
     --runs 30 \
     --target 'rate_ratio:median >= 0.7'
 
@@ -300,7 +302,7 @@ add_row box-run-container-vs-podman \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$(id -u h5i-test):$(id -g h5i-test) -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman run --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$H5I_ENGINE_IDS -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '
         out="$("$H5I" box run bench-ctr -- sh -c "grep CapEff /proc/self/status; touch /etc/x 2>&1; true")"
@@ -319,7 +321,7 @@ add_row box-run-container-vs-podman-h5i-runc \
         cd "$ROW_DIR/repo"
         "$H5I" box create bench-ctr --isolation container --image localhost/h5i-busybox:latest' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$(id -u h5i-test):$(id -g h5i-test) -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
+    --baseline 'setpriv --reuid=h5i-test --regid=h5i-test --clear-groups env -i HOME=/home/h5i-test XDG_RUNTIME_DIR=$H5I_ENGINE_RUNDIR PATH=/usr/bin:/bin podman --runtime $ROW_DIR/h5i-runc run --cgroup-parent $H5I_BENCH_CGROUP_ROOT --cgroups=no-conmon --rm --init --pull=never --network none --read-only --read-only-tmpfs=false --tmpfs /tmp:rw,size=1024m,nosuid,nodev,notmpcopyup --cap-drop=ALL --security-opt no-new-privileges --ipc private --userns=keep-id --user=$H5I_ENGINE_IDS -v $ROW_DIR/work:/work:rw -w /work localhost/h5i-busybox:latest true' \
     --h5i '$H5I box run bench-ctr -- true' \
     --check '"$H5I" box run bench-ctr -- true' \
     --teardown '"$H5I" box rm --force bench-ctr' \
@@ -354,12 +356,14 @@ NPM_WARM_COLD_SETUP='
         "$ROOT/bench/npm_registry.sh" up "$ROW_DIR/reg"
         "$H5I" box cache refresh npm
         "$H5I" box create bench-cold --profile dev
-        "$H5I" box run bench-cold -- sh -c "echo >> package-lock.json"
+        echo >> "$(ls -d .git/.h5i/env/*/bench-cold/workspace)/package-lock.json"
         "$H5I" box create bench-warm --profile dev'
 
 # Warm vs cold dependency install (issue 18: warm <= 20 s and >= 5x faster than cold). Both
 # boxes run at the supervised tier with the same egress; the cold one's lockfile gained a
-# trailing newline, so its key differs and the cache is stale for it (never mounted): it
+# trailing newline, written from the host before its first run (a first run with the key
+# current would make the kept tree its node_modules for good, a mount point `rm -rf` cannot
+# remove), so its key differs and the cache is stale for it (never mounted): it
 # fetches every tarball from the stand-in and npm ci builds node_modules, while the warm one's
 # node_modules is the built tree the refresh kept, overlaid read-only beneath an upper layer of
 # the box's own (no copy), and npm, offline and saving nothing, finds it up to date. Each warm
@@ -460,7 +464,9 @@ add_row box-cache-yarn-warm-vs-cold \
 
 # Where the warm install spends its time: the same warm `npm ci` in the box (the cache mounted
 # read-only by h5i) and on the host (the same cache directory, bind-mounted read-only in a
-# private mount namespace, the same npm variables). The difference is h5i's share.
+# private mount namespace, the same npm variables). The difference is h5i's share. `npm ci`
+# empties node_modules itself, entry by entry (the box's is the kept tree's overlay, a mount
+# point it cannot remove).
 add_row box-cache-npm-warm-box-vs-host \
     --title 'warm npm ci of the 300-package project: in a supervised box with the cache mounted read-only vs on the host with the same cache read-only' \
     --shell bash \
@@ -479,8 +485,8 @@ add_row box-cache-npm-warm-box-vs-host \
         ln -s "$(ls -d "$ROW_DIR"/repo/.git/.h5i/cache/npm/*/data)" "$ROW_DIR/cache"
         "$H5I" box create bench-warm --profile dev' \
     --cwd '$ROW_DIR/repo' \
-    --baseline 'unshare -m sh -c "d=\$(readlink -f $ROW_DIR/cache) && mount --bind \$d \$d && mount -o remount,ro,bind \$d && cd $ROW_DIR/host && rm -rf node_modules && npm_config_cache=\$d npm_config_prefer_offline=true npm_config_logs_dir=/tmp/.npm-logs npm_config_update_notifier=false npm ci --no-audit --no-fund >/dev/null"' \
-    --h5i '$H5I box run bench-warm -- sh -c "rm -rf node_modules && npm ci --no-audit --no-fund >/dev/null"' \
+    --baseline 'unshare -m sh -c "d=\$(readlink -f $ROW_DIR/cache) && mount --bind \$d \$d && mount -o remount,ro,bind \$d && cd $ROW_DIR/host && npm_config_cache=\$d npm_config_prefer_offline=true npm_config_logs_dir=/tmp/.npm-logs npm_config_update_notifier=false npm ci --no-audit --no-fund >/dev/null"' \
+    --h5i '$H5I box run bench-warm -- sh -c "npm ci --no-audit --no-fund >/dev/null"' \
     --check '
         n="$("$H5I" box run bench-warm -- sh -c "ls node_modules | wc -l")"
         [ "$n" = 300 ] || { echo "the box installed ${n:-no} packages, not 300"; exit 1; }

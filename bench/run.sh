@@ -37,7 +37,9 @@ H5I_BENCH_CGROUP_ROOT="${H5I_BENCH_CGROUP%/}/h5i"
 H5I_BENCH_CGROUP="${H5I_BENCH_CGROUP%/}/h5i/bench"
 # The container tier's engine user (make setup: h5i-test) and its runtime directory.
 H5I_ENGINE_RUNDIR="/run/user/$(id -u h5i-test 2>/dev/null || echo 1001)"
-export H5I ROOT BENCH_FILES H5I_RUNC H5I_BENCH_CGROUP H5I_BENCH_CGROUP_ROOT H5I_ENGINE_RUNDIR
+# Its uid:gid, for `podman --user` (hyperfine -N runs a command without a shell: no `$(id ...)`).
+H5I_ENGINE_IDS="$(id -u h5i-test 2>/dev/null || echo 1001):$(id -g h5i-test 2>/dev/null || echo 1001)"
+export H5I ROOT BENCH_FILES H5I_RUNC H5I_BENCH_CGROUP H5I_BENCH_CGROUP_ROOT H5I_ENGINE_RUNDIR H5I_ENGINE_IDS
 
 die() { echo "bench: error: $*" >&2; exit 1; }
 command -v hyperfine >/dev/null || die "hyperfine not found (make setup installs it)"
@@ -91,6 +93,7 @@ expand() {
     s="${s//\$H5I_BENCH_CGROUP_ROOT/$H5I_BENCH_CGROUP_ROOT}"
     s="${s//\$H5I_BENCH_CGROUP/$H5I_BENCH_CGROUP}"
     s="${s//\$H5I_ENGINE_RUNDIR/$H5I_ENGINE_RUNDIR}"
+    s="${s//\$H5I_ENGINE_IDS/$H5I_ENGINE_IDS}"
     s="${s//\$H5I/$H5I}"
     printf '%s' "$s"
 }
