@@ -31,9 +31,16 @@
 //! everything derived from it) and the identity of the init binary, so any change to what a
 //! per-run container would have been rebuilds the sandbox before the next run.
 //!
-//! Must never: serve a run from a sandbox made from another plan, start a supervised run before
-//! the sentry took its pins, serve two supervised runs at once through one network (their
-//! tallies would mix), put a secret in the sandbox's bundle (secrets travel per run, in the
+//! The sandbox's own cgroup holds the box's `mem` and `procs` over all its runs together and
+//! what they leave behind ([`SandboxCeiling`]): the box's `/tmp`, `/dev/shm` and System V
+//! shared memory are the box's scratch for its lifetime (the manual: "a per-box scratch"), and
+//! their pages stay charged to the box after the run that wrote them ended. Each run's own
+//! cgroup below holds the same limits for that run alone.
+//!
+//! Must never: let the box hold more than its `mem` (plus the init's allowance) across runs,
+//! serve a run from a sandbox made from another plan, start a supervised run before the sentry
+//! took its pins, serve two supervised runs at once through one network (their tallies would
+//! mix), put a secret in the sandbox's bundle (secrets travel per run, in the
 //! request), or leave the container, its cgroups, its sentry or its directory behind after a
 //! teardown.
 //! Guarded by `tests/sandbox.rs` and `tests/supervised_sandbox.rs`.
@@ -172,13 +179,46 @@ fn sandbox_plan(sb: &StoredBox, plan: &BundlePlan, runc: &Path, idle_secs: u64) 
     base
 }
 
-/// Digest of the sandbox's config, of the init binary it would run and of the hook binary its
-/// hooks run (device, inode, size, mtime: a rebuilt `h5i-runc` is a new sandbox, and so is a
-/// rebuilt `h5i-hook`, whose sentry serves a supervised sandbox for its whole life).
-fn digest_of(base: &BundlePlan, runc: &Path) -> Result<String, BoxError> {
+/// Memory the sandbox's cgroup holds beyond the box's `mem` for h5i's own init (a few MiB of
+/// a static binary and its kernel objects), so that a run alone meets its own cgroup's limit
+/// first: its OOM is then its own, and no other run is told of it.
+const INIT_MEM_ALLOWANCE: u64 = 16 << 20;
+
+/// What the sandbox's own cgroup holds, over every run of the box together and everything the
+/// runs leave behind. The box's `/tmp` and `/dev/shm` (tmpfs) and its System V shared memory
+/// last as long as the sandbox, and their pages stay charged to it after the run that wrote
+/// them has ended: without a ceiling here, each run could leave up to `mem` behind and the box
+/// would hold `mem` many times over. Runs keep their own `mem` and `procs` in their cgroups
+/// below.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct SandboxCeiling {
+    /// The box's `mem`, plus [`INIT_MEM_ALLOWANCE`].
+    mem: Option<u64>,
+    /// The box's `procs`, plus one for the init.
+    procs: Option<u64>,
+}
+
+impl SandboxCeiling {
+    fn of(policy: &ResolvedPolicy) -> SandboxCeiling {
+        SandboxCeiling {
+            mem: policy
+                .resources
+                .mem_bytes
+                .map(|m| m.saturating_add(INIT_MEM_ALLOWANCE)),
+            procs: policy.resources.procs.map(|p| p.saturating_add(1)),
+        }
+    }
+}
+
+/// Digest of the sandbox's config, its ceiling, the init binary it would run and the hook
+/// binary its hooks run (device, inode, size, mtime: a rebuilt `h5i-runc` is a new sandbox,
+/// and so is a rebuilt `h5i-hook`, whose sentry serves a supervised sandbox for its whole
+/// life).
+fn digest_of(base: &BundlePlan, ceiling: SandboxCeiling, runc: &Path) -> Result<String, BoxError> {
     let (config, _) = base.to_config(|p| p.exists());
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
+    h.update(format!("\nceiling:{:?}:{:?}", ceiling.mem, ceiling.procs).as_bytes());
     for binary in std::iter::once(runc.to_path_buf()).chain(crate::process::hook_binary()) {
         let meta = fs::metadata(&binary).map_err(|e| BoxError::io(&binary, e))?;
         h.update(
@@ -244,8 +284,9 @@ pub fn run(
     let mut base = sandbox_plan(sb, plan, &runc, idle_secs()?);
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
+    let ceiling = SandboxCeiling::of(policy);
     let digest = match egress {
-        None => digest_of(&base, &runc)?,
+        None => digest_of(&base, ceiling, &runc)?,
         Some(rules) => {
             crate::supervised::wire(&mut base, &net, rules)?;
             let mut keyed = base.clone();
@@ -253,7 +294,7 @@ pub fn run(
                 crate::supervised::NET_EGRESS_ANNOTATION.into(),
                 crate::supervised::requested_annotation(rules),
             );
-            digest_of(&keyed, &runc)?
+            digest_of(&keyed, ceiling, &runc)?
         }
     };
     let socket = dir.join("init.sock");
@@ -271,7 +312,7 @@ pub fn run(
             if let Some(rules) = egress {
                 crate::supervised::make_dir(&net, &hostname, rules)?;
             }
-            let Some(state) = build(sb, &dir, base, &digest, &runc)? else {
+            let Some(state) = build(sb, &dir, base, ceiling, &digest, &runc)? else {
                 return Ok(None);
             };
             let conn = rt::connect(&socket)?;
@@ -473,12 +514,14 @@ fn build(
     sb: &StoredBox,
     dir: &Path,
     mut base: BundlePlan,
+    ceiling: SandboxCeiling,
     digest: &str,
     runc: &Path,
 ) -> Result<Option<SandboxState>, BoxError> {
     let container = format!("{}-sb-{}", sb.manifest.name, &digest[..12]);
     sweep_orphaned_sandboxes(dir);
-    let Ok(cage) = h5i_runtime::cage::ResourceCage::create(&container, None, None) else {
+    let Ok(cage) = h5i_runtime::cage::ResourceCage::create(&container, ceiling.mem, ceiling.procs)
+    else {
         return Ok(None);
     };
     base.cgroups_path = Some(cage.container_path());

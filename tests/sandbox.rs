@@ -630,6 +630,20 @@ fn a_runs_oom_kills_that_run_not_a_service_of_the_box_as_the_test_user() {
     oom_spares_service(true);
 }
 
+#[test]
+fn what_runs_leave_in_the_boxs_scratch_counts_against_its_memory() {
+    if let Some(mut c) = caller("leftovers", false) {
+        sandbox::leftovers_count_against_the_box(&mut c, "process");
+    }
+}
+
+#[test]
+fn what_runs_leave_in_the_boxs_scratch_counts_against_its_memory_as_the_test_user() {
+    if let Some(mut c) = caller("leftovers", true) {
+        sandbox::leftovers_count_against_the_box(&mut c, "process");
+    }
+}
+
 /// The box init ends after its idle time without a run even while something keeps connecting
 /// to ask whether it answers (h5i's `status`, `box ls`, the console's refresh do): a check is
 /// not a run. Before, every connection restarted the idle clock, so a watched box's sandbox

@@ -716,3 +716,13 @@ fn a_supervised_box_refuses_a_service_as_the_manual_says() {
 fn a_supervised_box_refuses_a_service_as_the_manual_says_as_the_test_user() {
     sandbox::oom_spares_a_service(&mut Caller::either(true), "supervised");
 }
+
+#[test]
+fn what_supervised_runs_leave_in_the_boxs_scratch_counts_against_its_memory() {
+    sandbox::leftovers_count_against_the_box(&mut Caller::either(false), "supervised");
+}
+
+#[test]
+fn what_supervised_runs_leave_in_the_boxs_scratch_counts_against_its_memory_as_the_test_user() {
+    sandbox::leftovers_count_against_the_box(&mut Caller::either(true), "supervised");
+}

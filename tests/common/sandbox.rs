@@ -408,3 +408,65 @@ pub fn oom_spares_a_service(c: &mut Caller, tier: &str) {
     c.ok(&["box", "service", "stop", "svc", "web"]);
     c.ok(&["box", "rm", "--force", "svc"]);
 }
+
+/// What a run writes into the box's scratch outlives the run (the box's `/tmp` and `/dev/shm`,
+/// its System V shared memory), and its pages stay charged to the box: a `mem = "64M"` box whose
+/// first run left 48 MiB in `/tmp` cannot take another 48 MiB in `/dev/shm`, nor one 48 MiB
+/// System V segment left behind a second, and the run that tries is OOM-killed and told so by
+/// its receipt. Freeing the leftovers gives the room back; the sandbox serves on throughout.
+pub fn leftovers_count_against_the_box(c: &mut Caller, tier: &str) {
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "[profile.small]\nisolation = \"{tier}\"\n[profile.small.resources]\nmem = \"64M\"\n"
+        ),
+    );
+    c.commit_all("small");
+    c.ok(&["box", "create", "left", "--profile", "small"]);
+    let fill = |path: &str| format!("dd if=/dev/zero of={path} bs=1M count=48 2>&1 && echo filled");
+    // A System V segment of 48 MiB, touched and left (no IPC_RMID) when the run ends.
+    let sysv = "python3 -c \"import ctypes; l = ctypes.CDLL(None, use_errno=True); \
+        l.shmget.restype = ctypes.c_int; l.shmat.restype = ctypes.c_void_p; \
+        i = l.shmget(0, 48 << 20, 0o1600); assert i >= 0, ctypes.get_errno(); \
+        p = l.shmat(i, None, 0); ctypes.memset(p, 1, 48 << 20); print('filled')\"";
+    let once = |script: &str| {
+        let out = c.h5i(&["box", "run", "left", "--", "sh", "-c", script]);
+        (out.status.code(), super::stdout(&out), super::stderr(&out))
+    };
+    let (code, out, err) = once(&fill("/tmp/left"));
+    assert_eq!(code, Some(0), "{}: the first 48 MiB: {out}{err}", c.who());
+    let sandbox = id(c, "left").expect("the first run made the sandbox");
+    let (code, out, err) = once(&fill("/dev/shm/more"));
+    assert_ne!(
+        code,
+        Some(0),
+        "{}: a second 48 MiB fitted beside the first run's leftover: {out}{err}",
+        c.who()
+    );
+    let rec = c.receipts("left").pop().unwrap();
+    assert_eq!(rec["exit"]["oom_killed"], true, "{}: {rec}", c.who());
+    c.in_box("left", "rm -f /tmp/left /dev/shm/more");
+    let (code, out, err) = once(sysv);
+    assert_eq!(
+        code,
+        Some(0),
+        "{}: a 48 MiB segment once freed: {out}{err}",
+        c.who()
+    );
+    let (code, out, err) = once(sysv);
+    assert_ne!(
+        code,
+        Some(0),
+        "{}: a second 48 MiB segment fitted beside the first: {out}{err}",
+        c.who()
+    );
+    let rec = c.receipts("left").pop().unwrap();
+    assert_eq!(rec["exit"]["oom_killed"], true, "{}: {rec}", c.who());
+    assert_eq!(
+        id(c, "left").as_deref(),
+        Some(sandbox.as_str()),
+        "{}: the sandbox went down",
+        c.who()
+    );
+    c.ok(&["box", "rm", "--force", "left"]);
+}

@@ -109,10 +109,10 @@ pub enum SandboxError {
     /// The init refused the request.
     #[error("refusing: the box's sandbox could not serve the command: {0}; to fix: run it again (a sandbox whose init ended is rebuilt), or set H5I_SANDBOX=off for a container per run")]
     Refused(String),
-    /// The run's process could not be placed in its cgroup.
-    #[error("refusing: cannot place the run in its cgroup {path}: {source}; to fix: run as root, or have root delegate a cgroup to you (make setup does it for the test user)")]
+    /// The run's process could not be placed in its cgroup, or given its OOM score.
+    #[error("refusing: cannot place the run (its cgroup and OOM score): {path}: {source}; to fix: run as root, or have root delegate a cgroup to you (make setup does it for the test user)")]
     Place {
-        /// The `cgroup.procs` file.
+        /// The file that refused: the cgroup's `cgroup.procs` or the run's `oom_score_adj`.
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
@@ -268,6 +268,15 @@ fn timeout_until(deadline: Option<Instant>) -> Option<nix::poll::PollTimeout> {
     )
 }
 
+/// What a run's `oom_score_adj` is set to before it execs (the init keeps 0). The sandbox's
+/// own cgroup holds the box's memory over all its runs and what they left behind (tmpfs and
+/// shared memory pages, in no process's RSS): when that ceiling is met, the kernel's choice
+/// among the cgroup's processes must fall on a run's, never on the init that serves every run
+/// (a run's few pages of RSS can be fewer than the init's). Written by the caller, outside the
+/// box (the init's Landlock domain grants no write under /proc); the box, holding no
+/// capability, cannot lower it again.
+const RUN_OOM_SCORE_ADJ: &str = "500";
+
 /// Run `req` in the sandbox listening at `slot.socket`: make the run's cgroup, wait for
 /// `ready` (what the caller started before, such as the sentry's table swap, overlaps the
 /// cgroup's making; its refusal ends the run before the init hears of it), hand the init the
@@ -314,7 +323,11 @@ pub fn run(
             ))
         }
     };
-    if let Err(e) = cage.admit(pid) {
+    let placed = cage.admit(pid).and_then(|()| {
+        let score = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
+        std::fs::write(&score, RUN_OOM_SCORE_ADJ).map_err(|e| (score, e))
+    });
+    if let Err(e) = placed {
         // The child has not exec'd: ending it here leaves nothing behind.
         cage.kill_members();
         // SAFETY: kill(2) with a pid the kernel named as the sender; no memory involved.
