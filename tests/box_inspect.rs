@@ -10,7 +10,7 @@ use crate::common;
 use std::process::Stdio;
 
 use common::caller::Caller;
-use common::stderr;
+use common::{stderr, stdout};
 
 /// A process-tier box `a` with one failed run and one box-claimed record; a supervised box `b`
 /// with one clean run.
@@ -68,6 +68,25 @@ fn inspect_renders_the_kernels_figures_and_names_the_lane(c: &mut Caller) {
     let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(doc["record"]["exit"]["code"], 7);
     assert!(doc["record"]["rusage"]["user_us"].is_u64(), "{doc}");
+
+    // The supervised box's table refuses a dial its profile does not list (a test address:
+    // nothing leaves the box) and counts it; the receipt's egress line says so.
+    let dial = "import socket; s = socket.socket(); s.settimeout(5); print(s.connect_ex(('198.18.0.9', 8080)))";
+    let out = c.h5i(&["box", "run", "b", "--", "python3", "-c", dial]);
+    assert!(out.status.success(), "{}: {}", c.who(), stderr(&out));
+    assert_ne!(stdout(&out).trim(), "0", "{}: the dial connected", c.who());
+    let refused = c.ok(&["box", "inspect", "b", "--capture", "2"]);
+    assert!(
+        refused.contains("egress      allowed none; denied 198.18.0.9:8080/tcp x1"),
+        "{}: {refused}",
+        c.who()
+    );
+    let calm = c.ok(&["box", "inspect", "b", "--capture", "1"]);
+    assert!(
+        calm.contains("egress      allowed none; denied none"),
+        "{}: {calm}",
+        c.who()
+    );
 }
 
 fn log_filters_narrow_to_what_was_asked(c: &mut Caller) {
