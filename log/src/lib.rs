@@ -74,24 +74,26 @@ pub fn init(binary: &str) {
     init_relayed(binary, None);
 }
 
-/// [`init`], the events also written to a [`relay_file`] of this process's own in `relay_dir`
-/// when one is named and can be made (a directory that cannot take one relays nothing: the
-/// events still go to stderr).
+/// [`init`], the events written to a [`relay_file`] of this process's own in `relay_dir`
+/// instead of stderr when one is named and can be made (whoever named it shows them; a
+/// directory that cannot take one leaves the events on stderr). Stderr as well would show
+/// them twice where that stderr is the caller's too (a container run whose standard
+/// descriptors Podman passes through).
 pub fn init_relayed(binary: &str, relay_dir: Option<&Path>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     match filter() {
         Ok(Some(targets)) => {
-            let layer = tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(std::io::stderr);
-            let relay = relay_dir
-                .and_then(|d| relay_file(d, binary))
-                .map(relay_layer);
+            let relay = relay_dir.and_then(|d| relay_file(d, binary));
+            let stderr = relay.is_none().then(|| {
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(std::io::stderr)
+            });
             // A second init (a unit test) keeps the first subscriber.
             let _ = tracing_subscriber::registry()
-                .with(layer)
-                .with(relay)
+                .with(stderr)
+                .with(relay.map(relay_layer))
                 .with(targets)
                 .try_init();
         }
@@ -121,10 +123,13 @@ where
 }
 
 /// A relay file of this process's own: `<dir>/<binary>.<pid>.log`, made new (`O_EXCL`,
-/// `O_NOFOLLOW`, 0600, close-on-exec), when `dir` is an absolute path to a real directory
-/// this process's user owns that nobody else may write; `None` otherwise. A relay directory is
-/// named by whoever started the process's runtime: never written where that user could not
-/// already write, never an existing file.
+/// `O_NOFOLLOW`, 0600, close-on-exec) and owned by the directory's owner, when `dir` is an
+/// absolute path to a real directory nobody but its owner may write, owned by this process's
+/// user or this process root in its user namespace (a createContainer hook runs as the
+/// container's root, in the container's user namespace, where the directory's owner, the
+/// engine user, is another id: the file is handed to that owner, who reads it back); `None`
+/// otherwise. A relay directory is named by whoever started the process's runtime: never
+/// written where that user could not already write, never an existing file.
 pub fn relay_file(dir: &Path, binary: &str) -> Option<File> {
     if !dir.is_absolute() || binary.contains('/') {
         return None;
@@ -132,16 +137,24 @@ pub fn relay_file(dir: &Path, binary: &str) -> Option<File> {
     let meta = std::fs::symlink_metadata(dir).ok()?;
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    if !meta.is_dir() || meta.uid() != euid || meta.mode() & 0o022 != 0 {
+    if !meta.is_dir() || (meta.uid() != euid && euid != 0) || meta.mode() & 0o022 != 0 {
         return None;
     }
-    std::fs::OpenOptions::new()
+    let path = dir.join(format!("{binary}.{}{RELAY_SUFFIX}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(format!("{binary}.{}{RELAY_SUFFIX}", std::process::id())))
-        .ok()
+        .open(&path)
+        .ok()?;
+    if meta.uid() != euid
+        && std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid())).is_err()
+    {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    Some(file)
 }
 
 /// One line a relayed process wrote: who (`<binary>.<pid>`, from its file's name) and the line.

@@ -96,15 +96,14 @@ pub fn init(
     use tracing_subscriber::fmt::writer::BoxMakeWriter;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer as _;
 
     // `--debug` passes everything; else h5i's one filter (`H5I_LOG`, else `RUST_LOG`; a
     // malformed one was already named by the h5i that started this runtime) when set.
     let targets = if debug {
         Targets::new().with_default(Level::DEBUG)
     } else if let Ok(Some(filter)) = h5i_log::filter() {
-        filter
-    } else if let Some(r) = &relay {
-        r.filter.clone()
+        without_spec_dumps(filter)
     } else {
         Targets::new()
             .with_target("h5i_runtime", Level::WARN)
@@ -127,14 +126,29 @@ pub fn init(
     let layer = tracing_subscriber::fmt::layer()
         .event_format(RuncFormat(format))
         .with_writer(writer);
-    let relay = relay.map(|r| h5i_log::relay_layer(r.file));
+    // The relay has its own filter: what reaches stderr or `--log` stays as it was (where
+    // Podman passes the caller's stderr through, the relayed events would show twice).
+    let relay = relay
+        .map(|r| h5i_log::relay_layer(r.file).with_filter(without_spec_dumps(r.filter)));
     // A second init (unit tests) keeps the first subscriber; that is fine.
     let _ = tracing_subscriber::registry()
-        .with(layer)
+        .with(layer.with_filter(targets))
         .with(relay)
-        .with(targets)
         .try_init();
     Ok(())
+}
+
+/// `filter` with libcontainer held at `info`: its debug records print the whole spec (the
+/// process's environment, which holds a run's secrets, with it), and h5i-log records no
+/// environment. Only `--debug`, runc's own switch, passes them.
+fn without_spec_dumps(
+    filter: tracing_subscriber::filter::Targets,
+) -> tracing_subscriber::filter::Targets {
+    if filter.would_enable("libcontainer", &Level::DEBUG) {
+        filter.with_target("libcontainer", Level::INFO)
+    } else {
+        filter
+    }
 }
 
 struct RuncFormat(LogFormat);
@@ -275,6 +289,19 @@ mod tests {
             .path()
             .join(format!("h5i-runc.{}.log", std::process::id()))
             .is_file());
+    }
+
+    #[test]
+    fn h5i_logs_filter_never_passes_libcontainers_spec_dumps() {
+        for text in ["debug", "libcontainer=trace", "trace"] {
+            let f = without_spec_dumps(h5i_log::parse(text).unwrap());
+            assert!(!f.would_enable("libcontainer::user_ns", &Level::DEBUG), "{text}");
+            assert!(f.would_enable("libcontainer", &Level::INFO), "{text}");
+        }
+        let f = without_spec_dumps(h5i_log::parse("debug").unwrap());
+        assert!(f.would_enable("h5i::spawn", &Level::DEBUG));
+        let f = without_spec_dumps(h5i_log::parse("h5i::spawn=debug").unwrap());
+        assert!(!f.would_enable("libcontainer", &Level::INFO));
     }
 
     #[test]
