@@ -1058,17 +1058,55 @@ fn refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_na
         "[source.crates-io]\nreplace-with = \"mirror\"\n[source.mirror]\nregistry = \"sparse+http://registry.test:8080/index/\"\n",
     )
     .unwrap();
-    let (npmrc, cargo_home) = (npmrc.display().to_string(), cargo_home.display().to_string());
+    let (npmrc, cargo_home) = (
+        npmrc.display().to_string(),
+        cargo_home.display().to_string(),
+    );
     type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
     let cases: [Case; 8] = [
-        ("npm", "package-lock.json", vec![("NPM_CONFIG_USERCONFIG", &npmrc)], "\"registry.test:8080\""),
-        ("npm", "package-lock.json", vec![], "\"registry.npmjs.org:443\""),
-        ("pnpm", "pnpm-lock.yaml", vec![("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")], "\"registry.test:8080\""),
-        ("pnpm", "pnpm-lock.yaml", vec![], "\"registry.npmjs.org:443\""),
-        ("yarn", "yarn.lock", vec![("YARN_REGISTRY", "http://registry.test:8080/")], "\"registry.test:8080\""),
+        (
+            "npm",
+            "package-lock.json",
+            vec![("NPM_CONFIG_USERCONFIG", &npmrc)],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "npm",
+            "package-lock.json",
+            vec![],
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "pnpm",
+            "pnpm-lock.yaml",
+            vec![("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "pnpm",
+            "pnpm-lock.yaml",
+            vec![],
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "yarn",
+            "yarn.lock",
+            vec![("YARN_REGISTRY", "http://registry.test:8080/")],
+            "\"registry.test:8080\"",
+        ),
         ("yarn", "yarn.lock", vec![], "\"registry.yarnpkg.com:443\""),
-        ("cargo", "Cargo.lock", vec![("CARGO_HOME", &cargo_home)], "\"registry.test:8080\""),
-        ("cargo", "Cargo.lock", vec![], "\"index.crates.io:443\", \"static.crates.io:443\""),
+        (
+            "cargo",
+            "Cargo.lock",
+            vec![("CARGO_HOME", &cargo_home)],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "cargo",
+            "Cargo.lock",
+            vec![],
+            "\"index.crates.io:443\", \"static.crates.io:443\"",
+        ),
     ];
     for (eco, lock, host_env, hosts) in cases {
         let mut c = Caller::either(as_user);
@@ -1099,10 +1137,15 @@ fn refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_na
                 "refusing: refreshing the {eco} cache needs a profile `cache-{eco}`"
             )) && err.contains(
                 "its egress names evil.test:8080, which the host's registry configuration does not"
-            ) && err.contains(&format!("\n[profile.cache-{eco}.net]\negress = [{hosts}]\n")),
+            ) && err.contains(&format!(
+                "\n[profile.cache-{eco}.net]\negress = [{hosts}]\n"
+            )),
             "{case}: {err}"
         );
-        assert!(c.ok(&["box", "ls"]).contains("no boxes"), "{case}: a box was made");
+        assert!(
+            c.ok(&["box", "ls"]).contains("no boxes"),
+            "{case}: a box was made"
+        );
     }
 }
 

@@ -299,7 +299,11 @@ mod tests {
         assert!(relay_file(dir, "h5i-runc").is_none());
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         use std::io::Write;
-        writeln!(f, "2026-01-01T00:00:02Z DEBUG second\n2026-01-01T00:00:03Z DEBUG third").unwrap();
+        writeln!(
+            f,
+            "2026-01-01T00:00:02Z DEBUG second\n2026-01-01T00:00:03Z DEBUG third"
+        )
+        .unwrap();
         std::fs::write(
             dir.join("h5i-runc.7.log"),
             "2026-01-01T00:00:01Z DEBUG first\n",
@@ -315,7 +319,11 @@ mod tests {
         let hook = format!("h5i-hook.{}", std::process::id());
         assert_eq!(
             said,
-            [("h5i-runc.7", "first"), (hook.as_str(), "second"), (hook.as_str(), "third")]
+            [
+                ("h5i-runc.7", "first"),
+                (hook.as_str(), "second"),
+                (hook.as_str(), "third")
+            ]
         );
         // Drained: the relay files are gone (the symlink removed, not followed), the rest left.
         let left: Vec<String> = std::fs::read_dir(dir)

@@ -439,7 +439,8 @@ fn npmrc(text: &str, env: &Env) -> BTreeMap<String, String> {
         };
         let v = v.trim();
         let quoted = v.len() >= 2
-            && ((v.starts_with('"') && v.ends_with('"')) || (v.starts_with('\'') && v.ends_with('\'')));
+            && ((v.starts_with('"') && v.ends_with('"'))
+                || (v.starts_with('\'') && v.ends_with('\'')));
         let v = if quoted {
             &v[1..v.len() - 1]
         } else {
@@ -487,7 +488,11 @@ fn npm_env(env: &Env) -> BTreeMap<String, String> {
             } else {
                 let mut key = String::with_capacity(k.len());
                 for (i, c) in k.char_indices() {
-                    key.push(if c == '_' && i > 0 { '-' } else { c.to_ascii_lowercase() });
+                    key.push(if c == '_' && i > 0 {
+                        '-'
+                    } else {
+                        c.to_ascii_lowercase()
+                    });
                 }
                 key
             };
@@ -590,7 +595,11 @@ fn npm_layers(env: &Env, builtin: bool) -> Vec<BTreeMap<String, String>> {
         .and_then(read_capped)
         .map(|t| npmrc(&t, env))
         .unwrap_or_default();
-    let setting = |k: &str| vars.get(k).or_else(|| user.get(k)).map(|p| home_path(p, env));
+    let setting = |k: &str| {
+        vars.get(k)
+            .or_else(|| user.get(k))
+            .map(|p| home_path(p, env))
+    };
     let global_path = setting("globalconfig").or_else(|| {
         setting("prefix")
             .or_else(|| node_prefix(env))
@@ -652,8 +661,8 @@ fn yarnrc(text: &str) -> BTreeMap<String, String> {
             continue;
         }
         let t = line.trim();
-        let split = if t.starts_with('"') {
-            t[1..].find('"').map(|i| i + 2)
+        let split = if let Some(rest) = t.strip_prefix('"') {
+            rest.find('"').map(|i| i + 2)
         } else {
             t.find(char::is_whitespace)
         };
@@ -703,7 +712,12 @@ pub fn yarn(env: &Env) -> Mirror {
     let mut yarn_side = NodeRegistries::default();
     let yarn_vars: BTreeMap<String, String> = env
         .prefixed("yarn_")
-        .map(|(k, v)| (k.to_ascii_lowercase().replace("__", ".").replace('_', "-"), v.to_string()))
+        .map(|(k, v)| {
+            (
+                k.to_ascii_lowercase().replace("__", ".").replace('_', "-"),
+                v.to_string(),
+            )
+        })
         .collect();
     yarn_side.under(&yarn_vars);
     for file in yarn_files(env, "yarnrc", None) {
@@ -793,7 +807,10 @@ pub fn cargo(env: &Env) -> Mirror {
     let mut chain = toml::Table::new();
     let mut name = "crates-io".to_string();
     for _ in 0..REPLACE_HOPS {
-        let Some(src) = sources.and_then(|s| s.get(&name)).and_then(toml::Value::as_table) else {
+        let Some(src) = sources
+            .and_then(|s| s.get(&name))
+            .and_then(toml::Value::as_table)
+        else {
             break;
         };
         chain.insert(name.clone(), toml::Value::Table(src.clone()));
@@ -950,8 +967,13 @@ registry=https://ignored.test/
         let m = yarn(&table(&[("HOME", &home)]));
         assert_eq!(m.hosts, ["yarn-mirror.test:443", "corp.test:443"]);
         assert!(m.replaces_default);
-        assert!(m.env.contains(&"YARN_REGISTRY=https://yarn-mirror.test/".to_string()));
-        let m = yarn(&table(&[("HOME", &home), ("YARN_REGISTRY", "http://registry.test:8080")]));
+        assert!(m
+            .env
+            .contains(&"YARN_REGISTRY=https://yarn-mirror.test/".to_string()));
+        let m = yarn(&table(&[
+            ("HOME", &home),
+            ("YARN_REGISTRY", "http://registry.test:8080"),
+        ]));
         assert_eq!(m.hosts[0], "registry.test:8080");
     }
 
@@ -968,7 +990,10 @@ registry=https://ignored.test/
         let home = at(&d, "cargo");
         let m = cargo(&table(&[
             ("CARGO_HOME", &home),
-            ("CARGO_REGISTRIES_OTHER_INDEX", "http://registry.test:8080/index.git"),
+            (
+                "CARGO_REGISTRIES_OTHER_INDEX",
+                "http://registry.test:8080/index.git",
+            ),
         ]));
         assert_eq!(
             m.hosts,
@@ -995,7 +1020,10 @@ registry=https://ignored.test/
         );
         assert!(!m.data_files[0].1.contains("secret"));
         // No configuration: crates.io's own hosts stay the default.
-        assert_eq!(cargo(&table(&[("HOME", "/nonexistent")])), Mirror::default());
+        assert_eq!(
+            cargo(&table(&[("HOME", "/nonexistent")])),
+            Mirror::default()
+        );
     }
 
     #[test]

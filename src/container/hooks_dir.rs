@@ -74,7 +74,10 @@ pub fn write(
     for (i, argv) in hooks.iter().enumerate() {
         let name = argv.get(1).map_or("hook", String::as_str);
         let path = dir.join(format!("{:02}-{name}.json", i * 10));
-        std::fs::write(&path, serde_json::to_vec_pretty(&hook_file(run_id, argv, env))?)?;
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&hook_file(run_id, argv, env))?,
+        )?;
         written.push(path);
     }
     Ok(written)
@@ -109,7 +112,10 @@ mod tests {
     fn a_hook_gets_exactly_the_environment_given() {
         let env = ["H5I_LOG=debug".to_string(), "H5I_LOG_DIR=/run/x/log".into()];
         let v = hook_file("r", &["/h".into(), "loopback".into()], &env);
-        assert_eq!(v["hook"]["env"], json!(["H5I_LOG=debug", "H5I_LOG_DIR=/run/x/log"]));
+        assert_eq!(
+            v["hook"]["env"],
+            json!(["H5I_LOG=debug", "H5I_LOG_DIR=/run/x/log"])
+        );
     }
 
     #[test]

@@ -128,8 +128,8 @@ pub fn init(
         .with_writer(writer);
     // The relay has its own filter: what reaches stderr or `--log` stays as it was (where
     // Podman passes the caller's stderr through, the relayed events would show twice).
-    let relay = relay
-        .map(|r| h5i_log::relay_layer(r.file).with_filter(without_spec_dumps(r.filter)));
+    let relay =
+        relay.map(|r| h5i_log::relay_layer(r.file).with_filter(without_spec_dumps(r.filter)));
     // A second init (unit tests) keeps the first subscriber; that is fine.
     let _ = tracing_subscriber::registry()
         .with(layer.with_filter(targets))
@@ -279,7 +279,10 @@ mod tests {
         spec(serde_json::json!({"h5i.log.dir": d}));
         assert!(relay_of(bundle.path()).is_none(), "no filter, no relay");
         spec(serde_json::json!({"h5i.log": "h5i=loud", "h5i.log.dir": d}));
-        assert!(relay_of(bundle.path()).is_none(), "a malformed filter relays nothing");
+        assert!(
+            relay_of(bundle.path()).is_none(),
+            "a malformed filter relays nothing"
+        );
         spec(serde_json::json!({"h5i.log": "debug", "h5i.log.dir": d}));
         let relay = relay_of(bundle.path()).unwrap();
         assert!(relay
@@ -295,7 +298,10 @@ mod tests {
     fn h5i_logs_filter_never_passes_libcontainers_spec_dumps() {
         for text in ["debug", "libcontainer=trace", "trace"] {
             let f = without_spec_dumps(h5i_log::parse(text).unwrap());
-            assert!(!f.would_enable("libcontainer::user_ns", &Level::DEBUG), "{text}");
+            assert!(
+                !f.would_enable("libcontainer::user_ns", &Level::DEBUG),
+                "{text}"
+            );
             assert!(f.would_enable("libcontainer", &Level::INFO), "{text}");
         }
         let f = without_spec_dumps(h5i_log::parse("debug").unwrap());
