@@ -1,8 +1,9 @@
 //! Warm dependency caches (`h5i box cache`), asserted with a real npm, pnpm, Yarn 1, cargo, pip,
 //! uv, Poetry and Go project, each against a static registry stand-in this test serves from its own network namespace
-//! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. pip and Go
-//! find the stand-in the way a host names its mirror (PIP_INDEX_URL, GOPROXY in the caller's
-//! environment; uv's as UV_DEFAULT_INDEX, Poetry's as pip's), which `refresh` hands its box:
+//! (HOST.md network rules; the names are `registry.test`), as root and as h5i-test. Each
+//! finds the stand-in the way a host names its mirror (NPM_CONFIG_REGISTRY for npm, pnpm and
+//! Yarn, CARGO_REGISTRIES_TEST_INDEX, PIP_INDEX_URL, GOPROXY in the caller's environment; uv's
+//! as UV_DEFAULT_INDEX, Poetry's as pip's), which `refresh` hands its box:
 //! - a cold install in a supervised box fetches (the stand-in's log and the receipt's egress
 //!   tally agree); `refresh` fills the cache in a dedicated box it removes;
 //! - a warm install with the cache mounted makes no request at all (no allowed and no denied
@@ -18,7 +19,9 @@
 //!   its own (its writes in its own upper layer, the cache byte for byte as stored) and the
 //!   package manager finds up to date;
 //! - a `cache-<eco>` profile granting more than registry egress (host paths, AF_UNIX, another
-//!   address family, a host the configured mirror does not name) is refused before any box;
+//!   address family, a host the caller's registry configuration does not name, for every
+//!   ecosystem) is refused before any box, and the project's own `.npmrc`, `.yarnrc` or
+//!   `.cargo/config.toml` widens nothing;
 //! - the progress line shows while a slow stand-in serves, and what the install step prints
 //!   reaches the caller escaped, never raw.
 
@@ -61,10 +64,14 @@ struct Eco {
     tree: Option<(&'static str, &'static str)>,
 }
 
+/// The caller's npm registry setting naming the stand-in, which npm, pnpm and Yarn 1 all read
+/// (and `refresh` with them: a `cache-<eco>` profile may grant no other host).
+const NODE_HOST_ENV: &[(&str, &str)] = &[("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")];
+
 const NPM: Eco = Eco {
     name: "npm",
     fixture: &["npm_fixture.py", "5", "4096", "{base}"],
-    host_env: &[],
+    host_env: NODE_HOST_ENV,
     var: "npm_config_cache",
     install: "npm ci --no-audit --no-fund",
     warm_install: None,
@@ -81,7 +88,7 @@ const NPM: Eco = Eco {
 const PNPM: Eco = Eco {
     name: "pnpm",
     fixture: &["npm_fixture.py", "5", "4096", "{base}", "pnpm"],
-    host_env: &[],
+    host_env: NODE_HOST_ENV,
     var: "npm_config_store_dir",
     install: "pnpm install --frozen-lockfile --store-dir \"$HOME/.pnpm-store\"",
     warm_install: Some("pnpm install --frozen-lockfile --offline"),
@@ -97,7 +104,7 @@ const PNPM: Eco = Eco {
 const YARN: Eco = Eco {
     name: "yarn",
     fixture: &["npm_fixture.py", "5", "4096", "{base}", "yarn"],
-    host_env: &[],
+    host_env: NODE_HOST_ENV,
     var: "YARN_CACHE_FOLDER",
     install: "yarn install --frozen-lockfile --non-interactive",
     warm_install: Some(
@@ -112,7 +119,12 @@ const YARN: Eco = Eco {
 const CARGO: Eco = Eco {
     name: "cargo",
     fixture: &["cargo_fixture.py", "3", "{base}"],
-    host_env: &[],
+    // The project's own .cargo/config.toml names the registry too, but refresh reads only the
+    // caller's configuration.
+    host_env: &[(
+        "CARGO_REGISTRIES_TEST_INDEX",
+        "http://registry.test:8080/index.git",
+    )],
     var: "CARGO_HOME",
     install: "cargo fetch --locked",
     warm_install: None,
@@ -297,6 +309,16 @@ impl Drop for Registry {
     }
 }
 
+/// Root or h5i-test with `registry.test` pinned to the stand-in and `eco`'s registry
+/// configuration in the environment.
+fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
+    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    for (k, v) in eco.host_env {
+        c = c.with_env(k, v);
+    }
+    c
+}
+
 /// The profiles: `cache-ECO` for refresh (egress: the registry only), `dev` for agent boxes
 /// (the same egress, so a cold install can work at all).
 fn profiles(eco: &Eco) -> String {
@@ -454,10 +476,7 @@ fn cold_refresh_warm_stale(eco: &Eco, as_user: bool) {
     let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
-    for (k, v) in eco.host_env {
-        c = c.with_env(k, v);
-    }
+    let c = caller(as_user, &reg, eco);
     project(&c, &reg, eco);
     assert!(c.ok(&["box", "cache", "ls"]).contains("no caches"));
 
@@ -655,7 +674,7 @@ fn container_box_reads_but_cannot_write_the_cache(as_user: bool) {
     let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    let mut c = caller(as_user, &reg, &NPM);
     project(&c, &reg, &NPM);
     refresh(&c, "npm");
     c.create_container("ctr", container_image());
@@ -720,7 +739,7 @@ fn container_box_installs_warm_from_the_cache(eco: &Eco, warm_install: &str, as_
     let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    let mut c = caller(as_user, &reg, eco);
     project(&c, &reg, eco);
     c.write(
         ".h5i/env.toml",
@@ -1003,6 +1022,143 @@ fn refresh_refuses_a_profile_reaching_beyond_the_registry_as_h5i_test() {
     refresh_refuses_a_profile_reaching_beyond_the_registry(true);
 }
 
+/// The project's own registry files, each naming `evil.test` (npm's, pnpm's and Yarn's
+/// `.npmrc`, Yarn's `.yarnrc`, cargo's `.cargo/config.toml`: a source replacement and a
+/// registry), committed: the box's workspace, which must not widen what refresh allows.
+const HOSTILE_PROJECT_FILES: &[(&str, &str)] = &[
+    (
+        ".npmrc",
+        "registry=http://evil.test:8080/\n@evil:registry=http://evil.test:8080/\n",
+    ),
+    (".yarnrc", "registry \"http://evil.test:8080/\"\n"),
+    (
+        ".cargo/config.toml",
+        "[source.crates-io]\nreplace-with = \"evil\"\n[source.evil]\nregistry = \"sparse+http://evil.test:8080/\"\n\
+         [registries.evil]\nindex = \"http://evil.test:8080/index.git\"\n",
+    ),
+];
+
+/// npm, pnpm, Yarn and cargo: a `cache-<eco>` profile whose egress names a host beyond the
+/// registries the caller's own configuration names is refused before any box exists, with
+/// the profile naming those registries ready to paste, and the project's own registry files
+/// (hostile: [`HOSTILE_PROJECT_FILES`]) widen nothing. The caller's configuration is read as the
+/// package manager reads it: npm's from the user's npmrc (`NPM_CONFIG_USERCONFIG`), pnpm's from
+/// `NPM_CONFIG_REGISTRY`, Yarn's from `YARN_REGISTRY`, cargo's from `$CARGO_HOME/config.toml`
+/// (crates.io replaced); with none, the package manager's default registry is the only host.
+fn refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_name(as_user: bool) {
+    use std::os::unix::fs::PermissionsExt;
+    let conf = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(conf.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let npmrc = conf.path().join("user.npmrc");
+    std::fs::write(&npmrc, "registry=http://registry.test:8080/\n").unwrap();
+    let cargo_home = conf.path().join("cargo");
+    std::fs::create_dir(&cargo_home).unwrap();
+    std::fs::write(
+        cargo_home.join("config.toml"),
+        "[source.crates-io]\nreplace-with = \"mirror\"\n[source.mirror]\nregistry = \"sparse+http://registry.test:8080/index/\"\n",
+    )
+    .unwrap();
+    let (npmrc, cargo_home) = (
+        npmrc.display().to_string(),
+        cargo_home.display().to_string(),
+    );
+    type Case<'a> = (&'a str, &'a str, Vec<(&'a str, &'a str)>, &'a str);
+    let cases: [Case; 8] = [
+        (
+            "npm",
+            "package-lock.json",
+            vec![("NPM_CONFIG_USERCONFIG", &npmrc)],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "npm",
+            "package-lock.json",
+            vec![],
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "pnpm",
+            "pnpm-lock.yaml",
+            vec![("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "pnpm",
+            "pnpm-lock.yaml",
+            vec![],
+            "\"registry.npmjs.org:443\"",
+        ),
+        (
+            "yarn",
+            "yarn.lock",
+            vec![("YARN_REGISTRY", "http://registry.test:8080/")],
+            "\"registry.test:8080\"",
+        ),
+        ("yarn", "yarn.lock", vec![], "\"registry.yarnpkg.com:443\""),
+        (
+            "cargo",
+            "Cargo.lock",
+            vec![("CARGO_HOME", &cargo_home)],
+            "\"registry.test:8080\"",
+        ),
+        (
+            "cargo",
+            "Cargo.lock",
+            vec![],
+            "\"index.crates.io:443\", \"static.crates.io:443\"",
+        ),
+    ];
+    for (eco, lock, host_env, hosts) in cases {
+        let mut c = Caller::either(as_user);
+        for (k, v) in &host_env {
+            c = c.with_env(k, v);
+        }
+        c.write(lock, "{}");
+        for (file, text) in HOSTILE_PROJECT_FILES {
+            c.write(file, text);
+        }
+        let egress = if host_env.is_empty() {
+            // Exactly what the project's own files name.
+            "\"evil.test:8080\""
+        } else {
+            "\"registry.test:8080\", \"evil.test:8080\""
+        };
+        c.write(
+            ".h5i/env.toml",
+            format!("[profile.cache-{eco}]\nisolation = \"supervised\"\n[profile.cache-{eco}.net]\negress = [{egress}]\n"),
+        );
+        c.commit_all("a cache profile reaching evil.test");
+        let out = c.h5i(&["box", "cache", "refresh", eco]);
+        let err = stderr(&out);
+        let case = format!("{eco} {host_env:?} as {}", c.who());
+        assert_eq!(out.status.code(), Some(1), "{case}: {err}");
+        assert!(
+            err.contains(&format!(
+                "refusing: refreshing the {eco} cache needs a profile `cache-{eco}`"
+            )) && err.contains(
+                "its egress names evil.test:8080, which the host's registry configuration does not"
+            ) && err.contains(&format!(
+                "\n[profile.cache-{eco}.net]\negress = [{hosts}]\n"
+            )),
+            "{case}: {err}"
+        );
+        assert!(
+            c.ok(&["box", "ls"]).contains("no boxes"),
+            "{case}: a box was made"
+        );
+    }
+}
+
+#[test]
+fn refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_name_as_root() {
+    refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_name(false);
+}
+
+#[test]
+fn refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_name_as_h5i_test() {
+    refresh_refuses_an_egress_host_the_callers_registry_configuration_does_not_name(true);
+}
+
 /// The progress line while a refresh runs (stderr not a terminal: one line every 5 s), against
 /// a stand-in slow enough for the install to last past 5 s; what the install step prints reaches
 /// the caller escaped, each line after `h5i: refresh npm: | `, never raw: a lockfile naming a
@@ -1016,7 +1172,7 @@ fn refresh_progress_line_and_escaped_output(as_user: bool) {
     let Some(reg) = Registry::up_slow(&test, 6) else {
         return;
     };
-    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    let c = caller(as_user, &reg, &NPM);
     project(&c, &reg, &NPM);
     let out = refresh(&c, "npm");
     let err = stderr(&out);
@@ -1217,7 +1373,7 @@ fn pnpm_and_yarn_refresh_refuse_a_swapped_integrity_or_an_off_registry_tarball_a
     };
     let off_registry = format!("{}:{PORT}", reg.hosts.second);
     for eco in [&PNPM, &YARN] {
-        let c = Caller::root().with_env("H5I_TEST_HOSTS", &reg.pin());
+        let c = caller(false, &reg, eco);
         project(&c, &reg, eco);
         let locked = std::fs::read_to_string(c.repo().join(eco.lockfile)).unwrap();
         let integrities: Vec<&str> = locked
@@ -1251,7 +1407,7 @@ fn pnpm_and_yarn_refresh_refuse_a_swapped_integrity_or_an_off_registry_tarball_a
 const NPM_PLATFORM: Eco = Eco {
     name: "npm",
     fixture: &["npm_platform_fixture.py", "{base}"],
-    host_env: &[],
+    host_env: NODE_HOST_ENV,
     var: "npm_config_cache",
     install: "npm ci --no-audit --no-fund",
     warm_install: Some(WARM_FROM_TREE),
@@ -1383,7 +1539,7 @@ fn npm_tree_for_the_boxs_platform(as_user: bool) {
     let Some(reg) = Registry::up(&test) else {
         return;
     };
-    let c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
+    let c = caller(as_user, &reg, &NPM_PLATFORM);
     project(&c, &reg, &NPM_PLATFORM);
     let arch = host_node("process.arch");
     let platform = format!(

@@ -123,6 +123,9 @@ fn variables_the_code_reads() -> std::collections::BTreeSet<String> {
             "UV_INDEX",
             "UV_EXTRA_INDEX_URL",
             "UV_INSECURE_HOST",
+            "NPM_CONFIG_REGISTRY",
+            "YARN_REGISTRY",
+            "CARGO_REGISTRIES_",
         ]
         .map(String::from),
     );

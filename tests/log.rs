@@ -2,7 +2,9 @@
 //! process it starts (a box run's command included) and for the refusal it ends with; unset,
 //! it prints nothing it would not print anyway; a malformed filter is named once and ignored.
 //! At the process, supervised and container tiers, as root and as h5i-test, and at the microvm
-//! tier as root (its image is in the engine user's storage, as in tests/microvm.rs).
+//! tier as root (its image is in the engine user's storage, as in tests/microvm.rs). At the
+//! container tier h5i-runc's and the OCI hooks' own events (started by Podman's conmon, whose
+//! stderr is not the caller's) reach the caller's stderr through h5i-log's relay.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -34,6 +36,25 @@ fn spawn_and_refusal_events(c: &mut Caller, tier: &str) {
         "no spawn event for the run's command ({tier}, {}):\n{err}",
         c.who()
     );
+    if tier == "container" {
+        // Podman's conmon started h5i-runc, and h5i-runc the hooks: their stderr is not the
+        // caller's, and their events come back through the relay, each led by who wrote it.
+        assert!(
+            err.lines().any(|l| l.starts_with("h5i-runc.")
+                && l.contains("DEBUG h5i::spawn: spawned")
+                && l.contains("h5i-log-probe")
+                && l.contains("by=\"h5i-runc\"")),
+            "no spawn event from h5i-runc at the container tier ({}):\n{err}",
+            c.who()
+        );
+        assert!(
+            err.lines().any(|l| l.starts_with("h5i-hook.")
+                && l.contains("DEBUG h5i::spawn: spawned")
+                && l.contains("loopback")),
+            "no event from the container tier's OCI hook ({}):\n{err}",
+            c.who()
+        );
+    }
 
     // Only the named target: the same events, nothing else at debug.
     let out = c.h5i_with(

@@ -10,15 +10,28 @@
 //! - the events: [`spawned`] for every process h5i starts (target `h5i::spawn`) and [`refused`]
 //!   for every refusal a binary ends with (target `h5i::refusal`);
 //! - what a hook needs to see the same filter ([`passed_env`]): a runtime runs hooks with only
-//!   the variables their spec names.
+//!   the variables their spec names;
+//! - the relay for processes whose stderr nobody reads (at the container tier Podman's conmon
+//!   starts h5i-runc and h5i-runc the hooks, so their stderr is conmon's): a directory the
+//!   caller names ([`DIR_VAR`] for a hook, the spec's `h5i.log.dir` annotation for h5i-runc),
+//!   where each such process writes its events, as on stderr, to a file of its own made new
+//!   ([`relay_file`]); the caller reads them back after the run ([`drain`]) and shows them on
+//!   its own stderr, escaped.
 //!
-//! Must never: write anywhere but stderr, fail a command because its filter is malformed (the
-//! variable is named on stderr once and ignored), or record a process's environment (argv
-//! only: by h5i's invariant no secret is ever in an argv).
+//! Must never: write anywhere but stderr and a relay file made new in a directory the
+//! process's own user owns and nobody else may write (never an existing file, never through a
+//! symlink), fail a command because its filter is malformed (the variable is named on stderr
+//! once and ignored), or record a process's environment (argv only: by h5i's invariant no
+//! secret is ever in an argv).
 //!
-//! Guarded by `tests/log.rs` (`H5I_LOG=debug h5i box run ...` shows the spawn events, unset
-//! shows nothing extra) and the unit tests below.
+//! Guarded by `tests/log.rs` (`H5I_LOG=debug h5i box run ...` shows the spawn events, the
+//! container tier's from h5i-runc and the hooks too, unset shows nothing extra) and the unit
+//! tests below.
 
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
 use std::process::Command;
 use std::str::FromStr;
 
@@ -58,22 +71,150 @@ pub fn filter() -> Result<Option<Targets>, String> {
 /// Install the subscriber for `binary` (its name leads a malformed filter's warning): plain
 /// text on stderr, filtered by [`filter`]. Nothing is installed when no filter is set.
 pub fn init(binary: &str) {
+    init_relayed(binary, None);
+}
+
+/// [`init`], the events written to a [`relay_file`] of this process's own in `relay_dir`
+/// instead of stderr when one is named and can be made (whoever named it shows them; a
+/// directory that cannot take one leaves the events on stderr). Stderr as well would show
+/// them twice where that stderr is the caller's too (a container run whose standard
+/// descriptors Podman passes through).
+pub fn init_relayed(binary: &str, relay_dir: Option<&Path>) {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     match filter() {
         Ok(Some(targets)) => {
-            let layer = tracing_subscriber::fmt::layer()
-                .with_ansi(false)
-                .with_writer(std::io::stderr);
+            let relay = relay_dir.and_then(|d| relay_file(d, binary));
+            let stderr = relay.is_none().then(|| {
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(std::io::stderr)
+            });
             // A second init (a unit test) keeps the first subscriber.
             let _ = tracing_subscriber::registry()
-                .with(layer)
+                .with(stderr)
+                .with(relay.map(relay_layer))
                 .with(targets)
                 .try_init();
         }
         Ok(None) => {}
         Err(msg) => eprintln!("{binary}: {msg}"),
     }
+}
+
+/// The variable naming a hook's relay directory (module doc), set in the hook's spec beside
+/// `H5I_LOG` by whoever wants its events back.
+pub const DIR_VAR: &str = "H5I_LOG_DIR";
+
+/// The ending of every relay file's name (`<binary>.<pid>.log`).
+pub const RELAY_SUFFIX: &str = ".log";
+
+/// The most [`drain`] reads of all the relay files of one directory together.
+pub const RELAY_CAP: u64 = 1 << 20;
+
+/// The layer writing events to a relay file: the same plain text as on stderr.
+pub fn relay_layer<S>(file: File) -> impl tracing_subscriber::Layer<S>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    tracing_subscriber::fmt::layer()
+        .with_ansi(false)
+        .with_writer(std::sync::Mutex::new(file))
+}
+
+/// A relay file of this process's own: `<dir>/<binary>.<pid>.log`, made new (`O_EXCL`,
+/// `O_NOFOLLOW`, 0600, close-on-exec) and owned by the directory's owner, when `dir` is an
+/// absolute path to a real directory nobody but its owner may write, owned by this process's
+/// user or this process root in its user namespace (a createContainer hook runs as the
+/// container's root, in the container's user namespace, where the directory's owner, the
+/// engine user, is another id: the file is handed to that owner, who reads it back); `None`
+/// otherwise. A relay directory is named by whoever started the process's runtime: never
+/// written where that user could not already write, never an existing file.
+pub fn relay_file(dir: &Path, binary: &str) -> Option<File> {
+    if !dir.is_absolute() || binary.contains('/') {
+        return None;
+    }
+    let meta = std::fs::symlink_metadata(dir).ok()?;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    if !meta.is_dir() || (meta.uid() != euid && euid != 0) || meta.mode() & 0o022 != 0 {
+        return None;
+    }
+    let path = dir.join(format!("{binary}.{}{RELAY_SUFFIX}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&path)
+        .ok()?;
+    if meta.uid() != euid
+        && std::os::unix::fs::fchown(&file, Some(meta.uid()), Some(meta.gid())).is_err()
+    {
+        let _ = std::fs::remove_file(&path);
+        return None;
+    }
+    Some(file)
+}
+
+/// One line a relayed process wrote: who (`<binary>.<pid>`, from its file's name) and the line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relayed {
+    /// `<binary>.<pid>`.
+    pub from: String,
+    /// The line as written (box-supplied bytes may be in it: escape before showing).
+    pub line: String,
+}
+
+/// Every line of the relay files in `dir` (each opened without following a symlink, regular
+/// files only, at most [`RELAY_CAP`] bytes from all of them together), ordered by the
+/// timestamp that leads each line (a stable sort: a file's own order is kept), each file then
+/// removed. Files not named as [`relay_file`] names them are left alone.
+pub fn drain(dir: &Path) -> Vec<Relayed> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| {
+            n.strip_suffix(RELAY_SUFFIX)
+                .and_then(|stem| stem.rsplit_once('.'))
+                .is_some_and(|(bin, pid)| {
+                    !bin.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+                })
+        })
+        .collect();
+    names.sort();
+    let mut budget = RELAY_CAP;
+    let mut lines = Vec::new();
+    for name in names {
+        let path = dir.join(&name);
+        let opened = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&path);
+        if let Ok(f) = opened {
+            if f.metadata().is_ok_and(|m| m.is_file()) {
+                let mut bytes = Vec::new();
+                let _ = f.take(budget).read_to_end(&mut bytes);
+                budget -= bytes.len() as u64;
+                let from = name.trim_end_matches(RELAY_SUFFIX).to_string();
+                lines.extend(String::from_utf8_lossy(&bytes).lines().map(|l| Relayed {
+                    from: from.clone(),
+                    line: l.to_string(),
+                }));
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    lines.sort_by(|a, b| stamp(&a.line).cmp(stamp(&b.line)));
+    lines
+}
+
+/// The timestamp leading a line of the plain format (RFC 3339, so text order is time order).
+fn stamp(line: &str) -> &str {
+    line.split_whitespace().next().unwrap_or("")
 }
 
 /// The variables that carry the filter into a process started with a cleared environment (an
@@ -143,6 +284,54 @@ pub fn refused(err: &(dyn std::error::Error + 'static)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_relay_file_is_made_new_in_a_private_directory_and_drained_in_time_order() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut f = relay_file(dir, "h5i-hook").unwrap();
+        // Never the same file twice (made new), never a relative or shared directory.
+        assert!(relay_file(dir, "h5i-hook").is_none());
+        assert!(relay_file(Path::new("relative"), "h5i-hook").is_none());
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(relay_file(dir, "h5i-runc").is_none());
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        use std::io::Write;
+        writeln!(
+            f,
+            "2026-01-01T00:00:02Z DEBUG second\n2026-01-01T00:00:03Z DEBUG third"
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("h5i-runc.7.log"),
+            "2026-01-01T00:00:01Z DEBUG first\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("other.txt"), "not a relay file\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("other.txt"), dir.join("h5i-hook.8.log")).unwrap();
+        let lines = drain(dir);
+        let said: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|r| (r.from.as_str(), r.line.rsplit(' ').next().unwrap()))
+            .collect();
+        let hook = format!("h5i-hook.{}", std::process::id());
+        assert_eq!(
+            said,
+            [
+                ("h5i-runc.7", "first"),
+                (hook.as_str(), "second"),
+                (hook.as_str(), "third")
+            ]
+        );
+        // Drained: the relay files are gone (the symlink removed, not followed), the rest left.
+        let left: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["other.txt"]);
+    }
 
     #[test]
     fn directives_parse_as_targets_and_garbage_is_refused() {

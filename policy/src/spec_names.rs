@@ -32,6 +32,11 @@ pub mod annotation {
     pub const EVIDENCE_SPEC: &str = "h5i.evidence.spec";
     /// Says the caller closed the container's stdio on purpose.
     pub const STDIO_CLOSED: &str = "h5i.stdio.closed";
+    /// The h5i-log filter (`H5I_LOG`'s directives) for a runtime whose caller's environment
+    /// does not reach it (Podman's conmon starts it with its own).
+    pub const LOG: &str = "h5i.log";
+    /// The directory the runtime writes its relayed events to (h5i-log's relay).
+    pub const LOG_DIR: &str = "h5i.log.dir";
 }
 
 /// The fixed values some annotations take.

@@ -14,8 +14,19 @@ fn main() {
     {
         h5i_hook::tee_shim::main(argv0, args.collect());
     }
-    h5i_log::init("h5i-hook");
+    // A runtime runs a hook with only the variables its spec names; at the container tier those
+    // name the relay directory too, since the hook's stderr is conmon's there (h5i_log).
+    let relay_dir = std::env::var_os(h5i_log::DIR_VAR).map(std::path::PathBuf::from);
+    h5i_log::init_relayed("h5i-hook", relay_dir.as_deref());
     let arg = std::env::args().nth(1);
+    if matches!(
+        arg.as_deref(),
+        Some("loopback" | "listen" | "net-up" | "net-inside" | "net-down")
+    ) {
+        // An OCI hook's own spawn event: the runtime that started it records none.
+        let argv: Vec<String> = std::env::args().collect();
+        h5i_log::spawned_argv(&argv, Some(std::process::id()), "the OCI runtime (a hook)");
+    }
     let result = match arg.as_deref() {
         Some("loopback") => loopback(&std::env::args().skip(2).collect::<Vec<_>>()),
         Some("listen") => listen(&std::env::args().skip(2).collect::<Vec<_>>()),

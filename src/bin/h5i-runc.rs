@@ -119,7 +119,13 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<i32> {
     let format =
         logging::LogFormat::parse(cli.global.log_format.as_deref()).map_err(anyhow::Error::msg)?;
-    logging::init(cli.global.log.as_ref(), format, cli.global.debug)?;
+    // Only the verbs handed the bundle can read the spec's relay annotations.
+    let relay = match &cli.cmd {
+        Cmd::Create(a) => logging::relay_of(&a.bundle),
+        Cmd::Run(a) => logging::relay_of(&a.bundle),
+        _ => None,
+    };
+    logging::init(cli.global.log.as_ref(), format, cli.global.debug, relay)?;
     if let Cmd::Features(_) = cli.cmd {
         println!("{:#}", runc::features::features());
         return Ok(0);

@@ -66,11 +66,12 @@ pub struct Ecosystem {
     pub install: &'static [&'static str],
     /// How a project makes the lockfile, for the refusal when it has none.
     pub lock_hint: &'static str,
-    /// The registry hosts the ready-to-paste profile names when the host's configuration names
-    /// no mirror ([`mirror`]): the package manager's own documented default.
+    /// The package manager's own documented default registry's hosts: with the hosts of the
+    /// registries the host's configuration adds, what a refresh box may reach when that
+    /// configuration replaces no default ([`Ecosystem::registry_hosts`]).
     pub default_hosts: &'static [&'static str],
     /// The mirror the host's own configuration names, which the refresh box is pointed at.
-    pub mirror: fn(mirror::Lookup) -> mirror::Mirror,
+    pub mirror: fn(&mirror::Env) -> mirror::Mirror,
     /// Variables pointing an agent box's package manager at the cache (read-only):
     /// `(NAME, VALUE)`, where `{dir}` in VALUE becomes the cache's data directory.
     pub env: &'static [(&'static str, &'static str)],
@@ -176,7 +177,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         install: &["npm", "ci", "--ignore-scripts", "--no-audit", "--no-fund"],
         lock_hint: "npm install --package-lock-only",
         default_hosts: &["registry.npmjs.org:443"],
-        mirror: mirror::none,
+        mirror: mirror::npm,
         env: NPM_ENV,
         fill_env: NPM_ENV,
         derived: None,
@@ -193,7 +194,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         install: &["pnpm", "install", "--frozen-lockfile", "--ignore-scripts"],
         lock_hint: "pnpm install --lockfile-only",
         default_hosts: &["registry.npmjs.org:443"],
-        mirror: mirror::none,
+        mirror: mirror::pnpm,
         env: PNPM_ENV,
         fill_env: PNPM_ENV,
         derived: None,
@@ -218,7 +219,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         ],
         lock_hint: "yarn install",
         default_hosts: &["registry.yarnpkg.com:443"],
-        mirror: mirror::none,
+        mirror: mirror::yarn,
         env: YARN_ENV,
         fill_env: YARN_ENV,
         derived: None,
@@ -241,7 +242,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         install: &["cargo", "fetch", "--locked"],
         lock_hint: "cargo generate-lockfile",
         default_hosts: &["index.crates.io:443", "static.crates.io:443"],
-        mirror: mirror::none,
+        mirror: mirror::cargo,
         env: CARGO_ENV,
         fill_env: CARGO_ENV,
         derived: None,
@@ -412,13 +413,21 @@ impl Ecosystem {
         format!("cache-{}", self.name)
     }
 
-    /// The registry hosts of `mirror`, or the package manager's default ones when it names none.
+    /// The registry hosts the host's configuration makes the package manager reach: `mirror`'s,
+    /// after the default registry's unless `mirror` replaces it. The only egress a refresh box
+    /// may be granted, and what the ready-to-paste profile names.
     pub fn registry_hosts(&self, mirror: &mirror::Mirror) -> Vec<String> {
-        if mirror.hosts.is_empty() {
-            self.default_hosts.iter().map(|h| h.to_string()).collect()
+        let mut hosts: Vec<String> = if mirror.replaces_default && !mirror.hosts.is_empty() {
+            Vec::new()
         } else {
-            mirror.hosts.clone()
+            self.default_hosts.iter().map(|h| h.to_string()).collect()
+        };
+        for h in &mirror.hosts {
+            if !hosts.contains(h) {
+                hosts.push(h.clone());
+            }
         }
+        hosts
     }
 
     /// The profile `refresh` asks for, ready to paste into `.h5i/env.toml`, naming the hosts
@@ -809,8 +818,9 @@ mod tests {
     fn the_ready_to_paste_profile_parses_and_names_only_the_registry() {
         for eco in ECOSYSTEMS {
             let mirror = mirror::Mirror {
-                env: Vec::new(),
                 hosts: vec!["mirror.example.com:443".into()],
+                replaces_default: true,
+                ..mirror::Mirror::default()
             };
             for text in [
                 eco.profile_text(&mirror::Mirror::default()),

@@ -3,13 +3,15 @@
 //! The steps, in order: find the project-declared profile `cache-<eco>` and check it (egress
 //! the registry hosts, no host network, no secrets, no credential grants, no agent, no host
 //! paths beyond the default profile's, no AF_UNIX, loopback ports or extra address families,
-//! and, where the host's configuration names the mirror, no egress entry but its hosts) or
-//! refuse with the profile written out ready to paste, before any box exists; create a dedicated box from this
+//! and no egress entry but the registry hosts the host's own configuration makes the package
+//! manager reach, [`super::mirror`]) or refuse with the profile written out ready to paste,
+//! before any box exists; create a dedicated box from this
 //! repository at HEAD at the supervised tier, with no agent; key the cache by the lockfiles in
 //! that box's workspace (and, for uv and Poetry, derive the hashed requirements list from the
 //! lockfile there: [`super::lockfile`]); run the ecosystem's install step alone there with a fresh staging
 //! directory as the only cache it can write and the registry settings the host's own
-//! configuration names ([`super::mirror`]), its stdin /dev/null and its output captured
+//! configuration names ([`super::mirror`]: its variables, and cargo's source replacement as
+//! the `config.toml` of the box's `CARGO_HOME`, the staging directory), its stdin /dev/null and its output captured
 //! ([`Capture`]) and handed to the caller a line at a time, to be escaped ([`Report::Said`]);
 //! on exit 0, for npm, pnpm and Yarn, copy the `node_modules` it built beside the cache and
 //! stamp it with its platform ([`super::KeptTree`]), then take the staging directory back from
@@ -149,7 +151,7 @@ fn registry_policy(
         },
         &crate::probe::host_tiers(),
     )?;
-    if let Some(why) = beyond_the_registry(&policy, &base, mirror) {
+    if let Some(why) = beyond_the_registry(&policy, &base, &eco.registry_hosts(mirror)) {
         return Err(refuse(why));
     }
     Ok(policy)
@@ -158,12 +160,12 @@ fn registry_policy(
 /// What `policy` grants a refresh box beyond egress to the registry hosts, if anything: an
 /// agent, host paths beyond those of `base` (the built-in default: system paths read-only, the
 /// workspace read-write), AF_UNIX (host listeners), loopback ports, address families beyond the
-/// always-allowed ones, or (where the host's configuration names the mirror, so the registry
-/// hosts are known) an egress entry that is not one of the mirror's hosts.
+/// always-allowed ones, or an egress entry that is not one of `registry` (the registry hosts
+/// the host's configuration makes the package manager reach: [`Ecosystem::registry_hosts`]).
 fn beyond_the_registry(
     policy: &h5i_policy::ResolvedPolicy,
     base: &h5i_policy::ResolvedPolicy,
-    mirror: &Mirror,
+    registry: &[String],
 ) -> Option<String> {
     if let Some(agent) = &policy.agent {
         return Some(format!(
@@ -203,20 +205,18 @@ fn beyond_the_registry(
             policy.net.families.join(", ")
         ));
     }
-    if !mirror.hosts.is_empty() {
-        let extra: Vec<String> = policy
-            .net
-            .egress
-            .iter()
-            .map(ToString::to_string)
-            .filter(|hp| !mirror.hosts.contains(hp))
-            .collect();
-        if !extra.is_empty() {
-            return Some(format!(
-                "its egress names {}, which the host's registry configuration does not",
-                extra.join(", ")
-            ));
-        }
+    let extra: Vec<String> = policy
+        .net
+        .egress
+        .iter()
+        .map(ToString::to_string)
+        .filter(|hp| !registry.contains(hp))
+        .collect();
+    if !extra.is_empty() {
+        return Some(format!(
+            "its egress names {}, which the host's registry configuration does not",
+            extra.join(", ")
+        ));
     }
     None
 }
@@ -255,7 +255,7 @@ pub fn refresh(
         isolation: Some(Tier::Supervised.as_str().to_string()),
         ..ResolveRequest::default()
     };
-    let mirror = (eco.mirror)(&|k| std::env::var(k).ok());
+    let mirror = (eco.mirror)(&super::mirror::Env::of_process());
     registry_policy(store, eco, &mirror, &req)?;
 
     let box_name = format!("cache-{}-refresh-{}", eco.name, std::process::id());
@@ -289,6 +289,9 @@ pub fn refresh(
     if let Some(format) = eco.derived {
         let list = super::lockfile::requirements_of(&sb.paths.workspace(), format)?;
         crate::store::write_atomic(&data.join(super::lockfile::REQUIREMENTS), list.as_bytes())?;
+    }
+    for (file, text) in &mirror.data_files {
+        crate::store::write_atomic(&data.join(file), text.as_bytes())?;
     }
     crate::identity::Mapping::for_caller()
         .and_then(|ids| ids.own(std::slice::from_ref(&data)))

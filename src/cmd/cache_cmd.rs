@@ -32,12 +32,16 @@ pub enum CacheVerb {
         json: bool,
     },
     /// Populate one ecosystem's cache, in a dedicated box with no agent in it; needs the
-    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts. pip, poetry,
-    /// uv and go fetch from the mirror the host's own configuration names (pip.conf and
-    /// PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE for pip and poetry;
-    /// uv.toml and UV_DEFAULT_INDEX, UV_INDEX, UV_EXTRA_INDEX_URL, UV_INSECURE_HOST for uv;
-    /// GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file, GOENV),
-    /// which the refresh box is handed.
+    /// project-declared profile `cache-<ECO>` whose egress is the registry hosts and no other.
+    /// Every ecosystem fetches from the registries the host's own configuration names, which
+    /// the refresh box is handed and which are the only hosts the profile may grant (pip.conf
+    /// and PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST, PIP_CONFIG_FILE for pip and
+    /// poetry; uv.toml and UV_DEFAULT_INDEX, UV_INDEX, UV_EXTRA_INDEX_URL, UV_INSECURE_HOST for
+    /// uv; GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE and Go's env file,
+    /// GOENV; npm's registry and @scope:registry settings from npm_config_* and the user's and
+    /// global npmrc for npm, pnpm (and pnpm's rc) and yarn (and .yarnrc, YARN_REGISTRY); cargo's
+    /// source replacement and [registries] in $CARGO_HOME/config.toml and
+    /// CARGO_REGISTRIES_<NAME>_INDEX). The project's own registry files are never read for this.
     Refresh {
         /// The ecosystem: npm, pnpm, yarn, cargo, pip, uv, poetry or go.
         eco: String,

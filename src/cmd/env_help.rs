@@ -12,6 +12,8 @@ Environment (all optional):
   H5I_SKILL_DIR           where `h5i skill install` writes
   H5I_LOG                 tracing filter for h5i's own diagnostics on stderr, e.g. h5i=debug
                           (RUST_LOG when H5I_LOG is unset); every h5i binary reads it
+  H5I_LOG_DIR             set by h5i for a container-tier run's OCI hooks (with H5I_LOG): where
+                          they write the events h5i then shows on its own stderr
   H5I_NO_PROBE_CACHE      re-probe host capabilities instead of reusing the cached answer
   H5I_SANDBOX             off: a container per run instead of the long-lived box sandbox
   H5I_SANDBOX_IDLE_SECS   how long a box sandbox with no run stays up (default 600, at most
@@ -26,7 +28,12 @@ Read on the host for `box cache refresh` (the mirror the refresh box fetches fro
   GOPROXY, GOSUMDB, GONOSUMDB, GOPRIVATE, GONOPROXY, GOINSECURE, GOENV (and Go's env file);
   UV_DEFAULT_INDEX, UV_INDEX_URL, UV_INDEX, UV_EXTRA_INDEX_URL, UV_INSECURE_HOST,
   UV_CONFIG_FILE, UV_NO_CONFIG (and uv.toml), for the uv cache (poetry's uses pip's);
-  XDG_CONFIG_HOME, HOME
+  NPM_CONFIG_REGISTRY and the other npm_config_* variables (any case; the user's and the
+  global npmrc, npm's own, pnpm's rc; PREFIX, DESTDIR and PATH find the global one) for npm,
+  pnpm and yarn, and YARN_REGISTRY, the other YARN_* variables and .yarnrc for yarn;
+  CARGO_HOME (its config.toml: crates.io's source replacement, [registries]) and
+  CARGO_REGISTRIES_<NAME>_INDEX for cargo; XDG_CONFIG_HOME, HOME. Never the project's own
+  files: a cache-<eco> profile may grant egress to these registries' hosts and no other
 Passed from the caller into a box's runs: TERM, LANG, LC_ALL, COLORTERM, NO_COLOR, and the
   variables a profile's `credential_env` names (read on the host, never seen in the box)
 Also read: HOME, PATH, XDG_RUNTIME_DIR; CONTAINERS_CONF, CONTAINERS_STORAGE_CONF (for Podman);

@@ -3,7 +3,10 @@
 //! `h5i.run` annotation.
 //!
 //! Owns the files' content and order: Podman runs the hooks of one stage in file-name order, so
-//! `00-loopback` (bring up the box's own `lo`) comes before the listeners that bind on it.
+//! `00-loopback` (bring up the box's own `lo`) comes before the listeners that bind on it. A
+//! hook runs with only the variables its file names: with `H5I_LOG` set, those are the filter
+//! and the run's relay directory (`H5I_LOG_DIR`, h5i-log's relay), so its events come back to
+//! the caller's stderr.
 //! Passing this directory replaces the system's hook directories for the run, so no hook h5i
 //! did not write runs in the box. Must never: write a hook that matches other containers (the
 //! annotation value is the run id, anchored), or run a hook outside the createContainer stage.
@@ -16,10 +19,11 @@ use serde_json::json;
 
 use super::podman_args::RUN_ANNOTATION;
 
-/// A hook's Podman file: `argv[0]` is the program's absolute path.
-pub fn hook_file(run_id: &str, argv: &[String]) -> serde_json::Value {
+/// A hook's Podman file: `argv[0]` is the program's absolute path, `env` its whole environment
+/// (`NAME=VALUE`; none when empty).
+pub fn hook_file(run_id: &str, argv: &[String], env: &[String]) -> serde_json::Value {
     let escaped = regex_literal(run_id);
-    json!({
+    let mut file = json!({
         "version": "1.0.0",
         "hook": {
             "path": argv.first().cloned().unwrap_or_default(),
@@ -38,7 +42,11 @@ pub fn hook_file(run_id: &str, argv: &[String]) -> serde_json::Value {
             }
         },
         "stages": ["createContainer"],
-    })
+    });
+    if !env.is_empty() {
+        file["hook"]["env"] = json!(env);
+    }
+    file
 }
 
 /// `s` with every regular-expression metacharacter escaped.
@@ -53,14 +61,23 @@ fn regex_literal(s: &str) -> String {
     out
 }
 
-/// Write `hooks` (in order) into `dir` as `NN-<name>.json`; returns the files written.
-pub fn write(dir: &Path, run_id: &str, hooks: &[Vec<String>]) -> std::io::Result<Vec<PathBuf>> {
+/// Write `hooks` (in order, each with `env`) into `dir` as `NN-<name>.json`; returns the files
+/// written.
+pub fn write(
+    dir: &Path,
+    run_id: &str,
+    hooks: &[Vec<String>],
+    env: &[String],
+) -> std::io::Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir)?;
     let mut written = Vec::new();
     for (i, argv) in hooks.iter().enumerate() {
         let name = argv.get(1).map_or("hook", String::as_str);
         let path = dir.join(format!("{:02}-{name}.json", i * 10));
-        std::fs::write(&path, serde_json::to_vec_pretty(&hook_file(run_id, argv))?)?;
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(&hook_file(run_id, argv, env))?,
+        )?;
         written.push(path);
     }
     Ok(written)
@@ -79,14 +96,26 @@ mod tests {
                 "loopback".into(),
                 "--inside".into(),
             ],
+            &[],
         );
         assert_eq!(v["hook"]["path"], "/opt/h5i/h5i-hook");
+        assert!(v["hook"].get("env").is_none(), "{v}");
         assert_eq!(
             v["hook"]["args"],
             json!(["h5i-hook", "loopback", "--inside"])
         );
         assert_eq!(v["stages"], json!(["createContainer"]));
         assert_eq!(v["when"]["annotations"]["^h5i\\.run$"], "^b\\.1-2$");
+    }
+
+    #[test]
+    fn a_hook_gets_exactly_the_environment_given() {
+        let env = ["H5I_LOG=debug".to_string(), "H5I_LOG_DIR=/run/x/log".into()];
+        let v = hook_file("r", &["/h".into(), "loopback".into()], &env);
+        assert_eq!(
+            v["hook"]["env"],
+            json!(["H5I_LOG=debug", "H5I_LOG_DIR=/run/x/log"])
+        );
     }
 
     #[test]
@@ -100,6 +129,7 @@ mod tests {
                 vec!["/h".into(), "listen".into()],
                 vec!["/h".into(), "listen".into()],
             ],
+            &[],
         )
         .unwrap();
         let mut names: Vec<String> = files

@@ -262,6 +262,29 @@ impl RunDir {
         })
     }
 
+    /// The run's h5i-log relay directory, `out/log` (the engine user's, 0700), with the filter
+    /// text, when `H5I_LOG` (else `RUST_LOG`) sets a filter that parses; else `None`. Podman's
+    /// conmon starts h5i-runc, and h5i-runc the hooks, with environments of their own and
+    /// stderr that is not the caller's: the filter and this directory reach them in the spec
+    /// ([`annotations`], the hooks' own variables), they write their events here, and
+    /// [`relay_events`] shows them after the run.
+    fn relay_dir(&mut self, engine: &Engine) -> Result<Option<(String, PathBuf)>, BoxError> {
+        let (Some((_, text)), Ok(Some(_))) = (h5i_log::directives(), h5i_log::filter()) else {
+            return Ok(None);
+        };
+        let dir = self.out.join("log");
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| BoxError::io(&dir, e))?;
+        self.dirs.push(dir.clone());
+        if engine.switches_user {
+            std::os::unix::fs::chown(&dir, Some(engine.uid), Some(engine.gid))
+                .map_err(|e| BoxError::io(&dir, e))?;
+        }
+        Ok(Some((text.trim().to_string(), dir)))
+    }
+
     fn dir(&mut self, name: &str) -> Result<PathBuf, BoxError> {
         let d = self.path.join(name);
         std::fs::DirBuilder::new()
@@ -438,6 +461,7 @@ pub fn run(
     );
     let mut run_dir = RunDir::create(&engine, &id)?;
     let hooks_path = run_dir.dir("hooks")?;
+    let log_relay = run_dir.relay_dir(&engine)?;
 
     // Read once: what is mounted and the variables naming it come from the same answer.
     let granted = crate::cache::mounts::granted(sb, false);
@@ -511,8 +535,17 @@ pub fn run(
     ])
     .chain(broker.hooks.iter().cloned())
     .collect();
-    let hook_files =
-        hooks_dir::write(&hooks_path, &id, &hooks).map_err(|e| BoxError::io(&hooks_path, e))?;
+    let hook_env: Vec<String> = log_relay
+        .iter()
+        .flat_map(|(filter, dir)| {
+            [
+                format!("{}={filter}", h5i_log::VAR),
+                format!("{}={}", h5i_log::DIR_VAR, dir.display()),
+            ]
+        })
+        .collect();
+    let hook_files = hooks_dir::write(&hooks_path, &id, &hooks, &hook_env)
+        .map_err(|e| BoxError::io(&hooks_path, e))?;
     run_dir.files.extend(hook_files);
 
     let agent_planned: Vec<(String, String)> = agent
@@ -568,7 +601,7 @@ pub fn run(
         env,
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
-        annotations: annotations(policy, &run_dir.out, &id, wiring),
+        annotations: annotations(policy, &run_dir.out, &id, wiring, log_relay.as_ref()),
         shm_bytes: crate::browser::is_browser_box(policy)
             .then(|| crate::browser::shm_bytes(policy)),
         tty: wiring == StdioWiring::OwnPty,
@@ -620,6 +653,9 @@ pub fn run(
         }
     };
 
+    if let Some((_, dir)) = &log_relay {
+        relay_events(dir);
+    }
     let tally = broker.finish();
     let cage_report = cage.as_ref().map(ResourceCage::report);
     let oom = cage_report.as_ref().and_then(|r| r.oom.clone());
@@ -1176,11 +1212,30 @@ fn box_env(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<(String, String)> {
 
 /// h5i-runc's confinement annotations for the box, the evidence capture (into `out`), and the
 /// standard descriptors the caller had closed (passed through as `/dev/null`).
+/// Show on this process's stderr what h5i-runc and the hooks relayed into `dir` (h5i-log's
+/// relay), in time order, each line led by who wrote it and escaped (a spawn event carries the
+/// box's argv), then leave `dir` empty for the run directory's removal.
+fn relay_events(dir: &Path) {
+    use std::io::Write;
+    let mut err = std::io::stderr().lock();
+    for r in h5i_log::drain(dir) {
+        let _ = writeln!(
+            err,
+            "{}: {}",
+            crate::escape::escape_controls(&r.from),
+            crate::escape::escape_controls(&r.line)
+        );
+    }
+}
+
+/// h5i-runc's annotations for the run: confinement, the evidence copy, the stdio wiring, and,
+/// with a `relay` (filter text, directory), h5i-log's relay.
 fn annotations(
     policy: &ResolvedPolicy,
     out: &Path,
     id: &str,
     wiring: StdioWiring,
+    relay: Option<&(String, PathBuf)>,
 ) -> Vec<(String, String)> {
     let landlock = serde_json::json!({
         "read": ["/"],
@@ -1203,6 +1258,10 @@ fn annotations(
         if let Some(v) = closed.annotation() {
             annotations.push((h5i_runtime::stdio::ANNOTATION_CLOSED.into(), v));
         }
+    }
+    if let Some((filter, dir)) = relay {
+        annotations.push((annotation::LOG.into(), filter.clone()));
+        annotations.push((annotation::LOG_DIR.into(), dir.display().to_string()));
     }
     annotations
 }

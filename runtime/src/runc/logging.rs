@@ -5,10 +5,17 @@
 //! what Podman and conmon read back, and logrus text (`time="..." level=error msg="..."`), which
 //! is what runc prints on stderr and what tools scanning a runtime's stderr look for `error` in.
 //! Levels are logrus's names (`warning`, not `warn`).
+//!
+//! A spec may ask for the h5i-log relay (h5i_log's module doc): `h5i.log` names the filter
+//! (h5i's container tier sets it to its own `H5I_LOG`, which Podman's conmon does not pass the
+//! runtime) and `h5i.log.dir` the directory; `create` and `run` read both from the bundle
+//! ([`relay_of`]) and write the filtered events, as h5i does on stderr, to a relay file of
+//! their own there, which the container's init process (forked by `create`) keeps for the
+//! payload's spawn event. The other verbs get no bundle and relay nothing.
 
 use std::fmt;
-use std::fs::OpenOptions;
-use std::path::PathBuf;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -43,22 +50,60 @@ impl LogFormat {
     }
 }
 
+/// The relay a spec asked for ([`relay_of`]): its filter and this process's relay file.
+pub struct Relay {
+    /// The `h5i.log` annotation's filter.
+    pub filter: tracing_subscriber::filter::Targets,
+    /// The relay file made in the `h5i.log.dir` annotation's directory.
+    pub file: File,
+}
+
+/// The largest `config.json` read for the relay annotations (a larger one relays nothing;
+/// libcontainer reads and judges the spec itself).
+const SPEC_CAP: u64 = 16 << 20;
+
+/// The relay `bundle/config.json` asks for: both annotations set, the filter parsing
+/// (h5i_log::parse) and a relay file made in the directory (h5i_log::relay_file); else `None`.
+pub fn relay_of(bundle: &Path) -> Option<Relay> {
+    use h5i_policy::spec_names::annotation;
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    File::open(bundle.join("config.json"))
+        .ok()?
+        .take(SPEC_CAP)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    let spec: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    let notes = spec.get("annotations")?;
+    let filter = h5i_log::parse(notes.get(annotation::LOG)?.as_str()?).ok()?;
+    let dir = Path::new(notes.get(annotation::LOG_DIR)?.as_str()?);
+    let file = h5i_log::relay_file(dir, "h5i-runc")?;
+    Some(Relay { filter, file })
+}
+
 /// Install the global subscriber. Without `--debug` and without an `H5I_LOG`/`RUST_LOG` filter
-/// (h5i-log) only h5i's own records pass (warnings of the runtime library, the final error of
-/// the binary); libcontainer's internal error records
-/// repeat what the final error already says. `--debug` passes everything at debug level.
-pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<(), RuncError> {
+/// (h5i-log) or a relay's filter only h5i's own records pass (warnings of the runtime library,
+/// the final error of the binary); libcontainer's internal error records
+/// repeat what the final error already says. `--debug` passes everything at debug level. With
+/// a `relay`, the records that pass are also written to its file, in h5i's plain format.
+pub fn init(
+    path: Option<&PathBuf>,
+    format: LogFormat,
+    debug: bool,
+    relay: Option<Relay>,
+) -> Result<(), RuncError> {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::fmt::writer::BoxMakeWriter;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer as _;
 
     // `--debug` passes everything; else h5i's one filter (`H5I_LOG`, else `RUST_LOG`; a
     // malformed one was already named by the h5i that started this runtime) when set.
     let targets = if debug {
         Targets::new().with_default(Level::DEBUG)
     } else if let Ok(Some(filter)) = h5i_log::filter() {
-        filter
+        without_spec_dumps(filter)
     } else {
         Targets::new()
             .with_target("h5i_runtime", Level::WARN)
@@ -81,12 +126,29 @@ pub fn init(path: Option<&PathBuf>, format: LogFormat, debug: bool) -> Result<()
     let layer = tracing_subscriber::fmt::layer()
         .event_format(RuncFormat(format))
         .with_writer(writer);
+    // The relay has its own filter: what reaches stderr or `--log` stays as it was (where
+    // Podman passes the caller's stderr through, the relayed events would show twice).
+    let relay =
+        relay.map(|r| h5i_log::relay_layer(r.file).with_filter(without_spec_dumps(r.filter)));
     // A second init (unit tests) keeps the first subscriber; that is fine.
     let _ = tracing_subscriber::registry()
-        .with(layer)
-        .with(targets)
+        .with(layer.with_filter(targets))
+        .with(relay)
         .try_init();
     Ok(())
+}
+
+/// `filter` with libcontainer held at `info`: its debug records print the whole spec (the
+/// process's environment, which holds a run's secrets, with it), and h5i-log records no
+/// environment. Only `--debug`, runc's own switch, passes them.
+fn without_spec_dumps(
+    filter: tracing_subscriber::filter::Targets,
+) -> tracing_subscriber::filter::Targets {
+    if filter.would_enable("libcontainer", &Level::DEBUG) {
+        filter.with_target("libcontainer", Level::INFO)
+    } else {
+        filter
+    }
 }
 
 struct RuncFormat(LogFormat);
@@ -199,6 +261,54 @@ fn rfc3339_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_relay_is_what_the_specs_annotations_ask_for() {
+        use std::os::unix::fs::PermissionsExt;
+        let bundle = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let spec = |notes: serde_json::Value| {
+            std::fs::write(
+                bundle.path().join("config.json"),
+                serde_json::json!({"ociVersion": "1.0.2", "annotations": notes}).to_string(),
+            )
+            .unwrap();
+        };
+        let d = dir.path().display().to_string();
+        spec(serde_json::json!({"h5i.log.dir": d}));
+        assert!(relay_of(bundle.path()).is_none(), "no filter, no relay");
+        spec(serde_json::json!({"h5i.log": "h5i=loud", "h5i.log.dir": d}));
+        assert!(
+            relay_of(bundle.path()).is_none(),
+            "a malformed filter relays nothing"
+        );
+        spec(serde_json::json!({"h5i.log": "debug", "h5i.log.dir": d}));
+        let relay = relay_of(bundle.path()).unwrap();
+        assert!(relay
+            .filter
+            .would_enable("h5i::spawn", &tracing::Level::DEBUG));
+        assert!(dir
+            .path()
+            .join(format!("h5i-runc.{}.log", std::process::id()))
+            .is_file());
+    }
+
+    #[test]
+    fn h5i_logs_filter_never_passes_libcontainers_spec_dumps() {
+        for text in ["debug", "libcontainer=trace", "trace"] {
+            let f = without_spec_dumps(h5i_log::parse(text).unwrap());
+            assert!(
+                !f.would_enable("libcontainer::user_ns", &Level::DEBUG),
+                "{text}"
+            );
+            assert!(f.would_enable("libcontainer", &Level::INFO), "{text}");
+        }
+        let f = without_spec_dumps(h5i_log::parse("debug").unwrap());
+        assert!(f.would_enable("h5i::spawn", &Level::DEBUG));
+        let f = without_spec_dumps(h5i_log::parse("h5i::spawn=debug").unwrap());
+        assert!(!f.would_enable("libcontainer", &Level::INFO));
+    }
 
     #[test]
     fn log_format_parse() {
