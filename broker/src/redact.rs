@@ -273,6 +273,40 @@ impl Redactor {
     }
 }
 
+/// The shortest start of a value [`Redactor::redact_cut`] scrubs at the end of a cut text: a
+/// shorter one says next to nothing of the value, and would match ordinary text.
+pub const CUT_TAIL_MIN: usize = 4;
+
+impl Redactor {
+    /// [`Redactor::redact`] for a text that was cut short at its end (a capture's bounded
+    /// head): a cut through a value leaves its start, which no whole-value match finds, so a
+    /// tail that is the start of a value (at least [`CUT_TAIL_MIN`] bytes of it, the longest
+    /// such tail) is scrubbed too, recorded as `<rule id>/cut`.
+    pub fn redact_cut(&self, text: &str) -> (String, Vec<String>) {
+        let (mut out, mut ids) = self.redact(text);
+        let mut longest: Option<(usize, &Needle)> = None;
+        for n in &self.needles {
+            let most = n.bytes.len().saturating_sub(1).min(out.len());
+            let found = (CUT_TAIL_MIN..=most)
+                .rev()
+                .find(|k| out.as_bytes()[out.len() - k..] == n.bytes[..*k]);
+            if let Some(k) = found {
+                if longest.is_none_or(|(l, _)| k > l) && out.is_char_boundary(out.len() - k) {
+                    longest = Some((k, n));
+                }
+            }
+        }
+        if let Some((k, n)) = longest {
+            let from = out.len() - k;
+            out.replace_range(from.., &format!("[REDACTED:{}/cut]", n.rule_id));
+            ids.push(format!("{}/cut", n.rule_id));
+            ids.sort();
+            ids.dedup();
+        }
+        (out, ids)
+    }
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -401,6 +435,33 @@ mod tests {
             assert!(fired.contains(&rule), "{rule} did not redact: {out}");
             assert!(r.matches(out.as_bytes()).is_empty(), "{rule} left: {out}");
         }
+    }
+
+    #[test]
+    fn a_text_cut_through_a_value_loses_the_values_start_too() {
+        let secret = "h5i-dummy-0123456789abcdef";
+        let r = Redactor::new(vec![SecretValue::new("credential-dummy:K", secret)]);
+        for cut in [CUT_TAIL_MIN, 12, secret.len() - 1] {
+            let text = format!("{secret} and then {}", &secret[..cut]);
+            let (out, ids) = r.redact_cut(&text);
+            assert_eq!(
+                out,
+                "[REDACTED:credential-dummy:K] and then [REDACTED:credential-dummy:K/cut]",
+                "{cut}"
+            );
+            assert_eq!(ids, ["credential-dummy:K", "credential-dummy:K/cut"]);
+            // `redact` alone leaves the start behind: that is what the cut variant is for.
+            assert!(r.redact(&text).0.ends_with(&secret[..cut]));
+        }
+        // The start of an encoded form is scrubbed the same way.
+        let hex = hex(secret.as_bytes(), LOWER);
+        let (out, ids) = r.redact_cut(&format!("x {}", std::str::from_utf8(&hex[..20]).unwrap()));
+        assert_eq!(out, "x [REDACTED:credential-dummy:K/hex/cut]");
+        assert_eq!(ids, ["credential-dummy:K/hex/cut"]);
+        // Fewer bytes than the minimum, or a text not ending in a value's start, is left alone.
+        let short = &secret[..CUT_TAIL_MIN - 1];
+        assert_eq!(r.redact_cut(&format!("x {short}")).0, format!("x {short}"));
+        assert_eq!(r.redact_cut("nothing secret").0, "nothing secret");
     }
 
     #[test]
