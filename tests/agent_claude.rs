@@ -619,7 +619,15 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
             .filter(|(_, bytes)| bytes.windows(16).any(|w| w == window))
             .map(|(p, _)| p)
             .collect();
-        assert!(hits.is_empty(), "at {tier}: part of the dummy in {hits:?}");
+        if let Some(hit) = hits.first() {
+            let (_, bytes) = files.iter().find(|(p, _)| p == *hit).unwrap();
+            let at = bytes.windows(16).position(|w| w == window).unwrap();
+            let around = &bytes[at.saturating_sub(200)..(at + 200).min(bytes.len())];
+            panic!(
+                "at {tier}: part of the dummy in {hits:?}: {}",
+                String::from_utf8_lossy(around)
+            );
+        }
         let w = std::str::from_utf8(window).unwrap();
         assert!(!shown.contains(w), "at {tier}: part of the dummy shown: {shown}");
         assert!(!report.contains(w), "{report}");

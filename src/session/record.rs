@@ -280,8 +280,9 @@ fn says_cut(body: &RecordBody) -> bool {
     }
 }
 
-/// A box-staged raw payload as h5i stores it: redacted (the start of a value the box's cut
-/// went through too, when `box_cut`), then cut to [`MAX_PAYLOAD_BYTES`] on a character
+/// A box-staged raw payload as h5i stores it: redacted (a value's start or end standing alone,
+/// where the agent or its tools cut it, too: `Redactor::redact_parts`; and the start of a value
+/// the box's own cut went through, when `box_cut`), then cut to [`MAX_PAYLOAD_BYTES`] on a character
 /// boundary; a payload the box cut ends with [`BOX_CUT_MARKER`], one h5i cut with a line
 /// starting [`HOST_CUT_MARKER`] that says how much it kept. Cutting after redaction keeps
 /// every value whole for the redactor.
@@ -293,7 +294,7 @@ fn stored_payload(
 ) -> String {
     let (mut clean, ids) = match box_cut {
         true => redactor.redact_cut(raw),
-        false => redactor.redact(raw),
+        false => redactor.redact_parts(raw),
     };
     redactions.extend(ids);
     let box_marker = if box_cut { BOX_CUT_MARKER } else { "" };
@@ -332,7 +333,8 @@ fn store_payload(
     Ok(name)
 }
 
-/// A box-supplied record with every secret value scrubbed (through its JSON text).
+/// A box-supplied record with every secret value scrubbed (through its JSON text), and every
+/// value's start or end standing alone (`Redactor::redact_parts`).
 fn redact_body(
     body: RecordBody,
     redactor: &h5i_broker::redact::Redactor,
@@ -340,7 +342,7 @@ fn redact_body(
     let Ok(text) = serde_json::to_string(&body) else {
         return (body, Vec::new());
     };
-    let (clean, ids) = redactor.redact(&text);
+    let (clean, ids) = redactor.redact_parts(&text);
     if ids.is_empty() {
         return (body, ids);
     }
@@ -392,7 +394,7 @@ mod tests {
     #[test]
     fn a_payload_the_box_cut_through_a_secret_keeps_none_of_it_and_says_it_was_cut() {
         let mut ids = Vec::new();
-        let raw = format!("{{\"tool_response\":\"{DUMMY}{}", &DUMMY[..30]);
+        let raw = format!("{{\"tool_response\":\"{DUMMY}{}", &DUMMY[..12]);
         let got = stored_payload(&raw, true, &redactor(), &mut ids);
         assert_eq!(
             got,
@@ -408,7 +410,7 @@ mod tests {
     #[test]
     fn the_claims_fields_the_box_cut_lose_a_cut_secrets_start() {
         let claim = serde_json::json!({
-            "command": format!("echo {}", &DUMMY[..25]),
+            "command": format!("echo {}", &DUMMY[..12]),
             "command_cut": true,
             "stdout": format!("ok {}", &DUMMY[..25]),
         });
