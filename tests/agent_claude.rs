@@ -587,9 +587,15 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
 
     // The box's dummy, as the model saw it printed.
     let sent: String = reqs.iter().map(|l| l.seen.all_text()).collect();
-    let at = sent.find("key=h5i-dummy-").expect("the dummy reached the model") + 4;
+    let at = sent
+        .find("key=h5i-dummy-")
+        .expect("the dummy reached the model")
+        + 4;
     let dummy = &sent[at..at + "h5i-dummy-".len() + 64];
-    assert!(dummy[10..].bytes().all(|b| b.is_ascii_hexdigit()), "{dummy}");
+    assert!(
+        dummy[10..].bytes().all(|b| b.is_ascii_hexdigit()),
+        "{dummy}"
+    );
 
     let report = agent::export_report(&c, "cl");
     let out_dir = tempfile::tempdir().unwrap();
@@ -612,7 +618,10 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
         }
     }
     let files = every_file(&ours);
-    assert!(files.iter().any(|(p, _)| p.contains("payloads")), "{ours:?}");
+    assert!(
+        files.iter().any(|(p, _)| p.contains("payloads")),
+        "{ours:?}"
+    );
     for window in dummy[10..].as_bytes().windows(16) {
         let hits: Vec<&String> = files
             .iter()
@@ -629,7 +638,10 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
             );
         }
         let w = std::str::from_utf8(window).unwrap();
-        assert!(!shown.contains(w), "at {tier}: part of the dummy shown: {shown}");
+        assert!(
+            !shown.contains(w),
+            "at {tier}: part of the dummy shown: {shown}"
+        );
         assert!(!report.contains(w), "{report}");
     }
     assert!(common::files_containing(&box_dir, CLAUDE_AGENT.real.as_bytes()).is_empty());
@@ -641,7 +653,9 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
     let mut redacted = 0;
     let mut cut = Vec::new();
     for r in receipts.iter().filter(|r| r["payload"].is_string()) {
-        let path = box_dir.join("payloads").join(r["payload"].as_str().unwrap());
+        let path = box_dir
+            .join("payloads")
+            .join(r["payload"].as_str().unwrap());
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.len() <= MAX_PAYLOAD_BYTES, "{path:?}: {}", text.len());
         if text.contains(&format!("[REDACTED:{rule}]")) {
@@ -690,7 +704,9 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
     let forged: Vec<&str> = problems
         .lines()
         .filter(|l| {
-            l.contains("the box claims it staged this record at 1970-01-01T00:00:00.000Z, before run #")
+            l.contains(
+                "the box claims it staged this record at 1970-01-01T00:00:00.000Z, before run #",
+            )
         })
         .collect();
     assert_eq!(forged.len(), 2, "at {tier}: {problems}");
@@ -835,11 +851,14 @@ fn the_demos_agent_step(as_user: bool) {
         "the demo's box is not confined: {run}"
     );
     let listed = agent::listed_under_run(&report, "claude", "inbox-capture");
+    // (Claude Code drops the script's leading `cd /work && `, the folder it runs in, from the
+    // command it reports to its hooks.)
+    let tests = crate::demo::TESTS.trim_start_matches("cd /work && ");
     let calls = [
         ("Read", crate::demo::FILE),
-        ("Bash", crate::demo::TESTS),
+        ("Bash", tests),
         ("Edit", crate::demo::FILE),
-        ("Bash", crate::demo::TESTS),
+        ("Bash", tests),
         ("Bash", "printf"),
     ];
     assert_eq!(listed.len(), calls.len(), "{report}");

@@ -522,8 +522,7 @@ mod tests {
             let text = format!("{secret} and then {}", &secret[..cut]);
             let (out, ids) = r.redact_cut(&text);
             assert_eq!(
-                out,
-                "[REDACTED:credential-dummy:K] and then [REDACTED:credential-dummy:K/cut]",
+                out, "[REDACTED:credential-dummy:K] and then [REDACTED:credential-dummy:K/cut]",
                 "{cut}"
             );
             assert_eq!(ids, ["credential-dummy:K", "credential-dummy:K/cut"]);

@@ -1424,11 +1424,23 @@ mod tests {
                     "process",
                     1_000_000,
                 ),
-                at(staged(2, "PreToolUse", "Bash", "t1", "ls"), 1_000_500_000_000, 1_009_000),
-                at(staged(3, "PostToolUse", "Bash", "t1", "ls"), 1_000_600_000_000, 1_009_000),
+                at(
+                    staged(2, "PreToolUse", "Bash", "t1", "ls"),
+                    1_000_500_000_000,
+                    1_009_000,
+                ),
+                at(
+                    staged(3, "PostToolUse", "Bash", "t1", "ls"),
+                    1_000_600_000_000,
+                    1_009_000,
+                ),
                 // Forged times: 1970, and after h5i read the spool.
                 at(staged(4, "PreToolUse", "Bash", "f", "curl x"), 1, 1_009_000),
-                at(staged(5, "PostToolUse", "Bash", "f", "curl x"), 1_009_001_000_000, 1_009_000),
+                at(
+                    staged(5, "PostToolUse", "Bash", "f", "curl x"),
+                    1_009_001_000_000,
+                    1_009_000,
+                ),
                 // A microVM guest's clock is its own: not compared.
                 with_tier(
                     run(6, ReceiptLane::HostEnvRun, &claude, None),

@@ -138,7 +138,9 @@ fn ingest_spool(
     for (i, entry) in entries.into_iter().enumerate() {
         let at_ms = now_ms();
         let (staged, cut_ids) = scrub_cut_fields(entry.body.clone(), redactor);
-        let box_cut = !cut_ids.is_empty() || says_cut(&staged);
+        // The raw payload the hook staged (not the shim's, whose stored payload is h5i's JSON of
+        // its output heads; its cuts are in the record's claim) ends with the box's cut marker.
+        let box_cut = says_cut(&staged, "payload");
         let (body, raw) = match with_staged_time(staged, entry.staged_ns) {
             RecordBody::BoxClaimed {
                 claimed_kind,
@@ -223,9 +225,10 @@ fn with_staged_time(body: RecordBody, staged_ns: Option<u64>) -> RecordBody {
 /// smaller still, but redaction can grow a payload, and the tee shim's JSON escapes do).
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
-/// The line a stored payload ends with when the box's capture says it cut the payload short
-/// before staging it (the hook's `payload_cut`, the shim's `stdout_cut`/`stderr_cut`/
-/// `command_cut`): box-claimed, like the payload.
+/// The line a stored payload ends with when the box's capture hook says it cut the payload
+/// short before staging it (`payload_cut`): box-claimed, like the payload. (The shim's cuts,
+/// `stdout_cut`/`stderr_cut`/`command_cut`, are in its record's claim: its stored payload is
+/// h5i's JSON of the output heads.)
 pub const BOX_CUT_MARKER: &str =
     "\n[h5i: the box's capture says it cut this payload short before staging it; the rest never reached h5i]\n";
 
@@ -270,12 +273,12 @@ fn scrub_cut_fields(
 /// The fields a box's capture cuts to fit the spool (`h5i_hook::capture`, `h5i_hook::tee_shim`).
 const CUT_FIELDS: &[&str] = &["payload", "stdout", "stderr", "command"];
 
-/// Whether a staged record's claim says one of its fields was cut short.
-fn says_cut(body: &RecordBody) -> bool {
+/// Whether a staged record's claim says its `field` was cut short.
+fn says_cut(body: &RecordBody, field: &str) -> bool {
     match body {
-        RecordBody::BoxClaimed { claim, .. } => CUT_FIELDS.iter().any(|f| {
-            claim.get(format!("{f}_cut")) == Some(&serde_json::Value::Bool(true))
-        }),
+        RecordBody::BoxClaimed { claim, .. } => {
+            claim.get(format!("{field}_cut")) == Some(&serde_json::Value::Bool(true))
+        }
         _ => false,
     }
 }
@@ -304,8 +307,9 @@ fn stored_payload(
         return clean;
     }
     // The host's marker with the widest figures it can hold, so the cut leaves room for it.
-    let host_marker =
-        |kept: usize| format!("{HOST_CUT_MARKER} {MAX_PAYLOAD_BYTES} bytes: {kept} of {whole} bytes kept]\n");
+    let host_marker = |kept: usize| {
+        format!("{HOST_CUT_MARKER} {MAX_PAYLOAD_BYTES} bytes: {kept} of {whole} bytes kept]\n")
+    };
     let room = MAX_PAYLOAD_BYTES - box_marker.len() - host_marker(whole).len();
     let mut end = room.min(whole);
     while !clean.is_char_boundary(end) {
@@ -418,7 +422,7 @@ mod tests {
             claimed_kind: "command".into(),
             claim,
         };
-        assert!(says_cut(&body));
+        assert!(says_cut(&body, "command") && !says_cut(&body, "stdout"));
         let (body, ids) = scrub_cut_fields(body, &redactor());
         let RecordBody::BoxClaimed { claim, .. } = body else {
             panic!()
