@@ -622,7 +622,7 @@ fn what_the_box_keeps_of_tool_calls(test: &str, tier: &str, as_user: bool) {
         files.iter().any(|(p, _)| p.contains("payloads")),
         "{ours:?}"
     );
-    for window in dummy[10..].as_bytes().windows(16) {
+    for window in dummy.as_bytes()[10..].windows(16) {
         let hits: Vec<&String> = files
             .iter()
             .filter(|(_, bytes)| bytes.windows(16).any(|w| w == window))
