@@ -1,8 +1,8 @@
 //! The scripted model `make demo` runs Claude Code against (no model, no internet): the test
 //! suite's model service (`tests/model`, TLS on 127.0.0.1 with a CA made here) playing the
-//! demo's script on the sample repository (`scripts/make-sample-repo.sh`): read the buggy
-//! file, run the tests (they fail), fix the line, run them again (they pass), stage a proposal,
-//! finish.
+//! demo's script (`tests/model/demo.rs`, which the test of the demo's agent step plays too) on
+//! the sample repository (`scripts/make-sample-repo.sh`): read the buggy file, run the tests
+//! (they fail), fix the line, run them again (they pass), stage a proposal, finish.
 //!
 //! Usage: `scripted_model DIR` with the host's key for the demo in `H5I_DEMO_KEY`. Writes the CA
 //! to `DIR/ca.der`, prints the `H5I_TEST_HOSTS` entry that points h5i's credential proxy here
@@ -13,6 +13,8 @@
 //! (`--features test-seams`) lets the proxy be pointed here.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/model/demo.rs"]
+mod demo;
 #[path = "../tests/model/mod.rs"]
 mod model;
 #[path = "../broker/tests/support/mod.rs"]
@@ -20,47 +22,7 @@ mod support;
 
 use std::io::{Read, Write};
 
-use model::{Api, Call, Kind, ModelService, Turn};
-use serde_json::json;
-
-/// The file the model fixes, as the box sees it.
-const FILE: &str = "/work/wordcount/textstats.py";
-/// The demo's proposal, staged where the skill's `proposal` page says.
-const PROPOSAL: &str = "word_count split on single spaces, so newlines, tabs and runs of \
-                        spaces miscounted; it now splits on any whitespace (str.split()). \
-                        The failing test passes, and so do the other seven.";
-
-fn bash(command: &str, description: &str) -> Call {
-    Call::new(
-        "Bash",
-        json!({"command": command, "description": description}),
-    )
-}
-
-fn script() -> Vec<Turn> {
-    let tests = "cd /work && python3 -m unittest 2>&1 | tail -n 3";
-    vec![
-        Turn::calls(vec![Call::new("Read", json!({"file_path": FILE}))]).expecting("fix"),
-        Turn::calls(vec![bash(tests, "run the tests before the change")])
-            .expecting("text.split(\" \")"),
-        Turn::calls(vec![Call::new(
-            "Edit",
-            json!({"file_path": FILE,
-                   "old_string": "words = [w for w in text.split(\" \") if w]",
-                   "new_string": "words = text.split()"}),
-        )])
-        .expecting("FAILED (failures=1)"),
-        Turn::calls(vec![bash(tests, "run the tests after the change")])
-            .expecting("has been updated"),
-        Turn::calls(vec![bash(
-            &format!("printf '%s\\n' '{PROPOSAL}' > \"$H5I_ENV_CAPTURE_SPOOL/proposal.md\" && echo staged"),
-            "stage the proposal for the reviewer",
-        )])
-        .expecting("OK"),
-        Turn::finish("word_count is fixed; the tests pass and the proposal is staged.")
-            .expecting("staged"),
-    ]
-}
+use model::{Api, Kind, ModelService};
 
 fn main() {
     let dir = std::env::args()
@@ -68,7 +30,7 @@ fn main() {
         .expect("usage: scripted_model DIR (H5I_DEMO_KEY in the environment)");
     let key = std::env::var("H5I_DEMO_KEY").expect("H5I_DEMO_KEY is not set");
     let ca = support::TestCa::new();
-    let turns = script();
+    let turns = demo::script();
     let n = turns.len();
     let service = ModelService::start(
         ca.server_config(&["api.anthropic.com"]),

@@ -26,7 +26,7 @@ use crate::common;
 use crate::model;
 
 use std::net::Ipv4Addr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use agent::{Agent, DeniedHost, Model};
 use common::pty::{screen_text, Session};
@@ -573,8 +573,7 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     // continue"); the task waits for it.
     s.expect_screen("Trust this folder?");
     s.expect_screen("1. Trust and continue");
-    s.read_for(Duration::from_millis(500));
-    s.send("\r");
+    answer_trust_prompt(&mut s, &m, tier);
     s.expect_screen("The greeting is fixed.");
     // The session's wall time for BENCHMARKS.md: from `box shell` to the model's last answer
     // on the screen, the person's two half-second pauses included.
@@ -635,6 +634,138 @@ fn codex_in_box_shell(test: &str, tier: &str, as_user: bool) {
     let problems = agent::problems_section(&report);
     assert!(!problems.contains("shell shim"), "at {tier}: {problems}");
     no_unix_socket_for_the_box(&mut c, &env, tier);
+}
+
+/// Codex's switches (`h5i::agent::codex_config`), one line each, as its box must show them.
+const CODEX_SWITCH_LINES: &[&str] = &[
+    "sandbox_mode = \"danger-full-access\"",
+    "check_for_update_on_startup = false",
+    "[analytics]",
+    "enabled = false",
+    "[otel]",
+    "exporter = \"none\"",
+];
+
+/// Codex's switches from inside a real box at `tier`: the model's second turn is played only
+/// when the configuration Codex reads in the box (`/etc/codex/config.toml`, h5i's read-only
+/// system folder; Codex has no variables for them) printed every switch line; the model
+/// service saw nothing but model calls (no other path of its host); and the box's egress
+/// table refused no connection to any host (no analytics, telemetry or update host was
+/// reached for). Codex 0.171 does still ask the box's resolver for names, which the box refuses
+/// (it has none; `…:53/udp` in "Denied egress attempts"): which names is not known yet, and
+/// nothing is sent to any of them, as the table saw no other attempt.
+fn codex_runs_with_its_switches_off(test: &str, tier: &str, as_user: bool) {
+    let mut c = agent::greeting_box(&CODEX_AGENT, "cx", tier, as_user);
+    let mut shown = Turn::finish("Shown.");
+    for line in CODEX_SWITCH_LINES {
+        shown = shown.expecting(line);
+    }
+    let script = vec![
+        Turn::calls(vec![exec(sh("cat /etc/codex/config.toml"))]).expecting("show your switches"),
+        shown,
+    ];
+    let Some(m) = Model::start(test, &CODEX_AGENT, &c, script) else {
+        return;
+    };
+    let out = c.h5i_bounded(
+        &[
+            "box",
+            "run",
+            "cx",
+            "--",
+            "codex",
+            "exec",
+            "show your switches",
+        ],
+        &m.env(&CODEX_AGENT),
+        agent::SESSION_LIMIT,
+    );
+    let kinds: Vec<_> = m
+        .service
+        .requests()
+        .into_iter()
+        .map(|l| (l.kind, l.seen.path))
+        .collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "at {tier}: {}\n{}\nproblems: {:?}\nrequests: {kinds:?}",
+        common::stdout(&out),
+        common::stderr(&out),
+        m.service.problems()
+    );
+    assert!(
+        common::stdout(&out).contains("Shown."),
+        "{}",
+        common::stdout(&out)
+    );
+    assert!(
+        m.service.problems().is_empty(),
+        "{:?}",
+        m.service.problems()
+    );
+    assert!(
+        kinds.iter().all(|(k, _)| matches!(
+            k,
+            Kind::Turn(_) | Kind::Side | Kind::CountTokens | Kind::Models
+        )),
+        "at {tier}: a request that is no model call: {kinds:?}"
+    );
+    let report = agent::export_report(&c, "cx");
+    let denied = agent::denied_section(&report);
+    let refused: Vec<&str> = denied.lines().filter(|l| l.starts_with("- ")).collect();
+    assert!(
+        refused.iter().all(|l| l.contains(":53/udp` refused")),
+        "at {tier}: a connection was tried: {denied}"
+    );
+    assert!(!denied.contains("Not counted"), "at {tier}: {denied}");
+}
+
+#[test]
+fn codex_runs_with_telemetry_and_updates_off_at_the_process_tier() {
+    let test = "codex_runs_with_telemetry_and_updates_off_at_the_process_tier";
+    if agent::have_agent(test, CODEX) {
+        codex_runs_with_its_switches_off(test, "process", false);
+    }
+}
+
+#[test]
+fn codex_runs_with_telemetry_and_updates_off_at_the_process_tier_as_h5i_test() {
+    let test = "codex_runs_with_telemetry_and_updates_off_at_the_process_tier_as_h5i_test";
+    if agent::have_agent(test, CODEX) {
+        codex_runs_with_its_switches_off(test, "process", true);
+    }
+}
+
+/// Answer Codex's folder-trust prompt (on the screen) with Enter, as a person does, and as a
+/// person would, press it again while the prompt is still there: under load Codex can drop an
+/// Enter that arrives while it is still settling the prompt. The answer has landed once the
+/// task it held reaches the model (the script's first turn). Until then, after each Enter
+/// (half a second after the screen last changed): if Codex draws nothing within 5 s, or draws
+/// the prompt again, the prompt is still shown and Enter goes again, at most four times in
+/// all; anything else drawn means Codex moved on, and the caller waits for the task's end.
+fn answer_trust_prompt(s: &mut Session, m: &Model, tier: &str) {
+    let asked = || m.service.requests().iter().any(|l| l.kind == Kind::Turn(0));
+    for _ in 0..4 {
+        s.read_for(Duration::from_millis(500));
+        s.send("\r");
+        let mark = s.seen.len();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if asked() {
+                return;
+            }
+            s.read_for(Duration::from_millis(200));
+        }
+        let drawn = screen_text(&s.seen[mark..]);
+        if !(drawn.is_empty() || drawn.contains("Trustthisfolder?")) {
+            return;
+        }
+    }
+    panic!(
+        "at {tier}: Codex's trust prompt took none of four Enters: {}",
+        screen_text(&s.seen)
+    );
 }
 
 /// The `tools.NAME` Codex's first request offered the model's code-mode cell, by name.

@@ -11,6 +11,8 @@
 #[path = "model/agent.rs"]
 mod agent;
 mod common;
+#[path = "model/demo.rs"]
+mod demo;
 mod model;
 #[path = "../broker/tests/support/mod.rs"]
 mod support;

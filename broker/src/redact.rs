@@ -273,6 +273,116 @@ impl Redactor {
     }
 }
 
+/// The shortest start of a value [`Redactor::redact_cut`] scrubs at the end of a cut text: a
+/// shorter one says next to nothing of the value, and would match ordinary text.
+pub const CUT_TAIL_MIN: usize = 4;
+
+/// The longest a part of a value must be for [`Redactor::redact_parts`] to scrub it wherever it
+/// stands (a value shorter than twice this needs half its length).
+pub const PART_MIN: usize = 16;
+
+/// The shortest part of a value of `len` bytes [`Redactor::redact_parts`] scrubs: half of it,
+/// at least [`CUT_TAIL_MIN`] and at most [`PART_MIN`] bytes.
+fn part_min(len: usize) -> usize {
+    (len / 2).clamp(CUT_TAIL_MIN, PART_MIN)
+}
+
+/// Where in `hay` a proper start of `needle` stands, at least `min` bytes of it (each the
+/// longest at its place; the ranges do not overlap).
+fn starts_of(hay: &[u8], needle: &[u8], min: usize) -> Vec<(usize, usize)> {
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < hay.len() {
+        let n = hay[i..]
+            .iter()
+            .zip(needle)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if n >= min && n < needle.len() {
+            found.push((i, i + n));
+            i += n;
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+impl Redactor {
+    /// [`Redactor::redact`] for text an agent or its tools may have cut anywhere (a tool's
+    /// output shown only up to a limit, a preview of a longer one): whole values are scrubbed
+    /// first, then every part of a value that is its start or its end, at least half of it and
+    /// at least [`CUT_TAIL_MIN`] bytes (never more than [`PART_MIN`] needed), recorded as
+    /// `<rule id>/part`. A part from the middle of a value, or a shorter one, is not found.
+    pub fn redact_parts(&self, text: &str) -> (String, Vec<String>) {
+        let (mut out, mut ids) = self.redact(text);
+        // Candidates from every form, longest first; each kept unless it overlaps one kept.
+        let mut parts: Vec<(usize, usize, &str)> = Vec::new();
+        for n in &self.needles {
+            let min = part_min(n.bytes.len());
+            let hay = out.as_bytes();
+            parts.extend(
+                starts_of(hay, &n.bytes, min)
+                    .into_iter()
+                    .map(|(a, b)| (a, b, n.rule_id.as_str())),
+            );
+            let rev_hay: Vec<u8> = hay.iter().rev().copied().collect();
+            let rev_needle: Vec<u8> = n.bytes.iter().rev().copied().collect();
+            parts.extend(
+                starts_of(&rev_hay, &rev_needle, min)
+                    .into_iter()
+                    .map(|(a, b)| (hay.len() - b, hay.len() - a, n.rule_id.as_str())),
+            );
+        }
+        parts.sort_by_key(|(a, b, _)| (std::cmp::Reverse(b - a), *a));
+        let mut kept: Vec<(usize, usize, &str)> = Vec::new();
+        for p in parts {
+            let free = kept.iter().all(|k| p.1 <= k.0 || p.0 >= k.1);
+            if free && out.is_char_boundary(p.0) && out.is_char_boundary(p.1) {
+                kept.push(p);
+            }
+        }
+        kept.sort_by_key(|k| std::cmp::Reverse(k.0));
+        let mut fired = Vec::new();
+        for (a, b, id) in &kept {
+            fired.push(format!("{id}/part"));
+            out.replace_range(*a..*b, &format!("[REDACTED:{id}/part]"));
+        }
+        ids.extend(fired);
+        ids.sort();
+        ids.dedup();
+        (out, ids)
+    }
+
+    /// [`Redactor::redact_parts`] for a text that was cut short at its end (a capture's bounded
+    /// head): a cut through a value leaves its start, so a tail that is the start of a value (at
+    /// least [`CUT_TAIL_MIN`] bytes of it, the longest such tail) is scrubbed too, recorded as
+    /// `<rule id>/cut`.
+    pub fn redact_cut(&self, text: &str) -> (String, Vec<String>) {
+        let (mut out, mut ids) = self.redact_parts(text);
+        let mut longest: Option<(usize, &Needle)> = None;
+        for n in &self.needles {
+            let most = n.bytes.len().saturating_sub(1).min(out.len());
+            let found = (CUT_TAIL_MIN..=most)
+                .rev()
+                .find(|k| out.as_bytes()[out.len() - k..] == n.bytes[..*k]);
+            if let Some(k) = found {
+                if longest.is_none_or(|(l, _)| k > l) && out.is_char_boundary(out.len() - k) {
+                    longest = Some((k, n));
+                }
+            }
+        }
+        if let Some((k, n)) = longest {
+            let from = out.len() - k;
+            out.replace_range(from.., &format!("[REDACTED:{}/cut]", n.rule_id));
+            ids.push(format!("{}/cut", n.rule_id));
+            ids.sort();
+            ids.dedup();
+        }
+        (out, ids)
+    }
+}
+
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -401,6 +511,56 @@ mod tests {
             assert!(fired.contains(&rule), "{rule} did not redact: {out}");
             assert!(r.matches(out.as_bytes()).is_empty(), "{rule} left: {out}");
         }
+    }
+
+    #[test]
+    fn a_text_cut_through_a_value_loses_the_values_start_too() {
+        let secret = "h5i-dummy-0123456789abcdef";
+        let r = Redactor::new(vec![SecretValue::new("credential-dummy:K", secret)]);
+        // (A longer start, half the value or more, is a part wherever it stands: `/part`.)
+        for cut in [CUT_TAIL_MIN, part_min(secret.len()) - 1] {
+            let text = format!("{secret} and then {}", &secret[..cut]);
+            let (out, ids) = r.redact_cut(&text);
+            assert_eq!(
+                out, "[REDACTED:credential-dummy:K] and then [REDACTED:credential-dummy:K/cut]",
+                "{cut}"
+            );
+            assert_eq!(ids, ["credential-dummy:K", "credential-dummy:K/cut"]);
+            // `redact` alone leaves the start behind: that is what the cut variant is for.
+            assert!(r.redact(&text).0.ends_with(&secret[..cut]));
+        }
+        // The start of an encoded form is scrubbed the same way.
+        let hex = hex(secret.as_bytes(), LOWER);
+        let (out, ids) = r.redact_cut(&format!("x {}", std::str::from_utf8(&hex[..10]).unwrap()));
+        assert_eq!(out, "x [REDACTED:credential-dummy:K/hex/cut]");
+        assert_eq!(ids, ["credential-dummy:K/hex/cut"]);
+        // Fewer bytes than the minimum, or a text not ending in a value's start, is left alone.
+        let short = &secret[..CUT_TAIL_MIN - 1];
+        assert_eq!(r.redact_cut(&format!("x {short}")).0, format!("x {short}"));
+        assert_eq!(r.redact_cut("nothing secret").0, "nothing secret");
+    }
+
+    #[test]
+    fn a_values_start_or_end_standing_alone_is_scrubbed_and_a_short_one_is_not() {
+        let secret = "h5i-dummy-0123456789abcdef0123456789abcdef";
+        let r = Redactor::new(vec![SecretValue::new("credential-dummy:K", secret)]);
+        // A tool's preview that stops 30 bytes into a value, inside JSON; a middle-cut output
+        // whose second part starts 20 bytes before a value's end.
+        let text = format!(
+            "{{\"stdout\":\"{secret}{}\",\"more\":\"...{}\"}}",
+            &secret[..30],
+            &secret[secret.len() - 20..]
+        );
+        let (out, ids) = r.redact_parts(&text);
+        assert_eq!(
+            out,
+            "{\"stdout\":\"[REDACTED:credential-dummy:K][REDACTED:credential-dummy:K/part]\",\"more\":\"...[REDACTED:credential-dummy:K/part]\"}"
+        );
+        assert_eq!(ids, ["credential-dummy:K", "credential-dummy:K/part"]);
+        // Fewer than PART_MIN bytes of a long value's start, or text that is none of it, stay.
+        let short = format!("x {} y", &secret[..PART_MIN - 1]);
+        assert_eq!(r.redact_parts(&short).0, short);
+        assert_eq!(r.redact_parts("plain text").0, "plain text");
     }
 
     #[test]

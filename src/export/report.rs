@@ -3,7 +3,9 @@
 //! Owns rendering the receipt log and the gate's result into the report's sections, in the
 //! manual's order after a short header — denied egress attempts, what ran, what the browser saw,
 //! viewer sessions, the agent's proposal — then what was excluded from the patch and the problems
-//! with the evidence itself; and the machine-readable `receipt.json`.
+//! with the evidence itself (among them each gap between what h5i observed and what the box
+//! claims: a call half-claimed, the two box-side accounts disagreeing, a record the box says it
+//! staged outside the run h5i saw); and the machine-readable `receipt.json`.
 //!
 //! Must never: claim what was not observed (no egress counter at a tier means "none could be
 //! seen", not "none happened"; no browser record means "nothing recorded", not "no errors"); blur
@@ -578,6 +580,8 @@ struct ToolRecord<'a> {
     id: Option<&'a str>,
     what: Option<&'a str>,
     unparsed: bool,
+    /// The box's hook says it cut the record's payload to fit the spool (`payload_cut`).
+    cut: bool,
 }
 
 /// A box-claimed record's claim, when the record claims `kind`.
@@ -601,6 +605,7 @@ fn as_tool_call(r: &ReceiptRecord) -> Option<ToolRecord<'_>> {
         id: s("tool_use_id"),
         what: s("command").or(s("file_path")),
         unparsed: claim.get("unparsed").is_some_and(|u| u == true),
+        cut: claim.get("payload_cut").is_some_and(|u| u == true),
     })
 }
 
@@ -624,6 +629,9 @@ impl ToolCall<'_> {
             .map(|r| r.event.unwrap_or("(no event)"))
             .collect();
         let what = match (first.tool, first.what) {
+            _ if first.unparsed && first.cut => {
+                "(a staged record the box's hook cut short, which h5i could not read)".to_string()
+            }
             _ if first.unparsed => "(a staged record h5i could not read)".to_string(),
             (Some(tool), Some(what)) => {
                 let mut what = c(what);
@@ -650,6 +658,12 @@ impl ToolCall<'_> {
         let first = &self.records[0];
         let tool = code(&c(first.tool.unwrap_or("?")));
         let has = |e: &str| self.records.iter().any(|r| r.event == Some(e));
+        if first.unparsed && first.cut {
+            return Some(format!(
+                "- record #{}: a staged tool call the box's hook cut short to fit its spool, so h5i could not read which call it was",
+                first.record.seq
+            ));
+        }
         if first.unparsed {
             return Some(format!(
                 "- record #{}: a staged tool call h5i could not read (not the hook's JSON)",
@@ -807,6 +821,47 @@ fn shim_gaps(input: &ReportInput<'_>, c: &dyn Fn(&str) -> String) -> Vec<String>
                 code(&shown(c, s.command.unwrap_or("")))
             )
         }));
+    }
+    problems
+}
+
+/// Where a box-claimed record's staging time (the time in its spool entry's name, the box's
+/// claim) disagrees with what h5i observed: before the start of the run it was ingested after,
+/// or after h5i ingested it (the record's own time). Both clocks are the host kernel's at every
+/// tier but the microVM's (its guest keeps its own), so there the times are not compared.
+fn staged_outside_runs(records: &[ReceiptRecord]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut run: Option<&ReceiptRecord> = None;
+    for r in records {
+        if let RecordBody::Run { tier, .. } = &r.body {
+            run = (r.lane.is_host_observed() && tier != Tier::Microvm.as_str()).then_some(r);
+            continue;
+        }
+        let (Some(run), RecordBody::BoxClaimed { claim, .. }) = (run, &r.body) else {
+            continue;
+        };
+        let Some(ns) = claim
+            .get(h5i_policy::receipt::STAGED_NS)
+            .and_then(Value::as_u64)
+        else {
+            continue;
+        };
+        let staged_ms = ns / 1_000_000;
+        let when = h5i_policy::receipt::rfc3339_utc(staged_ms, true);
+        if staged_ms < run.at_ms {
+            problems.push(format!(
+                "- record #{}: the box claims it staged this record at {when}, before run #{} started ({}, observed by h5i): what the box says ran and what ran may differ",
+                r.seq,
+                run.seq,
+                h5i_policy::receipt::rfc3339_utc(run.at_ms, true)
+            ));
+        } else if staged_ms > r.at_ms {
+            problems.push(format!(
+                "- record #{}: the box claims it staged this record at {when}, after h5i ingested it ({}): what the box says ran and what ran may differ",
+                r.seq,
+                h5i_policy::receipt::rfc3339_utc(r.at_ms, true)
+            ));
+        }
     }
     problems
 }
@@ -992,6 +1047,7 @@ fn evidence_problems(out: &mut String, input: &ReportInput<'_>, c: &dyn Fn(&str)
             .filter_map(|k| k.gap(c)),
     );
     problems.extend(shim_gaps(input, c));
+    problems.extend(staged_outside_runs(&input.receipts.records));
     let host_runs = input
         .receipts
         .records
@@ -1342,6 +1398,99 @@ mod tests {
         assert!(lines[0].starts_with("- #1 `host-env-run` (host-observed)"));
         let problems = r.text.split(SECTIONS[6]).nth(1).unwrap();
         assert!(!problems.contains("shell shim"), "{problems}");
+    }
+
+    #[test]
+    fn a_record_the_box_says_it_staged_outside_its_run_is_a_finding() {
+        let at = |mut r: ReceiptRecord, ns: u64, ingested_ms: u64| {
+            if let RecordBody::BoxClaimed { claim, .. } = &mut r.body {
+                claim[h5i_policy::receipt::STAGED_NS] = ns.into();
+            }
+            r.at_ms = ingested_ms;
+            r
+        };
+        let with_tier = |mut r: ReceiptRecord, tier: &str, at_ms: u64| {
+            if let RecordBody::Run { tier: t, .. } = &mut r.body {
+                *t = tier.into();
+            }
+            r.at_ms = at_ms;
+            r
+        };
+        let claude = ["claude", "-p", "x"];
+        let receipts = ReceiptReadout {
+            records: vec![
+                with_tier(
+                    run(1, ReceiptLane::HostEnvRun, &claude, None),
+                    "process",
+                    1_000_000,
+                ),
+                at(
+                    staged(2, "PreToolUse", "Bash", "t1", "ls"),
+                    1_000_500_000_000,
+                    1_009_000,
+                ),
+                at(
+                    staged(3, "PostToolUse", "Bash", "t1", "ls"),
+                    1_000_600_000_000,
+                    1_009_000,
+                ),
+                // Forged times: 1970, and after h5i read the spool.
+                at(staged(4, "PreToolUse", "Bash", "f", "curl x"), 1, 1_009_000),
+                at(
+                    staged(5, "PostToolUse", "Bash", "f", "curl x"),
+                    1_009_001_000_000,
+                    1_009_000,
+                ),
+                // A microVM guest's clock is its own: not compared.
+                with_tier(
+                    run(6, ReceiptLane::HostEnvRun, &claude, None),
+                    "microvm",
+                    2_000_000,
+                ),
+                at(staged(7, "PreToolUse", "Bash", "t2", "ls"), 1, 2_009_000),
+                at(staged(8, "PostToolUse", "Bash", "t2", "ls"), 1, 2_009_000),
+            ],
+            damaged: vec![],
+        };
+        let g = gated();
+        let r = render_report(
+            &input(&receipts, &g, "process", None),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        let problems = r.text.split(SECTIONS[6]).nth(1).unwrap();
+        let found: Vec<&str> = problems.lines().filter(|l| l.starts_with("- ")).collect();
+        assert_eq!(
+            found,
+            [
+                "- record #4: the box claims it staged this record at 1970-01-01T00:00:00.000Z, before run #1 started (1970-01-01T00:16:40.000Z, observed by h5i): what the box says ran and what ran may differ",
+                "- record #5: the box claims it staged this record at 1970-01-01T00:16:49.001Z, after h5i ingested it (1970-01-01T00:16:49.000Z): what the box says ran and what ran may differ",
+            ],
+            "{problems}"
+        );
+    }
+
+    #[test]
+    fn a_cut_tool_call_says_the_hook_cut_it() {
+        let mut cut = run(2, ReceiptLane::InboxCapture, &[], None);
+        cut.body = RecordBody::BoxClaimed {
+            claimed_kind: "tool-call".into(),
+            claim: serde_json::json!({"kind": "tool-call", "unparsed": true, "payload_cut": true}),
+        };
+        let receipts = ReceiptReadout {
+            records: vec![run(1, ReceiptLane::HostEnvRun, &["claude"], None), cut],
+            damaged: vec![],
+        };
+        let g = gated();
+        let r = render_report(
+            &input(&receipts, &g, "process", None),
+            &Redactor::default(),
+            1 << 20,
+        )
+        .unwrap();
+        assert!(r.text.contains("  - #2 `inbox-capture` (box-claimed) (a staged record the box's hook cut short, which h5i could not read) — (no event)"), "{}", r.text);
+        assert!(r.text.contains("- record #2: a staged tool call the box's hook cut short to fit its spool, so h5i could not read which call it was"), "{}", r.text);
     }
 
     #[test]

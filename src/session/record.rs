@@ -1,8 +1,13 @@
 //! The host-observed record of a finished run: one `host-env-run` receipt and one event in the
 //! box log, then the box-claimed records it staged in its spool, each redacted.
 //!
-//! Owns turning what a tier backend observed into the record. Must never: write a figure the
-//! host did not observe, or a record (or spooled entry) with a value the redactor knows.
+//! Owns turning what a tier backend observed into the record, and the raw payloads stored
+//! beside it (redacted, then capped at [`MAX_PAYLOAD_BYTES`] with a line that says it was cut;
+//! a field the box's capture says it cut loses the start of a secret the cut went through).
+//! Must never: write a figure the host did not observe, or a record (or spooled entry, or
+//! payload) with a value the redactor knows.
+//!
+//! Guarded by the unit tests below and `tests/agent_claude.rs` (a real session's payloads).
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -132,7 +137,11 @@ fn ingest_spool(
     })?;
     for (i, entry) in entries.into_iter().enumerate() {
         let at_ms = now_ms();
-        let (body, raw) = match with_staged_time(entry.body.clone(), entry.staged_ns) {
+        let (staged, cut_ids) = scrub_cut_fields(entry.body.clone(), redactor);
+        // The raw payload the hook staged (not the shim's, whose stored payload is h5i's JSON of
+        // its output heads; its cuts are in the record's claim) ends with the box's cut marker.
+        let box_cut = says_cut(&staged, "payload");
+        let (body, raw) = match with_staged_time(staged, entry.staged_ns) {
             RecordBody::BoxClaimed {
                 claimed_kind,
                 claim,
@@ -160,15 +169,14 @@ fn ingest_spool(
             body => (body, None),
         };
         let (body, mut redactions) = redact_body(body, redactor);
+        redactions.extend(cut_ids);
         let payload = match raw {
             Some(raw) => Some(store_payload(
                 sb,
                 entry.lane,
                 at_ms,
                 i,
-                &raw,
-                redactor,
-                &mut redactions,
+                &stored_payload(&raw, box_cut, redactor, &mut redactions),
             )?),
             None => None,
         };
@@ -213,34 +221,124 @@ fn with_staged_time(body: RecordBody, staged_ns: Option<u64>) -> RecordBody {
     }
 }
 
-/// Largest raw payload stored per record, bytes (a staged entry is smaller still).
+/// Largest raw payload stored per record, bytes, with its cut marker (a staged entry is
+/// smaller still, but redaction can grow a payload, and the tee shim's JSON escapes do).
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
-/// Store a box-staged raw payload under the box's `payloads/`, redacted and capped; its file
-/// name (h5i's, never the box's), for the record to name.
+/// The line a stored payload ends with when the box's capture hook says it cut the payload
+/// short before staging it (`payload_cut`): box-claimed, like the payload. (The shim's cuts,
+/// `stdout_cut`/`stderr_cut`/`command_cut`, are in its record's claim: its stored payload is
+/// h5i's JSON of the output heads.)
+pub const BOX_CUT_MARKER: &str =
+    "\n[h5i: the box's capture says it cut this payload short before staging it; the rest never reached h5i]\n";
+
+/// The start of the line a stored payload ends with when h5i cut it to [`MAX_PAYLOAD_BYTES`].
+pub const HOST_CUT_MARKER: &str = "\n[h5i: cut to fit the stored payload's cap of";
+
+/// The claim's fields the box's capture says it cut short (`<field>_cut: true`), each with
+/// every secret value scrubbed, including the start of one the cut went through
+/// (`Redactor::redact_cut`); the body and the rule ids that fired. (After this the whole
+/// record is redacted again, which finds nothing more in these fields.)
+fn scrub_cut_fields(
+    body: RecordBody,
+    redactor: &h5i_broker::redact::Redactor,
+) -> (RecordBody, Vec<String>) {
+    let RecordBody::BoxClaimed {
+        claimed_kind,
+        mut claim,
+    } = body
+    else {
+        return (body, Vec::new());
+    };
+    let mut ids = Vec::new();
+    if let Some(obj) = claim.as_object_mut() {
+        for field in CUT_FIELDS {
+            let cut = obj.get(&format!("{field}_cut")) == Some(&serde_json::Value::Bool(true));
+            if let (true, Some(serde_json::Value::String(text))) = (cut, obj.get_mut(*field)) {
+                let (clean, fired) = redactor.redact_cut(text);
+                *text = clean;
+                ids.extend(fired);
+            }
+        }
+    }
+    (
+        RecordBody::BoxClaimed {
+            claimed_kind,
+            claim,
+        },
+        ids,
+    )
+}
+
+/// The fields a box's capture cuts to fit the spool (`h5i_hook::capture`, `h5i_hook::tee_shim`).
+const CUT_FIELDS: &[&str] = &["payload", "stdout", "stderr", "command"];
+
+/// Whether a staged record's claim says its `field` was cut short.
+fn says_cut(body: &RecordBody, field: &str) -> bool {
+    match body {
+        RecordBody::BoxClaimed { claim, .. } => {
+            claim.get(format!("{field}_cut")) == Some(&serde_json::Value::Bool(true))
+        }
+        _ => false,
+    }
+}
+
+/// A box-staged raw payload as h5i stores it: redacted (a value's start or end standing alone,
+/// where the agent or its tools cut it, too: `Redactor::redact_parts`; and the start of a value
+/// the box's own cut went through, when `box_cut`), then cut to [`MAX_PAYLOAD_BYTES`] on a character
+/// boundary; a payload the box cut ends with [`BOX_CUT_MARKER`], one h5i cut with a line
+/// starting [`HOST_CUT_MARKER`] that says how much it kept. Cutting after redaction keeps
+/// every value whole for the redactor.
+fn stored_payload(
+    raw: &str,
+    box_cut: bool,
+    redactor: &h5i_broker::redact::Redactor,
+    redactions: &mut Vec<String>,
+) -> String {
+    let (mut clean, ids) = match box_cut {
+        true => redactor.redact_cut(raw),
+        false => redactor.redact_parts(raw),
+    };
+    redactions.extend(ids);
+    let box_marker = if box_cut { BOX_CUT_MARKER } else { "" };
+    let whole = clean.len();
+    if whole + box_marker.len() <= MAX_PAYLOAD_BYTES {
+        clean.push_str(box_marker);
+        return clean;
+    }
+    // The host's marker with the widest figures it can hold, so the cut leaves room for it.
+    let host_marker = |kept: usize| {
+        format!("{HOST_CUT_MARKER} {MAX_PAYLOAD_BYTES} bytes: {kept} of {whole} bytes kept]\n")
+    };
+    let room = MAX_PAYLOAD_BYTES - box_marker.len() - host_marker(whole).len();
+    let mut end = room.min(whole);
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    clean.truncate(end);
+    clean.push_str(box_marker);
+    clean.push_str(&host_marker(end));
+    clean
+}
+
+/// Store a payload ([`stored_payload`]) under the box's `payloads/`; its file name (h5i's,
+/// never the box's), for the record to name.
 fn store_payload(
     sb: &StoredBox,
     lane: h5i_policy::receipt::ReceiptLane,
     at_ms: u64,
     index: usize,
-    raw: &str,
-    redactor: &h5i_broker::redact::Redactor,
-    redactions: &mut Vec<String>,
+    payload: &str,
 ) -> Result<String, BoxError> {
-    let (clean, ids) = redactor.redact(raw);
-    redactions.extend(ids);
-    let mut end = clean.len().min(MAX_PAYLOAD_BYTES);
-    while !clean.is_char_boundary(end) {
-        end -= 1;
-    }
     let name = format!("{}-{at_ms}-{index}.txt", lane.as_str());
     let dir = sb.paths.payloads();
     std::fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
-    crate::store::write_atomic(&dir.join(&name), &clean.as_bytes()[..end])?;
+    crate::store::write_atomic(&dir.join(&name), payload.as_bytes())?;
     Ok(name)
 }
 
-/// A box-supplied record with every secret value scrubbed (through its JSON text).
+/// A box-supplied record with every secret value scrubbed (through its JSON text), and every
+/// value's start or end standing alone (`Redactor::redact_parts`).
 fn redact_body(
     body: RecordBody,
     redactor: &h5i_broker::redact::Redactor,
@@ -248,7 +346,7 @@ fn redact_body(
     let Ok(text) = serde_json::to_string(&body) else {
         return (body, Vec::new());
     };
-    let (clean, ids) = redactor.redact(&text);
+    let (clean, ids) = redactor.redact_parts(&text);
     if ids.is_empty() {
         return (body, ids);
     }
@@ -261,5 +359,77 @@ fn redact_body(
             },
             ids,
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use h5i_broker::redact::{Redactor, SecretValue};
+
+    const DUMMY: &str = "h5i-dummy-00112233445566778899aabbccddeeff";
+
+    fn redactor() -> Redactor {
+        Redactor::new(vec![SecretValue::new("credential-dummy:K", DUMMY)])
+    }
+
+    #[test]
+    fn a_payload_over_the_cap_is_cut_and_says_so() {
+        let mut ids = Vec::new();
+        let raw = format!("{DUMMY} {}", "x".repeat(3 * MAX_PAYLOAD_BYTES));
+        let got = stored_payload(&raw, false, &redactor(), &mut ids);
+        assert!(got.len() <= MAX_PAYLOAD_BYTES, "{}", got.len());
+        assert!(got.starts_with("[REDACTED:credential-dummy:K] xxx"));
+        let whole = raw.len() - DUMMY.len() + "[REDACTED:credential-dummy:K]".len();
+        let at = got.rfind(HOST_CUT_MARKER).unwrap();
+        assert_eq!(
+            &got[at..],
+            format!("{HOST_CUT_MARKER} {MAX_PAYLOAD_BYTES} bytes: {at} of {whole} bytes kept]\n")
+        );
+        assert_eq!(ids, ["credential-dummy:K"]);
+        // A multi-byte character is never split.
+        let got = stored_payload(&"é".repeat(MAX_PAYLOAD_BYTES), false, &redactor(), &mut ids);
+        assert!(got.len() <= MAX_PAYLOAD_BYTES);
+        // One under the cap is stored as it is.
+        let small = "y".repeat(100);
+        assert_eq!(stored_payload(&small, false, &redactor(), &mut ids), small);
+    }
+
+    #[test]
+    fn a_payload_the_box_cut_through_a_secret_keeps_none_of_it_and_says_it_was_cut() {
+        let mut ids = Vec::new();
+        let raw = format!("{{\"tool_response\":\"{DUMMY}{}", &DUMMY[..12]);
+        let got = stored_payload(&raw, true, &redactor(), &mut ids);
+        assert_eq!(
+            got,
+            format!(
+                "{{\"tool_response\":\"[REDACTED:credential-dummy:K][REDACTED:credential-dummy:K/cut]{BOX_CUT_MARKER}"
+            )
+        );
+        assert!(!got.contains(&DUMMY[10..20]));
+        ids.sort();
+        assert_eq!(ids, ["credential-dummy:K", "credential-dummy:K/cut"]);
+    }
+
+    #[test]
+    fn the_claims_fields_the_box_cut_lose_a_cut_secrets_start() {
+        let claim = serde_json::json!({
+            "command": format!("echo {}", &DUMMY[..12]),
+            "command_cut": true,
+            "stdout": format!("ok {}", &DUMMY[..25]),
+        });
+        let body = RecordBody::BoxClaimed {
+            claimed_kind: "command".into(),
+            claim,
+        };
+        assert!(says_cut(&body, "command") && !says_cut(&body, "stdout"));
+        let (body, ids) = scrub_cut_fields(body, &redactor());
+        let RecordBody::BoxClaimed { claim, .. } = body else {
+            panic!()
+        };
+        assert_eq!(claim["command"], "echo [REDACTED:credential-dummy:K/cut]");
+        // A field the box does not say it cut is not scrubbed as cut.
+        assert_eq!(claim["stdout"], format!("ok {}", &DUMMY[..25]));
+        assert_eq!(ids, ["credential-dummy:K/cut"]);
     }
 }

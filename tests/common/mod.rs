@@ -364,7 +364,9 @@ pub fn unprivileged_tree(user: &str, extra: &[(&Path, &str)]) -> (tempfile::Temp
         std::fs::copy(built.join(b), bin.join(b)).unwrap();
     }
     for (from, to) in extra {
-        copy_program(from, &dir.path().join(to));
+        let to = dir.path().join(to);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        copy_program(from, &to);
     }
     let chown = Command::new("chown")
         .args(["-R", &format!("{user}:{user}")])
