@@ -245,7 +245,7 @@ impl Prepared {
     /// with it off, the real credentials go in under their `token_var`.
     pub fn attach(self, plan: &mut BundlePlan) -> Result<Serving, BoxError> {
         let needs_hook = !plan.host_network && self.tls.is_some() && !self.routes.is_empty();
-        let hook = match crate::process::hook_binary() {
+        let hook = match crate::tier_host::hook_binary() {
             Some(h) => h,
             None if needs_hook => return Err(BoxError::BadRequest {
                 what: "h5i-hook (which sets up the credential proxy's listener in the box) is not beside h5i or on PATH".into(),
@@ -345,7 +345,7 @@ impl HandoffPlace {
         // SAFETY: geteuid has no preconditions.
         if uid == unsafe { libc::geteuid() } {
             Ok(HandoffPlace {
-                dir: crate::process::runtime_dir()?,
+                dir: crate::tier_host::runtime_dir()?,
                 owner: None,
                 hook,
             })

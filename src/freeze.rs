@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::error::BoxError;
-use crate::service;
+use crate::service_state;
 use crate::store::StoredBox;
 
 /// How long a freezer may take to report every task frozen before the verb is refused.
@@ -68,7 +68,7 @@ impl Frozen {
 /// Hold every live service of `sb` still. Call with the box's lock held exclusively.
 pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
     let mut frozen = Frozen::default();
-    for st in service::live(sb) {
+    for st in service_state::live(sb) {
         let Some(pid) = st.pid else { continue };
         let refuse = |why: String| BoxError::ServiceNotHeld {
             name: sb.manifest.name.clone(),
@@ -100,7 +100,7 @@ pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
 
 /// Let a service go if a hold was left on it (h5i killed mid-verb leaves the group frozen, and a
 /// frozen task cannot act on `SIGKILL`): `box service stop` calls this before it signals.
-pub fn release(st: &service::ServiceState) {
+pub fn release(st: &service_state::ServiceState) {
     let Some(pid) = st.pid.filter(|p| p.alive()) else {
         return;
     };

@@ -17,8 +17,9 @@ use serde::Serialize;
 pub const LS: &str = "h5i.box.ls/1";
 /// `h5i box status NAME --json`.
 pub const STATUS: &str = "h5i.box.status/1";
-/// `h5i box capabilities NAME --json`.
-pub const CAPABILITIES: &str = "h5i.box.capabilities/1";
+/// `h5i box capabilities NAME --json` (its document is built in `crate::status`, which owns the
+/// name: this module names `status`, never the reverse).
+pub use crate::status::CAPABILITIES;
 /// `h5i box doctor NAME --json`.
 pub const DOCTOR: &str = "h5i.box.doctor/1";
 /// `h5i box probe --json`.

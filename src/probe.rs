@@ -44,7 +44,7 @@ pub fn kernel_facts() -> KernelFacts {
         landlock_abi: landlock_abi(),
         seccomp: seccomp(),
         userns: userns(),
-        runc: crate::process::runc_binary()
+        runc: crate::tier_host::runc_binary()
             .ok_or_else(|| "h5i-runc is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)".to_string()),
         cgroups: cgroups(),
         supervised_net: supervised_net(),
@@ -70,7 +70,7 @@ fn runs(program: &str) -> Result<(), String> {
 }
 
 fn supervised_net() -> Result<(), String> {
-    crate::process::hook_binary()
+    crate::tier_host::hook_binary()
         .ok_or_else(|| "h5i-hook is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)".to_string())?;
     runs("pasta")?;
     runs("nft")?;
@@ -144,7 +144,7 @@ fn cgroups() -> (String, Result<(), String>) {
 /// perhaps, could not write its limits, and refused the tier.
 fn probe_cage_name() -> String {
     let me = std::process::id() as i32;
-    let start = crate::service::ProcId::of(me).map_or(0, |p| p.start);
+    let start = crate::service_state::ProcId::of(me).map_or(0, |p| p.start);
     format!("probe-{me}-{start}")
 }
 
@@ -158,7 +158,7 @@ fn sweep_dead_probe_cages() {
         };
         let gone = match rest.split_once('-') {
             Some((pid, start)) => match (pid.parse::<i32>(), start.parse::<u64>()) {
-                (Ok(pid), Ok(start)) => !(crate::service::ProcId { pid, start }).alive(),
+                (Ok(pid), Ok(start)) => !(crate::service_state::ProcId { pid, start }).alive(),
                 _ => false,
             },
             None => rest.parse::<i32>().is_ok(),

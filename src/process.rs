@@ -19,11 +19,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use h5i_policy::{inbox, NetMode, ResolvedPolicy};
-use h5i_runtime::bundle::{Bind, BundlePlan};
+use h5i_runtime::bundle::{Bind, BundlePlan, Overlay};
 use h5i_runtime::process_tier::{ProcessRunReport, RuncInvocation};
 
 use crate::error::BoxError;
 use crate::store::{now_ms, StoredBox};
+use crate::tier_host::{hook_binary, runc_binary, runc_root, runtime_dir};
 
 /// The largest file a box may write (`RLIMIT_FSIZE`); a runaway writer meets `EFBIG`.
 pub const MAX_FILE_BYTES: u64 = 8 << 30;
@@ -41,77 +42,6 @@ pub fn family_grants(policy: &ResolvedPolicy) -> std::collections::BTreeMap<Stri
         );
     }
     ann
-}
-
-/// Where one of h5i's own binaries is: beside this `h5i` binary, else on PATH.
-fn own_binary(name: &str) -> Option<PathBuf> {
-    let sibling = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(|d| d.join(name)))
-        .filter(|p| p.is_file());
-    sibling.or_else(|| {
-        std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path)
-                .map(|d| d.join(name))
-                .find(|p| p.is_file())
-        })
-    })
-}
-
-/// Where `h5i-runc` is.
-pub fn runc_binary() -> Option<PathBuf> {
-    own_binary("h5i-runc")
-}
-
-/// Where `h5i-hook` is.
-pub fn hook_binary() -> Option<PathBuf> {
-    own_binary("h5i-hook")
-}
-
-/// h5i's private runtime directory for this caller (mode 0700): `/run/h5i` as root,
-/// `$XDG_RUNTIME_DIR/h5i` otherwise, else `/tmp/h5i-<uid>`. Holds per-run bundles and secret
-/// files, never anything that outlives a run.
-pub fn runtime_dir() -> Result<PathBuf, BoxError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
-    let dir = if uid == 0 {
-        PathBuf::from("/run/h5i")
-    } else {
-        match std::env::var_os("XDG_RUNTIME_DIR") {
-            Some(d) if Path::new(&d).is_dir() => Path::new(&d).join("h5i"),
-            _ => std::env::temp_dir().join(format!("h5i-{uid}")),
-        }
-    };
-    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(BoxError::io(&dir, e)),
-    }
-    let meta = std::fs::symlink_metadata(&dir).map_err(|e| BoxError::io(&dir, e))?;
-    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-        return Err(BoxError::BadRequest {
-            what: format!("{} is not a private directory of yours", dir.display()),
-            mend: format!(
-                "remove it (h5i recreates it with mode 0700): rm -rf {}",
-                dir.display()
-            ),
-        });
-    }
-    Ok(dir)
-}
-
-/// The state directory h5i-runc should use for this caller.
-pub(crate) fn runc_root() -> Option<PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return None;
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) if Path::new(&d).is_dir() => None,
-        // SAFETY: as above.
-        _ => Some(std::env::temp_dir().join(format!("h5i-runc-{}", unsafe { libc::geteuid() }))),
-    }
 }
 
 /// The bind a policy grant `p` becomes (`writable` or not): `$WORK/..` beneath the workspace
@@ -202,11 +132,27 @@ fn no_hook_binary() -> BoxError {
     }
 }
 
-/// Build the plan for one run of `argv` in `sb`.
+/// What the box's warm dependency caches grant one run, worked out above the session and
+/// handed down in its request (`crate::cache::run_grant`: the caches' module runs boxes of its
+/// own, so no tier names it): read-only binds, the variables naming them, and a built tree
+/// overlaid as the workspace's `node_modules` (the kernel tiers; the container tier takes the
+/// binds and variables).
+#[derive(Debug, Clone, Default)]
+pub struct CacheGrant {
+    /// Each granted cache (and built tree), read-only where the box sees it.
+    pub binds: Vec<Bind>,
+    /// `NAME=VALUE` entries pointing the package managers at them.
+    pub env: Vec<String>,
+    /// Built trees overlaid in the box (kernel tiers only).
+    pub overlays: Vec<Overlay>,
+}
+
+/// Build the plan for one run of `argv` in `sb`, with what its caches grant.
 pub fn plan(
     sb: &StoredBox,
     policy: &ResolvedPolicy,
     argv: &[OsString],
+    caches: CacheGrant,
 ) -> Result<BundlePlan, BoxError> {
     let ws = sb.paths.workspace();
     let mut binds = Vec::new();
@@ -259,10 +205,11 @@ pub fn plan(
         format!("H5I_ENV_CAPTURE_SPOOL={}", inbox::SPOOL),
     ];
     // Warm dependency caches whose key matches this workspace's lockfiles, read-only.
-    let mut overlays = Vec::new();
-    crate::cache::mounts::grant(sb, &mut binds, &mut env, &mut overlays)?;
+    binds.extend(caches.binds);
+    env.extend(caches.env);
+    let overlays = caches.overlays;
     // A browser box's Chromium and agent-browser (nothing for any other box).
-    crate::browser::grant(policy, &mut env)?;
+    crate::browser_box::grant(policy, &mut env)?;
     for k in ["TERM", "LANG", "LC_ALL", "COLORTERM", "NO_COLOR"] {
         if let Ok(v) = std::env::var(k) {
             env.push(format!("{k}={v}"));
@@ -301,11 +248,11 @@ pub fn plan(
         gid: ids.gid,
         id_count: ids.count,
         process_gid: 0,
-        extra_gid: crate::browser::sidecar::extra_gid(policy),
+        extra_gid: crate::browser_box::extra_gid(policy),
         cgroups_path: None,
         max_file_bytes: Some(MAX_FILE_BYTES),
         tmp_bytes: TMP_BYTES,
-        shm_bytes: crate::browser::shm_bytes(policy),
+        shm_bytes: crate::browser_box::shm_bytes(policy),
         create_container_hooks,
         create_runtime_hooks: Vec::new(),
         poststop_hooks: Vec::new(),
@@ -342,11 +289,14 @@ pub fn bundle_dir_for(id: &str) -> Result<PathBuf, BoxError> {
 /// Write the bundle a process-tier run of `argv` would use into `out` (for inspection, and so
 /// the same box can be run by another OCI runtime: the conformance and bench baselines).
 /// Its cgroup sits under the caller's own, at `<own>/h5i/<id>`.
+/// `caches` works out what the box's caches grant (`crate::cache::run_grant`), asked once the
+/// box is found active at the process tier.
 pub fn write_bundle_for(
     store: &crate::store::BoxStore,
     name: &str,
     argv: &[OsString],
     out: &Path,
+    caches: &dyn Fn(&StoredBox) -> Result<CacheGrant, BoxError>,
 ) -> Result<h5i_runtime::bundle::BundleNotes, BoxError> {
     let sb = store.find(name)?;
     crate::store::require_active(&sb, "bundle")?;
@@ -360,7 +310,7 @@ pub fn write_bundle_for(
             mend: "create a box with --isolation process".into(),
         });
     }
-    let mut plan = plan(&sb, &policy, argv)?;
+    let mut plan = plan(&sb, &policy, argv, caches(&sb)?)?;
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let anchor = h5i_runtime::runc::cgroup::detect_layout()
         .ok()
@@ -401,8 +351,8 @@ pub const INIT_IN_BOX: &str = "/.h5i-init";
 /// (A box shell keeps its shell as the session leader of its own terminal, and a run in the
 /// box-lifetime sandbox is already a child of the sandbox's init.)
 fn under_init(plan: &mut BundlePlan) -> Result<(), BoxError> {
-    let (what, mend) = crate::container::probe::NO_INIT;
-    let init = crate::container::probe::init_program().ok_or_else(|| BoxError::BadRequest {
+    let (what, mend) = crate::tier_host::NO_INIT;
+    let init = crate::tier_host::init_program().ok_or_else(|| BoxError::BadRequest {
         what: what.into(),
         mend: mend.into(),
     })?;

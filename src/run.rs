@@ -31,6 +31,7 @@ pub fn run(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutcome
     let sb = session.stored_box().clone();
     let policy = session.policy().clone();
     let mut req = session.request(argv.to_vec());
+    req.caches = crate::cache::run_grant::for_run(&sb, policy.tier)?;
     // A live service of this box: join its network namespace, so the run reaches it on
     // localhost (no other box ever gets this path).
     if let Some(pid) = crate::service::live_network_pid(session.stored_box()) {

@@ -107,16 +107,11 @@ pub struct SandboxState {
     pub box_dir: PathBuf,
 }
 
-/// Whether runs may use the sandbox: on unless `H5I_SANDBOX=off` (the per-run container path).
-pub fn enabled() -> bool {
-    std::env::var_os("H5I_SANDBOX").is_none_or(|v| v != "off")
-}
-
 /// The sandbox directory of `sb` (not created).
 pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
     let hash = Sha256::digest(sb.paths.dir.as_os_str().as_encoded_bytes());
     let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Ok(crate::process::runtime_dir()?.join(format!("sandbox-{short}")))
+    Ok(crate::tier_host::runtime_dir()?.join(format!("sandbox-{short}")))
 }
 
 /// The sandbox's state, when one was made and its init still answers.
@@ -152,7 +147,9 @@ pub fn status_line(sb: &StoredBox) -> String {
             s.container,
             &s.digest[..12.min(s.digest.len())]
         ),
-        None if !enabled() => "sandbox: off (H5I_SANDBOX=off: a container per run)".into(),
+        None if !crate::tier_host::enabled() => {
+            "sandbox: off (H5I_SANDBOX=off: a container per run)".into()
+        }
         None => "sandbox: down (the next run makes it)".into(),
     }
 }
@@ -219,7 +216,7 @@ fn digest_of(base: &BundlePlan, ceiling: SandboxCeiling, runc: &Path) -> Result<
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
     h.update(format!("\nceiling:{:?}:{:?}", ceiling.mem, ceiling.procs).as_bytes());
-    for binary in std::iter::once(runc.to_path_buf()).chain(crate::process::hook_binary()) {
+    for binary in std::iter::once(runc.to_path_buf()).chain(crate::tier_host::hook_binary()) {
         let meta = fs::metadata(&binary).map_err(|e| BoxError::io(&binary, e))?;
         h.update(
             format!(
@@ -275,7 +272,7 @@ pub fn run(
     env: Vec<String>,
     egress: Option<&[PinnedRule]>,
 ) -> Result<Option<SandboxRun>, BoxError> {
-    let runc = crate::process::runc_binary().ok_or_else(|| BoxError::BadRequest {
+    let runc = crate::tier_host::runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
             .into(),
         mend: "build it (`make build`) or put h5i-runc on PATH".into(),
@@ -341,7 +338,7 @@ pub fn run(
             let path = dir.join("net.lock");
             match FileLock::try_take(&path, LockKind::Exclusive) {
                 Ok(Some(held)) => {
-                    crate::browser::idle::close(sb, &net)?;
+                    crate::browser_idle::close(sb, &net)?;
                     crate::supervised::refresh_hosts(&net, &hostname, rules)?;
                     (Some(held), Some(crate::supervised::begin(&net, rules)?))
                 }
@@ -401,7 +398,7 @@ pub fn run(
     let denied = denial_counter.map(|c| c.and_then(crate::denied_egress::SandboxCounter::end));
     let tally = net_lock.filter(|_| egress.is_some()).map(|held| {
         let t = crate::supervised::end(&net);
-        crate::browser::idle::open(policy, &net);
+        crate::browser_idle::open(policy, &net);
         drop(held);
         t
     });
@@ -454,7 +451,7 @@ pub fn share_network(
     else {
         return Ok(None);
     };
-    crate::browser::idle::close(sb, &net)?;
+    crate::browser_idle::close(sb, &net)?;
     let hostname = format!("h5i-{}-sb", sb.manifest.name);
     crate::supervised::refresh_hosts(&net, &hostname, &rules)?;
     crate::supervised::begin(&net, &rules)?.answer()?;
@@ -482,7 +479,7 @@ impl SharedNetwork {
     /// browser's idle window opened for `policy`; the network is let go.
     pub fn finish(self, policy: &ResolvedPolicy) -> Result<NetTally, String> {
         let tally = crate::supervised::end(&self.net);
-        crate::browser::idle::open(policy, &self.net);
+        crate::browser_idle::open(policy, &self.net);
         drop(self.net_lock);
         tally
     }
@@ -540,7 +537,7 @@ fn build(
         .open(&log_path)
         .map_err(|e| BoxError::io(&log_path, e))?;
     let mut cmd = Command::new(runc);
-    if let Some(root) = crate::process::runc_root() {
+    if let Some(root) = crate::tier_host::runc_root() {
         cmd.arg("--root").arg(root);
     }
     cmd.arg("run")
@@ -680,7 +677,7 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
     let path = dir.join("lock");
     let _lock = FileLock::wait(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))?;
     // What the box's browser sent since the last run, while the sentry can still answer.
-    if let Err(e) = crate::browser::idle::close(sb, &net_dir(&dir)) {
+    if let Err(e) = crate::browser_idle::close(sb, &net_dir(&dir)) {
         eprintln!("h5i: warning: {e}");
     }
     teardown_locked(&dir)?;
@@ -689,9 +686,9 @@ pub fn teardown(sb: &StoredBox) -> Result<(), BoxError> {
 
 /// `h5i-runc delete --force` the container `id` (its init is killed).
 fn delete_container(id: &str) {
-    if let Some(runc) = crate::process::runc_binary() {
+    if let Some(runc) = crate::tier_host::runc_binary() {
         let mut cmd = Command::new(runc);
-        if let Some(root) = crate::process::runc_root() {
+        if let Some(root) = crate::tier_host::runc_root() {
             cmd.arg("--root").arg(root);
         }
         // A container that is already gone answers "does not exist": nothing to delete.

@@ -152,7 +152,7 @@ pub fn inject_workspace(
                 let dir = match &files.dir {
                     Some(d) => d.clone(),
                     None => {
-                        let d = crate::process::runtime_dir()?.join(format!(
+                        let d = crate::tier_host::runtime_dir()?.join(format!(
                             "secrets-{}-{}",
                             std::process::id(),
                             crate::store::now_ms()

@@ -23,6 +23,11 @@
 //! anything but loopback, wait by sleeping (every wait is a pidfd, an inotify fd or a pipe under
 //! `poll`), or claim a forward it could not make.
 //!
+//! The supervisor stands below the caches and the browser's verbs (both start services or open
+//! run sessions of their own): what the box's caches grant the service and the start of a
+//! browser sidecar's relay are handed to it by the verb that runs it ([`FromAbove`]). A
+//! service's state file is `crate::service_state`'s.
+//!
 //! Guarded by `tests/box_services.rs`.
 
 use std::ffi::OsString;
@@ -36,15 +41,15 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use h5i_policy::receipt::ExitOutcome;
 use h5i_policy::{ResolvedPolicy, Tier};
-use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
-use crate::session::{Network, PidSource, Purpose, RunSession, Starting, Stdio as SessionStdio};
-use crate::store::{
-    load_policy, now_ms, require_active, write_atomic, BoxLock, BoxPaths, BoxStore, StoredBox,
+use crate::process::CacheGrant;
+use crate::service_state::{
+    all_states, read_state, services_dir, state_path, write_state, ProcId, ServiceState,
 };
+use crate::session::{Network, PidSource, Purpose, RunSession, Starting, Stdio as SessionStdio};
+use crate::store::{load_policy, now_ms, require_active, BoxLock, BoxPaths, BoxStore, StoredBox};
 
 /// How long `service start` waits for the supervisor to report the service started.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -114,75 +119,6 @@ pub enum ServiceError {
     Box(#[from] BoxError),
 }
 
-/// `<box>/services/<svc>.json`: what the supervisor knows, written atomically.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ServiceState {
-    /// The service's name.
-    pub service: String,
-    /// The tier it runs at.
-    pub tier: String,
-    /// The supervisor's pid and start time (clock ticks since boot), for re-identification.
-    pub supervisor: ProcId,
-    /// The service's pid (the container init at the process tier), once it is known.
-    pub pid: Option<ProcId>,
-    /// Inode of the service's network namespace (process tier), so a joiner can check it.
-    pub netns_ino: Option<u64>,
-    /// The declared port, inside the box.
-    pub port: Option<u16>,
-    /// The host port that reaches it, when one does.
-    pub host_port: Option<u16>,
-    /// How the port is reached, or why it is not.
-    pub port_note: Option<String>,
-    /// When the supervisor started, ms since the epoch.
-    pub started_ms: u64,
-    /// How the service ended, once it has.
-    pub exit: Option<ExitOutcome>,
-    /// When it ended.
-    pub ended_ms: Option<u64>,
-    /// The receipt recording its run.
-    pub receipt_seq: Option<u64>,
-    /// The Podman container it runs as (the container tier's browser sidecar), which the
-    /// box's runs join by name.
-    #[serde(default)]
-    pub container: Option<String>,
-}
-
-/// A process, named so it cannot be mistaken for a later one with the same pid.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProcId {
-    /// Its pid (in h5i's pid namespace).
-    pub pid: i32,
-    /// Field 22 of `/proc/<pid>/stat`.
-    pub start: u64,
-}
-
-impl ProcId {
-    /// The live process with this pid, if it is the same one.
-    pub fn of(pid: i32) -> Option<ProcId> {
-        start_ticks(pid).map(|start| ProcId { pid, start })
-    }
-
-    /// Whether this process is still the one running under its pid.
-    pub fn alive(&self) -> bool {
-        start_ticks(self.pid) == Some(self.start)
-    }
-
-    /// A pidfd for this process, re-identified after opening (so it cannot be a recycled pid).
-    fn pidfd(&self) -> Option<OwnedFd> {
-        let fd = h5i_sys::pidfd::open(self.pid).ok()?;
-        self.alive().then_some(fd)
-    }
-}
-
-impl ServiceState {
-    /// Whether the service is running now.
-    pub fn alive(&self) -> bool {
-        self.exit.is_none()
-            && self.supervisor.alive()
-            && self.pid.map(|p| p.alive()).unwrap_or(false)
-    }
-}
-
 /// One declared service, for `service status`.
 #[derive(Debug)]
 pub struct ServiceStatus {
@@ -211,48 +147,9 @@ pub struct PortLine {
     pub note: String,
 }
 
-fn services_dir(paths: &BoxPaths) -> PathBuf {
-    paths.dir.join("services")
-}
-
 /// `<box>/services/<svc>.log`: the service's stdout and stderr, and its supervisor's notes.
 pub fn log_path(paths: &BoxPaths, service: &str) -> PathBuf {
     services_dir(paths).join(format!("{service}.log"))
-}
-
-fn state_path(paths: &BoxPaths, service: &str) -> PathBuf {
-    services_dir(paths).join(format!("{service}.json"))
-}
-
-/// The last state written for `service`, if any.
-pub fn read_state(paths: &BoxPaths, service: &str) -> Option<ServiceState> {
-    let bytes = fs::read(state_path(paths, service)).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
-fn write_state(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
-    let bytes = serde_json::to_vec_pretty(st).map_err(|e| BoxError::BadRequest {
-        what: format!("cannot encode the state of service `{}`: {e}", st.service),
-        mend: "report this as a bug".into(),
-    })?;
-    write_atomic(&state_path(paths, &st.service), &bytes)
-}
-
-/// Every state file of the box, by service name.
-fn all_states(paths: &BoxPaths) -> Vec<ServiceState> {
-    let Ok(entries) = fs::read_dir(services_dir(paths)) else {
-        return Vec::new();
-    };
-    let mut out: Vec<ServiceState> = entries
-        .flatten()
-        .filter_map(|e| {
-            let n = e.file_name().to_string_lossy().into_owned();
-            n.strip_suffix(".json")
-                .and_then(|svc| read_state(paths, svc))
-        })
-        .collect();
-    out.sort_by(|a, b| a.service.cmp(&b.service));
-    out
 }
 
 /// The declaration of `service`: the policy's, or the built-in browser sidecar of a browser
@@ -262,11 +159,11 @@ fn declared(
     name: &str,
     service: &str,
 ) -> Result<h5i_policy::resolved::Service, ServiceError> {
-    if service == crate::browser::sidecar::SERVICE
+    if service == crate::browser_box::SERVICE
         && !policy.services.contains_key(service)
-        && crate::browser::is_browser_box(policy)
+        && crate::browser_box::is_browser_box(policy)
     {
-        return Ok(crate::browser::sidecar::service_decl());
+        return Ok(crate::browser_box::service_decl());
     }
     policy
         .services
@@ -305,9 +202,7 @@ fn require_servable(
     service: &str,
     policy: &ResolvedPolicy,
 ) -> Result<(), ServiceError> {
-    if service == crate::browser::sidecar::SERVICE
-        && crate::browser::sidecar::lives_for_the_box(policy)
-    {
+    if service == crate::browser_box::SERVICE && crate::browser_box::lives_for_the_box(policy) {
         return Ok(());
     }
     require_service_tier(name, policy.tier)
@@ -481,14 +376,6 @@ pub fn stop(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState,
     Ok(read_state(&sb.paths, service).unwrap_or(st))
 }
 
-/// Every service of `sb` running now (what `freeze::hold` holds still).
-pub fn live(sb: &StoredBox) -> Vec<ServiceState> {
-    all_states(&sb.paths)
-        .into_iter()
-        .filter(ServiceState::alive)
-        .collect()
-}
-
 /// Stop every live service of `sb` (`box abort`, `box rm`), waiting for each supervisor.
 pub fn stop_all(sb: &StoredBox) -> Result<(), BoxError> {
     for st in all_states(&sb.paths) {
@@ -570,9 +457,26 @@ pub fn live_network_pid(sb: &StoredBox) -> Option<i32> {
     })
 }
 
+/// What a service's supervisor is handed by the verb that starts it (`box __service-supervise`):
+/// work of the modules above the run path, which this one never names (`crate::cache` and
+/// `crate::browser` open sessions and start services themselves; `tests/module_layers.rs`).
+#[derive(Clone, Copy)]
+pub struct FromAbove {
+    /// What the box's caches grant the service's run (`crate::cache::run_grant::for_run`).
+    pub caches: fn(&StoredBox, Tier) -> Result<CacheGrant, BoxError>,
+    /// Serve the browser relay once the box's browser sidecar's pid is known
+    /// (`crate::browser::sidecar::start_relay`).
+    pub start_relay: fn(&BoxPaths, i32, Tier) -> Result<(), String>,
+}
+
 /// The hidden `box __service-supervise` verb: run `service` to its end, keeping its state
 /// file, and record it. Never returns before the service has ended.
-pub fn supervise(store: &BoxStore, name: &str, service: &str) -> Result<i32, ServiceError> {
+pub fn supervise(
+    store: &BoxStore,
+    name: &str,
+    service: &str,
+    above: FromAbove,
+) -> Result<i32, ServiceError> {
     if !is_pipe(READY_FD) {
         return Err(BoxError::BadRequest {
             what: "`box __service-supervise` is h5i's internal supervisor and was started without its readiness pipe".into(),
@@ -587,7 +491,7 @@ pub fn supervise(store: &BoxStore, name: &str, service: &str) -> Result<i32, Ser
     let ready = Ready(Arc::new(Mutex::new(Some(fs::File::from(ready_fd)))));
     // Signals go to the supervising loop's signalfd, never to a forwarding thread.
     block_forwarded_signals();
-    let result = supervise_inner(store, name, service, &ready);
+    let result = supervise_inner(store, name, service, &ready, above);
     if let Err(e) = &result {
         eprintln!("h5i: {e}");
         ready.say(&format!("err {e}"));
@@ -614,6 +518,7 @@ fn supervise_inner(
     name: &str,
     service: &str,
     ready: &Ready,
+    above: FromAbove,
 ) -> Result<i32, ServiceError> {
     let session = RunSession::open(store, name, Purpose::Service)?;
     let policy = session.policy();
@@ -674,10 +579,12 @@ fn supervise_inner(
                 ready.clone(),
                 out,
                 how,
+                above.start_relay,
             ));
         }
     };
     let mut req = session.request(wrapped);
+    req.caches = (above.caches)(session.stored_box(), policy.tier)?;
     req.recorded_argv = Some(vec!["sh".into(), "-c".into(), decl.command.clone().into()]);
     req.wall = None;
     req.stdio = SessionStdio::Service {
@@ -687,15 +594,13 @@ fn supervise_inner(
     if let Some(pid) = live_network_pid(session.stored_box()) {
         req.network = Network::JoinService(pid);
     }
-    if service == crate::browser::sidecar::SERVICE
-        && crate::browser::sidecar::lives_for_the_box(policy)
-    {
+    if service == crate::browser_box::SERVICE && crate::browser_box::lives_for_the_box(policy) {
         // At the container tier the group is the container's (`crate::container::BrowserPart`).
         if policy.tier != Tier::Container {
-            req.edit_plan = Some(&crate::browser::sidecar::own_group);
+            req.edit_plan = Some(&crate::browser_box::own_group);
         }
         if policy.tier == Tier::Supervised {
-            req.network = crate::browser::sidecar::sandbox_network(session.stored_box())?;
+            req.network = sandbox_network(session.stored_box())?;
         }
     }
     let outcome = session.run(req)?;
@@ -721,6 +626,20 @@ fn supervise_inner(
         outcome.exit.passthrough_code()
     ));
     Ok(0)
+}
+
+/// The network the supervised tier's sidecar of `sb` runs in: its live sandbox's.
+fn sandbox_network(sb: &StoredBox) -> Result<Network, BoxError> {
+    match crate::sandbox::live_init(sb) {
+        Some((pid, _)) => Ok(Network::BoxSandbox(pid)),
+        None => Err(BoxError::BadRequest {
+            what: format!(
+                "box `{}`'s browser joins the box's sandbox, and none is up",
+                sb.manifest.name
+            ),
+            mend: format!("`h5i box run {} -- true` makes it", sb.manifest.name),
+        }),
+    }
 }
 
 fn lock(state: &Mutex<ServiceState>) -> std::sync::MutexGuard<'_, ServiceState> {
@@ -753,6 +672,7 @@ fn spawn_starter(
     ready: Ready,
     (out, mut log): (OwnedFd, fs::File),
     how: Starting,
+    start_relay: fn(&BoxPaths, i32, Tier) -> Result<(), String>,
 ) -> std::sync::mpsc::Receiver<()> {
     let forward = match how.own_network {
         true => Forward::Netns,
@@ -793,14 +713,14 @@ fn spawn_starter(
                         let st = lock(&state);
                         (st.service.clone(), st.tier.clone())
                     };
-                    if service == crate::browser::sidecar::SERVICE {
+                    if service == crate::browser_box::SERVICE {
                         let tier = tier.parse::<Tier>().unwrap_or(Tier::Process);
-                        crate::browser::sidecar::start_relay(&paths, proc_id.pid, tier).map_err(
-                            |e| BoxError::BadRequest {
+                        start_relay(&paths, proc_id.pid, tier).map_err(|e| {
+                            BoxError::BadRequest {
                                 what: e,
                                 mend: "check the box's HOME (`h5i box doctor`)".into(),
-                            },
-                        )?;
+                            }
+                        })?;
                     }
                     Ok(serve)
                 }) {
@@ -1149,18 +1069,6 @@ fn splice(a: TcpStream, b: TcpStream) {
 }
 
 // ---- one small safe wrapper per kernel call ----
-
-/// Field 22 (starttime) of `/proc/<pid>/stat`, for a process that is not a zombie.
-fn start_ticks(pid: i32) -> Option<u64> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state).
-    if matches!(fields.first(), Some(&"Z") | Some(&"X")) {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
-}
 
 /// The inode of a process's network namespace.
 fn netns_ino(pid: i32) -> Option<u64> {

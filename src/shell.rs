@@ -92,6 +92,7 @@ pub fn shell(store: &BoxStore, name: &str, argv: &[OsString]) -> Result<RunOutco
     let sb = session.stored_box().clone();
     let policy = session.policy().clone();
     let mut req = session.request(argv);
+    req.caches = crate::cache::run_grant::for_run(&sb, policy.tier)?;
     req.stdio = Stdio::Terminal;
     // As for `box run`: a live service's network, so the session reaches it (and the box's
     // browser reaches what the session serves) on localhost.

@@ -281,6 +281,10 @@ fn confinement_rows(policy: &ResolvedPolicy, confined: bool) -> Vec<Enforcement>
     ]
 }
 
+/// The schema of `h5i box capabilities NAME --json` ([`capabilities_json`]; listed with the
+/// other documents' in `crate::json_doc`).
+pub const CAPABILITIES: &str = "h5i.box.capabilities/1";
+
 /// `h5i box capabilities NAME --json`: what this box actually got, as one JSON document: the
 /// tier and how it was chosen, each enforcement row, the egress table the last supervised run
 /// loaded (hosts, addresses, ports, the digest of the nft script), and the policy digest the
@@ -293,7 +297,7 @@ pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
         .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced, "note": e.note}))
         .collect();
     json!({
-        "schema": crate::json_doc::CAPABILITIES,
+        "schema": CAPABILITIES,
         "box": report.sb.manifest.name,
         "tier": report.sb.manifest.tier,
         "tier_chosen_by": if report.policy.tier_choice.auto { "auto" } else { report.policy.tier_choice.source.as_str() },

@@ -153,7 +153,7 @@ fn write_private(path: &Path, text: &str) -> Result<(), BoxError> {
 
 /// The hook binary that wires the supervised network.
 fn hook_binary() -> Result<PathBuf, BoxError> {
-    crate::process::hook_binary().ok_or_else(|| BoxError::BadRequest {
+    crate::tier_host::hook_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-hook (which wires the supervised tier's network) is not beside h5i or on PATH"
             .into(),
         mend: "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)".into(),
@@ -248,7 +248,7 @@ pub fn wire(plan: &mut BundlePlan, dir: &Path, rules: &[PinnedRule]) -> Result<(
 pub fn attach(plan: &mut BundlePlan, rules: Vec<PinnedRule>) -> Result<SupervisedNet, BoxError> {
     hook_binary()?;
     // Short: unix socket paths hold at most 107 bytes.
-    let dir = crate::process::runtime_dir()?.join(format!(
+    let dir = crate::tier_host::runtime_dir()?.join(format!(
         "n-{}",
         plan.id.chars().rev().take(24).collect::<String>()
     ));

@@ -1,7 +1,10 @@
 //! The library's layering, read from its sources: a module that the verbs stand on (the store,
-//! the error type, the export gate) never reaches back up to a module that uses it, and the run
-//! entry point is no longer in a circle with the tiers it dispatches to. Each top-level module of
-//! `src/` is a node; each `crate::NAME` in its code (comments skipped) an edge.
+//! the error type, the export gate) never reaches back up to a module that uses it, the run
+//! entry point is no longer in a circle with the tiers it dispatches to, and the run path points
+//! one way: the verbs -> the run session (`session`) -> the tier modules -> the leaves, so the
+//! session and every tier are in no circle and a tier never names the session, the caches, the
+//! browser's verbs or `create`. Each top-level module of `src/` is a node; each `crate::NAME` in
+//! its code (comments skipped) an edge.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,6 +97,63 @@ fn the_store_the_error_type_the_export_gate_and_the_run_entry_are_in_no_import_c
                 circle.join(" -> ")
             );
         }
+    }
+}
+
+/// The modules that start a command in a box for the session, each at its tier.
+const TIERS: [&str; 6] = [
+    "process",
+    "supervised",
+    "sandbox",
+    "container",
+    "microvm",
+    "service",
+];
+
+#[test]
+fn the_run_session_and_the_tiers_are_in_no_import_circle() {
+    let graph = module_graph();
+    for (from, to) in [
+        ("session", "process"),
+        ("sandbox", "supervised"),
+        ("microvm", "container"),
+    ] {
+        assert!(
+            graph[from].contains(to),
+            "the scan lost the edge {from} -> {to}: {:?}",
+            graph[from]
+        );
+    }
+    for module in std::iter::once("session").chain(TIERS) {
+        if let Some(circle) = cycle_through(&graph, module) {
+            panic!(
+                "refusing: `{module}` is in an import circle: {}; to fix: pass what the lower module needs down to it (in its plan or request), or move the shared item into the lowest module that owns it",
+                circle.join(" -> ")
+            );
+        }
+    }
+}
+
+#[test]
+fn a_tier_never_names_the_session_the_caches_the_browsers_verbs_or_create() {
+    let graph = module_graph();
+    // A tier is handed what it needs (the caches' binds, the browser's grant) in its plan:
+    // `browser_box` is the browser's part below the tiers, `browser` its verbs above them.
+    // The service tier is a verb of the session's too (its supervisor opens one).
+    for tier in TIERS {
+        let above: &[&str] = match tier {
+            "service" => &["cache", "browser", "create"],
+            _ => &["session", "cache", "browser", "create"],
+        };
+        let named: Vec<&str> = above
+            .iter()
+            .copied()
+            .filter(|m| graph[tier].contains(*m))
+            .collect();
+        assert!(
+            named.is_empty(),
+            "refusing: the {tier} tier names {named:?}, which stand above it; to fix: hand the tier what it needs in its plan instead"
+        );
     }
 }
 

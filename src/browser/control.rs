@@ -28,12 +28,13 @@ use std::io;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 
-use h5i_policy::receipt::{ReceiptLane, ReceiptRecord, RecordBody};
+use h5i_policy::receipt::{ReceiptLane, RecordBody};
 use serde::{Deserialize, Serialize};
 
+pub(super) use crate::browser_box::append_record;
 use crate::error::BoxError;
 use crate::file_lock::{FileLock, LockKind};
-use crate::service::ProcId;
+use crate::service_state::ProcId;
 use crate::store::{now_ms, write_atomic, BoxPaths, BoxStore, StoredBox};
 
 /// Who drives a box's browser.
@@ -227,32 +228,6 @@ fn record(sb: &StoredBox, action: &str, holder: Holder) -> Result<(), BoxError> 
 /// Append `body` to box `sb`'s receipt log in the `viewer` lane.
 pub(super) fn record_viewer(sb: &StoredBox, body: RecordBody) -> Result<(), BoxError> {
     append_record(sb, ReceiptLane::Viewer, Vec::new(), body)
-}
-
-/// Append `body`, observed by h5i now in `lane` (with the redaction ids applied to it), to box
-/// `sb`'s receipt log: every record of the browser's (control, viewer, drain, between runs).
-pub(super) fn append_record(
-    sb: &StoredBox,
-    lane: ReceiptLane,
-    redactions: Vec<String>,
-    body: RecordBody,
-) -> Result<(), BoxError> {
-    let log = h5i_broker::receipt_log::ReceiptLog::at(sb.paths.receipts());
-    log.append(ReceiptRecord {
-        v: 0,
-        seq: 0,
-        lane,
-        at_ms: now_ms(),
-        policy_digest: sb.manifest.policy_digest.clone(),
-        redactions,
-        payload: None,
-        body,
-    })
-    .map_err(|e| BoxError::BadRequest {
-        what: format!("cannot append the browser's record to the receipt log: {e}"),
-        mend: format!("check {}", sb.paths.receipts().display()),
-    })?;
-    Ok(())
 }
 
 /// Whether `c` is a human's lock taken through a viewer process that has ended.

@@ -201,8 +201,8 @@ pub fn after_run(sb: &StoredBox, policy: &ResolvedPolicy, after_seq: u64) -> Res
         return Ok(());
     };
     fs::remove_file(mark(&sb.paths)).map_err(|e| BoxError::io(&mark(&sb.paths), e))?;
-    let pid = crate::service::read_state(&sb.paths, super::sidecar::SERVICE)
-        .filter(crate::service::ServiceState::alive)
+    let pid = crate::service_state::read_state(&sb.paths, super::sidecar::SERVICE)
+        .filter(crate::service_state::ServiceState::alive)
         .and_then(|st| st.pid)
         .map(|p| p.pid);
     let relaunched = said.windows(RELAUNCHED.len()).any(|w| w == RELAUNCHED);

@@ -33,8 +33,7 @@ use std::time::{Duration, Instant};
 
 use crate::beneath::Dir;
 
-/// The box's group the sidecar (agent-browser's daemon and its Chromium) runs as.
-pub const SIDECAR_GID: u32 = 1;
+pub use crate::browser_box::SIDECAR_GID;
 
 /// The table's family and name, as `nft` spells them.
 pub const TABLE: &str = "inet h5i_browser";
@@ -42,8 +41,7 @@ pub const TABLE: &str = "inet h5i_browser";
 /// The connection mark of a connection a process of the box opened ("h5ib").
 const BOX_OPENED: u32 = 0x6835_6962;
 
-/// The FIFO in the sidecar's private `/tmp` its command reads before it starts the daemon.
-pub const GATE: &str = "/tmp/h5i-browser/fenced";
+pub use crate::browser_box::GATE;
 
 /// The groups, as the sidecar's network namespace's owning user namespace names them, whose
 /// listeners may answer a connection the box opened.

@@ -42,12 +42,8 @@ use super::control::{self, Control, Holder};
 use crate::beneath::Dir;
 use crate::store::BoxPaths;
 
-/// Where the daemon keeps its socket in the sidecar (its private `/tmp`).
-pub const DAEMON_DIR: &str = "/tmp/h5i-browser";
-/// agent-browser's session name: the default one every client uses.
-pub const SESSION: &str = "default";
-/// agent-browser's state directory in the box's HOME, where its client looks for the daemon.
-pub const CLIENT_DIR: &str = ".agent-browser";
+pub use crate::browser_box::CLIENT_DIR;
+pub use crate::browser_box::{DAEMON_DIR, SESSION};
 /// The agent-browser version h5i pins (images/agent-versions.env): what the relay tells the
 /// client the daemon is, so the client talks to it instead of restarting it.
 pub const PINNED_VERSION: &str = pinned_version();

@@ -39,132 +39,26 @@
 //! whose runs cannot use the sandbox) the browser lives as long as the run that started it, and
 //! `h5i browser status` says so.
 //!
+//! What the run path reads of the sidecar (which boxes get one, whether it runs, how a run
+//! joins it) is `crate::browser_box`'s, re-exported here: the session and the tiers stand below
+//! this module and never name it.
+//!
 //! Guarded by `tests/browser.rs`.
 
-use h5i_policy::resolved::Service;
 use h5i_policy::{ResolvedPolicy, Tier};
 
-use h5i_runtime::bundle::BundlePlan;
-
-use super::relay::{Relay, DAEMON_DIR, SESSION};
+use super::relay::Relay;
+use crate::browser_box::is_root;
+pub use crate::browser_box::{
+    alive, caller_subgid, container_join, extra_gid, lives_for_the_box, own_group, relay_home,
+    service_decl, ContainerJoin, SERVICE,
+};
 use crate::error::BoxError;
 use crate::service::ServiceError;
-use crate::session::Network;
 use crate::store::{BoxPaths, BoxStore, StoredBox};
 
 /// How long the daemon may take to answer after its sidecar started.
 const DAEMON_START: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// The built-in service's name.
-pub const SERVICE: &str = "browser";
-
-/// The sidecar's declaration: agent-browser's daemon in the foreground, its socket directory
-/// in the sidecar's own `/tmp`, started only once h5i has fenced the box's network off from it
-/// (the command waits on the gate `super::fence::load` opens).
-pub fn service_decl() -> Service {
-    let gate = super::fence::GATE;
-    Service {
-        command: format!(
-            "mkdir -p {DAEMON_DIR} && mkfifo -m 600 {gate} && read _ < {gate} && rm {gate} && AGENT_BROWSER_DAEMON=1 AGENT_BROWSER_SESSION={SESSION} AGENT_BROWSER_SOCKET_DIR={DAEMON_DIR} exec agent-browser"
-        ),
-        port: None,
-    }
-}
-
-/// The sidecar's plan edit: it runs as the box's group [`super::fence::SIDECAR_GID`], which the
-/// fence tells apart from the box's own processes.
-pub fn own_group(plan: &mut BundlePlan) {
-    plan.process_gid = super::fence::SIDECAR_GID;
-}
-
-/// Whether `policy`'s browser outlives each run: a browser box at the process tier (whose runs
-/// join a live service's network namespace), or at the supervised tier when its runs go
-/// through the box's sandbox (sandboxes on, no credential grant), whose network the sidecar
-/// joins, run by root or by a caller with a subordinate gid for the sidecar's group
-/// ([`caller_subgid`]); or at the container tier, for any caller (keep-id maps the group).
-pub fn lives_for_the_box(policy: &ResolvedPolicy) -> bool {
-    let kernel_tier = match policy.tier {
-        Tier::Process => true,
-        Tier::Supervised => crate::sandbox::enabled() && policy.auth_grants().is_empty(),
-        Tier::Container => return super::is_browser_box(policy),
-        _ => false,
-    };
-    super::is_browser_box(policy) && kernel_tier && (is_root() || caller_subgid().is_some())
-}
-
-/// The directory whose `.agent-browser` holds the relay's socket for the box at `paths` of
-/// `tier`: the box's HOME at the kernel tiers; at the container tier (whose HOME is each run's
-/// private `/tmp`) `<box>/browser/home`, host-only, whose `.agent-browser` each run gets
-/// read-only at `crate::container::RELAY_IN_BOX`.
-pub fn relay_home(paths: &BoxPaths, tier: Tier) -> std::path::PathBuf {
-    match tier {
-        Tier::Container => paths.dir.join("browser").join("home"),
-        _ => paths.home(),
-    }
-}
-
-/// What a container-tier run needs to join its box's running sidecar.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContainerJoin {
-    /// The sidecar's container name.
-    pub container: String,
-    /// The relay's directory on the host (bound read-only in the run).
-    pub relay: std::path::PathBuf,
-}
-
-/// The running sidecar of container-tier box `sb` for a run to join, when it has one.
-pub fn container_join(sb: &StoredBox, policy: &ResolvedPolicy) -> Option<ContainerJoin> {
-    if policy.tier != Tier::Container || !lives_for_the_box(policy) {
-        return None;
-    }
-    let st = crate::service::read_state(&sb.paths, SERVICE)
-        .filter(crate::service::ServiceState::alive)?;
-    Some(ContainerJoin {
-        container: st.container?,
-        relay: relay_home(&sb.paths, Tier::Container).join(super::relay::CLIENT_DIR),
-    })
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
-    euid == 0
-}
-
-/// For an unprivileged caller, the host gid the sidecar's group maps to in its browser box's
-/// user namespace: the first id of the caller's range in `/etc/subgid` (named by user name or
-/// uid), which `newgidmap` lets the caller map. `None` for root (its box range holds the group)
-/// and for a caller with no range.
-pub fn caller_subgid() -> Option<u32> {
-    if is_root() {
-        return None;
-    }
-    let path = std::path::Path::new("/etc/subgid");
-    let text = std::fs::read_to_string(path).ok()?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    crate::host::subids::parse(path, &text)
-        .ok()?
-        .into_iter()
-        .find(|r| {
-            r.count > 0
-                && (r.owner == uid.to_string()
-                    || crate::host::users::passwd_entry(&r.owner)
-                        .ok()
-                        .flatten()
-                        .is_some_and(|u| u.uid == uid))
-        })
-        .and_then(|r| u32::try_from(r.start).ok())
-}
-
-/// The gid line a browser box's plan adds for an unprivileged caller (see
-/// [`caller_subgid`]), so its sidecar has a group of its own.
-pub fn extra_gid(policy: &ResolvedPolicy) -> Option<(u32, u32)> {
-    if !super::is_browser_box(policy) {
-        return None;
-    }
-    caller_subgid().map(|host| (super::fence::SIDECAR_GID, host))
-}
 
 /// Why a browser box's browser ends with each run, in a line for `h5i browser status`.
 pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
@@ -173,13 +67,6 @@ pub fn why_per_run(policy: &ResolvedPolicy) -> &'static str {
         Tier::Supervised => "this box's supervised runs take a container of their own (H5I_SANDBOX=off, or a credential grant served per run), so no browser can share their network: each run's browser ends with the run, and the control lock is recorded but not enforced",
         _ => "the box-lifetime browser is built at the process, supervised and container tiers only: at this tier each run's browser ends with the run, and the control lock is recorded but not enforced",
     }
-}
-
-/// Whether the sidecar of `sb` is running.
-pub fn alive(sb: &StoredBox) -> bool {
-    crate::service::read_state(&sb.paths, SERVICE)
-        .filter(crate::service::ServiceState::alive)
-        .is_some()
 }
 
 /// Before a run of box `name`: start its browser sidecar when it should have one and has none
@@ -239,7 +126,8 @@ fn sandbox_up(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<i32, BoxError> 
     if let Some((pid, _)) = crate::sandbox::live_init(sb) {
         return Ok(pid);
     }
-    let plan = crate::process::plan(sb, policy, &["true".into()])?;
+    let caches = crate::cache::run_grant::for_run(sb, policy.tier)?;
+    let plan = crate::process::plan(sb, policy, &["true".into()], caches)?;
     let pins = crate::supervised::pin_egress(policy)?;
     let made = crate::sandbox::run(
         sb,
@@ -271,46 +159,10 @@ fn in_network_of(sb: &StoredBox, pid: i32) -> bool {
                 m.ino()
             })
     };
-    let sidecar = crate::service::read_state(&sb.paths, SERVICE)
-        .filter(crate::service::ServiceState::alive)
+    let sidecar = crate::service_state::read_state(&sb.paths, SERVICE)
+        .filter(crate::service_state::ServiceState::alive)
         .and_then(|st| st.pid);
     sidecar.is_some_and(|p| ino(p.pid).is_some() && ino(p.pid) == ino(pid))
-}
-
-/// The network the supervised tier's sidecar of `sb` runs in: its live sandbox's.
-pub fn sandbox_network(sb: &StoredBox) -> Result<Network, BoxError> {
-    match crate::sandbox::live_init(sb) {
-        Some((pid, _)) => Ok(Network::BoxSandbox(pid)),
-        None => Err(BoxError::BadRequest {
-            what: format!(
-                "box `{}`'s browser joins the box's sandbox, and none is up",
-                sb.manifest.name
-            ),
-            mend: format!("`h5i box run {} -- true` makes it", sb.manifest.name),
-        }),
-    }
-}
-
-/// Put the sidecar's `plan` in the network of `sb`'s supervised sandbox whose init is `pid`
-/// (and the user namespace owning it), with the sandbox's name files: the pinned hosts and no
-/// resolver. Refused when that sandbox is no longer the box's.
-pub fn join_sandbox(plan: &mut BundlePlan, sb: &StoredBox, pid: i32) -> Result<(), BoxError> {
-    let net = crate::sandbox::live_init(sb)
-        .filter(|(live, _)| *live == pid)
-        .map(|(_, net)| net)
-        .ok_or_else(|| BoxError::BadRequest {
-            what: format!(
-                "box `{}`'s sandbox ended before its browser joined it",
-                sb.manifest.name
-            ),
-            mend: format!("run in box `{}` again", sb.manifest.name),
-        })?;
-    crate::process::join_network_of(plan, pid);
-    for name in ["hosts", "resolv.conf"] {
-        plan.file_binds
-            .push((net.join(name), std::path::Path::new("/etc").join(name)));
-    }
-    Ok(())
 }
 
 /// In the sidecar's supervisor, once the daemon's container init `pid` is known: bind the
@@ -396,8 +248,8 @@ pub fn console_errors(sb: &StoredBox) -> Option<usize> {
 /// Ask the daemon of `sb`'s running sidecar the read-only `action` (h5i's own request, never
 /// through the relay): its whole answer.
 fn ask_daemon(sb: &StoredBox, action: &str) -> Result<serde_json::Value, String> {
-    let st = crate::service::read_state(&sb.paths, SERVICE)
-        .filter(crate::service::ServiceState::alive)
+    let st = crate::service_state::read_state(&sb.paths, SERVICE)
+        .filter(crate::service_state::ServiceState::alive)
         .ok_or("the box's browser is not running")?;
     let pid = st.pid.ok_or("the box's browser has no process yet")?.pid;
     super::relay::ask(

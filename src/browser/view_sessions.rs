@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::control;
 use crate::error::BoxError;
 use crate::file_lock::{FileLock, LockKind};
-use crate::service::ProcId;
+use crate::service_state::ProcId;
 use crate::store::StoredBox;
 
 /// One session's counts.

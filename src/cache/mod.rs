@@ -27,6 +27,7 @@ pub mod mirror;
 pub mod mounts;
 pub mod refresh;
 pub mod rm;
+pub mod run_grant;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

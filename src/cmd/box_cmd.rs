@@ -488,7 +488,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             }
             print_status(&report);
             if report.policy.tier == h5i_policy::Tier::Container {
-                for line in h5i::container::evidence::status_lines(&report.sb) {
+                let cache_dirs: Vec<String> = h5i::cache::ECOSYSTEMS
+                    .iter()
+                    .map(|e| h5i_policy::inbox::cache_dir(e.name))
+                    .collect();
+                for line in h5i::container::evidence::status_lines(&report.sb, &cache_dirs) {
                     say!("{line}");
                 }
             }
@@ -709,7 +713,9 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         BoxVerb::Bundle { name, out, argv } => {
-            let notes = h5i::process::write_bundle_for(&store()?, &name, &argv, &out)?;
+            let notes = h5i::process::write_bundle_for(&store()?, &name, &argv, &out, &|sb| {
+                h5i::cache::run_grant::for_run(sb, h5i_policy::Tier::Process)
+            })?;
             say!("wrote {}/config.json and an empty rootfs/", out.display());
             for m in notes.missing {
                 say!("  not mounted (missing on this host): {}", m.display());
@@ -832,7 +838,11 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         BoxVerb::ServiceSupervise { name, service } => {
-            Ok(h5i::service::supervise(&store()?, &name, &service)?)
+            let above = h5i::service::FromAbove {
+                caches: h5i::cache::run_grant::for_run,
+                start_relay: h5i::browser::sidecar::start_relay,
+            };
+            Ok(h5i::service::supervise(&store()?, &name, &service, above)?)
         }
         BoxVerb::ServiceForward { port } => Ok(h5i::service::forward_from_inside(port)?),
         BoxVerb::Doctor { name, json } => {

@@ -271,20 +271,19 @@ const PODMAN_OWN: &[&str] = &[
     "/run/.containerenv",
 ];
 
-/// Whether `d` is where a warm cache appears: one directory under `/.h5i/cache` named like an
-/// ecosystem h5i caches.
-fn is_cache_dest(d: &str) -> bool {
-    crate::cache::ECOSYSTEMS
-        .iter()
-        .any(|e| d == h5i_policy::inbox::cache_dir(e.name))
+/// Whether `d` is where a warm cache appears: one of `cache_dirs`, the directories under
+/// `/.h5i/cache` named like the ecosystems h5i caches (the caches' own list, handed down by the
+/// verb: this tier never names `crate::cache`, which runs boxes of its own).
+fn is_cache_dest(d: &str, cache_dirs: &[String]) -> bool {
+    cache_dirs.iter().any(|c| d == c)
 }
 
 /// Where the spec differs from what the policy asks; empty when it matches. Beside the
 /// workspace and the spool, the only binds allowed are read-only: the object store at
 /// `/.h5i/objects`, the in-box `alternates` naming it, and a warm cache at its ecosystem's
 /// directory under `/.h5i/cache`. A bind at any other path (the store's host path, say) is
-/// unplanned.
-pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
+/// unplanned. `cache_dirs`: as [`is_cache_dest`].
+pub fn mismatches(ev: &RunEvidence, cache_dirs: &[String]) -> Vec<String> {
     let alternates = crate::process::in_box_alternates();
     let Some(s) = &ev.spec else {
         return vec!["the run's OCI spec was not captured (the runtime did not write it)".into()];
@@ -368,7 +367,7 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
             if !m.options.iter().any(|o| o == "ro") {
                 out.push(format!("the borrowed objects' bind at {d} is writable"));
             }
-        } else if bindish && is_cache_dest(d) {
+        } else if bindish && is_cache_dest(d, cache_dirs) {
             if !m.options.iter().any(|o| o == "ro") {
                 out.push(format!("the warm cache's bind at {d} is writable"));
             }
@@ -438,8 +437,9 @@ pub fn mismatches(ev: &RunEvidence) -> Vec<String> {
     out
 }
 
-/// `box status`'s container section: the last run's evidence and whether it matches.
-pub fn status_lines(sb: &StoredBox) -> Vec<String> {
+/// `box status`'s container section: the last run's evidence and whether it matches
+/// (`cache_dirs`: as [`is_cache_dest`]).
+pub fn status_lines(sb: &StoredBox, cache_dirs: &[String]) -> Vec<String> {
     let Some(ev) = load(sb) else {
         return vec![format!(
             "container evidence: no run yet (`h5i box run {} -- true` records it)",
@@ -505,7 +505,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
                 || m.destination == BOX_SPOOL
                 || m.destination == "/tmp"
                 || m.destination == BOX_OBJECTS
-                || is_cache_dest(&m.destination)
+                || is_cache_dest(&m.destination, cache_dirs)
         }) {
             out.push(format!(
                 "  mount     {} {} ({})",
@@ -515,7 +515,7 @@ pub fn status_lines(sb: &StoredBox) -> Vec<String> {
             ));
         }
     }
-    let diff = mismatches(&ev);
+    let diff = mismatches(&ev, cache_dirs);
     out.push(if diff.is_empty() {
         "  matches the policy: yes".to_string()
     } else {
@@ -582,7 +582,7 @@ mod tests {
     #[test]
     fn the_articles_spec_matches() {
         let ev = evidence(spec());
-        assert_eq!(mismatches(&ev), Vec::<String>::new());
+        assert_eq!(mismatches(&ev, &[]), Vec::<String>::new());
         let s = ev.spec.unwrap();
         // Names only: the dummy's value is never kept.
         assert_eq!(s.env_names, ["ANTHROPIC_API_KEY", "PATH"]);
@@ -604,7 +604,7 @@ mod tests {
         v["mounts"].as_array_mut().unwrap().push(json!(
             {"destination": "/home", "type": "bind", "source": "/home", "options": ["rbind"]}
         ));
-        let m = mismatches(&evidence(v)).join("\n");
+        let m = mismatches(&evidence(v), &[]).join("\n");
         for want in [
             "image root is writable",
             "CAP_NET_RAW",
@@ -627,7 +627,7 @@ mod tests {
         v["mounts"].as_array_mut().unwrap().push(json!(
             {"destination": "/tmp/.agent-browser", "type": "bind", "source": "/r/relay", "options": ["rbind", "ro"]}
         ));
-        let alone = mismatches(&evidence(v.clone())).join("\n");
+        let alone = mismatches(&evidence(v.clone()), &[]).join("\n");
         assert!(alone.contains("user namespace is joined"), "{alone}");
         assert!(
             alone.contains("unplanned mount at /tmp/.agent-browser"),
@@ -636,13 +636,13 @@ mod tests {
         let mut ev = evidence(v.clone());
         ev.joined_browser = Some("h5i-web-1".into());
         assert_eq!(
-            mismatches(&ev),
+            mismatches(&ev, &[]),
             ["the pid namespace is joined from /proc/7/ns/pid, not private"]
         );
         v["mounts"].as_array_mut().unwrap().last_mut().unwrap()["options"] = json!(["rbind"]);
         let mut ev = evidence(v);
         ev.joined_browser = Some("h5i-web-1".into());
-        assert!(mismatches(&ev)
+        assert!(mismatches(&ev, &[])
             .join("\n")
             .contains("relay's directory at /tmp/.agent-browser is not a read-only bind"));
     }
@@ -655,7 +655,7 @@ mod tests {
             let init = mounts.last_mut().unwrap();
             init["source"] = json!(source);
             init["options"] = options;
-            mismatches(&evidence(v)).join("\n")
+            mismatches(&evidence(v), &[]).join("\n")
         };
         // Another host file bound where the init goes, or the init writable: both named.
         let other = swapped("/etc/shadow", json!(["bind", "ro"]));
@@ -671,7 +671,7 @@ mod tests {
         // A record from before the init existed names it too.
         let mut ev = evidence(spec());
         ev.init = None;
-        assert!(mismatches(&ev)
+        assert!(mismatches(&ev, &[])
             .join("\n")
             .contains("unplanned mount at /run/podman-init"));
     }
@@ -683,7 +683,7 @@ mod tests {
             {"destination": "/r/.git/objects", "type": "bind", "source": "/r/.git/objects", "options": ["rbind", "ro"]}
         ));
         v["mounts"][5]["options"] = json!(["rbind", "rw"]);
-        let m = mismatches(&evidence(v)).join("\n");
+        let m = mismatches(&evidence(v), &[]).join("\n");
         for want in [
             "unplanned mount at /r/.git/objects",
             "bind at /work/.git/objects/info/alternates is writable",
@@ -706,7 +706,7 @@ mod tests {
             {"destination": "/tmp/.claude", "type": "tmpfs", "source": "tmpfs", "options": ["rw", "size=64m", "nosuid", "nodev"]}
         ));
         let mut ev = evidence(v.clone());
-        let unplanned = mismatches(&ev).join("\n");
+        let unplanned = mismatches(&ev, &[]).join("\n");
         for d in ["/etc/codex", "/usr/bin/bash", "/tmp/.claude"] {
             assert!(
                 unplanned.contains(&format!("an unplanned mount at {d} ")),
@@ -721,7 +721,7 @@ mod tests {
             ("/usr/bin/bash".into(), "/opt/h5i-hook".into()),
         ];
         ev.agent_tmpfs = Some("/tmp/.claude".into());
-        assert_eq!(mismatches(&ev), Vec::<String>::new());
+        assert_eq!(mismatches(&ev, &[]), Vec::<String>::new());
         // The planned path from another source, written through, or a tmpfs with set-id files.
         let mounts = v["mounts"].as_array_mut().unwrap();
         let n = mounts.len();
@@ -732,7 +732,7 @@ mod tests {
         ev = evidence(v);
         ev.agent_binds = planned.agent_binds;
         ev.agent_tmpfs = planned.agent_tmpfs;
-        let m = mismatches(&ev).join("\n");
+        let m = mismatches(&ev, &[]).join("\n");
         for want in [
             "the agent's mount at /etc/codex is not the planned read-only bind",
             "the agent's mount at /usr/bin/bash is not the planned read-only bind",
@@ -746,6 +746,6 @@ mod tests {
     fn an_uncaptured_spec_is_never_a_match() {
         let mut ev = evidence(spec());
         ev.spec = None;
-        assert_eq!(mismatches(&ev).len(), 1);
+        assert_eq!(mismatches(&ev, &[]).len(), 1);
     }
 }

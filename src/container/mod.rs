@@ -22,7 +22,7 @@
 //!
 //! A browser box's box-lifetime browser ([`BrowserPart`], `crate::browser::sidecar`) is a run
 //! of its own: a container of the box's image, running as the box's group
-//! `crate::browser::fence::SIDECAR_GID`, with no proxy of its own (Chrome is told the address
+//! `crate::browser_box::SIDECAR_GID`, with no proxy of its own (Chrome is told the address
 //! each run's proxy listens on, so between runs it reaches nothing but its loopback). Every
 //! other run of that box joins the sidecar's user and network namespaces (`--userns` and
 //! `--network container:NAME`: mounting `/sys` needs the user namespace owning the network
@@ -99,6 +99,9 @@ pub struct RunInputs<'a> {
     pub tty: bool,
     /// Whether this run is, or joins, the box's browser sidecar.
     pub browser: BrowserPart<'a>,
+    /// What the box's warm caches grant the run (worked out by the verb:
+    /// `crate::cache::run_grant`).
+    pub caches: crate::process::CacheGrant,
 }
 
 /// How a run meets the box-lifetime browser of a browser box at this tier.
@@ -108,7 +111,7 @@ pub enum BrowserPart<'a> {
     /// This run is the sidecar: detached, its stdout the supervisor's pipe.
     Sidecar(SidecarIo<'a>),
     /// This run joins the running sidecar.
-    Join(crate::browser::sidecar::ContainerJoin),
+    Join(crate::browser_box::ContainerJoin),
 }
 
 /// The sidecar's wiring to its supervisor.
@@ -407,13 +410,13 @@ pub fn run(
     let engine = engine_for_run()?;
     reap_orphans(&engine);
     let image = image::pinned(&engine, sb, &image_name)?;
-    let runc = crate::process::runc_binary().ok_or_else(|| {
+    let runc = crate::tier_host::runc_binary().ok_or_else(|| {
         refuse(
             "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH",
             "install h5i with `cargo install --path .`, which puts h5i-runc beside h5i (or put it on PATH)",
         )
     })?;
-    let hook = crate::process::hook_binary().ok_or_else(|| {
+    let hook = crate::tier_host::hook_binary().ok_or_else(|| {
         refuse(
             "h5i-hook (which brings up the box's loopback and hands in the proxy listeners) is not beside h5i or on PATH",
             "install h5i with `cargo install --path .`, which puts h5i-hook beside h5i (or put it on PATH)",
@@ -431,7 +434,8 @@ pub fn run(
             ));
         }
     }
-    let init = probe::init_program().ok_or_else(|| refuse(probe::NO_INIT.0, probe::NO_INIT.1))?;
+    let init = crate::tier_host::init_program()
+        .ok_or_else(|| refuse(crate::tier_host::NO_INIT.0, crate::tier_host::NO_INIT.1))?;
     let mut inputs = inputs;
     let mut sidecar_io = None;
     let mut joins = None;
@@ -463,14 +467,15 @@ pub fn run(
     let hooks_path = run_dir.dir("hooks")?;
     let log_relay = run_dir.relay_dir(&engine)?;
 
-    // Read once: what is mounted and the variables naming it come from the same answer.
-    let granted = crate::cache::mounts::granted(sb, false);
+    // Read once (by the verb): what is mounted and the variables naming it come from the same
+    // answer.
+    let granted = std::mem::take(&mut inputs.caches);
     let relay = joins.as_ref().map(|j| j.relay.clone());
     let (sources, attached) = attach_sources(
         &engine,
         sb,
         policy,
-        &granted,
+        &granted.binds,
         &mut run_dir,
         (&runc, &hook),
         relay.as_deref(),
@@ -478,17 +483,13 @@ pub fn run(
     let (cage, limits_unheld) = cage_for(&id, policy, &engine);
     // The box's environment: plain values in argv, anything secret by name only.
     let mut env = box_env(sb, policy);
-    env.extend(
-        crate::cache::mounts::env_of(&granted)
-            .into_iter()
-            .filter_map(|kv| {
-                kv.split_once('=')
-                    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-            }),
-    );
+    env.extend(granted.env.into_iter().filter_map(|kv| {
+        kv.split_once('=')
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    }));
     // A browser box's Chromium and agent-browser (nothing for any other box).
     env.extend(
-        crate::browser::vars(policy)?
+        crate::browser_box::vars(policy)?
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v)),
     );
@@ -572,7 +573,7 @@ pub fn run(
         user: (
             engine.uid,
             match sidecar_io {
-                Some(_) => crate::browser::fence::SIDECAR_GID,
+                Some(_) => crate::browser_box::SIDECAR_GID,
                 None => engine.gid,
             },
         ),
@@ -602,8 +603,8 @@ pub fn run(
         env_by_name: by_name.iter().map(|(k, _)| k.clone()).collect(),
         cgroup_parent: cage.as_ref().map(ResourceCage::path),
         annotations: annotations(policy, &run_dir.out, &id, wiring, log_relay.as_ref()),
-        shm_bytes: crate::browser::is_browser_box(policy)
-            .then(|| crate::browser::shm_bytes(policy)),
+        shm_bytes: crate::browser_box::is_browser_box(policy)
+            .then(|| crate::browser_box::shm_bytes(policy)),
         tty: wiring == StdioWiring::OwnPty,
         passthrough: matches!(wiring, StdioWiring::Passthrough(_)),
         init: init.clone(),
@@ -925,7 +926,7 @@ fn box_binds(sources: &Sources) -> Vec<Bind> {
 /// holds it, and its proxy listens on the one address the box's Chrome was given.
 fn take_browser_run_lock(
     sb: &StoredBox,
-    join: &crate::browser::sidecar::ContainerJoin,
+    join: &crate::browser_box::ContainerJoin,
 ) -> Result<crate::file_lock::FileLock, BoxError> {
     let path = browser_run_lock(sb);
     match crate::file_lock::FileLock::try_take(&path, crate::file_lock::LockKind::Exclusive) {
@@ -1028,7 +1029,7 @@ fn attach_sources(
     engine: &Engine,
     sb: &StoredBox,
     policy: &ResolvedPolicy,
-    granted: &[crate::cache::mounts::Granted],
+    granted: &[h5i_runtime::bundle::Bind],
     run_dir: &mut RunDir,
     (runc, hook): (&Path, &Path),
     relay: Option<&Path>,
@@ -1044,7 +1045,7 @@ fn attach_sources(
             alternates,
             caches: granted
                 .iter()
-                .map(|g| (g.data.clone(), g.inside.clone()))
+                .map(|g| (g.source.clone(), g.dest.to_string_lossy().into_owned()))
                 .collect(),
             relay: relay.map(Path::to_path_buf),
         };
@@ -1057,8 +1058,8 @@ fn attach_sources(
     ids.hold(&sb.paths.dir, &[sb.paths.workspace(), sb.paths.spool()])?;
     // A browser box's sidecar writes as the box's group SIDECAR_GID (a screenshot in the
     // workspace): on disk that is the range's group of that number, as at the kernel tiers.
-    let sidecar_group = if crate::browser::is_browser_box(policy) {
-        let gid = crate::browser::fence::SIDECAR_GID;
+    let sidecar_group = if crate::browser_box::is_browser_box(policy) {
+        let gid = crate::browser_box::SIDECAR_GID;
         let host = engine.keep_id_host_gid(gid).map_err(|e| {
             refuse(
                 format!("cannot map the browser's group {gid} for the engine user: {e}"),
@@ -1101,8 +1102,10 @@ fn attach_sources(
     // The caches: read-only and not idmapped (refresh left them readable by every identity).
     for (i, g) in granted.iter().enumerate() {
         let at = run_dir.path.join(format!("cache-{i}"));
-        plan.push((g.data.clone(), at.clone(), false, false));
-        sources.caches.push((at, g.inside.clone()));
+        plan.push((g.source.clone(), at.clone(), false, false));
+        sources
+            .caches
+            .push((at, g.dest.to_string_lossy().into_owned()));
     }
     // h5i's binaries: used where they are when the engine user can reach and run them there
     // (an install under /usr/local), else attached too (a build tree under /root).

@@ -116,7 +116,7 @@ fn cache_key(engine: &Engine) -> String {
 }
 
 fn cache_file() -> Option<PathBuf> {
-    crate::process::runtime_dir()
+    crate::tier_host::runtime_dir()
         .ok()
         .map(|d| d.join("container-probe.json"))
 }
@@ -191,27 +191,6 @@ pub fn podman_facts(engine: &Engine) -> Result<PodmanFacts, String> {
     Ok(facts)
 }
 
-/// Where Podman's packages put catatonit, the init `--init` runs as a box's pid 1.
-const INIT_PROGRAMS: [&str; 3] = [
-    "/usr/libexec/podman/catatonit",
-    "/usr/bin/catatonit",
-    "/usr/local/bin/catatonit",
-];
-
-/// What is wrong when the box's init is missing, and the mend.
-pub const NO_INIT: (&str, &str) = (
-    "catatonit (the init a box's command runs under, so signals reach it: at the container tier, and at process and supervised outside the box-lifetime sandbox) is not installed",
-    "install it (Debian and Ubuntu: apt-get install catatonit)",
-);
-
-/// The init program for `podman run --init --init-path`, if installed.
-pub fn init_program() -> Option<PathBuf> {
-    INIT_PROGRAMS
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.is_file())
-}
-
 /// Why this host cannot run the container tier, or `Ok` with the facts.
 pub fn container_tier(cgroups: &Result<(), String>) -> Result<(Engine, PodmanFacts), String> {
     let engine = Engine::for_caller().map_err(|e| e.to_string())?;
@@ -222,13 +201,19 @@ pub fn container_tier(cgroups: &Result<(), String>) -> Result<(Engine, PodmanFac
             engine.user
         ));
     }
-    crate::process::runc_binary().ok_or(
+    crate::tier_host::runc_binary().ok_or(
         "h5i-runc (the container tier's OCI runtime) is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)",
     )?;
-    crate::process::hook_binary().ok_or(
+    crate::tier_host::hook_binary().ok_or(
         "h5i-hook is not beside h5i or on PATH (`cargo install --path .` installs it beside h5i)",
     )?;
-    init_program().ok_or_else(|| format!("{}; {}", NO_INIT.0, NO_INIT.1))?;
+    crate::tier_host::init_program().ok_or_else(|| {
+        format!(
+            "{}; {}",
+            crate::tier_host::NO_INIT.0,
+            crate::tier_host::NO_INIT.1
+        )
+    })?;
     if let Err(e) = cgroups {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {

@@ -363,7 +363,7 @@ fn cache_dir() -> Result<PathBuf, BoxError> {
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
     let dir = match base {
         Some(b) => b.join("h5i/microvm"),
-        None => crate::process::runtime_dir()?.join("microvm-cache"),
+        None => crate::tier_host::runtime_dir()?.join("microvm-cache"),
     };
     std::fs::create_dir_all(&dir).map_err(|e| BoxError::io(&dir, e))?;
     Ok(dir)

@@ -243,7 +243,7 @@ pub fn run(
     wall: Option<Duration>,
 ) -> Result<ChildReport, BoxError> {
     let pinned = crate::supervised::pin_egress(policy)?;
-    let dir = crate::process::runtime_dir()?;
+    let dir = crate::tier_host::runtime_dir()?;
     let path = dir.join(format!(
         "msb-env-{}-{}",
         std::process::id(),

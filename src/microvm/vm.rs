@@ -112,7 +112,7 @@ impl BootPlan {
 pub fn dir_for(sb: &StoredBox) -> Result<PathBuf, BoxError> {
     let hash = Sha256::digest(sb.paths.dir.as_os_str().as_encoded_bytes());
     let short: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
-    Ok(crate::process::runtime_dir()?.join(format!("microvm-{short}")))
+    Ok(crate::tier_host::runtime_dir()?.join(format!("microvm-{short}")))
 }
 
 /// The name of the cgroup QEMU of the VM in `dir` runs in (the directory's own name).

@@ -5,7 +5,7 @@
 //! browser: a detached command here is a browser box's sidecar (`crate::service` refuses every
 //! other service at this tier), announced to its supervisor by its init's pid file and its
 //! container's name; any other run of a box whose sidecar is running joins it
-//! (`crate::browser::sidecar::container_join`). Must never: take Podman's client's resource
+//! (`crate::browser_box::container_join`). Must never: take Podman's client's resource
 //! figures for the box's (the box's come from its cgroup).
 
 use super::{PidSource, Resolved, RunRequest, Starting, Stdio, TierBackend, TierRun, Usage};
@@ -35,7 +35,7 @@ impl TierBackend for Container {
                     announce: &mut announce_to,
                 })
             }
-            _ => match crate::browser::sidecar::container_join(resolved.sb, resolved.policy) {
+            _ => match crate::browser_box::container_join(resolved.sb, resolved.policy) {
                 Some(join) => BrowserPart::Join(join),
                 None => BrowserPart::None,
             },
@@ -50,6 +50,7 @@ impl TierBackend for Container {
                 creds: resolved.creds.into_prepared(),
                 tty,
                 browser,
+                caches: req.caches,
             },
         )?;
         Ok(TierRun {

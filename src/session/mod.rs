@@ -11,8 +11,9 @@
 //! append exactly one host-observed `host-env-run` record and one event from what the backend
 //! observed ([`record`]).
 //!
-//! The callers (`run`, `shell`, `service`, `cache::refresh`) say what to run and how its
-//! standard descriptors are wired; the backends say how a tier starts it. Neither imports the
+//! The callers (`run`, `shell`, `service`, `cache::refresh`) say what to run, how its
+//! standard descriptors are wired and what the box's caches grant it
+//! ([`RunRequest::caches`]); the backends say how a tier starts it. Neither imports the
 //! other's module: the dependencies point from the verbs to this module to the tier modules
 //! (`process`, `supervised`, `sandbox`, `container`), never back.
 //!
@@ -44,6 +45,7 @@ use h5i_runtime::supervise::ChildReport;
 
 use crate::credentials::ForRun;
 use crate::error::BoxError;
+use crate::process::CacheGrant;
 use crate::store::{load_policy, now_ms, require_active, BoxLock, BoxStore, StoredBox};
 
 pub use record::RunOutcome;
@@ -155,6 +157,10 @@ pub struct RunRequest<'a> {
     /// that carries one): the cache refresh's own writable cache in place of the read-only
     /// grants.
     pub edit_plan: Option<&'a dyn Fn(&mut BundlePlan)>,
+    /// What the box's warm caches grant the run (process, supervised, container), worked out
+    /// by the verb (`crate::cache::run_grant`: the caches' module opens sessions of its own, so
+    /// this one never names it); none unless the verb sets it.
+    pub caches: CacheGrant,
 }
 
 /// Where a run record's resource figures come from.
@@ -314,6 +320,7 @@ impl RunSession {
             wall: self.policy.resources.wall_secs.map(Duration::from_secs),
             network: Network::Own,
             edit_plan: None,
+            caches: CacheGrant::default(),
         }
     }
 
@@ -376,6 +383,7 @@ mod tests {
             wall: None,
             network: Network::Own,
             edit_plan: None,
+            caches: CacheGrant::default(),
         }
     }
 

@@ -82,7 +82,8 @@ pub(super) fn plan_for(
     resolved: &Resolved<'_>,
     req: &RunRequest<'_>,
 ) -> Result<BundlePlan, BoxError> {
-    let mut plan = crate::process::plan(resolved.sb, resolved.policy, &req.argv)?;
+    let mut plan =
+        crate::process::plan(resolved.sb, resolved.policy, &req.argv, req.caches.clone())?;
     if let Some(edit) = req.edit_plan {
         edit(&mut plan);
     }
@@ -100,7 +101,7 @@ pub(super) fn warm_path_fits(policy: &ResolvedPolicy, req: &RunRequest<'_>) -> b
     let tty = unsafe { libc::isatty(0) } == 1;
     req.network == Network::Own
         && matches!(req.stdio, Stdio::Caller)
-        && crate::sandbox::enabled()
+        && crate::tier_host::enabled()
         && policy.auth_grants().is_empty()
         && !tty
 }

@@ -5,10 +5,10 @@
 //! run's pins put in force before it) when the warm path fits, else through a container of its own.
 //!
 //! The box's browser sidecar (`crate::browser::sidecar`) joins the sandbox's network instead
-//! ([`Network::BoxSandbox`]), and so does a run of a box whose browser lives there that takes a
-//! container of its own (a terminal session): its dev server on loopback is then the page's,
-//! its egress goes through the sandbox's table, and its tally is read from the sandbox's sentry
-//! (`crate::sandbox::share_network`).
+//! ([`Network::BoxSandbox`], [`join_sandbox`]), and so does a run of a box whose browser lives
+//! there that takes a container of its own (a terminal session): its dev server on loopback is
+//! then the page's, its egress goes through the sandbox's table, and its tally is read from the
+//! sandbox's sentry (`crate::sandbox::share_network`).
 //!
 //! Owns the order of a supervised run: attach the network to the plan (or swap the sandbox's
 //! pins), run, settle the network (its tally kept for the receipt and `status`) before the
@@ -16,9 +16,12 @@
 //! Must never: start a run whose egress was not pinned, or report a tally the sentry did not
 //! leave.
 
+use h5i_runtime::bundle::BundlePlan;
+
 use super::process::{plan_for, run_in_container, warm_path_fits};
 use super::{Network, Resolved, RunRequest, Stdio, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
+use crate::store::StoredBox;
 
 /// The supervised tier.
 pub(super) struct Supervised;
@@ -33,7 +36,7 @@ impl TierBackend for Supervised {
         if let Network::BoxSandbox(pid) = req.network {
             // The browser sidecar: in the sandbox's network, whose table (and tally) the
             // sandbox's runs own; its own receipt carries no egress count.
-            crate::browser::sidecar::join_sandbox(&mut plan, resolved.sb, pid)?;
+            join_sandbox(&mut plan, resolved.sb, pid)?;
             let (run, _) = run_in_container(resolved, plan, req.wall, req.stdio)?;
             let run = run?;
             return Ok(TierRun {
@@ -111,10 +114,32 @@ fn share_browsers_network(
 ) -> Result<Option<crate::sandbox::SharedNetwork>, BoxError> {
     let fits = req.network == Network::Own
         && matches!(req.stdio, Stdio::Caller | Stdio::Terminal)
-        && crate::browser::sidecar::lives_for_the_box(resolved.policy)
-        && crate::browser::sidecar::alive(resolved.sb);
+        && crate::browser_box::lives_for_the_box(resolved.policy)
+        && crate::browser_box::alive(resolved.sb);
     if !fits {
         return Ok(None);
     }
     crate::sandbox::share_network(resolved.sb, resolved.pinned.clone())
+}
+
+/// Put the sidecar's `plan` in the network of `sb`'s supervised sandbox whose init is `pid`
+/// (and the user namespace owning it), with the sandbox's name files: the pinned hosts and no
+/// resolver. Refused when that sandbox is no longer the box's.
+fn join_sandbox(plan: &mut BundlePlan, sb: &StoredBox, pid: i32) -> Result<(), BoxError> {
+    let net = crate::sandbox::live_init(sb)
+        .filter(|(live, _)| *live == pid)
+        .map(|(_, net)| net)
+        .ok_or_else(|| BoxError::BadRequest {
+            what: format!(
+                "box `{}`'s sandbox ended before its browser joined it",
+                sb.manifest.name
+            ),
+            mend: format!("run in box `{}` again", sb.manifest.name),
+        })?;
+    crate::process::join_network_of(plan, pid);
+    for name in ["hosts", "resolv.conf"] {
+        plan.file_binds
+            .push((net.join(name), std::path::Path::new("/etc").join(name)));
+    }
+    Ok(())
 }

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use crate::service::ProcId;
+use crate::service_state::ProcId;
 use crate::store::BoxStore;
 
 /// The opener the desktop provides.

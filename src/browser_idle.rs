@@ -1,8 +1,12 @@
 //! What the box's browser sends between runs: at the supervised tier the box-lifetime browser
-//! (`super::sidecar`) lives in the network of the box's sandbox, whose pinned table counts per
-//! run (each run's `begin` takes a reading of the counters and its `end` puts what they counted
-//! since into the run's receipt). A page the browser keeps open goes on dialling while no run
-//! is active, and those dials would fall between two tallies.
+//! (`crate::browser::sidecar`) lives in the network of the box's sandbox, whose pinned table
+//! counts per run (each run's `begin` takes a reading of the counters and its `end` puts what
+//! they counted since into the run's receipt). A page the browser keeps open goes on dialling
+//! while no run is active, and those dials would fall between two tallies.
+//!
+//! Called by the sandbox (`crate::sandbox`) around each run, so it stands beside the tiers, not
+//! among the browser's verbs: it names `crate::supervised` and `crate::browser_box`, never
+//! `crate::browser` (`tests/module_layers.rs`).
 //!
 //! Owns the idle window of a browser box's sandbox network: [`open`] right after a run's `end`
 //! marks it (the sentry keeps that `end`'s reading as its baseline, so the window counts from
@@ -36,7 +40,7 @@ fn marker(net: &Path) -> PathBuf {
 /// reading). A failure is said on stderr and leaves no window (the next run's `begin` takes its
 /// own reading).
 pub fn open(policy: &ResolvedPolicy, net: &Path) {
-    if !super::sidecar::lives_for_the_box(policy) {
+    if !crate::browser_box::lives_for_the_box(policy) {
         return;
     }
     let path = marker(net);
@@ -75,7 +79,7 @@ pub fn close(sb: &StoredBox, net: &Path) -> Result<(), BoxError> {
         .ok()
         .and_then(|r| r.records.last().map(|l| l.seq))
         .unwrap_or(0);
-    super::control::append_record(
+    crate::browser_box::append_record(
         sb,
         ReceiptLane::HostEnvRun,
         Vec::new(),
