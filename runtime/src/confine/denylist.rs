@@ -249,8 +249,10 @@ const SOCKET_INET_PACKET: [Cond; 2] = family_and_type(libc::AF_INET, SOCK_PACKET
 const SOCKET_INET6_PACKET: [Cond; 2] = family_and_type(libc::AF_INET6, SOCK_PACKET);
 const SOCKET_UNIX: [Cond; 1] = arg0_is(libc::AF_UNIX);
 
-/// The `h5i-v1` deny list. Review every change; each entry says why it is here.
-pub const H5I_V1: &[DenyEntry] = &[
+/// The `h5i-v1` deny list. Review every change; each entry says why it is here. A `static`,
+/// not a `const`: callers tell entries apart by address (`h5i-runc features` marks the ones
+/// the socket gate takes over), and each use of a `const` may be a copy of its own.
+pub static H5I_V1: &[DenyEntry] = &[
     // --- other processes' memory -------------------------------------------------------------
     // Reads/writes another process's registers and memory: the classic way to hijack a sibling
     // (or a host helper that entered the box) and to step around every other layer.
