@@ -141,30 +141,31 @@ fn cgroups() -> (String, Result<(), String>) {
 /// The probe's trial cage: named by this process's pid and start time. A probe killed before
 /// it removed its group leaves the group behind; named by pid alone, a later h5i given the same
 /// pid (pid_max is 32768 on hosts like this one) found that group already made, by root
-/// perhaps, could not write its limits, and refused the tier.
+/// perhaps, could not write its limits, and refused the tier. The leading `_` keeps the name
+/// out of every box's: a box's cages are named after the box (`<box>-<pid>-<ms>` for a run),
+/// and a box name starts with a letter or digit, so a box named `probe` owns no probe's name.
 fn probe_cage_name() -> String {
     let me = std::process::id() as i32;
     let start = crate::service_state::ProcId::of(me).map_or(0, |p| p.start);
-    format!("probe-{me}-{start}")
+    format!("{PROBE_CAGE_PREFIX}{me}-{start}")
 }
 
-/// Remove the trial cages of probes that are gone (`probe-<pid>` of older builds, and
-/// `probe-<pid>-<start>` whose process no longer runs). A cage's rmdir succeeds only when it
-/// is empty, and a probe's never holds a process.
+const PROBE_CAGE_PREFIX: &str = "_probe-";
+
+/// Remove the trial cages of probes that are gone (`_probe-<pid>-<start>` whose process no
+/// longer runs), by rmdir alone: a group that holds a process is never emptied by a sweep.
 fn sweep_dead_probe_cages() {
     for name in h5i_runtime::cage::cages() {
-        let Some(rest) = name.strip_prefix("probe-") else {
+        let Some((pid, start)) = name
+            .strip_prefix(PROBE_CAGE_PREFIX)
+            .and_then(|rest| rest.split_once('-'))
+        else {
             continue;
         };
-        let gone = match rest.split_once('-') {
-            Some((pid, start)) => match (pid.parse::<i32>(), start.parse::<u64>()) {
-                (Ok(pid), Ok(start)) => !(crate::service_state::ProcId { pid, start }).alive(),
-                _ => false,
-            },
-            None => rest.parse::<i32>().is_ok(),
-        };
-        if gone {
-            let _ = h5i_runtime::cage::remove_tree(&name);
+        if let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) {
+            if !(crate::service_state::ProcId { pid, start }).alive() {
+                h5i_runtime::cage::remove_empty_tree(&name);
+            }
         }
     }
 }

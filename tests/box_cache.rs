@@ -1876,3 +1876,79 @@ fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refuse
 fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refused_as_h5i_test() {
     npm_tree_for_the_boxs_platform(true);
 }
+
+/// Files a project plants (path, text, mode).
+type HookFiles<'a> = &'a [(&'a str, String, u32)];
+
+/// The refresh runs the install step alone: a project's own hooks into its package manager (a
+/// `.pnpmfile.cjs`, a `yarn-path` in `.yarnrc`, a `rustc-wrapper` in `.cargo/config.toml`) are
+/// the project's code, and none of them runs in the refresh box. Each hook would print a
+/// marker and plant a file in the cache it is filling; neither shows up, whether the install
+/// then succeeds or refuses.
+#[test]
+fn refresh_runs_none_of_the_projects_own_hooks() {
+    let Some(reg) = Registry::up("box cache refresh runs no project hook") else {
+        return;
+    };
+    const PLANT: &str = "require('fs').writeFileSync(require('path').join(process.env.npm_config_store_dir || process.env.YARN_CACHE_FOLDER || '/tmp', 'planted-by-project'), 'PLANTED-' + 'BY-PROJECT');";
+    let hooks: [(&Eco, HookFiles); 3] = [
+        (
+            &PNPM,
+            &[(
+                ".pnpmfile.cjs",
+                format!("console.error('PROJECT-HOOK-RAN'); {PLANT} module.exports = {{ hooks: {{}} }};\n"),
+                0o644,
+            )],
+        ),
+        (
+            &YARN,
+            &[
+                (".yarnrc", "yarn-path \"./evil.js\"\n".to_string(), 0o644),
+                (
+                    "evil.js",
+                    format!("console.log('PROJECT-HOOK-RAN'); {PLANT}\n"),
+                    0o755,
+                ),
+            ],
+        ),
+        (
+            &CARGO,
+            &[(
+                "evil-wrapper.sh",
+                "#!/bin/sh\necho PROJECT-HOOK-RAN >&2\necho PLANTED-\"\"BY-PROJECT > \"$CARGO_HOME/planted-by-project\"\nexec \"$@\"\n"
+                    .to_string(),
+                0o755,
+            )],
+        ),
+    ];
+    for (eco, files) in hooks {
+        let c = caller(false, &reg, eco);
+        project(&c, &reg, eco);
+        for (rel, text, mode) in files {
+            c.write(rel, text);
+            std::fs::set_permissions(
+                c.repo().join(rel),
+                std::os::unix::fs::PermissionsExt::from_mode(*mode),
+            )
+            .unwrap();
+        }
+        if eco.name == "cargo" {
+            let config = c.repo().join(".cargo/config.toml");
+            let mut text = std::fs::read_to_string(&config).unwrap_or_default();
+            text.push_str("\n[build]\nrustc-wrapper = \"./evil-wrapper.sh\"\n");
+            c.write(".cargo/config.toml", text);
+        }
+        c.commit_all(&format!("{} project hooks", eco.name));
+        let out = c.h5i(&["box", "cache", "refresh", eco.name]);
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        assert!(!said.contains("PROJECT-HOOK-RAN"), "{}: {said}", eco.name);
+        let cache = c.repo().join(".git/.h5i/cache").join(eco.name);
+        let planted = common::files_containing(&cache, b"PLANTED-BY-PROJECT");
+        assert!(planted.is_empty(), "{}: {planted:?} ({said})", eco.name);
+        assert!(
+            !c.ok(&["box", "ls"]).contains("refresh"),
+            "{}: the refresh box was left behind",
+            eco.name
+        );
+    }
+}

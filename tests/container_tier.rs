@@ -632,6 +632,60 @@ fn an_explicit_container_box_fails_closed_without_its_image_or_a_rootless_engine
     assert!(!r.h5i_dir().join("env/none/y").exists());
 }
 
+/// An image is input from whoever built it: Podman copies its annotations into the spec it
+/// hands h5i-runc, where an `h5i.net.families=vsock` would read as h5i's own grant. A box is
+/// refused such an image at create, names the keys and the mend, and leaves nothing.
+#[test]
+fn an_image_carrying_h5i_annotations_is_refused_at_create() {
+    if !ready("an_image_carrying_h5i_annotations_is_refused_at_create") {
+        return;
+    }
+    const ANNOTATED: &str = "localhost/h5i-annotated-test:1";
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        ctx.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let file = ctx.path().join("Containerfile");
+    std::fs::write(&file, format!("FROM {IMAGE}\n")).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let built = podman_as_user(&[
+        "build",
+        "-q",
+        "--annotation",
+        "h5i.net.families=vsock",
+        "--annotation",
+        "h5i.net.unix=true",
+        "-t",
+        ANNOTATED,
+        ctx.path().to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let r = Repo::new();
+    let out = h5i(
+        &r,
+        &[
+            "box",
+            "create",
+            "x",
+            "--isolation",
+            "container",
+            "--image",
+            ANNOTATED,
+        ],
+        &[],
+    );
+    let _ = podman_as_user(&["rmi", "--force", ANNOTATED]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("h5i.net.families, h5i.net.unix") && err.contains("to fix:"),
+        "{err}"
+    );
+    assert!(!r.h5i_dir().join("env/none/x").exists());
+}
+
 #[test]
 fn probe_reports_rootless_podman_its_runtime_limits_and_images() {
     if !ready("probe_reports_rootless_podman_its_runtime_limits_and_images") {

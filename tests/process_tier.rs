@@ -490,15 +490,16 @@ fn probe_reports_what_this_host_can_enforce() {
 }
 
 /// A probe killed before it removed its trial cage leaves the group behind. The next probe
-/// removes the groups of probes that are gone (named by pid and start time; the older
-/// pid-only names too) and still answers: a leftover never blocks a later h5i given the same
-/// pid.
+/// removes the groups of probes that are gone (named `_probe-<pid>-<start>`) and still
+/// answers: a leftover never blocks a later h5i given the same pid. A group named like a box's
+/// run cage (`probe-<pid>-<ms>`, a box named `probe`) is not a probe's and stays.
 #[test]
 fn a_dead_probes_trial_cage_is_swept_and_the_probe_still_answers() {
     let r = Repo::new();
     // pid 999999 is above this host's pid_max: no process can hold it.
-    let stale = ["probe-999999-1", "probe-999998"];
-    for name in stale {
+    let stale = "_probe-999999-1";
+    let boxs = "probe-999999-2";
+    for name in [stale, boxs] {
         h5i_runtime::cage::ResourceCage::create(name, Some(64 << 20), Some(64))
             .unwrap()
             .keep();
@@ -507,9 +508,65 @@ fn a_dead_probes_trial_cage_is_swept_and_the_probe_still_answers() {
     let text = r.ok(&["box", "probe"]);
     assert!(text.contains("tier process= available"), "{text}");
     let left = h5i_runtime::cage::cages();
-    for name in stale {
-        assert!(!left.iter().any(|c| c == name), "{name} left in {left:?}");
-    }
+    assert!(!left.iter().any(|c| c == stale), "{stale} left in {left:?}");
+    assert!(left.iter().any(|c| c == boxs), "{boxs} swept: {left:?}");
+    h5i_runtime::cage::remove_tree(boxs).unwrap();
+}
+
+/// A box named `probe` holds a run in a cage of its own (`probe-<pid>-<ms>`, the container
+/// path a terminal or credential-grant run takes) while the same caller's `box status` and
+/// `doctor` probe the host and sweep dead probes' cages: the run is neither killed nor told it
+/// was OOM-killed, and finishes with its own exit and a receipt without an OOM.
+fn a_box_named_probe_keeps_its_run_through_other_probes(as_user: bool) {
+    let mut c = common::Caller::either(as_user);
+    let who = c.who();
+    c.create_at("probe", "process");
+    let ws = c.workspace("probe");
+    let held = c
+        .h5i_cmd_with(
+            &[
+                "box",
+                "run",
+                "probe",
+                "--",
+                "sh",
+                "-c",
+                "echo started > started; sleep 6; echo survived > survived",
+            ],
+            &[("H5I_SANDBOX", "off")],
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        common::until(std::time::Duration::from_secs(60), || ws
+            .join("started")
+            .exists()),
+        "as {who}: the run never started"
+    );
+    c.ok(&["box", "status", "probe"]);
+    let _ = c.h5i(&["doctor"]);
+    let status = common::wait_bounded(held, std::time::Duration::from_secs(120), "the held run");
+    assert!(
+        status.success() && ws.join("survived").exists(),
+        "as {who}: the run ended {status:?} before it finished"
+    );
+    let last = c.last_run("probe");
+    assert!(
+        last["oom"].is_null() && last["exit"]["oom_killed"] != true,
+        "as {who}: {last}"
+    );
+}
+
+#[test]
+fn a_box_named_probe_keeps_its_run_through_other_probes_as_root() {
+    a_box_named_probe_keeps_its_run_through_other_probes(false);
+}
+
+#[test]
+fn a_box_named_probe_keeps_its_run_through_other_probes_as_h5i_test() {
+    a_box_named_probe_keeps_its_run_through_other_probes(true);
 }
 
 /// A process box's own dials are refused at once by its own kernel and counted by destination:

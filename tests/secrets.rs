@@ -277,6 +277,47 @@ fn hostile_spool_input_is_quarantined_never_host_observed() {
     assert!(log.contains("1 host-observed, 6 box-claimed"), "{log}");
 }
 
+/// A granted secret holding `"` and `\` (escaped in a record's JSON text), staged by the box in
+/// a record of its own: the stored receipt, `box inspect`, `box log --json` and the export keep
+/// none of it, and the record names the rule that scrubbed it.
+#[test]
+fn a_staged_record_loses_a_secret_holding_quotes_and_backslashes() {
+    let odd = r#"K7wq2Zr9"Xm4Lp8Vt\Hn3Bc6Jd"#;
+    let r = Repo::new();
+    r.write_policy(&policy("process"));
+    r.ok(&["box", "create", "sq", "--profile", "deploy"]);
+    let script = r#"python3 -c 'import json, os
+s = os.environ["H5I_ENV_CAPTURE_SPOOL"]
+v = os.environ["DEPLOY_KEY"]
+open(s + "/01-note.json", "w").write(json.dumps({"kind": "note", "text": "my key is " + v}))'"#;
+    let out = r.h5i_env(
+        &["box", "run", "sq", "--", "sh", "-c", script],
+        &[("H5I_SECRET_DEPLOY_KEY", odd)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let recs = r.receipts("sq");
+    let claimed = recs
+        .iter()
+        .find(|x| x["kind"] == "box-claimed")
+        .unwrap_or_else(|| panic!("{recs:?}"));
+    assert!(
+        claimed["redactions"]
+            .as_array()
+            .is_some_and(|ids| ids.iter().any(|id| id == "secret:DEPLOY_KEY")),
+        "{claimed}"
+    );
+    let seq = claimed["seq"].to_string();
+    let texts = [
+        std::fs::read_to_string(r.box_dir("sq").join("receipts.jsonl")).unwrap(),
+        r.ok(&["box", "inspect", "sq", "--capture", &seq]),
+        r.ok(&["box", "log", "sq", "--json"]),
+    ];
+    for text in &texts {
+        assert!(text.contains("my key is"), "{text}");
+        assert!(!text.contains("Xm4Lp8Vt"), "{text}");
+    }
+}
+
 #[test]
 fn every_encoded_copy_of_a_granted_secret_is_excluded_and_its_rule_named() {
     let r = Repo::new();

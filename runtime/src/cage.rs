@@ -80,27 +80,7 @@ const V1_CONTROLLERS: [&str; 2] = ["memory", "pids"];
 impl ResourceCage {
     /// Make `<own cgroup>/h5i/<run_id>` and write the limits. `run_id` must be a plain name.
     pub fn create(run_id: &str, mem: Option<u64>, procs: Option<u64>) -> Result<Self, CageError> {
-        let layout = detect_layout()?;
-        let own = fs::read_to_string("/proc/self/cgroup").map_err(|source| {
-            crate::runc::cgroup::CgroupError::Read {
-                path: "/proc/self/cgroup",
-                source,
-            }
-        })?;
-        let anchor = anchor_from(&own, layout)?;
-        let relative = anchor
-            .join("h5i")
-            .join(run_id)
-            .strip_prefix("/")
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|_| anchor.join("h5i").join(run_id));
-        let roots: Vec<PathBuf> = match layout {
-            Layout::V2 => vec![PathBuf::from("/sys/fs/cgroup")],
-            Layout::V1 => V1_CONTROLLERS
-                .iter()
-                .map(|c| Path::new("/sys/fs/cgroup").join(c))
-                .collect(),
-        };
+        let (layout, relative, roots) = locate(run_id)?;
         let mut cage = ResourceCage {
             layout,
             relative,
@@ -522,14 +502,62 @@ fn subgroups(below: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Where cage `run_id`'s groups are: the layout, the path below each hierarchy root, and the
+/// roots of the hierarchies a cage makes groups in.
+fn locate(run_id: &str) -> Result<(Layout, PathBuf, Vec<PathBuf>), CageError> {
+    let layout = detect_layout()?;
+    let own = fs::read_to_string("/proc/self/cgroup").map_err(|source| {
+        crate::runc::cgroup::CgroupError::Read {
+            path: "/proc/self/cgroup",
+            source,
+        }
+    })?;
+    let anchor = anchor_from(&own, layout)?;
+    let relative = anchor
+        .join("h5i")
+        .join(run_id)
+        .strip_prefix("/")
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| anchor.join("h5i").join(run_id));
+    let roots: Vec<PathBuf> = match layout {
+        Layout::V2 => vec![PathBuf::from("/sys/fs/cgroup")],
+        Layout::V1 => V1_CONTROLLERS
+            .iter()
+            .map(|c| Path::new("/sys/fs/cgroup").join(c))
+            .collect(),
+    };
+    Ok((layout, relative, roots))
+}
+
+/// Remove cage `id`'s groups in its hierarchies, deepest first, only where they are empty:
+/// nothing is signalled and nothing made, so a group that still holds a process (or is in use
+/// by its owner) stays. For sweeping what a process that is gone left behind, where a name's
+/// owner can only be guessed.
+pub fn remove_empty_tree(id: &str) {
+    let Ok((layout, relative, roots)) = locate(id) else {
+        return;
+    };
+    for root in every_hierarchy(layout, roots) {
+        rmdir_deepest_first(&root.join(&relative));
+    }
+}
+
 /// Remove the groups of a kept cage `id` (as given to [`ResourceCage::create`]) in every
 /// hierarchy, deepest first, killing what is still inside. rmdir only succeeds on an empty
 /// group, so a group something still lives in is left, never forced.
 pub fn remove_tree(id: &str) -> Result<(), CageError> {
     let cage = ResourceCage::create(id, None, None)?;
     cage.kill_members();
-    let mut roots = cage.roots.clone();
-    if cage.layout == Layout::V1 {
+    for root in every_hierarchy(cage.layout, cage.roots.clone()) {
+        rmdir_deepest_first(&root.join(&cage.relative));
+    }
+    Ok(())
+}
+
+/// `roots` and, on v1, every other mounted hierarchy (a group another tool made for the cage
+/// in a controller h5i does not use goes too).
+fn every_hierarchy(layout: Layout, mut roots: Vec<PathBuf>) -> Vec<PathBuf> {
+    if layout == Layout::V1 {
         if let Ok(entries) = fs::read_dir("/sys/fs/cgroup") {
             for e in entries.flatten() {
                 let p = e.path();
@@ -539,26 +567,27 @@ pub fn remove_tree(id: &str) -> Result<(), CageError> {
             }
         }
     }
-    for root in &roots {
-        let top = root.join(&cage.relative);
-        let mut dirs = Vec::new();
-        let mut stack = vec![top.clone()];
-        while let Some(d) = stack.pop() {
-            if let Ok(entries) = fs::read_dir(&d) {
-                stack.extend(
-                    entries
-                        .flatten()
-                        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                        .map(|e| e.path()),
-                );
-            }
-            dirs.push(d);
+    roots
+}
+
+/// rmdir `top` and every group below it, deepest first; a group that is not empty stays.
+fn rmdir_deepest_first(top: &Path) {
+    let mut dirs = Vec::new();
+    let mut stack = vec![top.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        if let Ok(entries) = fs::read_dir(&d) {
+            stack.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                    .map(|e| e.path()),
+            );
         }
-        for d in dirs.iter().rev() {
-            let _ = fs::remove_dir(d);
-        }
+        dirs.push(d);
     }
-    Ok(())
+    for d in dirs.iter().rev() {
+        let _ = fs::remove_dir(d);
+    }
 }
 
 /// A cage's `cgroup.procs` files, open for a forked child to move itself in before `exec`

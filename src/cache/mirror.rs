@@ -12,7 +12,9 @@
 //!
 //! Which files are trusted: only the caller's own configuration outside the project (the files
 //! in the caller's home, `$CARGO_HOME`, `$XDG_CONFIG_HOME`, the global ones under the node
-//! prefix and `/etc`) and the caller's environment, and of those files only a regular file
+//! prefix and `/etc`; a file that lies under the project's work tree or git dir is the
+//! project's, whichever of the caller's variables points there, and is not read) and the
+//! caller's environment, and of those files only a regular file
 //! owned by root or the caller that others may not write (a group-writable one is taken: on a
 //! user-private-group system its group is the owner's own). Never the project's own `.npmrc`,
 //! `.yarnrc`, `.cargo/config.toml`, `pip.conf` or `uv.toml`, though the package manager run in
@@ -42,26 +44,43 @@ pub const CONFIG_CAP: u64 = 1 << 20;
 #[derive(Debug, Clone, Default)]
 pub struct Env {
     vars: Vec<(String, String)>,
+    /// The project's directories (its work tree, its git dir): a config file under one is the
+    /// project's, whichever variable of the caller's names it, and is never read.
+    project: Vec<PathBuf>,
 }
 
 impl Env {
-    /// This process's environment.
-    pub fn of_process() -> Env {
+    /// This process's environment, for a refresh of the project whose directories are
+    /// `project`.
+    pub fn of_process(project: &[&Path]) -> Env {
         Env {
             vars: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
                 .collect(),
+            project: project.iter().map(|p| canonical(p)).collect(),
         }
     }
 
-    /// An environment of exactly `pairs`.
-    pub fn from_pairs(pairs: &[(&str, &str)]) -> Env {
+    /// An environment of exactly `pairs`, for a project at `project`.
+    pub fn from_pairs(pairs: &[(&str, &str)], project: &[&Path]) -> Env {
         Env {
             vars: pairs
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            project: project.iter().map(|p| canonical(p)).collect(),
         }
+    }
+
+    /// The config file at `path` when it is the caller's own and trusted ([`read_capped`]);
+    /// absent when it lies in the project (a `CARGO_HOME=./.cargo-home` or a `node` on `PATH`
+    /// under `node_modules/.bin` points a caller's setting at the project's own files).
+    fn read_config(&self, path: &Path) -> Option<String> {
+        let at = canonical(path);
+        if self.project.iter().any(|p| at.starts_with(p)) {
+            return None;
+        }
+        read_capped(path)
     }
 
     /// The value of `name` (exact name).
@@ -152,6 +171,25 @@ fn read_capped(path: &Path) -> Option<String> {
     Some(text)
 }
 
+/// `path` with its symlinks resolved as far as it exists, the rest appended as written (so a
+/// file's place is judged where it really is, present or not).
+fn canonical(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p: PathBuf, c| p.join(c));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 fn config_home(env: &Env) -> Option<PathBuf> {
     env.var("XDG_CONFIG_HOME")
         .filter(|d| d.starts_with('/'))
@@ -229,7 +267,7 @@ fn pip_ini(text: &str, into: &mut BTreeMap<&'static str, String>) {
 pub fn pip(env: &Env) -> Mirror {
     let mut settings = BTreeMap::new();
     for file in pip_files(env) {
-        if let Some(text) = read_capped(&file) {
+        if let Some(text) = env.read_config(&file) {
             pip_ini(&text, &mut settings);
         }
     }
@@ -319,7 +357,7 @@ fn uv_toml(
 pub fn uv(env: &Env) -> Mirror {
     let (mut default, mut extra, mut insecure) = (None, Vec::new(), Vec::new());
     for file in uv_files(env) {
-        if let Some(text) = read_capped(&file) {
+        if let Some(text) = env.read_config(&file) {
             uv_toml(&text, &mut default, &mut extra, &mut insecure);
         }
     }
@@ -385,7 +423,7 @@ pub fn go(env: &Env) -> Mirror {
         Some(f) => Some(PathBuf::from(f)),
         None => config_home(env).map(|d| d.join("go/env")),
     };
-    if let Some(text) = file.as_deref().and_then(read_capped) {
+    if let Some(text) = file.as_deref().and_then(|p| env.read_config(p)) {
         for line in text.lines() {
             if let Some((k, v)) = line.split_once('=') {
                 if let Some(key) = GO_KEYS.iter().find(|key| **key == k.trim()) {
@@ -592,7 +630,7 @@ fn npm_layers(env: &Env, builtin: bool) -> Vec<BTreeMap<String, String>> {
         .or_else(|| env.var("HOME").map(|h| PathBuf::from(h).join(".npmrc")));
     let user = user_path
         .as_deref()
-        .and_then(read_capped)
+        .and_then(|p| env.read_config(p))
         .map(|t| npmrc(&t, env))
         .unwrap_or_default();
     let setting = |k: &str| {
@@ -607,7 +645,7 @@ fn npm_layers(env: &Env, builtin: bool) -> Vec<BTreeMap<String, String>> {
     });
     let global = global_path
         .as_deref()
-        .and_then(read_capped)
+        .and_then(|p| env.read_config(p))
         .map(|t| npmrc(&t, env))
         .unwrap_or_default();
     let mut layers = vec![vars, user, global];
@@ -616,7 +654,11 @@ fn npm_layers(env: &Env, builtin: bool) -> Vec<BTreeMap<String, String>> {
         let own = on_path("npm", env)
             .filter(|p| p.ends_with("bin/npm-cli.js"))
             .and_then(|p| Some(p.parent()?.parent()?.join("npmrc")));
-        layers.extend(own.as_deref().and_then(read_capped).map(|t| npmrc(&t, env)));
+        layers.extend(
+            own.as_deref()
+                .and_then(|p| env.read_config(p))
+                .map(|t| npmrc(&t, env)),
+        );
     }
     layers
 }
@@ -639,7 +681,7 @@ pub fn pnpm(env: &Env) -> Mirror {
         r.under(&layer);
     }
     let rc = config_home(env).map(|d| d.join("pnpm/rc"));
-    if let Some(text) = rc.as_deref().and_then(read_capped) {
+    if let Some(text) = rc.as_deref().and_then(|p| env.read_config(p)) {
         r.under(&npmrc(&text, env));
     }
     r.mirror("npm_config_registry")
@@ -705,7 +747,7 @@ pub fn yarn(env: &Env) -> Mirror {
     let mut npm_side = NodeRegistries::default();
     npm_side.under(&npm_vars);
     for file in yarn_files(env, "npmrc", npm_vars.get("userconfig")) {
-        if let Some(text) = read_capped(&file) {
+        if let Some(text) = env.read_config(&file) {
             npm_side.under(&npmrc(&text, env));
         }
     }
@@ -721,7 +763,7 @@ pub fn yarn(env: &Env) -> Mirror {
         .collect();
     yarn_side.under(&yarn_vars);
     for file in yarn_files(env, "yarnrc", None) {
-        if let Some(text) = read_capped(&file) {
+        if let Some(text) = env.read_config(&file) {
             yarn_side.under(&yarnrc(&text));
         }
     }
@@ -785,7 +827,7 @@ pub fn cargo(env: &Env) -> Mirror {
             } else {
                 h.join("config.toml")
             };
-            read_capped(&file)
+            env.read_config(&file)
         })
         .and_then(|t| t.parse::<toml::Table>().ok())
         .unwrap_or_default();
@@ -853,7 +895,7 @@ mod tests {
     }
 
     fn table(pairs: &[(&str, &str)]) -> Env {
-        Env::from_pairs(pairs)
+        Env::from_pairs(pairs, &[])
     }
 
     /// A directory holding `files` (relative path, text), kept while it lives.
@@ -934,6 +976,49 @@ registry=https://ignored.test/
         assert_eq!(npm(&env).hosts, ["planted.test:443"]);
         std::fs::set_permissions(&user, std::fs::Permissions::from_mode(0o666)).unwrap();
         assert_eq!(npm(&env), Mirror::default());
+    }
+
+    #[test]
+    fn a_config_file_in_the_project_is_never_read_whichever_variable_names_it() {
+        let d = tree(&[
+            ("repo/.cargo-home/config.toml", "[source.crates-io]\nreplace-with = \"m\"\n[source.m]\nregistry = \"sparse+https://evil.test/index/\"\n"),
+            ("repo/.npmrc", "registry=https://evil.test/\n"),
+            ("repo/node_modules/.bin/node", ""),
+            ("repo/node_modules/etc/npmrc", "registry=https://evil.test/\n"),
+            ("home/.npmrc", "registry=https://mirror.test/\n"),
+        ]);
+        let repo = d.path().join("repo");
+        let in_project = |pairs: &[(&str, &str)]| Env::from_pairs(pairs, &[&repo]);
+        let cargo_home = at(&d, "repo/.cargo-home");
+        assert!(cargo(&table(&[("CARGO_HOME", &cargo_home)]))
+            .hosts
+            .contains(&"evil.test:443".to_string()));
+        assert_eq!(
+            cargo(&in_project(&[("CARGO_HOME", &cargo_home)])),
+            Mirror::default()
+        );
+        let npmrc = at(&d, "repo/.npmrc");
+        assert_eq!(
+            npm(&in_project(&[
+                ("npm_config_userconfig", &npmrc),
+                ("HOME", "/nonexistent")
+            ])),
+            Mirror::default()
+        );
+        // A `node` on PATH inside the project names a global npmrc there: not read either; the
+        // user's own still is.
+        let bin = at(&d, "repo/node_modules/.bin");
+        let home = at(&d, "home");
+        let m = npm(&in_project(&[("PATH", &bin), ("HOME", &home)]));
+        assert_eq!(m.hosts, ["mirror.test:443"]);
+        // Through a symlink into the project too.
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink(&repo, &link).unwrap();
+        let via = format!("{}/.cargo-home", link.display());
+        assert_eq!(
+            cargo(&in_project(&[("CARGO_HOME", &via)])),
+            Mirror::default()
+        );
     }
 
     #[test]

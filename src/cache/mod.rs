@@ -87,7 +87,7 @@ pub struct Ecosystem {
     pub tree: Option<KeptTree>,
 }
 
-/// npm's variables, the same in agent boxes and the refresh box.
+/// npm's variables in agent boxes (the refresh box's: [`NPM_FILL_ENV`]).
 const NPM_ENV: &[(&str, &str)] = &[
     ("npm_config_cache", "{dir}"),
     // Use what the cache holds without asking the registry whether it is current: the
@@ -96,6 +96,17 @@ const NPM_ENV: &[(&str, &str)] = &[
     // npm writes debug logs under its cache by default, which is read-only in a box.
     ("npm_config_logs_dir", "/tmp/.npm-logs"),
     ("npm_config_update_notifier", "false"),
+];
+
+/// npm's variables in the refresh box: an agent box's, and the `git` npm runs for a git
+/// dependency fixed to the one on the box's PATH (the project's `.npmrc`, which npm reads in
+/// the project, may name a program of the project's own; a variable outranks it).
+const NPM_FILL_ENV: &[(&str, &str)] = &[
+    ("npm_config_cache", "{dir}"),
+    ("npm_config_prefer_offline", "true"),
+    ("npm_config_logs_dir", "/tmp/.npm-logs"),
+    ("npm_config_update_notifier", "false"),
+    ("npm_config_git", "git"),
 ];
 
 /// pnpm's variables, the same in agent boxes and the refresh box (pnpm 10 reads its settings
@@ -113,7 +124,7 @@ const PNPM_ENV: &[(&str, &str)] = &[
     ("npm_config_update_notifier", "false"),
 ];
 
-/// Yarn 1's variables, the same in agent boxes and the refresh box. An explicit cache folder is
+/// Yarn 1's variables in agent boxes (the refresh box's: [`YARN_FILL_ENV`]). An explicit cache folder is
 /// used as it is, read-only or not (only yarn's own default candidates are tried for
 /// writability); a box installs offline with `yarn install --frozen-lockfile --offline`.
 const YARN_ENV: &[(&str, &str)] = &[
@@ -123,7 +134,28 @@ const YARN_ENV: &[(&str, &str)] = &[
     ("YARN_DISABLE_SELF_UPDATE_CHECK", "true"),
 ];
 
-/// cargo's variables, the same in agent boxes and the refresh box. The whole CARGO_HOME is the
+/// Yarn's variables in the refresh box: an agent box's, and `yarn-path` refused from any
+/// source (the variable is read before any rc file).
+const YARN_FILL_ENV: &[(&str, &str)] = &[
+    ("YARN_CACHE_FOLDER", "{dir}"),
+    ("YARN_DISABLE_SELF_UPDATE_CHECK", "true"),
+    ("YARN_IGNORE_PATH", "true"),
+];
+
+/// cargo's variables in the refresh box: an agent box's, and the compiler cargo asks for its
+/// version (`rustc -vV`, which `cargo fetch` runs to learn the host) fixed to the `rustc` on
+/// the box's PATH with no wrapper: the project's `.cargo/config.toml` may name a wrapper or a
+/// `rustc` of its own (the project's code), and variables outrank config files (an empty
+/// wrapper variable turns a configured wrapper off).
+const CARGO_FILL_ENV: &[(&str, &str)] = &[
+    ("CARGO_HOME", "{dir}"),
+    ("CARGO_HTTP_TIMEOUT", "30"),
+    ("RUSTC", "rustc"),
+    ("RUSTC_WRAPPER", ""),
+    ("RUSTC_WORKSPACE_WRAPPER", ""),
+];
+
+/// cargo's variables in agent boxes (the refresh box's: [`CARGO_FILL_ENV`]). The whole CARGO_HOME is the
 /// cache: cargo uses a read-only one whose registry holds every locked crate (index, .crate
 /// files and unpacked sources; it takes its package lock shared when the home is read-only). A
 /// box's own ~/.cargo (its config, `cargo install`) is not used while the cache is mounted.
@@ -180,7 +212,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         default_hosts: &["registry.npmjs.org:443"],
         mirror: mirror::npm,
         env: NPM_ENV,
-        fill_env: NPM_ENV,
+        fill_env: NPM_FILL_ENV,
         derived: None,
         tree: Some(KeptTree {
             inside: "/.h5i/cache/npm-tree",
@@ -191,8 +223,16 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
     Ecosystem {
         name: "pnpm",
         lockfiles: &["pnpm-lock.yaml"],
-        // --ignore-scripts, as npm's: nothing but what the registry served lands in the store.
-        install: &["pnpm", "install", "--frozen-lockfile", "--ignore-scripts"],
+        // --ignore-scripts, as npm's: nothing but what the registry served lands in the store;
+        // --ignore-pnpmfile: the project's `.pnpmfile.cjs` is the project's code, which pnpm
+        // would otherwise load and run while it fills the store.
+        install: &[
+            "pnpm",
+            "install",
+            "--frozen-lockfile",
+            "--ignore-scripts",
+            "--ignore-pnpmfile",
+        ],
         lock_hint: "pnpm install --lockfile-only",
         default_hosts: &["registry.npmjs.org:443"],
         mirror: mirror::pnpm,
@@ -211,18 +251,22 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
     Ecosystem {
         name: "yarn",
         lockfiles: &["yarn.lock"],
+        // --no-default-rc: the project's `.yarnrc` and `.npmrc` are not read (a `yarn-path`
+        // there names a script yarn would run instead of itself); the caller's registry
+        // settings reach the box as variables.
         install: &[
             "yarn",
             "install",
             "--frozen-lockfile",
             "--ignore-scripts",
             "--non-interactive",
+            "--no-default-rc",
         ],
         lock_hint: "yarn install",
         default_hosts: &["registry.yarnpkg.com:443"],
         mirror: mirror::yarn,
         env: YARN_ENV,
-        fill_env: YARN_ENV,
+        fill_env: YARN_FILL_ENV,
         derived: None,
         // Its node_modules/.yarn-integrity records the install's flags, `ignoreScripts` among
         // them: yarn finds the tree up to date only for an install with the same flag, and
@@ -245,7 +289,7 @@ pub const ECOSYSTEMS: &[Ecosystem] = &[
         default_hosts: &["index.crates.io:443", "static.crates.io:443"],
         mirror: mirror::cargo,
         env: CARGO_ENV,
-        fill_env: CARGO_ENV,
+        fill_env: CARGO_FILL_ENV,
         derived: None,
         tree: None,
     },

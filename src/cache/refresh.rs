@@ -255,7 +255,10 @@ pub fn refresh(
         isolation: Some(Tier::Supervised.as_str().to_string()),
         ..ResolveRequest::default()
     };
-    let mirror = (eco.mirror)(&super::mirror::Env::of_process());
+    let mirror = (eco.mirror)(&super::mirror::Env::of_process(&[
+        &store.repo_root,
+        &store.common_dir,
+    ]));
     registry_policy(store, eco, &mirror, &req)?;
 
     let box_name = format!("cache-{}-refresh-{}", eco.name, std::process::id());

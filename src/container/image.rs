@@ -4,8 +4,9 @@
 //! Owns `<box>/container-image.json` (host-written; no grant of the box reaches its
 //! directory): the name the policy gave, the image id and its digest. Every run names the
 //! pinned id, so re-tagging the name later cannot change what a box runs, and the run's
-//! evidence names the image without asking Podman again. Must never: pull, or run an image
-//! other than the pinned one.
+//! evidence names the image without asking Podman again. Must never: pull, run an image
+//! other than the pinned one, or pin an image whose own annotations hold an `h5i.` key (Podman
+//! passes them to h5i-runc as if h5i had set them).
 //!
 //! Guarded by `tests/container_tier.rs`.
 
@@ -45,7 +46,7 @@ pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxEr
             "image",
             "inspect",
             "--format",
-            "{{.Id}} {{.Digest}}",
+            "{{.Id}} {{.Digest}} {{json .Annotations}}",
             "--",
             name,
         ])
@@ -60,7 +61,7 @@ pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxEr
         return Ok(None);
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    let mut words = text.split_whitespace();
+    let mut words = text.trim_end().splitn(3, ' ');
     let Some(id) = words
         .next()
         .filter(|id| id.len() >= 12 && id.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -71,12 +72,47 @@ pub fn inspect(engine: &Engine, name: &str) -> Result<Option<PinnedImage>, BoxEr
         .next()
         .filter(|d| d.starts_with("sha256:") && d.len() > 7)
         .map(str::to_owned);
+    refuse_h5i_annotations(name, words.next().unwrap_or("null"))?;
     Ok(Some(PinnedImage {
         name: name.to_owned(),
         id: format!("sha256:{id}"),
         digest,
         shim_not_agent_shell: None,
     }))
+}
+
+/// Refuse an image whose own annotations (`annotations_json`, as `podman image inspect`
+/// prints them) hold an `h5i.` key: Podman copies an image's annotations into the spec it
+/// hands the runtime, where h5i-runc cannot tell them from h5i's, and those keys widen what the
+/// box may do (`h5i.net.families` grants socket families, `h5i.net.unix` the unix socket) or
+/// name host paths h5i-runc writes (`h5i.evidence.spec`, `h5i.log.dir`, `h5i.net.dir`).
+fn refuse_h5i_annotations(name: &str, annotations_json: &str) -> Result<(), BoxError> {
+    let notes: std::collections::BTreeMap<String, serde_json::Value> =
+        serde_json::from_str::<Option<_>>(annotations_json)
+            .map_err(|e| BoxError::BadRequest {
+                what: format!("cannot read the annotations of image `{name}`: {e}"),
+                mend: format!("check the image with `podman image inspect {name}`"),
+            })?
+            .unwrap_or_default();
+    let keys: Vec<&str> = notes
+        .keys()
+        .map(String::as_str)
+        .filter(|k| k.starts_with("h5i."))
+        .collect();
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Err(BoxError::BadRequest {
+        what: format!(
+            "image `{name}` carries the annotation(s) {}, which Podman would hand h5i-runc as \
+             if h5i had set them (they widen the box's sockets or name host paths h5i-runc \
+             writes)",
+            keys.join(", ")
+        ),
+        mend: "use an image without `h5i.*` annotations (rebuild it without them, or remove \
+               them: `buildah config --annotation KEY- IMAGE`)"
+            .into(),
+    })
 }
 
 /// The refusal for an image the engine does not hold.

@@ -1256,7 +1256,14 @@ fn annotations(
             evidence::file_for(out, id).display().to_string(),
         ),
     ];
-    annotations.extend(crate::process::family_grants(policy));
+    // Always named, empty when the policy grants none: a key h5i leaves out could be filled
+    // from elsewhere in the spec Podman builds (an image's annotations are refused at pin
+    // time; this keeps the grant h5i's either way).
+    let families = crate::process::family_grants(policy);
+    if families.is_empty() {
+        annotations.push((annotation::NET_FAMILIES.into(), String::new()));
+    }
+    annotations.extend(families);
     if let StdioWiring::Passthrough(closed) = wiring {
         if let Some(v) = closed.annotation() {
             annotations.push((h5i_runtime::stdio::ANNOTATION_CLOSED.into(), v));

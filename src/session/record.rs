@@ -337,20 +337,23 @@ fn store_payload(
     Ok(name)
 }
 
-/// A box-supplied record with every secret value scrubbed (through its JSON text), and every
-/// value's start or end standing alone (`Redactor::redact_parts`).
+/// A box-supplied record with every secret value scrubbed, and every value's start or end
+/// standing alone (`Redactor::redact_parts`), in each string of the record (keys too) as
+/// parsed: in the record's JSON text a value holding `"` or `\` is escaped and no longer
+/// matches itself.
 fn redact_body(
     body: RecordBody,
     redactor: &h5i_broker::redact::Redactor,
 ) -> (RecordBody, Vec<String>) {
-    let Ok(text) = serde_json::to_string(&body) else {
+    let Ok(mut value) = serde_json::to_value(&body) else {
         return (body, Vec::new());
     };
-    let (clean, ids) = redactor.redact_parts(&text);
+    let mut ids = Vec::new();
+    redact_strings(redactor, &mut value, &mut ids);
     if ids.is_empty() {
         return (body, ids);
     }
-    match serde_json::from_str(&clean) {
+    match serde_json::from_value(value) {
         Ok(b) => (b, ids),
         Err(_) => (
             RecordBody::Quarantined {
@@ -359,6 +362,38 @@ fn redact_body(
             },
             ids,
         ),
+    }
+}
+
+/// Scrub every string in `v` (keys and values) with `Redactor::redact_parts`, the rules that
+/// fired added to `ids`.
+fn redact_strings(
+    redactor: &h5i_broker::redact::Redactor,
+    v: &mut serde_json::Value,
+    ids: &mut Vec<String>,
+) {
+    use serde_json::Value;
+    let scrub = |s: &str, ids: &mut Vec<String>| {
+        let (clean, fired) = redactor.redact_parts(s);
+        let changed = !fired.is_empty();
+        ids.extend(fired);
+        changed.then_some(clean)
+    };
+    match v {
+        Value::String(s) => {
+            if let Some(clean) = scrub(s, ids) {
+                *s = clean;
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| redact_strings(redactor, x, ids)),
+        Value::Object(o) => {
+            for (k, mut x) in std::mem::take(o) {
+                redact_strings(redactor, &mut x, ids);
+                let k = scrub(&k, ids).unwrap_or(k);
+                o.insert(k, x);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -431,5 +466,23 @@ mod tests {
         // A field the box does not say it cut is not scrubbed as cut.
         assert_eq!(claim["stdout"], format!("ok {}", &DUMMY[..25]));
         assert_eq!(ids, ["credential-dummy:K/cut"]);
+    }
+
+    #[test]
+    fn a_secret_holding_quotes_and_backslashes_is_scrubbed_from_a_claim() {
+        let odd = r#"K7wq2Zr9"Xm4Lp8Vt\Hn3Bc6Jd"#;
+        let r = Redactor::new(vec![SecretValue::new("secret:DEPLOY_KEY", odd)]);
+        let body = RecordBody::BoxClaimed {
+            claimed_kind: "note".into(),
+            claim: serde_json::json!({"text": format!("my key is {odd}"), odd: [odd]}),
+        };
+        let (body, ids) = redact_body(body, &r);
+        let text = serde_json::to_string(&body).unwrap();
+        assert!(!text.contains("Xm4Lp8Vt"), "{text}");
+        assert!(!ids.is_empty());
+        let RecordBody::BoxClaimed { claim, .. } = body else {
+            panic!("{text}")
+        };
+        assert_eq!(claim["text"], "my key is [REDACTED:secret:DEPLOY_KEY]");
     }
 }

@@ -140,15 +140,29 @@ pub fn init(
 
 /// `filter` with libcontainer held at `info`: its debug records print the whole spec (the
 /// process's environment, which holds a run's secrets, with it), and h5i-log records no
-/// environment. Only `--debug`, runc's own switch, passes them.
+/// environment. Only `--debug`, runc's own switch, passes them. Every directive naming
+/// libcontainer or a module of it is held too: the most specific directive decides, so
+/// `libcontainer::process=debug` would pass what `libcontainer=info` holds.
 fn without_spec_dumps(
     filter: tracing_subscriber::filter::Targets,
 ) -> tracing_subscriber::filter::Targets {
-    if filter.would_enable("libcontainer", &Level::DEBUG) {
-        filter.with_target("libcontainer", Level::INFO)
-    } else {
-        filter
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    let mut held = Targets::new();
+    if let Some(level) = filter.default_level() {
+        held = held.with_default(level);
     }
+    for (target, level) in filter.iter() {
+        let level = if target.starts_with("libcontainer") {
+            level.min(LevelFilter::INFO)
+        } else {
+            level
+        };
+        held = held.with_target(target, level);
+    }
+    if held.would_enable("libcontainer", &Level::DEBUG) {
+        held = held.with_target("libcontainer", LevelFilter::INFO);
+    }
+    held
 }
 
 struct RuncFormat(LogFormat);
@@ -296,12 +310,27 @@ mod tests {
 
     #[test]
     fn h5i_logs_filter_never_passes_libcontainers_spec_dumps() {
+        for text in [
+            "debug",
+            "libcontainer=trace",
+            "trace",
+            "libcontainer::process=debug",
+            "debug,libcontainer::container=trace",
+            "info,libcontainer::process::init=trace",
+        ] {
+            let f = without_spec_dumps(h5i_log::parse(text).unwrap());
+            for target in [
+                "libcontainer",
+                "libcontainer::user_ns",
+                "libcontainer::process",
+                "libcontainer::process::init",
+                "libcontainer::container::builder",
+            ] {
+                assert!(!f.would_enable(target, &Level::DEBUG), "{text}: {target}");
+            }
+        }
         for text in ["debug", "libcontainer=trace", "trace"] {
             let f = without_spec_dumps(h5i_log::parse(text).unwrap());
-            assert!(
-                !f.would_enable("libcontainer::user_ns", &Level::DEBUG),
-                "{text}"
-            );
             assert!(f.would_enable("libcontainer", &Level::INFO), "{text}");
         }
         let f = without_spec_dumps(h5i_log::parse("debug").unwrap());
