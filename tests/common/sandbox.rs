@@ -413,7 +413,8 @@ pub fn oom_spares_a_service(c: &mut Caller, tier: &str) {
 /// its System V shared memory), and its pages stay charged to the box: a `mem = "64M"` box whose
 /// first run left 48 MiB in `/tmp` cannot take another 48 MiB in `/dev/shm`, nor one 48 MiB
 /// System V segment left behind a second, and the run that tries is OOM-killed and told so by
-/// its receipt. Freeing the leftovers gives the room back; the sandbox serves on throughout.
+/// its receipt. Freeing the leftovers gives the room back; the sandbox serves on throughout. A
+/// run reads its OOM score as 500 and cannot write it lower.
 pub fn leftovers_count_against_the_box(c: &mut Caller, tier: &str) {
     c.write(
         ".h5i/env.toml",
@@ -433,6 +434,17 @@ pub fn leftovers_count_against_the_box(c: &mut Caller, tier: &str) {
         let out = c.h5i(&["box", "run", "left", "--", "sh", "-c", script]);
         (out.status.code(), super::stdout(&out), super::stderr(&out))
     };
+    // Each run's OOM score is the one h5i wrote, and the run cannot lower it (Landlock grants
+    // no write under /proc): at the box's ceiling the kernel picks a run, never the init.
+    let (code, out, err) = once(
+        "cat /proc/self/oom_score_adj; (echo 0 > /proc/self/oom_score_adj) 2>&1 && echo lowered; cat /proc/self/oom_score_adj",
+    );
+    assert_eq!(code, Some(0), "{}: {out}{err}", c.who());
+    assert!(
+        out.starts_with("500\n") && out.ends_with("\n500\n") && !out.contains("lowered"),
+        "{}: {out}{err}",
+        c.who()
+    );
     let (code, out, err) = once(&fill("/tmp/left"));
     assert_eq!(code, Some(0), "{}: the first 48 MiB: {out}{err}", c.who());
     let sandbox = id(c, "left").expect("the first run made the sandbox");
