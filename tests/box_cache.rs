@@ -37,11 +37,11 @@ use common::caller::{container_image, Caller};
 use common::testnet::TestHosts;
 use common::{require_root, stderr, stdout};
 
-const PORT: u16 = 8080;
+pub(crate) const PORT: u16 = 8080;
 
 /// One ecosystem as the test drives it.
-struct Eco {
-    name: &'static str,
+pub(crate) struct Eco {
+    pub(crate) name: &'static str,
     /// bench/<fixture> REGISTRY_DIR PROJECT_DIR ARGS... (`{base}` is the stand-in's URL)
     fixture: &'static [&'static str],
     /// The caller's own registry configuration, naming the stand-in.
@@ -54,9 +54,9 @@ struct Eco {
     /// locked set from the wheelhouse with pip's interface: their own installers cannot use it).
     warm_install: Option<&'static str>,
     /// A command whose stdout proves the packages are there and usable.
-    prove: &'static str,
+    pub(crate) prove: &'static str,
     /// What `prove` prints.
-    proved: &'static str,
+    pub(crate) proved: &'static str,
     /// The lockfile.
     lockfile: &'static str,
     /// npm, pnpm, Yarn: the variable naming the kept `node_modules` in a box, and what the warm
@@ -68,7 +68,7 @@ struct Eco {
 /// (and `refresh` with them: a `cache-<eco>` profile may grant no other host).
 const NODE_HOST_ENV: &[(&str, &str)] = &[("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")];
 
-const NPM: Eco = Eco {
+pub(crate) const NPM: Eco = Eco {
     name: "npm",
     fixture: &["npm_fixture.py", "5", "4096", "{base}"],
     host_env: NODE_HOST_ENV,
@@ -311,7 +311,7 @@ impl Drop for Registry {
 
 /// Root or h5i-test with `registry.test` pinned to the stand-in and `eco`'s registry
 /// configuration in the environment.
-fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
+pub(crate) fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
     let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
     for (k, v) in eco.host_env {
         c = c.with_env(k, v);
@@ -321,7 +321,7 @@ fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
 
 /// The profiles: `cache-ECO` for refresh (egress: the registry only), `dev` for agent boxes
 /// (the same egress, so a cold install can work at all).
-fn profiles(eco: &Eco) -> String {
+pub(crate) fn profiles(eco: &Eco) -> String {
     format!(
         "[profile.cache-{e}]\nisolation = \"supervised\"\n[profile.cache-{e}.net]\negress = [\"registry.test:{PORT}\"]\n\n\
          [profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"registry.test:{PORT}\"]\n",
@@ -331,7 +331,7 @@ fn profiles(eco: &Eco) -> String {
 
 /// The caller's repository holding `eco`'s fixture project (locked against the stand-in) and
 /// the profiles, committed.
-fn project(c: &Caller, reg: &Registry, eco: &Eco) {
+pub(crate) fn project(c: &Caller, reg: &Registry, eco: &Eco) {
     let mut args =
         vec![concat!(env!("CARGO_MANIFEST_DIR"), "/bench/").to_string() + eco.fixture[0]];
     args.push(reg.root.display().to_string());
@@ -348,7 +348,7 @@ fn project(c: &Caller, reg: &Registry, eco: &Eco) {
 }
 
 /// `h5i box cache refresh ECO`, which must succeed.
-fn refresh(c: &Caller, eco: &str) -> std::process::Output {
+pub(crate) fn refresh(c: &Caller, eco: &str) -> std::process::Output {
     let out = c.h5i(&["box", "cache", "refresh", eco]);
     assert_eq!(
         out.status.code(),
@@ -401,7 +401,7 @@ fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> (serde_json::Valu
     (receipt, said)
 }
 
-fn tally(rec: &serde_json::Value, side: &str) -> u64 {
+pub(crate) fn tally(rec: &serde_json::Value, side: &str) -> u64 {
     rec["egress"][side]
         .as_object()
         .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
@@ -1429,7 +1429,7 @@ const WARM_FROM_TREE: &str = "npm install --offline --no-save --no-audit --no-fu
 
 /// Every path under `root` with its mode and bytes (a symlink's target), sorted: what a box
 /// must leave exactly as it was.
-fn tree_digest(root: &std::path::Path) -> Vec<(String, u32, Vec<u8>)> {
+pub(crate) fn tree_digest(root: &std::path::Path) -> Vec<(String, u32, Vec<u8>)> {
     use std::os::unix::fs::PermissionsExt;
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];

@@ -25,8 +25,9 @@
 //!
 //! Must never: grant a cache read-write, grant one whose key does not match, grant one to the
 //! workspace tier (which has no mount namespace to make it read-only in), or share an upper
-//! layer between boxes. The kernel tiers mount what [`granted`] lists: `process.rs` (process,
-//! supervised) and `container` (Podman).
+//! layer between boxes. The tiers mount what [`granted`] lists: `process.rs` (process,
+//! supervised), `container` (Podman) and `microvm` (a read-only 9p share per cache, the VM
+//! booted again when a key changes).
 
 use std::path::{Path, PathBuf};
 
@@ -596,10 +597,7 @@ pub fn env_of(granted: &[Granted]) -> Vec<String> {
 /// The tier `tier` gets caches at all (the workspace tier runs on the host as the caller, with
 /// nothing to make a mount read-only in).
 pub fn tier_mounts_caches(tier: h5i_policy::Tier) -> bool {
-    matches!(
-        tier,
-        h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
-    )
+    !matches!(tier, h5i_policy::Tier::Workspace)
 }
 
 #[cfg(test)]

@@ -96,7 +96,10 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                 Some(n) => {
                     let sb = store.find(n)?;
                     let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
-                    let host_usr = tier != h5i_policy::Tier::Container;
+                    let host_usr = !matches!(
+                        tier,
+                        h5i_policy::Tier::Container | h5i_policy::Tier::Microvm
+                    );
                     if !h5i::cache::mounts::tier_mounts_caches(tier) {
                         if json {
                             return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
