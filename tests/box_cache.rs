@@ -332,6 +332,11 @@ pub(crate) fn profiles(eco: &Eco) -> String {
 /// The caller's repository holding `eco`'s fixture project (locked against the stand-in) and
 /// the profiles, committed.
 pub(crate) fn project(c: &Caller, reg: &Registry, eco: &Eco) {
+    project_with(c, reg, eco, &[]);
+}
+
+/// [`project`] with `env` set for the fixture script.
+fn project_with(c: &Caller, reg: &Registry, eco: &Eco, env: &[(&str, &str)]) {
     let mut args =
         vec![concat!(env!("CARGO_MANIFEST_DIR"), "/bench/").to_string() + eco.fixture[0]];
     args.push(reg.root.display().to_string());
@@ -341,7 +346,11 @@ pub(crate) fn project(c: &Caller, reg: &Registry, eco: &Eco) {
             .iter()
             .map(|s| s.replace("{base}", &format!("http://registry.test:{PORT}"))),
     );
-    let st = Command::new("python3").args(&args).status().unwrap();
+    let st = Command::new("python3")
+        .args(&args)
+        .envs(env.iter().copied())
+        .status()
+        .unwrap();
     assert!(st.success(), "{args:?}");
     c.write(".h5i/env.toml", profiles(eco));
     c.commit_all(&format!("{} project", eco.name));
@@ -1875,4 +1884,89 @@ fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refuse
 #[test]
 fn npm_platform_packages_get_the_boxs_platform_tree_and_forged_caches_are_refused_as_h5i_test() {
     npm_tree_for_the_boxs_platform(true);
+}
+
+/// A hostile package: a crate whose tarball carries a symlink to a file of the caller's outside
+/// the cache (mode 0600). cargo unpacks it into the refresh box's CARGO_HOME; taking the tree
+/// back (chown, then every mode set) follows no symlink, so the caller's file keeps its mode,
+/// owner and bytes, and the stored cache holds the symlink as it was. (A hard link to a host
+/// file cannot be planted this way: tar refuses a link target outside the archive, and the
+/// staging directory is a mount of its own in the box, so link(2) from anywhere else fails
+/// with EXDEV; `cache::tree_walk`'s unit tests hold the refusal of one.)
+fn a_planted_symlink_changes_no_host_file(as_user: bool) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = format!(
+        "a planted symlink in a refreshed tree as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let c = caller(as_user, &reg, &CARGO);
+    let victim = c.repo().join("caller-secret");
+    let victim_path = victim.display().to_string();
+    project_with(
+        &c,
+        &reg,
+        &CARGO,
+        &[("H5I_FIXTURE_PLANT_SYMLINK", victim_path.as_str())],
+    );
+    // Made after the project's commit: the file is the caller's alone, in no box's clone.
+    let out = c
+        .sh("printf 'caller secret\\n' > caller-secret && chmod 600 caller-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = std::fs::metadata(&victim).unwrap();
+    refresh(&c, "cargo");
+    let after = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        after.permissions().mode() & 0o7777,
+        0o600,
+        "refresh changed the mode of the caller's file as {}",
+        c.who()
+    );
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "caller secret\n");
+    let cache = c.repo().join(".git/.h5i/cache/cargo");
+    let planted: Vec<PathBuf> = walk_files(&cache)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "planted"))
+        .collect();
+    assert_eq!(
+        planted.len(),
+        1,
+        "the crate's symlink is not in the cache: {planted:?}"
+    );
+    assert_eq!(std::fs::read_link(&planted[0]).unwrap(), victim);
+}
+
+/// Every entry beneath `root` (symlinks not followed).
+fn walk_files(root: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_symlink_a_package_plants_in_the_cache_changes_no_host_file_as_root() {
+    if require_root("planted symlink as root", "the test registry's netns") {
+        a_planted_symlink_changes_no_host_file(false);
+    }
+}
+
+#[test]
+fn a_symlink_a_package_plants_in_the_cache_changes_no_host_file_as_h5i_test() {
+    if require_root("planted symlink as h5i-test", "the test registry's netns") {
+        a_planted_symlink_changes_no_host_file(true);
+    }
 }

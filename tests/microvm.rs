@@ -893,7 +893,13 @@ fn a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one() {
     let stored = box_cache::tree_digest(&entry);
 
     c.ok(&[
-        "box", "create", "vm", "--image", NODE_IMAGE, "--profile", "vm",
+        "box",
+        "create",
+        "vm",
+        "--image",
+        NODE_IMAGE,
+        "--profile",
+        "vm",
     ]);
     let run = |script: &str| c.h5i(&["box", "run", "vm", "--", "sh", "-c", script]);
     let mounts = c.ok(&["box", "cache", "mounts", "vm"]);
@@ -917,7 +923,12 @@ fn a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one() {
         .find(|l| l.starts_with("cache-npm /.h5i/cache/npm 9p "))
         .unwrap_or_else(|| panic!("no 9p mount of the cache: {text}"));
     assert!(
-        mount.split(' ').nth(3).unwrap().split(',').any(|o| o == "ro"),
+        mount
+            .split(' ')
+            .nth(3)
+            .unwrap()
+            .split(',')
+            .any(|o| o == "ro"),
         "{mount}"
     );
 
@@ -928,7 +939,9 @@ fn a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one() {
     );
     let (text, err) = (stdout(&out), stderr(&out));
     assert_eq!(
-        text.lines().filter(|l| *l == "rc=1" || *l == "rc=2").count(),
+        text.lines()
+            .filter(|l| *l == "rc=1" || *l == "rc=2")
+            .count(),
         2,
         "the guest wrote the cache: {text}{err}"
     );
@@ -981,7 +994,10 @@ fn a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one() {
     assert!(text.contains("cache=unset"), "{text}{}", stderr(&out));
     // /work and the spool only.
     assert_eq!(text.lines().nth(1), Some("2"), "{text}");
-    assert!(!text.contains("_cacache"), "the stale cache is visible: {text}");
+    assert!(
+        !text.contains("_cacache"),
+        "the stale cache is visible: {text}"
+    );
     assert!(!text.contains(&key), "the stale key is visible: {text}");
     let mounts = c.ok(&["box", "cache", "mounts", "vm"]);
     assert!(

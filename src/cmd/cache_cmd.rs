@@ -200,7 +200,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 built_by.display()
                             ),
                             Some(TreeOffer::OtherTier { platform }) => say!(
-                                "  built node_modules not mounted: built for {platform} with the host's node; this tier brings its own"
+                                "  built node_modules not mounted: built for {platform} with the host's node; this tier brings its own (its image's node, which no refresh built a tree with), so the box keeps no node_modules on the cache: it installs its own from the read-only cache, offline"
                             ),
                             None => {}
                         }

@@ -439,10 +439,7 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
             h5i_guest::caches::tag(eco)
         ));
     }
-    args.extend([
-        "-device".into(),
-        "virtio-serial-device,max_ports=8".into(),
-    ]);
+    args.extend(["-device".into(), "virtio-serial-device,max_ports=8".into()]);
     for (i, fd) in listener_fds.iter().enumerate() {
         args.push("-chardev".into());
         args.push(format!("socket,id=port{i},fd={fd},server=on,wait=off"));
@@ -458,7 +455,11 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         &plan.root_image,
         plan.accel,
         &[&plan.work, &plan.spool],
-        &plan.caches.iter().map(|c| c.data.as_path()).collect::<Vec<_>>(),
+        &plan
+            .caches
+            .iter()
+            .map(|c| c.data.as_path())
+            .collect::<Vec<_>>(),
     );
     let ruleset = grants.ruleset()?;
     let keep: Vec<RawFd> = inherited
