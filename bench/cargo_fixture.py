@@ -10,6 +10,9 @@ HTTP protocol (index.git, with `git update-server-info` run): config.json names 
 PROJECT_DIR gets Cargo.toml (a binary depending on every crate through the alternative
 registry `test`), src/main.rs, Cargo.lock (version 3, sha256 checksums) and .cargo/config.toml
 (the registry `test` at BASE_URL/index.git, fetched with the git CLI). Deterministic; no network.
+
+With H5I_FIXTURE_PLANT_SYMLINK=PATH in the environment, the first crate also carries a symlink
+entry `planted` pointing at PATH (a hostile package's attempt on a host file).
 """
 import hashlib, io, json, os, subprocess, sys, tarfile, tempfile
 
@@ -42,6 +45,11 @@ for i in range(count):
             info = tarfile.TarInfo("%s-%s/%s" % (name, ver, fname))
             info.size, info.mode, info.mtime = len(data), 0o644, 0
             t.addfile(info, io.BytesIO(data))
+        plant = os.environ.get("H5I_FIXTURE_PLANT_SYMLINK")
+        if plant and i == 0:
+            info = tarfile.TarInfo("%s-%s/planted" % (name, ver))
+            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, plant, 0
+            t.addfile(info)
     data = buf.getvalue()
     os.makedirs(os.path.join(reg, "dl", name), exist_ok=True)
     with open(os.path.join(reg, "dl", name, ver + ".crate"), "wb") as f:

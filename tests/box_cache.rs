@@ -37,11 +37,11 @@ use common::caller::{container_image, Caller};
 use common::testnet::TestHosts;
 use common::{require_root, stderr, stdout};
 
-const PORT: u16 = 8080;
+pub(crate) const PORT: u16 = 8080;
 
 /// One ecosystem as the test drives it.
-struct Eco {
-    name: &'static str,
+pub(crate) struct Eco {
+    pub(crate) name: &'static str,
     /// bench/<fixture> REGISTRY_DIR PROJECT_DIR ARGS... (`{base}` is the stand-in's URL)
     fixture: &'static [&'static str],
     /// The caller's own registry configuration, naming the stand-in.
@@ -54,9 +54,9 @@ struct Eco {
     /// locked set from the wheelhouse with pip's interface: their own installers cannot use it).
     warm_install: Option<&'static str>,
     /// A command whose stdout proves the packages are there and usable.
-    prove: &'static str,
+    pub(crate) prove: &'static str,
     /// What `prove` prints.
-    proved: &'static str,
+    pub(crate) proved: &'static str,
     /// The lockfile.
     lockfile: &'static str,
     /// npm, pnpm, Yarn: the variable naming the kept `node_modules` in a box, and what the warm
@@ -68,7 +68,7 @@ struct Eco {
 /// (and `refresh` with them: a `cache-<eco>` profile may grant no other host).
 const NODE_HOST_ENV: &[(&str, &str)] = &[("NPM_CONFIG_REGISTRY", "http://registry.test:8080/")];
 
-const NPM: Eco = Eco {
+pub(crate) const NPM: Eco = Eco {
     name: "npm",
     fixture: &["npm_fixture.py", "5", "4096", "{base}"],
     host_env: NODE_HOST_ENV,
@@ -311,7 +311,7 @@ impl Drop for Registry {
 
 /// Root or h5i-test with `registry.test` pinned to the stand-in and `eco`'s registry
 /// configuration in the environment.
-fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
+pub(crate) fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
     let mut c = Caller::either(as_user).with_env("H5I_TEST_HOSTS", &reg.pin());
     for (k, v) in eco.host_env {
         c = c.with_env(k, v);
@@ -321,7 +321,7 @@ fn caller(as_user: bool, reg: &Registry, eco: &Eco) -> Caller {
 
 /// The profiles: `cache-ECO` for refresh (egress: the registry only), `dev` for agent boxes
 /// (the same egress, so a cold install can work at all).
-fn profiles(eco: &Eco) -> String {
+pub(crate) fn profiles(eco: &Eco) -> String {
     format!(
         "[profile.cache-{e}]\nisolation = \"supervised\"\n[profile.cache-{e}.net]\negress = [\"registry.test:{PORT}\"]\n\n\
          [profile.dev]\nisolation = \"supervised\"\n[profile.dev.net]\negress = [\"registry.test:{PORT}\"]\n",
@@ -331,7 +331,12 @@ fn profiles(eco: &Eco) -> String {
 
 /// The caller's repository holding `eco`'s fixture project (locked against the stand-in) and
 /// the profiles, committed.
-fn project(c: &Caller, reg: &Registry, eco: &Eco) {
+pub(crate) fn project(c: &Caller, reg: &Registry, eco: &Eco) {
+    project_with(c, reg, eco, &[]);
+}
+
+/// [`project`] with `env` set for the fixture script.
+fn project_with(c: &Caller, reg: &Registry, eco: &Eco, env: &[(&str, &str)]) {
     let mut args =
         vec![concat!(env!("CARGO_MANIFEST_DIR"), "/bench/").to_string() + eco.fixture[0]];
     args.push(reg.root.display().to_string());
@@ -341,14 +346,18 @@ fn project(c: &Caller, reg: &Registry, eco: &Eco) {
             .iter()
             .map(|s| s.replace("{base}", &format!("http://registry.test:{PORT}"))),
     );
-    let st = Command::new("python3").args(&args).status().unwrap();
+    let st = Command::new("python3")
+        .args(&args)
+        .envs(env.iter().copied())
+        .status()
+        .unwrap();
     assert!(st.success(), "{args:?}");
     c.write(".h5i/env.toml", profiles(eco));
     c.commit_all(&format!("{} project", eco.name));
 }
 
 /// `h5i box cache refresh ECO`, which must succeed.
-fn refresh(c: &Caller, eco: &str) -> std::process::Output {
+pub(crate) fn refresh(c: &Caller, eco: &str) -> std::process::Output {
     let out = c.h5i(&["box", "cache", "refresh", eco]);
     assert_eq!(
         out.status.code(),
@@ -401,7 +410,7 @@ fn install(c: &Caller, eco: &Eco, name: &str, script: &str) -> (serde_json::Valu
     (receipt, said)
 }
 
-fn tally(rec: &serde_json::Value, side: &str) -> u64 {
+pub(crate) fn tally(rec: &serde_json::Value, side: &str) -> u64 {
     rec["egress"][side]
         .as_object()
         .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
@@ -1429,7 +1438,7 @@ const WARM_FROM_TREE: &str = "npm install --offline --no-save --no-audit --no-fu
 
 /// Every path under `root` with its mode and bytes (a symlink's target), sorted: what a box
 /// must leave exactly as it was.
-fn tree_digest(root: &std::path::Path) -> Vec<(String, u32, Vec<u8>)> {
+pub(crate) fn tree_digest(root: &std::path::Path) -> Vec<(String, u32, Vec<u8>)> {
     use std::os::unix::fs::PermissionsExt;
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -1950,5 +1959,90 @@ fn refresh_runs_none_of_the_projects_own_hooks() {
             "{}: the refresh box was left behind",
             eco.name
         );
+    }
+}
+
+/// A hostile package: a crate whose tarball carries a symlink to a file of the caller's outside
+/// the cache (mode 0600). cargo unpacks it into the refresh box's CARGO_HOME; taking the tree
+/// back (chown, then every mode set) follows no symlink, so the caller's file keeps its mode,
+/// owner and bytes, and the stored cache holds the symlink as it was. (A hard link to a host
+/// file cannot be planted this way: tar refuses a link target outside the archive, and the
+/// staging directory is a mount of its own in the box, so link(2) from anywhere else fails
+/// with EXDEV; `cache::tree_walk`'s unit tests hold the refusal of one.)
+fn a_planted_symlink_changes_no_host_file(as_user: bool) {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = format!(
+        "a planted symlink in a refreshed tree as {}",
+        if as_user { "h5i-test" } else { "root" }
+    );
+    let Some(reg) = Registry::up(&test) else {
+        return;
+    };
+    let c = caller(as_user, &reg, &CARGO);
+    let victim = c.repo().join("caller-secret");
+    let victim_path = victim.display().to_string();
+    project_with(
+        &c,
+        &reg,
+        &CARGO,
+        &[("H5I_FIXTURE_PLANT_SYMLINK", victim_path.as_str())],
+    );
+    // Made after the project's commit: the file is the caller's alone, in no box's clone.
+    let out = c
+        .sh("printf 'caller secret\\n' > caller-secret && chmod 600 caller-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let before = std::fs::metadata(&victim).unwrap();
+    refresh(&c, "cargo");
+    let after = std::fs::metadata(&victim).unwrap();
+    assert_eq!(
+        after.permissions().mode() & 0o7777,
+        0o600,
+        "refresh changed the mode of the caller's file as {}",
+        c.who()
+    );
+    assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "caller secret\n");
+    let cache = c.repo().join(".git/.h5i/cache/cargo");
+    let planted: Vec<PathBuf> = walk_files(&cache)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == "planted"))
+        .collect();
+    assert_eq!(
+        planted.len(),
+        1,
+        "the crate's symlink is not in the cache: {planted:?}"
+    );
+    assert_eq!(std::fs::read_link(&planted[0]).unwrap(), victim);
+}
+
+/// Every entry beneath `root` (symlinks not followed).
+fn walk_files(root: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if std::fs::symlink_metadata(&p).unwrap().is_dir() {
+                stack.push(p.clone());
+            }
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn a_symlink_a_package_plants_in_the_cache_changes_no_host_file_as_root() {
+    if require_root("planted symlink as root", "the test registry's netns") {
+        a_planted_symlink_changes_no_host_file(false);
+    }
+}
+
+#[test]
+fn a_symlink_a_package_plants_in_the_cache_changes_no_host_file_as_h5i_test() {
+    if require_root("planted symlink as h5i-test", "the test registry's netns") {
+        a_planted_symlink_changes_no_host_file(true);
     }
 }

@@ -851,3 +851,175 @@ fn probe_says_how_the_guest_runs() {
         );
     }
 }
+
+/// The box's warm npm cache at the microvm tier (an image with node and npm,
+/// `localhost/h5i-base`): the guest has the current key's cache at `/.h5i/cache/npm`, on a 9p
+/// mount its kernel holds read-only, with `npm_config_cache` naming it; a write into it fails
+/// in the guest (EROFS, or EACCES where the permission check comes first); a warm offline
+/// install from it works and makes no request though the registry is in the box's egress (none
+/// in the receipt's tally, none at the stand-in), and the cache is byte for byte as refresh
+/// stored it; after the box changes its lockfile, the next run gets a VM booted again without
+/// the stale key (no cache mount, the variable unset, the key's files nowhere in the guest).
+/// Root only, as every row here (the image is in the engine user's storage).
+#[test]
+fn a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one() {
+    use crate::box_cache::{self, Registry, NPM, PORT};
+    const TEST: &str = "a_microvm_box_gets_the_current_cache_read_only_and_never_a_stale_one";
+    const NODE_IMAGE: &str = "localhost/h5i-base:latest";
+    let Some(_one) = ready(TEST) else {
+        return;
+    };
+    let Some(reg) = Registry::up(TEST) else {
+        return;
+    };
+    let c = box_cache::caller(false, &reg, &NPM)
+        .with_env("H5I_NO_PROBE_CACHE", "1")
+        .with_env("H5I_CONTAINER_USER", USER);
+    box_cache::project(&c, &reg, &NPM);
+    c.write(
+        ".h5i/env.toml",
+        format!(
+            "{}\n[profile.vm]\nisolation = \"microvm\"\n[profile.vm.net]\negress = [\"registry.test:{PORT}\"]\n",
+            box_cache::profiles(&NPM)
+        ),
+    );
+    c.commit_all("a microvm profile");
+    box_cache::refresh(&c, NPM.name);
+    let after_refresh = reg.requests().len();
+    let ls: serde_json::Value =
+        serde_json::from_str(&c.ok(&["box", "cache", "ls", "--json"])).unwrap();
+    let key = ls["caches"][0]["key"].as_str().unwrap().to_string();
+    let entry = c.repo().join(".git/.h5i/cache/npm").join(&key);
+    let stored = box_cache::tree_digest(&entry);
+
+    c.ok(&[
+        "box",
+        "create",
+        "vm",
+        "--image",
+        NODE_IMAGE,
+        "--profile",
+        "vm",
+    ]);
+    let run = |script: &str| c.h5i(&["box", "run", "vm", "--", "sh", "-c", script]);
+    let mounts = c.ok(&["box", "cache", "mounts", "vm"]);
+    assert!(
+        mounts.starts_with(&format!("npm: {key} ("))
+            && mounts.contains("mounted read-only at /.h5i/cache/npm")
+            && mounts.contains("this tier brings its own"),
+        "{mounts}"
+    );
+
+    // There, read-only in the guest's kernel, named by the variable.
+    let out = run(
+        "echo cache=$npm_config_cache; ls /.h5i/cache/npm; grep ' /.h5i/cache/npm ' /proc/mounts",
+    );
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    assert!(text.contains("cache=/.h5i/cache/npm"), "{text}");
+    assert!(text.contains("_cacache"), "the cache is not there: {text}");
+    let mount = text
+        .lines()
+        .find(|l| l.starts_with("cache-npm /.h5i/cache/npm 9p "))
+        .unwrap_or_else(|| panic!("no 9p mount of the cache: {text}"));
+    assert!(
+        mount
+            .split(' ')
+            .nth(3)
+            .unwrap()
+            .split(',')
+            .any(|o| o == "ro"),
+        "{mount}"
+    );
+
+    // A write into it fails in the guest.
+    let out = run(
+        "echo x > \"$npm_config_cache/planted\"; echo rc=$?; \
+         f=$(find \"$npm_config_cache\" -type f | head -n 1); [ -n \"$f\" ] && echo x >> \"$f\"; echo rc=$?",
+    );
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert_eq!(
+        text.lines()
+            .filter(|l| *l == "rc=1" || *l == "rc=2")
+            .count(),
+        2,
+        "the guest wrote the cache: {text}{err}"
+    );
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.ends_with("Read-only file system") || l.ends_with("Permission denied"))
+            .count(),
+        2,
+        "not refused by the guest's kernel: {err}"
+    );
+
+    // A warm install reaches for nothing.
+    let out = run("npm ci --offline --no-audit --no-fund");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "warm install: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let warm = c.last_run("vm");
+    assert_eq!(
+        box_cache::tally(&warm, "allowed") + box_cache::tally(&warm, "denied"),
+        0,
+        "the warm install reached for the network: {warm}"
+    );
+    assert_eq!(
+        reg.requests().len(),
+        after_refresh,
+        "the warm install hit the registry: {:?}",
+        reg.requests()
+    );
+    let out = run(NPM.prove);
+    assert_eq!(stdout(&out).trim(), NPM.proved, "{}", stderr(&out));
+    assert_eq!(
+        box_cache::tree_digest(&entry),
+        stored,
+        "a microvm box changed the cache"
+    );
+    let booted = qemu_pid_of(&c, "vm").expect("the VM is up");
+
+    // The box changes its lockfile: the key it had is stale, and the next run has no trace of it.
+    let out = run("echo ' ' >> package-lock.json");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run(&format!(
+        "echo cache=${{npm_config_cache:-unset}}; grep -c ' 9p ' /proc/mounts; \
+         ls /.h5i/cache/npm 2>&1; grep -rl {key} /.h5i /proc/cmdline 2>/dev/null; echo end"
+    ));
+    let text = stdout(&out);
+    assert!(text.contains("cache=unset"), "{text}{}", stderr(&out));
+    // /work and the spool only.
+    assert_eq!(text.lines().nth(1), Some("2"), "{text}");
+    assert!(
+        !text.contains("_cacache"),
+        "the stale cache is visible: {text}"
+    );
+    assert!(!text.contains(&key), "the stale key is visible: {text}");
+    let mounts = c.ok(&["box", "cache", "mounts", "vm"]);
+    assert!(
+        mounts.contains("npm: nothing mounted") && mounts.contains("(stale)"),
+        "{mounts}"
+    );
+    assert_ne!(
+        qemu_pid_of(&c, "vm"),
+        Some(booted),
+        "the VM that had the stale key's share served the run"
+    );
+    c.ok(&["box", "rm", "--force", "vm"]);
+}
+
+/// The QEMU pid `status` names for `name`, when its VM is up.
+fn qemu_pid_of(c: &common::caller::Caller, name: &str) -> Option<i32> {
+    let text = c.ok(&["box", "status", name]);
+    let line = text.lines().find(|l| l.starts_with("microvm: VM up"))?;
+    line.split("QEMU pid ")
+        .nth(1)?
+        .split(|ch: char| !ch.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}

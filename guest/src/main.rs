@@ -2,8 +2,9 @@
 //!
 //! Boot, in order: mount `/proc`, `/sys`, `/dev`; load the kernel modules the initramfs carries
 //! (`/h5i/modules.order`); mount the image's root (`/dev/vda`, ext4, read-only) under a tmpfs
-//! overlay; mount `/work` and `/.h5i/spool` (9p shares of the box's workspace and spool), a
-//! private `/tmp` and cgroup2; move the new root over `/`; bring `lo` up. Then one thread per
+//! overlay; mount `/work` and `/.h5i/spool` (9p shares of the box's workspace and spool), the
+//! box's warm caches the host shared read-only, each read-only at `/.h5i/cache/<eco>`
+//! ([`h5i_guest::caches`]: the command line's `h5i.caches`), a private `/tmp` and cgroup2; move the new root over `/`; bring `lo` up. Then one thread per
 //! virtio-serial port named `h5i.N` serves sessions ([`h5i_guest::proto`]), one run at a time
 //! per port, each port with its egress forward on the guest's loopback ([`forward`]), open only
 //! while a run that may reach egress is going on it.
@@ -206,6 +207,21 @@ fn boot() -> io::Result<Duration> {
     let ninep = "trans=virtio,version=9p2000.L,msize=262144,cache=none";
     mount("work", "/newroot/work", "9p", nosuid, ninep)?;
     mount("spool", "/newroot/.h5i/spool", "9p", nosuid, ninep)?;
+    // Read-only in the guest's kernel too (QEMU already refuses a write to the share), so a
+    // write fails here with EROFS before it reaches the host.
+    for eco in h5i_guest::caches::from_cmdline(&cmdline)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?
+    {
+        let at = format!("/newroot{}", h5i_guest::caches::inside(&eco));
+        mkdir(&at, 0o755)?;
+        mount(
+            &h5i_guest::caches::tag(&eco),
+            &at,
+            "9p",
+            nosuid | libc::MS_RDONLY,
+            ninep,
+        )?;
+    }
     mount(
         "cgroup2",
         "/newroot/sys/fs/cgroup",

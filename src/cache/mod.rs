@@ -28,6 +28,7 @@ pub mod mounts;
 pub mod refresh;
 pub mod rm;
 pub mod run_grant;
+pub mod tree_walk;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

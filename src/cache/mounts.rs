@@ -23,10 +23,21 @@
 //! already have. When that tree is gone (`box cache rm`, or a refresh for other lockfiles
 //! replaced it) the box's changes stay in its upper layer, named by `mounts`, until `box rm`.
 //!
+//! The container and microvm tiers get no built tree, and so no kept `node_modules` built on
+//! one ([`TreeOffer::OtherTier`], and [`box_tree`] is None there): `refresh` builds the tree in
+//! a supervised box on the host's `/usr`, with the host's node, and a tree is right only for
+//! the node that built it (native addons are compiled for one node ABI; npm leaves out the
+//! optional packages of other platforms and libcs). Those tiers run their image's node, a
+//! binary h5i never built a tree with and cannot identify from the host as the one that did,
+//! so handing them the tree would be the silent wrong answer a stale key is. Such a box
+//! installs its own `node_modules` into its workspace from the read-only download cache,
+//! offline (`npm ci --offline`), and that tree is the box's own like any file it writes.
+//!
 //! Must never: grant a cache read-write, grant one whose key does not match, grant one to the
 //! workspace tier (which has no mount namespace to make it read-only in), or share an upper
-//! layer between boxes. The kernel tiers mount what [`granted`] lists: `process.rs` (process,
-//! supervised) and `container` (Podman).
+//! layer between boxes. The tiers mount what [`granted`] lists: `process.rs` (process,
+//! supervised), `container` (Podman) and `microvm` (a read-only 9p share per cache, the VM
+//! booted again when a key changes).
 
 use std::path::{Path, PathBuf};
 
@@ -112,7 +123,8 @@ pub enum TreeOffer {
         /// The node binary that built it.
         built_by: PathBuf,
     },
-    /// The box's tier brings its own node and libc (the container tier's image): not mounted.
+    /// The box's tier brings its own node and libc (the container and microvm tiers' image):
+    /// not mounted, and no `node_modules` is kept on it (the module doc says why).
     OtherTier {
         /// What it was built for.
         platform: String,
@@ -596,10 +608,7 @@ pub fn env_of(granted: &[Granted]) -> Vec<String> {
 /// The tier `tier` gets caches at all (the workspace tier runs on the host as the caller, with
 /// nothing to make a mount read-only in).
 pub fn tier_mounts_caches(tier: h5i_policy::Tier) -> bool {
-    matches!(
-        tier,
-        h5i_policy::Tier::Process | h5i_policy::Tier::Supervised | h5i_policy::Tier::Container
-    )
+    !matches!(tier, h5i_policy::Tier::Workspace)
 }
 
 #[cfg(test)]

@@ -15,12 +15,15 @@
 //! ([`Capture`]) and handed to the caller a line at a time, to be escaped ([`Report::Said`]);
 //! on exit 0, for npm, pnpm and Yarn, copy the `node_modules` it built beside the cache and
 //! stamp it with its platform ([`super::KeptTree`]), then take the staging directory back from
-//! the box's identity, store it under its key (replacing this ecosystem's other caches: one
+//! the box's identity (refused when a file in it is a hard link to one outside it; every mode
+//! set beneath directory descriptors, no symlink followed: [`super::tree_walk`]), store it
+//! under its key (replacing this ecosystem's other caches: one
 //! per project and ecosystem) and remove the box.
 //!
 //! Must never: write a cache a box could have chosen the path of, keep a cache from a failed
 //! install, run an install whose egress was not narrowed, run with an agent in the box, or let
-//! the refresh box hold the caller's terminal or print to it but through the caller's escaping.
+//! the refresh box hold the caller's terminal or print to it but through the caller's escaping,
+//! or change a host file outside the staging directory while taking it back.
 //!
 //! Guarded by `tests/box_cache.rs` (every ecosystem's refresh, the refusals of a missing or too
 //! wide profile, the progress line and the escaped output against a slow registry stand-in).
@@ -99,12 +102,14 @@ impl Drop for Scratch<'_> {
     }
 }
 
-/// Check the project-declared profile for `eco`, before any box exists.
+/// Check the project-declared profile for `eco`, before any box exists (`tiers`: what this
+/// host runs, resolved once for the whole refresh).
 fn registry_policy(
     store: &BoxStore,
     eco: &Ecosystem,
     mirror: &Mirror,
     req: &ResolveRequest,
+    tiers: &h5i_policy::HostTiers,
 ) -> Result<h5i_policy::ResolvedPolicy, CacheError> {
     let profile = eco.profile_name();
     let refuse = |why: String| CacheError::NoRegistryProfile {
@@ -123,7 +128,7 @@ fn registry_policy(
     if !declared {
         return Err(refuse(format!("it declares no profile `{profile}`")));
     }
-    let policy = crate::create::resolve_policy(store, req, &crate::probe::host_tiers())?;
+    let policy = crate::create::resolve_policy(store, req, tiers)?;
     if policy.net.mode == NetMode::Host {
         return Err(refuse("it shares the host's network".into()));
     }
@@ -149,7 +154,7 @@ fn registry_policy(
             isolation: req.isolation.clone(),
             ..ResolveRequest::default()
         },
-        &crate::probe::host_tiers(),
+        tiers,
     )?;
     if let Some(why) = beyond_the_registry(&policy, &base, &eco.registry_hosts(mirror)) {
         return Err(refuse(why));
@@ -259,7 +264,9 @@ pub fn refresh(
         &store.repo_root,
         &store.common_dir,
     ]));
-    registry_policy(store, eco, &mirror, &req)?;
+    // One probe sweep for the checks and the box.
+    let tiers = crate::probe::host_tiers();
+    registry_policy(store, eco, &mirror, &req, &tiers)?;
 
     let box_name = format!("cache-{}-refresh-{}", eco.name, std::process::id());
     let mut scratch = Scratch {
@@ -276,7 +283,7 @@ pub fn refresh(
             source: crate::create::SourceRequest::ThisRepo { from: None },
             policy: req,
         },
-        &crate::probe::host_tiers(),
+        &tiers,
     )?;
     scratch.name = Some(box_name.clone());
     let key = eco
@@ -335,8 +342,9 @@ pub fn refresh(
     // none of them.
     // SAFETY: geteuid/getegid have no preconditions.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    super::tree_walk::check_links(&scratch.staging)?;
     crate::identity::own_tree(&scratch.staging, uid, gid).map_err(BoxError::from)?;
-    normalize_modes(&scratch.staging)?;
+    super::tree_walk::normalize_modes(&scratch.staging)?;
     let record = RefreshRecord {
         v: 1,
         eco: eco.name.to_string(),
@@ -647,34 +655,4 @@ pub fn egress_line(t: Option<&h5i_policy::receipt::EgressTally>) -> String {
         }
     };
     format!("allowed {}; denied {}", part(&t.allowed), part(&t.denied))
-}
-
-/// Directories 0755 and files 0644 (executables 0755), set-id bits cleared: readable by every
-/// box identity, writable by none. Symlinks are left as they are and never followed.
-fn normalize_modes(root: &Path) -> Result<(), CacheError> {
-    use std::os::unix::fs::PermissionsExt;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| BoxError::io(&dir, e))?;
-        for entry in std::fs::read_dir(&dir).map_err(|e| BoxError::io(&dir, e))? {
-            let entry = entry.map_err(|e| BoxError::io(&dir, e))?;
-            let path = entry.path();
-            let meta = path
-                .symlink_metadata()
-                .map_err(|e| BoxError::io(&path, e))?;
-            if meta.is_dir() {
-                stack.push(path);
-            } else if meta.is_file() {
-                let mode = if meta.permissions().mode() & 0o100 != 0 {
-                    0o755
-                } else {
-                    0o644
-                };
-                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
-                    .map_err(|e| BoxError::io(&path, e))?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -3,7 +3,8 @@
 //! session and the tiers never name this module (it runs boxes of its own: `refresh`), so it
 //! works the grant out above them ([`super::mounts`] decides what is granted).
 //!
-//! Must never: grant anything to a tier that does not mount caches (workspace, microvm).
+//! Must never: grant anything to a tier that does not mount caches (workspace), or a built
+//! tree to a tier that brings its own node (container, microvm).
 //!
 //! Guarded by `tests/box_cache.rs`.
 
@@ -16,15 +17,17 @@ use crate::process::CacheGrant;
 use crate::store::StoredBox;
 
 /// What `sb`'s caches grant a run at `tier`: at process and supervised [`mounts::grant`]'s
-/// binds, variables and overlays; at the container tier the download caches alone (Podman
-/// mounts them; [`mounts::granted`] without the host's `/usr` trees); nothing elsewhere.
+/// binds, variables and overlays; at the container and microvm tiers the download caches alone
+/// ([`mounts::granted`] without the host's `/usr` trees: Podman mounts them, or the VM is
+/// booted with each as a read-only 9p share, `crate::microvm`; microsandbox's backend takes
+/// none); nothing at the workspace tier.
 pub fn for_run(sb: &StoredBox, tier: Tier) -> Result<CacheGrant, BoxError> {
     let mut out = CacheGrant::default();
     match tier {
         Tier::Process | Tier::Supervised => {
             mounts::grant(sb, &mut out.binds, &mut out.env, &mut out.overlays)?;
         }
-        Tier::Container => {
+        Tier::Container | Tier::Microvm => {
             // Read once: what is mounted and the variables naming it come from the same answer.
             let granted = mounts::granted(sb, false);
             out.binds = granted
@@ -33,7 +36,7 @@ pub fn for_run(sb: &StoredBox, tier: Tier) -> Result<CacheGrant, BoxError> {
                 .collect();
             out.env = mounts::env_of(&granted);
         }
-        Tier::Workspace | Tier::Microvm => {}
+        Tier::Workspace => {}
     }
     Ok(out)
 }

@@ -96,7 +96,10 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                 Some(n) => {
                     let sb = store.find(n)?;
                     let tier: h5i_policy::Tier = h5i::store::load_policy(&sb)?.tier;
-                    let host_usr = tier != h5i_policy::Tier::Container;
+                    let host_usr = !matches!(
+                        tier,
+                        h5i_policy::Tier::Container | h5i_policy::Tier::Microvm
+                    );
                     if !h5i::cache::mounts::tier_mounts_caches(tier) {
                         if json {
                             return super::box_cmd::print_json(&h5i::json_doc::CacheMounts {
@@ -197,7 +200,7 @@ pub fn dispatch(verb: CacheVerb) -> anyhow::Result<i32> {
                                 built_by.display()
                             ),
                             Some(TreeOffer::OtherTier { platform }) => say!(
-                                "  built node_modules not mounted: built for {platform} with the host's node; this tier brings its own"
+                                "  built node_modules not mounted: built for {platform} with the host's node; this tier brings its own (its image's node, which no refresh built a tree with), so the box keeps no node_modules on the cache: it installs its own from the read-only cache, offline"
                             ),
                             None => {}
                         }

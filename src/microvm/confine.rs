@@ -6,7 +6,8 @@
 //! - a Landlock ruleset (made before the fork, enforced in the child before `exec`, with
 //!   `no_new_privs`): QEMU may read and execute the host's programs and libraries (`/usr`,
 //!   `/lib`, `/lib64`, `/etc/ld.so.cache`), read its kernel, initramfs and root image, use
-//!   `/dev/kvm` when it runs KVM, and read and write beneath the box's workspace and spool;
+//!   `/dev/kvm` when it runs KVM, read and write beneath the box's workspace and spool, and
+//!   read (never write) beneath the current key's directory of each warm cache the box gets;
 //!   nothing else of the host can be opened, listed, written or made;
 //! - a cgroup of its own (`<h5i's cgroup>/h5i/<VM directory name>`), holding QEMU to the
 //!   guest's RAM plus [`QEMU_OVERHEAD_MIB`] and to [`QEMU_TASKS`] threads, made before QEMU
@@ -52,17 +53,20 @@ pub struct Grants {
     pub devices: Vec<PathBuf>,
     /// Every file access beneath each (the workspace and the spool).
     pub shares: Vec<PathBuf>,
+    /// Read files and list directories beneath each (the warm caches, shared read-only).
+    pub read_shares: Vec<PathBuf>,
 }
 
 impl Grants {
     /// The grants for a QEMU booting `kernel`, `initramfs` and `root` with `accel`, sharing
-    /// `shares`.
+    /// `shares` and, read-only, `read_shares`.
     pub fn for_boot(
         kernel: &Path,
         initramfs: &Path,
         root: &Path,
         accel: Accel,
         shares: &[&Path],
+        read_shares: &[&Path],
     ) -> Grants {
         Grants {
             programs: ["/usr", "/lib", "/lib64"]
@@ -81,6 +85,7 @@ impl Grants {
                 Accel::Tcg => Vec::new(),
             },
             shares: shares.iter().map(|p| p.to_path_buf()).collect(),
+            read_shares: read_shares.iter().map(|p| p.to_path_buf()).collect(),
         }
     }
 
@@ -121,6 +126,9 @@ impl Grants {
         }
         for p in &self.shares {
             add(p, all)?;
+        }
+        for p in &self.read_shares {
+            add(p, read_dir)?;
         }
         Option::<OwnedFd>::from(created).ok_or_else(|| refuse("Landlock made no ruleset".into()))
     }

@@ -8,8 +8,14 @@
 //!    the `h5i-guest` crate);
 //! 2. the guest root is the box's pinned OCI image, converted once into a read-only ext4 disk
 //!    ([`rootfs`]); `/work` and the spool are 9p shares of the box's workspace and spool (this
-//!    host's QEMU has no virtiofsd);
-//! 3. the VM boots at the box's first run and stays up for the box's life ([`vm`]); each run
+//!    host's QEMU has no virtiofsd); each warm cache the box gets ([`CacheShares`]: the current
+//!    key's data directory, as at the container tier) is a 9p share QEMU serves read-only
+//!    (`readonly=on`), mounted read-only by the guest at `/.h5i/cache/<eco>` with the package
+//!    manager's variables set for the run;
+//! 3. the VM boots at the box's first run and stays up for the box's life ([`vm`]), booted
+//!    again only when what it was booted from changes, which includes the caches' keys: a
+//!    lockfile change, a `box cache refresh` or a `box cache rm` between two runs means the
+//!    next run gets a VM that has never had the stale key's share; each run
 //!    is a session with the guest agent over a virtio-serial port ([`client`]), its exit code,
 //!    stdout and stderr passed through (or, for `box shell`, a pty in the guest proxied to the
 //!    caller's terminal), `mem`/`procs` held by a cgroup in the guest and the
@@ -26,8 +32,11 @@
 //!
 //! Must never: give the guest a network device (its only way out is the forward to the
 //! egress proxy, and only for a run whose policy allows egress; `net.mode = "host"` is
-//! refused), share a host path beyond the box's workspace and spool, run QEMU as root, or call
-//! an emulated guest accelerated.
+//! refused), share a host path beyond the box's workspace and spool (read-write) and the current
+//! key's data directory of each warm cache the run's grant names (read-only: QEMU's
+//! `readonly=on`, a read-only mount in the guest, and a read-only Landlock rule on QEMU; never a
+//! stale key's, another entry's `refresh.json` or built tree, or the cache root), run QEMU as
+//! root, or call an emulated guest accelerated.
 //!
 //! Guarded by `tests/microvm.rs` (real guests under QEMU) and the unit tests of each module.
 
@@ -267,6 +276,57 @@ pub struct RunInputs<'a> {
     pub secrets: &'a [h5i_broker::secrets::ResolvedSecret],
     /// Pipes, or the caller's terminal proxied to a pty in the guest (`box shell`).
     pub stdio: client::CallerStdio,
+    /// What the box's warm caches grant the run (`crate::cache::run_grant`): read-only binds
+    /// of the current keys' data directories at `/.h5i/cache/<eco>`, and their variables.
+    pub caches: &'a crate::process::CacheGrant,
+}
+
+/// The run's cache grant as the VM's read-only shares, or a refusal (fail closed) for a bind
+/// this backend cannot carry as one: writable, or anywhere but `/.h5i/cache/<eco>`, or more
+/// than [`h5i_guest::caches::MAX`].
+struct CacheShares(Vec<vm::CacheShare>);
+
+impl CacheShares {
+    fn of(grant: &crate::process::CacheGrant) -> Result<CacheShares, BoxError> {
+        let unfit = |what: String| {
+            refuse(
+                format!("the microvm tier cannot carry the box's cache grant: {what}"),
+                "report this as an h5i bug; `h5i box cache mounts NAME` shows the grant",
+            )
+        };
+        if !grant.overlays.is_empty() {
+            return Err(unfit("it overlays a built tree".into()));
+        }
+        if grant.binds.len() > h5i_guest::caches::MAX {
+            return Err(unfit(format!(
+                "it names more than {} caches",
+                h5i_guest::caches::MAX
+            )));
+        }
+        let mut out = Vec::with_capacity(grant.binds.len());
+        for b in &grant.binds {
+            let eco = b
+                .dest
+                .strip_prefix(h5i_guest::caches::ROOT)
+                .ok()
+                .and_then(|rest| rest.to_str())
+                .filter(|e| h5i_guest::caches::is_name(e))
+                .ok_or_else(|| unfit(format!("{} is not a cache's place", b.dest.display())))?;
+            if b.writable {
+                return Err(unfit(format!("{} is writable", b.dest.display())));
+            }
+            let meta = std::fs::metadata(&b.source).map_err(|e| BoxError::io(&b.source, e))?;
+            out.push(vm::CacheShare {
+                eco: eco.to_owned(),
+                data: b.source.clone(),
+                identity: (
+                    std::os::unix::fs::MetadataExt::dev(&meta),
+                    std::os::unix::fs::MetadataExt::ino(&meta),
+                ),
+            });
+        }
+        Ok(CacheShares(out))
+    }
 }
 
 /// Refuse what this backend cannot hold.
@@ -291,7 +351,11 @@ fn check_policy(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<(), BoxError>
 }
 
 /// The boot plan for `sb`: kernel, initramfs, the pinned image's root, shares, size.
-fn boot_plan(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<vm::BootPlan, BoxError> {
+fn boot_plan(
+    sb: &StoredBox,
+    policy: &ResolvedPolicy,
+    caches: CacheShares,
+) -> Result<vm::BootPlan, BoxError> {
     let facts = qemu_facts();
     facts.ready().map_err(|e| split_refusal(&e))?;
     let (kernel, agent) = match (facts.kernel, facts.agent) {
@@ -338,6 +402,7 @@ fn boot_plan(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<vm::BootPlan, Bo
         root_image,
         work: sb.paths.workspace(),
         spool: sb.paths.spool(),
+        caches: caches.0,
         ram_mib,
         cpus,
         accel: facts.accel.0,
@@ -422,7 +487,7 @@ pub fn run(
     policy: &ResolvedPolicy,
     inputs: RunInputs<'_>,
 ) -> Result<MicrovmRun, BoxError> {
-    let env = run_env(sb, policy, inputs.secrets)?;
+    let mut env = run_env(sb, policy, inputs.secrets)?;
     if let Some(image) = &policy.image {
         if msb::MsbFacts::gather().missing(Some(image)).is_empty() {
             let child = msb::run(sb, policy, image, inputs.argv, &env, inputs.wall)?;
@@ -435,6 +500,16 @@ pub fn run(
         }
     }
     check_policy(sb, policy)?;
+    let caches = CacheShares::of(inputs.caches)?;
+    // Set only with the shares they name: the VM is booted with exactly this grant.
+    env.extend(
+        inputs
+            .caches
+            .env
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_owned(), v.to_owned())),
+    );
     // Pinned before anything boots or runs: no name is resolved after the run starts.
     let plan = crate::container::egress::plan_for(policy)?;
     let spec = RunSpec {
@@ -449,7 +524,7 @@ pub fn run(
         egress: false,
         pty: None,
     };
-    let vm = vm::ensure(sb, || boot_plan(sb, policy))?;
+    let vm = vm::ensure(sb, || boot_plan(sb, policy, caches))?;
     let forward = plan.map(forward::Forward::start).transpose()?;
     let session = client::run(&vm, &spec, inputs.wall, forward.as_ref(), inputs.stdio);
     let egress = forward.map(|f| f.finish().tally);

@@ -11,7 +11,8 @@
 //!
 //! QEMU runs as the box's identity (the caller, or `h5i-box`'s range when h5i is root), never
 //! as root, with QEMU's own seccomp sandbox on, no network device, every host object it needs
-//! (kernel, initramfs, root image, the workspace and spool directories, the listeners) passed
+//! (kernel, initramfs, root image, the workspace and spool directories, the current key's
+//! directory of each warm cache, read-only, the listeners) passed
 //! as an inherited descriptor, under a Landlock ruleset that lets it open nothing of the host
 //! but its programs and those objects, in a cgroup of its own holding its memory and threads
 //! ([`super::confine`]).
@@ -21,7 +22,7 @@
 
 use std::io::Write as _;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +61,20 @@ pub struct VmState {
     pub boot_ms: u64,
 }
 
+/// One warm cache the VM is booted with: the current key's data directory, shared read-only
+/// (QEMU's `readonly=on`) with the tag `cache-<eco>` and mounted read-only by the guest at
+/// `/.h5i/cache/<eco>` ([`h5i_guest::caches`]).
+#[derive(Debug, Clone)]
+pub struct CacheShare {
+    /// The ecosystem (a plain name: [`h5i_guest::caches::is_name`]).
+    pub eco: String,
+    /// The cache's data directory on the host (its path names the key).
+    pub data: PathBuf,
+    /// The directory's device and inode when the plan was made: a refresh that replaced the
+    /// entry under the same key makes another directory, and so another boot.
+    pub identity: (u64, u64),
+}
+
 /// Everything a boot is made from.
 pub struct BootPlan {
     /// The kernel QEMU loads (an uncompressed `vmlinux`, else the package's `vmlinuz`).
@@ -72,6 +87,8 @@ pub struct BootPlan {
     pub work: PathBuf,
     /// The spool.
     pub spool: PathBuf,
+    /// The box's warm caches for this boot, each shared read-only.
+    pub caches: Vec<CacheShare>,
     /// Guest RAM, MiB.
     pub ram_mib: u64,
     /// Virtual CPUs.
@@ -104,6 +121,20 @@ impl BootPlan {
             )
             .as_bytes(),
         );
+        // The caches' keys (in their paths) and directories: a lockfile change, a refresh or a
+        // `cache rm` boots the VM again, so a share the guest holds is always the current key's.
+        for c in &self.caches {
+            h.update(
+                format!(
+                    "\ncache {} {} {}:{}",
+                    c.eco,
+                    c.data.display(),
+                    c.identity.0,
+                    c.identity.1
+                )
+                .as_bytes(),
+            );
+        }
         h.finalize().iter().map(|b| format!("{b:02x}")).collect()
     }
 }
@@ -317,6 +348,25 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
     let root = pass(open_for_qemu(&plan.root_image, false)?);
     let work = pass(open_for_qemu(&plan.work, true)?);
     let spool = pass(open_for_qemu(&plan.spool, true)?);
+    let mut cache_paths = Vec::with_capacity(plan.caches.len());
+    for c in &plan.caches {
+        let fd = open_for_qemu(&c.data, true)?;
+        let meta = std::fs::File::from(fd.try_clone().map_err(|e| BoxError::io(&c.data, e))?)
+            .metadata()
+            .map_err(|e| BoxError::io(&c.data, e))?;
+        // The directory opened is the one the plan (and its digest) was made from.
+        if (meta.dev(), meta.ino()) != c.identity {
+            return Err(BoxError::BadRequest {
+                what: format!(
+                    "the {} cache at {} changed while the microVM was being planned",
+                    c.eco,
+                    c.data.display()
+                ),
+                mend: "run again (a `h5i box cache refresh` or `rm` was in flight)".into(),
+            });
+        }
+        cache_paths.push((c.eco.as_str(), pass(fd)));
+    }
     let mut listeners = Vec::new();
     for i in 0..PORTS {
         let path = dir.join(format!("port-{i}.sock"));
@@ -328,6 +378,11 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         "console=ttyS0 quiet panic=-1 rdinit=/init h5i.idle={}",
         plan.idle_secs
     );
+    let ecos: Vec<&str> = cache_paths.iter().map(|(eco, _)| *eco).collect();
+    if let Some(word) = h5i_guest::caches::cmdline_word(&ecos) {
+        cmdline.push(' ');
+        cmdline.push_str(&word);
+    }
     if plan.accel == Accel::Tcg {
         // Without these the guest spends seconds calibrating its clock under emulation.
         cmdline.push_str(" tsc_early_khz=2000000 lpj=4000000");
@@ -372,9 +427,19 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         format!("local,id=spool,path={spool},security_model=none"),
         "-device".into(),
         "virtio-9p-device,fsdev=spool,mount_tag=spool".into(),
-        "-device".into(),
-        "virtio-serial-device,max_ports=8".into(),
     ];
+    for (i, (eco, path)) in cache_paths.iter().enumerate() {
+        args.push("-fsdev".into());
+        args.push(format!(
+            "local,id=cache{i},path={path},security_model=none,readonly=on"
+        ));
+        args.push("-device".into());
+        args.push(format!(
+            "virtio-9p-device,fsdev=cache{i},mount_tag={}",
+            h5i_guest::caches::tag(eco)
+        ));
+    }
+    args.extend(["-device".into(), "virtio-serial-device,max_ports=8".into()]);
     for (i, fd) in listener_fds.iter().enumerate() {
         args.push("-chardev".into());
         args.push(format!("socket,id=port{i},fd={fd},server=on,wait=off"));
@@ -390,6 +455,11 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
         &plan.root_image,
         plan.accel,
         &[&plan.work, &plan.spool],
+        &plan
+            .caches
+            .iter()
+            .map(|c| c.data.as_path())
+            .collect::<Vec<_>>(),
     );
     let ruleset = grants.ruleset()?;
     let keep: Vec<RawFd> = inherited

@@ -31,6 +31,7 @@ impl TierBackend for Microvm {
                 wall: req.wall,
                 secrets: &resolved.secrets,
                 stdio,
+                caches: &req.caches,
             },
         )?;
         Ok(TierRun {
