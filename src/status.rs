@@ -265,4 +265,3 @@ fn confinement_rows(policy: &ResolvedPolicy, confined: bool) -> Vec<Enforcement>
         },
     ]
 }
-

@@ -228,9 +228,8 @@ fn every_document_of_boxes_at(tier: &str) {
         .unwrap_or_else(|| panic!("no run receipt: {log}"))["seq"]
         .to_string();
     let doctor = c.h5i(&["box", "doctor", "j", "--json"]);
-    let doctor: Value = serde_json::from_str(&stdout(&doctor)).unwrap_or_else(|e| {
-        panic!("doctor at {tier}: {e}: {}", common::stderr(&doctor))
-    });
+    let doctor: Value = serde_json::from_str(&stdout(&doctor))
+        .unwrap_or_else(|e| panic!("doctor at {tier}: {e}: {}", common::stderr(&doctor)));
     let docs = [
         caller_json(&c, &["box", "ls", "--json"], 0),
         caller_json(&c, &["box", "status", "j", "--json"], 0),
@@ -253,8 +252,20 @@ fn every_document_of_boxes_at(tier: &str) {
     assert_eq!(status["tier"], tier, "{status}");
     assert_eq!(status["last_run"]["exit"], 3, "{status}");
     assert_eq!(status["last_run"]["argv"][0], "sh", "{status}");
-    assert!(!caps["net"]["families"]["allowed"].as_array().unwrap().is_empty(), "{caps}");
-    assert!(!caps["net"]["families"]["refused"].as_array().unwrap().is_empty(), "{caps}");
+    assert!(
+        !caps["net"]["families"]["allowed"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{caps}"
+    );
+    assert!(
+        !caps["net"]["families"]["refused"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{caps}"
+    );
     let record = &inspect["record"];
     assert_eq!(
         (&record["kind"], &record["tier"], &record["exit"]["code"]),
@@ -268,25 +279,38 @@ fn every_document_of_boxes_at(tier: &str) {
         .iter()
         .find(|r| r["key"] == "files added")
         .unwrap_or_else(|| panic!("{compare}"));
-    assert_eq!((&added["a"], &added["b"]), (&"1".into(), &"0".into()), "{compare}");
+    assert_eq!(
+        (&added["a"], &added["b"]),
+        (&"1".into(), &"0".into()),
+        "{compare}"
+    );
     match tier {
         "container" => {
             assert!(record["rusage"].is_null(), "{inspect}");
             assert!(record["cgroup_usage"].is_object(), "{inspect}");
         }
-        _ => assert!(record["rusage"]["maxrss_kb"].as_u64().unwrap() > 0, "{inspect}"),
+        _ => assert!(
+            record["rusage"]["maxrss_kb"].as_u64().unwrap() > 0,
+            "{inspect}"
+        ),
     }
     if let Some(h) = &hosts {
         let rules = &caps["egress_table"]["rules"];
         assert_eq!(rules[0]["host"], "allowed.test", "{caps}");
         assert_eq!(rules[0]["addrs"][0], h.first.to_string(), "{caps}");
-        assert_eq!(record["egress"]["allowed"]["allowed.test:8080"], 1, "{inspect}");
+        assert_eq!(
+            record["egress"]["allowed"]["allowed.test:8080"], 1,
+            "{inspect}"
+        );
         assert_eq!(
             record["egress"]["denied"][format!("{}:8080/tcp", h.second)],
             1,
             "{inspect}"
         );
-        assert!(record["socket_gate"]["allowed"]["inet"].as_u64().unwrap() >= 2, "{inspect}");
+        assert!(
+            record["socket_gate"]["allowed"]["inet"].as_u64().unwrap() >= 2,
+            "{inspect}"
+        );
     }
 }
 

@@ -213,7 +213,9 @@ fn relay_unreachable_from_the_box(c: &mut Caller, _tier: &str) {
     let script = r#"ls -d "$1" 2>&1; ls -d "$1"/run-* 2>&1; { printf 'H5I-%s\n' FORGED > "$1/h5i-runc.1.log"; } 2>&1;
 for f in /proc/[0-9]*/fd/*; do echo "fd $f -> $(readlink "$f")"; done"#;
     let out = c.h5i_with(
-        &["box", "run", "reach", "--", "sh", "-c", script, "probe", &parent],
+        &[
+            "box", "run", "reach", "--", "sh", "-c", script, "probe", &parent,
+        ],
         &[("H5I_LOG", "debug")],
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -221,7 +223,10 @@ for f in /proc/[0-9]*/fd/*; do echo "fd $f -> $(readlink "$f")"; done"#;
     let err = stderr(&out);
     // The run had a relay directory, under the parent the box probed.
     let dir = relay_dir_named(&err);
-    assert!(dir.starts_with(&format!("{parent}/run-reach-")), "{dir} {parent}");
+    assert!(
+        dir.starts_with(&format!("{parent}/run-reach-")),
+        "{dir} {parent}"
+    );
     assert!(
         err.lines().any(|l| l.starts_with("h5i-runc.")),
         "the relay was not in use:\n{err}"
@@ -246,8 +251,7 @@ for f in /proc/[0-9]*/fd/*; do echo "fd $f -> $(readlink "$f")"; done"#;
     let fds: Vec<&str> = said.lines().filter(|l| l.starts_with("fd ")).collect();
     assert!(!fds.is_empty(), "the box saw no descriptor at all:\n{said}");
     assert!(
-        !fds
-            .iter()
+        !fds.iter()
             .any(|l| l.contains("/out/log") || l.contains("h5i-runc.") || l.contains("h5i-hook.")),
         "a process of the box holds a descriptor into the relay ({}):\n{said}",
         c.who()
@@ -300,7 +304,15 @@ fn run_with_planted(c: &mut Caller, name: &str, plant: impl FnOnce(&str)) -> std
     let before = runs_now();
     let child = c
         .h5i_cmd_with(
-            &["box", "run", name, "--", "sh", "-c", "read x < /work/gate; echo released"],
+            &[
+                "box",
+                "run",
+                name,
+                "--",
+                "sh",
+                "-c",
+                "read x < /work/gate; echo released",
+            ],
             &[("H5I_LOG", "debug")],
         )
         .stdin(std::process::Stdio::null())
@@ -393,14 +405,24 @@ fn hostile_relay_entries(c: &mut Caller, _tier: &str) {
     assert_eq!(stdout(&out), "released\n");
     // The real events still came back.
     assert!(
-        err.lines().any(|l| l.starts_with("h5i-runc.") && l.contains("spawned")),
+        err.lines()
+            .any(|l| l.starts_with("h5i-runc.") && l.contains("spawned")),
         "{err}"
     );
     // Never through the symlink, never the hard link's file.
-    assert!(!err.contains("H5I-RELAY-SECRET"), "followed a symlink:\n{err}");
-    assert!(!err.contains("H5I-RELAY-LINKED"), "read a hard link:\n{err}");
+    assert!(
+        !err.contains("H5I-RELAY-SECRET"),
+        "followed a symlink:\n{err}"
+    );
+    assert!(
+        !err.contains("H5I-RELAY-LINKED"),
+        "read a hard link:\n{err}"
+    );
     // The escape sequences are shown, not sent: no ESC, BEL or C1 byte, no bidi override.
-    let esc = err.lines().find(|l| l.contains("H5I-RELAY-ESC")).unwrap_or_else(|| panic!("{err}"));
+    let esc = err
+        .lines()
+        .find(|l| l.contains("H5I-RELAY-ESC"))
+        .unwrap_or_else(|| panic!("{err}"));
     assert!(esc.starts_with("h5i-hook.90004: "), "{esc}");
     assert!(esc.contains("\\x1b]52;c;aGk=\\x07\\x1b[2J"), "{esc}");
     assert!(
@@ -408,11 +430,19 @@ fn hostile_relay_entries(c: &mut Caller, _tier: &str) {
         "a control character reached the terminal:\n{err}"
     );
     // The sparse 8 GiB file: read up to the cap, its one line cut, the whole output bounded.
-    let sparse = err.lines().find(|l| l.starts_with("h5i-runc.90003: ")).unwrap_or_else(|| panic!("{err}"));
-    assert!(sparse.ends_with(" bytes cut]"), "{}", &sparse[sparse.len().saturating_sub(80)..]);
+    let sparse = err
+        .lines()
+        .find(|l| l.starts_with("h5i-runc.90003: "))
+        .unwrap_or_else(|| panic!("{err}"));
     assert!(
-        err.lines().any(|l| l.starts_with("h5i-runc.90003: [relay: ")
-            && l.ends_with(" more bytes of this file not read]")),
+        sparse.ends_with(" bytes cut]"),
+        "{}",
+        &sparse[sparse.len().saturating_sub(80)..]
+    );
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("h5i-runc.90003: [relay: ")
+                && l.ends_with(" more bytes of this file not read]")),
         "{err}"
     );
     assert!(err.len() < 256 * 1024, "{} bytes of stderr", err.len());
@@ -429,7 +459,11 @@ fn hostile_relay_entries(c: &mut Caller, _tier: &str) {
     // The relay directory itself swapped for a symlink to someone else's: nothing there is
     // read or removed.
     let victim = tempfile::tempdir().unwrap();
-    std::fs::write(victim.path().join("h5i-runc.90009.log"), "2026 DEBUG H5I-RELAY-VICTIM\n").unwrap();
+    std::fs::write(
+        victim.path().join("h5i-runc.90009.log"),
+        "2026 DEBUG H5I-RELAY-VICTIM\n",
+    )
+    .unwrap();
     std::fs::set_permissions(
         victim.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
@@ -437,16 +471,30 @@ fn hostile_relay_entries(c: &mut Caller, _tier: &str) {
     .unwrap();
     let swapped = std::sync::Mutex::new(String::new());
     let out = run_with_planted(c, "relayed", |log| {
-        as_engine_user(&format!("mv {log} {log}.real && ln -s {} {log}", victim.path().display()));
+        as_engine_user(&format!(
+            "mv {log} {log}.real && ln -s {} {log}",
+            victim.path().display()
+        ));
         *swapped.lock().unwrap() = log.to_string();
     });
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{err}");
-    assert!(!err.contains("H5I-RELAY-VICTIM"), "read through a swapped directory:\n{err}");
-    assert!(victim.path().join("h5i-runc.90009.log").exists(), "removed through a swapped directory");
+    assert!(
+        !err.contains("H5I-RELAY-VICTIM"),
+        "read through a swapped directory:\n{err}"
+    );
+    assert!(
+        victim.path().join("h5i-runc.90009.log").exists(),
+        "removed through a swapped directory"
+    );
     // What the swap left behind (the moved directory keeps the run's directory) is the test's.
     let log = swapped.into_inner().unwrap();
-    let run_dir = std::path::Path::new(&log).parent().unwrap().parent().unwrap().to_path_buf();
+    let run_dir = std::path::Path::new(&log)
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
     let _ = std::fs::remove_dir_all(&run_dir);
     as_engine_user(&format!("rm -rf {own}"));
     c.ok(&["box", "rm", "--force", "relayed"]);
@@ -454,10 +502,20 @@ fn hostile_relay_entries(c: &mut Caller, _tier: &str) {
 
 #[test]
 fn hostile_relay_entries_are_never_followed_waited_on_or_shown_raw_as_root() {
-    tier_case("hostile relay entries", "container", false, hostile_relay_entries);
+    tier_case(
+        "hostile relay entries",
+        "container",
+        false,
+        hostile_relay_entries,
+    );
 }
 
 #[test]
 fn hostile_relay_entries_are_never_followed_waited_on_or_shown_raw_as_h5i_test() {
-    tier_case("hostile relay entries", "container", true, hostile_relay_entries);
+    tier_case(
+        "hostile relay entries",
+        "container",
+        true,
+        hostile_relay_entries,
+    );
 }

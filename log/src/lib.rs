@@ -196,8 +196,8 @@ pub fn drain(dir: &Path, owner: u32) -> Vec<Relayed> {
     let Ok(held) = dir_at::open_dir(dir) else {
         return Vec::new();
     };
-    let trusted = dir_at::facts(&held)
-        .is_ok_and(|f| f.is_dir && f.uid == owner && f.mode & 0o022 == 0);
+    let trusted =
+        dir_at::facts(&held).is_ok_and(|f| f.is_dir && f.uid == owner && f.mode & 0o022 == 0);
     if !trusted {
         return Vec::new();
     }
@@ -398,7 +398,10 @@ mod tests {
         std::fs::create_dir(&dir).unwrap();
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         let fifo = dir.join("h5i-hook.1.log");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
         assert!(made.success());
         std::fs::write(d.path().join("elsewhere"), "2026 DEBUG linked\n").unwrap();
         std::fs::hard_link(d.path().join("elsewhere"), dir.join("h5i-runc.2.log")).unwrap();
@@ -413,8 +416,16 @@ mod tests {
         assert!(dir.join("h5i-runc.3.log").exists());
         let lines = drain(&dir, own_uid());
         assert_eq!(lines.len(), 1, "{lines:?}");
-        assert!(lines[0].line.len() <= RELAY_LINE_MAX + 32, "{}", lines[0].line.len());
-        assert!(lines[0].line.ends_with(" bytes cut]"), "{}", &lines[0].line[4090..]);
+        assert!(
+            lines[0].line.len() <= RELAY_LINE_MAX + 32,
+            "{}",
+            lines[0].line.len()
+        );
+        assert!(
+            lines[0].line.ends_with(" bytes cut]"),
+            "{}",
+            &lines[0].line[4090..]
+        );
         // A huge file crowds out no smaller one, and says what it left unread.
         let sparse = std::fs::File::create(dir.join("h5i-runc.1.log")).unwrap();
         sparse.set_len(4 * RELAY_CAP).unwrap();
@@ -425,9 +436,14 @@ mod tests {
             .map(|r| (r.from.as_str(), r.line.rsplit(' ').next().unwrap()))
             .collect();
         assert!(said.contains(&("h5i-runc.9", "small")), "{said:?}");
-        let note = format!("{} more bytes of this file not read]", 4 * RELAY_CAP - RELAY_FILE_CAP);
+        let note = format!(
+            "{} more bytes of this file not read]",
+            4 * RELAY_CAP - RELAY_FILE_CAP
+        );
         assert!(
-            lines.iter().any(|r| r.from == "h5i-runc.1" && r.line.ends_with(&note)),
+            lines
+                .iter()
+                .any(|r| r.from == "h5i-runc.1" && r.line.ends_with(&note)),
             "{lines:?}"
         );
         // Every relay-named entry is removed; the hard link's other name keeps its file.

@@ -106,7 +106,7 @@ mod tests {
         std::os::unix::fs::symlink("/etc/hostname", real.join("s")).unwrap();
         rustix::fs::mknodat(
             rustix::fs::CWD,
-            &real.join("f"),
+            real.join("f"),
             FileType::Fifo,
             Mode::from_raw_mode(0o600),
             0,
@@ -117,7 +117,10 @@ mod tests {
         assert_eq!(listed, ["a", "f", "s"]);
         assert_eq!(names(dir.as_fd(), 1).unwrap().len(), 1);
         let e = open_entry(dir.as_fd(), "s".as_ref()).unwrap_err();
-        assert_eq!(e.raw_os_error(), Some(rustix::io::Errno::LOOP.raw_os_error()));
+        assert_eq!(
+            e.raw_os_error(),
+            Some(rustix::io::Errno::LOOP.raw_os_error())
+        );
         let f = open_entry(dir.as_fd(), "f".as_ref()).unwrap();
         assert!(!facts(&f).unwrap().is_file);
         let a = facts(open_entry(dir.as_fd(), "a".as_ref()).unwrap()).unwrap();
