@@ -1,10 +1,9 @@
 //! `--json` outputs against the shapes written in `docs/json.md`: every verb's document is
 //! checked field by field, down to every nested object's (type, presence, no field the page
 //! does not list, no object whose fields it does not list), from a workspace box and from boxes
-//! at the process, supervised and container tiers after a run at each (so the run record, the
-//! loaded egress table and the socket gate's and cgroup's figures carry real content); and the
-//! page and the build agree on the set of schemas. The microvm tier's documents are the same
-//! types and are not run here (a guest boot per row).
+//! at the process, supervised, container and microvm tiers after a run at each (so the run
+//! record, the loaded egress table and the socket gate's and cgroup's figures carry real
+//! content); and the page and the build agree on the set of schemas.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
