@@ -1,15 +1,14 @@
 //! `--json` for the inspecting verbs: one typed document per verb, each opening with a
 //! `schema` field (`h5i.<verb>/<version>`) whose shape is written down in `docs/json.md`.
 //!
-//! Owns the documents and their conversion from the library's own report types
-//! (`capabilities`, older than this module, is built in `status::capabilities_json` and carries
-//! the same `schema` field). A field is
+//! Owns the documents and their conversion from the library's own report types. A field is
 //! added by bumping nothing (readers ignore what they do not know); a field is renamed,
 //! removed or retyped only with a new version. Must never: carry a secret value (secrets are
 //! fingerprints, as everywhere), or print anything itself (the binary escapes and prints).
 //!
-//! Guarded by `tests/json_docs.rs`, which runs each verb with `--json` and checks the output
-//! against the shapes in `docs/json.md`.
+//! Guarded by `tests/json_docs.rs`, which runs each verb with `--json` on boxes of every tier
+//! (after a run at each) and checks the output against the shapes in `docs/json.md`, down to
+//! every field of every nested object.
 
 use serde::Serialize;
 
@@ -17,9 +16,8 @@ use serde::Serialize;
 pub const LS: &str = "h5i.box.ls/1";
 /// `h5i box status NAME --json`.
 pub const STATUS: &str = "h5i.box.status/1";
-/// `h5i box capabilities NAME --json` (its document is built in `crate::status`, which owns the
-/// name: this module names `status`, never the reverse).
-pub use crate::status::CAPABILITIES;
+/// `h5i box capabilities NAME --json`.
+pub const CAPABILITIES: &str = "h5i.box.capabilities/1";
 /// `h5i box doctor NAME --json`.
 pub const DOCTOR: &str = "h5i.box.doctor/1";
 /// `h5i box probe --json`.
@@ -231,6 +229,105 @@ impl Status {
                 branch: branch.clone(),
                 ahead: *ahead,
             }),
+        }
+    }
+}
+
+/// `h5i box capabilities NAME --json`: what this box actually got: the tier and how it was
+/// chosen, each enforcement row, the egress table the last supervised run loaded (hosts,
+/// addresses, ports, the digest of the nft script), the network grant with its address-family
+/// decision, and the policy digest the box runs under.
+#[derive(Debug, Serialize)]
+pub struct Capabilities {
+    /// [`CAPABILITIES`].
+    pub schema: &'static str,
+    /// The box.
+    #[serde(rename = "box")]
+    pub name: String,
+    /// The tier.
+    pub tier: String,
+    /// `auto`, or what chose the tier.
+    pub tier_chosen_by: String,
+    /// The policy digest (verified against `policy.digest`).
+    pub policy_digest: String,
+    /// What is enforced.
+    pub enforced: Vec<EnforcedRow>,
+    /// Why the rows marked not enforced are not, when they share a reason.
+    pub unenforced_reason: Option<String>,
+    /// The table the last supervised run loaded (the sentry's own account); None before one.
+    pub egress_table: Option<h5i_policy::receipt::LoadedEgressTable>,
+    /// The network the policy grants.
+    pub net: NetGrant,
+}
+
+/// The network grant of `capabilities`.
+#[derive(Debug, Serialize)]
+pub struct NetGrant {
+    /// `deny` (egress only to `egress`, through the tier's enforcer) or `host`.
+    pub mode: &'static str,
+    /// The allowed destinations, `host:port`.
+    pub egress: Vec<String>,
+    /// Whether unix sockets are allowed.
+    pub unix: bool,
+    /// The address-family decision.
+    pub families: Families,
+}
+
+/// Each address family allowed or refused by `socket()`, with the table's reason.
+#[derive(Debug, Serialize)]
+pub struct Families {
+    /// The families the policy's `net.families` grants by name.
+    pub granted: Vec<String>,
+    /// The families `socket()` lets through.
+    pub allowed: Vec<FamilyRow>,
+    /// The families `socket()` refuses (EPERM).
+    pub refused: Vec<FamilyRow>,
+}
+
+/// One address family of `capabilities`.
+#[derive(Debug, Serialize)]
+pub struct FamilyRow {
+    /// Its name (`inet`, `unix`, `vsock`, ...).
+    pub family: &'static str,
+    /// Its `AF_*` number.
+    pub number: u32,
+    /// Why it is allowed or refused.
+    pub why: &'static str,
+}
+
+impl Capabilities {
+    /// From a status report.
+    pub fn of(r: &crate::status::StatusReport) -> Capabilities {
+        let m = &r.sb.manifest;
+        let net = &r.policy.net;
+        let set = h5i_policy::families::FamilySet::allowed(net.unix, &net.families);
+        let row = |f: &h5i_policy::families::AddressFamily| FamilyRow {
+            family: f.name,
+            number: f.number,
+            why: f.why,
+        };
+        let (allowed, refused): (Vec<_>, Vec<_>) = h5i_policy::families::ADDRESS_FAMILIES
+            .iter()
+            .partition(|f| set.contains(f.number));
+        Capabilities {
+            schema: CAPABILITIES,
+            name: m.name.clone(),
+            tier: m.tier.clone(),
+            tier_chosen_by: chosen_by(r),
+            policy_digest: m.policy_digest.clone(),
+            enforced: enforced_rows(r),
+            unenforced_reason: r.unenforced_reason.clone(),
+            egress_table: r.egress_table.clone(),
+            net: NetGrant {
+                mode: net.mode.as_str(),
+                egress: net.egress.iter().map(|h| h.to_string()).collect(),
+                unix: net.unix,
+                families: Families {
+                    granted: net.families.clone(),
+                    allowed: allowed.into_iter().map(row).collect(),
+                    refused: refused.into_iter().map(row).collect(),
+                },
+            },
         }
     }
 }

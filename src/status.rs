@@ -216,21 +216,6 @@ pub fn enforcement_of(
     (rows, reason)
 }
 
-/// The address-family decision for `capabilities --json`: each family allowed or refused, with
-/// the table's reason.
-fn families_json(policy: &ResolvedPolicy) -> serde_json::Value {
-    let set = FamilySet::allowed(policy.net.unix, &policy.net.families);
-    let row = |f: &h5i_policy::families::AddressFamily| serde_json::json!({"family": f.name, "number": f.number, "why": f.why});
-    let (allowed, refused): (Vec<_>, Vec<_>) = h5i_policy::families::ADDRESS_FAMILIES
-        .iter()
-        .partition(|f| set.contains(f.number));
-    serde_json::json!({
-        "granted": policy.net.families,
-        "allowed": allowed.into_iter().map(row).collect::<Vec<_>>(),
-        "refused": refused.into_iter().map(row).collect::<Vec<_>>(),
-    })
-}
-
 /// The set-id, address-family and disk rows: what h5i-runc's seccomp list holds at the kernel
 /// tiers (and at the container tier, whose OCI runtime is h5i-runc unless the profile asks for
 /// the host's default, which runs none of its layers), and the disk ceiling there is not.
@@ -279,37 +264,4 @@ fn confinement_rows(policy: &ResolvedPolicy, confined: bool) -> Vec<Enforcement>
             }),
         },
     ]
-}
-
-/// The schema of `h5i box capabilities NAME --json` ([`capabilities_json`]; listed with the
-/// other documents' in `crate::json_doc`).
-pub const CAPABILITIES: &str = "h5i.box.capabilities/1";
-
-/// `h5i box capabilities NAME --json`: what this box actually got, as one JSON document: the
-/// tier and how it was chosen, each enforcement row, the egress table the last supervised run
-/// loaded (hosts, addresses, ports, the digest of the nft script), and the policy digest the
-/// box runs under.
-pub fn capabilities_json(report: &StatusReport) -> serde_json::Value {
-    use serde_json::json;
-    let rows: Vec<serde_json::Value> = report
-        .enforcement
-        .iter()
-        .map(|e| json!({"what": e.what, "asked": e.asked, "enforced": e.enforced, "note": e.note}))
-        .collect();
-    json!({
-        "schema": CAPABILITIES,
-        "box": report.sb.manifest.name,
-        "tier": report.sb.manifest.tier,
-        "tier_chosen_by": if report.policy.tier_choice.auto { "auto" } else { report.policy.tier_choice.source.as_str() },
-        "policy_digest": report.sb.manifest.policy_digest,
-        "enforced": rows,
-        "unenforced_reason": report.unenforced_reason,
-        "egress_table": report.egress_table,
-        "net": {
-            "mode": report.policy.net.mode.as_str(),
-            "egress": report.policy.net.egress.iter().map(|h| h.to_string()).collect::<Vec<_>>(),
-            "unix": report.policy.net.unix,
-            "families": families_json(&report.policy),
-        },
-    })
 }

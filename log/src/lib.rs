@@ -20,7 +20,8 @@
 //!
 //! Must never: write anywhere but stderr and a relay file made new in a directory the
 //! process's own user owns and nobody else may write (never an existing file, never through a
-//! symlink), fail a command because its filter is malformed (the variable is named on stderr
+//! symlink), read back through a symlink, from a FIFO, from another user's file or past a
+//! bound ([`drain`]), fail a command because its filter is malformed (the variable is named on stderr
 //! once and ignored), or record a process's environment (argv only: by h5i's invariant no
 //! secret is ever in an argv).
 //!
@@ -112,6 +113,10 @@ pub const RELAY_SUFFIX: &str = ".log";
 /// The most [`drain`] reads of all the relay files of one directory together.
 pub const RELAY_CAP: u64 = 1 << 20;
 
+/// The most [`drain`] reads of any one relay file (so one file cannot spend the whole
+/// [`RELAY_CAP`]: a run's own files are a few KiB each).
+pub const RELAY_FILE_CAP: u64 = 128 << 10;
+
 /// The layer writing events to a relay file: the same plain text as on stderr.
 pub fn relay_layer<S>(file: File) -> impl tracing_subscriber::Layer<S>
 where
@@ -166,50 +171,98 @@ pub struct Relayed {
     pub line: String,
 }
 
-/// Every line of the relay files in `dir` (each opened without following a symlink, regular
-/// files only, at most [`RELAY_CAP`] bytes from all of them together), ordered by the
-/// timestamp that leads each line (a stable sort: a file's own order is kept), each file then
-/// removed. Files not named as [`relay_file`] names them are left alone.
-pub fn drain(dir: &Path) -> Vec<Relayed> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+/// The most relay files [`drain`] looks at in one directory (a run makes one per h5i-runc
+/// call and per hook: tens).
+pub const RELAY_FILES_MAX: usize = 1024;
+
+/// The longest line [`drain`] keeps, bytes; the rest is cut, and the line says how much.
+pub const RELAY_LINE_MAX: usize = 4096;
+
+/// Every line of the relay files in `dir`, which must be a real directory (not a symlink)
+/// owned by `owner` that nobody else may write; ordered by the timestamp that leads each line
+/// (a stable sort: a file's own order is kept), each file then removed. The directory is held
+/// open and worked in by name ([`h5i_sys::dir_at`]), so swapping it or an entry for a symlink
+/// reaches nothing else. Only entries named as [`relay_file`] names them are read or
+/// removed, at most [`RELAY_FILES_MAX`]; of those, only regular files of `owner` with one link
+/// are read (never a symlink's target, never a FIFO, which is opened without waiting and not
+/// read, never another user's file or a hard link to one), smallest first, at most
+/// [`RELAY_FILE_CAP`] bytes of each and [`RELAY_CAP`] of all together (so a huge file can
+/// crowd out no smaller one), each line cut at [`RELAY_LINE_MAX`]; what a cap left unread is
+/// said in a line of that file's own. Lines are returned as written: whoever shows them
+/// escapes them.
+pub fn drain(dir: &Path, owner: u32) -> Vec<Relayed> {
+    use h5i_sys::dir_at;
+    use std::os::fd::{AsFd, OwnedFd};
+    let Ok(held) = dir_at::open_dir(dir) else {
         return Vec::new();
     };
-    let mut names: Vec<String> = entries
-        .flatten()
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| {
-            n.strip_suffix(RELAY_SUFFIX)
-                .and_then(|stem| stem.rsplit_once('.'))
-                .is_some_and(|(bin, pid)| {
-                    !bin.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
-                })
-        })
+    let trusted =
+        dir_at::facts(&held).is_ok_and(|f| f.is_dir && f.uid == owner && f.mode & 0o022 == 0);
+    if !trusted {
+        return Vec::new();
+    }
+    let Ok(listed) = dir_at::names(held.as_fd(), RELAY_FILES_MAX) else {
+        return Vec::new();
+    };
+    let open = |name: &str| -> Option<(OwnedFd, u64)> {
+        let fd = dir_at::open_entry(held.as_fd(), name.as_ref()).ok()?;
+        let f = dir_at::facts(&fd).ok()?;
+        (f.is_file && f.uid == owner && f.nlink == 1).then_some((fd, f.size))
+    };
+    let mut names: Vec<(u64, String)> = listed
+        .into_iter()
+        .filter_map(|n| n.into_string().ok())
+        .filter(|n| is_relay_name(n))
+        .map(|n| (open(&n).map_or(0, |(_, size)| size), n))
         .collect();
     names.sort();
     let mut budget = RELAY_CAP;
     let mut lines = Vec::new();
-    for name in names {
-        let path = dir.join(&name);
-        let opened = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path);
-        if let Ok(f) = opened {
-            if f.metadata().is_ok_and(|m| m.is_file()) {
-                let mut bytes = Vec::new();
-                let _ = f.take(budget).read_to_end(&mut bytes);
-                budget -= bytes.len() as u64;
-                let from = name.trim_end_matches(RELAY_SUFFIX).to_string();
-                lines.extend(String::from_utf8_lossy(&bytes).lines().map(|l| Relayed {
-                    from: from.clone(),
-                    line: l.to_string(),
-                }));
+    for (_, name) in names {
+        if let Some((fd, size)) = open(&name) {
+            let mut bytes = Vec::new();
+            let _ = File::from(fd)
+                .take(budget.min(RELAY_FILE_CAP))
+                .read_to_end(&mut bytes);
+            budget -= bytes.len() as u64;
+            let from = name.trim_end_matches(RELAY_SUFFIX).to_string();
+            lines.extend(String::from_utf8_lossy(&bytes).lines().map(|l| Relayed {
+                from: from.clone(),
+                line: cut(l),
+            }));
+            let unread = size.saturating_sub(bytes.len() as u64);
+            if unread > 0 {
+                lines.push(Relayed {
+                    from,
+                    line: format!("[relay: {unread} more bytes of this file not read]"),
+                });
             }
         }
-        let _ = std::fs::remove_file(&path);
+        let _ = dir_at::remove_entry(held.as_fd(), name.as_ref());
     }
     lines.sort_by(|a, b| stamp(&a.line).cmp(stamp(&b.line)));
     lines
+}
+
+/// Whether `name` is a relay file's (`<binary>.<pid>.log`).
+fn is_relay_name(name: &str) -> bool {
+    name.strip_suffix(RELAY_SUFFIX)
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(bin, pid)| {
+            !bin.is_empty() && !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit())
+        })
+}
+
+/// `line` cut at [`RELAY_LINE_MAX`] bytes (on a character boundary), saying how much was cut.
+fn cut(line: &str) -> String {
+    if line.len() <= RELAY_LINE_MAX {
+        return line.to_string();
+    }
+    let mut end = RELAY_LINE_MAX;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{} [{} bytes cut]", &line[..end], line.len() - end)
 }
 
 /// The timestamp leading a line of the plain format (RFC 3339, so text order is time order).
@@ -311,7 +364,7 @@ mod tests {
         .unwrap();
         std::fs::write(dir.join("other.txt"), "not a relay file\n").unwrap();
         std::os::unix::fs::symlink(dir.join("other.txt"), dir.join("h5i-hook.8.log")).unwrap();
-        let lines = drain(dir);
+        let lines = drain(dir, own_uid());
         let said: Vec<(&str, &str)> = lines
             .iter()
             .map(|r| (r.from.as_str(), r.line.rsplit(' ').next().unwrap()))
@@ -331,6 +384,71 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, ["other.txt"]);
+    }
+
+    fn own_uid() -> u32 {
+        std::fs::metadata("/proc/self").unwrap().uid()
+    }
+
+    #[test]
+    fn drain_reads_no_fifo_hard_link_or_symlinked_directory_and_cuts_long_lines() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("log");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let fifo = dir.join("h5i-hook.1.log");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        std::fs::write(d.path().join("elsewhere"), "2026 DEBUG linked\n").unwrap();
+        std::fs::hard_link(d.path().join("elsewhere"), dir.join("h5i-runc.2.log")).unwrap();
+        let long = format!("2026 DEBUG {}", "é".repeat(RELAY_LINE_MAX));
+        std::fs::write(dir.join("h5i-runc.3.log"), format!("{long}\n")).unwrap();
+        // Not its owner's: nothing is read, nothing removed.
+        assert!(drain(&dir, own_uid() + 1).is_empty());
+        assert!(dir.join("h5i-runc.3.log").exists());
+        // Through a symlink to it: the same.
+        std::os::unix::fs::symlink(&dir, d.path().join("via")).unwrap();
+        assert!(drain(&d.path().join("via"), own_uid()).is_empty());
+        assert!(dir.join("h5i-runc.3.log").exists());
+        let lines = drain(&dir, own_uid());
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].line.len() <= RELAY_LINE_MAX + 32,
+            "{}",
+            lines[0].line.len()
+        );
+        assert!(
+            lines[0].line.ends_with(" bytes cut]"),
+            "{}",
+            &lines[0].line[4090..]
+        );
+        // A huge file crowds out no smaller one, and says what it left unread.
+        let sparse = std::fs::File::create(dir.join("h5i-runc.1.log")).unwrap();
+        sparse.set_len(4 * RELAY_CAP).unwrap();
+        std::fs::write(dir.join("h5i-runc.9.log"), "2026 DEBUG small\n").unwrap();
+        let lines = drain(&dir, own_uid());
+        let said: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|r| (r.from.as_str(), r.line.rsplit(' ').next().unwrap()))
+            .collect();
+        assert!(said.contains(&("h5i-runc.9", "small")), "{said:?}");
+        let note = format!(
+            "{} more bytes of this file not read]",
+            4 * RELAY_CAP - RELAY_FILE_CAP
+        );
+        assert!(
+            lines
+                .iter()
+                .any(|r| r.from == "h5i-runc.1" && r.line.ends_with(&note)),
+            "{lines:?}"
+        );
+        // Every relay-named entry is removed; the hard link's other name keeps its file.
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+        assert!(d.path().join("elsewhere").exists());
     }
 
     #[test]

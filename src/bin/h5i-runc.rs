@@ -119,10 +119,20 @@ fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<i32> {
     let format =
         logging::LogFormat::parse(cli.global.log_format.as_deref()).map_err(anyhow::Error::msg)?;
-    // Only the verbs handed the bundle can read the spec's relay annotations.
+    // The spec's relay annotations: from the bundle for the verbs handed one, else from the
+    // spec the container was created from.
+    let saved = |id: &str| {
+        Context::new(cli.global.root.clone(), cli.global.systemd_cgroup)
+            .ok()
+            .and_then(|ctx| logging::relay_of_saved(&ctx, id))
+    };
     let relay = match &cli.cmd {
         Cmd::Create(a) => logging::relay_of(&a.bundle),
         Cmd::Run(a) => logging::relay_of(&a.bundle),
+        Cmd::Start(a) => saved(&a.container_id),
+        Cmd::Kill(a) => saved(&a.container_id),
+        Cmd::Delete(a) => saved(&a.container_id),
+        Cmd::State(a) => saved(&a.container_id),
         _ => None,
     };
     logging::init(cli.global.log.as_ref(), format, cli.global.debug, relay)?;
@@ -144,7 +154,10 @@ fn dispatch(cli: Cli) -> Result<i32> {
             );
             runc::create::create(&ctx, &opts)?;
         }
-        Cmd::Start(a) => runc::start::start(&ctx, &a.container_id)?,
+        Cmd::Start(a) => {
+            runc::start::start(&ctx, &a.container_id)?;
+            done("start", &a.container_id);
+        }
         Cmd::State(a) => {
             let report = runc::state::state(&ctx, &a.container_id)?;
             println!(
@@ -152,8 +165,14 @@ fn dispatch(cli: Cli) -> Result<i32> {
                 serde_json::to_string_pretty(&report).context("encoding state")?
             );
         }
-        Cmd::Kill(a) => runc::kill::kill(&ctx, &a.container_id, &a.signal, a.all)?,
-        Cmd::Delete(a) => runc::delete::delete(&ctx, &a.container_id, a.force)?,
+        Cmd::Kill(a) => {
+            runc::kill::kill(&ctx, &a.container_id, &a.signal, a.all)?;
+            done("kill", &a.container_id);
+        }
+        Cmd::Delete(a) => {
+            runc::delete::delete(&ctx, &a.container_id, a.force)?;
+            done("delete", &a.container_id);
+        }
         Cmd::Exec(a) => return Ok(runc::exec::exec(&ctx, a)?),
         Cmd::Run(a) => {
             let opts = create_options(
@@ -176,6 +195,12 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Features(_) => {}
     }
     Ok(0)
+}
+
+/// The debug event for a verb that changed container `id` (target `h5i::runc`): with the
+/// spawn and refusal events, what Podman asked of the runtime and in which order.
+fn done(verb: &'static str, id: &str) {
+    tracing::debug!(target: "h5i::runc", verb, id, "done");
 }
 
 fn create_options(

@@ -518,7 +518,7 @@ pub fn dispatch(args: BoxArgs) -> anyhow::Result<i32> {
         }
         BoxVerb::Capabilities { name, json: _ } => {
             let report = h5i::status::status(&store()?, &name)?;
-            print_json(&h5i::status::capabilities_json(&report))
+            print_json(&h5i::json_doc::Capabilities::of(&report))
         }
         BoxVerb::Run { name, argv } => {
             let store = store().map_err(|e| match e.downcast::<h5i::error::BoxError>() {

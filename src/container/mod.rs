@@ -655,7 +655,7 @@ pub fn run(
     };
 
     if let Some((_, dir)) = &log_relay {
-        relay_events(dir);
+        relay_events(dir, engine.uid);
     }
     let tally = broker.finish();
     let cage_report = cage.as_ref().map(ResourceCage::report);
@@ -1213,15 +1213,14 @@ fn box_env(sb: &StoredBox, policy: &ResolvedPolicy) -> Vec<(String, String)> {
     env
 }
 
-/// h5i-runc's confinement annotations for the box, the evidence capture (into `out`), and the
-/// standard descriptors the caller had closed (passed through as `/dev/null`).
 /// Show on this process's stderr what h5i-runc and the hooks relayed into `dir` (h5i-log's
-/// relay), in time order, each line led by who wrote it and escaped (a spawn event carries the
-/// box's argv), then leave `dir` empty for the run directory's removal.
-fn relay_events(dir: &Path) {
+/// relay, the engine user `owner`'s), in time order, each line led by who wrote it and escaped
+/// (a spawn event carries the box's argv), then leave `dir` empty for the run directory's
+/// removal. `drain` bounds what is read and refuses what is not the engine user's own.
+fn relay_events(dir: &Path, owner: u32) {
     use std::io::Write;
     let mut err = std::io::stderr().lock();
-    for r in h5i_log::drain(dir) {
+    for r in h5i_log::drain(dir, owner) {
         let _ = writeln!(
             err,
             "{}: {}",
@@ -1231,7 +1230,8 @@ fn relay_events(dir: &Path) {
     }
 }
 
-/// h5i-runc's annotations for the run: confinement, the evidence copy, the stdio wiring, and,
+/// h5i-runc's confinement annotations for the box, the evidence capture (into `out`), the
+/// standard descriptors the caller had closed (passed through as `/dev/null`), and,
 /// with a `relay` (filter text, directory), h5i-log's relay.
 fn annotations(
     policy: &ResolvedPolicy,

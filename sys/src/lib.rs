@@ -3,7 +3,8 @@
 //! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
 //! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
 //! netfilter netlink ([`netlink`]), Landlock's ABI probe, `no_new_privs` and enforcing a
-//! built ruleset ([`landlock`]), and giving up every capability for good ([`caps`]).
+//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), and a
+//! directory worked in by name through a held descriptor, never through a symlink ([`dir_at`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
 //! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE`, capset); on libc, with a `// SAFETY:`
@@ -20,6 +21,7 @@
 //! The lowest crate of the workspace: it depends on no h5i crate, so `h5i-policy` stays pure.
 
 pub mod caps;
+pub mod dir_at;
 pub mod fd_passing;
 pub mod fds;
 pub mod idmap;

@@ -230,6 +230,17 @@ pub fn output_bounded(mut cmd: Command, limit: std::time::Duration, what: &str) 
     within(limit, what, group, move || child.wait_with_output()).unwrap()
 }
 
+/// [`output_bounded`] for a child already spawned (output piped, the leader of a process group
+/// of its own: `process_group(0)`), for a test that acts while it runs.
+pub fn child_output_bounded(
+    child: std::process::Child,
+    limit: std::time::Duration,
+    what: &str,
+) -> Output {
+    let group = -(child.id() as libc::pid_t);
+    within(limit, what, group, move || child.wait_with_output()).unwrap()
+}
+
 /// `wait()` on a thread of its own for at most `limit`; past it, SIGTERM `target` (a pid, or a
 /// process group as `-pgid`), give it ten more seconds, SIGKILL it, and panic naming `what`.
 fn within<T: Send + 'static>(

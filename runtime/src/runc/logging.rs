@@ -7,11 +7,13 @@
 //! Levels are logrus's names (`warning`, not `warn`).
 //!
 //! A spec may ask for the h5i-log relay (h5i_log's module doc): `h5i.log` names the filter
-//! (h5i's container tier sets it to its own `H5I_LOG`, which Podman's conmon does not pass the
-//! runtime) and `h5i.log.dir` the directory; `create` and `run` read both from the bundle
-//! ([`relay_of`]) and write the filtered events, as h5i does on stderr, to a relay file of
-//! their own there, which the container's init process (forked by `create`) keeps for the
-//! payload's spawn event. The other verbs get no bundle and relay nothing.
+//! (h5i's container tier sets it to its own `H5I_LOG`, which neither Podman nor its conmon
+//! passes the runtime) and `h5i.log.dir` the directory; `create` and `run` read both from the
+//! bundle ([`relay_of`]) and write the filtered events, as h5i does on stderr, to a relay file
+//! of their own there, which the container's init process (forked by `create`) keeps for the
+//! payload's spawn event. `start`, `kill`, `delete` and `state` get no bundle: they read the
+//! same annotations from the spec the container was created from, found through its saved
+//! state ([`relay_of_saved`]), so their events are relayed too.
 
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -65,10 +67,23 @@ const SPEC_CAP: u64 = 16 << 20;
 /// The relay `bundle/config.json` asks for: both annotations set, the filter parsing
 /// (h5i_log::parse) and a relay file made in the directory (h5i_log::relay_file); else `None`.
 pub fn relay_of(bundle: &Path) -> Option<Relay> {
+    relay_of_spec(&bundle.join("config.json"))
+}
+
+/// The relay the spec container `id` was created from asks for (the spec `create` read, or
+/// h5i-runc's shadow of it: `super::spec_path`), for the verbs handed no bundle; `None` when
+/// the container does not exist or its spec asks for none.
+pub fn relay_of_saved(ctx: &super::Context, id: &str) -> Option<Relay> {
+    let container = ctx.load(id).ok()?;
+    relay_of_spec(&super::spec_path(&container))
+}
+
+/// [`relay_of`] for the spec at `config`.
+fn relay_of_spec(config: &Path) -> Option<Relay> {
     use h5i_policy::spec_names::annotation;
     use std::io::Read;
     let mut bytes = Vec::new();
-    File::open(bundle.join("config.json"))
+    File::open(config)
         .ok()?
         .take(SPEC_CAP)
         .read_to_end(&mut bytes)
