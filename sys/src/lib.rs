@@ -28,3 +28,5 @@ pub mod netlink;
 pub mod ns;
 pub mod ns_socket;
 pub mod pidfd;
+pub mod poll;
+pub mod tcp_in_ns;
