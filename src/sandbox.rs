@@ -405,8 +405,8 @@ pub fn run(
             }
         }
     };
-    let denial_counter =
-        counts_denials.then(|| init_pid(&dir).and_then(crate::denied_egress::SandboxCounter::begin));
+    let denial_counter = counts_denials
+        .then(|| init_pid(&dir).and_then(crate::denied_egress::SandboxCounter::begin));
     sweep_stale_runs(&state.container);
     // The grants' listeners, in the sandbox's network for this run only (on the host's
     // loopback when the box is on the host's network).
@@ -421,10 +421,7 @@ pub fn run(
     };
     let serving = wiring.creds.serve_in_sandbox(netns, &mut env)?;
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let (fds, open) = caller_stdio(
-        [stdin.as_fd(), stdout.as_fd(), stderr.as_fd()],
-        wiring.pty,
-    );
+    let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()], wiring.pty);
     let req = RunRequest {
         argv: plan.argv.clone(),
         env,

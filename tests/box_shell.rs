@@ -467,7 +467,11 @@ fn terminal_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
     let plain = c.ok(&["box", "run", "b", "--", "readlink", "/proc/self/ns/net"]);
     let netns = plain.trim().to_string();
     let id = common::sandbox::id(&c, "b");
-    assert!(id.is_some(), "{} at {tier}: no sandbox after a run", c.who());
+    assert!(
+        id.is_some(),
+        "{} at {tier}: no sandbox after a run",
+        c.who()
+    );
     for verb in ["shell", "run"] {
         let cmd = c.h5i_cmd_with(
             &["box", verb, "b", "--", "sh", "-c", LEADS],
@@ -482,8 +486,14 @@ fn terminal_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
             seen.contains(&format!("NS={netns}")),
             "{who} at {tier}: box {verb} on a terminal ran outside the sandbox's network ({netns}): {seen}"
         );
-        assert!(seen.contains("LEAD 11X"), "{who} at {tier}: box {verb}: {seen}");
-        assert!(seen.contains("/dev/pts/"), "{who} at {tier}: box {verb}: {seen}");
+        assert!(
+            seen.contains("LEAD 11X"),
+            "{who} at {tier}: box {verb}: {seen}"
+        );
+        assert!(
+            seen.contains("/dev/pts/"),
+            "{who} at {tier}: box {verb}: {seen}"
+        );
         assert_eq!(common::sandbox::id(&c, "b"), id, "{who} at {tier}: remade");
     }
 }

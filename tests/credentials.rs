@@ -567,13 +567,18 @@ fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool)
     if as_user {
         // The CA file's directory is the test's own (0700): the test user reads it too.
         use std::os::unix::fs::PermissionsExt;
-        let dir = std::path::Path::new(&up.env["H5I_TEST_CA_FILE"]).parent().unwrap();
+        let dir = std::path::Path::new(&up.env["H5I_TEST_CA_FILE"])
+            .parent()
+            .unwrap();
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     for (k, v) in up.env() {
         c = c.with_env(k, v);
     }
-    c.write(".h5i/env.toml", POLICY.replace("\"process\"", &format!("\"{tier}\"")));
+    c.write(
+        ".h5i/env.toml",
+        POLICY.replace("\"process\"", &format!("\"{tier}\"")),
+    );
     c.commit_all("ai");
     c.ok(&["box", "create", "ai", "--profile", "ai"]);
     let mut seen = Vec::new();
@@ -604,14 +609,29 @@ fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool)
         seen.push(run);
     }
     let who = c.who();
-    assert!(sandboxes[0].is_some(), "{who} at {tier}: no sandbox after a credential run");
-    assert_eq!(sandboxes[0], sandboxes[1], "{who} at {tier}: the sandbox was remade");
-    assert_eq!(seen[0]["netns"], seen[1]["netns"], "{who} at {tier}: {seen:?}");
+    assert!(
+        sandboxes[0].is_some(),
+        "{who} at {tier}: no sandbox after a credential run"
+    );
+    assert_eq!(
+        sandboxes[0], sandboxes[1],
+        "{who} at {tier}: the sandbox was remade"
+    );
+    assert_eq!(
+        seen[0]["netns"], seen[1]["netns"],
+        "{who} at {tier}: {seen:?}"
+    );
     for run in &seen {
         assert_eq!(run["status"], 200, "{who} at {tier}: {run}");
-        assert!(run["dummy"].as_str().unwrap().starts_with("h5i-dummy-"), "{run}");
+        assert!(
+            run["dummy"].as_str().unwrap().starts_with("h5i-dummy-"),
+            "{run}"
+        );
     }
-    assert_ne!(seen[0]["dummy"], seen[1]["dummy"], "{who} at {tier}: one dummy for two runs");
+    assert_ne!(
+        seen[0]["dummy"], seen[1]["dummy"],
+        "{who} at {tier}: one dummy for two runs"
+    );
     assert_eq!(seen[1]["earlier"], "refused", "{who} at {tier}: {seen:?}");
     let got = up.anthropic.seen();
     assert_eq!(got.len(), 2, "{got:?}");

@@ -3,7 +3,9 @@
 //! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
 //! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
 //! netfilter netlink ([`netlink`]), Landlock's ABI probe, `no_new_privs` and enforcing a
-//! built ruleset ([`landlock`]), and giving up every capability for good ([`caps`]).
+//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), a `poll(2)`
+//! over any events ([`poll`]), the box sandbox's `SOCK_SEQPACKET` init socket ([`seqpacket`]),
+//! and a TCP listener made inside a box's network namespace ([`tcp_in_ns`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
 //! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE`, capset); on libc, with a `// SAFETY:`
@@ -29,4 +31,5 @@ pub mod ns;
 pub mod ns_socket;
 pub mod pidfd;
 pub mod poll;
+pub mod seqpacket;
 pub mod tcp_in_ns;

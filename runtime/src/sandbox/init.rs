@@ -58,12 +58,8 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
             source: nix::Error::last(),
         });
     }
-    let listening: libc::c_int =
-        // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
-        nix::sys::socket::getsockopt(&unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }, nix::sys::socket::sockopt::AcceptConn)
-            .map(i32::from)
-            .unwrap_or(0);
-    if listening != 1 {
+    // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
+    if !h5i_sys::seqpacket::is_listening(unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }) {
         return Err(InitError::NoListener);
     }
     // SAFETY: descriptor 3 was handed to this process for this purpose and nothing else owns it.
@@ -143,12 +139,7 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
             reap_all(&mut runs);
         }
         if accept {
-            if let Ok(fd) = nix::sys::socket::accept4(
-                listener.as_raw_fd(),
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-            ) {
-                // SAFETY: accept4 returned a new descriptor owned here.
-                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+            if let Ok(conn) = h5i_sys::seqpacket::accept(&listener) {
                 if let Some(pid) = start(&conn) {
                     runs.insert(pid, conn);
                 }

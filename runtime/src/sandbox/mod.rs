@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use h5i_policy::receipt::{ExitOutcome, Rusage};
 use h5i_sys::fd_passing::{self, send_with_fds, FdPassError, Wait};
-use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::cage::{CageError, CageReport, ResourceCage};
@@ -180,37 +179,13 @@ fn sock_err<'a, E: Into<std::io::Error>>(
 
 /// A listening `SOCK_SEQPACKET` socket at `path` (close-on-exec), for the init to inherit.
 pub fn listen_at(path: &Path) -> Result<OwnedFd, SandboxError> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(sock_err("socket", path))?;
-    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
-    socket::bind(fd.as_raw_fd(), &addr).map_err(sock_err("bind", path))?;
-    socket::listen(
-        &fd,
-        socket::Backlog::new(64).map_err(sock_err("listen", path))?,
-    )
-    .map_err(sock_err("listen", path))?;
-    Ok(fd)
+    h5i_sys::seqpacket::listen_at(path, 64).map_err(sock_err("listen", path))
 }
 
 /// Connect to the init at `path`. `ECONNREFUSED`/`ENOENT` mean no init is listening (it ended:
 /// idle timeout, killed): the caller rebuilds.
 pub fn connect(path: &Path) -> Result<OwnedFd, SandboxError> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(sock_err("socket", path))?;
-    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
-    socket::connect(fd.as_raw_fd(), &addr).map_err(sock_err("connect", path))?;
-    socket::setsockopt(&fd, sockopt::PassCred, &true).map_err(sock_err("SO_PASSCRED", path))?;
-    Ok(fd)
+    h5i_sys::seqpacket::connect_with_credentials(path).map_err(sock_err("connect", path))
 }
 
 /// Most descriptors one protocol message carries (the request's standard descriptors).
