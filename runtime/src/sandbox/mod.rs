@@ -448,6 +448,7 @@ mod tests {
             env: vec!["PATH=/usr/bin".into()],
             cwd: PathBuf::from("/work"),
             stdio: [true, false, true],
+            pty: [false, true, false],
         };
         let text = serde_json::to_vec(&req).unwrap();
         assert_eq!(serde_json::from_slice::<RunRequest>(&text).unwrap(), req);
