@@ -343,6 +343,22 @@ add_row shell-pty-echo \
     --teardown '"$H5I" box rm --force bench-shell' \
     --target 'added_ms:median < 150'
 
+add_row shell-pty-echo-process \
+    --title 'keystroke echo: 1,000 single bytes typed one at a time through h5i box shell at --isolation process (a session in the box sandbox, on a pty its process opened inside the box) vs on a plain pty (bench/pty_echo.py)' \
+    --setup '
+        "$ROOT/scripts/gen-bench-repo.sh" "$ROW_DIR/repo" 100 >/dev/null
+        cd "$ROW_DIR/repo"
+        "$H5I" box create bench-shell-proc --isolation process' \
+    --cwd '$ROW_DIR/repo' \
+    --baseline 'python3 $ROOT/bench/pty_echo.py --count 1000' \
+    --h5i 'python3 $ROOT/bench/pty_echo.py --count 1000 -- $H5I box shell bench-shell-proc --' \
+    --check '
+        python3 "$ROOT/bench/pty_echo.py" --count 10 -- "$H5I" box shell bench-shell-proc -- || exit 1
+        n="$("$H5I" box log bench-shell-proc | grep -cE "^[^ ]+ +shell ")"
+        [ "$n" -ge 1 ] || { echo "no box shell session was recorded for bench-shell-proc"; exit 1; }' \
+    --teardown '"$H5I" box rm --force bench-shell-proc' \
+    --target 'added_ms:median < 150'
+
 # The 300-package project, its cache refreshed, and the cold (stale key) and warm boxes: shared by
 # the two warm-vs-cold rows. The refresh is told the registry the way a host names its npm
 # mirror (NPM_CONFIG_REGISTRY): its cache-npm profile may grant no other host.

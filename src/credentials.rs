@@ -8,7 +8,11 @@
 //! the box's network namespace and sends the fd back over an AF_UNIX socket in h5i's private
 //! runtime directory, serving the proxy on that fd for the life of the run, and the values the
 //! receipt must never hold (the real credential and the dummy). A box on the host's network
-//! (`net.mode = "host"`) gets a listener h5i binds itself on the host's loopback.
+//! (`net.mode = "host"`) gets a listener h5i binds itself on the host's loopback. A run in the
+//! box's sandbox, whose network namespace outlives the run, gets its listeners made for that
+//! run in that namespace by h5i itself ([`ForRun::serve_in_sandbox`]: a forked child enters it,
+//! binds and hands the socket back), its own dummy, and its own tally; the listeners close when
+//! the run ends, so no run's proxy serves the next.
 //!
 //! With `credential_proxy = false` (`H5I_CREDENTIAL_PROXY=0`) no proxy runs and the real
 //! credential is passed into the box under the grant's `token_var` (documented behaviour; the
@@ -325,6 +329,94 @@ impl Prepared {
     }
 }
 
+impl Prepared {
+    /// Whether a proxy serves the grants (else there are none, or they pass through).
+    fn has_proxies(&self) -> bool {
+        self.tls.is_some() && !self.routes.is_empty()
+    }
+
+    /// [`Prepared::attach`] for a run in the box's sandbox, whose network namespace outlives
+    /// the run: each grant's listener is made now, for this run, inside the network namespace
+    /// of the sandbox's init `init_pid` (a forked child enters it: `h5i_sys::ns_socket`), or
+    /// on the host's loopback when `init_pid` is `None` (a box on the host's network); the
+    /// run's environment gets each grant's base URL and this run's dummy. The listeners close
+    /// when [`Serving::finish`] stops the proxies, so no run's port outlives it.
+    fn attach_in_sandbox(
+        self,
+        env: &mut Vec<String>,
+        init_pid: Option<i32>,
+    ) -> Result<Serving, BoxError> {
+        for (var, value) in &self.passthrough {
+            env.push(format!("{var}={value}"));
+        }
+        let mut serving = Serving {
+            waiters: Vec::new(),
+        };
+        let Some(tls) = self.tls else {
+            return Ok(serving);
+        };
+        let namespaces = init_pid.map(sandbox_namespaces).transpose()?;
+        let base = port_base();
+        for (i, route) in self.routes.into_iter().enumerate() {
+            let listener = match &namespaces {
+                None => TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?,
+                Some(ns) => listener_in(ns, base + i as u16)?,
+            };
+            let addr = listener
+                .local_addr()
+                .map_err(|e| BoxError::io(Path::new("credential listener"), e))?;
+            add_env(env, &route, addr);
+            let proxy =
+                CredentialProxy::serve(listener, route, tls.clone(), CredentialOptions::default())
+                    .map_err(|e| BoxError::io(Path::new("credential proxy"), e))?;
+            serving.waiters.push(Waiter::Running(proxy));
+        }
+        Ok(serving)
+    }
+}
+
+/// How long the child entering the sandbox's namespaces may take to hand a listener back.
+const LISTENER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The network namespace of the sandbox init `init_pid` (and its user namespace, when entering
+/// the network namespace needs it: not for real root), checked to be a namespace of the box's
+/// own, never the host's.
+fn sandbox_namespaces(init_pid: i32) -> Result<h5i_hook::netns::BoxNamespaces, BoxError> {
+    let open = |ns: &str| {
+        let path = PathBuf::from(format!("/proc/{init_pid}/ns/{ns}"));
+        crate::denied_egress::open_after_exec(&path)
+            .map(OwnedFd::from)
+            .map_err(|e| BoxError::io(&path, e))
+    };
+    h5i_hook::netns::BoxNamespaces::new(open("net")?, open("user")?).map_err(|e| {
+        BoxError::BadRequest {
+            what: format!("cannot serve the credential grants in the box's sandbox: {e}"),
+            mend: "run again with H5I_SANDBOX=off to use a container per run, and report this"
+                .into(),
+        }
+    })
+}
+
+/// A TCP listener on `127.0.0.1:port` made inside the sandbox's network namespace `ns`, where
+/// the box's runs reach it on their own loopback.
+fn listener_in(ns: &h5i_hook::netns::BoxNamespaces, port: u16) -> Result<TcpListener, BoxError> {
+    use std::os::fd::AsFd;
+    let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let fd = h5i_sys::tcp_in_ns::listener_in(
+        ns.net().as_fd(),
+        ns.user().map(AsFd::as_fd),
+        addr,
+        LISTENER_TIMEOUT,
+    )
+    .map_err(|e| BoxError::BadRequest {
+        what: format!("cannot listen on {addr} in the box's sandbox for its credential proxy: {e}"),
+        mend: "run again (another port is picked), or with H5I_SANDBOX=off for a container per run"
+            .into(),
+    })?;
+    Ok(TcpListener::from(fd))
+}
+
 /// Where a listener hook's AF_UNIX socket goes, and who runs the hook.
 #[derive(Debug, Clone)]
 pub struct HandoffPlace {
@@ -440,6 +532,12 @@ impl std::fmt::Debug for Serving {
 }
 
 impl Serving {
+    /// After the run: stop every proxy (as [`Serving::finish`]) and give their counts as the
+    /// run's egress tally, or `None` when no proxy ran.
+    pub fn tally(self) -> Option<EgressTally> {
+        tally(&self.finish())
+    }
+
     /// After the run: stop every proxy and remove its socket. Returns each proxy's report (a
     /// proxy that never got its listener, because the box never started, reports nothing).
     pub fn finish(self) -> Vec<CredentialReport> {
@@ -490,6 +588,15 @@ impl ForRun {
         Ok(ForRun { prepared, scrub })
     }
 
+    /// No grants: a run of h5i's own (the box sandbox's making for its browser), not the
+    /// box's.
+    pub fn none() -> ForRun {
+        ForRun {
+            prepared: None,
+            scrub: Vec::new(),
+        }
+    }
+
     /// Every value the run's records must never hold.
     pub fn redactions(&self) -> Vec<SecretValue> {
         self.scrub.clone()
@@ -499,6 +606,27 @@ impl ForRun {
     /// them to its engine's hooks).
     pub fn into_prepared(self) -> Option<Prepared> {
         self.prepared
+    }
+
+    /// Whether the run's grants are served by proxies (each needs a listener in the box's
+    /// network), rather than none or passed through.
+    pub fn has_proxies(&self) -> bool {
+        self.prepared.as_ref().is_some_and(Prepared::has_proxies)
+    }
+
+    /// Serve the grants for one run in the box's sandbox ([`Prepared::attach_in_sandbox`]):
+    /// the listeners in the network namespace of the sandbox's init `init_pid` (the host's
+    /// loopback when `None`), the variables in `env`. Takes the grants: `None` when there were
+    /// none (or they were taken already). The caller stops the proxies once the run ended.
+    pub fn serve_in_sandbox(
+        &mut self,
+        init_pid: Option<i32>,
+        env: &mut Vec<String>,
+    ) -> Result<Option<Serving>, BoxError> {
+        match self.prepared.take() {
+            Some(prepared) => prepared.attach_in_sandbox(env, init_pid).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Attach the proxies to `plan`, run it with `run`, and stop them once `run` returns: they

@@ -123,7 +123,7 @@ const EXEC_SETTLE: std::time::Duration = std::time::Duration::from_secs(2);
 /// box's user namespace, which the caller owns) allowed. The kernel signals no `exec` to an
 /// unprivileged watcher (the proc connector needs `CAP_NET_ADMIN`), so this retries that one
 /// refusal, at most [`EXEC_SETTLE`]; any other error, or the refusal after it, is returned.
-fn open_after_exec(path: &str) -> std::io::Result<std::fs::File> {
+pub(crate) fn open_after_exec(path: &Path) -> std::io::Result<std::fs::File> {
     let until = std::time::Instant::now() + EXEC_SETTLE;
     loop {
         match std::fs::File::open(path) {
@@ -150,7 +150,7 @@ impl SandboxCounter {
     pub fn begin(init_pid: i32) -> Result<SandboxCounter, String> {
         let open = |ns: &str| {
             let path = format!("/proc/{init_pid}/ns/{ns}");
-            open_after_exec(&path)
+            open_after_exec(Path::new(&path))
                 .map(OwnedFd::from)
                 .map_err(|e| format!("{path}: {e}"))
         };

@@ -7,6 +7,13 @@
 //! itself (the container's record, its empty cgroups, the directory) is swept by the next h5i
 //! that looks: the box's `status`, its next run, or any box's sandbox being made.
 //!
+//! Every kernel-tier run goes through it (`crate::session`'s process backend decides) but a
+//! declared service's and a run joining a service's network: a run with credential grants has
+//! its proxies' listeners made in the sandbox's network namespace for that run alone (a dummy of
+//! its own, its own tally, the listeners closed when it ends: `crate::credentials`), and a run
+//! on a terminal (`box shell`, an interactive `box run`) gets a pty its child opens inside the
+//! sandbox and leads ([`RunWiring::pty`]; `h5i_runtime::sandbox`'s protocol).
+//!
 //! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
 //! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
 //! box init's listener; never mounted into the box), `bundle/` (kept while the container lives:
@@ -27,9 +34,10 @@
 //! addresses one run pinned: a name that re-resolves is swapped, not rebuilt.
 //!
 //! The digest covers the whole `config.json` the sandbox was made from (every mount, namespace,
-//! mapping, rlimit, capability set, hook and `h5i.*` annotation: the policy digest and
-//! everything derived from it) and the identity of the init binary, so any change to what a
-//! per-run container would have been rebuilds the sandbox before the next run.
+//! mapping, rlimit, capability set, hook and `h5i.*` annotation: everything derived from the
+//! policy), the box's policy digest itself (a changed grant that alters no config, such as a
+//! credential grant, still rebuilds it) and the identity of the init binary, so any change to
+//! what a per-run container would have been rebuilds the sandbox before the next run.
 //!
 //! The sandbox's own cgroup holds the box's `mem` and `procs` over all its runs together and
 //! what they leave behind ([`SandboxCeiling`]): the box's `/tmp`, `/dev/shm` and System V
@@ -130,6 +138,9 @@ pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
     Some((pid.trim().parse().ok()?, net_dir(&dir)))
 }
 
+/// Which runs the sandbox serves, as `status` says it.
+const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's and one in a service's network";
+
 /// `status`'s line for the sandbox. A sandbox whose init ended on its own (the idle timeout)
 /// is swept first: the container's record, cgroups and directory its init could not remove.
 pub fn status_line(sb: &StoredBox) -> String {
@@ -143,15 +154,24 @@ pub fn status_line(sb: &StoredBox) -> String {
     }
     match up {
         Some(s) => format!(
-            "sandbox: up ({}, config digest {})",
+            "sandbox: up ({}, config digest {}; {SERVES})",
             s.container,
             &s.digest[..12.min(s.digest.len())]
         ),
         None if !crate::tier_host::enabled() => {
             "sandbox: off (H5I_SANDBOX=off: a container per run)".into()
         }
-        None => "sandbox: down (the next run makes it)".into(),
+        None => format!("sandbox: down (the next run makes it; {SERVES})"),
     }
+}
+
+/// The pid of the sandbox's init, as `h5i-runc run --pid-file` wrote it.
+fn init_pid(dir: &Path) -> Result<i32, String> {
+    let path = dir.join("init.pid");
+    let pid = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pid.trim()
+        .parse::<i32>()
+        .map_err(|_| format!("init.pid holds {:?}", pid.trim()))
 }
 
 fn read_state(dir: &Path) -> Option<SandboxState> {
@@ -207,16 +227,29 @@ impl SandboxCeiling {
     }
 }
 
-/// Digest of the sandbox's config, its ceiling, the init binary it would run and the hook
-/// binary its hooks run (device, inode, size, mtime: a rebuilt `h5i-runc` is a new sandbox,
-/// and so is a rebuilt `h5i-hook`, whose sentry serves a supervised sandbox for its whole
-/// life).
-fn digest_of(base: &BundlePlan, ceiling: SandboxCeiling, runc: &Path) -> Result<String, BoxError> {
+/// What a sandbox's digest covers besides its config.
+struct DigestKey<'a> {
+    /// Its cgroup's ceiling.
+    ceiling: SandboxCeiling,
+    /// The box's policy digest: a changed policy is a new sandbox even where the config it
+    /// derives is the same (a changed credential grant, which each run wires itself).
+    policy_digest: &'a str,
+    /// `h5i-runc`, the init binary.
+    runc: &'a Path,
+}
+
+/// Digest of the sandbox's config, its ceiling, the box's policy digest, the init binary it
+/// would run and the hook binary its hooks run (device, inode, size, mtime: a rebuilt
+/// `h5i-runc` is a new sandbox, and so is a rebuilt `h5i-hook`, whose sentry serves a
+/// supervised sandbox for its whole life).
+fn digest_of(base: &BundlePlan, key: &DigestKey<'_>) -> Result<String, BoxError> {
     let (config, _) = base.to_config(|p| p.exists());
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
+    let ceiling = key.ceiling;
     h.update(format!("\nceiling:{:?}:{:?}", ceiling.mem, ceiling.procs).as_bytes());
-    for binary in std::iter::once(runc.to_path_buf()).chain(crate::tier_host::hook_binary()) {
+    h.update(format!("\npolicy:{}", key.policy_digest).as_bytes());
+    for binary in std::iter::once(key.runc.to_path_buf()).chain(crate::tier_host::hook_binary()) {
         let meta = fs::metadata(&binary).map_err(|e| BoxError::io(&binary, e))?;
         h.update(
             format!(
@@ -239,6 +272,18 @@ fn refused(what: String) -> BoxError {
     }
 }
 
+/// What a sandbox run brings besides its command: its credential grants and which of its
+/// standard descriptors are a terminal of the box's own.
+pub struct RunWiring<'a> {
+    /// The run's credential grants, prepared. Their proxies are wired into the sandbox's
+    /// network for exactly this run (taken from here only once the sandbox serves the run: a
+    /// run the sandbox cannot serve leaves them for a container of its own).
+    pub creds: &'a mut crate::credentials::ForRun,
+    /// Which of fds 0, 1, 2 are a pty the run's child opens inside the box (the rest are the
+    /// caller's, passed as they are).
+    pub pty: [bool; 3],
+}
+
 /// A run served by the sandbox.
 #[derive(Debug)]
 pub struct SandboxRun {
@@ -249,6 +294,8 @@ pub struct SandboxRun {
     /// A process-tier sandbox's count of the dials its table refused during exactly this run
     /// (or why there is none); `None` when its network counts nothing (the host's).
     pub denied: Option<Result<EgressTally, String>>,
+    /// The credential proxies' counts for this run; `None` when the policy grants none.
+    pub creds: Option<EgressTally>,
 }
 
 /// The supervised sandbox's net directory (inside the sandbox's own, so it goes with it).
@@ -261,16 +308,22 @@ fn net_dir(dir: &Path) -> PathBuf {
 /// namespace, nftables table, socket gate and uplink live as long as it does, the table is
 /// swapped for this run's pins before the command starts, and the tally read back after it
 /// ended is exactly this run's (one supervised run at a time per sandbox).
+/// The run's credential grants are served for exactly this run: a listener per grant made in
+/// the sandbox's network namespace (the host's loopback for a box on the host's network), a
+/// dummy of this run's own in its environment, and the proxies stopped (their listeners
+/// closed) when it ends, their counts this run's alone. With `wiring.pty`, the run's child
+/// opens a terminal inside the box and leads it; h5i proxies it to the user's.
 /// `Ok(None)`: this host cannot give the sandbox a cgroup (without one nothing ends a run's
 /// background processes with it), or another supervised run holds the sandbox's network: the
-/// caller runs a container per run instead.
+/// caller runs a container per run instead (the credential grants untouched).
 pub fn run(
     sb: &StoredBox,
     policy: &ResolvedPolicy,
     plan: &BundlePlan,
     wall: Option<Duration>,
-    env: Vec<String>,
+    mut env: Vec<String>,
     egress: Option<&[PinnedRule]>,
+    wiring: RunWiring<'_>,
 ) -> Result<Option<SandboxRun>, BoxError> {
     let runc = crate::tier_host::runc_binary().ok_or_else(|| BoxError::BadRequest {
         what: "h5i-runc (the process tier's OCI runtime) is not installed beside h5i or on PATH"
@@ -282,8 +335,13 @@ pub fn run(
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
     let ceiling = SandboxCeiling::of(policy);
+    let key = DigestKey {
+        ceiling,
+        policy_digest: &sb.manifest.policy_digest,
+        runc: &runc,
+    };
     let digest = match egress {
-        None => digest_of(&base, ceiling, &runc)?,
+        None => digest_of(&base, &key)?,
         Some(rules) => {
             crate::supervised::wire(&mut base, &net, rules)?;
             let mut keyed = base.clone();
@@ -291,7 +349,7 @@ pub fn run(
                 crate::supervised::NET_EGRESS_ANNOTATION.into(),
                 crate::supervised::requested_annotation(rules),
             );
-            digest_of(&keyed, ceiling, &runc)?
+            digest_of(&keyed, &key)?
         }
     };
     let socket = dir.join("init.sock");
@@ -347,24 +405,29 @@ pub fn run(
             }
         }
     };
-    let denial_counter = counts_denials.then(|| {
-        fs::read_to_string(dir.join("init.pid"))
-            .map_err(|e| format!("{}: {e}", dir.join("init.pid").display()))
-            .and_then(|pid| {
-                pid.trim()
-                    .parse::<i32>()
-                    .map_err(|_| format!("init.pid holds {:?}", pid.trim()))
-            })
-            .and_then(crate::denied_egress::SandboxCounter::begin)
-    });
+    let denial_counter = counts_denials
+        .then(|| init_pid(&dir).and_then(crate::denied_egress::SandboxCounter::begin));
     sweep_stale_runs(&state.container);
+    // The grants' listeners, in the sandbox's network for this run only (on the host's
+    // loopback when the box is on the host's network).
+    let netns = if plan.host_network || !wiring.creds.has_proxies() {
+        None
+    } else {
+        Some(init_pid(&dir).map_err(|why| {
+            refused(format!(
+                "the box's sandbox has no init to serve its credential grants in: {why}"
+            ))
+        })?)
+    };
+    let serving = wiring.creds.serve_in_sandbox(netns, &mut env)?;
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
-    let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()]);
+    let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()], wiring.pty);
     let req = RunRequest {
         argv: plan.argv.clone(),
         env,
         cwd: plan.cwd.clone(),
         stdio: open,
+        pty: wiring.pty,
     };
     let cage_id = format!(
         "{}/c/run-{}-{}",
@@ -393,6 +456,8 @@ pub fn run(
             None | Some(Ok(())) => Ok(()),
         },
     );
+    // The proxies stop with the run (their listeners closed), whether or not it started.
+    let creds = serving.and_then(crate::credentials::Serving::tally);
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
     let denied = denial_counter.map(|c| c.and_then(crate::denied_egress::SandboxCounter::end));
@@ -415,6 +480,7 @@ pub fn run(
         },
         net: tally,
         denied,
+        creds,
     }))
 }
 
@@ -489,14 +555,17 @@ fn base_notes(plan: &BundlePlan) -> h5i_runtime::bundle::BundleNotes {
     plan.to_config(|p| p.exists()).1
 }
 
-/// Which standard descriptors the caller has (closed at start stays closed), and the list to
-/// send.
-fn caller_stdio<'a>(standard: [BorrowedFd<'a>; 3]) -> (Vec<BorrowedFd<'a>>, [bool; 3]) {
+/// Which standard descriptors the caller has (closed at start stays closed; one the box's own
+/// pty takes, `pty`, is not sent), and the list to send.
+fn caller_stdio<'a>(
+    standard: [BorrowedFd<'a>; 3],
+    pty: [bool; 3],
+) -> (Vec<BorrowedFd<'a>>, [bool; 3]) {
     let closed: Vec<RawFd> = h5i_runtime::stdio::closed_at_start().fds().collect();
     let mut open = [false; 3];
     let mut fds = Vec::new();
     for (n, fd) in standard.into_iter().enumerate() {
-        let valid = rustix::io::fcntl_getfd(fd).is_ok();
+        let valid = !pty[n] && rustix::io::fcntl_getfd(fd).is_ok();
         if valid && !closed.contains(&fd.as_raw_fd()) {
             open[n] = true;
             fds.push(fd);

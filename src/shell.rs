@@ -6,8 +6,10 @@
 //! the session verifies the policy and appends the same host-observed `host-env-run` record
 //! `box run` writes. Like a run, a session joins the network namespace of the box's live
 //! services and starts a box-lifetime browser first, and h5i drains what that browser saw
-//! after it. At the workspace tier h5i opens the pty pair itself; at the kernel tiers
-//! `h5i-runc` opens it inside the box and sends the master over the console socket; at the
+//! after it. At the workspace tier h5i opens the pty pair itself; at the kernel tiers the
+//! session's process, forked by the box sandbox's init, opens it inside the box, leads it and
+//! sends the master back over the sandbox's socket (in a container of its own, when the sandbox
+//! cannot serve it, `h5i-runc` opens it and sends the master over the console socket); at the
 //! microvm tier h5i's guest agent opens it in the guest and h5i relays it over the session
 //! (`crate::microvm::client`). With stdin not a
 //! terminal there is nothing to proxy: the session is `box run` of the shell, stdio passed

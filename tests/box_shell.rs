@@ -448,3 +448,88 @@ fn piped_stdin_runs_the_shell_without_a_terminal() {
         );
     }
 }
+
+/// Prints the run's network namespace, and whether it leads its session and is its terminal's
+/// foreground job (`/proc/$$/stat`: pid, pgrp, session, tpgid).
+const LEADS: &str = "echo \"NS=$(readlink /proc/self/ns/net)\"; \
+    awk '{print \"LEAD\", ($1==$6) ($5==$8) \"X\"}' /proc/$$/stat; tty";
+
+/// A terminal run goes through the box's sandbox (issue 21): `box shell` and `box run` on a
+/// terminal at `tier` run in the network namespace of the sandbox a plain run made (no
+/// container of their own, the sandbox not remade), on a pty of the box's own that the run
+/// leads (session leader, foreground job) and that is not the user's terminal.
+fn terminal_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
+    if !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test") {
+        return;
+    }
+    let mut c = common::Caller::either(as_user);
+    c.create_at("b", tier);
+    let plain = c.ok(&["box", "run", "b", "--", "readlink", "/proc/self/ns/net"]);
+    let netns = plain.trim().to_string();
+    let id = common::sandbox::id(&c, "b");
+    assert!(
+        id.is_some(),
+        "{} at {tier}: no sandbox after a run",
+        c.who()
+    );
+    for verb in ["shell", "run"] {
+        let cmd = c.h5i_cmd_with(
+            &["box", verb, "b", "--", "sh", "-c", LEADS],
+            &[("TERM", "xterm")],
+        );
+        let mut s = Session::spawn(cmd, WAIT);
+        s.expect("X");
+        assert_eq!(s.finish(), 0, "{verb}: {}", s.transcript());
+        let seen = s.transcript();
+        let who = c.who();
+        assert!(
+            seen.contains(&format!("NS={netns}")),
+            "{who} at {tier}: box {verb} on a terminal ran outside the sandbox's network ({netns}): {seen}"
+        );
+        assert!(
+            seen.contains("LEAD 11X"),
+            "{who} at {tier}: box {verb}: {seen}"
+        );
+        assert!(
+            seen.contains("/dev/pts/"),
+            "{who} at {tier}: box {verb}: {seen}"
+        );
+        assert_eq!(common::sandbox::id(&c, "b"), id, "{who} at {tier}: remade");
+    }
+}
+
+#[test]
+fn process_tier_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty() {
+    terminal_runs_go_through_the_sandbox(
+        "process_tier_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty",
+        "process",
+        false,
+    );
+}
+
+#[test]
+fn process_tier_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty_as_h5i_test() {
+    terminal_runs_go_through_the_sandbox(
+        "process_tier_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty_as_h5i_test",
+        "process",
+        true,
+    );
+}
+
+#[test]
+fn supervised_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty() {
+    terminal_runs_go_through_the_sandbox(
+        "supervised_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty",
+        "supervised",
+        false,
+    );
+}
+
+#[test]
+fn supervised_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty_as_h5i_test() {
+    terminal_runs_go_through_the_sandbox(
+        "supervised_terminal_runs_go_through_the_box_sandbox_and_lead_their_pty_as_h5i_test",
+        "supervised",
+        true,
+    );
+}

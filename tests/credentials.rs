@@ -525,3 +525,165 @@ fn a_service_reaches_the_upstream_through_a_proxy_that_lives_as_long_as_its_supe
     assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
     assert!(common::files_containing(&dir, dummy.as_bytes()).is_empty());
 }
+
+/// Runs inside the box for the warm-path rows: one request through the proxy with the run's
+/// dummy, a dial to the previous run's proxy port (argv[1], 0 for none), and what the run sees
+/// of its network namespace and dummy.
+const WARM_SCRIPT: &str = r#"
+import json, os, socket, sys, urllib.request
+base = os.environ["ANTHROPIC_BASE_URL"]
+tok = os.environ["ANTHROPIC_API_KEY"]
+req = urllib.request.Request(base + "/v1/messages", data=b"{}", method="POST")
+req.add_header("x-api-key", tok)
+req.add_header("content-type", "application/json")
+with urllib.request.urlopen(req, timeout=30) as r:
+    status = r.status
+old = int(sys.argv[1])
+earlier = "none"
+if old:
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", old))
+        earlier = "connected"
+    except ConnectionRefusedError:
+        earlier = "refused"
+    except OSError as e:
+        earlier = "error %s" % e
+print(json.dumps({"netns": os.readlink("/proc/self/ns/net"), "dummy": tok, "status": status,
+                  "port": int(base.rsplit(":", 1)[1]), "earlier": earlier}))
+"#;
+
+/// A run with credential grants goes through the box's sandbox (issue 21), and keeps what a
+/// container per run gave it: two runs share the sandbox (the same init, the same network
+/// namespace), each has a dummy of its own, the proxy of the first run is gone when the second
+/// runs (its port refuses), and each receipt counts that run's requests alone.
+fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
+    if !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test") {
+        return;
+    }
+    let up = upstreams();
+    let mut c = common::Caller::either(as_user);
+    if as_user {
+        // The CA file's directory is the test's own (0700): the test user reads it too.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::path::Path::new(&up.env["H5I_TEST_CA_FILE"])
+            .parent()
+            .unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (k, v) in up.env() {
+        c = c.with_env(k, v);
+    }
+    c.write(
+        ".h5i/env.toml",
+        POLICY.replace("\"process\"", &format!("\"{tier}\"")),
+    );
+    c.commit_all("ai");
+    c.ok(&["box", "create", "ai", "--profile", "ai"]);
+    let mut seen = Vec::new();
+    let mut sandboxes = Vec::new();
+    let mut earlier_port = 0u16;
+    for _ in 0..2 {
+        let out = c.h5i(&[
+            "box",
+            "run",
+            "ai",
+            "--",
+            "python3",
+            "-c",
+            WARM_SCRIPT,
+            &earlier_port.to_string(),
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{} at {tier}: {}\n{}",
+            c.who(),
+            stdout(&out),
+            stderr(&out)
+        );
+        let run: serde_json::Value = serde_json::from_str(stdout(&out).trim()).unwrap();
+        earlier_port = run["port"].as_u64().unwrap() as u16;
+        sandboxes.push(common::sandbox::id(&c, "ai"));
+        seen.push(run);
+    }
+    let who = c.who();
+    assert!(
+        sandboxes[0].is_some(),
+        "{who} at {tier}: no sandbox after a credential run"
+    );
+    assert_eq!(
+        sandboxes[0], sandboxes[1],
+        "{who} at {tier}: the sandbox was remade"
+    );
+    assert_eq!(
+        seen[0]["netns"], seen[1]["netns"],
+        "{who} at {tier}: {seen:?}"
+    );
+    for run in &seen {
+        assert_eq!(run["status"], 200, "{who} at {tier}: {run}");
+        assert!(
+            run["dummy"].as_str().unwrap().starts_with("h5i-dummy-"),
+            "{run}"
+        );
+    }
+    assert_ne!(
+        seen[0]["dummy"], seen[1]["dummy"],
+        "{who} at {tier}: one dummy for two runs"
+    );
+    assert_eq!(seen[1]["earlier"], "refused", "{who} at {tier}: {seen:?}");
+    let got = up.anthropic.seen();
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert!(got.iter().all(|g| g.header("x-api-key") == Some(REAL)));
+    let runs: Vec<_> = c
+        .receipts("ai")
+        .into_iter()
+        .filter(|x| x["kind"] == "run")
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    for run in &runs {
+        assert_eq!(
+            run["egress"]["allowed"]["api.anthropic.test:443"], 1,
+            "{who} at {tier}: {run}"
+        );
+    }
+    let dir = c.box_dir("ai");
+    assert!(common::files_containing(&dir, REAL.as_bytes()).is_empty());
+}
+
+#[test]
+fn process_tier_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy() {
+    credential_runs_go_through_the_sandbox(
+        "process_tier_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy",
+        "process",
+        false,
+    );
+}
+
+#[test]
+fn process_tier_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy_as_h5i_test() {
+    credential_runs_go_through_the_sandbox(
+        "process_tier_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy_as_h5i_test",
+        "process",
+        true,
+    );
+}
+
+#[test]
+fn supervised_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy() {
+    credential_runs_go_through_the_sandbox(
+        "supervised_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy",
+        "supervised",
+        false,
+    );
+}
+
+#[test]
+fn supervised_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy_as_h5i_test() {
+    credential_runs_go_through_the_sandbox(
+        "supervised_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy_as_h5i_test",
+        "supervised",
+        true,
+    );
+}

@@ -186,6 +186,15 @@ pub fn attach_slave(cmd: &mut Command, slave: &OwnedFd) -> io::Result<()> {
     Ok(())
 }
 
+/// Make the terminal `slave` the controlling terminal of the calling process, which must lead
+/// a session that has none (a child just after `setsid`): its process group becomes the
+/// terminal's foreground job.
+pub fn take_as_controlling_terminal(slave: &OwnedFd) -> io::Result<()> {
+    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal a terminal another session
+    // holds) and changes only this process's session.
+    cvt(unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCSCTTY, 0) }).map(|_| ())
+}
+
 /// Mark every descriptor above stderr close-on-exec (runs in a `pre_exec` child; marking
 /// rather than closing keeps std's own exec-error pipe working).
 fn close_inherited_at_exec() -> io::Result<()> {
@@ -310,7 +319,7 @@ fn recv_fd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
 }
 
 /// Whether `fd` is the master side of a pseudo-terminal (only a master answers `TIOCGPTN`).
-fn is_pty_master(fd: RawFd) -> bool {
+pub fn is_pty_master(fd: RawFd) -> bool {
     let mut n: libc::c_uint = 0;
     // SAFETY: TIOCGPTN writes one unsigned int into `n`, which lives for the call.
     unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) == 0 }

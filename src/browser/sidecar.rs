@@ -136,6 +136,10 @@ fn sandbox_up(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<i32, BoxError> 
         Some(DAEMON_START),
         plan.env.clone(),
         Some(&pins),
+        crate::sandbox::RunWiring {
+            creds: &mut crate::credentials::ForRun::none(),
+            pty: [false; 3],
+        },
     )?;
     match (made, crate::sandbox::live_init(sb)) {
         (Some(_), Some((pid, _))) => Ok(pid),

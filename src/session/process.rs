@@ -6,9 +6,12 @@
 //! the box's own (`h5i-runc` opens the pty inside the box and sends its master over a console
 //! socket to the proxy), or a service's log pipe; and the run's egress tally: what the box's
 //! own table refused and counted (`crate::denied_egress`), with the credential proxies'
-//! counts. Must never: let a run that needs something
-//! per run (credential proxies, a terminal, a service's network, a service's own container)
-//! take the warm sandbox, or leave this process's stdout redirected after a run.
+//! counts. A run in the sandbox has its credential proxies wired into the sandbox's network for
+//! that run alone, and a terminal (`box shell`, an interactive `box run`) opened inside the
+//! sandbox by the run's child ([`box_pty`]). Must never: let a run that needs a network or a
+//! container of its own (a service's, one joining a service's network) take the warm sandbox,
+//! hand a box process the user's terminal when the run has a pty of its own, or leave this
+//! process's stdout redirected after a run.
 
 use std::io::{Read, Seek};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -27,20 +30,30 @@ use crate::error::BoxError;
 pub(super) struct Process;
 
 impl TierBackend for Process {
-    fn run(&self, resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
+    fn run(&self, mut resolved: Resolved<'_>, req: RunRequest<'_>) -> Result<TierRun, BoxError> {
         let mut plan = plan_for(&resolved, &req)?;
         let joined = matches!(req.network, Network::JoinService(_));
         if let Network::JoinService(pid) = req.network {
             crate::process::join_network_of(&mut plan, pid);
         }
-        if warm_path_fits(resolved.policy, &req) {
+        if warm_path_fits(&req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
-            if let Some(run) =
-                crate::sandbox::run(resolved.sb, resolved.policy, &plan, req.wall, env, None)?
-            {
+            let wiring = crate::sandbox::RunWiring {
+                creds: &mut resolved.creds,
+                pty: box_pty(&req.stdio),
+            };
+            if let Some(run) = crate::sandbox::run(
+                resolved.sb,
+                resolved.policy,
+                &plan,
+                req.wall,
+                env,
+                None,
+                wiring,
+            )? {
                 let egress = match run.denied {
-                    Some(counted) => crate::denied_egress::settle(counted, None),
-                    None => uncounted_egress(resolved.policy, joined),
+                    Some(counted) => crate::denied_egress::settle(counted, run.creds),
+                    None => uncounted_egress(resolved.policy, joined).merged(run.creds),
                 };
                 return Ok(TierRun::supervised(
                     run.report.child,
@@ -91,19 +104,42 @@ pub(super) fn plan_for(
 }
 
 /// Whether a kernel-tier run goes through the box's sandbox rather than a container of its
-/// own: only a run with its own network and the caller's descriptors (not a service's, not a
-/// box terminal), not when turned off (`H5I_SANDBOX=off`), not when the policy grants
-/// credentials (their proxy is wired per run into the run's network namespace), and not from a
-/// terminal (the run could not be the terminal's foreground job from inside the sandbox's
-/// session).
-pub(super) fn warm_path_fits(policy: &ResolvedPolicy, req: &RunRequest<'_>) -> bool {
-    // SAFETY: isatty only inspects descriptor 0.
-    let tty = unsafe { libc::isatty(0) } == 1;
+/// own: every run with its own network (not one joining a service's) whose descriptors are the
+/// caller's or a box terminal (`box shell`; the run's child opens the pty inside the sandbox),
+/// unless turned off (`H5I_SANDBOX=off`). A run with credential grants takes it too: its
+/// proxies' listeners are made in the sandbox's network for that run alone
+/// (`crate::sandbox::run`). A service's run never does: it outlives `box run`, and its
+/// network is its own for its whole life.
+pub(super) fn warm_path_fits(req: &RunRequest<'_>) -> bool {
     req.network == Network::Own
-        && matches!(req.stdio, Stdio::Caller)
+        && matches!(req.stdio, Stdio::Caller | Stdio::Terminal)
         && crate::tier_host::enabled()
-        && policy.auth_grants().is_empty()
-        && !tty
+}
+
+/// Which of fds 0, 1, 2 a run in the sandbox gets as a pty of the box's own, opened inside the
+/// box by the run's child, which leads it (its foreground job, its window size, `^C` from its
+/// line discipline): all three for a box terminal (`box shell`); for the caller's descriptors,
+/// each one that is a terminal when stdin and stdout both are (an interactive `box run`, as
+/// the container tier gives it Podman's `-t`), so the box never holds the user's terminal;
+/// none otherwise (piped or redirected: the caller's descriptors, passed as they are).
+pub(super) fn box_pty(stdio: &Stdio<'_>) -> [bool; 3] {
+    use std::io::IsTerminal;
+    match stdio {
+        Stdio::Terminal => [true; 3],
+        Stdio::Caller => {
+            let terminal = [
+                std::io::stdin().is_terminal(),
+                std::io::stdout().is_terminal(),
+                std::io::stderr().is_terminal(),
+            ];
+            if terminal[0] && terminal[1] {
+                terminal
+            } else {
+                [false; 3]
+            }
+        }
+        Stdio::Service { .. } => [false; 3],
+    }
 }
 
 /// Run `plan` in a container of its own, the credential proxies serving for exactly as long,

@@ -6,9 +6,10 @@
 //!
 //! The box's browser sidecar (`crate::browser::sidecar`) joins the sandbox's network instead
 //! ([`Network::BoxSandbox`], [`join_sandbox`]), and so does a run of a box whose browser lives
-//! there that takes a container of its own (a terminal session): its dev server on loopback is
-//! then the page's, its egress goes through the sandbox's table, and its tally is read from the
-//! sandbox's sentry (`crate::sandbox::share_network`).
+//! there that takes a container of its own (the sandbox could not serve it: another run holds
+//! its network): its dev server on loopback is then the page's, its egress goes through the
+//! sandbox's table, and its tally is read from the sandbox's sentry
+//! (`crate::sandbox::share_network`).
 //!
 //! Owns the order of a supervised run: attach the network to the plan (or swap the sandbox's
 //! pins), run, settle the network (its tally kept for the receipt and `status`) before the
@@ -18,7 +19,7 @@
 
 use h5i_runtime::bundle::BundlePlan;
 
-use super::process::{plan_for, run_in_container, warm_path_fits};
+use super::process::{box_pty, plan_for, run_in_container, warm_path_fits};
 use super::{Network, Resolved, RunRequest, Stdio, TierBackend, TierRun, Usage};
 use crate::error::BoxError;
 use crate::store::StoredBox;
@@ -47,21 +48,29 @@ impl TierBackend for Supervised {
                 usage: Usage::Supervisor,
             });
         }
-        if warm_path_fits(resolved.policy, &req) {
+        if warm_path_fits(&req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
-            if let Some(run) = crate::sandbox::run(
+            let pinned = std::mem::take(&mut resolved.pinned);
+            let wiring = crate::sandbox::RunWiring {
+                creds: &mut resolved.creds,
+                pty: box_pty(&req.stdio),
+            };
+            let served = crate::sandbox::run(
                 resolved.sb,
                 resolved.policy,
                 &plan,
                 req.wall,
                 env,
-                Some(&resolved.pinned),
-            )? {
+                Some(&pinned),
+                wiring,
+            )?;
+            resolved.pinned = pinned;
+            if let Some(run) = served {
                 let tally = run
                     .net
                     .unwrap_or_else(|| Err("the sandbox read no tally".into()));
                 let (egress, socket_gate) =
-                    crate::supervised::settle_tally(resolved.sb, tally, None)?;
+                    crate::supervised::settle_tally(resolved.sb, tally, run.creds)?;
                 return Ok(TierRun {
                     report: run.report.child,
                     oom: run.report.cage.oom,
@@ -105,9 +114,8 @@ impl TierBackend for Supervised {
 }
 
 /// The network of the box's sandbox, held for a run that takes a container of its own (one the
-/// warm path does not fit: a terminal) when the box's browser lives there; `None` for every
-/// other run (a service's, one with credential grants, one whose sandbox network is busy or
-/// down: it takes a network of its own, as before).
+/// sandbox did not serve) when the box's browser lives there; `None` for every other run (a
+/// service's, one whose sandbox network is busy or down: it takes a network of its own).
 fn share_browsers_network(
     resolved: &Resolved<'_>,
     req: &RunRequest<'_>,

@@ -3,8 +3,10 @@
 //! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
 //! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
 //! netfilter netlink ([`netlink`]), Landlock's ABI probe, `no_new_privs` and enforcing a
-//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), and a
-//! directory worked in by name through a held descriptor, never through a symlink ([`dir_at`]).
+//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), a `poll(2)`
+//! over any events ([`poll`]), the box sandbox's `SOCK_SEQPACKET` init socket ([`seqpacket`]),
+//! a TCP listener made inside a box's network namespace ([`tcp_in_ns`]), and a directory
+//! worked in by name through a held descriptor, never through a symlink ([`dir_at`]).
 //!
 //! On rustix wherever rustix covers a call soundly (pidfd_open, pidfd_send_signal, sendmsg
 //! with `SCM_RIGHTS`, poll, dup, setns, `PR_SET_NO_NEW_PRIVS`, `PR_SET_DUMPABLE`, capset); on libc, with a `// SAFETY:`
@@ -30,3 +32,6 @@ pub mod netlink;
 pub mod ns;
 pub mod ns_socket;
 pub mod pidfd;
+pub mod poll;
+pub mod seqpacket;
+pub mod tcp_in_ns;

@@ -58,12 +58,8 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
             source: nix::Error::last(),
         });
     }
-    let listening: libc::c_int =
-        // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
-        nix::sys::socket::getsockopt(&unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }, nix::sys::socket::sockopt::AcceptConn)
-            .map(i32::from)
-            .unwrap_or(0);
-    if listening != 1 {
+    // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
+    if !h5i_sys::seqpacket::is_listening(unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }) {
         return Err(InitError::NoListener);
     }
     // SAFETY: descriptor 3 was handed to this process for this purpose and nothing else owns it.
@@ -143,12 +139,7 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
             reap_all(&mut runs);
         }
         if accept {
-            if let Ok(fd) = nix::sys::socket::accept4(
-                listener.as_raw_fd(),
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-            ) {
-                // SAFETY: accept4 returned a new descriptor owned here.
-                let conn = unsafe { OwnedFd::from_raw_fd(fd) };
+            if let Ok(conn) = h5i_sys::seqpacket::accept(&listener) {
                 if let Some(pid) = start(&conn) {
                     runs.insert(pid, conn);
                 }
@@ -221,7 +212,8 @@ fn start(conn: &OwnedFd) -> Option<i32> {
         }
     };
     let wanted = req.stdio.iter().filter(|o| **o).count();
-    if got.fds.len() != wanted || req.argv.is_empty() {
+    let doubled = req.stdio.iter().zip(req.pty).any(|(s, p)| *s && p);
+    if got.fds.len() != wanted || req.argv.is_empty() || doubled {
         refuse(conn, "the request's descriptors or argv do not match it");
         return None;
     }
@@ -302,9 +294,38 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     // SAFETY: setsid has no preconditions; the child is not a group leader (fresh fork).
     unsafe { libc::setsid() };
+    // The box's own terminal, opened here (in the box's devpts, under its Landlock domain and
+    // seccomp filter): this child leads the new session, so the slave becomes its controlling
+    // terminal and its process group the terminal's foreground job.
+    let terminal = if req.has_pty() {
+        match crate::pty::PtyPair::open(None)
+            .map_err(|e| e.to_string())
+            .and_then(|pair| {
+                crate::pty::take_as_controlling_terminal(&pair.slave)
+                    .map(|()| pair)
+                    .map_err(|e| format!("TIOCSCTTY: {e}"))
+            }) {
+            Ok(pair) => Some(pair),
+            Err(why) => {
+                refuse(conn, &format!("no terminal in the box: {why}"));
+                return 126;
+            }
+        }
+    } else {
+        None
+    };
     let mut given = fds.iter();
     for (target, open) in req.stdio.iter().enumerate() {
-        if *open {
+        let slave = terminal
+            .as_ref()
+            .filter(|_| req.pty[target])
+            .map(|pair| &pair.slave);
+        if let Some(slave) = slave {
+            // SAFETY: dup2 onto a standard descriptor from the slave we own; clears CLOEXEC.
+            if unsafe { libc::dup2(slave.as_raw_fd(), target as RawFd) } < 0 {
+                return 126;
+            }
+        } else if *open {
             if let Some(fd) = given.next() {
                 // SAFETY: dup2 onto a standard descriptor from one we own; dup2 clears CLOEXEC.
                 if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
@@ -322,9 +343,13 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
         say(&format!("h5i: cannot enter {}: {e}\n", req.cwd.display()));
         return 126;
     }
-    if send_with_fds(conn, &[READY], &[]).is_err() {
+    // The master goes to the host with READY and is closed here: no box process holds it.
+    let master: Vec<BorrowedFd<'_>> = terminal.iter().map(|p| p.master.as_fd()).collect();
+    if send_with_fds(conn, &[READY], &master).is_err() {
         return 126;
     }
+    drop(master);
+    drop(terminal);
     match recv(conn.as_fd(), 16) {
         Ok(g) if g.bytes == [GO] => {}
         _ => return 126,

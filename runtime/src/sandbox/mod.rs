@@ -11,7 +11,14 @@
 //! 1. host -> init: a JSON [`RunRequest`] with the caller's open standard descriptors as
 //!    `SCM_RIGHTS`;
 //! 2. the run's child -> host: [`READY`]; the host's socket has `SO_PASSCRED`, so the kernel
-//!    attaches the child's pid, translated into the host's pid namespace;
+//!    attaches the child's pid, translated into the host's pid namespace. A request with a
+//!    terminal ([`RunRequest::pty`]: `box shell`, `box run` on a terminal) has the child open a
+//!    pty in the box's own devpts, lead its session with the slave as controlling terminal (so
+//!    it is the terminal's foreground job: job control, `^C`, `/dev/tty` work), and send the
+//!    master with [`READY`] (the console-socket pattern, over this connection); the host
+//!    proxies it to the user's terminal ([`crate::pty::PtyProxy`]: raw mode, window size at
+//!    start and on `SIGWINCH`) until the run ends, and no box process holds the master or the
+//!    user's terminal;
 //! 3. host -> child: [`GO`], once the host has written that pid into the run's cgroup (the
 //!    child blocks until then, so nothing the command starts escapes the run's group);
 //! 4. init -> host: [`DONE`] + JSON [`RunEnd`] (wait status and `wait4` usage) when the child
@@ -41,11 +48,10 @@ use std::time::{Duration, Instant};
 
 use h5i_policy::receipt::{ExitOutcome, Rusage};
 use h5i_sys::fd_passing::{self, send_with_fds, FdPassError, Wait};
-use nix::sys::socket::{self, sockopt, AddressFamily, SockFlag, SockType, UnixAddr};
 use serde::{Deserialize, Serialize};
 
 use crate::cage::{CageError, CageReport, ResourceCage};
-use crate::supervise::ChildReport;
+use crate::supervise::{ChildReport, Companion};
 
 /// The child is ready and blocked until [`GO`].
 pub const READY: u8 = b'R';
@@ -75,8 +81,22 @@ pub struct RunRequest {
     /// Working directory inside the box.
     pub cwd: PathBuf,
     /// Which of the standard descriptors 0, 1, 2 come with the request (in that order); the
-    /// others are closed in the command, as they were closed in the caller.
+    /// others are closed in the command, as they were closed in the caller, unless `pty`
+    /// names them.
     pub stdio: [bool; 3],
+    /// Which of the standard descriptors 0, 1, 2 are a pseudo-terminal the run's child opens
+    /// inside the box (its own devpts) and makes its controlling terminal: the child leads the
+    /// pty's session and is its foreground process group, and sends the master back with
+    /// [`READY`]. None of them may also come with the request.
+    #[serde(default)]
+    pub pty: [bool; 3],
+}
+
+impl RunRequest {
+    /// Whether the run has a terminal of the box's own.
+    pub fn has_pty(&self) -> bool {
+        self.pty.iter().any(|p| *p)
+    }
 }
 
 /// How the child ended, as the init's `wait4` saw it.
@@ -106,6 +126,9 @@ pub enum SandboxError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The box's terminal could not be proxied to the user's.
+    #[error(transparent)]
+    Terminal(crate::pty::PtyError),
     /// The init refused the request.
     #[error("refusing: the box's sandbox could not serve the command: {0}; to fix: run it again (a sandbox whose init ended is rebuilt), or set H5I_SANDBOX=off for a container per run")]
     Refused(String),
@@ -156,37 +179,13 @@ fn sock_err<'a, E: Into<std::io::Error>>(
 
 /// A listening `SOCK_SEQPACKET` socket at `path` (close-on-exec), for the init to inherit.
 pub fn listen_at(path: &Path) -> Result<OwnedFd, SandboxError> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(sock_err("socket", path))?;
-    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
-    socket::bind(fd.as_raw_fd(), &addr).map_err(sock_err("bind", path))?;
-    socket::listen(
-        &fd,
-        socket::Backlog::new(64).map_err(sock_err("listen", path))?,
-    )
-    .map_err(sock_err("listen", path))?;
-    Ok(fd)
+    h5i_sys::seqpacket::listen_at(path, 64).map_err(sock_err("listen", path))
 }
 
 /// Connect to the init at `path`. `ECONNREFUSED`/`ENOENT` mean no init is listening (it ended:
 /// idle timeout, killed): the caller rebuilds.
 pub fn connect(path: &Path) -> Result<OwnedFd, SandboxError> {
-    let fd = socket::socket(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(sock_err("socket", path))?;
-    let addr = UnixAddr::new(path).map_err(sock_err("address", path))?;
-    socket::connect(fd.as_raw_fd(), &addr).map_err(sock_err("connect", path))?;
-    socket::setsockopt(&fd, sockopt::PassCred, &true).map_err(sock_err("SO_PASSCRED", path))?;
-    Ok(fd)
+    h5i_sys::seqpacket::connect_with_credentials(path).map_err(sock_err("connect", path))
 }
 
 /// Most descriptors one protocol message carries (the request's standard descriptors).
@@ -217,55 +216,72 @@ pub(crate) fn recv(conn: BorrowedFd<'_>, max: usize) -> Result<Received, FdPassE
 
 /// Wait until the init reports the run's end on `conn` or `deadline` passes (`false`),
 /// delivering each interrupt signal h5i receives meanwhile to every process in the run's
-/// `cage`. Never sleeps past an event.
+/// `cage`, and moving the box's terminal (`companion`, when the run has one) in the same
+/// `poll(2)`. Never sleeps past an event.
 fn end_by(
     conn: &OwnedFd,
     signals: &crate::supervise::SignalBlock,
     cage: &ResourceCage,
     deadline: Option<Instant>,
-) -> nix::Result<bool> {
-    use nix::poll::{poll, PollFd, PollFlags};
+    mut companion: Option<&mut dyn Companion>,
+) -> std::io::Result<bool> {
+    use h5i_sys::poll::{entry, wait, POLLIN};
     loop {
-        let Some(timeout) = timeout_until(deadline) else {
-            return Ok(false);
+        let timeout = match deadline {
+            None => None,
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Ok(false);
+                }
+                Some(left)
+            }
         };
-        let mut fds = [
-            PollFd::new(std::os::fd::AsFd::as_fd(conn), PollFlags::POLLIN),
-            PollFd::new(signals.fd(), PollFlags::POLLIN),
+        let mut fds = vec![
+            entry(conn.as_raw_fd(), POLLIN),
+            entry(signals.fd().as_raw_fd(), POLLIN),
         ];
-        match poll(&mut fds, timeout) {
+        if let Some(c) = companion.as_deref_mut() {
+            c.interest(&mut fds);
+        }
+        match wait(&mut fds, timeout) {
             Ok(0) => continue,
             Ok(_) => {
-                let ended = fds[0].any().unwrap_or(true);
-                if fds[1].any().unwrap_or(false) {
+                let ended = fds[0].revents != 0;
+                if fds[1].revents != 0 {
                     while let Some(sig) = signals.read_signal() {
                         cage.signal_members(sig);
                     }
+                }
+                if let Some(c) = companion.as_deref_mut() {
+                    c.ready(&fds[2..]);
                 }
                 if ended {
                     return Ok(true);
                 }
             }
-            Err(nix::Error::EINTR) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         }
     }
 }
 
-/// The poll timeout that ends at `deadline` (none: wait without end); `None` once it passed.
-fn timeout_until(deadline: Option<Instant>) -> Option<nix::poll::PollTimeout> {
-    use nix::poll::PollTimeout;
-    let Some(d) = deadline else {
-        return Some(PollTimeout::NONE);
-    };
-    let left = d.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return None;
+/// The box's terminal proxy, when the run has one, as the wait loop's companion.
+fn companion(terminal: &mut Option<crate::pty::PtyProxy>) -> Option<&mut dyn Companion> {
+    terminal.as_mut().map(|p| p as &mut dyn Companion)
+}
+
+/// The pty master a run's child sent with its READY, when the request asked for a terminal
+/// (exactly one descriptor, a pty master); none sent otherwise.
+fn master_of(req: &RunRequest, fds: Vec<OwnedFd>) -> Result<Option<OwnedFd>, SandboxError> {
+    let mut fds = fds.into_iter();
+    match (req.has_pty(), fds.next(), fds.next()) {
+        (false, None, _) => Ok(None),
+        (true, Some(m), None) if crate::pty::is_pty_master(m.as_raw_fd()) => Ok(Some(m)),
+        _ => Err(SandboxError::Refused(
+            "the run's child sent descriptors its request did not ask for".into(),
+        )),
     }
-    Some(
-        PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32 + 1)
-            .unwrap_or(PollTimeout::MAX),
-    )
 }
 
 /// What a run's `oom_score_adj` is set to before it execs (the init keeps 0). The sandbox's
@@ -323,29 +339,45 @@ pub fn run(
             ))
         }
     };
-    let placed = cage.admit(pid).and_then(|()| {
-        let score = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
-        std::fs::write(&score, RUN_OOM_SCORE_ADJ).map_err(|e| (score, e))
-    });
-    if let Err(e) = placed {
-        // The child has not exec'd: ending it here leaves nothing behind.
-        cage.kill_members();
-        // SAFETY: kill(2) with a pid the kernel named as the sender; no memory involved.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
-        return Err(SandboxError::Place {
-            path: e.0,
-            source: e.1,
+    let placed = cage
+        .admit(pid)
+        .and_then(|()| {
+            let score = PathBuf::from(format!("/proc/{pid}/oom_score_adj"));
+            std::fs::write(&score, RUN_OOM_SCORE_ADJ).map_err(|e| (score, e))
+        })
+        .map_err(|(path, source)| SandboxError::Place { path, source })
+        // The box's terminal: the user's is raw from here until `terminal` is dropped, and
+        // the pty takes its window size before the command starts.
+        .and_then(|()| master_of(req, ready.fds))
+        .and_then(|master| {
+            master
+                .map(crate::pty::PtyProxy::with_master)
+                .transpose()
+                .map_err(SandboxError::Terminal)
         });
-    }
+    let mut terminal = match placed {
+        Ok(t) => t,
+        Err(e) => {
+            // The child has not exec'd: ending it here leaves nothing behind.
+            cage.kill_members();
+            // SAFETY: kill(2) with a pid the kernel named as the sender; no memory involved.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            return Err(e);
+        }
+    };
     send_with_fds(&conn, &[GO], &[]).map_err(sock_err("release the child", socket))?;
     let deadline = slot.wall.map(|w| started + w);
     let mut timed_out = false;
-    if !end_by(&conn, &signals, &cage, deadline).map_err(sock_err("wait for the end", socket))? {
+    if !end_by(&conn, &signals, &cage, deadline, companion(&mut terminal))
+        .map_err(sock_err("wait for the end", socket))?
+    {
         timed_out = true;
         cage.kill_members();
         // The init reaps the killed child at once; an init that does not answer is broken.
         let grace = Some(Instant::now() + Duration::from_secs(10));
-        if !end_by(&conn, &signals, &cage, grace).map_err(sock_err("wait for the end", socket))? {
+        if !end_by(&conn, &signals, &cage, grace, companion(&mut terminal))
+            .map_err(sock_err("wait for the end", socket))?
+        {
             return Err(SandboxError::Refused(
                 "the init did not report the run the wall clock ended".into(),
             ));
@@ -353,6 +385,12 @@ pub fn run(
     }
     let end = recv(conn.as_fd(), 4096).map_err(sock_err("read the end", socket))?;
     let wall = started.elapsed();
+    // What the command wrote before it ended is shown, then the user's terminal is restored
+    // (closing the master hangs the box's pty up for whatever the run left on it).
+    if let Some(t) = terminal.as_mut() {
+        t.child_exited();
+    }
+    drop(terminal);
     // Whatever the command left running (a background job) ends with the run.
     cage.kill_members();
     let end: RunEnd = match end.bytes.split_first() {
@@ -410,6 +448,7 @@ mod tests {
             env: vec!["PATH=/usr/bin".into()],
             cwd: PathBuf::from("/work"),
             stdio: [true, false, true],
+            pty: [false, true, false],
         };
         let text = serde_json::to_vec(&req).unwrap();
         assert_eq!(serde_json::from_slice::<RunRequest>(&text).unwrap(), req);
