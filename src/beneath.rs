@@ -130,6 +130,13 @@ impl std::os::fd::AsRawFd for Dir {
     }
 }
 
+/// The same descriptor, borrowed (for `h5i_sys` and rustix calls relative to it).
+impl std::os::fd::AsFd for Dir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 /// One name of a directory and its type: `S_IFMT` bits from [`Dir::typed_entries`] (the raw
 /// `d_type` inside the listing).
 pub type Entry<T = u32> = (Vec<u8>, T);

@@ -247,14 +247,12 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
         .stdout(out)
         .stderr(err);
     let w = ready_w.as_raw_fd();
-    // SAFETY: the closure calls only async-signal-safe functions (setsid, dup2) between fork and
-    // exec; `w` stays open in the parent until after spawn returns.
+    // SAFETY: the closure makes only system calls (setsid, fcntl, dup2: async-signal-safe, no
+    // allocation) between fork and exec; `w` stays open in the parent until after spawn returns.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::dup2(w, READY_FD) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            h5i_sys::proc::new_session()?;
+            h5i_sys::fds::place_for_exec(&[(w, READY_FD)])
         });
     }
     let mut child = cmd.spawn().map_err(|e| BoxError::io(Path::new("h5i"), e))?;
@@ -810,8 +808,7 @@ fn open_forward(pid: i32, port: u16) -> Result<(u16, Serve), String> {
         .local_addr()
         .map_err(|e| format!("the host listener has no address: {e}"))?
         .port();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if h5i_sys::ids::euid() == 0 {
         let probe = ns
             .try_clone()
             .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
@@ -836,27 +833,19 @@ fn spawn_forwarder(fds: [OwnedFd; 3], port: u16) -> Result<std::process::Child, 
     cmd.args(["box", "__service-forward", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    // SAFETY: between fork and exec the closure makes only async-signal-safe calls (prctl,
-    // fcntl, dup2); `fds` stay open in the parent until spawn returns.
+    let parent = std::process::id();
+    let pairs = [
+        (raw[0], FORWARD_FDS[0]),
+        (raw[1], FORWARD_FDS[1]),
+        (raw[2], FORWARD_FDS[2]),
+    ];
+    // SAFETY: between fork and exec the closure makes only system calls (prctl, getppid,
+    // fcntl, dup2: async-signal-safe, no allocation); `fds` stay open in the parent until
+    // spawn returns.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // Out of the way of the targets first (a source may sit at 3..5 already).
-            let mut moved = [0; 3];
-            for (m, fd) in moved.iter_mut().zip(raw) {
-                *m = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-                if *m < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            for (m, to) in moved.into_iter().zip(FORWARD_FDS) {
-                if libc::dup2(m, to) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            h5i_sys::proc::die_with_parent(parent)?;
+            h5i_sys::fds::place_for_exec(&pairs)
         });
     }
     let mut child = cmd
@@ -950,8 +939,7 @@ pub fn connect_inside(
             "service {service} is no longer the process its supervisor recorded"
         )));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if h5i_sys::ids::euid() != 0 {
         return connect_as_owner(&ns, port, group);
     }
     std::thread::spawn(move || {

@@ -337,8 +337,7 @@ enum Request {
 }
 
 fn read_request(conn: &UnixStream) -> Result<Request, String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     match fds::peer_uid(conn) {
         Ok(uid) if uid == euid => {}
         Ok(uid) => return Err(format!("refusing: a peer of uid {uid} is not this run's")),

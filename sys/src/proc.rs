@@ -1,9 +1,9 @@
-//! This process's ties to others, where no pidfd can be held: dying with its parent (set in a
-//! forked child before exec), whether a pid from a file names a live process, and signalling a
+//! This process's ties to others, where no pidfd can be held: dying with its parent and
+//! leading a session of its own (set in a forked child before exec), whether a pid from a file names a live process, and signalling a
 //! process group (a group has no pidfd).
 //!
-//! On rustix. [`die_with_parent`] is async-signal-safe (two system calls, no allocation), so a
-//! `pre_exec` closure may call it. Must never: signal a single process by pid (that is
+//! On rustix. [`die_with_parent`] and [`new_session`] are async-signal-safe (system calls only, no
+//! allocation), so a `pre_exec` closure may call them. Must never: signal a single process by pid (that is
 //! [`crate::pidfd`]'s, which cannot reach a process that later took the same pid).
 
 use std::io;
@@ -20,6 +20,14 @@ pub fn die_with_parent(parent: u32) -> io::Result<()> {
         Some(p) if p.as_raw_nonzero().get() as u32 == parent => Ok(()),
         _ => Err(io::Error::from_raw_os_error(libc::ESRCH)),
     }
+}
+
+/// Make this (forked, not yet exec'd) process the leader of a new session and process group,
+/// with no controlling terminal: a terminal's signals for the caller's group never reach it.
+/// Async-signal-safe (one system call).
+pub fn new_session() -> io::Result<()> {
+    rustix::process::setsid()?;
+    Ok(())
 }
 
 /// Whether `pid` names a process that exists (a zombie included), asked with signal 0, which
@@ -69,6 +77,16 @@ mod tests {
         // SAFETY: as above.
         unsafe { cmd.pre_exec(move || die_with_parent(me + 1)) };
         assert_eq!(cmd.status().unwrap_err().raw_os_error(), Some(libc::ESRCH));
+    }
+
+    #[test]
+    fn a_child_in_a_new_session_leads_it() {
+        let mut cmd = Command::new("sh");
+        // Field 6 of /proc/PID/stat is the session id.
+        cmd.args(["-c", r#"read -r _ _ _ _ _ sid _ < /proc/$$/stat; [ "$sid" = "$$" ]"#]);
+        // SAFETY: the closure makes one system call (async-signal-safe).
+        unsafe { cmd.pre_exec(new_session) };
+        assert!(cmd.status().unwrap().success());
     }
 
     #[test]

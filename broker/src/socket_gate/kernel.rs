@@ -107,8 +107,7 @@ pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usiz
 
 /// This process's effective uid.
 pub(super) fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    h5i_sys::ids::euid()
 }
 
 /// Whether `fd` is a seccomp user-notification descriptor (an anonymous inode the kernel
