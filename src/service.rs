@@ -277,8 +277,8 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
             if let Some(st) = read_state(&sb.paths, service) {
                 let _ = signal_service(&st, libc::SIGKILL);
             }
-            // SAFETY: kill(2) on our own unreaped child; no memory involved.
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            // Our own unreaped child: its pid cannot have been reused.
+            let _ = child.kill();
             let _ = child.wait();
             Err(ServiceError::StartFailed {
                 name: name.to_string(),
@@ -435,9 +435,9 @@ fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
     if in_container(st) {
         h5i_sys::pidfd::send_signal(&fd, sig).is_ok()
     } else {
-        // SAFETY: kill(2) on the group the re-identified service leads; no memory involved.
-        // The pidfd held open keeps the pid (and so the group id) from being recycled.
-        unsafe { libc::kill(-p.pid, sig) == 0 }
+        // The group the re-identified service leads; the pidfd held open keeps the pid (and so
+        // the group id) from being recycled.
+        h5i_sys::proc::signal_group(p.pid, sig).is_ok()
     }
 }
 

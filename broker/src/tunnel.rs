@@ -68,15 +68,10 @@ fn pump(a: &TcpStream, b: &TcpStream) -> io::Result<()> {
 /// Block until one of `fds` is ready (or in error: the next step will meet the error itself).
 fn wait(fds: &mut [libc::pollfd]) -> io::Result<()> {
     loop {
-        // SAFETY: `fds` is a valid, initialized slice of pollfd for the length given; the
-        // descriptors belong to sockets the caller holds for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match h5i_sys::fds::poll(fds, None) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }

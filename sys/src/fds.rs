@@ -43,6 +43,27 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         .collect())
 }
 
+/// `poll(2)` over the caller's own `pollfd` array (each with the events it waits for): how many
+/// have events now, their `revents` filled in; `timeout` `None` waits without a bound, a
+/// deadline is rounded up to the next millisecond (never polled early into a busy loop). An
+/// interrupted wait is returned as `ErrorKind::Interrupted`: the caller decides whether a
+/// signal ends its wait. A descriptor in the array that is not open is reported as `POLLNVAL`,
+/// never touched.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms = match timeout {
+        None => -1,
+        Some(t) if t.is_zero() => 0,
+        Some(t) => i32::try_from(t.as_millis() + 1).unwrap_or(i32::MAX),
+    };
+    // SAFETY: `fds` is a valid, exclusively borrowed array of `len()` pollfd structs; the kernel
+    // writes only their `revents`.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Close every descriptor from 3 up (a process that crosses a privilege boundary starts clean).
 pub fn close_inherited_fds() -> io::Result<()> {
     // SAFETY: close_range only closes descriptors; the caller holds none from 3 up that it
@@ -155,9 +176,10 @@ mod tests {
         assert_eq!(ready, vec![1]);
     }
 
-    /// Two pipes' ends swapped into each other's numbers and a third placed at 5: the shell the
-    /// child becomes finds each where it was put (reading through 3 what was written into the
-    /// pipe placed there), and none of the copies made on the way.
+    /// Two sockets placed at 3 and 4 and the first again at 5: the shell the child becomes finds
+    /// each where it was put (reading through 3 what was written into the socket placed there),
+    /// and none of the copies made on the way at 10..=12 (the shell itself keeps a saved stdin
+    /// at 10, so 11 and 12 are looked at).
     #[test]
     fn descriptors_placed_for_exec_land_at_their_targets_even_crossed() {
         use std::os::unix::process::CommandExt;
@@ -170,16 +192,32 @@ mod tests {
         let mut cmd = std::process::Command::new("sh");
         cmd.args([
             "-c",
-            "read x <&3; read y <&4; [ \"$x$y\" = onetwo ] && [ -e /proc/self/fd/5 ] && [ ! -e /proc/self/fd/10 ] && [ ! -e /proc/self/fd/11 ]",
+            "read x <&3; read y <&4; [ \"$x$y\" = onetwo ] && [ -e /proc/self/fd/5 ] && [ ! -e /proc/self/fd/11 ] && [ ! -e /proc/self/fd/12 ] || { echo \"$x$y\"; ls -l /proc/self/fd; exit 1; }",
         ]);
         // SAFETY: the closure calls only place_for_exec (async-signal-safe).
         unsafe { cmd.pre_exec(move || place_for_exec(&pairs)) };
-        assert!(cmd.status().unwrap().success());
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
         assert_eq!(
             place_for_exec(&[(a, -1)]).unwrap_err().raw_os_error(),
             Some(libc::EINVAL)
         );
         drop((w1, w2));
+    }
+
+    #[test]
+    fn a_raw_poll_reports_the_events_asked_for_and_a_closed_descriptor_as_invalid() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let pfd = |fd: RawFd, events| libc::pollfd { fd, events, revents: 0 };
+        let mut fds = [pfd(a.as_raw_fd(), libc::POLLIN), pfd(b.as_raw_fd(), libc::POLLOUT)];
+        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 1);
+        assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLOUT));
+        let gone = dup_at_least(&a, 200).unwrap();
+        let raw = gone.as_raw_fd();
+        drop(gone);
+        let mut fds = [pfd(raw, libc::POLLIN)];
+        assert_eq!(poll(&mut fds, Some(Duration::from_millis(5))).unwrap(), 1);
+        assert_eq!(fds[0].revents, libc::POLLNVAL);
     }
 
     #[test]

@@ -6,8 +6,9 @@
 //! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), the caller's
 //! own ids ([`ids`]) and the password database ([`users`]), dying with the parent, liveness
 //! probes and process-group signals ([`proc`]), re-owning an entry without following a symlink
-//! ([`fs`]), a private mount namespace and its mounts ([`mount`]), and setting an interface up
-//! ([`netif`]).
+//! ([`fs`]), a private mount namespace and its mounts ([`mount`]), setting an interface up
+//! ([`netif`]), signals read from a descriptor ([`signals`]) and the terminal's foreground
+//! group ([`tty`]).
 //!
 //! The workspace's raw calls outside this crate are each named, with the reason they stay, in
 //! `sys/raw-calls-allowed.txt`; `tests/module_layers.rs` refuses any other `libc::` call or
@@ -41,4 +42,6 @@ pub mod ns;
 pub mod ns_socket;
 pub mod pidfd;
 pub mod proc;
+pub mod signals;
+pub mod tty;
 pub mod users;

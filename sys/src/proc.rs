@@ -60,6 +60,63 @@ pub fn signal_group(pgid: i32, signal: i32) -> io::Result<()> {
     Ok(rustix::process::kill_process_group(pgid, signal)?)
 }
 
+/// How a reaped child ended: its exit code, or the signal that ended it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ended {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal, when one ended it.
+    pub signal: Option<i32>,
+}
+
+/// Wait for the child `pid` to end and reap it (`wait4`, resumed when a signal interrupts it):
+/// how it ended and the resources it and its reaped descendants used. Only the parent that
+/// forked `pid` may call it, once: a reaped pid is free for the kernel to hand out again.
+pub fn reap_with_usage(pid: i32) -> io::Result<(Ended, libc::rusage)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: `status` and `usage` are valid, writable and live for the call.
+        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if r == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let ended = Ended {
+        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+    };
+    Ok((ended, usage))
+}
+
+/// Reap one child of this process that has ended, without waiting: `None` when none has
+/// ended yet, `ECHILD` when the process has no children at all.
+pub fn reap_any_nohang() -> io::Result<Option<(i32, Ended)>> {
+    let reaped = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG)?;
+    Ok(reaped.map(|(pid, status)| {
+        (
+            pid.as_raw_nonzero().get(),
+            Ended {
+                code: status.exit_status(),
+                signal: status.terminating_signal(),
+            },
+        )
+    }))
+}
+
+/// The session id of process `pid` (`getsid`).
+pub fn session_of(pid: i32) -> io::Result<i32> {
+    let pid = Pid::from_raw(pid)
+        .filter(|_| pid > 0)
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    Ok(rustix::process::getsid(Some(pid))?.as_raw_nonzero().get())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +144,75 @@ mod tests {
         // SAFETY: the closure makes one system call (async-signal-safe).
         unsafe { cmd.pre_exec(new_session) };
         assert!(cmd.status().unwrap().success());
+    }
+
+    #[test]
+    fn a_reaped_child_tells_its_code_or_its_signal_and_its_usage() {
+        let child = Command::new("sh").args(["-c", "exit 7"]).spawn().unwrap();
+        let (ended, _) = reap_with_usage(child.id() as i32).unwrap();
+        assert_eq!(ended, Ended { code: Some(7), signal: None });
+        let child = Command::new("sh")
+            .args(["-c", "head -c 4000000 /dev/zero | tr -d x >/dev/null; kill -9 $$"])
+            .spawn()
+            .unwrap();
+        let (ended, usage) = reap_with_usage(child.id() as i32).unwrap();
+        assert_eq!(ended, Ended { code: None, signal: Some(libc::SIGKILL) });
+        assert!(usage.ru_maxrss > 0);
+        assert_eq!(
+            reap_with_usage(child.id() as i32).unwrap_err().raw_os_error(),
+            Some(libc::ECHILD)
+        );
+    }
+
+    /// Only this test's own children are reaped: the harness's threads spawn none of theirs
+    /// while it runs in a child process of its own.
+    #[test]
+    fn a_child_that_ended_is_reaped_without_waiting_and_none_left_is_echild() {
+        if std::env::var_os("H5I_SYS_REAP_CHILD").is_some() {
+            let child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+            let pid = child.id() as i32;
+            let fd = crate::pidfd::open(pid).unwrap();
+            assert!(crate::pidfd::wait_exited(&fd, std::time::Duration::from_secs(10)).unwrap());
+            let (got, ended) = reap_any_nohang().unwrap().unwrap();
+            assert_eq!((got, ended.code, ended.signal), (pid, Some(3), None));
+            assert_eq!(
+                reap_any_nohang().unwrap_err().raw_os_error(),
+                Some(libc::ECHILD)
+            );
+            let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+            assert_eq!(reap_any_nohang().unwrap(), None);
+            sleeper.kill().unwrap();
+            sleeper.wait().unwrap();
+            println!("reaped");
+            return;
+        }
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "proc::tests::a_child_that_ended_is_reaped_without_waiting_and_none_left_is_echild",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("H5I_SYS_REAP_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("reaped"), "{text}");
+    }
+
+    #[test]
+    fn a_session_child_leads_its_session_and_this_process_does_not_lead_its_childs() {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        // SAFETY: the closure makes one system call (async-signal-safe).
+        unsafe { cmd.pre_exec(new_session) };
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id() as i32;
+        assert_eq!(session_of(pid).unwrap(), pid);
+        assert_ne!(session_of(std::process::id() as i32).unwrap(), pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(session_of(0).unwrap_err().raw_os_error(), Some(libc::EINVAL));
     }
 
     #[test]
