@@ -21,7 +21,7 @@
 use h5i_log::Traced as _;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -335,20 +335,15 @@ fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::other("NUL in a file name"))
 }
 
-fn open_dir_at(dirfd: libc::c_int, name: &CStr) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; O_NOFOLLOW refuses a symlink as the last component.
-    let fd = unsafe {
-        libc::openat(
-            dirfd,
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn open_dir_at(dir: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    use rustix::fs::OFlags;
+    // O_NOFOLLOW refuses a symlink as the last component.
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
 }
 
 /// Hand the tree at `root` (a directory) to `uid:gid`: every entry beneath it, walked by
@@ -364,7 +359,7 @@ pub fn own_tree(root: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
         source,
     };
     let c = cstr(root.as_os_str()).map_err(|e| err(root, e))?;
-    let top = open_dir_at(libc::AT_FDCWD, &c).map_err(|e| err(root, e))?;
+    let top = open_dir_at(rustix::fs::CWD, &c).map_err(|e| err(root, e))?;
     h5i_sys::fs::chown_nofollow(&top, c"", uid, gid).map_err(|e| err(root, e))?;
     let mut stack = vec![(top, root.to_path_buf())];
     while let Some((dir, path)) = stack.pop() {
@@ -379,7 +374,7 @@ pub fn own_tree(root: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
             // file_type() comes from the directory entry: a symlink is never a directory here.
             if entry.file_type().map_err(|e| err(&here, e))?.is_dir() {
                 stack.push((
-                    open_dir_at(dir.as_raw_fd(), &c).map_err(|e| err(&here, e))?,
+                    open_dir_at(&dir, &c).map_err(|e| err(&here, e))?,
                     here,
                 ));
             }

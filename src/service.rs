@@ -896,9 +896,8 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
             OwnedFd::from_raw_fd(net),
         )
     };
-    for fd in [listener.as_raw_fd(), user.as_raw_fd(), net.as_raw_fd()] {
-        // SAFETY: F_SETFD on descriptors this process owns.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    for fd in [listener.as_fd(), user.as_fd(), net.as_fd()] {
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
     h5i_sys::ns::enter(user.as_fd(), h5i_sys::ns::Namespace::User)
         .and_then(|()| setns_net(&net))
@@ -962,54 +961,12 @@ pub fn connect_inside(
 /// connect gives up after 10 s.
 fn connect_as_owner(net: &OwnedFd, port: u16, group: u32) -> io::Result<TcpStream> {
     let user = h5i_sys::ns_socket::owning_user_namespace(net.as_fd())?;
-    // Everything the child uses is made before the fork: it allocates nothing.
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let bound = libc::timeval {
-        tv_sec: 10,
-        tv_usec: 0,
-    };
+    // The child's step makes system calls on stack values only: it allocates nothing.
     let sock = h5i_sys::ns_socket::made_in(
         net.as_fd(),
         Some(user.as_fd()),
         Duration::from_secs(15),
-        || {
-            // SAFETY: setresgid, socket, setsockopt and connect with a stack address and timeval
-            // that live across the calls; the socket is owned by the OwnedFd made from it.
-            unsafe {
-                if libc::setresgid(group, group, group) != 0 {
-                    return Err(h5i_sys::ns_socket::errno());
-                }
-                let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-                if s < 0 {
-                    return Err(h5i_sys::ns_socket::errno());
-                }
-                let s = OwnedFd::from_raw_fd(s);
-                let connected = libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_SNDTIMEO,
-                    std::ptr::from_ref(&bound).cast(),
-                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-                ) == 0
-                    && libc::connect(
-                        s.as_raw_fd(),
-                        std::ptr::from_ref(&addr).cast(),
-                        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                    ) == 0;
-                if connected {
-                    Ok(s)
-                } else {
-                    Err(h5i_sys::ns_socket::errno())
-                }
-            }
-        },
+        || h5i_sys::ns_socket::connect_loopback_as(group, port, Duration::from_secs(10)),
     )?;
     Ok(TcpStream::from(sock))
 }
@@ -1104,8 +1061,7 @@ fn is_pipe(fd: RawFd) -> bool {
 }
 
 fn set_cloexec(fd: &OwnedFd) {
-    // SAFETY: fcntl F_SETFD on a valid fd; no memory involved.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
 }
 
 /// Block the signals the supervising loop forwards, before any thread exists, so every thread
