@@ -193,8 +193,7 @@ fn openat2_missing() -> &'static std::sync::atomic::AtomicBool {
 
 /// `openat2(dir, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
 fn openat2_beneath(dir: BorrowedFd<'_>, rel: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let resolve =
-        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     loop {
         match rustix::fs::openat2(dir, rel, oflags(flags), Mode::empty(), resolve) {
             // openat2 with RESOLVE_BENEATH answers EAGAIN when a concurrent rename may have

@@ -373,10 +373,7 @@ pub fn own_tree(root: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
             h5i_sys::fs::chown_nofollow(&dir, &c, uid, gid).map_err(|e| err(&here, e))?;
             // file_type() comes from the directory entry: a symlink is never a directory here.
             if entry.file_type().map_err(|e| err(&here, e))?.is_dir() {
-                stack.push((
-                    open_dir_at(&dir, &c).map_err(|e| err(&here, e))?,
-                    here,
-                ));
+                stack.push((open_dir_at(&dir, &c).map_err(|e| err(&here, e))?, here));
             }
         }
     }

@@ -272,7 +272,10 @@ fn code_only(text: &str) -> String {
         } else if rest[0] == b'\'' {
             // A character literal ('x', '\n', '\u{..}'), not a lifetime ('a).
             if rest.get(1) == Some(&b'\\') {
-                rest.iter().skip(2).position(|c| *c == b'\'').map_or(1, |p| p + 3)
+                rest.iter()
+                    .skip(2)
+                    .position(|c| *c == b'\'')
+                    .map_or(1, |p| p + 3)
             } else {
                 text[i + 1..]
                     .chars()
@@ -405,7 +408,10 @@ fn allowlist(text: &str) -> Result<BTreeMap<(String, String), String>, String> {
         let mut words = line.splitn(3, char::is_whitespace);
         let (Some(file), Some(call), Some(reason)) = (words.next(), words.next(), words.next())
         else {
-            return Err(format!("line {}: `{line}` is not `FILE CALL REASON`", n + 1));
+            return Err(format!(
+                "line {}: `{line}` is not `FILE CALL REASON`",
+                n + 1
+            ));
         };
         let reason = reason.trim();
         if reason.len() < 20 || reason.contains("owned by another") {

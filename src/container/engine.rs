@@ -75,7 +75,6 @@ pub struct Engine {
     pub switches_user: bool,
 }
 
-
 impl Engine {
     /// The engine for this caller.
     pub fn for_caller() -> Result<Engine, EngineError> {

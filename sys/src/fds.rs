@@ -197,7 +197,11 @@ mod tests {
         // SAFETY: the closure calls only place_for_exec (async-signal-safe).
         unsafe { cmd.pre_exec(move || place_for_exec(&pairs)) };
         let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
         assert_eq!(
             place_for_exec(&[(a, -1)]).unwrap_err().raw_os_error(),
             Some(libc::EINVAL)
@@ -208,8 +212,15 @@ mod tests {
     #[test]
     fn a_raw_poll_reports_the_events_asked_for_and_a_closed_descriptor_as_invalid() {
         let (a, b) = UnixStream::pair().unwrap();
-        let pfd = |fd: RawFd, events| libc::pollfd { fd, events, revents: 0 };
-        let mut fds = [pfd(a.as_raw_fd(), libc::POLLIN), pfd(b.as_raw_fd(), libc::POLLOUT)];
+        let pfd = |fd: RawFd, events| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let mut fds = [
+            pfd(a.as_raw_fd(), libc::POLLIN),
+            pfd(b.as_raw_fd(), libc::POLLOUT),
+        ];
         assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 1);
         assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLOUT));
         let gone = dup_at_least(&a, 200).unwrap();

@@ -54,7 +54,9 @@ mod tests {
         assert_eq!((link.uid(), link.gid()), other);
         assert_eq!((target.uid(), target.gid()), me);
         assert_eq!(
-            chown_nofollow(&dir, c"a/b", me.0, me.1).unwrap_err().raw_os_error(),
+            chown_nofollow(&dir, c"a/b", me.0, me.1)
+                .unwrap_err()
+                .raw_os_error(),
             Some(libc::EINVAL)
         );
     }

@@ -105,7 +105,10 @@ mod tests {
             }
         }
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        assert!(!mounts.contains(&d.path().display().to_string()), "{mounts}");
+        assert!(
+            !mounts.contains(&d.path().display().to_string()),
+            "{mounts}"
+        );
     }
 
     #[test]

@@ -158,7 +158,11 @@ mod tests {
         let net = std::fs::File::open("/proc/self/ns/net").unwrap();
         let gid = crate::ids::egid();
         let (within, bound) = (Duration::from_secs(15), Duration::from_secs(5));
-        let connect = || made_in(net.as_fd(), None, within, || connect_loopback_as(gid, port, bound));
+        let connect = || {
+            made_in(net.as_fd(), None, within, || {
+                connect_loopback_as(gid, port, bound)
+            })
+        };
         if crate::ids::euid() != 0 {
             let err = connect().unwrap_err();
             assert_eq!(err.raw_os_error(), Some(libc::EPERM), "{err}");

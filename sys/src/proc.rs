@@ -140,7 +140,10 @@ mod tests {
     fn a_child_in_a_new_session_leads_it() {
         let mut cmd = Command::new("sh");
         // Field 6 of /proc/PID/stat is the session id.
-        cmd.args(["-c", r#"read -r _ _ _ _ _ sid _ < /proc/$$/stat; [ "$sid" = "$$" ]"#]);
+        cmd.args([
+            "-c",
+            r#"read -r _ _ _ _ _ sid _ < /proc/$$/stat; [ "$sid" = "$$" ]"#,
+        ]);
         // SAFETY: the closure makes one system call (async-signal-safe).
         unsafe { cmd.pre_exec(new_session) };
         assert!(cmd.status().unwrap().success());
@@ -150,16 +153,33 @@ mod tests {
     fn a_reaped_child_tells_its_code_or_its_signal_and_its_usage() {
         let child = Command::new("sh").args(["-c", "exit 7"]).spawn().unwrap();
         let (ended, _) = reap_with_usage(child.id() as i32).unwrap();
-        assert_eq!(ended, Ended { code: Some(7), signal: None });
+        assert_eq!(
+            ended,
+            Ended {
+                code: Some(7),
+                signal: None
+            }
+        );
         let child = Command::new("sh")
-            .args(["-c", "head -c 4000000 /dev/zero | tr -d x >/dev/null; kill -9 $$"])
+            .args([
+                "-c",
+                "head -c 4000000 /dev/zero | tr -d x >/dev/null; kill -9 $$",
+            ])
             .spawn()
             .unwrap();
         let (ended, usage) = reap_with_usage(child.id() as i32).unwrap();
-        assert_eq!(ended, Ended { code: None, signal: Some(libc::SIGKILL) });
+        assert_eq!(
+            ended,
+            Ended {
+                code: None,
+                signal: Some(libc::SIGKILL)
+            }
+        );
         assert!(usage.ru_maxrss > 0);
         assert_eq!(
-            reap_with_usage(child.id() as i32).unwrap_err().raw_os_error(),
+            reap_with_usage(child.id() as i32)
+                .unwrap_err()
+                .raw_os_error(),
             Some(libc::ECHILD)
         );
     }
@@ -212,7 +232,10 @@ mod tests {
         assert_ne!(session_of(std::process::id() as i32).unwrap(), pid);
         child.kill().unwrap();
         child.wait().unwrap();
-        assert_eq!(session_of(0).unwrap_err().raw_os_error(), Some(libc::EINVAL));
+        assert_eq!(
+            session_of(0).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
     }
 
     #[test]
@@ -228,7 +251,11 @@ mod tests {
 
     #[test]
     fn a_group_signal_reaches_the_group_and_a_bad_group_or_signal_is_refused() {
-        let mut child = Command::new("sleep").arg("30").process_group(0).spawn().unwrap();
+        let mut child = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
         signal_group(child.id() as i32, libc::SIGTERM).unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGTERM));
         for (pgid, sig) in [(0, libc::SIGTERM), (-1, libc::SIGTERM), (1, 0), (1, 40)] {

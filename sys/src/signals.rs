@@ -133,7 +133,7 @@ pub fn wait_any() -> io::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     /// A blocked SIGUSR1 sent to this very thread waits in the descriptor; once dropped the mask
     /// is as before (a child's pending set shows it unblocked again: SigBlk of this thread).
     #[test]
@@ -152,9 +152,11 @@ mod tests {
         assert_eq!(fd.read(), None);
         // SAFETY: pthread_self/pthread_kill signal this thread, which blocks SIGUSR1 now.
         unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR1) };
-        assert!(!crate::fds::poll_readable(&[fd.as_fd()], Some(std::time::Duration::from_secs(5)))
-            .unwrap()
-            .is_empty());
+        assert!(
+            !crate::fds::poll_readable(&[fd.as_fd()], Some(std::time::Duration::from_secs(5)))
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(fd.read(), Some(libc::SIGUSR1));
         drop(fd);
         assert_eq!(blk(), before);

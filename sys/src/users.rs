@@ -43,12 +43,7 @@ pub fn by_uid(uid: u32) -> io::Result<Option<Account>> {
     })
 }
 
-type PwCall<'a> = dyn Fn(
-        *mut libc::passwd,
-        *mut libc::c_char,
-        libc::size_t,
-        *mut *mut libc::passwd,
-    ) -> libc::c_int
+type PwCall<'a> = dyn Fn(*mut libc::passwd, *mut libc::c_char, libc::size_t, *mut *mut libc::passwd) -> libc::c_int
     + 'a;
 
 fn lookup(call: &PwCall<'_>) -> io::Result<Option<Account>> {
