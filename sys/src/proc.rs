@@ -94,10 +94,12 @@ pub fn reap_with_usage(pid: i32) -> io::Result<(Ended, libc::rusage)> {
     Ok((ended, usage))
 }
 
-/// Reap one child of this process that has ended, without waiting: `None` when none has
-/// ended yet, `ECHILD` when the process has no children at all.
+/// Reap one child of this process that has ended, in any process group, without waiting:
+/// `None` when none has ended yet, `ECHILD` when the process has no children at all.
 pub fn reap_any_nohang() -> io::Result<Option<(i32, Ended)>> {
-    let reaped = rustix::process::waitpid(None, rustix::process::WaitOptions::NOHANG)?;
+    // `wait` is wait4(-1, ...): any child. (rustix's `waitpid(None, ...)` is wait4(0, ...),
+    // the caller's own process group only, which a container in a session of its own is not.)
+    let reaped = rustix::process::wait(rustix::process::WaitOptions::NOHANG)?;
     Ok(reaped.map(|(pid, status)| {
         (
             pid.as_raw_nonzero().get(),
@@ -185,11 +187,16 @@ mod tests {
     }
 
     /// Only this test's own children are reaped: the harness's threads spawn none of theirs
-    /// while it runs in a child process of its own.
+    /// while it runs in a child process of its own. The child leads a process group of its own
+    /// (as a container's init does): a reap of the caller's group only would miss it.
     #[test]
     fn a_child_that_ended_is_reaped_without_waiting_and_none_left_is_echild() {
         if std::env::var_os("H5I_SYS_REAP_CHILD").is_some() {
-            let child = Command::new("sh").args(["-c", "exit 3"]).spawn().unwrap();
+            let child = Command::new("sh")
+                .args(["-c", "exit 3"])
+                .process_group(0)
+                .spawn()
+                .unwrap();
             let pid = child.id() as i32;
             let fd = crate::pidfd::open(pid).unwrap();
             assert!(crate::pidfd::wait_exited(&fd, std::time::Duration::from_secs(10)).unwrap());
