@@ -127,8 +127,11 @@ fn supervise(
 ) -> Result<ChildReport, SuperviseError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let blocked = SignalBlock::forwarded()?;
-    // The child starts with the forwarded signals unblocked: std empties a child's signal mask
-    // before exec.
+    // SAFETY: the closure makes only sigprocmask on stack data (async-signal-safe) between fork
+    // and exec, as pre_exec requires: the child starts with the forwarded signals unblocked.
+    unsafe {
+        cmd.pre_exec(|| h5i_sys::signals::unblock(&FORWARDED));
+    }
     if companion.is_none() {
         cmd.process_group(0);
     }

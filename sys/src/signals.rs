@@ -1,7 +1,7 @@
 //! Signals taken as data: a set blocked on the calling thread and read from a `signalfd`, so a
 //! supervisor's poll loop sees them among its other descriptors; or every signal blocked on a
-//! thread that does nothing but wait for the next one ([`block_all`], [`wait_any`]). (A child spawned through
-//! `std::process::Command` starts with an empty mask: std resets it before exec.)
+//! thread that does nothing but wait for the next one ([`block_all`], [`wait_any`]). A child
+//! inherits the blocked set across fork and exec: [`unblock`] undoes it in the child.
 //!
 //! On libc: rustix wraps neither `signalfd` nor the thread signal mask outside its runtime
 //! feature. Must never: leave a set blocked after its [`SignalFd`] is gone (the thread's old
@@ -92,6 +92,17 @@ impl Drop for SignalFd {
     }
 }
 
+/// Unblock `signals` in this (forked, not yet exec'd) process. Async-signal-safe: stack data
+/// and `sigprocmask` only.
+pub fn unblock(signals: &[i32]) -> io::Result<()> {
+    let set = set_of(signals)?;
+    // SAFETY: `set` is initialised; the old mask is not asked for.
+    if unsafe { libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn full_set() -> libc::sigset_t {
     // SAFETY: sigset_t is plain data; sigfillset initialises it before any use.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -179,5 +190,33 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(got, libc::SIGUSR1);
+    }
+
+    /// A child that blocked SIGUSR2 keeps it blocked across exec unless it unblocks it.
+    #[test]
+    fn a_child_unblocks_what_is_blocked_in_it() {
+        use std::os::unix::process::CommandExt;
+        let bit = 1u64 << (libc::SIGUSR2 - 1);
+        let blocked_in = |unblock_after: bool| {
+            // grep itself (a shell may clear its mask when it starts).
+            let mut cmd = std::process::Command::new("grep");
+            cmd.args(["SigBlk:", "/proc/self/status"]);
+            // SAFETY: the closure makes only sigprocmask calls on stack data.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let set = set_of(&[libc::SIGUSR2])?;
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                    if unblock_after {
+                        unblock(&[libc::SIGUSR2])?;
+                    }
+                    Ok(())
+                })
+            };
+            let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+            let hex = out.trim().trim_start_matches("SigBlk:").trim();
+            u64::from_str_radix(hex, 16).unwrap() & bit != 0
+        };
+        assert!(blocked_in(false));
+        assert!(!blocked_in(true));
     }
 }
