@@ -105,7 +105,7 @@ pub fn claude_state_argv(
             Tier::Process | Tier::Supervised | Tier::Container
         );
     wired.then(|| {
-        [crate::capture::HOOK_IN_BOX, "claude-state", "--"]
+        [h5i_hook::capture::HOOK_IN_BOX, "claude-state", "--"]
             .into_iter()
             .map(std::ffi::OsString::from)
             .chain(argv.iter().cloned())

@@ -13,30 +13,30 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
+
+use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 
 fn cstr(s: &OsStr) -> io::Result<CString> {
     CString::new(s.as_bytes())
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
 }
 
-fn open_dir_at(dirfd: libc::c_int, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
+/// The open flags a caller passed (`libc::O_*`), as rustix takes them, close-on-exec always.
+fn oflags(flags: libc::c_int) -> OFlags {
+    OFlags::from_bits_retain(flags as u32) | OFlags::CLOEXEC
+}
+
+fn open_dir_at(dir: BorrowedFd<'_>, name: &std::ffi::OsStr) -> io::Result<OwnedFd> {
     let c = cstr(name)?;
-    // SAFETY: c is a valid NUL-terminated string for the call; the flags refuse symlinks.
-    let fd = unsafe {
-        libc::openat(
-            dirfd,
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by openat and is owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::fs::openat(
+        dir,
+        &c,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?)
 }
 
 /// Write `bytes` to `root/rel`, refusing a symlink at any component below `root`.
@@ -54,61 +54,36 @@ pub fn write_file(root: &Path, rel: &Path, bytes: &[u8]) -> io::Result<()> {
     let Some((file, dirs)) = parts.split_last() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
     };
-    let root_c = cstr(root.as_os_str())?;
-    // SAFETY: root_c is a valid NUL-terminated string; the root itself is h5i's own directory.
-    let fd = unsafe {
-        libc::open(
-            root_c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by open and is owned here.
-    let mut dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    // The root itself is h5i's own directory.
+    let mut dir = rustix::fs::open(
+        &cstr(root.as_os_str())?,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
     for d in dirs {
-        dir = open_dir_at(dir.as_raw_fd(), d)?;
+        dir = open_dir_at(dir.as_fd(), d)?;
     }
     let tmp = cstr(std::ffi::OsStr::new(&format!(
         ".h5i-tmp-{}",
         std::process::id()
     )))?;
     let target = cstr(file)?;
-    // SAFETY: tmp is a valid C string; O_EXCL|O_NOFOLLOW make a fresh regular file only.
-    let f = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            tmp.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644 as libc::c_uint,
-        )
-    };
-    if f < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: f was just returned by openat and is owned by the File.
-    let mut out = unsafe { std::fs::File::from_raw_fd(f) };
+    // O_EXCL|O_NOFOLLOW make a fresh regular file only.
+    let f = rustix::fs::openat(
+        &dir,
+        &tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )?;
+    let mut out = std::fs::File::from(f);
     let written = io::Write::write_all(&mut out, bytes).and_then(|_| out.sync_all());
     if let Err(e) = written {
-        // SAFETY: unlinking the temporary name this function created, relative to dir.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+        let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
         return Err(e);
     }
-    // SAFETY: both names are valid C strings relative to the same directory fd.
-    let r = unsafe {
-        libc::renameat(
-            dir.as_raw_fd(),
-            tmp.as_ptr(),
-            dir.as_raw_fd(),
-            target.as_ptr(),
-        )
-    };
-    if r != 0 {
-        let e = io::Error::last_os_error();
-        // SAFETY: as above.
-        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
-        return Err(e);
+    if let Err(e) = rustix::fs::renameat(&dir, &tmp, &dir, &target) {
+        let _ = rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty());
+        return Err(e.into());
     }
     Ok(())
 }
@@ -127,6 +102,13 @@ pub struct Dir {
 impl std::os::fd::AsRawFd for Dir {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+/// The same descriptor, borrowed (for `h5i_sys` and rustix calls relative to it).
+impl std::os::fd::AsFd for Dir {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
@@ -209,65 +191,42 @@ fn openat2_missing() -> &'static std::sync::atomic::AtomicBool {
     &MISSING
 }
 
-/// `openat2(dirfd, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
-fn openat2_beneath(dirfd: libc::c_int, rel: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: open_how is plain data; zero is the documented "no option" value of each field.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+/// `openat2(dir, rel, flags, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
+fn openat2_beneath(dir: BorrowedFd<'_>, rel: &CString, flags: libc::c_int) -> io::Result<OwnedFd> {
+    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
     loop {
-        // SAFETY: rel is a valid C string, how a valid open_how of the size passed; the
-        // returned descriptor (if any) is owned below.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dirfd,
-                rel.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) });
-        }
-        let e = io::Error::last_os_error();
-        // openat2 with RESOLVE_BENEATH answers EAGAIN when a concurrent rename may have moved
-        // something across the root during resolution: retry, as the man page says.
-        if e.raw_os_error() != Some(libc::EAGAIN) {
-            return Err(e);
+        match rustix::fs::openat2(dir, rel, oflags(flags), Mode::empty(), resolve) {
+            // openat2 with RESOLVE_BENEATH answers EAGAIN when a concurrent rename may have
+            // moved something across the root during resolution: retry, as the man page says.
+            Err(rustix::io::Errno::AGAIN) => continue,
+            other => return Ok(other?),
         }
     }
 }
 
 /// The fallback where `openat2` is missing: one `openat(O_NOFOLLOW)` per component, each
 /// directory opened `O_PATH | O_DIRECTORY` from the one before.
-fn walk_nofollow(dirfd: libc::c_int, parts: &[&[u8]], flags: libc::c_int) -> io::Result<OwnedFd> {
+fn walk_nofollow(dir: BorrowedFd<'_>, parts: &[&[u8]], flags: libc::c_int) -> io::Result<OwnedFd> {
     let Some((last, dirs)) = parts.split_last() else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty path"));
     };
     let mut held: Option<OwnedFd> = None;
     for d in dirs {
-        let at = held.as_ref().map_or(dirfd, |f| f.as_raw_fd());
-        held = Some(openat_raw(
+        let at = held.as_ref().map_or(dir, |f| f.as_fd());
+        held = Some(openat_nofollow(
             at,
             d,
             libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         )?);
     }
-    let at = held.as_ref().map_or(dirfd, |f| f.as_raw_fd());
-    openat_raw(at, last, flags | libc::O_NOFOLLOW)
+    let at = held.as_ref().map_or(dir, |f| f.as_fd());
+    openat_nofollow(at, last, flags | libc::O_NOFOLLOW)
 }
 
-fn openat_raw(dirfd: libc::c_int, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+/// `openat(dir, name, flags | O_CLOEXEC)`; every caller's flags carry `O_NOFOLLOW`.
+fn openat_nofollow(dir: BorrowedFd<'_>, name: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
     let c = cstr(OsStr::from_bytes(name))?;
-    // SAFETY: c is a valid C string; the flags carry O_NOFOLLOW from every caller.
-    let fd = unsafe { libc::openat(dirfd, c.as_ptr(), flags | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by openat and is owned here.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    Ok(rustix::fs::openat(dir, &c, oflags(flags), Mode::empty())?)
 }
 
 /// Split a relative path into plain components, refusing `.`, `..`, empty components and a
@@ -290,19 +249,11 @@ impl Dir {
     /// Hold `path` open as the root of every read. `path` is h5i's own (a box's workspace under
     /// the store): its last component is not followed if it is a symlink.
     pub fn open(path: &Path) -> io::Result<Dir> {
-        let c = cstr(path.as_os_str())?;
-        // SAFETY: c is a valid C string; the descriptor is owned below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by open and is owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = rustix::fs::open(
+            &cstr(path.as_os_str())?,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok(Dir { fd })
     }
 
@@ -311,19 +262,11 @@ impl Dir {
     /// the box's). Everything beneath it is then resolved with no symlink followed, so a link
     /// the box planted can never lead a host verb back out to the host's own tree.
     pub fn root_of(pid: i32) -> io::Result<Dir> {
-        let c = cstr(OsStr::new(&format!("/proc/{pid}/root")))?;
-        // SAFETY: c is a valid C string; the descriptor is owned below.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: fd was just returned by open and is owned here.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = rustix::fs::open(
+            format!("/proc/{pid}/root"),
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
         Ok(Dir { fd })
     }
 
@@ -334,14 +277,14 @@ impl Dir {
         let missing = openat2_missing();
         if !missing.load(std::sync::atomic::Ordering::Relaxed) {
             let c = cstr(OsStr::from_bytes(rel))?;
-            match openat2_beneath(self.fd.as_raw_fd(), &c, flags) {
+            match openat2_beneath(self.fd.as_fd(), &c, flags) {
                 Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
                     missing.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 other => return other,
             }
         }
-        walk_nofollow(self.fd.as_raw_fd(), &parts, flags)
+        walk_nofollow(self.fd.as_fd(), &parts, flags)
     }
 
     /// The directory `rel` beneath this one, held open (no symlink followed on the way).
@@ -381,21 +324,7 @@ impl Dir {
     pub fn readlink_at(&self, name: &[u8]) -> io::Result<Vec<u8>> {
         single(name)?;
         let c = cstr(OsStr::from_bytes(name))?;
-        let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: c is a valid C string; buf is writable for its whole length.
-        let n = unsafe {
-            libc::readlinkat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        buf.truncate(n as usize);
-        Ok(buf)
+        Ok(rustix::fs::readlinkat(&self.fd, &c, Vec::new())?.into_bytes())
     }
 
     /// Open the regular file `name` of this directory for reading: `O_NOFOLLOW | O_NONBLOCK`,
@@ -404,8 +333,8 @@ impl Dir {
     /// trusting the size `fstat` gave, never the one a look before the open gave.
     pub fn open_file(&self, name: &[u8]) -> io::Result<Option<(std::fs::File, Found)>> {
         single(name)?;
-        let fd = match openat_raw(
-            self.fd.as_raw_fd(),
+        let fd = match openat_nofollow(
+            self.fd.as_fd(),
             name,
             libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY,
         ) {
@@ -458,65 +387,48 @@ impl Dir {
         Ok((typed, more))
     }
 
-    /// `readdir` from this descriptor: each name with its `d_type`, at most `limit` of them.
+    /// `getdents` from this descriptor: each name with its `d_type`, at most `limit` of them.
     fn read_dir(&self, limit: usize) -> io::Result<(Vec<Entry<u8>>, bool)> {
         // A readable descriptor of this very directory: `.` beneath an O_PATH descriptor.
-        let fd = openat_raw(
-            self.fd.as_raw_fd(),
+        let fd = openat_nofollow(
+            self.fd.as_fd(),
             b".",
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
         )?;
-        let raw = std::os::fd::IntoRawFd::into_raw_fd(fd);
-        // SAFETY: raw is an open directory descriptor we own; fdopendir takes it over (closedir
-        // below closes it), or fails and leaves it ours to close.
-        let dirp = unsafe { libc::fdopendir(raw) };
-        if dirp.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: fdopendir failed, so raw is still ours and open.
-            unsafe { libc::close(raw) };
-            return Err(e);
-        }
         let mut names = Vec::new();
-        let mut more = false;
-        let result = loop {
-            // SAFETY: errno is thread-local; readdir sets it only on error, so it is cleared
-            // first to tell the end of the directory from a failure.
-            unsafe { *libc::__errno_location() = 0 };
-            // SAFETY: dirp is a live DIR* from fdopendir, used by this thread only.
-            let ent = unsafe { libc::readdir(dirp) };
-            if ent.is_null() {
-                let e = io::Error::last_os_error();
-                break if e.raw_os_error().unwrap_or(0) == 0 {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
-            }
-            // SAFETY: readdir returned a valid dirent whose d_name is NUL-terminated and stays
-            // valid until the next readdir on dirp; d_type is a plain byte of it.
-            let (name, d_type) = unsafe {
-                (
-                    std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()).to_bytes(),
-                    (*ent).d_type,
-                )
-            };
+        for entry in rustix::fs::Dir::new(fd)? {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
             if name == b"." || name == b".." {
                 continue;
             }
             if names.len() >= limit {
-                more = true;
-                break Ok(());
+                return Ok((names, true));
             }
-            names.push((name.to_vec(), d_type));
-        };
-        // SAFETY: dirp came from fdopendir and is closed exactly once, here.
-        unsafe { libc::closedir(dirp) };
-        result.map(|()| (names, more))
+            names.push((name.to_vec(), d_type(entry.file_type())));
+        }
+        Ok((names, false))
     }
 
     /// `fstat` of this directory itself, from its descriptor.
     pub fn stat(&self) -> io::Result<Found> {
         fstat(self.fd.as_raw_fd()).map(found)
+    }
+}
+
+/// A listing's file type as `readdir`'s `d_type` (`DT_UNKNOWN` where the file system did not
+/// say).
+fn d_type(kind: rustix::fs::FileType) -> u8 {
+    use rustix::fs::FileType;
+    match kind {
+        FileType::Directory => libc::DT_DIR,
+        FileType::RegularFile => libc::DT_REG,
+        FileType::Symlink => libc::DT_LNK,
+        FileType::Fifo => libc::DT_FIFO,
+        FileType::Socket => libc::DT_SOCK,
+        FileType::CharacterDevice => libc::DT_CHR,
+        FileType::BlockDevice => libc::DT_BLK,
+        _ => libc::DT_UNKNOWN,
     }
 }
 
@@ -600,7 +512,7 @@ mod tests {
         assert!(root.subdir(b"../x").is_err());
         // The fallback walk refuses the same way.
         let parts = plain_parts(b"d/canary").unwrap();
-        let e = walk_nofollow(root.fd.as_raw_fd(), &parts, libc::O_RDONLY).unwrap_err();
+        let e = walk_nofollow(root.fd.as_fd(), &parts, libc::O_RDONLY).unwrap_err();
         assert!(
             matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)),
             "{e}"

@@ -217,8 +217,7 @@ pub fn container_join(sb: &StoredBox, policy: &ResolvedPolicy) -> Option<Contain
 }
 
 pub(crate) fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     euid == 0
 }
 
@@ -232,15 +231,14 @@ pub fn caller_subgid() -> Option<u32> {
     }
     let path = std::path::Path::new("/etc/subgid");
     let text = std::fs::read_to_string(path).ok()?;
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
+    let uid = h5i_sys::ids::uid();
     crate::host::subids::parse(path, &text)
         .ok()?
         .into_iter()
         .find(|r| {
             r.count > 0
                 && (r.owner == uid.to_string()
-                    || crate::host::users::passwd_entry(&r.owner)
+                    || h5i_sys::users::by_name(&r.owner)
                         .ok()
                         .flatten()
                         .is_some_and(|u| u.uid == uid))

@@ -33,8 +33,8 @@ use serde_json::{json, Value};
 use crate::error::BoxError;
 use crate::store::StoredBox;
 
-/// Where the box runs h5i's capture hook from.
-pub const HOOK_IN_BOX: &str = "/.h5i/bin/h5i-hook";
+/// Where the box runs h5i's capture hook from (the hook crate's, which `agent` names too).
+pub use h5i_hook::capture::HOOK_IN_BOX;
 
 /// The agent's tool hooks for a box, in the shape both Claude Code's managed settings and
 /// Codex's `hooks.json` take: every tool call is staged before it runs and after it returns,

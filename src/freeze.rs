@@ -50,8 +50,7 @@ impl Drop for Frozen {
                     let _ = fs::write(&control, thaw);
                 }
                 Held::Group { pgid } => {
-                    // SAFETY: kill(2) of the group this hold stopped; no memory involved.
-                    unsafe { libc::kill(-pgid, libc::SIGCONT) };
+                    let _ = h5i_sys::proc::signal_group(pgid, libc::SIGCONT);
                 }
             }
         }
@@ -76,9 +75,9 @@ pub fn hold(sb: &StoredBox) -> Result<Frozen, BoxError> {
             why,
         };
         if st.tier == h5i_policy::Tier::Workspace.as_str() {
-            // SAFETY: kill(2) of the group the re-identified service leads; no memory involved.
-            if unsafe { libc::kill(-pid.pid, libc::SIGSTOP) } != 0 {
-                return Err(refuse(std::io::Error::last_os_error().to_string()));
+            // The group the re-identified service leads.
+            if let Err(e) = h5i_sys::proc::signal_group(pid.pid, libc::SIGSTOP) {
+                return Err(refuse(e.to_string()));
             }
             frozen.held.push(Held::Group { pgid: pid.pid });
             wait_until(FREEZE_TIMEOUT, || process_stopped(pid.pid))
@@ -105,8 +104,8 @@ pub fn release(st: &service_state::ServiceState) {
         return;
     };
     if st.tier == h5i_policy::Tier::Workspace.as_str() {
-        // SAFETY: kill(2) of the group the re-identified service leads; no memory involved.
-        unsafe { libc::kill(-pid.pid, libc::SIGCONT) };
+        // The group the re-identified service leads.
+        let _ = h5i_sys::proc::signal_group(pid.pid, libc::SIGCONT);
     } else if let Ok((control, _, thaw, _)) = freezer_of(pid.pid) {
         let _ = fs::write(control, thaw);
     }

@@ -159,18 +159,10 @@ impl Git {
         // A git h5i started dies with h5i: killed mid-verb, h5i must not leave git writing
         // into a box directory the next verb reclaims.
         let parent = std::process::id();
-        // SAFETY: between fork and exec the closure calls only prctl(2) and getppid(2), both
-        // async-signal-safe, and touches no memory of the parent's.
+        // SAFETY: between fork and exec the closure makes only die_with_parent's two system
+        // calls (async-signal-safe, no allocation) and touches no memory of the parent's.
         unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != parent {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
+            cmd.pre_exec(move || h5i_sys::proc::die_with_parent(parent));
         }
         Git {
             cmd,

@@ -21,7 +21,7 @@
 use h5i_log::Traced as _;
 use std::ffi::{CStr, CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -119,8 +119,7 @@ impl Mapping {
     /// The mapping for this caller: root gets [`BOX_USER`]'s range (refused when it is not set
     /// up), anyone else is their own box root, one id.
     pub fn for_caller() -> Result<Mapping, IdentityError> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
+        if h5i_sys::ids::euid() == 0 {
             let id = BoxIdentity::lookup()?;
             return Ok(Mapping {
                 uid: id.uid,
@@ -129,8 +128,7 @@ impl Mapping {
                 range: true,
             });
         }
-        // SAFETY: getuid/getgid have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (h5i_sys::ids::uid(), h5i_sys::ids::gid());
         Ok(Mapping {
             uid,
             gid,
@@ -256,7 +254,7 @@ pub fn range_in(text: &str, name: &str) -> Result<(u32, u32), String> {
 }
 
 fn user_exists(name: &str) -> Result<bool, IdentityError> {
-    crate::host::users::passwd_entry(name)
+    h5i_sys::users::by_name(name)
         .map(|u| u.is_some())
         .map_err(|source| IdentityError::Io {
             what: "look up the user in",
@@ -337,35 +335,15 @@ fn cstr(name: &OsStr) -> io::Result<CString> {
     CString::new(name.as_bytes()).map_err(|_| io::Error::other("NUL in a file name"))
 }
 
-fn open_dir_at(dirfd: libc::c_int, name: &CStr) -> io::Result<OwnedFd> {
-    // SAFETY: `name` is NUL-terminated; O_NOFOLLOW refuses a symlink as the last component.
-    let fd = unsafe {
-        libc::openat(
-            dirfd,
-            name.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: openat returned a new descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn chown_at(dirfd: libc::c_int, name: &CStr, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: `name` is NUL-terminated; AT_SYMLINK_NOFOLLOW changes a symlink itself, never
-    // its target; AT_EMPTY_PATH (with "") changes `dirfd` itself.
-    let flags = if name.is_empty() {
-        libc::AT_EMPTY_PATH
-    } else {
-        libc::AT_SYMLINK_NOFOLLOW
-    };
-    // SAFETY: as above.
-    if unsafe { libc::fchownat(dirfd, name.as_ptr(), uid, gid, flags) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+fn open_dir_at(dir: impl AsFd, name: &CStr) -> io::Result<OwnedFd> {
+    use rustix::fs::OFlags;
+    // O_NOFOLLOW refuses a symlink as the last component.
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?)
 }
 
 /// Hand the tree at `root` (a directory) to `uid:gid`: every entry beneath it, walked by
@@ -381,8 +359,8 @@ pub fn own_tree(root: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
         source,
     };
     let c = cstr(root.as_os_str()).map_err(|e| err(root, e))?;
-    let top = open_dir_at(libc::AT_FDCWD, &c).map_err(|e| err(root, e))?;
-    chown_at(top.as_raw_fd(), c"", uid, gid).map_err(|e| err(root, e))?;
+    let top = open_dir_at(rustix::fs::CWD, &c).map_err(|e| err(root, e))?;
+    h5i_sys::fs::chown_nofollow(&top, c"", uid, gid).map_err(|e| err(root, e))?;
     let mut stack = vec![(top, root.to_path_buf())];
     while let Some((dir, path)) = stack.pop() {
         let entries = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
@@ -392,13 +370,10 @@ pub fn own_tree(root: &Path, uid: u32, gid: u32) -> Result<(), IdentityError> {
             let name = entry.file_name();
             let here = path.join(&name);
             let c = cstr(&name).map_err(|e| err(&here, e))?;
-            chown_at(dir.as_raw_fd(), &c, uid, gid).map_err(|e| err(&here, e))?;
+            h5i_sys::fs::chown_nofollow(&dir, &c, uid, gid).map_err(|e| err(&here, e))?;
             // file_type() comes from the directory entry: a symlink is never a directory here.
             if entry.file_type().map_err(|e| err(&here, e))?.is_dir() {
-                stack.push((
-                    open_dir_at(dir.as_raw_fd(), &c).map_err(|e| err(&here, e))?,
-                    here,
-                ));
+                stack.push((open_dir_at(&dir, &c).map_err(|e| err(&here, e))?, here));
             }
         }
     }
@@ -431,8 +406,7 @@ mod tests {
 
     #[test]
     fn own_tree_never_follows_a_planted_symlink() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if h5i_sys::ids::euid() != 0 {
             h5i_testsupport::skipped!(
                 "own_tree_never_follows_a_planted_symlink needs root to chown"
             );

@@ -112,8 +112,7 @@ fn userns() -> Result<(), String> {
                 .into(),
         );
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = h5i_sys::ids::euid() == 0;
     if !root {
         if let Ok(v) = std::fs::read_to_string("/proc/sys/kernel/unprivileged_userns_clone") {
             if v.trim() == "0" {
@@ -213,8 +212,7 @@ fn tiers_from(f: &KernelFacts) -> HostTiers {
         f.seccomp.clone()?;
         // The runtime places every container in a cgroup: an unprivileged caller can run one
         // only inside a group root has delegated to it.
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if h5i_sys::ids::euid() != 0 {
             if let (_, Err(e)) = &f.cgroups {
                 return Err(format!(
                     "an unprivileged caller needs a cgroup root has delegated to it (make setup delegates one to h5i-test): {e}"

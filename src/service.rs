@@ -247,14 +247,12 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
         .stdout(out)
         .stderr(err);
     let w = ready_w.as_raw_fd();
-    // SAFETY: the closure calls only async-signal-safe functions (setsid, dup2) between fork and
-    // exec; `w` stays open in the parent until after spawn returns.
+    // SAFETY: the closure makes only system calls (setsid, fcntl, dup2: async-signal-safe, no
+    // allocation) between fork and exec; `w` stays open in the parent until after spawn returns.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::dup2(w, READY_FD) < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
+            h5i_sys::proc::new_session()?;
+            h5i_sys::fds::place_for_exec(&[(w, READY_FD)])
         });
     }
     let mut child = cmd.spawn().map_err(|e| BoxError::io(Path::new("h5i"), e))?;
@@ -279,8 +277,8 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
             if let Some(st) = read_state(&sb.paths, service) {
                 let _ = signal_service(&st, libc::SIGKILL);
             }
-            // SAFETY: kill(2) on our own unreaped child; no memory involved.
-            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            // Our own unreaped child: its pid cannot have been reused.
+            let _ = child.kill();
             let _ = child.wait();
             Err(ServiceError::StartFailed {
                 name: name.to_string(),
@@ -437,9 +435,9 @@ fn signal_service(st: &ServiceState, sig: libc::c_int) -> bool {
     if in_container(st) {
         h5i_sys::pidfd::send_signal(&fd, sig).is_ok()
     } else {
-        // SAFETY: kill(2) on the group the re-identified service leads; no memory involved.
-        // The pidfd held open keeps the pid (and so the group id) from being recycled.
-        unsafe { libc::kill(-p.pid, sig) == 0 }
+        // The group the re-identified service leads; the pidfd held open keeps the pid (and so
+        // the group id) from being recycled.
+        h5i_sys::proc::signal_group(p.pid, sig).is_ok()
     }
 }
 
@@ -810,8 +808,7 @@ fn open_forward(pid: i32, port: u16) -> Result<(u16, Serve), String> {
         .local_addr()
         .map_err(|e| format!("the host listener has no address: {e}"))?
         .port();
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if h5i_sys::ids::euid() == 0 {
         let probe = ns
             .try_clone()
             .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
@@ -836,27 +833,19 @@ fn spawn_forwarder(fds: [OwnedFd; 3], port: u16) -> Result<std::process::Child, 
     cmd.args(["box", "__service-forward", &port.to_string()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped());
-    // SAFETY: between fork and exec the closure makes only async-signal-safe calls (prctl,
-    // fcntl, dup2); `fds` stay open in the parent until spawn returns.
+    let parent = std::process::id();
+    let pairs = [
+        (raw[0], FORWARD_FDS[0]),
+        (raw[1], FORWARD_FDS[1]),
+        (raw[2], FORWARD_FDS[2]),
+    ];
+    // SAFETY: between fork and exec the closure makes only system calls (prctl, getppid,
+    // fcntl, dup2: async-signal-safe, no allocation); `fds` stay open in the parent until
+    // spawn returns.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // Out of the way of the targets first (a source may sit at 3..5 already).
-            let mut moved = [0; 3];
-            for (m, fd) in moved.iter_mut().zip(raw) {
-                *m = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-                if *m < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            for (m, to) in moved.into_iter().zip(FORWARD_FDS) {
-                if libc::dup2(m, to) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-            }
-            Ok(())
+            h5i_sys::proc::die_with_parent(parent)?;
+            h5i_sys::fds::place_for_exec(&pairs)
         });
     }
     let mut child = cmd
@@ -907,9 +896,8 @@ pub fn forward_from_inside(port: u16) -> Result<i32, BoxError> {
             OwnedFd::from_raw_fd(net),
         )
     };
-    for fd in [listener.as_raw_fd(), user.as_raw_fd(), net.as_raw_fd()] {
-        // SAFETY: F_SETFD on descriptors this process owns.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    for fd in [listener.as_fd(), user.as_fd(), net.as_fd()] {
+        let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
     }
     h5i_sys::ns::enter(user.as_fd(), h5i_sys::ns::Namespace::User)
         .and_then(|()| setns_net(&net))
@@ -950,8 +938,7 @@ pub fn connect_inside(
             "service {service} is no longer the process its supervisor recorded"
         )));
     }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if h5i_sys::ids::euid() != 0 {
         return connect_as_owner(&ns, port, group);
     }
     std::thread::spawn(move || {
@@ -974,54 +961,12 @@ pub fn connect_inside(
 /// connect gives up after 10 s.
 fn connect_as_owner(net: &OwnedFd, port: u16, group: u32) -> io::Result<TcpStream> {
     let user = h5i_sys::ns_socket::owning_user_namespace(net.as_fd())?;
-    // Everything the child uses is made before the fork: it allocates nothing.
-    let addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    let bound = libc::timeval {
-        tv_sec: 10,
-        tv_usec: 0,
-    };
+    // The child's step makes system calls on stack values only: it allocates nothing.
     let sock = h5i_sys::ns_socket::made_in(
         net.as_fd(),
         Some(user.as_fd()),
         Duration::from_secs(15),
-        || {
-            // SAFETY: setresgid, socket, setsockopt and connect with a stack address and timeval
-            // that live across the calls; the socket is owned by the OwnedFd made from it.
-            unsafe {
-                if libc::setresgid(group, group, group) != 0 {
-                    return Err(h5i_sys::ns_socket::errno());
-                }
-                let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-                if s < 0 {
-                    return Err(h5i_sys::ns_socket::errno());
-                }
-                let s = OwnedFd::from_raw_fd(s);
-                let connected = libc::setsockopt(
-                    s.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_SNDTIMEO,
-                    std::ptr::from_ref(&bound).cast(),
-                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-                ) == 0
-                    && libc::connect(
-                        s.as_raw_fd(),
-                        std::ptr::from_ref(&addr).cast(),
-                        std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-                    ) == 0;
-                if connected {
-                    Ok(s)
-                } else {
-                    Err(h5i_sys::ns_socket::errno())
-                }
-            }
-        },
+        || h5i_sys::ns_socket::connect_loopback_as(group, port, Duration::from_secs(10)),
     )?;
     Ok(TcpStream::from(sock))
 }
@@ -1116,8 +1061,7 @@ fn is_pipe(fd: RawFd) -> bool {
 }
 
 fn set_cloexec(fd: &OwnedFd) {
-    // SAFETY: fcntl F_SETFD on a valid fd; no memory involved.
-    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+    let _ = rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC);
 }
 
 /// Block the signals the supervising loop forwards, before any thread exists, so every thread

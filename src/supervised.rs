@@ -227,8 +227,7 @@ pub fn wire(plan: &mut BundlePlan, dir: &Path, rules: &[PinnedRule]) -> Result<(
     // net-inside brings up lo itself: the loopback hook would be redundant.
     plan.create_container_hooks
         .retain(|argv| argv.get(1).map(String::as_str) != Some("loopback"));
-    // SAFETY: geteuid has no preconditions.
-    if plan.uid == unsafe { libc::geteuid() } {
+    if plan.uid == h5i_sys::ids::euid() {
         plan.create_container_hooks
             .insert(0, vec![hook.clone(), "net-inside".into()]);
         plan.create_runtime_hooks

@@ -45,8 +45,7 @@ pub fn hook_binary() -> Option<PathBuf> {
 /// files, never anything that outlives a run.
 pub fn runtime_dir() -> Result<PathBuf, BoxError> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    // SAFETY: geteuid has no preconditions.
-    let uid = unsafe { libc::geteuid() };
+    let uid = h5i_sys::ids::euid();
     let dir = if uid == 0 {
         PathBuf::from("/run/h5i")
     } else {
@@ -75,14 +74,12 @@ pub fn runtime_dir() -> Result<PathBuf, BoxError> {
 
 /// The state directory h5i-runc should use for this caller.
 pub(crate) fn runc_root() -> Option<PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
+    if h5i_sys::ids::euid() == 0 {
         return None;
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(d) if Path::new(&d).is_dir() => None,
-        // SAFETY: as above.
-        _ => Some(std::env::temp_dir().join(format!("h5i-runc-{}", unsafe { libc::geteuid() }))),
+        _ => Some(std::env::temp_dir().join(format!("h5i-runc-{}", h5i_sys::ids::euid()))),
     }
 }
 

@@ -125,8 +125,6 @@ pub(crate) fn is_stale(sock: &TcpStream) -> bool {
         events: libc::POLLIN | libc::POLLRDHUP,
         revents: 0,
     }];
-    // SAFETY: `fds` is one valid, initialized pollfd; the descriptor is owned by `sock`, which
-    // outlives the call; a zero timeout never blocks.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
-    n != 0
+    // A zero timeout never blocks; a failed poll counts as stale (the socket is not reused).
+    h5i_sys::fds::poll(&mut fds, Some(std::time::Duration::ZERO)).map_or(true, |n| n != 0)
 }

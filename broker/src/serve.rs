@@ -281,21 +281,15 @@ fn accept_loop(
         };
         let mut fds = vec![pollfd(listener.as_raw_fd()), pollfd(wake.as_raw_fd())];
         fds.extend(refused.held.iter().map(|(s, _)| pollfd(s.as_raw_fd())));
-        // SAFETY: `fds` is a valid, initialized array of pollfd structs of the length given,
-        // and every descriptor in it stays open for the duration of the call (the listener and
-        // wake socket are owned by this frame, the refused streams by `refused`).
-        let n = unsafe {
-            libc::poll(
-                fds.as_mut_ptr(),
-                fds.len() as libc::nfds_t,
-                refused.timeout_ms(),
-            )
-        };
-        if n < 0 {
-            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return;
+        // Every descriptor in `fds` stays open for the wait (the listener and wake socket are
+        // owned by this frame, the refused streams by `refused`).
+        let timeout = u64::try_from(refused.timeout_ms())
+            .ok()
+            .map(std::time::Duration::from_millis);
+        match h5i_sys::fds::poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
         }
         if fds[1].revents != 0 {
             return;

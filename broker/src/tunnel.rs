@@ -21,7 +21,9 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use rustix::pipe::{PipeFlags, SpliceFlags};
 
 /// The size a pipe grows to once a direction carries bulk data.
 const PIPE_BULK: usize = 1 << 20;
@@ -68,15 +70,10 @@ fn pump(a: &TcpStream, b: &TcpStream) -> io::Result<()> {
 /// Block until one of `fds` is ready (or in error: the next step will meet the error itself).
 fn wait(fds: &mut [libc::pollfd]) -> io::Result<()> {
     loop {
-        // SAFETY: `fds` is a valid, initialized slice of pollfd for the length given; the
-        // descriptors belong to sockets the caller holds for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match h5i_sys::fds::poll(fds, None) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
         }
     }
 }
@@ -214,7 +211,7 @@ impl<'a> Direction<'a> {
             Staging::Pipe {
                 write, cap, held, ..
             } => {
-                match step(splice(self.from.as_raw_fd(), write.as_raw_fd(), *cap)) {
+                match step(splice(self.from.as_fd(), write.as_fd(), *cap)) {
                     // The staging is empty, so switching to the copy loses nothing.
                     Err(e) if splice_refused(&e) => {
                         *staging = Staging::buffer();
@@ -250,7 +247,7 @@ impl<'a> Direction<'a> {
         };
         let r = match staging {
             Staging::Pipe { read, held, .. } => {
-                let r = step(splice(read.as_raw_fd(), self.to.as_raw_fd(), *held));
+                let r = step(splice(read.as_fd(), self.to.as_fd(), *held));
                 if let Ok(Step::Moved(n)) = r {
                     *held -= n;
                 }
@@ -279,19 +276,12 @@ fn splice_refused(e: &io::Error) -> bool {
 
 /// A fresh pipe at the kernel's default size.
 fn pipe() -> io::Result<Staging> {
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: `fds` is a valid two-element array for pipe2 to fill.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
-    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: F_GETPIPE_SZ on a pipe descriptor we own; it only reads the size.
-    let cap = unsafe { libc::fcntl(write.as_raw_fd(), libc::F_GETPIPE_SZ) };
+    let (read, write) = rustix::pipe::pipe_with(PipeFlags::CLOEXEC | PipeFlags::NONBLOCK)?;
+    let cap = rustix::pipe::fcntl_getpipe_size(&write).unwrap_or(0);
     Ok(Staging::Pipe {
         read,
         write,
-        cap: usize::try_from(cap).unwrap_or(0).max(4096),
+        cap: cap.max(4096),
         held: 0,
     })
 }
@@ -299,37 +289,25 @@ fn pipe() -> io::Result<Staging> {
 /// Ask for a [`PIPE_BULK`] pipe; the size it now has (unchanged when refused, e.g. over the
 /// user's pipe-page limit).
 fn grow(write: &OwnedFd, cap: usize) -> usize {
-    // SAFETY: F_SETPIPE_SZ on a pipe descriptor we own; the result is only read.
-    let got = unsafe {
-        libc::fcntl(
-            write.as_raw_fd(),
-            libc::F_SETPIPE_SZ,
-            PIPE_BULK as libc::c_int,
-        )
-    };
-    usize::try_from(got).unwrap_or(cap).max(cap)
+    rustix::pipe::fcntl_setpipe_size(write, PIPE_BULK)
+        .unwrap_or(cap)
+        .max(cap)
 }
 
-fn splice(from: RawFd, to: RawFd, len: usize) -> io::Result<usize> {
+fn splice(from: BorrowedFd<'_>, to: BorrowedFd<'_>, len: usize) -> io::Result<usize> {
+    // Null offsets: both ends are sockets or pipes.
     loop {
-        // SAFETY: both descriptors are open for the duration of the call (owned by the caller's
-        // sockets and pipe); null offsets are allowed for sockets and pipes.
-        let n = unsafe {
-            libc::splice(
-                from,
-                std::ptr::null_mut(),
-                to,
-                std::ptr::null_mut(),
-                len,
-                libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
-            )
-        };
-        if n >= 0 {
-            return Ok(n as usize);
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        match rustix::pipe::splice(
+            from,
+            None,
+            to,
+            None,
+            len,
+            SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
+        ) {
+            Ok(n) => return Ok(n),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
         }
     }
 }

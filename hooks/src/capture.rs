@@ -19,6 +19,11 @@ use std::path::{Path, PathBuf};
 
 use crate::spool::MAX_ENTRY_BYTES;
 
+/// Where a box runs h5i's hook binary from (bound read-only there by every kernel tier): the
+/// command of the agent's capture hooks and of `claude-state`, named by h5i's `capture` and
+/// `agent` modules alike.
+pub const HOOK_IN_BOX: &str = "/.h5i/bin/h5i-hook";
+
 /// The staged record's `kind`.
 pub const KIND: &str = "tool-call";
 /// The spool file name prefix of a staged tool call.

@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 
 /// Why the loopback could not be brought up.
 #[derive(Debug, thiserror::Error)]
@@ -86,28 +86,5 @@ pub fn bring_up_inside() -> Result<(), LoopbackError> {
 }
 
 fn set_lo_up() -> Result<(), LoopbackError> {
-    // SAFETY: socket with constant arguments returns a new fd or -1.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
-    }
-    // SAFETY: fd was just returned by socket and is owned here.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ifreq is plain data; zeroed is a valid value.
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
-    }
-    // SAFETY: req is a valid ifreq naming "lo"; the kernel fills ifru_flags.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) } != 0 {
-        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
-    }
-    // SAFETY: reading the union member SIOCGIFFLAGS just filled.
-    let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    // SAFETY: req is a valid ifreq with the new flags.
-    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) } != 0 {
-        return Err(LoopbackError::Ioctl(io::Error::last_os_error()));
-    }
-    Ok(())
+    h5i_sys::netif::set_up("lo").map_err(LoopbackError::Ioctl)
 }

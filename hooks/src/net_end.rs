@@ -157,8 +157,7 @@ fn keep(from: &Path, to: &Path) -> io::Result<()> {
 }
 
 fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    h5i_sys::ids::euid()
 }
 
 /// Root in the initial user namespace (rootless Podman's hooks run as uid 0 in its own).

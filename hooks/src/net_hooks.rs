@@ -208,14 +208,10 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(log);
-    // SAFETY: runs in the forked child before exec and calls only setsid (async-signal-safe).
+    // SAFETY: runs in the forked child before exec and makes one system call (setsid:
+    // async-signal-safe, no allocation).
     unsafe {
-        cmd.pre_exec(|| {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(h5i_sys::proc::new_session);
     }
     let mut child = cmd.spawn().map_err(io_err(
         "cannot start the sentry for",

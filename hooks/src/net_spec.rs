@@ -119,8 +119,7 @@ pub fn check_dir(dir: &Path) -> Result<(), NetSpecError> {
     if !meta.file_type().is_dir() {
         return Err(bad("is not a directory (a symlink is not followed)"));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     if meta.uid() != euid {
         return Err(bad(&format!(
             "is owned by uid {}, not this user ({euid})",

@@ -108,8 +108,7 @@ fn expect_type(fd: &OwnedFd, want: libc::c_int, what: &'static str) -> Result<()
 
 /// Effective uid 0 in the initial user namespace.
 pub fn real_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     euid == 0
         && std::fs::read_to_string("/proc/self/uid_map")
             .is_ok_and(|m| m.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"])

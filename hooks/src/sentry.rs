@@ -51,7 +51,7 @@
 //! box.
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -219,10 +219,7 @@ fn detach_stdio() -> io::Result<()> {
         .write(true)
         .open("/dev/null")?;
     for fd in [0, 1] {
-        // SAFETY: dup2 onto stdin/stdout with a valid fd; they are not otherwise in use.
-        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        h5i_sys::fds::point_std(fd, null.as_fd())?;
     }
     Ok(())
 }
@@ -337,8 +334,7 @@ enum Request {
 }
 
 fn read_request(conn: &UnixStream) -> Result<Request, String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     match fds::peer_uid(conn) {
         Ok(uid) if uid == euid => {}
         Ok(uid) => return Err(format!("refusing: a peer of uid {uid} is not this run's")),

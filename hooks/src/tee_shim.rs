@@ -320,9 +320,8 @@ fn poll_readable(fds: &[RawFd]) -> Vec<bool> {
             revents: 0,
         })
         .collect();
-    // SAFETY: pfds is a live array of pfds.len() pollfds for the duration of the call.
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, -1) };
-    if n <= 0 {
+    // An interrupted wait answers "none ready": the caller's loop looks at its signals first.
+    if !matches!(h5i_sys::fds::poll(&mut pfds, None), Ok(n) if n > 0) {
         return vec![false; fds.len()];
     }
     pfds.iter().map(|p| p.revents != 0).collect()

@@ -265,8 +265,7 @@ impl Pasta {
         let out = log.try_clone().map_err(UplinkError::Spawn)?;
         let err = log.try_clone().map_err(UplinkError::Spawn)?;
         let private_mounts = holds_sys_admin();
-        // SAFETY: geteuid and getegid have no preconditions.
-        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let (uid, gid) = (h5i_sys::ids::euid(), h5i_sys::ids::egid());
         let argv = args(ipv6, user_src.is_some(), uid, gid);
         eprintln!("h5i sentry: uplink: {} {}", pasta.display(), argv.join(" "));
         let mut cmd = Command::new(pasta);
@@ -275,36 +274,17 @@ impl Pasta {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // SAFETY: runs in the forked child before exec, calling only dup2, unshare, mount and
-        // prctl (async-signal-safe system calls); `plan` was built before the fork and is only
-        // read, and the mount arguments are static C strings or null.
+        let parent = std::process::id();
+        // SAFETY: runs in the forked child before exec, making only system calls (fcntl, dup2,
+        // unshare, mount, prctl, getppid: async-signal-safe, no allocation); `plan` was built
+        // before the fork and is only read.
         unsafe {
             cmd.pre_exec(move || {
-                for (src, dst) in &plan {
-                    if libc::dup2(*src, *dst) < 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                }
+                h5i_sys::fds::place_for_exec(&plan)?;
                 if private_mounts {
-                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
-                        return Err(io::Error::last_os_error());
-                    }
-                    let root = c"/";
-                    if libc::mount(
-                        std::ptr::null(),
-                        root.as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        std::ptr::null(),
-                    ) != 0
-                    {
-                        return Err(io::Error::last_os_error());
-                    }
+                    h5i_sys::mount::private_namespace()?;
                 }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                Ok(())
+                h5i_sys::proc::die_with_parent(parent)
             });
         }
         let child = cmd.spawn().map_err(UplinkError::Spawn)?;

@@ -140,8 +140,7 @@ pub fn relay_file(dir: &Path, binary: &str) -> Option<File> {
         return None;
     }
     let meta = std::fs::symlink_metadata(dir).ok()?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     if !meta.is_dir() || (meta.uid() != euid && euid != 0) || meta.mode() & 0o022 != 0 {
         return None;
     }

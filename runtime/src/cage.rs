@@ -20,7 +20,7 @@
 
 use std::fs;
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use h5i_policy::receipt::{CgroupUsage, OomReport};
@@ -248,14 +248,7 @@ impl ResourceCage {
             }
             let fds = signal_each(pids, libc::SIGKILL);
             for fd in &fds {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd that lives for the call; a pidfd polls readable
-                // when its process has exited.
-                unsafe { libc::poll(&mut p, 1, 1000) };
+                let _ = h5i_sys::pidfd::wait_exited(fd, std::time::Duration::from_secs(1));
             }
         }
     }
@@ -389,13 +382,10 @@ fn cpu_usage(layout: Layout, dir: &Path) -> CgroupUsage {
 /// v1 OOM notification: `<eventfd> <fd of memory.oom_control>` into `cgroup.event_control`.
 fn register_oom_eventfd(dir: &Path) -> io::Result<(OwnedFd, fs::File)> {
     let control = fs::File::open(dir.join("memory.oom_control"))?;
-    // SAFETY: eventfd with valid flags returns a new fd or -1.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by eventfd and is owned here.
-    let efd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let efd = rustix::event::eventfd(
+        0,
+        rustix::event::EventfdFlags::NONBLOCK | rustix::event::EventfdFlags::CLOEXEC,
+    )?;
     let line = format!("{} {}", efd.as_raw_fd(), control.as_raw_fd());
     fs::OpenOptions::new()
         .write(true)
@@ -422,13 +412,10 @@ fn signal_each(pids: Vec<i32>, signal: libc::c_int) -> Vec<OwnedFd> {
 }
 
 fn read_eventfd(fd: &OwnedFd) -> u64 {
-    let mut v: u64 = 0;
-    // SAFETY: reads exactly 8 bytes into a u64 that lives for the call.
-    let n = unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
-    if n == 8 {
-        v
-    } else {
-        0
+    let mut v = [0u8; 8];
+    match rustix::io::read(fd, &mut v) {
+        Ok(8) => u64::from_ne_bytes(v),
+        _ => 0,
     }
 }
 
@@ -605,9 +592,9 @@ impl Entry {
     /// async-signal-safe, on descriptors opened before the fork.
     pub unsafe fn enter_in_child(&self) -> io::Result<()> {
         for fd in &self.procs {
-            // SAFETY: a write of two bytes from a static buffer to an open descriptor.
-            if unsafe { libc::write(fd.as_raw_fd(), b"0\n".as_ptr().cast(), 2) } != 2 {
-                return Err(io::Error::last_os_error());
+            // One system call on a static buffer: async-signal-safe.
+            if rustix::io::write(fd, b"0\n")? != 2 {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
             }
         }
         Ok(())

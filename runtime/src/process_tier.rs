@@ -156,10 +156,12 @@ pub fn run_with_console(
             .and_then(|t| t.trim().parse::<i32>().ok())
             .filter(|p| *p > 1)
         {
-            // SAFETY: kill(2) on the container init's pid; no memory involved. The pid was
-            // written by h5i-runc for this run and the init is not yet reaped by anyone else
-            // (its parent, h5i-runc, is still alive: we are before the group kill).
-            unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+            // The pid was written by h5i-runc for this run and the init is not yet reaped by
+            // anyone else (its parent, h5i-runc, is still alive: we are before the group
+            // kill), so the pidfd opened now is the init's.
+            h5i_sys::pidfd::open(pid)
+                .and_then(|fd| h5i_sys::pidfd::send_signal(&fd, libc::SIGKILL))
+                .is_ok()
         } else {
             false
         }

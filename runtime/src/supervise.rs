@@ -13,7 +13,7 @@
 //! CLI's integration tests (`tests/box_run.rs`).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -127,20 +127,10 @@ fn supervise(
 ) -> Result<ChildReport, SuperviseError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
     let blocked = SignalBlock::forwarded()?;
-    // SAFETY: the closure only calls async-signal-safe functions (sigprocmask, setpgid) between
-    // fork and exec, as pre_exec requires.
+    // SAFETY: the closure makes only sigprocmask on stack data (async-signal-safe) between fork
+    // and exec, as pre_exec requires: the child starts with the forwarded signals unblocked.
     unsafe {
-        cmd.pre_exec(|| {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            for s in FORWARDED {
-                libc::sigaddset(&mut set, s);
-            }
-            if libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(|| h5i_sys::signals::unblock(&FORWARDED));
     }
     if companion.is_none() {
         cmd.process_group(0);
@@ -160,11 +150,10 @@ fn supervise(
     let terminal = if companion.is_none() {
         ForegroundTerminal::hand_to(pid)
     } else {
-        // SAFETY: getsid only reads the session id of our own (unreaped) child.
-        if unsafe { libc::getsid(pid) } != pid {
+        if h5i_sys::proc::session_of(pid).ok() != Some(pid) {
             kill_group(pid, libc::SIGKILL);
-            // SAFETY: as kill_group; the child may not lead a group, so signal it directly.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // The child may not lead a group: it is signalled itself, through its pidfd.
+            let _ = h5i_sys::pidfd::kill(&pidfd);
             reap(pid)?;
             return Err(SuperviseError::Spawn {
                 program,
@@ -176,8 +165,8 @@ fn supervise(
     let mut deadline = wall.map(|w| started + w);
     let mut timed_out = false;
     loop {
-        let timeout_ms = match deadline {
-            None => -1,
+        let timeout = match deadline {
+            None => None,
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -190,10 +179,9 @@ fn supervise(
                     }
                     kill_group(pid, libc::SIGKILL);
                     deadline = None;
-                    -1
+                    None
                 } else {
-                    // Round up so a deadline is never polled early into a busy loop.
-                    i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+                    Some(left)
                 }
             }
         };
@@ -204,7 +192,7 @@ fn supervise(
                 revents: 0,
             },
             libc::pollfd {
-                fd: blocked.signalfd.as_raw_fd(),
+                fd: blocked.fd().as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -212,10 +200,7 @@ fn supervise(
         if let Some(c) = companion.as_deref_mut() {
             c.interest(&mut fds);
         }
-        // SAFETY: fds is a valid, initialised array of fds.len() pollfd structs for the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
+        if let Err(err) = h5i_sys::fds::poll(&mut fds, timeout) {
             if err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
@@ -249,8 +234,8 @@ fn supervise(
     // The group may still hold descendants that outlived the leader; a box run leaves none.
     kill_group(pid, libc::SIGKILL);
     let exit = ExitOutcome {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        code: status.code,
+        signal: status.signal,
         timed_out,
         oom_killed: false,
     };
@@ -263,11 +248,8 @@ fn supervise(
 }
 
 fn kill_group(pid: i32, sig: libc::c_int) {
-    // SAFETY: kill(2) with a negative pid signals the process group; no memory is involved.
     // ESRCH (group already gone) is the expected outcome after a clean exit and is ignored.
-    unsafe {
-        libc::kill(-pid, sig);
-    }
+    let _ = h5i_sys::proc::signal_group(pid, sig);
 }
 
 fn pidfd_open(pid: i32) -> Result<OwnedFd, SuperviseError> {
@@ -283,24 +265,12 @@ fn pidfd_open(pid: i32) -> Result<OwnedFd, SuperviseError> {
     })
 }
 
-fn reap(pid: i32) -> Result<(i32, Rusage), SuperviseError> {
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: status and ru are valid, writable and live for the call.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        if r == pid {
-            break;
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(SuperviseError::Kernel {
-                call: "wait4",
-                source: err,
-            });
-        }
-    }
+fn reap(pid: i32) -> Result<(h5i_sys::proc::Ended, Rusage), SuperviseError> {
+    let (ended, ru) =
+        h5i_sys::proc::reap_with_usage(pid).map_err(|source| SuperviseError::Kernel {
+            call: "wait4",
+            source,
+        })?;
     let us = |tv: libc::timeval| (tv.tv_sec as u64) * 1_000_000 + tv.tv_usec as u64;
     let rusage = Rusage {
         user_us: us(ru.ru_utime),
@@ -313,75 +283,32 @@ fn reap(pid: i32) -> Result<(i32, Rusage), SuperviseError> {
         nvcsw: ru.ru_nvcsw.max(0) as u64,
         nivcsw: ru.ru_nivcsw.max(0) as u64,
     };
-    Ok((status, rusage))
+    Ok((ended, rusage))
 }
 
 /// The forwarded signals, blocked in h5i and readable from a signalfd while a child runs.
 pub(crate) struct SignalBlock {
-    old: libc::sigset_t,
-    signalfd: OwnedFd,
+    signals: h5i_sys::signals::SignalFd,
 }
 
 impl SignalBlock {
     pub(crate) fn forwarded() -> Result<Self, SuperviseError> {
-        // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: set is a valid sigset_t.
-        unsafe { libc::sigemptyset(&mut set) };
-        for s in FORWARDED {
-            // SAFETY: set is a valid sigset_t and s a valid signal number.
-            unsafe { libc::sigaddset(&mut set, s) };
-        }
-        // SAFETY: both pointers are valid sigset_t values; this thread's mask is changed.
-        if unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) } != 0 {
-            return Err(SuperviseError::Kernel {
-                call: "pthread_sigmask",
-                source: io::Error::last_os_error(),
-            });
-        }
-        // SAFETY: set is valid; -1 asks for a new fd.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-        if fd < 0 {
-            let source = io::Error::last_os_error();
-            // SAFETY: restores the mask saved above.
-            unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-            return Err(SuperviseError::Kernel {
+        let signals = h5i_sys::signals::SignalFd::block(&FORWARDED).map_err(|source| {
+            SuperviseError::Kernel {
                 call: "signalfd",
                 source,
-            });
-        }
-        // SAFETY: fd is a freshly returned, owned file descriptor.
-        let signalfd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(SignalBlock { old, signalfd })
+            }
+        })?;
+        Ok(SignalBlock { signals })
     }
 
     /// The descriptor to poll: readable while a forwarded signal is pending.
     pub(crate) fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(&self.signalfd)
+        std::os::fd::AsFd::as_fd(&self.signals)
     }
 
     pub(crate) fn read_signal(&self) -> Option<libc::c_int> {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: info is a writable buffer of exactly `size` bytes.
-        let n = unsafe {
-            libc::read(
-                self.signalfd.as_raw_fd(),
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        };
-        (n as usize == size).then_some(info.ssi_signo as libc::c_int)
-    }
-}
-
-impl Drop for SignalBlock {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved in `forwarded`.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+        self.signals.read()
     }
 }
 
@@ -392,17 +319,9 @@ struct ForegroundTerminal {
 
 impl ForegroundTerminal {
     fn hand_to(pgid: libc::pid_t) -> Self {
-        // SAFETY: isatty/tcgetpgrp only read the state of fd 0.
-        let previous = unsafe {
-            if libc::isatty(0) == 1 {
-                let fg = libc::tcgetpgrp(0);
-                (fg > 0 && fg == libc::getpgrp()).then_some(fg)
-            } else {
-                None
-            }
-        };
+        let previous = h5i_sys::tty::foreground_is_ours();
         if previous.is_some() {
-            set_foreground(pgid);
+            h5i_sys::tty::set_foreground(pgid);
         }
         ForegroundTerminal { previous }
     }
@@ -411,18 +330,8 @@ impl ForegroundTerminal {
 impl Drop for ForegroundTerminal {
     fn drop(&mut self) {
         if let Some(pg) = self.previous {
-            set_foreground(pg);
+            h5i_sys::tty::set_foreground(pg);
         }
-    }
-}
-
-fn set_foreground(pgid: libc::pid_t) {
-    // SAFETY: SIGTTOU is ignored around tcsetpgrp so a background caller is not stopped by it;
-    // the previous disposition is restored. Only fd 0 and signal dispositions are touched.
-    unsafe {
-        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-        libc::tcsetpgrp(0, pgid);
-        libc::signal(libc::SIGTTOU, old);
     }
 }
 

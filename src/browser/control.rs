@@ -163,8 +163,7 @@ pub fn ago(ms: u64) -> String {
 }
 
 pub(super) fn caller_uid() -> u32 {
-    // SAFETY: getuid has no preconditions.
-    unsafe { libc::getuid() }
+    h5i_sys::ids::uid()
 }
 
 /// Held for a read-modify-write of the control state.

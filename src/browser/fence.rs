@@ -28,7 +28,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use crate::beneath::Dir;
@@ -144,12 +143,9 @@ fn open_gate(pid: i32, within: Duration) -> io::Result<()> {
         });
         match opened {
             Ok(fd) => {
-                // SAFETY: fstat writes into a zeroed stat struct on the stack.
-                let fifo = unsafe {
-                    let mut st: libc::stat = std::mem::zeroed();
-                    libc::fstat(fd.as_raw_fd(), &mut st) == 0
-                        && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-                };
+                let fifo = rustix::fs::fstat(&fd).is_ok_and(|st| {
+                    rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Fifo
+                });
                 if !fifo {
                     return Err(io::Error::other("it is not a FIFO"));
                 }

@@ -29,7 +29,7 @@
 
 use std::ffi::CString;
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -213,11 +213,9 @@ fn daemon_socket(pid: i32) -> io::Result<OwnedFd> {
     let root = Dir::root_of(pid)?;
     let rel = format!("{}/{SESSION}.sock", DAEMON_DIR.trim_start_matches('/'));
     let fd = root.open_at(rel.as_bytes(), libc::O_PATH | libc::O_NOFOLLOW)?;
-    // SAFETY: fstat writes into a zeroed stat struct on the stack.
-    let is_socket = unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd.as_raw_fd(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFSOCK
-    };
+    let is_socket = rustix::fs::fstat(&fd).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Socket
+    });
     if !is_socket {
         return Err(io::Error::other(format!(
             "{DAEMON_DIR}/{SESSION}.sock in the sidecar is not a socket"
@@ -310,28 +308,18 @@ pub struct Relay {
 
 /// `mkdirat`, tolerating an existing entry (checked by the no-follow open that follows).
 fn mkdir_at(dir: &Dir, name: &str) -> io::Result<()> {
-    let c = CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: mkdirat on a held directory descriptor and a valid C string.
-    if unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::AlreadyExists {
-            return Err(e);
-        }
+    match rustix::fs::mkdirat(dir, name, rustix::fs::Mode::from_raw_mode(0o700)) {
+        Ok(()) | Err(rustix::io::Errno::EXIST) => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// Remove `name` from `dir` if it is there (never a directory).
 fn unlink_at(dir: &Dir, name: &str) -> io::Result<()> {
-    let c = CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: unlinkat on a held directory descriptor and a valid C string.
-    if unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::NotFound {
-            return Err(e);
-        }
+    match rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// Hand `name` in `dir` to the box's owner (never following a symlink).
@@ -340,43 +328,22 @@ fn chown_at(dir: &Dir, name: &str, ids: Option<(u32, u32)>) -> io::Result<()> {
         return Ok(());
     };
     let c = CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: fchownat on a held directory descriptor, a valid C string, no symlink followed.
-    if unsafe {
-        libc::fchownat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            uid,
-            gid,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    h5i_sys::fs::chown_nofollow(dir, &c, uid, gid)
 }
 
 /// Write `bytes` as a new file `name` in `dir` (any old entry removed first, so a name the box
 /// linked elsewhere is never written through).
 fn create_at(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
     unlink_at(dir, name)?;
-    let c = CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: openat on a held directory descriptor and a valid C string; O_EXCL|O_NOFOLLOW
-    // create a new file or fail.
-    let fd = unsafe {
-        libc::openat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by openat and is owned here.
-    let mut f = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
-    f.write_all(bytes)
+    // O_EXCL|O_NOFOLLOW: a new file or a refusal, never an entry the box linked elsewhere.
+    use rustix::fs::OFlags;
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        rustix::fs::Mode::from_raw_mode(0o644),
+    )?;
+    std::fs::File::from(fd).write_all(bytes)
 }
 
 impl Relay {

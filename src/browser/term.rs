@@ -130,13 +130,14 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 
 /// Wait up to `ms` for `fd` to be readable.
 fn readable(fd: RawFd, ms: i32) -> bool {
-    let mut p = libc::pollfd {
+    let mut p = [libc::pollfd {
         fd,
         events: libc::POLLIN,
         revents: 0,
-    };
-    // SAFETY: one valid pollfd, live for the call.
-    unsafe { libc::poll(&mut p, 1, ms) > 0 && p.revents & libc::POLLIN != 0 }
+    }];
+    let wait = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    matches!(h5i_sys::fds::poll(&mut p, Some(wait)), Ok(n) if n > 0)
+        && p[0].revents & libc::POLLIN != 0
 }
 
 /// Send the probe and read the answers until the device attributes arrive or [`PROBE`] passes.

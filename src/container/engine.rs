@@ -15,7 +15,7 @@
 //! Guarded by the unit tests below and `tests/container_tier.rs`.
 
 use h5i_log::Traced as _;
-use std::ffi::{CStr, CString, OsString};
+use h5i_sys::users::Account;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -75,20 +75,10 @@ pub struct Engine {
     pub switches_user: bool,
 }
 
-/// One passwd entry.
-#[derive(Debug, Clone)]
-struct Account {
-    name: String,
-    uid: u32,
-    gid: u32,
-    home: PathBuf,
-}
-
 impl Engine {
     /// The engine for this caller.
     pub fn for_caller() -> Result<Engine, EngineError> {
-        // SAFETY: geteuid has no preconditions.
-        let euid = unsafe { libc::geteuid() };
+        let euid = h5i_sys::ids::euid();
         if euid != 0 {
             let acct = account_by_uid(euid).ok_or_else(|| EngineError::BadUser {
                 user: euid.to_string(),
@@ -389,48 +379,14 @@ fn own_runtime_dir(uid: u32) -> Result<PathBuf, EngineError> {
     }
 }
 
+/// The password entry of `name` (a failed lookup counts as none: the caller refuses either way).
 fn account_by_name(name: &str) -> Option<Account> {
-    let c = CString::new(name).ok()?;
-    lookup(&|pwd, buf, len, out| {
-        // SAFETY: every pointer is valid for the call: `c` is NUL-terminated, `pwd` and `out`
-        // point at live values, `buf` at `len` writable bytes.
-        unsafe { libc::getpwnam_r(c.as_ptr(), pwd, buf, len, out) }
-    })
+    h5i_sys::users::by_name(name).ok().flatten()
 }
 
+/// The password entry of `uid`.
 fn account_by_uid(uid: u32) -> Option<Account> {
-    lookup(&|pwd, buf, len, out| {
-        // SAFETY: as in account_by_name.
-        unsafe { libc::getpwuid_r(uid, pwd, buf, len, out) }
-    })
-}
-
-type PwCall<'a> = dyn Fn(*mut libc::passwd, *mut libc::c_char, libc::size_t, *mut *mut libc::passwd) -> libc::c_int
-    + 'a;
-
-fn lookup(call: &PwCall<'_>) -> Option<Account> {
-    let mut buf = vec![0 as libc::c_char; 16 * 1024];
-    // SAFETY: passwd is plain data; zeroed is a valid value for an out-parameter.
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut out: *mut libc::passwd = std::ptr::null_mut();
-    let rc = call(&mut pwd, buf.as_mut_ptr(), buf.len(), &mut out);
-    if rc != 0 || out.is_null() {
-        return None;
-    }
-    // SAFETY: on success pw_name and pw_dir point at NUL-terminated strings inside `buf`,
-    // which outlives these reads.
-    let (name, home) = unsafe {
-        (
-            CStr::from_ptr(pwd.pw_name).to_string_lossy().into_owned(),
-            OsString::from(CStr::from_ptr(pwd.pw_dir).to_string_lossy().into_owned()),
-        )
-    };
-    Some(Account {
-        name,
-        uid: pwd.pw_uid,
-        gid: pwd.pw_gid,
-        home: PathBuf::from(home),
-    })
+    h5i_sys::users::by_uid(uid).ok().flatten()
 }
 
 #[cfg(test)]

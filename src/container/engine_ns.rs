@@ -289,8 +289,8 @@ pub fn detach_all(ns: &EngineNamespace, targets: &[PathBuf]) {
             return report(0, usize::MAX, &e);
         }
         for t in targets.iter().rev() {
-            // SAFETY: umount2 with a NUL-terminated path; MNT_DETACH never blocks.
-            unsafe { libc::umount2(t.as_ptr(), libc::MNT_DETACH) };
+            // MNT_DETACH never blocks; async-signal-safe, as the forked child needs.
+            let _ = h5i_sys::mount::detach(t);
         }
         0
     });

@@ -951,8 +951,11 @@ fn deliver(cage: Option<&ResourceCage>, engine: &Engine, name: &str, sig: libc::
         Some(c) => {
             let members = c.member_pids();
             for pid in &members {
-                // SAFETY: kill(2) of a process in this run's own cage; no memory involved.
-                unsafe { libc::kill(*pid, sig) };
+                // Through a pidfd: a pid read from the cage that has ended since is never
+                // signalled in its new life once the pidfd is open.
+                if let Ok(fd) = h5i_sys::pidfd::open(*pid) {
+                    let _ = h5i_sys::pidfd::send_signal(&fd, sig);
+                }
             }
             !members.is_empty()
         }

@@ -123,8 +123,7 @@ fn cache_file() -> Option<PathBuf> {
 
 fn read_cache(path: &Path, key: &str) -> Option<PodmanFacts> {
     let meta = std::fs::symlink_metadata(path).ok()?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = h5i_sys::ids::euid();
     if !meta.is_file() || meta.uid() != me || meta.mode() & 0o022 != 0 {
         return None;
     }
@@ -215,8 +214,7 @@ pub fn container_tier(cgroups: &Result<(), String>) -> Result<(Engine, PodmanFac
         )
     })?;
     if let Err(e) = cgroups {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if h5i_sys::ids::euid() != 0 {
             return Err(format!(
                 "h5i-runc places each container in a cgroup, and an unprivileged caller needs one root has delegated to it (make setup delegates one to h5i-test): {e}"
             ));

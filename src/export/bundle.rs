@@ -188,10 +188,9 @@ fn clear_dead_leftovers(parent: &Path, name: &std::ffi::OsStr) {
     }
 }
 
+/// A probe, never a signal: a pid reused since only keeps a stale directory a while longer.
 fn process_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only asks whether the process exists; no memory is involved.
-    let r = unsafe { libc::kill(pid, 0) };
-    r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    h5i_sys::proc::exists(pid)
 }
 
 type Failed = (&'static str, PathBuf, io::Error);

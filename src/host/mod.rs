@@ -143,8 +143,7 @@ pub struct SetupRequest {
 
 /// Run every step on the real host, in order; the changes made, one per line.
 pub fn setup(req: &SetupRequest) -> Result<Vec<Change>, HostError> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if h5i_sys::ids::euid() != 0 {
         return Err(HostError::NotRoot);
     }
     let root = HostRoot::system();

@@ -111,8 +111,7 @@ mod tests {
 
     #[test]
     fn hooks_are_installed_once_over_a_temp_root() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if h5i_sys::ids::euid() != 0 {
             h5i_testsupport::skipped!(
                 "hooks_are_installed_once_over_a_temp_root: needs root (root-owned files)"
             );

@@ -28,7 +28,6 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -500,12 +499,10 @@ impl Mirror {
         }
         self.mkdir(parent_of(rel))?;
         let c = CString::new(rel).map_err(|_| Self::scratch_error(rel, io::Error::other("NUL")))?;
-        // SAFETY: c is a valid C string relative to the mirror's own descriptor.
-        if unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o700) } != 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::AlreadyExists {
-                return Err(Self::scratch_error(rel, e));
-            }
+        // Relative to the mirror's own descriptor.
+        match rustix::fs::mkdirat(&self.fd, &c, rustix::fs::Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(e) => return Err(Self::scratch_error(rel, e.into())),
         }
         self.made.insert(rel.to_vec());
         Ok(())
@@ -525,21 +522,17 @@ impl Mirror {
         }
         self.mkdir(parent_of(rel))?;
         let c = CString::new(rel).map_err(|_| Self::scratch_error(rel, io::Error::other("NUL")))?;
-        // SAFETY: c is a valid C string relative to the mirror's descriptor; O_EXCL|O_NOFOLLOW
-        // make a fresh regular file of h5i's own.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
-        };
-        if fd < 0 {
-            return Err(Self::scratch_error(rel, io::Error::last_os_error()));
-        }
-        // SAFETY: fd was just returned by openat and nothing else owns it.
-        let mut to = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        // Relative to the mirror's descriptor; O_EXCL|O_NOFOLLOW make a fresh regular file of
+        // h5i's own.
+        use rustix::fs::OFlags;
+        let fd = rustix::fs::openat(
+            &self.fd,
+            &c,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::from_raw_mode(0o600),
+        )
+        .map_err(|e| Self::scratch_error(rel, e.into()))?;
+        let mut to = std::fs::File::from(fd);
         io::copy(&mut from.take(GITIGNORE_MAX), &mut to)
             .map_err(|e| Self::scratch_error(rel, e))?;
         Ok(())

@@ -137,8 +137,7 @@ fn private_dir(dir: &Path) -> Result<(), HandoffError> {
         dir: dir.to_path_buf(),
         source,
     })?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = h5i_sys::ids::euid();
     if !meta.is_dir() || meta.uid() != me || meta.permissions().mode() & 0o777 != 0o700 {
         return Err(HandoffError::NotPrivate {
             dir: dir.to_path_buf(),

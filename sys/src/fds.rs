@@ -1,6 +1,7 @@
 //! Bounded waits on descriptors and descriptor hygiene: `poll` for readability, closing what a
 //! process inherited, close-on-exec pipes, duplicating above a floor, pointing a standard
-//! descriptor elsewhere, and the uid behind a unix socket.
+//! descriptor elsewhere, placing descriptors at fixed numbers for a program about to be
+//! exec'd, and the uid behind a unix socket.
 //!
 //! Must never: wait without the bound the caller passed (`None` is the caller's explicit
 //! choice), or sleep in a loop.
@@ -42,6 +43,27 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::R
         .collect())
 }
 
+/// `poll(2)` over the caller's own `pollfd` array (each with the events it waits for): how many
+/// have events now, their `revents` filled in; `timeout` `None` waits without a bound, a
+/// deadline is rounded up to the next millisecond (never polled early into a busy loop). An
+/// interrupted wait is returned as `ErrorKind::Interrupted`: the caller decides whether a
+/// signal ends its wait. A descriptor in the array that is not open is reported as `POLLNVAL`,
+/// never touched.
+pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
+    let ms = match timeout {
+        None => -1,
+        Some(t) if t.is_zero() => 0,
+        Some(t) => i32::try_from(t.as_millis() + 1).unwrap_or(i32::MAX),
+    };
+    // SAFETY: `fds` is a valid, exclusively borrowed array of `len()` pollfd structs; the kernel
+    // writes only their `revents`.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
 /// Close every descriptor from 3 up (a process that crosses a privilege boundary starts clean).
 pub fn close_inherited_fds() -> io::Result<()> {
     // SAFETY: close_range only closes descriptors; the caller holds none from 3 up that it
@@ -74,6 +96,38 @@ pub fn point_std(target: RawFd, to: BorrowedFd<'_>) -> io::Result<()> {
     // number.
     if unsafe { libc::dup2(to.as_raw_fd(), target) } < 0 {
         return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The most descriptors [`place_for_exec`] places at once.
+pub const MAX_PLACED: usize = 8;
+
+/// In a forked child about to exec (a `pre_exec` closure): make each `(source, target)` pair's
+/// `target` a copy of `source`, inherited across exec (no close-on-exec), whatever the numbers
+/// (a source may sit at another pair's target: every source is first copied out of the way,
+/// close-on-exec, above every target). Async-signal-safe: system calls on a stack array, no
+/// allocation. More than [`MAX_PLACED`] pairs, or a negative number, are refused (`EINVAL`).
+pub fn place_for_exec(pairs: &[(RawFd, RawFd)]) -> io::Result<()> {
+    if pairs.len() > MAX_PLACED || pairs.iter().any(|&(s, t)| s < 0 || t < 0) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let floor = pairs.iter().map(|&(_, t)| t + 1).max().unwrap_or(0).max(10);
+    let mut moved: [RawFd; MAX_PLACED] = [-1; MAX_PLACED];
+    for (m, &(source, _)) in moved.iter_mut().zip(pairs) {
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor and touches no memory; a source that
+        // is not open answers EBADF.
+        *m = unsafe { libc::fcntl(source, libc::F_DUPFD_CLOEXEC, floor) };
+        if *m < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    for (&m, &(_, target)) in moved.iter().zip(pairs) {
+        // SAFETY: dup2 of a descriptor made above onto the caller's target number, which the
+        // caller (a child about to exec) means to replace; no memory is involved.
+        if unsafe { libc::dup2(m, target) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
     }
     Ok(())
 }
@@ -120,6 +174,61 @@ mod tests {
         std::io::Write::write_all(&mut &b, b"x").unwrap();
         let ready = poll_readable(&[c.as_fd(), a.as_fd()], None).unwrap();
         assert_eq!(ready, vec![1]);
+    }
+
+    /// Two sockets placed at 3 and 4 and the first again at 5: the shell the child becomes finds
+    /// each where it was put (reading through 3 what was written into the socket placed there),
+    /// and none of the copies made on the way at 10..=12 (the shell itself keeps a saved stdin
+    /// at 10, so 11 and 12 are looked at).
+    #[test]
+    fn descriptors_placed_for_exec_land_at_their_targets_even_crossed() {
+        use std::os::unix::process::CommandExt;
+        let (r1, mut w1) = UnixStream::pair().unwrap();
+        let (r2, mut w2) = UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut w1, b"one\n").unwrap();
+        std::io::Write::write_all(&mut w2, b"two\n").unwrap();
+        let (a, b) = (r1.as_raw_fd(), r2.as_raw_fd());
+        let pairs = [(a, 3), (b, 4), (a, 5)];
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args([
+            "-c",
+            "read x <&3; read y <&4; [ \"$x$y\" = onetwo ] && [ -e /proc/self/fd/5 ] && [ ! -e /proc/self/fd/11 ] && [ ! -e /proc/self/fd/12 ] || { echo \"$x$y\"; ls -l /proc/self/fd; exit 1; }",
+        ]);
+        // SAFETY: the closure calls only place_for_exec (async-signal-safe).
+        unsafe { cmd.pre_exec(move || place_for_exec(&pairs)) };
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(
+            place_for_exec(&[(a, -1)]).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+        drop((w1, w2));
+    }
+
+    #[test]
+    fn a_raw_poll_reports_the_events_asked_for_and_a_closed_descriptor_as_invalid() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let pfd = |fd: RawFd, events| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        let mut fds = [
+            pfd(a.as_raw_fd(), libc::POLLIN),
+            pfd(b.as_raw_fd(), libc::POLLOUT),
+        ];
+        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 1);
+        assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLOUT));
+        let gone = dup_at_least(&a, 200).unwrap();
+        let raw = gone.as_raw_fd();
+        drop(gone);
+        let mut fds = [pfd(raw, libc::POLLIN)];
+        assert_eq!(poll(&mut fds, Some(Duration::from_millis(5))).unwrap(), 1);
+        assert_eq!(fds[0].revents, libc::POLLNVAL);
     }
 
     #[test]

@@ -92,23 +92,18 @@ pub(super) fn answer(notify: BorrowedFd<'_>, id: u64, errno: Option<i32>) -> io:
 /// `poll(2)` over `fds`; `timeout_ms < 0` waits without limit. `EINTR` is reported as zero
 /// ready descriptors.
 pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
-    // SAFETY: `fds` is a valid, exclusively borrowed slice of `pollfd`; the kernel writes only
-    // `revents` of its `len()` elements.
-    let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-    if rc < 0 {
-        let err = io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EINTR) {
-            return Ok(0);
-        }
-        return Err(err);
+    let timeout = u64::try_from(timeout_ms)
+        .ok()
+        .map(std::time::Duration::from_millis);
+    match h5i_sys::fds::poll(fds, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
+        other => other,
     }
-    Ok(rc as usize)
 }
 
 /// This process's effective uid.
 pub(super) fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
+    h5i_sys::ids::euid()
 }
 
 /// Whether `fd` is a seccomp user-notification descriptor (an anonymous inode the kernel

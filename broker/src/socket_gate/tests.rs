@@ -750,8 +750,7 @@ fn a_stopped_gate_fails_the_callers_socket_calls_closed() {
 
 #[test]
 fn a_handoff_from_another_uid_is_refused_and_its_callers_sockets_fail_closed() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if h5i_sys::ids::euid() != 0 {
         h5i_testsupport::skipped!(
             "a_handoff_from_another_uid_is_refused...: needs root to switch uid"
         );

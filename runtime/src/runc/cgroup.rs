@@ -223,17 +223,15 @@ pub const LEDGER_NAME: &str = "cgroup-pending.json";
 /// deletes, keeping in the ledger only what is still in use. Serialized by an exclusive lock
 /// on the ledger's directory, so two deletes cannot drop each other's entries.
 pub fn settle(sidecars: &Path, dirs: &[PathBuf]) -> Result<(), CgroupError> {
-    use std::os::fd::AsRawFd;
     let ledger_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| CgroupError::Ledger { path, source }
     };
     std::fs::create_dir_all(sidecars).map_err(ledger_err(sidecars))?;
     let lock = std::fs::File::open(sidecars).map_err(ledger_err(sidecars))?;
-    // SAFETY: flock on an fd we own; it is released when `lock` is dropped.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(ledger_err(sidecars)(io::Error::last_os_error()));
-    }
+    // Released when `lock` is dropped.
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| ledger_err(sidecars)(e.into()))?;
     let ledger = sidecars.join(LEDGER_NAME);
     let mut all: Vec<PathBuf> = match std::fs::read(&ledger) {
         Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_default(),

@@ -123,8 +123,7 @@ fn use_idmap_helpers(ctx: &Context, id: &str, bundle: &Path) -> Result<(), RuncE
         path: config,
         source,
     })?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     if !idmap::needs_helpers(&spec, super::in_user_namespace(), euid) {
         return Ok(());
     }

@@ -14,7 +14,6 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::Spec;
 use libcontainer::syscall::syscall::SyscallType;
-use nix::unistd::Pid;
 use serde_json::json;
 
 use super::{foreground, validate_id, Context, RuncError};
@@ -38,7 +37,7 @@ pub fn exec(ctx: &Context, args: liboci_cli::Exec) -> Result<i32, RuncError> {
     };
     let user = args.user.map(|(u, _)| u);
     let group = args.user.and_then(|(_, g)| g);
-    let pid: Pid = ContainerBuilder::new(id.clone(), SyscallType::default())
+    let pid = ContainerBuilder::new(id.clone(), SyscallType::default())
         .with_executor(executor)
         .with_root_path(&ctx.root)
         .map(|b| b.with_console_socket(args.console_socket.as_ref()))
@@ -68,7 +67,7 @@ pub fn exec(ctx: &Context, args: liboci_cli::Exec) -> Result<i32, RuncError> {
         return Ok(0);
     }
     foreground::block_signals()
-        .and_then(|()| foreground::wait_forwarding(pid))
+        .and_then(|()| foreground::wait_forwarding(pid.as_raw()))
         .map_err(|source| RuncError::Wait { id, source })
 }
 

@@ -264,8 +264,7 @@ pub fn default_root(
 
 /// Effective uid 0 in the initial user namespace.
 pub fn is_real_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     euid == 0 && !in_user_namespace()
 }
 

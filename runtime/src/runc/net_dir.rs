@@ -148,8 +148,7 @@ fn remove_run_dir(dir: &Path, sentry_timeout: Duration) -> std::io::Result<()> {
     if !meta.file_type().is_dir() {
         return std::fs::remove_file(dir);
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if meta.uid() != unsafe { libc::geteuid() } {
+    if meta.uid() != h5i_sys::ids::euid() {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
             "refusing: not this user's directory; to fix: remove it by hand",
@@ -235,8 +234,7 @@ fn make_private_dir(dir: &Path) -> Result<(), RuncError> {
 
 fn check_private(d: &Path) -> Result<(), RuncError> {
     let meta = std::fs::symlink_metadata(d).map_err(RuncError::io("cannot stat", d))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     if !meta.file_type().is_dir() || meta.uid() != euid || meta.mode() & 0o077 != 0 {
         return Err(RuncError::Io {
             what: "refusing: the supervised network's directory is not a private (0700) directory of this user's:",

@@ -27,7 +27,7 @@ pub fn run(ctx: &Context, opts: &CreateOptions, keep: bool) -> Result<i32, RuncE
             source: std::io::Error::new(std::io::ErrorKind::NotFound, "no init pid recorded"),
         });
     };
-    let code = foreground::wait_forwarding(pid);
+    let code = foreground::wait_forwarding(pid.as_raw());
     if !keep {
         // A cleanup failure must not replace the payload's exit status; log it.
         if let Err(e) = delete::remove(ctx, &mut container, true) {

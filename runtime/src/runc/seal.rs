@@ -18,7 +18,7 @@ use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
 use std::io::Read;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 
@@ -56,10 +56,8 @@ pub fn exe_seals() -> Result<libc::c_int, SealError> {
 }
 
 fn seals_of(file: &File) -> libc::c_int {
-    // SAFETY: F_GET_SEALS only reads the seal set of a valid open fd; it returns -1 (EINVAL)
-    // for files that do not support sealing.
-    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-    seals.max(0)
+    // EINVAL for a file that does not support sealing: no seals.
+    rustix::fs::fcntl_get_seals(file).map_or(0, |s| s.bits() as libc::c_int)
 }
 
 /// Return if already running sealed; otherwise re-exec from a sealed copy (does not return on
@@ -90,15 +88,12 @@ pub fn sealed_copy() -> Result<File, SealError> {
 /// start h5i-runc from a sealed copy directly (exec `/proc/self/fd/N`): the copy then finds
 /// its seals in place and skips its own re-exec.
 pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
-    let name = c"h5i-runc";
-    // SAFETY: `name` is a valid NUL-terminated string; memfd_create returns a new fd or -1.
-    let fd =
-        unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(step("memfd_create")(io::Error::last_os_error()));
-    }
-    // SAFETY: fd was just returned by memfd_create and is owned by nothing else.
-    let mut memfd = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    let fd = rustix::fs::memfd_create(
+        c"h5i-runc",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )
+    .map_err(|e| step("memfd_create")(e.into()))?;
+    let mut memfd = File::from(fd);
     let len = exe.metadata().map_err(step("stat the binary"))?.len();
     let image = elf_image_len(exe, len).unwrap_or(len);
     let copied = io::copy(&mut exe.take(image), &mut memfd).map_err(step("copy binary"))?;
@@ -119,12 +114,9 @@ pub fn sealed_copy_of(exe: &File) -> Result<File, SealError> {
             .map_err(step("patch ELF header"))?;
     }
     retry_while_busy(SEAL_ATTEMPTS, || {
-        // SAFETY: F_ADD_SEALS on a valid memfd created with MFD_ALLOW_SEALING; integer argument.
-        let rc = unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, REQUIRED_SEALS) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        // On a memfd created with MFD_ALLOW_SEALING.
+        let seals = rustix::fs::SealFlags::from_bits_retain(REQUIRED_SEALS as u32);
+        Ok(rustix::fs::fcntl_add_seals(&memfd, seals)?)
     })
     .map_err(step("F_ADD_SEALS"))?;
     Ok(memfd)

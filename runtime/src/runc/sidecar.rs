@@ -197,8 +197,7 @@ fn only_primary_gid(spec: &Spec) -> bool {
 }
 
 fn nix_euid() -> u32 {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() }
+    h5i_sys::ids::euid()
 }
 
 /// True when `resources` asks for nothing but device rules (which v1 cannot hold rootless).

@@ -35,6 +35,7 @@
 //!
 //! Guarded by the unit tests below and, through real boxes, by `tests/identity.rs`.
 
+use h5i_sys::mount::mount;
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -250,38 +251,6 @@ fn cpath(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::other("NUL in a path"))
 }
 
-fn mount(
-    source: Option<&Path>,
-    target: &Path,
-    fstype: Option<&str>,
-    flags: libc::c_ulong,
-    data: Option<&str>,
-) -> io::Result<()> {
-    let source = source.map(cpath).transpose()?;
-    let target = cpath(target)?;
-    let fstype = fstype
-        .map(|s| CString::new(s).map_err(|_| io::Error::other("NUL")))
-        .transpose()?;
-    let data = data
-        .map(|s| CString::new(s).map_err(|_| io::Error::other("NUL")))
-        .transpose()?;
-    let ptr = |c: &Option<CString>| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-    // SAFETY: every pointer is null or a NUL-terminated string that outlives the call.
-    let rc = unsafe {
-        libc::mount(
-            ptr(&source),
-            target.as_ptr(),
-            ptr(&fstype),
-            flags,
-            ptr(&data).cast(),
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Enter a private mount namespace and mount `entries` under a fresh tmpfs at [`STAGE_DIR`],
 /// an idmapped entry through `id_map` (which must be given when one is). The process must be
 /// single-threaded (`unshare(CLONE_NEWNS)` refuses a shared fs context).
@@ -302,18 +271,8 @@ pub fn enter(entries: &[Entry], id_map: Option<&IdMap>) -> Result<(), StageError
             "not a directory owned by root",
         )));
     }
-    // SAFETY: unshare has no memory preconditions; it fails (EINVAL) if threads share our fs.
-    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
-        return Err(step("unshare", stage)(io::Error::last_os_error()));
-    }
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(step("make / private", Path::new("/")))?;
+    // Fails (EINVAL) if threads share our fs context.
+    h5i_sys::mount::private_namespace().map_err(step("unshare and make / private", stage))?;
     mount(
         Some(Path::new("tmpfs")),
         stage,
