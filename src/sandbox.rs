@@ -139,7 +139,7 @@ pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
 }
 
 /// Which runs the sandbox serves, as `status` says it.
-const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's and one in a service's network";
+const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's, one in a service's network, and a Codex box's (a per-run /etc/codex)";
 
 /// `status`'s line for the sandbox. A sandbox whose init ended on its own (the idle timeout)
 /// is swept first: the container's record, cgroups and directory its init could not remove.
