@@ -287,20 +287,7 @@ impl Prepared {
         let base = port_base();
         for (i, route) in self.routes.into_iter().enumerate() {
             if host_network {
-                let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
-                let addr = listener
-                    .local_addr()
-                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?;
-                add_env(env, &route, addr);
-                let proxy = CredentialProxy::serve(
-                    listener,
-                    route,
-                    tls.clone(),
-                    CredentialOptions::default(),
-                )
-                .map_err(|e| BoxError::io(Path::new("credential proxy"), e))?;
-                serving.waiters.push(Waiter::Running(proxy));
+                serve_on(host_loopback_listener()?, route, &tls, env, &mut serving)?;
                 continue;
             }
             let port = base + i as u16;
@@ -359,21 +346,38 @@ impl Prepared {
         let base = port_base();
         for (i, route) in self.routes.into_iter().enumerate() {
             let listener = match &namespaces {
-                None => TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-                    .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))?,
+                None => host_loopback_listener()?,
                 Some(ns) => listener_in(ns, base + i as u16)?,
             };
-            let addr = listener
-                .local_addr()
-                .map_err(|e| BoxError::io(Path::new("credential listener"), e))?;
-            add_env(env, &route, addr);
-            let proxy =
-                CredentialProxy::serve(listener, route, tls.clone(), CredentialOptions::default())
-                    .map_err(|e| BoxError::io(Path::new("credential proxy"), e))?;
-            serving.waiters.push(Waiter::Running(proxy));
+            serve_on(listener, route, &tls, env, &mut serving)?;
         }
         Ok(serving)
     }
+}
+
+/// A listener on the host's loopback, on a port the kernel picks.
+fn host_loopback_listener() -> Result<TcpListener, BoxError> {
+    TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .map_err(|e| BoxError::io(Path::new("127.0.0.1:0"), e))
+}
+
+/// Serve `route` on `listener` until [`Serving::finish`]: the run's environment gets the
+/// listener's address, and `serving` the running proxy.
+fn serve_on(
+    listener: TcpListener,
+    route: CredentialRoute,
+    tls: &UpstreamTls,
+    env: &mut Vec<String>,
+    serving: &mut Serving,
+) -> Result<(), BoxError> {
+    let addr = listener
+        .local_addr()
+        .map_err(|e| BoxError::io(Path::new("credential listener"), e))?;
+    add_env(env, &route, addr);
+    let proxy = CredentialProxy::serve(listener, route, tls.clone(), CredentialOptions::default())
+        .map_err(|e| BoxError::io(Path::new("credential proxy"), e))?;
+    serving.waiters.push(Waiter::Running(proxy));
+    Ok(())
 }
 
 /// How long the child entering the sandbox's namespaces may take to hand a listener back.
