@@ -75,8 +75,14 @@ make_rootfs() {
 import_into() {
     local label="$1"
     shift
-    if [ "$force" = 0 ] && "$@" image exists "$IMAGE" 2>/dev/null; then
-        return 0
+    if [ "$force" = 0 ]; then
+        local rc=0 err
+        err="$("$@" image exists "$IMAGE" 2>&1)" || rc=$?
+        case "$rc" in
+            0) return 0 ;;
+            1) ;; # absent
+            *) die "podman for $label storage fails (exit $rc): $err" ;;
+        esac
     fi
     [ -n "$rootfs" ] || make_rootfs
     tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$rootfs" -c . |

@@ -224,6 +224,24 @@ if [ -f "$storage_conf" ] && [ "$(cat "$storage_conf")" = "$STORAGE_FUSE" ]; the
     want_storage="$STORAGE_FUSE"
 fi
 
+as_user() {
+    (cd / && runuser -u "$TEST_USER" -- env HOME="$home" XDG_RUNTIME_DIR="$rundir" "$@")
+}
+
+# ---------------------------------------------------------------- test user's Podman state
+# A container whose conmon was killed (a machine stopped mid-run) leaves the user's Podman
+# state naming processes that are gone, and every rootless podman call of that user then fails
+# ("invalid internal status, try resetting the pause process with podman system migrate").
+# Podman's own mend, run when (and only when) Podman asks for it.
+if ! state_err="$(as_user podman ps --all --quiet 2>&1 >/dev/null)" &&
+    [[ "$state_err" == *"podman system migrate"* ]]; then
+    as_user podman system migrate >/dev/null 2>&1 ||
+        die "rootless podman for $TEST_USER is broken and 'podman system migrate' did not mend it: $state_err"
+    as_user podman ps --all --quiet >/dev/null 2>&1 ||
+        die "rootless podman for $TEST_USER still fails after 'podman system migrate': $state_err"
+    changed "mended $TEST_USER's rootless Podman state with 'podman system migrate' (a container's conmon had been killed)"
+fi
+
 # ---------------------------------------------------------------- test images
 # localhost/h5i-busybox:latest in root's and the test user's storage (idempotent).
 imported="$(H5I_TEST_USER="$TEST_USER" "$SCRIPTS_DIR/make-test-image.sh" --all)" ||
@@ -233,9 +251,6 @@ while IFS= read -r line; do
 done <<<"$imported"
 
 # ---------------------------------------------------------------- verify
-as_user() {
-    (cd / && runuser -u "$TEST_USER" -- env HOME="$home" XDG_RUNTIME_DIR="$rundir" "$@")
-}
 if [ "$VERIFY" = 1 ]; then
     # Rootful check in the background while the rootless ones run.
     rootful_log="$(mktemp /tmp/h5i-setup-podman.XXXXXX)"

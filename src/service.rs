@@ -46,7 +46,8 @@ use h5i_policy::{ResolvedPolicy, Tier};
 use crate::error::BoxError;
 use crate::process::CacheGrant;
 use crate::service_state::{
-    all_states, read_state, services_dir, state_path, write_state, ProcId, ServiceState,
+    all_states, claim_state, read_state, services_dir, state_path, update_state, ProcId,
+    ServiceState,
 };
 use crate::session::{Network, PidSource, Purpose, RunSession, Starting, Stdio as SessionStdio};
 use crate::store::{load_policy, now_ms, require_active, BoxLock, BoxPaths, BoxStore, StoredBox};
@@ -55,6 +56,9 @@ use crate::store::{load_policy, now_ms, require_active, BoxLock, BoxPaths, BoxSt
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long `service stop` waits for the supervisor to record the exit, per attempt.
 const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a container service's supervisor gets to see its container end by itself before
+/// the container is removed through the engine.
+const CONTAINER_EXIT_GRACE: Duration = Duration::from_secs(2);
 /// The fd the supervisor's readiness pipe arrives on.
 pub const READY_FD: RawFd = 3;
 /// The first line the service wrapper prints, with its pid, once the box is set up.
@@ -235,6 +239,9 @@ pub fn start(store: &BoxStore, name: &str, service: &str) -> Result<ServiceState
     }
     let _ = fs::remove_file(state_path(&sb.paths, service));
     let log = log_path(&sb.paths, service);
+    // A new file, not the old one truncated: an earlier supervisor still winding down keeps
+    // writing to its own.
+    let _ = fs::remove_file(&log);
     let out = fs::File::create(&log).map_err(|e| BoxError::io(&log, e))?;
     let err = out.try_clone().map_err(|e| BoxError::io(&log, e))?;
     let exe = std::env::current_exe().map_err(|e| BoxError::io(Path::new("/proc/self/exe"), e))?;
@@ -398,6 +405,17 @@ fn stop_one(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let Some(sup) = sup else {
         return Ok(());
     };
+    if let Some(name) = st.container.as_deref().filter(|_| in_container(st)) {
+        // Podman's `run` may wait about 20 s past its container's end before it returns
+        // (Podman 4.3, seen on this host when conmon's cleanup lost a race): removing the
+        // ended container through the engine is what ends that wait, and the supervisor's.
+        if poll_readable(&sup, CONTAINER_EXIT_GRACE) {
+            return Ok(());
+        }
+        if let Ok(engine) = crate::container::engine::Engine::for_caller() {
+            engine.podman_quiet(&["rm", "--force", "--time", "0", name]);
+        }
+    }
     if poll_readable(&sup, STOP_TIMEOUT) {
         return Ok(());
     }
@@ -543,7 +561,7 @@ fn supervise_inner(
         receipt_seq: None,
         container: None,
     }));
-    save(&paths, &state)?;
+    claim_state(&paths, &lock(&state))?;
     eprintln!(
         "h5i: service {service} of box {name}: starting `{}` at the {} tier",
         decl.command,
@@ -613,7 +631,12 @@ fn supervise_inner(
         st.ended_ms = Some(now_ms());
         st.receipt_seq = Some(outcome.receipt_seq);
     }
-    save(&paths, &state)?;
+    if !save(&paths, &state)? {
+        eprintln!(
+            "h5i: service {service} of box {name}: a later start runs the service now; this supervisor's end is in receipt {} only",
+            outcome.receipt_seq
+        );
+    }
     eprintln!(
         "h5i: service {service} of box {name}: ended, exit {} (receipt {})",
         outcome.exit.passthrough_code(),
@@ -646,9 +669,11 @@ fn lock(state: &Mutex<ServiceState>) -> std::sync::MutexGuard<'_, ServiceState> 
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn save(paths: &BoxPaths, state: &Mutex<ServiceState>) -> Result<(), BoxError> {
+/// Write the supervisor's state while the service is still its own; false once a later start
+/// took the service over (see `update_state`).
+fn save(paths: &BoxPaths, state: &Mutex<ServiceState>) -> Result<bool, BoxError> {
     let st = lock(state).clone();
-    write_state(paths, &st)
+    update_state(paths, &st)
 }
 
 /// How the service's port reaches the host.
@@ -788,7 +813,12 @@ fn start_forward(
             },
         }
     }
-    save(paths, state)?;
+    if !save(paths, state)? {
+        return Err(BoxError::BadRequest {
+            what: "a later start of this service took it over before it was running".into(),
+            mend: "read `h5i box service status` for the running one".into(),
+        });
+    }
     Ok(serve)
 }
 

@@ -1,7 +1,9 @@
 //! A box's service state files, `<box>/services/<svc>.json`: what each supervisor knows (who
 //! supervises, the service's pid, its network, its exit), read by the run path to find a live
 //! service (a browser box's sidecar, a process-tier service whose network runs join) and by
-//! `freeze` to hold services still, and written only by the supervisor (`crate::service`).
+//! `freeze` to hold services still, and written only by the supervisor (`crate::service`):
+//! the one whose first write claimed it, never an earlier one still winding down
+//! ([`update_state`]).
 //!
 //! A leaf below the tiers and the session: it names neither (`tests/module_layers.rs`), so the
 //! run path reads a service's state without reaching up into the verb that starts services.
@@ -19,6 +21,7 @@ use h5i_policy::receipt::ExitOutcome;
 use serde::{Deserialize, Serialize};
 
 use crate::error::BoxError;
+use crate::file_lock::{FileLock, LockKind};
 use crate::store::{write_atomic, BoxPaths, StoredBox};
 
 /// `<box>/services/<svc>.json`: what the supervisor knows, written atomically.
@@ -104,7 +107,31 @@ pub fn read_state(paths: &BoxPaths, service: &str) -> Option<ServiceState> {
     serde_json::from_slice(&bytes).ok()
 }
 
-pub(crate) fn write_state(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
+/// Make `st` the service's state: its supervisor's first write, by which the service becomes
+/// that supervisor's (a `start` removed the previous state first).
+pub(crate) fn claim_state(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
+    let _held = state_lock(paths, &st.service)?;
+    write_state(paths, st)
+}
+
+/// Write `st` only while the service is still its supervisor's: false, and nothing written,
+/// once a later `start` handed the service to another supervisor (the earlier one may still
+/// be winding down, and its last words must not make the running service look ended).
+pub(crate) fn update_state(paths: &BoxPaths, st: &ServiceState) -> Result<bool, BoxError> {
+    let _held = state_lock(paths, &st.service)?;
+    match read_state(paths, &st.service) {
+        Some(now) if now.supervisor == st.supervisor => write_state(paths, st).map(|()| true),
+        _ => Ok(false),
+    }
+}
+
+/// The lock a supervisor holds across reading and writing its service's state.
+fn state_lock(paths: &BoxPaths, service: &str) -> Result<FileLock, BoxError> {
+    let path = services_dir(paths).join(format!("{service}.lock"));
+    FileLock::wait(&path, LockKind::Exclusive).map_err(|e| BoxError::io(&path, e))
+}
+
+fn write_state(paths: &BoxPaths, st: &ServiceState) -> Result<(), BoxError> {
     let bytes = serde_json::to_vec_pretty(st).map_err(|e| BoxError::BadRequest {
         what: format!("cannot encode the state of service `{}`: {e}", st.service),
         mend: "report this as a bug".into(),

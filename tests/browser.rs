@@ -2997,3 +2997,104 @@ fn the_browsers_traffic_between_runs_is_in_a_browser_record() {
 fn the_browsers_traffic_between_runs_is_in_a_browser_record_as_h5i_test() {
     between_runs_case(true);
 }
+
+/// The pids of every `h5i box __service-supervise` process working for the repo at `repo`
+/// (a supervisor runs in its repo's root: other tests' boxes named alike are not counted).
+fn supervisors_of(repo: &Path) -> Vec<i32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let supervises = cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == b"__service-supervise");
+            supervises && std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|d| d == repo)
+        })
+        .collect()
+}
+
+/// The names of every container in the engine user's (h5i-test's) rootless Podman.
+fn engine_container_names() -> Vec<String> {
+    let home = format!("/home/{}", common::caller::TEST_USER);
+    let rundir = format!(
+        "/run/user/{}",
+        common::caller::uid_of(common::caller::TEST_USER)
+    );
+    let out = common::caller::as_user(common::caller::TEST_USER, Some(&home))
+        .arg(format!("XDG_RUNTIME_DIR={rundir}"))
+        .args(["podman", "ps", "--all", "--format", "{{.Names}}"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "podman ps: {}", stderr(&out));
+    stdout(&out).lines().map(str::to_owned).collect()
+}
+
+/// Each run closes the container tier's browser, so the next run starts another while the
+/// previous supervisor may still be waiting for Podman: the earlier supervisor's last state
+/// must not mark the running browser ended (it then ran on untracked, and `box rm` left its
+/// container and conmon behind). After `box rm`, within a bound, no supervisor of the box is
+/// left and no container of any of them is in the engine's Podman.
+fn closed_each_run_case(as_user: bool) {
+    let test = "a container browser closed by each run";
+    if !require_root(test, "boxes as root and as h5i-test") {
+        return;
+    }
+    let Some(mut c) = container_caller(as_user, test) else {
+        return;
+    };
+    let who = c.who();
+    browser_box(&mut c, "web", "container");
+    let _removed = RemovedAtEnd(&c, "web");
+    let repo = c.repo().canonicalize().unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..3 {
+        let (out, rc) = box_sh(
+            &c,
+            "web",
+            // Nothing listens on port 1: the open fails, but it starts the browser the close ends.
+            "agent-browser open http://127.0.0.1:1/ >/dev/null 2>&1; agent-browser close",
+        );
+        assert_eq!(rc, 0, "{who}: {out}");
+        seen.extend(supervisors_of(&repo));
+    }
+    assert!(!seen.is_empty(), "{who}: no supervisor of the box was seen");
+    c.ok(&["box", "rm", "--force", "web"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let left = loop {
+        let left: Vec<i32> = supervisors_of(&repo);
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert!(
+        left.is_empty(),
+        "{who}: supervisors {left:?} of the removed box still run 90 s after `box rm`"
+    );
+    let theirs: Vec<String> = engine_container_names()
+        .into_iter()
+        .filter(|n| {
+            seen.iter()
+                .any(|pid| n.starts_with(&format!("h5i-web-{pid}-")))
+        })
+        .collect();
+    assert!(
+        theirs.is_empty(),
+        "{who}: containers {theirs:?} of the removed box are still in the engine's Podman"
+    );
+}
+
+#[test]
+fn a_container_browser_closed_by_each_run_leaves_nothing_after_box_rm() {
+    closed_each_run_case(false);
+}
+
+#[test]
+fn a_container_browser_closed_by_each_run_leaves_nothing_after_box_rm_as_h5i_test() {
+    closed_each_run_case(true);
+}
