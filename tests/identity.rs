@@ -404,3 +404,97 @@ fn a_box_made_before_box_identity_is_migrated_at_its_next_run() {
     let events = std::fs::read_to_string(box_dir.join("events.jsonl")).unwrap();
     assert!(events.contains("made before box identity"), "{events}");
 }
+
+/// `h5i host setup --user` for a second unprivileged user, from a cgroup whose `h5i` directory
+/// `make setup` delegated to h5i-test: refused before anything is changed for the second user,
+/// and the directory stays h5i-test's (handing it over took h5i-test's box limits silently).
+#[test]
+fn host_setup_for_a_second_user_keeps_the_first_users_delegated_cgroup() {
+    let test = "a second user's host setup";
+    if !is_root() {
+        h5i_testsupport::skipped!("{test}: needs root (host setup)");
+        return;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let memory = own
+        .lines()
+        .find_map(|l| {
+            let (_, rest) = l.split_once(':')?;
+            let (ctrls, path) = rest.split_once(':')?;
+            ctrls
+                .split(',')
+                .any(|c| c == "memory")
+                .then(|| path.to_owned())
+        })
+        .or_else(|| {
+            own.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        })
+        .unwrap();
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    let base = if v2 {
+        "/sys/fs/cgroup"
+    } else {
+        "/sys/fs/cgroup/memory"
+    };
+    let delegated = Path::new(base)
+        .join(memory.trim_start_matches('/'))
+        .join("h5i");
+    let test_uid = common::caller::uid_of(common::caller::TEST_USER);
+    let owner = std::fs::metadata(&delegated).map(|m| m.uid());
+    assert_eq!(
+        owner.as_ref().ok(),
+        Some(&test_uid),
+        "{test}: {} is not h5i-test's (run `make setup` from this cgroup first): {owner:?}",
+        delegated.display()
+    );
+    let name = "h5i-second";
+    let _ = Command::new("userdel").args(["-r", name]).output();
+    let made = Command::new("useradd")
+        .args([
+            "-m",
+            "-s",
+            "/bin/sh",
+            "-K",
+            "SUB_UID_COUNT=0",
+            "-K",
+            "SUB_GID_COUNT=0",
+            name,
+        ])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "useradd: {}", stderr(&made));
+    let subuid_before = std::fs::read_to_string("/etc/subuid").unwrap();
+    let out = Command::new(common::H5I)
+        .args(["host", "setup", "--user", name])
+        .output()
+        .unwrap();
+    let uid = std::fs::metadata(format!("/home/{name}")).unwrap().uid();
+    let _ = Command::new("userdel").args(["-r", name]).output();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("is delegated to uid {test_uid} already")) && err.contains("to fix:"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::metadata(&delegated).unwrap().uid(),
+        test_uid,
+        "the delegated cgroup changed hands"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/etc/subuid").unwrap(),
+        subuid_before,
+        "the refused setup wrote subordinate ids for {name}"
+    );
+    assert!(
+        !Path::new(&format!("/run/user/{uid}")).exists(),
+        "the refused setup made /run/user/{uid}"
+    );
+}

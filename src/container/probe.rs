@@ -177,8 +177,14 @@ pub fn podman_facts(engine: &Engine) -> Result<PodmanFacts, String> {
             .rev()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("no message");
+        let mend = if err.contains("podman system migrate") {
+            // Podman's state names processes that are gone (a container's conmon was killed).
+            format!("run `podman system migrate` as {}", engine.user)
+        } else {
+            "make rootless Podman work for that user (make setup does it for h5i-test)".into()
+        };
         return Err(format!(
-            "`podman info` fails for {}: {}; to fix: make rootless Podman work for that user (make setup does it for h5i-test)",
+            "`podman info` fails for {}: {}; to fix: {mend}",
             engine.user,
             line.trim()
         ));

@@ -5,8 +5,9 @@
 //! the unified hierarchy, on v1 every controller hierarchy at the same relative path, with an
 //! empty cpuset level filled from its parent); and remounting cgroup2 with `favordynmods`,
 //! which stops each run's cgroup join from waiting out an RCU grace period (performance only).
-//! Must never: create a cgroup outside this process's own cgroup, or fail setup because the
-//! remount was refused.
+//! Must never: create a cgroup outside this process's own cgroup, hand a directory delegated to
+//! one user to another (that user's boxes would lose their limits silently), or fail setup
+//! because the remount was refused.
 
 use h5i_log::Traced as _;
 use std::os::unix::fs::MetadataExt;
@@ -77,6 +78,12 @@ pub fn delegate(uid: u32, gid: u32, changes: &mut Vec<Change>) -> Result<(), Hos
         }
         fill_empty_cpusets(&dir, changes)?;
         let meta = std::fs::metadata(&dir).map_err(HostError::io("stat", &dir))?;
+        if meta.uid() != uid && meta.uid() != 0 {
+            return Err(HostError::CgroupDelegatedElsewhere {
+                path: dir,
+                owner: meta.uid(),
+            });
+        }
         if meta.uid() != uid {
             for f in ["", "cgroup.procs", "tasks", "cgroup.subtree_control"] {
                 let p = if f.is_empty() {

@@ -89,6 +89,14 @@ pub enum HostError {
         /// What to do.
         mend: &'static str,
     },
+    /// The delegated cgroup is another unprivileged user's already.
+    #[error("refusing: cgroup {path} is delegated to uid {owner} already, and one directory serves one user (handing it over would take box limits from uid {owner} silently); to fix: run unprivileged boxes as that user, or stop its boxes, `rmdir` the directory's tree and run this again")]
+    CgroupDelegatedElsewhere {
+        /// The delegated directory.
+        path: PathBuf,
+        /// Its owner now.
+        owner: u32,
+    },
     /// The box identity (`h5i-box` and its range) could not be made.
     #[error(transparent)]
     Identity(#[from] crate::identity::IdentityError),

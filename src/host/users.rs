@@ -28,6 +28,10 @@ pub fn lookup(name: &str) -> Result<User, HostError> {
 
 /// Prepare `user` on `root`.
 pub fn prepare(root: &HostRoot, user: &User, changes: &mut Vec<Change>) -> Result<(), HostError> {
+    // First: a cgroup delegated to another user refuses before anything is changed for this one.
+    if root.is_system() {
+        cgroups::delegate(user.uid, user.gid, changes)?;
+    }
     let uid = user.uid.to_string();
     for file in ["/etc/subuid", "/etc/subgid"] {
         subids::ensure_range(&root.path(file), &[&user.name, &uid], changes)?;
@@ -43,9 +47,6 @@ pub fn prepare(root: &HostRoot, user: &User, changes: &mut Vec<Change>) -> Resul
             run.display(),
             user.name
         )));
-    }
-    if root.is_system() {
-        cgroups::delegate(user.uid, user.gid, changes)?;
     }
     podman::user_config(&root.path(&user.home), owner, changes)
 }
