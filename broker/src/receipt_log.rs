@@ -1,7 +1,8 @@
 //! The append-only receipt log: one JSON record per line in `<box>/receipts.jsonl`.
 //!
-//! Owns appending (under an exclusive `flock`, `O_APPEND`, `fdatasync` before returning) and
-//! reading back with every damaged line reported by number. Must never: rewrite or truncate a
+//! Owns appending (under an exclusive `flock`, `O_APPEND`, `fdatasync` before returning; the
+//! next `seq` read from the log's end, so an append costs the same however long the box's
+//! history is) and reading back with every damaged line reported by number. Must never: rewrite or truncate a
 //! line already written, follow a symlink planted where the log should be, or drop a torn line
 //! silently. A torn tail (a crash mid-append) is terminated with a newline so later records stay
 //! whole, and the reader reports it as damaged at its line.
