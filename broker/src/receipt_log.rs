@@ -1,7 +1,8 @@
 //! The append-only receipt log: one JSON record per line in `<box>/receipts.jsonl`.
 //!
-//! Owns appending (under an exclusive `flock`, `O_APPEND`, `fdatasync` before returning) and
-//! reading back with every damaged line reported by number. Must never: rewrite or truncate a
+//! Owns appending (under an exclusive `flock`, `O_APPEND`, `fdatasync` before returning; the
+//! next `seq` read from the log's end, so an append costs the same however long the box's
+//! history is) and reading back with every damaged line reported by number. Must never: rewrite or truncate a
 //! line already written, follow a symlink planted where the log should be, or drop a torn line
 //! silently. A torn tail (a crash mid-append) is terminated with a newline so later records stay
 //! whole, and the reader reports it as damaged at its line.
@@ -11,6 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -83,13 +85,11 @@ impl ReceiptLog {
             .open(&self.path)
             .map_err(io_err)?;
         let _lock = Flock::exclusive(&file).map_err(io_err)?;
-        let mut existing = Vec::new();
-        file.read_to_end(&mut existing).map_err(io_err)?;
-        let readout = parse(&existing);
+        let tail = last_record(&file).map_err(io_err)?;
         record.v = RECEIPT_SCHEMA_VERSION;
-        record.seq = readout.records.last().map_or(0, |r| r.seq) + 1;
+        record.seq = tail.seq + 1;
         let mut line = Vec::with_capacity(512);
-        if !existing.is_empty() && !existing.ends_with(b"\n") {
+        if tail.torn {
             line.push(b'\n');
         }
         serde_json::to_writer(&mut line, &record)?;
@@ -123,6 +123,69 @@ impl ReceiptLog {
             }
         }
         Ok(parse(&buf))
+    }
+}
+
+/// How much of the log's end one read takes when looking for its last record: a few records'
+/// worth, so an append reads one block however long the box's history is.
+const TAIL_READ: u64 = 16 * 1024;
+
+/// What an append needs from the log it extends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tail {
+    /// The last valid record's sequence number (0: none).
+    seq: u64,
+    /// The log is not empty and does not end with a newline (a crash mid-append).
+    torn: bool,
+}
+
+/// The log's last valid record and whether its end is torn, read backwards from the end a
+/// [`TAIL_READ`] block at a time until a line parses as a record (or the start is reached).
+/// The same answer [`parse`] of the whole log gives (its last record's `seq`; the last piece
+/// counts even without a newline), without reading every run's receipt on each append: the
+/// append is on every run's path, and a box keeps its whole history.
+fn last_record(file: &File) -> io::Result<Tail> {
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(Tail {
+            seq: 0,
+            torn: false,
+        });
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, len - 1)?;
+    let torn = last[0] != b'\n';
+    // `unread`: where the bytes not yet looked at begin; `pending`: those bytes from `unread`
+    // up to the last line not yet tried (a final newline left out). While `unread > 0`, the
+    // first piece of `pending` may be the end of a line that begins before it, so it waits for
+    // the next block.
+    let mut unread = if torn { len } else { len - 1 };
+    let mut pending: Vec<u8> = Vec::new();
+    loop {
+        let from = unread.saturating_sub(TAIL_READ);
+        let mut block = vec![0u8; usize::try_from(unread - from).unwrap_or(0)];
+        file.read_exact_at(&mut block, from)?;
+        block.extend_from_slice(&pending);
+        pending = block;
+        unread = from;
+        let mut tried = 0usize;
+        let mut pieces = pending.rsplit(|b| *b == b'\n').peekable();
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_none() && unread > 0 {
+                break;
+            }
+            if let Ok(record) = serde_json::from_slice::<ReceiptRecord>(piece) {
+                return Ok(Tail {
+                    seq: record.seq,
+                    torn,
+                });
+            }
+            tried += piece.len() + 1;
+        }
+        if unread == 0 {
+            return Ok(Tail { seq: 0, torn });
+        }
+        pending.truncate(pending.len().saturating_sub(tried));
     }
 }
 
@@ -254,6 +317,100 @@ mod tests {
         assert_eq!(after.damaged.len(), 1, "the torn line is still reported");
         assert_eq!(after.damaged[0].line, 2);
         assert!(after.damaged[0].problem.contains("JSON"));
+    }
+
+    fn line_of(seq: u64, argv: &str) -> Vec<u8> {
+        let mut r = record();
+        r.seq = seq;
+        if let RecordBody::Run { argv: a, .. } = &mut r.body {
+            *a = vec![argv.to_string()];
+        }
+        let mut line = serde_json::to_vec(&r).unwrap();
+        line.push(b'\n');
+        line
+    }
+
+    /// What an append reads from its end must be what reading the whole log says: the last
+    /// valid record's seq, the log torn or not; logs many tail blocks long, with damaged lines
+    /// and records longer than a block at the end, at a block's edge and at the start.
+    #[test]
+    fn the_tail_an_append_reads_agrees_with_the_whole_log() {
+        let long = "x".repeat(3 * TAIL_READ as usize);
+        let mut cases: Vec<Vec<u8>> = vec![
+            b"".to_vec(),
+            b"\n".to_vec(),
+            b"not a record\n".to_vec(),
+            b"{\"v\":1,\"seq\":7,\"la".to_vec(),
+        ];
+        let mut many = Vec::new();
+        for seq in 1..=2000 {
+            many.extend(line_of(seq, "true"));
+        }
+        cases.push(many.clone());
+        let mut damaged_after = many.clone();
+        for _ in 0..200 {
+            damaged_after.extend(b"{\"v\":1,\"seq\":9999,\"not\":\"a receipt\"}\n");
+        }
+        damaged_after.extend(b"{\"v\":1,\"seq\":2001,\"la");
+        cases.push(damaged_after);
+        let mut long_last = many.clone();
+        long_last.extend(line_of(2001, &long));
+        cases.push(long_last.clone());
+        long_last.extend(b"\n\n");
+        cases.push(long_last);
+        let mut long_first = line_of(1, &long);
+        long_first.extend(b"garbage\n".repeat(5000));
+        cases.push(long_first);
+        let mut complete_unterminated = many;
+        complete_unterminated.extend(line_of(2001, "true"));
+        complete_unterminated.pop();
+        cases.push(complete_unterminated);
+        // Lines that end exactly at a block's edge from the end.
+        for pad in [0usize, 1, 2] {
+            let mut edge = line_of(1, "true");
+            let tail = line_of(2, "true");
+            let filler = TAIL_READ as usize - tail.len() - 1 + pad;
+            edge.extend(vec![b'#'; filler]);
+            edge.push(b'\n');
+            edge.extend(tail);
+            cases.push(edge);
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        for (i, bytes) in cases.iter().enumerate() {
+            let path = dir.path().join(format!("case-{i}.jsonl"));
+            std::fs::write(&path, bytes).unwrap();
+            let whole = parse(bytes);
+            let want = Tail {
+                seq: whole.records.last().map_or(0, |r| r.seq),
+                torn: !bytes.is_empty() && !bytes.ends_with(b"\n"),
+            };
+            let got = last_record(&File::open(&path).unwrap()).unwrap();
+            assert_eq!(got, want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn an_append_after_a_long_history_and_damaged_tail_continues_the_sequence() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("receipts.jsonl");
+        let mut bytes = Vec::new();
+        for seq in 1..=500 {
+            bytes.extend(line_of(seq, "true"));
+        }
+        bytes.extend(b"not a record\n".repeat(2000));
+        bytes.extend(b"{\"v\":1,\"seq\":501,\"la");
+        std::fs::write(&path, &bytes).unwrap();
+        let log = ReceiptLog::at(&path);
+        assert_eq!(log.append(record()).unwrap().seq, 501);
+        assert_eq!(log.append(record()).unwrap().seq, 502);
+        let back = log.read().unwrap();
+        assert_eq!(back.records.len(), 502);
+        assert_eq!(
+            back.damaged.len(),
+            2001,
+            "every damaged line is still reported"
+        );
     }
 
     #[test]
