@@ -1025,7 +1025,7 @@ fn netns_ino(pid: i32) -> Option<u64> {
 
 /// Whether `fd` became readable within `timeout` (a pidfd: the process ended).
 fn poll_readable(fd: &OwnedFd, timeout: Duration) -> bool {
-    matches!(h5i_sys::fds::poll_readable(&[fd.as_fd()], Some(timeout)), Ok(r) if !r.is_empty())
+    matches!(h5i_sys::poll::readable(&[fd.as_fd()], Some(timeout)), Ok(r) if !r.is_empty())
 }
 
 /// Enter a network namespace on the calling thread only.

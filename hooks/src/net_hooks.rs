@@ -36,7 +36,7 @@ use crate::net_spec::{self, GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
 use crate::sentry::SentryPlan;
 use crate::state::OciState;
 use h5i_sys::fd_passing::send_with_fds;
-use h5i_sys::{fds, pidfd};
+use h5i_sys::pidfd;
 
 /// How long the sentry may take to pin, bind and say ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -110,7 +110,7 @@ fn sentry_error(dir: &Path, answer: impl Into<String>) -> NetHookError {
 
 /// Read one answer line from `conn` within `timeout`.
 fn read_answer(conn: &mut UnixStream, timeout: Duration) -> Result<String, String> {
-    let ready = fds::poll_readable(&[conn.as_fd()], Some(timeout))
+    let ready = h5i_sys::poll::readable(&[conn.as_fd()], Some(timeout))
         .map_err(|e| format!("refusing: waiting for the sentry failed: {e}"))?;
     if ready.is_empty() {
         return Err(format!(
@@ -224,7 +224,7 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
     drop(stdin);
     let answer = match (sent, child.stdout.take()) {
         (Some(Ok(())), Some(mut out)) => {
-            let ready = fds::poll_readable(&[out.as_fd()], Some(READY_TIMEOUT));
+            let ready = h5i_sys::poll::readable(&[out.as_fd()], Some(READY_TIMEOUT));
             match ready {
                 Ok(r) if r.is_empty() => Err(format!(
                     "refusing: the sentry was not ready within {}s",

@@ -321,7 +321,7 @@ fn poll_readable(fds: &[RawFd]) -> Vec<bool> {
         })
         .collect();
     // An interrupted wait answers "none ready": the caller's loop looks at its signals first.
-    if !matches!(h5i_sys::fds::poll(&mut pfds, None), Ok(n) if n > 0) {
+    if !matches!(h5i_sys::poll::wait(&mut pfds, None), Ok(n) if n > 0) {
         return vec![false; fds.len()];
     }
     pfds.iter().map(|p| p.revents != 0).collect()

@@ -593,7 +593,7 @@ fn relay(out: &OwnedFd, stop: &OwnedFd, say: &(dyn Fn(Report<'_>) + Sync)) {
     let mut drained: Option<usize> = None;
     loop {
         let wait = drained.map(|_| Duration::ZERO);
-        let Ok(ready) = h5i_sys::fds::poll_readable(&[out.as_fd(), stop.as_fd()], wait) else {
+        let Ok(ready) = h5i_sys::poll::readable(&[out.as_fd(), stop.as_fd()], wait) else {
             break;
         };
         if ready.contains(&1) && drained.is_none() {

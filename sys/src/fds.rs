@@ -1,68 +1,13 @@
-//! Bounded waits on descriptors and descriptor hygiene: `poll` for readability, closing what a
-//! process inherited, close-on-exec pipes, duplicating above a floor, pointing a standard
-//! descriptor elsewhere, placing descriptors at fixed numbers for a program about to be
-//! exec'd, and the uid behind a unix socket.
+//! Descriptor hygiene: closing what a process inherited, close-on-exec pipes, duplicating
+//! above a floor, pointing a standard descriptor elsewhere, placing descriptors at fixed
+//! numbers for a program about to be exec'd, and the uid behind a unix socket.
 //!
-//! Must never: wait without the bound the caller passed (`None` is the caller's explicit
-//! choice), or sleep in a loop.
+//! Must never: wait on a descriptor (that is [`crate::poll`]'s), or leave a descriptor it made
+//! inheritable across exec unless the caller asked for exactly that ([`point_std`],
+//! [`place_for_exec`]).
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::time::{Duration, Instant};
-
-use rustix::event::{PollFd, PollFlags, Timespec};
-
-/// Wait until one of `fds` is readable or hung up, at most `timeout` (`None`: no bound, for a
-/// loop whose end is its peer's end). Returns the indexes that are ready; empty when the time
-/// ran out. An interrupted wait is resumed with the time left.
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> io::Result<Vec<usize>> {
-    let deadline = timeout.map(|t| Instant::now() + t);
-    let mut pfds: Vec<PollFd<'_>> = fds
-        .iter()
-        .map(|fd| PollFd::from_borrowed_fd(*fd, PollFlags::IN))
-        .collect();
-    loop {
-        let left = match deadline {
-            None => None,
-            Some(d) => Some(
-                Timespec::try_from(d.saturating_duration_since(Instant::now()))
-                    .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?,
-            ),
-        };
-        match rustix::event::poll(&mut pfds, left.as_ref()) {
-            Ok(_) => break,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(pfds
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| !p.revents().is_empty())
-        .map(|(i, _)| i)
-        .collect())
-}
-
-/// `poll(2)` over the caller's own `pollfd` array (each with the events it waits for): how many
-/// have events now, their `revents` filled in; `timeout` `None` waits without a bound, a
-/// deadline is rounded up to the next millisecond (never polled early into a busy loop). An
-/// interrupted wait is returned as `ErrorKind::Interrupted`: the caller decides whether a
-/// signal ends its wait. A descriptor in the array that is not open is reported as `POLLNVAL`,
-/// never touched.
-pub fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<usize> {
-    let ms = match timeout {
-        None => -1,
-        Some(t) if t.is_zero() => 0,
-        Some(t) => i32::try_from(t.as_millis() + 1).unwrap_or(i32::MAX),
-    };
-    // SAFETY: `fds` is a valid, exclusively borrowed array of `len()` pollfd structs; the kernel
-    // writes only their `revents`.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(n as usize)
-}
 
 /// Close every descriptor from 3 up (a process that crosses a privilege boundary starts clean).
 pub fn close_inherited_fds() -> io::Result<()> {
@@ -164,18 +109,6 @@ mod tests {
     use super::*;
     use std::os::unix::net::UnixStream;
 
-    #[test]
-    fn a_wait_on_a_quiet_fd_ends_at_its_bound_and_a_written_one_is_ready() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let (c, _d) = UnixStream::pair().unwrap();
-        assert!(poll_readable(&[a.as_fd()], Some(Duration::from_millis(20)))
-            .unwrap()
-            .is_empty());
-        std::io::Write::write_all(&mut &b, b"x").unwrap();
-        let ready = poll_readable(&[c.as_fd(), a.as_fd()], None).unwrap();
-        assert_eq!(ready, vec![1]);
-    }
-
     /// Two sockets placed at 3 and 4 and the first again at 5: the shell the child becomes finds
     /// each where it was put (reading through 3 what was written into the socket placed there),
     /// and none of the copies made on the way at 10..=12 (the shell itself keeps a saved stdin
@@ -207,28 +140,6 @@ mod tests {
             Some(libc::EINVAL)
         );
         drop((w1, w2));
-    }
-
-    #[test]
-    fn a_raw_poll_reports_the_events_asked_for_and_a_closed_descriptor_as_invalid() {
-        let (a, b) = UnixStream::pair().unwrap();
-        let pfd = |fd: RawFd, events| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        };
-        let mut fds = [
-            pfd(a.as_raw_fd(), libc::POLLIN),
-            pfd(b.as_raw_fd(), libc::POLLOUT),
-        ];
-        assert_eq!(poll(&mut fds, Some(Duration::ZERO)).unwrap(), 1);
-        assert_eq!((fds[0].revents, fds[1].revents), (0, libc::POLLOUT));
-        let gone = dup_at_least(&a, 200).unwrap();
-        let raw = gone.as_raw_fd();
-        drop(gone);
-        let mut fds = [pfd(raw, libc::POLLIN)];
-        assert_eq!(poll(&mut fds, Some(Duration::from_millis(5))).unwrap(), 1);
-        assert_eq!(fds[0].revents, libc::POLLNVAL);
     }
 
     #[test]

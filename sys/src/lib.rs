@@ -1,10 +1,10 @@
 //! h5i-sys: the raw kernel calls h5i's crates share, each written once behind a small safe
 //! function: pidfds ([`pidfd`]), descriptors passed over unix sockets ([`fd_passing`]),
-//! bounded waits and descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
+//! descriptor hygiene ([`fds`]), idmapped mounts ([`idmap`]), sockets made
 //! inside another process's namespaces ([`ns_socket`]), entering a namespace ([`ns`]),
 //! netfilter netlink ([`netlink`]), Landlock's ABI probe, `no_new_privs` and enforcing a
-//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), a `poll(2)`
-//! over any events ([`poll`]), the box sandbox's `SOCK_SEQPACKET` init socket ([`seqpacket`]),
+//! built ruleset ([`landlock`]), giving up every capability for good ([`caps`]), every wait on
+//! descriptors, `poll(2)` ([`poll`]), the box sandbox's `SOCK_SEQPACKET` init socket ([`seqpacket`]),
 //! a TCP listener made inside a box's network namespace ([`tcp_in_ns`]), a directory worked in
 //! by name through a held descriptor, never through a symlink ([`dir_at`]), the caller's own
 //! ids ([`ids`]) and the password database ([`users`]), dying with the parent, liveness probes

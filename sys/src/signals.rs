@@ -164,7 +164,7 @@ mod tests {
         // SAFETY: pthread_self/pthread_kill signal this thread, which blocks SIGUSR1 now.
         unsafe { libc::pthread_kill(libc::pthread_self(), libc::SIGUSR1) };
         assert!(
-            !crate::fds::poll_readable(&[fd.as_fd()], Some(std::time::Duration::from_secs(5)))
+            !crate::poll::readable(&[fd.as_fd()], Some(std::time::Duration::from_secs(5)))
                 .unwrap()
                 .is_empty()
         );

@@ -95,7 +95,7 @@ pub(super) fn poll(fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usiz
     let timeout = u64::try_from(timeout_ms)
         .ok()
         .map(std::time::Duration::from_millis);
-    match h5i_sys::fds::poll(fds, timeout) {
+    match h5i_sys::poll::wait(fds, timeout) {
         Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(0),
         other => other,
     }
