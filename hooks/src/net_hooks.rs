@@ -286,36 +286,31 @@ pub fn net_inside() -> Result<(), NetHookError> {
 /// init `pid`, made by a forked child that enters it (entering changes the caller's namespace),
 /// then the namespaces handed over by descriptor.
 fn attach_from_host(dir: &Path, pid: i32) -> Result<(), NetHookError> {
-    // SAFETY: fork in the hook, which is single-threaded (it spawns processes, never threads);
-    // the child enters the namespace, makes its changes and leaves with _exit.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(sentry_error(
-            dir,
-            format!(
-                "refusing: cannot fork to enter the box's network namespace: {}",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    if child == 0 {
-        let made = crate::loopback::bring_up(i64::from(pid))
-            .map_err(NetHookError::from)
-            .and_then(|()| crate::tap::make_persistent(crate::uplink::DEVICE).map_err(Into::into));
-        let code = match made {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("h5i-hook: {e}");
-                1
+    // SAFETY: the hook is single-threaded (it spawns processes, never threads), so the child
+    // may run ordinary code: it enters the namespace, makes its changes and leaves with _exit.
+    let status = unsafe {
+        h5i_sys::fork_exec::in_forked_child(|| {
+            let made = crate::loopback::bring_up(i64::from(pid))
+                .map_err(NetHookError::from)
+                .and_then(|()| {
+                    crate::tap::make_persistent(crate::uplink::DEVICE).map_err(Into::into)
+                });
+            match made {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("h5i-hook: {e}");
+                    1
+                }
             }
-        };
-        // SAFETY: _exit ends the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
+        })
     }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child.
-    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
-    if waited != child || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+    .map_err(|e| {
+        sentry_error(
+            dir,
+            format!("refusing: cannot fork to enter the box's network namespace: {e}"),
+        )
+    })?;
+    if h5i_sys::proc::Ended::from_wait_status(status).code != Some(0) {
         return Err(sentry_error(
             dir,
             format!("refusing: bringing up lo and the uplink's tap in the network namespace of pid {pid} failed (status {status})"),
