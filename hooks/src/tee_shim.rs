@@ -401,10 +401,8 @@ fn pump_ready(streams: &mut [Stream; 2], ready: &[bool]) {
 /// each ends; the shim itself goes on to record and exit.
 fn pass_on_after(mut streams: [Stream; 2]) {
     // SAFETY: the shim is single-threaded, so the child may run ordinary code after fork.
-    if !matches!(
-        unsafe { h5i_sys::fork_exec::fork_single_threaded() },
-        Ok(h5i_sys::fork_exec::Forked::Child)
-    ) {
+    let forked = unsafe { h5i_sys::fork_exec::fork_single_threaded() };
+    if !matches!(forked, Ok(h5i_sys::fork_exec::Forked::Child)) {
         return;
     }
     for s in streams.iter_mut() {
