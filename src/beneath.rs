@@ -13,7 +13,7 @@
 
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -166,14 +166,8 @@ impl Found {
     }
 }
 
-fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
-    // SAFETY: zeroed is a valid bit pattern for the plain-data stat struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is an open descriptor owned by the caller; st is a valid out-pointer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    h5i_sys::fs::stat_of(fd)
 }
 
 fn found(st: libc::stat) -> Found {
@@ -303,21 +297,7 @@ impl Dir {
     pub fn stat_at(&self, name: &[u8]) -> io::Result<Found> {
         single(name)?;
         let c = cstr(OsStr::from_bytes(name))?;
-        // SAFETY: zeroed is a valid bit pattern for the plain-data stat struct.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: c is a valid C string relative to our descriptor; st a valid out-pointer.
-        let r = unsafe {
-            libc::fstatat(
-                self.fd.as_raw_fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(found(st))
+        Ok(found(h5i_sys::fs::lstat_at(&self.fd, &c)?))
     }
 
     /// The target of the symlink `name` in this directory.
@@ -344,7 +324,7 @@ impl Dir {
             }
             Err(e) => return Err(e),
         };
-        let st = found(fstat(fd.as_raw_fd())?);
+        let st = found(fstat(fd.as_fd())?);
         if !st.is_file() {
             return Ok(None);
         }
@@ -412,7 +392,7 @@ impl Dir {
 
     /// `fstat` of this directory itself, from its descriptor.
     pub fn stat(&self) -> io::Result<Found> {
-        fstat(self.fd.as_raw_fd()).map(found)
+        fstat(self.fd.as_fd()).map(found)
     }
 }
 

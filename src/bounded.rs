@@ -18,7 +18,7 @@ use std::ffi::{CString, OsStr};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -78,43 +78,19 @@ fn cstr(s: &OsStr) -> io::Result<CString> {
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in a path"))
 }
 
-fn openat(dir: libc::c_int, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    let c = cstr(name)?;
-    // SAFETY: c is a valid NUL-terminated string for the length of the call; the flags always
-    // include O_NOFOLLOW and O_CLOEXEC (added here), so no symlink is followed and no fd leaks.
-    let fd = unsafe {
-        libc::openat(
-            dir,
-            c.as_ptr(),
-            flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd was just returned by openat and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn openat(dir: BorrowedFd<'_>, name: &OsStr, flags: libc::c_int) -> io::Result<OwnedFd> {
+    // O_NOFOLLOW, O_CLOEXEC and O_NOCTTY are always added: no symlink is followed and no fd
+    // leaks.
+    h5i_sys::fs::open_at_nofollow(dir, &cstr(name)?, flags)
 }
 
-fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fd is an open descriptor and st points to writable memory of the right size.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
+fn fstat(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    h5i_sys::fs::stat_of(fd)
 }
 
-fn lstat_at(dir: libc::c_int, name: &OsStr) -> io::Result<libc::stat> {
-    let c = cstr(name)?;
-    // SAFETY: an all-zero stat is a valid value to be overwritten.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: c is NUL-terminated, st is writable; AT_SYMLINK_NOFOLLOW stats a link itself.
-    if unsafe { libc::fstatat(dir, c.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
+fn lstat_at(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<libc::stat> {
+    // AT_SYMLINK_NOFOLLOW: a link is stat'ed itself.
+    h5i_sys::fs::lstat_at(dir, &cstr(name)?)
 }
 
 fn skip_of(e: io::Error) -> Skip {
@@ -141,18 +117,8 @@ fn plain_parts(rel: &Path) -> Result<Vec<&OsStr>, Skip> {
 
 fn open_root(root: &Path) -> Result<OwnedFd, Skip> {
     let c = cstr(root.as_os_str()).map_err(Skip::Unreadable)?;
-    // SAFETY: c is a valid NUL-terminated string; the root is a directory the host chose.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(skip_of(io::Error::last_os_error()));
-    }
-    // SAFETY: fd was just returned by open and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    // The root is a directory the host chose.
+    h5i_sys::fs::open_dir(&c).map_err(skip_of)
 }
 
 /// Open `root/rel` for reading: every component below `root` walked with `O_NOFOLLOW`, the last
@@ -165,12 +131,12 @@ pub fn open_regular(root: &Path, rel: &Path, cap: u64) -> Result<(File, u64), Sk
     };
     let mut dir = open_root(root)?;
     for d in dirs {
-        dir = match openat(dir.as_raw_fd(), d, libc::O_RDONLY | libc::O_DIRECTORY) {
+        dir = match openat(dir.as_fd(), d, libc::O_RDONLY | libc::O_DIRECTORY) {
             Ok(next) => next,
             // Name what stands where a directory should: O_NOFOLLOW|O_DIRECTORY says only
             // ENOTDIR for a symlink.
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-                return Err(match lstat_at(dir.as_raw_fd(), d) {
+                return Err(match lstat_at(dir.as_fd(), d) {
                     Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => Skip::Symlink,
                     Ok(st) => Skip::NotRegular(kind_of(st.st_mode)),
                     Err(e) => skip_of(e),
@@ -180,15 +146,15 @@ pub fn open_regular(root: &Path, rel: &Path, cap: u64) -> Result<(File, u64), Sk
         };
     }
     // Refuse a special file before opening it: opening a device can act on it.
-    let seen = lstat_at(dir.as_raw_fd(), last).map_err(skip_of)?;
+    let seen = lstat_at(dir.as_fd(), last).map_err(skip_of)?;
     if seen.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(match seen.st_mode & libc::S_IFMT {
             libc::S_IFLNK => Skip::Symlink,
             m => Skip::NotRegular(kind_of(m)),
         });
     }
-    let fd = openat(dir.as_raw_fd(), last, libc::O_RDONLY | libc::O_NONBLOCK).map_err(skip_of)?;
-    let st = fstat(fd.as_raw_fd()).map_err(Skip::Unreadable)?;
+    let fd = openat(dir.as_fd(), last, libc::O_RDONLY | libc::O_NONBLOCK).map_err(skip_of)?;
+    let st = fstat(fd.as_fd()).map_err(Skip::Unreadable)?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG
         || st.st_ino != seen.st_ino
         || st.st_dev != seen.st_dev

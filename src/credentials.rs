@@ -438,8 +438,7 @@ impl HandoffPlace {
     /// can reach h5i: the private runtime directory when the box's root is the caller, else
     /// (a root caller's box root is h5i-box's range) the handoff directory of that uid.
     pub fn for_plan(uid: u32, gid: u32, hook: PathBuf) -> Result<HandoffPlace, BoxError> {
-        // SAFETY: geteuid has no preconditions.
-        if uid == unsafe { libc::geteuid() } {
+        if uid == h5i_sys::ids::euid() {
             Ok(HandoffPlace {
                 dir: crate::tier_host::runtime_dir()?,
                 owner: None,

@@ -622,20 +622,10 @@ fn build(
         .stdout(log.try_clone().map_err(|e| BoxError::io(&log_path, e))?)
         .stderr(log);
     let lfd = listener.as_raw_fd();
-    // SAFETY: the closure runs in the forked child before exec and only calls dup2/fcntl,
-    // which are async-signal-safe; `lfd` stays open in the parent until the child has exec'd.
-    unsafe {
-        cmd.pre_exec(move || {
-            if lfd == rt::init::LISTEN_FD {
-                if libc::fcntl(lfd, libc::F_SETFD, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(lfd, rt::init::LISTEN_FD) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        })
-    };
+    // SAFETY: the closure runs in the forked child before exec and only calls place_for_exec
+    // (fcntl and dup2 on a stack array, async-signal-safe); `lfd` stays open in the parent
+    // until the child has exec'd.
+    unsafe { cmd.pre_exec(move || h5i_sys::fds::place_for_exec(&[(lfd, rt::init::LISTEN_FD)])) };
     let mut status = cmd.status().map_err(|e| BoxError::io(runc, e))?;
     if !status.success() {
         // A container of this id left by an interrupted teardown (its state was lost, so
@@ -694,9 +684,7 @@ fn sweep_stale_runs(container: &str) {
         else {
             continue;
         };
-        // SAFETY: kill(2) with signal 0 only checks that the pid exists.
-        let gone = unsafe { libc::kill(pid, 0) } != 0
-            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let gone = !h5i_sys::proc::exists(pid);
         if gone {
             let _ = h5i_runtime::cage::remove_tree(&format!("{container}/c/{name}"));
         }

@@ -1055,7 +1055,7 @@ fn netns_ino(pid: i32) -> Option<u64> {
 
 /// Whether `fd` became readable within `timeout` (a pidfd: the process ended).
 fn poll_readable(fd: &OwnedFd, timeout: Duration) -> bool {
-    matches!(h5i_sys::fds::poll_readable(&[fd.as_fd()], Some(timeout)), Ok(r) if !r.is_empty())
+    matches!(h5i_sys::poll::readable(&[fd.as_fd()], Some(timeout)), Ok(r) if !r.is_empty())
 }
 
 /// Enter a network namespace on the calling thread only.
@@ -1065,29 +1065,12 @@ fn setns_net(ns: &OwnedFd) -> io::Result<()> {
 
 /// Whether `fd` is a socket in the listening state.
 fn is_listening_socket(fd: RawFd) -> bool {
-    let mut on: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes one int into `on`, whose size `len` gives; a non-socket or a
-    // closed fd gives -1.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_ACCEPTCONN,
-            (&mut on as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    rc == 0 && on == 1
+    h5i_sys::fds::is_listening_socket(fd)
 }
 
 /// Whether `fd` is open and a pipe.
 fn is_pipe(fd: RawFd) -> bool {
-    // SAFETY: fstat writes into a zeroed stat struct on the stack; an unopened fd gives EBADF.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
-    }
+    h5i_sys::fds::is_pipe(fd)
 }
 
 fn set_cloexec(fd: &OwnedFd) {
@@ -1097,15 +1080,13 @@ fn set_cloexec(fd: &OwnedFd) {
 /// Block the signals the supervising loop forwards, before any thread exists, so every thread
 /// inherits the mask and they reach the loop's signalfd.
 fn block_forwarded_signals() {
-    // SAFETY: building a sigset on the stack and setting this thread's mask; no other memory.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT] {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-    }
+    // Standard signals only, so this cannot be refused.
+    let _ = h5i_sys::signals::block_for_life(&[
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+    ]);
 }
 
 #[cfg(test)]

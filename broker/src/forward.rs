@@ -126,5 +126,5 @@ pub(crate) fn is_stale(sock: &TcpStream) -> bool {
         revents: 0,
     }];
     // A zero timeout never blocks; a failed poll counts as stale (the socket is not reused).
-    h5i_sys::fds::poll(&mut fds, Some(std::time::Duration::ZERO)).map_or(true, |n| n != 0)
+    h5i_sys::poll::wait(&mut fds, Some(std::time::Duration::ZERO)).map_or(true, |n| n != 0)
 }

@@ -212,39 +212,7 @@ fn always_refused(ip: IpAddr) -> Option<AddressRefusal> {
 
 /// The addresses assigned to this host's interfaces (`getifaddrs`).
 fn host_interface_addresses() -> io::Result<Vec<IpAddr>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: `head` is a valid out-pointer; on success the list is freed below with
-    // `freeifaddrs`, exactly once.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a non-null node of the list `getifaddrs` returned, not yet freed.
-        let ifa = unsafe { &*cur };
-        if !ifa.ifa_addr.is_null() {
-            // SAFETY: `ifa_addr` is non-null and points to a sockaddr whose family field is
-            // always readable.
-            let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-            if family == libc::AF_INET {
-                // SAFETY: the family is AF_INET, so the storage is a `sockaddr_in`.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))));
-            } else if family == libc::AF_INET6 {
-                // SAFETY: the family is AF_INET6, so the storage is a `sockaddr_in6`.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
-            }
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `head` came from a successful `getifaddrs` and is freed once; no reference into
-    // the list outlives this call (addresses were copied out).
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
+    h5i_sys::netif::addresses()
 }
 
 /// A destination's pinned addresses, or why it has none.

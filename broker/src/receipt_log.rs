@@ -11,7 +11,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -225,28 +225,21 @@ fn parse(bytes: &[u8]) -> ReceiptReadout {
 }
 
 /// Held while appending; the lock is released on drop (and by the kernel when the file closes).
-struct Flock(std::os::fd::RawFd);
+/// It holds a duplicate of the file's descriptor: a `flock` belongs to the open file, which
+/// the duplicate shares, so the file itself stays free to read and append through.
+struct Flock(std::os::fd::OwnedFd);
 
 impl Flock {
     fn exclusive(file: &File) -> io::Result<Self> {
-        loop {
-            // SAFETY: flock on a valid open fd; no memory is involved.
-            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
-            if r == 0 {
-                return Ok(Flock(file.as_raw_fd()));
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        let held = file.as_fd().try_clone_to_owned()?;
+        h5i_sys::fs::lock_exclusive(&held)?;
+        Ok(Flock(held))
     }
 }
 
 impl Drop for Flock {
     fn drop(&mut self) {
-        // SAFETY: the fd belongs to a File declared before this guard, so it is still open here.
-        unsafe { libc::flock(self.0, libc::LOCK_UN) };
+        let _ = h5i_sys::fs::unlock(&self.0);
     }
 }
 

@@ -286,7 +286,7 @@ fn accept_loop(
         let timeout = u64::try_from(refused.timeout_ms())
             .ok()
             .map(std::time::Duration::from_millis);
-        match h5i_sys::fds::poll(&mut fds, timeout) {
+        match h5i_sys::poll::wait(&mut fds, timeout) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(_) => return,

@@ -70,7 +70,7 @@ fn pump(a: &TcpStream, b: &TcpStream) -> io::Result<()> {
 /// Block until one of `fds` is ready (or in error: the next step will meet the error itself).
 fn wait(fds: &mut [libc::pollfd]) -> io::Result<()> {
     loop {
-        match h5i_sys::fds::poll(fds, None) {
+        match h5i_sys::poll::wait(fds, None) {
             Ok(_) => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),

@@ -36,7 +36,7 @@ use crate::net_spec::{self, GATE_SOCK, NET_SOCK, SENTRY_LOG, SENTRY_PID, TALLY};
 use crate::sentry::SentryPlan;
 use crate::state::OciState;
 use h5i_sys::fd_passing::send_with_fds;
-use h5i_sys::{fds, pidfd};
+use h5i_sys::pidfd;
 
 /// How long the sentry may take to pin, bind and say ready.
 const READY_TIMEOUT: Duration = Duration::from_secs(20);
@@ -110,7 +110,7 @@ fn sentry_error(dir: &Path, answer: impl Into<String>) -> NetHookError {
 
 /// Read one answer line from `conn` within `timeout`.
 fn read_answer(conn: &mut UnixStream, timeout: Duration) -> Result<String, String> {
-    let ready = fds::poll_readable(&[conn.as_fd()], Some(timeout))
+    let ready = h5i_sys::poll::readable(&[conn.as_fd()], Some(timeout))
         .map_err(|e| format!("refusing: waiting for the sentry failed: {e}"))?;
     if ready.is_empty() {
         return Err(format!(
@@ -224,7 +224,7 @@ fn start_sentry(state: &OciState) -> Result<(PathBuf, i32), NetHookError> {
     drop(stdin);
     let answer = match (sent, child.stdout.take()) {
         (Some(Ok(())), Some(mut out)) => {
-            let ready = fds::poll_readable(&[out.as_fd()], Some(READY_TIMEOUT));
+            let ready = h5i_sys::poll::readable(&[out.as_fd()], Some(READY_TIMEOUT));
             match ready {
                 Ok(r) if r.is_empty() => Err(format!(
                     "refusing: the sentry was not ready within {}s",
@@ -286,36 +286,31 @@ pub fn net_inside() -> Result<(), NetHookError> {
 /// init `pid`, made by a forked child that enters it (entering changes the caller's namespace),
 /// then the namespaces handed over by descriptor.
 fn attach_from_host(dir: &Path, pid: i32) -> Result<(), NetHookError> {
-    // SAFETY: fork in the hook, which is single-threaded (it spawns processes, never threads);
-    // the child enters the namespace, makes its changes and leaves with _exit.
-    let child = unsafe { libc::fork() };
-    if child < 0 {
-        return Err(sentry_error(
-            dir,
-            format!(
-                "refusing: cannot fork to enter the box's network namespace: {}",
-                io::Error::last_os_error()
-            ),
-        ));
-    }
-    if child == 0 {
-        let made = crate::loopback::bring_up(i64::from(pid))
-            .map_err(NetHookError::from)
-            .and_then(|()| crate::tap::make_persistent(crate::uplink::DEVICE).map_err(Into::into));
-        let code = match made {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("h5i-hook: {e}");
-                1
+    // SAFETY: the hook is single-threaded (it spawns processes, never threads), so the child
+    // may run ordinary code: it enters the namespace, makes its changes and leaves with _exit.
+    let status = unsafe {
+        h5i_sys::fork_exec::in_forked_child(|| {
+            let made = crate::loopback::bring_up(i64::from(pid))
+                .map_err(NetHookError::from)
+                .and_then(|()| {
+                    crate::tap::make_persistent(crate::uplink::DEVICE).map_err(Into::into)
+                });
+            match made {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("h5i-hook: {e}");
+                    1
+                }
             }
-        };
-        // SAFETY: _exit ends the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
+        })
     }
-    let mut status = 0;
-    // SAFETY: waitpid on our own child.
-    let waited = unsafe { libc::waitpid(child, &mut status, 0) };
-    if waited != child || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+    .map_err(|e| {
+        sentry_error(
+            dir,
+            format!("refusing: cannot fork to enter the box's network namespace: {e}"),
+        )
+    })?;
+    if h5i_sys::proc::Ended::from_wait_status(status).code != Some(0) {
         return Err(sentry_error(
             dir,
             format!("refusing: bringing up lo and the uplink's tap in the network namespace of pid {pid} failed (status {status})"),

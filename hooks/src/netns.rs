@@ -15,7 +15,7 @@
 //! namespace. Guarded by the unit tests below and `hooks/tests/supervised_net.rs`.
 
 use std::io::{self, Write};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -83,17 +83,8 @@ fn ns_id_of_fd(fd: RawFd) -> io::Result<(u64, u64)> {
     ns_id_of_path(&PathBuf::from(format!("/proc/self/fd/{fd}")))
 }
 
-fn ns_type(fd: RawFd) -> io::Result<libc::c_int> {
-    // SAFETY: NS_GET_NSTYPE takes no argument and only reads the fd's namespace type.
-    let t = unsafe { libc::ioctl(fd, libc::NS_GET_NSTYPE) };
-    if t < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(t)
-}
-
 fn expect_type(fd: &OwnedFd, want: libc::c_int, what: &'static str) -> Result<(), NetnsError> {
-    match ns_type(fd.as_raw_fd()) {
+    match h5i_sys::ns::kind_of(fd.as_fd()) {
         Ok(t) if t == want => Ok(()),
         Ok(t) => Err(NetnsError::NotNamespace {
             what,

@@ -69,8 +69,9 @@ use crate::nft;
 use crate::nft_counters::{self, CounterReader, Counters, ProtocolNames};
 use crate::uplink::Uplink;
 use h5i_sys::fd_passing::{self, Wait};
-use h5i_sys::fds::{self, poll_readable};
+use h5i_sys::fds;
 use h5i_sys::pidfd;
+use h5i_sys::poll::readable as poll_readable;
 
 /// Largest plan or request read.
 const MAX_PLAN: u64 = 1 << 20;

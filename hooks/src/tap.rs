@@ -27,7 +27,7 @@
 //! Podman modes).
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 
 /// Where the tun/tap clone device is.
 const TUN: &str = "/dev/net/tun";
@@ -53,8 +53,8 @@ pub enum TapError {
     },
 }
 
-/// The `ifreq` asking for tap device `name` without packet information.
-fn tap_request(name: &str) -> Result<libc::ifreq, TapError> {
+/// Refuse a name the kernel would mangle or cut (1-15 bytes, no `/`, `:`, NUL or whitespace).
+fn check_name(name: &str) -> Result<(), TapError> {
     let bytes = name.as_bytes();
     let valid = !bytes.is_empty()
         && bytes.len() < libc::IFNAMSIZ
@@ -64,42 +64,23 @@ fn tap_request(name: &str) -> Result<libc::ifreq, TapError> {
     if !valid {
         return Err(TapError::Name(name.to_string()));
     }
-    // SAFETY: ifreq is plain data; zeroed is a valid value (and NUL-terminates the name).
-    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(bytes) {
-        *dst = *src as libc::c_char;
-    }
-    req.ifr_ifru.ifru_flags = (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short;
-    Ok(req)
+    Ok(())
 }
 
 /// Make the persistent tap device `name` in this process's network namespace (or attach to it
 /// and make it persistent, when a tap of that name already exists there), then let go of it.
 pub fn make_persistent(name: &str) -> Result<(), TapError> {
-    let mut req = tap_request(name)?;
+    check_name(name)?;
     let tun = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(TUN)
         .map_err(TapError::Open)?;
-    let failed = |step| {
-        let source = io::Error::last_os_error();
-        TapError::Ioctl {
-            name: name.to_string(),
-            step,
-            source,
-        }
-    };
-    // SAFETY: TUNSETIFF reads (and may rewrite the name in) a valid ifreq that lives across the
-    // call, on an fd this function owns.
-    if unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETIFF, &mut req) } != 0 {
-        return Err(failed("TUNSETIFF"));
-    }
-    // SAFETY: TUNSETPERSIST takes its flag by value, not through a pointer; the fd is attached
-    // to the device just made.
-    if unsafe { libc::ioctl(tun.as_raw_fd(), libc::TUNSETPERSIST, 1 as libc::c_ulong) } != 0 {
-        return Err(failed("TUNSETPERSIST"));
-    }
+    h5i_sys::netif::make_tap_persistent(tun.as_fd(), name).map_err(|e| TapError::Ioctl {
+        name: name.to_string(),
+        step: e.step,
+        source: e.source,
+    })?;
     // Closing the fd (dropping `tun`) detaches it; the device stays, down, for pasta.
     Ok(())
 }
@@ -110,23 +91,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_request_names_a_tap_without_packet_information() {
-        let req = tap_request("tap0").unwrap();
-        let name: Vec<u8> = req.ifr_name.iter().map(|c| *c as u8).collect();
-        assert_eq!(&name[..5], b"tap0\0");
-        // SAFETY: reading the union member tap_request wrote.
-        let flags = unsafe { req.ifr_ifru.ifru_flags };
-        assert_eq!(flags, (libc::IFF_TAP | libc::IFF_NO_PI) as libc::c_short);
-    }
-
-    #[test]
     fn names_the_kernel_would_mangle_or_cut_are_refused() {
         for bad in ["", "a/b", "tap:0", "tap 0", "tap\0x", "0123456789abcdef"] {
-            assert!(
-                matches!(tap_request(bad), Err(TapError::Name(_))),
-                "{bad:?}"
-            );
+            assert!(matches!(check_name(bad), Err(TapError::Name(_))), "{bad:?}");
         }
-        assert!(tap_request("0123456789abcde").is_ok(), "15 bytes fit");
+        assert!(check_name("0123456789abcde").is_ok(), "15 bytes fit");
     }
 }

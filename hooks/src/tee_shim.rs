@@ -177,11 +177,11 @@ pub fn main(argv0: std::ffi::OsString, args: Vec<std::ffi::OsString>) -> ! {
     };
     real.env(NESTED_VAR, "1");
     let cwd = std::env::current_dir().unwrap_or_default();
-    // SAFETY: isatty only inspects descriptors 1 and 2.
-    let terminal = unsafe { libc::isatty(1) == 1 || libc::isatty(2) == 1 };
+    let terminal = h5i_sys::pty::is_terminal(1) || h5i_sys::pty::is_terminal(2);
     for sig in FORWARDED {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe { libc::signal(sig, note_signal as *const () as libc::sighandler_t) };
+        // The handler only stores to an atomic, which is async-signal-safe. A standard signal
+        // cannot be refused.
+        let _ = h5i_sys::signals::handle_with(sig, note_signal);
     }
     let ran = if terminal {
         run_on_terminal(real)
@@ -204,11 +204,7 @@ pub fn main(argv0: std::ffi::OsString, args: Vec<std::ffi::OsString>) -> ! {
 /// End the shim the way its command ended: the same exit code, or the same signal.
 fn end_as(ran: &Ran) -> ! {
     if let Some(sig) = ran.signal {
-        // SAFETY: restoring the default action and signalling ourselves; both plain calls.
-        unsafe {
-            libc::signal(sig, libc::SIG_DFL);
-            libc::raise(sig);
-        }
+        let _ = h5i_sys::signals::reraise_with_default(sig);
         std::process::exit(128 + sig);
     }
     std::process::exit(ran.exit.unwrap_or(1))
@@ -222,8 +218,10 @@ fn ended(status: std::process::ExitStatus) -> (Option<i32>, Option<i32>) {
 fn forward_pending(child: &std::process::Child) {
     let sig = PENDING_SIGNAL.swap(0, Ordering::SeqCst);
     if sig != 0 {
-        // SAFETY: kill takes a pid and a signal; the child is unreaped, so its pid is its own.
-        unsafe { libc::kill(child.id() as libc::pid_t, sig) };
+        // The child is unreaped, so the pidfd opened now names it.
+        if let Ok(fd) = h5i_sys::pidfd::open(child.id() as i32) {
+            let _ = h5i_sys::pidfd::send_signal(&fd, sig);
+        }
     }
 }
 
@@ -298,11 +296,10 @@ enum Pumped {
 /// ends the passing on, as it would end the command's own writes.
 fn write_all_fd(fd: RawFd, mut buf: &[u8]) {
     while !buf.is_empty() {
-        // SAFETY: buf is a live slice of buf.len() bytes.
-        let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
-        if n > 0 {
-            buf = &buf[n as usize..];
-        } else if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+        let n = h5i_sys::fds::write_raw(fd, buf);
+        if let Ok(n @ 1..) = n {
+            buf = &buf[n..];
+        } else if n.is_err_and(|e| e.kind() == io::ErrorKind::Interrupted) {
             continue;
         } else {
             return;
@@ -321,7 +318,7 @@ fn poll_readable(fds: &[RawFd]) -> Vec<bool> {
         })
         .collect();
     // An interrupted wait answers "none ready": the caller's loop looks at its signals first.
-    if !matches!(h5i_sys::fds::poll(&mut pfds, None), Ok(n) if n > 0) {
+    if !matches!(h5i_sys::poll::wait(&mut pfds, None), Ok(n) if n > 0) {
         return vec![false; fds.len()];
     }
     pfds.iter().map(|p| p.revents != 0).collect()
@@ -375,8 +372,7 @@ fn run_teed(mut real: std::process::Command) -> io::Result<Ran> {
     // What is already in the pipes belongs to the command's output.
     for s in streams.iter_mut() {
         if let Some(f) = &s.from {
-            // SAFETY: fcntl on a descriptor this function owns.
-            unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+            let _ = h5i_sys::fds::set_nonblocking(f, true);
         }
         while s.pump() == Pumped::Data {}
     }
@@ -405,14 +401,13 @@ fn pump_ready(streams: &mut [Stream; 2], ready: &[bool]) {
 /// each ends; the shim itself goes on to record and exit.
 fn pass_on_after(mut streams: [Stream; 2]) {
     // SAFETY: the shim is single-threaded, so the child may run ordinary code after fork.
-    let pid = unsafe { libc::fork() };
-    if pid != 0 {
+    let forked = unsafe { h5i_sys::fork_exec::fork_single_threaded() };
+    if !matches!(forked, Ok(h5i_sys::fork_exec::Forked::Child)) {
         return;
     }
     for s in streams.iter_mut() {
         if let Some(f) = &s.from {
-            // SAFETY: fcntl on a descriptor this process owns.
-            unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, 0) };
+            let _ = h5i_sys::fds::set_nonblocking(f, false);
         }
     }
     loop {
@@ -426,8 +421,8 @@ fn pass_on_after(mut streams: [Stream; 2]) {
         let ready = poll_readable(&fds);
         pump_ready(&mut streams, &ready);
     }
-    // SAFETY: ending the forked copy without running the parent's exit handlers.
-    unsafe { libc::_exit(0) }
+    // Ending the forked copy without running the parent's exit handlers.
+    h5i_sys::fork_exec::exit_now(0)
 }
 
 #[cfg(test)]

@@ -363,7 +363,7 @@ fn wait_ready(ready_r: OwnedFd, pid: u32) -> Result<(), UplinkError> {
     let mut line = Vec::new();
     while !line.ends_with(b"\n") {
         let left = deadline.saturating_duration_since(Instant::now());
-        let ready = fds::poll_readable(&[pipe.as_fd()], Some(left))
+        let ready = h5i_sys::poll::readable(&[pipe.as_fd()], Some(left))
             .map_err(|e| UplinkError::NotReady(e.to_string()))?;
         if ready.is_empty() {
             return Err(UplinkError::NotReady(format!(

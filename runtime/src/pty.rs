@@ -26,16 +26,17 @@
 //! Guarded by the unit tests below and by `tests/box_shell.rs` (sessions driven through a real
 //! pty: output, exit status, full-screen programs, resize, Ctrl-C, TIOCSTI, leftover jobs).
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use h5i_sys::fd_passing::Wait;
+use h5i_sys::poll::{PollEntry, POLLERR, POLLHUP, POLLIN, POLLOUT};
+pub use h5i_sys::pty::Winsize;
+use h5i_sys::signals::SignalFd;
 
 use crate::supervise::Companion;
 
@@ -86,42 +87,12 @@ pub enum PtyError {
 
 /// Whether `fd` is a terminal.
 pub fn is_terminal(fd: RawFd) -> bool {
-    // SAFETY: isatty only inspects the descriptor.
-    unsafe { libc::isatty(fd) == 1 }
+    h5i_sys::pty::is_terminal(fd)
 }
 
 /// The window size of the terminal on `fd`, when it is one.
-pub fn window_size(fd: RawFd) -> Option<libc::winsize> {
-    // SAFETY: winsize is plain data for the kernel to fill.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes one winsize into `ws`, which lives for the call.
-    let r = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
-    (r == 0 && ws.ws_row > 0 && ws.ws_col > 0).then_some(ws)
-}
-
-/// Set the window size of the pty behind `master`; the kernel signals the box's foreground
-/// job with SIGWINCH.
-fn set_window_size(master: RawFd, ws: &libc::winsize) {
-    // SAFETY: TIOCSWINSZ reads one winsize from `ws`, which lives for the call. Failure only
-    // means the box keeps its old size.
-    unsafe { libc::ioctl(master, libc::TIOCSWINSZ, ws) };
-}
-
-fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r)
-    }
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: F_GETFL/F_SETFL only change the status flags of `fd`.
-    unsafe {
-        let flags = cvt(libc::fcntl(fd, libc::F_GETFL))?;
-        cvt(libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK))?;
-    }
-    Ok(())
+pub fn window_size(fd: RawFd) -> Option<Winsize> {
+    h5i_sys::pty::window_size(fd)
 }
 
 /// A pseudo-terminal pair h5i opened itself (the workspace tier's).
@@ -136,29 +107,13 @@ pub struct PtyPair {
 impl PtyPair {
     /// Open a pair (`/dev/ptmx`, then the peer through `TIOCGPTPEER`, so no path is looked up
     /// in between), both close-on-exec, the slave sized like `size`.
-    pub fn open(size: Option<&libc::winsize>) -> Result<PtyPair, PtyError> {
-        let err = |call| move |source| PtyError::Open { call, source };
-        // SAFETY: posix_openpt returns a new descriptor or -1.
-        let fd =
-            cvt(unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) })
-                .map_err(err("posix_openpt"))?;
-        // SAFETY: fd is a freshly returned descriptor nothing else owns.
-        let master = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: unlockpt only changes the lock state of the pty behind `master`.
-        cvt(unsafe { libc::unlockpt(master.as_raw_fd()) }).map_err(err("unlockpt"))?;
-        // SAFETY: TIOCGPTPEER takes open flags by value and returns a new descriptor or -1.
-        let fd = cvt(unsafe {
-            libc::ioctl(
-                master.as_raw_fd(),
-                libc::TIOCGPTPEER,
-                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
-            )
-        })
-        .map_err(err("TIOCGPTPEER"))?;
-        // SAFETY: fd is a freshly returned descriptor nothing else owns.
-        let slave = unsafe { OwnedFd::from_raw_fd(fd) };
+    pub fn open(size: Option<&Winsize>) -> Result<PtyPair, PtyError> {
+        let (master, slave) = h5i_sys::pty::open_pair().map_err(|e| PtyError::Open {
+            call: e.call,
+            source: e.source,
+        })?;
         if let Some(ws) = size {
-            set_window_size(master.as_raw_fd(), ws);
+            h5i_sys::pty::set_window_size(master.as_fd(), ws);
         }
         Ok(PtyPair { master, slave })
     }
@@ -172,15 +127,17 @@ pub fn attach_slave(cmd: &mut Command, slave: &OwnedFd) -> io::Result<()> {
     cmd.stdin(slave.try_clone()?)
         .stdout(slave.try_clone()?)
         .stderr(slave.try_clone()?);
-    // SAFETY: the closure calls only async-signal-safe functions (sigemptyset, sigprocmask,
-    // setsid, ioctl, close_range/fcntl) between fork and exec, as pre_exec requires.
+    // SAFETY: the closure calls only async-signal-safe functions (sigprocmask, setsid, ioctl,
+    // close_range or fcntl, each one system call on stack data) between fork and exec, as
+    // pre_exec requires.
     unsafe {
         cmd.pre_exec(|| {
-            clear_signal_mask()?;
-            cvt(libc::setsid())?;
+            h5i_sys::signals::unblock_all()?;
+            h5i_sys::proc::new_session()?;
             // fd 0 is the slave by now (stdio is set up before pre_exec runs).
-            cvt(libc::ioctl(0, libc::TIOCSCTTY, 0))?;
-            close_inherited_at_exec()
+            h5i_sys::pty::take_as_controlling_terminal(0)?;
+            // Marked rather than closed: std's own exec-error pipe keeps working.
+            h5i_sys::fds::mark_inherited_cloexec()
         });
     }
     Ok(())
@@ -190,63 +147,21 @@ pub fn attach_slave(cmd: &mut Command, slave: &OwnedFd) -> io::Result<()> {
 /// a session that has none (a child just after `setsid`): its process group becomes the
 /// terminal's foreground job.
 pub fn take_as_controlling_terminal(slave: &OwnedFd) -> io::Result<()> {
-    // SAFETY: TIOCSCTTY takes an integer argument (0: do not steal a terminal another session
-    // holds) and changes only this process's session.
-    cvt(unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCSCTTY, 0) }).map(|_| ())
-}
-
-/// Mark every descriptor above stderr close-on-exec (runs in a `pre_exec` child; marking
-/// rather than closing keeps std's own exec-error pipe working).
-fn close_inherited_at_exec() -> io::Result<()> {
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only changes descriptor flags.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if r == 0 {
-        return Ok(());
-    }
-    // Kernels before 5.11: every descriptor the open-files limit allows.
-    // SAFETY: sysconf has no preconditions.
-    let max = unsafe { libc::sysconf(libc::_SC_OPEN_MAX) }.clamp(3, 1 << 20) as libc::c_int;
-    for fd in 3..max {
-        // SAFETY: F_SETFD on a descriptor that may not exist fails with EBADF, harmlessly.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
-    Ok(())
+    h5i_sys::pty::take_as_controlling_terminal(slave.as_raw_fd())
 }
 
 /// Make `cmd` a session leader with no controlling terminal and an empty signal mask (the
 /// process tier's runtime: it gets the box's terminal from the console socket, never the
 /// user's).
 pub fn new_session(cmd: &mut Command) {
-    // SAFETY: the closure calls only async-signal-safe functions (sigemptyset, sigprocmask,
-    // setsid) between fork and exec, as pre_exec requires.
+    // SAFETY: the closure calls only async-signal-safe functions (sigprocmask, setsid, one
+    // system call each on stack data) between fork and exec, as pre_exec requires.
     unsafe {
         cmd.pre_exec(|| {
-            clear_signal_mask()?;
-            cvt(libc::setsid())?;
-            Ok(())
+            h5i_sys::signals::unblock_all()?;
+            h5i_sys::proc::new_session()
         });
     }
-}
-
-/// Unblock every signal (runs in a `pre_exec` child).
-fn clear_signal_mask() -> io::Result<()> {
-    // SAFETY: set is plain data initialised by sigemptyset; sigprocmask reads it. Both are
-    // async-signal-safe.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
 }
 
 /// The console socket: a listening unix socket in a private (0700) directory, removed on drop.
@@ -266,20 +181,12 @@ impl ConsoleSocket {
             .filter(|d| d.is_absolute() && d.is_dir())
             .filter(|d| d.as_os_str().len() + "/h5i-cs-XXXXXX/s".len() <= SUN_PATH_MAX)
             .unwrap_or_else(|| PathBuf::from("/tmp"));
-        let fail = |source| PtyError::ConsoleSocket {
-            dir: base.clone(),
-            source,
-        };
-        let template = CString::new(base.join("h5i-cs-XXXXXX").as_os_str().as_bytes())
-            .map_err(|e| fail(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-        let mut raw = template.into_bytes_with_nul();
-        // SAFETY: raw is a writable NUL-terminated template ending in XXXXXX; mkdtemp fills the
-        // X's in place and creates the directory with mode 0700.
-        if unsafe { libc::mkdtemp(raw.as_mut_ptr().cast()) }.is_null() {
-            return Err(fail(io::Error::last_os_error()));
-        }
-        raw.pop();
-        let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&raw));
+        let dir = h5i_sys::fs::private_temp_dir(&base, "h5i-cs-").map_err(|source| {
+            PtyError::ConsoleSocket {
+                dir: base.clone(),
+                source,
+            }
+        })?;
         let path = dir.join("s");
         let listener = UnixListener::bind(&path).and_then(|l| {
             l.set_nonblocking(true)?;
@@ -319,138 +226,55 @@ fn recv_fd(conn: &UnixStream) -> io::Result<Option<OwnedFd>> {
 }
 
 /// Whether `fd` is the master side of a pseudo-terminal (only a master answers `TIOCGPTN`).
-pub fn is_pty_master(fd: RawFd) -> bool {
-    let mut n: libc::c_uint = 0;
-    // SAFETY: TIOCGPTN writes one unsigned int into `n`, which lives for the call.
-    unsafe { libc::ioctl(fd, libc::TIOCGPTN, &mut n) == 0 }
+pub fn is_pty_master(fd: impl AsFd) -> bool {
+    h5i_sys::pty::is_master(fd)
 }
 
 /// The user's terminal in raw mode; dropping it restores the saved settings.
 #[derive(Debug)]
 pub struct RawTerminal {
-    fd: RawFd,
-    saved: libc::termios,
+    /// Held for its drop, which restores the terminal.
+    _mode: h5i_sys::pty::RawMode,
 }
 
 impl RawTerminal {
     /// Put the terminal on `fd` in raw mode (no echo, no line editing, no signal keys, no
     /// output processing: the box's own pty does all of that).
     pub fn enter(fd: RawFd) -> Result<RawTerminal, PtyError> {
-        // SAFETY: termios is plain data for tcgetattr to fill.
-        let mut saved: libc::termios = unsafe { std::mem::zeroed() };
-        // SAFETY: tcgetattr writes one termios into `saved`.
-        cvt(unsafe { libc::tcgetattr(fd, &mut saved) }).map_err(|source| PtyError::Terminal {
-            call: "tcgetattr",
-            source,
-        })?;
-        let mut raw = saved;
-        // SAFETY: cfmakeraw edits the termios value in place.
-        unsafe { libc::cfmakeraw(&mut raw) };
-        raw.c_cc[libc::VMIN] = 1;
-        raw.c_cc[libc::VTIME] = 0;
-        // SAFETY: tcsetattr reads one termios from `raw`.
-        cvt(unsafe { libc::tcsetattr(fd, libc::TCSANOW, &raw) }).map_err(|source| {
-            PtyError::Terminal {
-                call: "tcsetattr",
-                source,
-            }
-        })?;
-        Ok(RawTerminal { fd, saved })
-    }
-}
-
-impl Drop for RawTerminal {
-    fn drop(&mut self) {
-        // SAFETY: tcsetattr reads the termios saved in `enter`; SIGTTOU is ignored around it so
-        // a caller moved to the background is not stopped while restoring.
-        unsafe {
-            let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
-            libc::tcsetattr(self.fd, libc::TCSADRAIN, &self.saved);
-            libc::signal(libc::SIGTTOU, old);
-        }
+        h5i_sys::pty::RawMode::enter(fd)
+            .map(|mode| RawTerminal { _mode: mode })
+            .map_err(|e| PtyError::Terminal {
+                call: e.call,
+                source: e.source,
+            })
     }
 }
 
 /// SIGWINCH, blocked on this thread and readable from a signalfd while it lives (the proxy's,
-/// and the microvm tier's relay of a guest's terminal).
+/// and the microvm tier's relay of a guest's terminal); unblocked again on drop unless it was
+/// blocked before.
 #[derive(Debug)]
-pub struct WinchSignal {
-    fd: OwnedFd,
-    was_blocked: bool,
-}
+pub struct WinchSignal(SignalFd);
 
 impl WinchSignal {
     /// Block SIGWINCH on this thread and route it to a signalfd.
     pub fn new() -> Result<WinchSignal, PtyError> {
-        let fail = |call| move |source| PtyError::Signal { call, source };
-        // SAFETY: sigset_t is plain data initialised by sigemptyset/sigaddset.
-        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-        // SAFETY: set is a valid sigset_t and SIGWINCH a valid signal.
-        unsafe {
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGWINCH);
-        }
-        // SAFETY: both pointers are valid sigset_t values; only this thread's mask changes.
-        let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
-        if r != 0 {
-            return Err(fail("pthread_sigmask")(io::Error::from_raw_os_error(r)));
-        }
-        // SAFETY: old was filled by pthread_sigmask.
-        let was_blocked = unsafe { libc::sigismember(&old, libc::SIGWINCH) } == 1;
-        // SAFETY: set is valid; -1 asks for a new descriptor.
-        let fd = unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) };
-        if fd < 0 {
-            let source = io::Error::last_os_error();
-            if !was_blocked {
-                // SAFETY: undoes the block above.
-                unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
-            }
-            return Err(fail("signalfd")(source));
-        }
-        Ok(WinchSignal {
-            // SAFETY: fd is a freshly returned descriptor nothing else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            was_blocked,
-        })
+        SignalFd::block(&[libc::SIGWINCH])
+            .map(WinchSignal)
+            .map_err(|source| PtyError::Signal {
+                call: "signalfd",
+                source,
+            })
     }
 
     /// The signalfd to poll for readability.
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.0.as_fd().as_raw_fd()
     }
 
     /// Consume every pending notification.
     pub fn drain(&self) {
-        // SAFETY: signalfd_siginfo is plain data.
-        let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };
-        let size = std::mem::size_of::<libc::signalfd_siginfo>();
-        // SAFETY: info is a writable buffer of exactly `size` bytes; the fd is non-blocking.
-        while unsafe {
-            libc::read(
-                self.fd.as_raw_fd(),
-                (&mut info as *mut libc::signalfd_siginfo).cast(),
-                size,
-            )
-        } == size as isize
-        {}
-    }
-}
-
-impl Drop for WinchSignal {
-    fn drop(&mut self) {
-        if self.was_blocked {
-            return;
-        }
-        // SAFETY: set is plain data initialised by sigemptyset/sigaddset; unblocking SIGWINCH
-        // undoes `new`. A SIGWINCH pending now is delivered with its default action (ignore).
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGWINCH);
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        }
+        while self.0.read().is_some() {}
     }
 }
 
@@ -505,7 +329,7 @@ pub struct PtyProxy {
 impl PtyProxy {
     /// Proxy a master h5i already holds (the workspace tier's [`PtyPair`]).
     pub fn with_master(master: OwnedFd) -> Result<PtyProxy, PtyError> {
-        set_nonblocking(master.as_raw_fd()).map_err(|source| PtyError::Open {
+        h5i_sys::fds::set_nonblocking(&master, true).map_err(|source| PtyError::Open {
             call: "fcntl(O_NONBLOCK)",
             source,
         })?;
@@ -543,7 +367,7 @@ impl PtyProxy {
 
     fn propagate_size(&self) {
         if let (Master::Open(m), Some(ws)) = (&self.master, window_size(self.stdin)) {
-            set_window_size(m.as_raw_fd(), &ws);
+            h5i_sys::pty::set_window_size(m.as_fd(), &ws);
         }
     }
 
@@ -573,9 +397,9 @@ impl PtyProxy {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) => self.refuse(format!("console socket receive: {e}")),
             Ok(None) => self.refuse("the runtime closed the console socket without a pty".into()),
-            Ok(Some(fd)) if !is_pty_master(fd.as_raw_fd()) => self
+            Ok(Some(fd)) if !is_pty_master(&fd) => self
                 .refuse("the console socket received a descriptor that is not a pty master".into()),
-            Ok(Some(fd)) => match set_nonblocking(fd.as_raw_fd()) {
+            Ok(Some(fd)) => match h5i_sys::fds::set_nonblocking(&fd, true) {
                 Ok(()) => Master::Open(fd),
                 Err(e) => self.refuse(format!("pty master: {e}")),
             },
@@ -594,20 +418,20 @@ impl PtyProxy {
             return false;
         };
         let mut buf = [0u8; CHUNK];
-        // SAFETY: buf is writable for CHUNK bytes for the call.
-        let n = unsafe { libc::read(m.as_raw_fd(), buf.as_mut_ptr().cast(), CHUNK) };
-        if n > 0 {
-            self.write_out(&buf[..n as usize]);
-            return true;
-        }
-        let err = io::Error::last_os_error();
-        if n < 0
-            && matches!(
-                err.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            )
-        {
-            return false;
+        match h5i_sys::fds::read_raw(m.as_raw_fd(), &mut buf) {
+            Ok(n) if n > 0 => {
+                self.write_out(&buf[..n]);
+                return true;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return false;
+            }
+            _ => {}
         }
         // EIO (or 0): every holder of the slave is gone.
         if let Master::Open(m) = std::mem::replace(&mut self.master, Master::Closed) {
@@ -618,23 +442,20 @@ impl PtyProxy {
 
     fn write_out(&mut self, mut data: &[u8]) {
         while self.stdout_open && !data.is_empty() {
-            // SAFETY: data is readable for its length for the call.
-            let n = unsafe { libc::write(self.stdout, data.as_ptr().cast(), data.len()) };
-            if n > 0 {
-                data = &data[n as usize..];
-                continue;
-            }
-            let err = io::Error::last_os_error();
-            match err.kind() {
+            let kind = match h5i_sys::fds::write_raw(self.stdout, data) {
+                Ok(n) if n > 0 => {
+                    data = &data[n..];
+                    continue;
+                }
+                // A write of 0 bytes (never for a non-empty buffer): taken as the terminal gone.
+                Ok(_) => io::ErrorKind::Other,
+                Err(e) => e.kind(),
+            };
+            match kind {
                 io::ErrorKind::Interrupted => {}
                 io::ErrorKind::WouldBlock => {
-                    let mut p = libc::pollfd {
-                        fd: self.stdout,
-                        events: libc::POLLOUT,
-                        revents: 0,
-                    };
-                    // SAFETY: p is one valid pollfd for the call.
-                    unsafe { libc::poll(&mut p, 1, -1) };
+                    let mut p = [h5i_sys::poll::entry(self.stdout, POLLOUT)];
+                    let _ = h5i_sys::poll::wait(&mut p, None);
                 }
                 // The user's terminal is gone: keep draining the box, show nothing.
                 _ => self.stdout_open = false,
@@ -645,21 +466,21 @@ impl PtyProxy {
     /// stdin -> pending, one read.
     fn pump_stdin(&mut self) {
         let mut buf = [0u8; CHUNK];
-        // SAFETY: buf is writable for CHUNK bytes for the call.
-        let n = unsafe { libc::read(self.stdin, buf.as_mut_ptr().cast(), CHUNK) };
-        if n > 0 {
-            self.pending.extend_from_slice(&buf[..n as usize]);
-            self.flush_pending();
-            return;
-        }
-        let err = io::Error::last_os_error();
-        if n < 0
-            && matches!(
-                err.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            )
-        {
-            return;
+        match h5i_sys::fds::read_raw(self.stdin, &mut buf) {
+            Ok(n) if n > 0 => {
+                self.pending.extend_from_slice(&buf[..n]);
+                self.flush_pending();
+                return;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                ) =>
+            {
+                return;
+            }
+            _ => {}
         }
         // End of input or a hung-up terminal: nothing more will be typed.
         self.stdin_open = false;
@@ -672,20 +493,15 @@ impl PtyProxy {
             return;
         };
         while !self.pending.is_empty() {
-            // SAFETY: pending is readable for its length for the call.
-            let n = unsafe {
-                libc::write(
-                    m.as_raw_fd(),
-                    self.pending.as_ptr().cast(),
-                    self.pending.len(),
-                )
+            let kind = match h5i_sys::fds::write_raw(m.as_raw_fd(), &self.pending) {
+                Ok(n) if n > 0 => {
+                    self.pending.drain(..n);
+                    continue;
+                }
+                Ok(_) => io::ErrorKind::Other,
+                Err(e) => e.kind(),
             };
-            if n > 0 {
-                self.pending.drain(..n as usize);
-                continue;
-            }
-            let err = io::Error::last_os_error();
-            match err.kind() {
+            match kind {
                 io::ErrorKind::Interrupted => {}
                 io::ErrorKind::WouldBlock => return,
                 _ => {
@@ -698,46 +514,37 @@ impl PtyProxy {
 }
 
 impl Companion for PtyProxy {
-    fn interest(&mut self, fds: &mut Vec<libc::pollfd>) {
+    fn interest(&mut self, fds: &mut Vec<PollEntry>) {
         self.slots.clear();
         let mut add = |slots: &mut Vec<Slot>, slot, fd, events| {
             slots.push(slot);
-            fds.push(libc::pollfd {
-                fd,
-                events,
-                revents: 0,
-            });
+            fds.push(h5i_sys::poll::entry(fd, events));
         };
         // Window changes first: a resize is applied before input typed after it.
-        add(
-            &mut self.slots,
-            Slot::Winch,
-            self.winch.fd.as_raw_fd(),
-            libc::POLLIN,
-        );
+        add(&mut self.slots, Slot::Winch, self.winch.fd(), POLLIN);
         match &self.master {
             Master::Listening(s) => add(
                 &mut self.slots,
                 Slot::Listener,
                 s.listener.as_raw_fd(),
-                libc::POLLIN,
+                POLLIN,
             ),
-            Master::Connected(c) => add(&mut self.slots, Slot::Conn, c.as_raw_fd(), libc::POLLIN),
+            Master::Connected(c) => add(&mut self.slots, Slot::Conn, c.as_raw_fd(), POLLIN),
             Master::Open(m) => {
-                let mut events = libc::POLLIN;
+                let mut events = POLLIN;
                 if !self.pending.is_empty() {
-                    events |= libc::POLLOUT;
+                    events |= POLLOUT;
                 }
                 add(&mut self.slots, Slot::Master, m.as_raw_fd(), events);
                 if self.stdin_open && self.pending.is_empty() {
-                    add(&mut self.slots, Slot::Stdin, self.stdin, libc::POLLIN);
+                    add(&mut self.slots, Slot::Stdin, self.stdin, POLLIN);
                 }
             }
             Master::Drained { .. } | Master::Closed => {}
         }
     }
 
-    fn ready(&mut self, fds: &[libc::pollfd]) {
+    fn ready(&mut self, fds: &[PollEntry]) {
         let slots = std::mem::take(&mut self.slots);
         for (slot, p) in slots.iter().zip(fds) {
             if p.revents == 0 {
@@ -751,15 +558,15 @@ impl Companion for PtyProxy {
                 Slot::Listener => self.accept(),
                 Slot::Conn => self.receive(),
                 Slot::Master => {
-                    if p.revents & libc::POLLOUT != 0 {
+                    if p.revents & POLLOUT != 0 {
                         self.flush_pending();
                     }
-                    if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                    if p.revents & (POLLIN | POLLHUP | POLLERR) != 0 {
                         self.pump_master();
                     }
                 }
                 Slot::Stdin => {
-                    if p.revents & libc::POLLIN != 0 {
+                    if p.revents & POLLIN != 0 {
                         self.pump_stdin();
                     } else {
                         // POLLHUP/POLLERR/POLLNVAL without data: the terminal is gone.
@@ -780,14 +587,9 @@ impl Companion for PtyProxy {
             let Master::Open(m) = &self.master else {
                 break;
             };
-            let mut p = libc::pollfd {
-                fd: m.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: p is one valid pollfd for the call.
-            let n = unsafe { libc::poll(&mut p, 1, 0) };
-            if n <= 0 || p.revents == 0 {
+            let mut p = [h5i_sys::poll::entry(m.as_raw_fd(), POLLIN)];
+            let n = h5i_sys::poll::wait(&mut p, Some(std::time::Duration::ZERO)).unwrap_or(0);
+            if n == 0 || p[0].revents == 0 {
                 break;
             }
             if !self.pump_master() {
@@ -814,13 +616,13 @@ mod tests {
             let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
             assert!(flags & libc::FD_CLOEXEC != 0);
         }
-        assert!(is_pty_master(pair.master.as_raw_fd()));
-        assert!(!is_pty_master(pair.slave.as_raw_fd()));
+        assert!(is_pty_master(&pair.master));
+        assert!(!is_pty_master(&pair.slave));
     }
 
     #[test]
     fn a_pair_takes_the_size_it_is_given() {
-        let ws = libc::winsize {
+        let ws = Winsize {
             ws_row: 33,
             ws_col: 101,
             ws_xpixel: 0,
@@ -851,12 +653,12 @@ mod tests {
         let (conn, _) = s.listener.accept().unwrap();
         send_fd(&client, pair.master.as_fd());
         let got = recv_fd(&conn).unwrap().unwrap();
-        assert!(is_pty_master(got.as_raw_fd()));
+        assert!(is_pty_master(&got));
         // A descriptor that is not a pty master is recognised as such.
         let f = std::fs::File::open("/dev/null").unwrap();
         send_fd(&client, f.as_fd());
         let got = recv_fd(&conn).unwrap().unwrap();
-        assert!(!is_pty_master(got.as_raw_fd()));
+        assert!(!is_pty_master(&got));
         drop(client);
         assert!(recv_fd(&conn).unwrap().is_none());
     }

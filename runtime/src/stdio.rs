@@ -46,9 +46,7 @@ static CLOSED_AT_START: AtomicU8 = AtomicU8::new(0);
 pub extern "C" fn record_closed_at_start() {
     let mut mask = 0u8;
     for fd in 0..3 {
-        // SAFETY: F_GETFD on a small integer only reads the descriptor table; -1 (EBADF)
-        // means closed. No memory is touched.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+        if !h5i_sys::fds::is_open(fd) {
             mask |= 1 << fd;
         }
     }
@@ -93,9 +91,9 @@ impl ClosedStdio {
     /// Close every descriptor in the set (async-signal-safe: only close(2)).
     pub fn close_all(self) {
         for fd in self.fds() {
-            // SAFETY: closing a standard descriptor this process owns; it was closed when the
-            // process started and only holds the runtime's placeholder `/dev/null` since.
-            unsafe { libc::close(fd) };
+            // A standard descriptor closed when the process started, holding only the runtime's
+            // placeholder `/dev/null` since.
+            let _ = h5i_sys::fds::close_std(fd);
         }
     }
 }
@@ -179,47 +177,21 @@ impl StdioSnapshot {
 
 /// `st_rdev` of the character device at `path`.
 fn char_rdev_of_path(path: &std::ffi::CStr) -> Option<libc::dev_t> {
-    // SAFETY: stat writes into a zeroed struct on the stack; `path` is NUL-terminated.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::stat(path.as_ptr(), &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR)
-            .then_some(st.st_rdev)
-    }
+    h5i_sys::fds::char_device_at(path)
 }
 
 /// `st_rdev` of `fd` when it is a character device.
 fn char_rdev_of_fd(fd: RawFd) -> Option<libc::dev_t> {
-    // SAFETY: fstat writes into a zeroed struct on the stack; a closed fd gives EBADF.
-    unsafe {
-        let mut st: libc::stat = std::mem::zeroed();
-        (libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFCHR)
-            .then_some(st.st_rdev)
-    }
+    h5i_sys::fds::char_device_of(fd)
 }
 
 fn get_flags(fd: RawFd) -> Option<libc::c_int> {
-    // SAFETY: F_GETFL only reads the open file's status flags; -1 for a closed fd.
-    let f = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    (f >= 0).then_some(f)
+    h5i_sys::fds::status_flags(fd)
 }
 
 /// Point `fd` at a fresh open of `/dev/null` with `flags`.
 fn reopen_dev_null(fd: RawFd, flags: libc::c_int) -> io::Result<()> {
-    // SAFETY: open of a NUL-terminated path; returns a new fd or -1.
-    let new = unsafe { libc::open(c"/dev/null".as_ptr(), flags | libc::O_CLOEXEC) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: dup2 between the fd just opened and a standard descriptor (dup2 clears
-    // O_CLOEXEC on the target); then the temporary is closed. No memory involved.
-    let rc = unsafe { libc::dup2(new, fd) };
-    let err = io::Error::last_os_error();
-    // SAFETY: `new` is ours and no longer needed.
-    unsafe { libc::close(new) };
-    if rc < 0 {
-        return Err(err);
-    }
-    Ok(())
+    h5i_sys::fds::point_std_at_dev_null(fd, flags)
 }
 
 #[cfg(test)]

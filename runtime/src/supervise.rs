@@ -200,7 +200,7 @@ fn supervise(
         if let Some(c) = companion.as_deref_mut() {
             c.interest(&mut fds);
         }
-        if let Err(err) = h5i_sys::fds::poll(&mut fds, timeout) {
+        if let Err(err) = h5i_sys::poll::wait(&mut fds, timeout) {
             if err.kind() == io::ErrorKind::Interrupted {
                 continue;
             }

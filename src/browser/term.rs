@@ -136,7 +136,7 @@ fn readable(fd: RawFd, ms: i32) -> bool {
         revents: 0,
     }];
     let wait = std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
-    matches!(h5i_sys::fds::poll(&mut p, Some(wait)), Ok(n) if n > 0)
+    matches!(h5i_sys::poll::wait(&mut p, Some(wait)), Ok(n) if n > 0)
         && p[0].revents & libc::POLLIN != 0
 }
 

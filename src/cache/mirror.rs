@@ -157,8 +157,7 @@ fn read_capped(path: &Path) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let f = std::fs::File::open(path).ok()?;
     let meta = f.metadata().ok()?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     let trusted = meta.is_file()
         && (meta.uid() == 0 || meta.uid() == euid)
         && meta.mode() & 0o002 == 0
@@ -719,8 +718,7 @@ fn yarnrc(text: &str) -> BTreeMap<String, String> {
 /// Yarn's home is `/usr/local/share`), the global one under the node prefix, then for root the
 /// real home's. `userconfig` is npm's setting (the `.npmrc` files only).
 fn yarn_files(env: &Env, name: &str, userconfig: Option<&String>) -> Vec<PathBuf> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = h5i_sys::ids::euid() == 0;
     let home = env.var("HOME").map(PathBuf::from);
     let yarn_home = if root {
         Some(PathBuf::from("/usr/local/share"))

@@ -781,8 +781,7 @@ fn real_dir(path: &Path) -> Result<(), String> {
     let m = path
         .symlink_metadata()
         .map_err(|e| format!("{} cannot be read ({e})", path.display()))?;
-    // SAFETY: geteuid has no preconditions.
-    let euid = unsafe { libc::geteuid() };
+    let euid = h5i_sys::ids::euid();
     if m.file_type().is_symlink() {
         Err(format!("{} is a symlink", path.display()))
     } else if !m.is_dir() {

@@ -340,8 +340,7 @@ pub fn refresh(
 
     // The box wrote it as its own identity: take it back, readable by every box, writable by
     // none of them.
-    // SAFETY: geteuid/getegid have no preconditions.
-    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let (uid, gid) = (h5i_sys::ids::euid(), h5i_sys::ids::egid());
     super::tree_walk::check_links(&scratch.staging)?;
     crate::identity::own_tree(&scratch.staging, uid, gid).map_err(BoxError::from)?;
     super::tree_walk::normalize_modes(&scratch.staging)?;
@@ -593,7 +592,7 @@ fn relay(out: &OwnedFd, stop: &OwnedFd, say: &(dyn Fn(Report<'_>) + Sync)) {
     let mut drained: Option<usize> = None;
     loop {
         let wait = drained.map(|_| Duration::ZERO);
-        let Ok(ready) = h5i_sys::fds::poll_readable(&[out.as_fd(), stop.as_fd()], wait) else {
+        let Ok(ready) = h5i_sys::poll::readable(&[out.as_fd(), stop.as_fd()], wait) else {
             break;
         };
         if ready.contains(&1) && drained.is_none() {

@@ -304,30 +304,25 @@ fn in_child(
     body: impl FnOnce(&dyn Fn(usize, usize, &io::Error) -> libc::c_int) -> libc::c_int,
 ) -> Result<(), (usize, usize, io::Error)> {
     let (rd, wr) = h5i_sys::fds::pipe().map_err(|e| (0, usize::MAX, e))?;
-    // SAFETY: fork; the child only makes raw syscalls (no allocation, no locks) and _exits.
-    let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err((0, usize::MAX, io::Error::last_os_error()));
+    let w = wr.as_raw_fd();
+    // SAFETY: the child only makes raw syscalls (no allocation, no locks: the report is 24
+    // bytes on its stack, written with one write(2), which a pipe's buffer always takes).
+    let status = unsafe {
+        h5i_sys::fork_exec::in_forked_child(|| {
+            let report = move |step: usize, index: usize, e: &io::Error| -> libc::c_int {
+                let errno = e.raw_os_error().unwrap_or(libc::EIO);
+                let msg: [u64; 3] = [step as u64, index as u64, errno as u64];
+                let bytes: [u8; 24] = std::array::from_fn(|i| msg[i / 8].to_ne_bytes()[i % 8]);
+                let _ = h5i_sys::fds::write_raw(w, &bytes);
+                1
+            };
+            body(&report)
+        })
     }
-    if pid == 0 {
-        let w = wr.as_raw_fd();
-        let report = move |step: usize, index: usize, e: &io::Error| -> libc::c_int {
-            let errno = e.raw_os_error().unwrap_or(libc::EIO);
-            let msg: [u64; 3] = [step as u64, index as u64, errno as u64];
-            // SAFETY: write of a stack buffer to the pipe; async-signal-safe.
-            unsafe { libc::write(w, msg.as_ptr().cast(), std::mem::size_of_val(&msg)) };
-            1
-        };
-        let code = body(&report);
-        // SAFETY: _exit ends the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
-    }
+    .map_err(|e| (0, usize::MAX, e))?;
     drop(wr);
     let mut buf = Vec::new();
     let read = File::from(rd).read_to_end(&mut buf);
-    let mut status = 0;
-    // SAFETY: waitpid on our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
     if let (Ok(24), true) = (read, buf.len() == 24) {
         let word = |i: usize| {
             let mut b = [0u8; 8];
@@ -340,7 +335,7 @@ fn in_child(
             io::Error::from_raw_os_error(word(2) as i32),
         ));
     }
-    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+    if h5i_sys::proc::Ended::from_wait_status(status).code == Some(0) {
         Ok(())
     } else {
         Err((

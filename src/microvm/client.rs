@@ -46,9 +46,7 @@ pub const MAX_PENDING: usize = 8 << 20;
 /// A fresh session number.
 fn session_number() -> u32 {
     let mut b = [0u8; 4];
-    // SAFETY: getrandom into a local 4-byte buffer.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 4 {
+    if h5i_sys::random::fill(&mut b).is_err() {
         return std::process::id() ^ crate::store::now_ms() as u32;
     }
     u32::from_le_bytes(b)
@@ -56,23 +54,13 @@ fn session_number() -> u32 {
 
 /// Wait for `fd` to turn readable until `deadline`; false at the deadline.
 fn readable(fds: &mut [libc::pollfd], deadline: Option<Instant>) -> std::io::Result<usize> {
-    let timeout = match deadline {
-        None => -1,
-        Some(d) => d
-            .saturating_duration_since(Instant::now())
-            .as_millis()
-            .min(i32::MAX as u128) as i32,
-    };
-    // SAFETY: poll over a caller's array of pollfds with its length.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() == std::io::ErrorKind::Interrupted {
-            return Ok(0);
-        }
-        return Err(e);
+    // The time left is rounded up to the next millisecond: the wait never ends just before
+    // the deadline.
+    let timeout = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+    match h5i_sys::poll::wait(fds, timeout) {
+        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Ok(0),
+        other => other,
     }
-    Ok(n as usize)
 }
 
 /// An open session.
@@ -549,13 +537,15 @@ fn relay(
         }
         if let (Some(i), Some(fd)) = (stdin_slot, io.stdin) {
             if fds[i].revents != 0 {
-                // SAFETY: read from the caller's input descriptor into a local buffer.
-                let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-                if n > 0 {
-                    s.send(Kind::Stdin, &buf[..n as usize]).map_err(broken)?;
-                } else if n == 0
-                    || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-                {
+                let n = h5i_sys::fds::read_raw(fd, &mut buf);
+                let ended = match &n {
+                    Ok(0) => true,
+                    Ok(_) => false,
+                    Err(e) => e.kind() != std::io::ErrorKind::Interrupted,
+                };
+                if let Ok(n @ 1..) = n {
+                    s.send(Kind::Stdin, &buf[..n]).map_err(broken)?;
+                } else if ended {
                     stdin_open = false;
                     s.send(Kind::StdinEof, &[]).map_err(broken)?;
                 }
@@ -566,9 +556,7 @@ fn relay(
 
 /// Whether descriptor 0 is open for reading.
 fn stdin_usable() -> bool {
-    // SAFETY: fcntl(F_GETFL) only inspects descriptor 0.
-    let fl = unsafe { libc::fcntl(0, libc::F_GETFL) };
-    fl >= 0 && (fl & libc::O_ACCMODE) != libc::O_WRONLY
+    h5i_sys::fds::is_open_for_reading(0)
 }
 
 #[cfg(test)]

@@ -46,12 +46,9 @@ impl std::fmt::Debug for Forward {
 
 /// In the calling thread, move to a new network namespace, bring its `lo` up and listen there.
 fn listen_in_a_namespace_of_its_own() -> io::Result<TcpListener> {
-    // SAFETY: unshare(2) with CLONE_NEWNET moves only the calling thread (a thread of h5i's own
-    // that serves nothing else) to a new network namespace.
-    if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    h5i_guest::loopback::up()?;
+    // Only the calling thread moves: a thread of h5i's own that serves nothing else.
+    h5i_sys::ns::unshare_net()?;
+    h5i_sys::netif::set_up("lo")?;
     TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
 }
 

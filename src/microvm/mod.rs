@@ -212,8 +212,7 @@ pub fn set_availability<T>(
         })
     });
     let msb_runs = msb::MsbFacts::gather().missing(None).is_empty();
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = h5i_sys::ids::euid() == 0;
     match for_auto(why, msb_runs, qemu.accel.0, root) {
         AutoChoice::Available => tiers.set_available(h5i_policy::Tier::Microvm),
         AutoChoice::OnRequest(r) => tiers.set_on_request(h5i_policy::Tier::Microvm, r),
@@ -337,8 +336,7 @@ fn check_policy(sb: &StoredBox, policy: &ResolvedPolicy) -> Result<(), BoxError>
             "the QEMU microvm backend gives its guest no network device: its only way out is the egress forward",
         ));
     }
-    // SAFETY: geteuid has no preconditions.
-    if !policy.net.egress.is_empty() && unsafe { libc::geteuid() } != 0 {
+    if !policy.net.egress.is_empty() && h5i_sys::ids::euid() != 0 {
         return Err(refuse(
             format!(
                 "box `{}` allows egress, and the microvm run's egress forward listens in a network namespace of its own, which only root can make here",
@@ -386,8 +384,7 @@ fn boot_plan(
         initramfs::build(&agent, &kernel.modules).map_err(|e| refuse(e, "see h5i box probe"))?;
     let ids = crate::identity::Mapping::for_caller()?;
     ids.hold(&sb.paths.dir, &[sb.paths.workspace(), sb.paths.spool()])?;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = h5i_sys::ids::euid() == 0;
     let ram_mib = policy
         .resources
         .mem_bytes

@@ -486,19 +486,12 @@ fn boot(dir: &Path, plan: &BootPlan, digest: String) -> Result<VmState, BoxError
             // fork), then down to the box's identity.
             entry.enter_in_child()?;
             if let Some((uid, gid)) = run_as {
-                if libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setgid(gid) != 0
-                    || libc::setuid(uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
+                h5i_sys::ids::drop_to(uid, gid)?;
             }
-            libc::setsid();
+            // Already a group leader is the one refusal, and harmless.
+            let _ = h5i_sys::proc::new_session();
             for fd in &keep {
-                let fl = libc::fcntl(*fd, libc::F_GETFD);
-                if fl < 0 || libc::fcntl(*fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                h5i_sys::fds::keep_across_exec(*fd)?;
             }
             super::confine::enforce_in_child(&ruleset)
         });

@@ -14,7 +14,7 @@
 //! process's stdout redirected after a run.
 
 use std::io::{Read, Seek};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
 use h5i_policy::receipt::{EgressTally, UncountedEgress};
@@ -249,9 +249,5 @@ impl Drop for StdoutTo {
 }
 
 fn dup2(from: &OwnedFd, to: libc::c_int) -> std::io::Result<()> {
-    // SAFETY: dup2 between a valid fd and one of the standard descriptors; no memory involved.
-    if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    h5i_sys::fds::point_std(to, from.as_fd())
 }

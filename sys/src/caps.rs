@@ -1,7 +1,7 @@
 //! Giving up privilege for good, on the calling thread: `no_new_privs` (no exec gains a
 //! privilege), not dumpable (no ptrace attach or `/proc/<pid>/mem` by another process of the
 //! same user), and every capability set emptied (joining a user namespace grants the full set
-//! inside it).
+//! inside it); or only the dumpable flag ([`set_not_dumpable`]).
 //!
 //! Must never: report success when any of the three was refused (each call's error is
 //! returned, and nothing after it runs). Tested below in a child, which reads its own
@@ -26,6 +26,15 @@ pub fn drop_all() -> io::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// Make this process not dumpable (alone: its capabilities and `no_new_privs` stay as they
+/// are): a process of the same user without `CAP_SYS_PTRACE` can neither ptrace it nor read
+/// its memory or descriptors through `/proc/<pid>`.
+pub fn set_not_dumpable() -> io::Result<()> {
+    Ok(rustix::process::set_dumpable_behavior(
+        DumpableBehavior::NotDumpable,
+    )?)
 }
 
 #[cfg(test)]

@@ -229,7 +229,7 @@ pub fn recv_with_fds(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::fds::poll_readable;
+    use crate::poll::readable as poll_readable;
     use std::io::{Read, Write};
     use std::os::unix::net::{UnixDatagram, UnixStream};
     use std::time::Duration;

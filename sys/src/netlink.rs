@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rustix::net::{netlink, AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use crate::fds::poll_readable;
+use crate::poll::readable as poll_readable;
 
 /// How long the forked child may take to hand the socket back.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(5);

@@ -14,7 +14,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::Duration;
 
 use crate::fd_passing::{self, Wait};
-use crate::fds::poll_readable;
+use crate::poll::readable as poll_readable;
 
 /// The user namespace that owns the namespace `ns` (`NS_GET_USERNS`), close-on-exec.
 pub fn owning_user_namespace(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {

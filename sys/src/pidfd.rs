@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rustix::process::{Pid, PidfdFlags, Signal};
 
-use crate::fds::poll_readable;
+use crate::poll::readable as poll_readable;
 
 /// A pidfd (close-on-exec) for `pid`. `ESRCH` when no such process is left (a reaped child
 /// included; a zombie still has one); `EINVAL` for a pid that names no single process (0 or

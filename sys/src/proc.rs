@@ -1,6 +1,7 @@
 //! This process's ties to others, where no pidfd can be held: dying with its parent and
-//! leading a session of its own (set in a forked child before exec), whether a pid from a file names a live process, and signalling a
-//! process group (a group has no pidfd).
+//! leading a session of its own (set in a forked child before exec), the working directory,
+//! whether a pid from a file names a live process, signalling a process group (a group has no
+//! pidfd), and reaping children (with their resource use) and decoding how they ended.
 //!
 //! On rustix. [`die_with_parent`] and [`new_session`] are async-signal-safe (system calls only, no
 //! allocation), so a `pre_exec` closure may call them. Must never: signal a single process by pid (that is
@@ -87,11 +88,49 @@ pub fn reap_with_usage(pid: i32) -> io::Result<(Ended, libc::rusage)> {
             return Err(e);
         }
     }
-    let ended = Ended {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
-    };
-    Ok((ended, usage))
+    Ok((Ended::from_wait_status(status), usage))
+}
+
+impl Ended {
+    /// How a child ended, from the raw status `wait4` wrote (a status passed along as a
+    /// number, as the box sandbox's init sends it to the host).
+    pub fn from_wait_status(status: i32) -> Ended {
+        Ended {
+            code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
+            signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        }
+    }
+}
+
+/// A child reaped with its resource use.
+pub struct Reaped {
+    /// Its pid (free for the kernel to hand out again from now on).
+    pub pid: i32,
+    /// The raw wait status ([`Ended::from_wait_status`] decodes it).
+    pub status: i32,
+    /// What it and its reaped descendants used.
+    pub usage: libc::rusage,
+}
+
+/// Reap one child of this process that has ended (`wait4(-1, WNOHANG)`), with its resource
+/// use, without waiting: `None` when none has ended yet; `ECHILD` when there are no children.
+/// An init that reaps orphans calls it until `None`.
+pub fn reap_any_with_usage_nohang() -> io::Result<Option<Reaped>> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for the kernel to overwrite.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `status` and `usage` are valid, writable and live for the call.
+    let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+    match pid {
+        0 => Ok(None),
+        p if p < 0 => Err(io::Error::last_os_error()),
+        pid => Ok(Some(Reaped { pid, status, usage })),
+    }
+}
+
+/// Make `dir` the working directory of this process (a forked child before exec).
+pub fn change_dir(dir: &std::ffi::CStr) -> io::Result<()> {
+    Ok(rustix::process::chdir(dir)?)
 }
 
 /// Reap one child of this process that has ended, in any process group, without waiting:

@@ -155,30 +155,20 @@ impl ConfinementKernel for LinuxKernel {
 }
 
 /// `seccomp(SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, program)`: the
-/// listener descriptor (close-on-exec, as the kernel makes it).
+/// listener descriptor (close-on-exec, as the kernel makes it). No-new-privs is set before
+/// this (the plan applies it first).
 fn install_with_listener(program: &BpfProgram) -> io::Result<OwnedFd> {
-    let len = u16::try_from(program.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "filter too long"))?;
-    let prog = libc::sock_fprog {
-        len,
-        filter: program.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: `prog` points at `program`'s instructions (alive for the call, `len` of them;
-    // seccompiler's sock_filter has libc's layout); the kernel copies them and returns a new
-    // descriptor or -1. No-new-privs is set before this (the plan applies it first).
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just installed this descriptor for us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    // seccompiler's instruction and libc's have the same fields; copied, not cast.
+    let program: Vec<h5i_sys::seccomp::Instruction> = program
+        .iter()
+        .map(|i| h5i_sys::seccomp::Instruction {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    h5i_sys::seccomp::install_with_listener(&program)
 }
 
 /// A test double that records the calls in order.

@@ -18,7 +18,7 @@ use std::ffi::{CString, OsString};
 use std::fs::File;
 use std::io;
 use std::io::Read;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 
@@ -197,17 +197,12 @@ fn reexec(memfd: &File) -> Result<(), SealError> {
         .collect();
     env.push(OsString::from(format!("{MARKER_ENV}=1")));
     let envp = cstrings(env.into_iter())?;
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|s| s.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|s| s.as_ptr()).collect();
-    envp_ptrs.push(std::ptr::null());
+    let args = h5i_sys::fork_exec::ExecArgs::new(argv, envp);
     // The copy must see the standard descriptors our caller closed as closed (see
     // crate::stdio): Rust's runtime put /dev/null on them before main.
     crate::stdio::closed_at_start().close_all();
-    // SAFETY: argv/envp are NULL-terminated arrays of pointers into CStrings that outlive the
-    // call; memfd is a valid fd of a sealed ELF copy. fexecve only returns on failure.
-    unsafe { libc::fexecve(memfd.as_raw_fd(), argv_ptrs.as_ptr(), envp_ptrs.as_ptr()) };
-    Err(step("fexecve")(io::Error::last_os_error()))
+    // memfd is a sealed ELF copy; fexecve only returns on failure.
+    Err(step("fexecve")(args.exec_fd(memfd.as_fd())))
 }
 
 #[cfg(test)]

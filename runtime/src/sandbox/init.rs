@@ -14,13 +14,14 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use h5i_sys::fd_passing::{send_with_fds, FdPassError};
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use h5i_sys::fork_exec::{ExecArgs, Forked};
+use h5i_sys::poll::{POLLERR, POLLHUP, POLLIN, POLLNVAL};
+use h5i_sys::signals::SignalFd;
 
 use super::{recv, RunEnd, RunRequest, DONE, FAILED, GO, MAX_REQUEST, READY};
 
@@ -39,11 +40,11 @@ pub enum InitError {
         /// Which call.
         call: &'static str,
         /// The error.
-        source: nix::Error,
+        source: io::Error,
     },
 }
 
-fn kernel(call: &'static str) -> impl FnOnce(nix::Error) -> InitError {
+fn kernel(call: &'static str) -> impl FnOnce(io::Error) -> InitError {
     move |source| InitError::Kernel { call, source }
 }
 
@@ -51,26 +52,18 @@ fn kernel(call: &'static str) -> impl FnOnce(nix::Error) -> InitError {
 pub fn serve(idle: Duration) -> Result<(), InitError> {
     // A run has the same uid and no capabilities: non-dumpable, the init's memory and
     // descriptors are out of its reach (ptrace and /proc/1/{mem,fd} need CAP_SYS_PTRACE).
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(InitError::Kernel {
-            call: "prctl(PR_SET_DUMPABLE)",
-            source: nix::Error::last(),
-        });
-    }
+    h5i_sys::caps::set_not_dumpable().map_err(kernel("prctl(PR_SET_DUMPABLE)"))?;
     // SAFETY: LISTEN_FD is only borrowed for the getsockopt call.
     if !h5i_sys::seqpacket::is_listening(unsafe { BorrowedFd::borrow_raw(LISTEN_FD) }) {
         return Err(InitError::NoListener);
     }
     // SAFETY: descriptor 3 was handed to this process for this purpose and nothing else owns it.
     let listener = unsafe { OwnedFd::from_raw_fd(LISTEN_FD) };
-    // SAFETY: F_SETFD on an owned descriptor; a run must never inherit the listener.
-    unsafe { libc::fcntl(listener.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
-    mask.thread_block().map_err(kernel("sigprocmask"))?;
-    let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(kernel("signalfd"))?;
+    // A run must never inherit the listener.
+    h5i_sys::fds::set_cloexec(&listener).map_err(kernel("fcntl(FD_CLOEXEC)"))?;
+    // SIGCHLD blocked for the init's whole life (the SignalFd is never dropped before it
+    // returns) and read from a close-on-exec, non-blocking signalfd.
+    let sigchld = SignalFd::block(&[libc::SIGCHLD]).map_err(kernel("signalfd"))?;
     // child pid -> its request's connection
     let mut runs: HashMap<i32, OwnedFd> = HashMap::new();
     // Idle is counted from the last run, not the last wakeup: h5i's `status` (box ls, the
@@ -83,28 +76,27 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
         }
         let pids: Vec<i32> = runs.keys().copied().collect();
         let mut fds = vec![
-            PollFd::new(listener.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sigchld.as_fd(), PollFlags::POLLIN),
+            h5i_sys::poll::entry(listener.as_raw_fd(), POLLIN),
+            h5i_sys::poll::entry(sigchld.as_fd().as_raw_fd(), POLLIN),
         ];
         // Connections are polled for POLLHUP only (events empty): the child reads its go.
         fds.extend(
             pids.iter()
                 .filter_map(|p| runs.get(p))
-                .map(|c| PollFd::new(c.as_fd(), PollFlags::empty())),
+                .map(|c| h5i_sys::poll::entry(c.as_raw_fd(), 0)),
         );
         let timeout = if runs.is_empty() {
             let left = idle.saturating_sub(last_run.elapsed());
             if left.is_zero() {
                 return Ok(());
             }
-            PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                .unwrap_or(PollTimeout::MAX)
+            Some(left)
         } else {
-            PollTimeout::NONE
+            None
         };
-        let n = match poll(&mut fds, timeout) {
+        let n = match h5i_sys::poll::wait(&mut fds, timeout) {
             Ok(n) => n,
-            Err(nix::Error::EINTR) => continue,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
                 return Err(InitError::Kernel {
                     call: "poll",
@@ -115,27 +107,29 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
         if n == 0 && runs.is_empty() {
             return Ok(());
         }
-        let ready = |i: usize| fds[i].revents().unwrap_or(PollFlags::empty());
-        let accept = ready(0).contains(PollFlags::POLLIN);
-        if ready(0).intersects(PollFlags::POLLERR | PollFlags::POLLNVAL) {
+        let ready = |i: usize| fds[i].revents;
+        let accept = ready(0) & POLLIN != 0;
+        if ready(0) & (POLLERR | POLLNVAL) != 0 {
             return Err(InitError::NoListener);
         }
-        let reap = ready(1).contains(PollFlags::POLLIN);
+        let reap = ready(1) & POLLIN != 0;
         let hung: Vec<i32> = pids
             .iter()
             .enumerate()
-            .filter(|(i, _)| ready(i + 2).intersects(PollFlags::POLLHUP | PollFlags::POLLERR))
+            .filter(|(i, _)| ready(i + 2) & (POLLHUP | POLLERR) != 0)
             .map(|(_, pid)| *pid)
             .collect();
         drop(fds);
         for pid in hung {
             // The host went away mid-run: the command ends with it (the host's next run
-            // removes whatever it left in the run's cgroup).
-            // SAFETY: kill(2) on our own unreaped child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // removes whatever it left in the run's cgroup). The pid is our own unreaped
+            // child's, so the pidfd opened now names that child.
+            if let Ok(child) = h5i_sys::pidfd::open(pid) {
+                let _ = h5i_sys::pidfd::kill(&child);
+            }
         }
         if reap {
-            while sigchld.read_signal().ok().flatten().is_some() {}
+            while sigchld.read().is_some() {}
             reap_all(&mut runs);
         }
         if accept {
@@ -150,15 +144,12 @@ pub fn serve(idle: Duration) -> Result<(), InitError> {
 
 /// Reap every exited process; report the ones that are runs.
 fn reap_all(runs: &mut HashMap<i32, OwnedFd>) {
-    loop {
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is valid for the kernel to overwrite.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: status and ru are valid and writable for the call.
-        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut ru) };
-        if pid <= 0 {
-            return;
-        }
+    while let Ok(Some(h5i_sys::proc::Reaped {
+        pid,
+        status,
+        usage: ru,
+    })) = h5i_sys::proc::reap_any_with_usage_nohang()
+    {
         if let Some(conn) = runs.remove(&pid) {
             let us = |tv: libc::timeval| {
                 (tv.tv_sec.max(0) as u64) * 1_000_000 + tv.tv_usec.max(0) as u64
@@ -225,24 +216,22 @@ fn start(conn: &OwnedFd) -> Option<i32> {
         }
     };
     // SAFETY: the init is single-threaded, so the child may run ordinary code until exec.
-    match unsafe { libc::fork() } {
-        -1 => {
-            refuse(conn, &format!("fork: {}", std::io::Error::last_os_error()));
+    match unsafe { h5i_sys::fork_exec::fork_single_threaded() } {
+        Err(e) => {
+            refuse(conn, &format!("fork: {e}"));
             None
         }
-        0 => {
+        Ok(Forked::Child) => {
             let code = child(conn, &req, &got.fds, &prepared);
-            // SAFETY: _exit in the forked child; no destructors of the parent's state run.
-            unsafe { libc::_exit(code) }
+            h5i_sys::fork_exec::exit_now(code)
         }
-        pid => Some(pid),
+        Ok(Forked::Parent(pid)) => Some(pid),
     }
 }
 
 /// The request's strings as C strings, made before the fork.
 struct Prepared {
-    argv: Vec<CString>,
-    env: Vec<CString>,
+    exec: ExecArgs,
     cwd: CString,
     /// Candidate paths for `argv[0]`, in `PATH` order (just `argv[0]` when it holds a slash).
     candidates: Vec<CString>,
@@ -277,8 +266,7 @@ impl Prepared {
                 .collect::<Result<Vec<_>, _>>()?
         };
         Ok(Prepared {
-            argv,
-            env,
+            exec: ExecArgs::new(argv, env),
             cwd,
             candidates,
         })
@@ -289,11 +277,10 @@ impl Prepared {
 fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32 {
     // Undo what the init set for itself: the blocked SIGCHLD and Rust's ignored SIGPIPE
     // (both are inherited across exec).
-    let _ = SigSet::all().thread_unblock();
-    // SAFETY: resetting a disposition to the default; no handler involved.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    // SAFETY: setsid has no preconditions; the child is not a group leader (fresh fork).
-    unsafe { libc::setsid() };
+    let _ = h5i_sys::signals::unblock_all();
+    let _ = h5i_sys::signals::reset_to_default(libc::SIGPIPE);
+    // The child is not a group leader (a fresh fork), so this cannot fail.
+    let _ = h5i_sys::proc::new_session();
     // The box's own terminal, opened here (in the box's devpts, under its Landlock domain and
     // seccomp filter): this child leads the new session, so the slave becomes its controlling
     // terminal and its process group the terminal's foreground job.
@@ -320,26 +307,23 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
             .as_ref()
             .filter(|_| req.pty[target])
             .map(|pair| &pair.slave);
+        // dup2 onto a standard descriptor clears its close-on-exec flag.
         if let Some(slave) = slave {
-            // SAFETY: dup2 onto a standard descriptor from the slave we own; clears CLOEXEC.
-            if unsafe { libc::dup2(slave.as_raw_fd(), target as RawFd) } < 0 {
+            if h5i_sys::fds::point_std(target as RawFd, slave.as_fd()).is_err() {
                 return 126;
             }
         } else if *open {
             if let Some(fd) = given.next() {
-                // SAFETY: dup2 onto a standard descriptor from one we own; dup2 clears CLOEXEC.
-                if unsafe { libc::dup2(fd.as_raw_fd(), target as RawFd) } < 0 {
+                if h5i_sys::fds::point_std(target as RawFd, fd.as_fd()).is_err() {
                     return 126;
                 }
             }
         } else {
-            // SAFETY: the caller had this standard descriptor closed: so does the command.
-            unsafe { libc::close(target as RawFd) };
+            // The caller had this standard descriptor closed: so does the command.
+            let _ = h5i_sys::fds::close_std(target as RawFd);
         }
     }
-    // SAFETY: chdir to a NUL-terminated path.
-    if unsafe { libc::chdir(p.cwd.as_ptr()) } != 0 {
-        let e = std::io::Error::last_os_error();
+    if let Err(e) = h5i_sys::proc::change_dir(&p.cwd) {
         say(&format!("h5i: cannot enter {}: {e}\n", req.cwd.display()));
         return 126;
     }
@@ -354,16 +338,10 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
         Ok(g) if g.bytes == [GO] => {}
         _ => return 126,
     }
-    let mut argv: Vec<*const libc::c_char> = p.argv.iter().map(|a| a.as_ptr()).collect();
-    argv.push(std::ptr::null());
-    let mut env: Vec<*const libc::c_char> = p.env.iter().map(|a| a.as_ptr()).collect();
-    env.push(std::ptr::null());
     let mut first_error = libc::ENOENT;
     for cand in &p.candidates {
-        // SAFETY: NUL-terminated path, argv and envp arrays ending in null pointers, all alive
-        // for the call. Every descriptor but 0-2 is close-on-exec.
-        unsafe { libc::execve(cand.as_ptr(), argv.as_ptr(), env.as_ptr()) };
-        let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+        // Every descriptor but 0-2 is close-on-exec.
+        let errno = p.exec.exec(cand).raw_os_error().unwrap_or(0);
         if errno != libc::ENOENT && errno != libc::ENOTDIR && first_error == libc::ENOENT {
             first_error = errno;
         }
@@ -382,6 +360,6 @@ fn child(conn: &OwnedFd, req: &RunRequest, fds: &[OwnedFd], p: &Prepared) -> i32
 
 /// Best effort to the command's stderr.
 fn say(text: &str) {
-    // SAFETY: write(2) of a live buffer to descriptor 2 (which may be closed: then EBADF).
-    unsafe { libc::write(2, text.as_ptr().cast(), text.len()) };
+    // Descriptor 2 may be closed (then EBADF): nothing more to do.
+    let _ = h5i_sys::fds::write_raw(2, text.as_bytes());
 }

@@ -277,7 +277,7 @@ fn master_of(req: &RunRequest, fds: Vec<OwnedFd>) -> Result<Option<OwnedFd>, San
     let mut fds = fds.into_iter();
     match (req.has_pty(), fds.next(), fds.next()) {
         (false, None, _) => Ok(None),
-        (true, Some(m), None) if crate::pty::is_pty_master(m.as_raw_fd()) => Ok(Some(m)),
+        (true, Some(m), None) if crate::pty::is_pty_master(&m) => Ok(Some(m)),
         _ => Err(SandboxError::Refused(
             "the run's child sent descriptors its request did not ask for".into(),
         )),
@@ -360,8 +360,10 @@ pub fn run(
         Err(e) => {
             // The child has not exec'd: ending it here leaves nothing behind.
             cage.kill_members();
-            // SAFETY: kill(2) with a pid the kernel named as the sender; no memory involved.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // The pid the kernel named as the sender: the child waits for its go, unreaped.
+            if let Ok(child) = h5i_sys::pidfd::open(pid) {
+                let _ = h5i_sys::pidfd::kill(&child);
+            }
             return Err(e);
         }
     };
@@ -407,10 +409,10 @@ pub fn run(
             ))
         }
     };
-    let status = end.status;
+    let ended = h5i_sys::proc::Ended::from_wait_status(end.status);
     let exit = ExitOutcome {
-        code: libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)),
-        signal: libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status)),
+        code: ended.code,
+        signal: ended.signal,
         timed_out,
         oom_killed: false,
     };
