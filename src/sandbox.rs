@@ -12,7 +12,13 @@
 //! its proxies' listeners made in the sandbox's network namespace for that run alone (a dummy of
 //! its own, its own tally, the listeners closed when it ends: `crate::credentials`), and a run
 //! on a terminal (`box shell`, an interactive `box run`) gets a pty its child opens inside the
-//! sandbox and leads ([`RunWiring::pty`]; `h5i_runtime::sandbox`'s protocol).
+//! sandbox and leads ([`RunWiring::pty`]; `h5i_runtime::sandbox`'s protocol). A Codex box's
+//! runs go through it one at a time: Codex reads its system folder, `/etc/codex`, whose
+//! `config.toml` names the run's credential proxy; the sandbox binds a folder of h5i's there
+//! (read-only) when it is made, and h5i rewrites its files for each run before it starts (each
+//! file replaced by a rename, so no run reads a part) and again once it ended (naming no
+//! proxy). A second run of the box meanwhile takes a container of its own, whose folder is its
+//! own (`crate::capture::CodexSystemDir`).
 //!
 //! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
 //! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
@@ -20,7 +26,9 @@
 //! its rootfs is the box's root), `init.log` (the init's own stderr), `lock` (exclusive to
 //! build or tear down, shared while a run is served, so a teardown waits for runs in flight),
 //! and for a supervised sandbox `net/` (the sentry's net directory: its sockets, log, the box's
-//! hosts file) and `net.lock` (held by the one supervised run the network serves at a time; in
+//! hosts file), for a Codex box `codex/` (bound at `/etc/codex`; `crate::capture::CodexSandboxFolder`)
+//! and `codex.lock` (held by the one run it names), and `net.lock` (held by the one supervised
+//! run the network serves at a time; in
 //! a process-tier sandbox, by the one run whose refused dials its deny-all table counts, read
 //! before and after the run through the init's network namespace: `crate::denied_egress`).
 //!
@@ -48,8 +56,9 @@
 //! Must never: let the box hold more than its `mem` (plus the init's allowance) across runs,
 //! serve a run from a sandbox made from another plan, start a supervised run before the sentry
 //! took its pins, serve two supervised runs at once through one network (their tallies would
-//! mix), put a secret in the sandbox's bundle (secrets travel per run, in the
-//! request), or leave the container, its cgroups, its sentry or its directory behind after a
+//! mix), serve two runs of a Codex box at once (each would read the other's proxy in
+//! `/etc/codex`), let the box write its `/etc/codex`, put a secret in the sandbox's bundle
+//! (secrets travel per run, in the request), or leave the container, its cgroups, its sentry or its directory behind after a
 //! teardown.
 //! Guarded by `tests/sandbox.rs` and `tests/supervised_sandbox.rs`.
 
@@ -139,7 +148,7 @@ pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
 }
 
 /// Which runs the sandbox serves, as `status` says it.
-const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's, one in a service's network, and a Codex box's (a per-run /etc/codex)";
+const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's and one in a service's network; a Codex box's runs one at a time (its /etc/codex names that run's proxy; a run meanwhile takes a container of its own)";
 
 /// `status`'s line for the sandbox. A sandbox whose init ended on its own (the idle timeout)
 /// is swept first: the container's record, cgroups and directory its init could not remove.
@@ -303,6 +312,11 @@ fn net_dir(dir: &Path) -> PathBuf {
     dir.join("net")
 }
 
+/// A Codex box's system folder, bound at `/etc/codex` (inside the sandbox's own directory).
+fn codex_dir(dir: &Path) -> PathBuf {
+    dir.join("codex")
+}
+
 /// Run `plan`'s command in the box's sandbox, making or rebuilding it first when needed. With
 /// `egress` (the supervised tier: this run's pins), the sandbox is a supervised one: its network
 /// namespace, nftables table, socket gate and uplink live as long as it does, the table is
@@ -332,6 +346,13 @@ pub fn run(
     })?;
     let dir = dir_for(sb)?;
     let mut base = sandbox_plan(sb, plan, &runc, idle_secs()?);
+    // A Codex box reads its system folder, which names each run's credential proxy: one folder
+    // of h5i's, bound over /etc/codex when the sandbox is made and rewritten for each run.
+    let codex = (policy.agent == Some(h5i_policy::AgentRuntime::Codex))
+        .then(|| crate::capture::CodexSandboxFolder::at(codex_dir(&dir)));
+    if let Some(folder) = &codex {
+        base.binds.push(folder.bind());
+    }
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
     let ceiling = SandboxCeiling::of(policy);
@@ -359,11 +380,15 @@ pub fn run(
     // A supervised sandbox whose sentry is gone has no network to serve a run with.
     let current = read_state(&dir)
         .filter(|s| s.digest == digest)
-        .filter(|_| egress.is_none() || net.join(NET_SOCK).exists());
+        .filter(|_| egress.is_none() || net.join(NET_SOCK).exists())
+        .filter(|_| codex.as_ref().is_none_or(|f| f.exists()));
     let (state, conn) = match current.and_then(|s| rt::connect(&socket).ok().map(|c| (s, c))) {
         Some(found) => found,
         None => {
             teardown_locked(&dir)?;
+            if let Some(folder) = &codex {
+                folder.make()?;
+            }
             if let Some(rules) = egress {
                 crate::supervised::make_dir(&net, &hostname, rules)?;
             }
@@ -376,6 +401,20 @@ pub fn run(
     };
     lock.downgrade()
         .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
+    // A Codex box's sandbox serves one run at a time: its /etc/codex names that run's proxy,
+    // and a second run meanwhile would read the first's (or the first the second's). That
+    // second run takes a container of its own, with a system folder of its own.
+    let codex_held = match &codex {
+        None => None,
+        Some(_) => {
+            let path = dir.join("codex.lock");
+            match FileLock::try_take(&path, LockKind::Exclusive) {
+                Ok(Some(held)) => Some(held),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(BoxError::io(&path, e)),
+            }
+        }
+    };
     // One supervised run at a time holds the sandbox's network, so its tally is its own; a
     // second one meanwhile takes a container of its own. The sentry's `begin` runs while the
     // run's cgroup is made; the run starts only on its `ok`.
@@ -420,6 +459,8 @@ pub fn run(
         })?)
     };
     let serving = wiring.creds.serve_in_sandbox(netns, &mut env)?;
+    // The folder names this run's proxy (its base URL is in `env` now) before the run starts.
+    let named = codex.as_ref().map_or(Ok(()), |f| f.name_run(&env));
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()], wiring.pty);
     let req = RunRequest {
@@ -436,28 +477,36 @@ pub fn run(
         now_ms() % 1_000_000
     );
     let mut begin_refused = None;
-    let report = rt::run(
-        &RunSlot {
-            socket: &socket,
-            cage_id: &cage_id,
-            mem: policy.resources.mem_bytes,
-            procs: policy.resources.procs,
-            wall,
-        },
-        conn,
-        &req,
-        &fds,
-        || match begun.map(crate::supervised::BeginRequest::answer) {
-            Some(Err(e)) => {
-                let refusal = e.to_string();
-                begin_refused = Some(e);
-                Err(refusal)
-            }
-            None | Some(Ok(())) => Ok(()),
-        },
-    );
+    let report = named.and_then(|()| {
+        rt::run(
+            &RunSlot {
+                socket: &socket,
+                cage_id: &cage_id,
+                mem: policy.resources.mem_bytes,
+                procs: policy.resources.procs,
+                wall,
+            },
+            conn,
+            &req,
+            &fds,
+            || match begun.map(crate::supervised::BeginRequest::answer) {
+                Some(Err(e)) => {
+                    let refusal = e.to_string();
+                    begin_refused = Some(e);
+                    Err(refusal)
+                }
+                None | Some(Ok(())) => Ok(()),
+            },
+        )
+        .map_err(BoxError::from)
+    });
     // The proxies stop with the run (their listeners closed), whether or not it started.
     let creds = serving.and_then(crate::credentials::Serving::tally);
+    // The folder names no proxy once the run's is gone.
+    let forgotten = codex
+        .as_ref()
+        .map_or(Ok(()), crate::capture::CodexSandboxFolder::forget_run);
+    drop(codex_held);
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
     let denied = denial_counter.map(|c| c.and_then(crate::denied_egress::SandboxCounter::end));
@@ -471,6 +520,7 @@ pub fn run(
         return Err(e);
     }
     let report = report?;
+    forgotten?;
     drop(lock);
     Ok(Some(SandboxRun {
         report: ProcessRunReport {
@@ -787,9 +837,10 @@ fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
     for f in ["state.json", "init.sock", "init.pid"] {
         let _ = fs::remove_file(dir.join(f));
     }
-    let net = net_dir(dir);
-    if net.exists() {
-        fs::remove_dir_all(&net).map_err(|e| BoxError::io(&net, e))?;
+    for owned in [net_dir(dir), codex_dir(dir)] {
+        if owned.exists() {
+            fs::remove_dir_all(&owned).map_err(|e| BoxError::io(&owned, e))?;
+        }
     }
     let bundle = dir.join("bundle");
     if bundle.exists() {
