@@ -245,6 +245,10 @@ struct DigestKey<'a> {
     policy_digest: &'a str,
     /// `h5i-runc`, the init binary.
     runc: &'a Path,
+    /// A bind source the sandbox makes itself when it is made (a Codex box's folder), counted
+    /// as there: the config the sandbox is made from has its bind whether or not a sandbox
+    /// made it yet.
+    made_with: Option<&'a Path>,
 }
 
 /// Digest of the sandbox's config, its ceiling, the box's policy digest, the init binary it
@@ -252,7 +256,7 @@ struct DigestKey<'a> {
 /// `h5i-runc` is a new sandbox, and so is a rebuilt `h5i-hook`, whose sentry serves a
 /// supervised sandbox for its whole life).
 fn digest_of(base: &BundlePlan, key: &DigestKey<'_>) -> Result<String, BoxError> {
-    let (config, _) = base.to_config(|p| p.exists());
+    let (config, _) = base.to_config(|p| p.exists() || key.made_with == Some(p));
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
     let ceiling = key.ceiling;
@@ -348,8 +352,9 @@ pub fn run(
     let mut base = sandbox_plan(sb, plan, &runc, idle_secs()?);
     // A Codex box reads its system folder, which names each run's credential proxy: one folder
     // of h5i's, bound over /etc/codex when the sandbox is made and rewritten for each run.
+    let codex_source = codex_dir(&dir);
     let codex = (policy.agent == Some(h5i_policy::AgentRuntime::Codex))
-        .then(|| crate::capture::CodexSandboxFolder::at(codex_dir(&dir)));
+        .then(|| crate::capture::CodexSandboxFolder::at(codex_source.clone()));
     if let Some(folder) = &codex {
         base.binds.push(folder.bind());
     }
@@ -360,6 +365,7 @@ pub fn run(
         ceiling,
         policy_digest: &sb.manifest.policy_digest,
         runc: &runc,
+        made_with: codex.as_ref().map(|_| codex_source.as_path()),
     };
     let digest = match egress {
         None => digest_of(&base, &key)?,
@@ -374,33 +380,50 @@ pub fn run(
         }
     };
     let socket = dir.join("init.sock");
+    let lock_path = dir.join("lock");
     // Another h5i's sweep may remove a sandbox being made (it has no state yet) under this one.
-    let lock =
-        FileLock::take_in_place(&dir, "lock").map_err(|e| BoxError::io(&dir.join("lock"), e))?;
-    // A supervised sandbox whose sentry is gone has no network to serve a run with.
-    let current = read_state(&dir)
-        .filter(|s| s.digest == digest)
-        .filter(|_| egress.is_none() || net.join(NET_SOCK).exists())
-        .filter(|_| codex.as_ref().is_none_or(|f| f.exists()));
-    let (state, conn) = match current.and_then(|s| rt::connect(&socket).ok().map(|c| (s, c))) {
-        Some(found) => found,
+    let in_place = |kind| {
+        FileLock::take_in_place_as(&dir, "lock", kind).map_err(|e| BoxError::io(&lock_path, e))
+    };
+    // The sandbox made from this plan, when its init answers. A supervised sandbox whose sentry
+    // is gone has no network to serve a run with.
+    let live = || {
+        read_state(&dir)
+            .filter(|s| s.digest == digest)
+            .filter(|_| egress.is_none() || net.join(NET_SOCK).exists())
+            .filter(|_| codex.as_ref().is_none_or(|f| f.exists()))
+            .and_then(|s| rt::connect(&socket).ok().map(|c| (s, c)))
+    };
+    // A live sandbox serves the run under the shared lock, beside the runs in flight; making
+    // one takes the lock exclusively (after the runs in flight), then shares it.
+    let shared = in_place(LockKind::Shared)?;
+    let (lock, state, conn) = match live() {
+        Some((state, conn)) => (shared, state, conn),
         None => {
-            teardown_locked(&dir)?;
-            if let Some(folder) = &codex {
-                folder.make()?;
-            }
-            if let Some(rules) = egress {
-                crate::supervised::make_dir(&net, &hostname, rules)?;
-            }
-            let Some(state) = build(sb, &dir, base, ceiling, &digest, &runc)? else {
-                return Ok(None);
+            drop(shared);
+            let lock = in_place(LockKind::Exclusive)?;
+            // Another h5i may have made it meanwhile.
+            let (state, conn) = match live() {
+                Some(found) => found,
+                None => {
+                    teardown_locked(&dir)?;
+                    if let Some(folder) = &codex {
+                        folder.make()?;
+                    }
+                    if let Some(rules) = egress {
+                        crate::supervised::make_dir(&net, &hostname, rules)?;
+                    }
+                    let Some(state) = build(sb, &dir, base, ceiling, &digest, &runc)? else {
+                        return Ok(None);
+                    };
+                    let conn = rt::connect(&socket)?;
+                    (state, conn)
+                }
             };
-            let conn = rt::connect(&socket)?;
-            (state, conn)
+            lock.downgrade().map_err(|e| BoxError::io(&lock_path, e))?;
+            (lock, state, conn)
         }
     };
-    lock.downgrade()
-        .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
     // A Codex box's sandbox serves one run at a time: its /etc/codex names that run's proxy,
     // and a second run meanwhile would read the first's (or the first the second's). That
     // second run takes a container of its own, with a system folder of its own.
