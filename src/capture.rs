@@ -20,11 +20,13 @@
 //! summary (event, tool, call id, command or file) and the raw payload the host stores,
 //! redacted, under the box's `payloads/`.
 //!
-//! Must never: let the box write its managed settings or the hook program (both are read-only
-//! binds of host files outside every grant), trust a staged record beyond its validated shape,
+//! Must never: let the box write its managed settings, its Codex system folder or the hook
+//! program (all read-only binds of host files outside every grant), let a run read another
+//! run's proxy in its Codex folder, trust a staged record beyond its validated shape,
 //! or present what the box staged as host-observed.
 //!
-//! Guarded by the unit tests below and `tests/agent_claude.rs`.
+//! Guarded by the unit tests below, `tests/agent_claude.rs` and `tests/agent_codex.rs` (a Codex
+//! box's folder in its sandbox: the box cannot write it, each run's names its own proxy).
 
 use std::path::{Path, PathBuf};
 

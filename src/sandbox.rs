@@ -25,12 +25,13 @@
 //! box init's listener; never mounted into the box), `bundle/` (kept while the container lives:
 //! its rootfs is the box's root), `init.log` (the init's own stderr), `lock` (exclusive to
 //! build or tear down, shared while a run is served, so a teardown waits for runs in flight),
-//! and for a supervised sandbox `net/` (the sentry's net directory: its sockets, log, the box's
-//! hosts file), for a Codex box `codex/` (bound at `/etc/codex`; `crate::capture::CodexSandboxFolder`)
-//! and `codex.lock` (held by the one run it names), and `net.lock` (held by the one supervised
-//! run the network serves at a time; in
-//! a process-tier sandbox, by the one run whose refused dials its deny-all table counts, read
-//! before and after the run through the init's network namespace: `crate::denied_egress`).
+//! for a Codex box `codex/` (bound at `/etc/codex`: `crate::capture::CodexSandboxFolder`) and
+//! `codex.lock` (held by the one run the folder names), and for a supervised sandbox `net/`
+//! (the sentry's net directory: its sockets, log, the box's hosts file) and `net.lock` (held by
+//! the one supervised run the network serves at a time; in a process-tier sandbox, by the one
+//! run whose refused dials its deny-all table counts, read before and after the run through the
+//! init's network namespace: `crate::denied_egress`). A run finding a live sandbox made from its
+//! plan takes `lock` shared at once, beside the runs in flight.
 //!
 //! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
 //! with it by the same hooks a per-run container has, and live as long as it: the sentry
@@ -58,9 +59,10 @@
 //! took its pins, serve two supervised runs at once through one network (their tallies would
 //! mix), serve two runs of a Codex box at once (each would read the other's proxy in
 //! `/etc/codex`), let the box write its `/etc/codex`, put a secret in the sandbox's bundle
-//! (secrets travel per run, in the request), or leave the container, its cgroups, its sentry or its directory behind after a
-//! teardown.
-//! Guarded by `tests/sandbox.rs` and `tests/supervised_sandbox.rs`.
+//! (secrets travel per run, in the request), or leave the container, its cgroups, its sentry
+//! or its directory behind after a teardown.
+//! Guarded by `tests/sandbox.rs`, `tests/supervised_sandbox.rs`, `tests/credentials.rs` (a
+//! changed grant rebuilds it) and `tests/agent_codex.rs` (a Codex box's folder).
 
 use std::fs;
 use std::io::Write as _;
