@@ -9,7 +9,8 @@
 //!   measured with strace: this build ignores `CLAUDE_CODE_MANAGED_SETTINGS_PATH`);
 //! - Codex 0.171 reads its system layer from `/etc/codex`: `config.toml` (the switches
 //!   and the provider of `crate::agent::codex_config`, which names the run's credential proxy,
-//!   so the folder is written per run: [`CodexSystemDir`]) and `hooks.json`, whose hooks run
+//!   so the folder is written per run: [`CodexSystemDir`] for a container of the run's own,
+//!   [`CodexSandboxFolder`] in the box's sandbox) and `hooks.json`, whose hooks run
 //!   without Codex's trust review (measured: the same hooks in `$CODEX_HOME/hooks.json` do not
 //!   run in `codex exec` until trusted), and `skills/`.
 //!
@@ -19,11 +20,13 @@
 //! summary (event, tool, call id, command or file) and the raw payload the host stores,
 //! redacted, under the box's `payloads/`.
 //!
-//! Must never: let the box write its managed settings or the hook program (both are read-only
-//! binds of host files outside every grant), trust a staged record beyond its validated shape,
+//! Must never: let the box write its managed settings, its Codex system folder or the hook
+//! program (all read-only binds of host files outside every grant), let a run read another
+//! run's proxy in its Codex folder, trust a staged record beyond its validated shape,
 //! or present what the box staged as host-observed.
 //!
-//! Guarded by the unit tests below and `tests/agent_claude.rs`.
+//! Guarded by the unit tests below, `tests/agent_claude.rs` and `tests/agent_codex.rs` (a Codex
+//! box's folder in its sandbox: the box cannot write it, each run's names its own proxy).
 
 use std::path::{Path, PathBuf};
 
@@ -210,6 +213,94 @@ impl Drop for CodexSystemDir {
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
+}
+
+/// A Codex box's `/etc/codex` in its box-lifetime sandbox (`crate::sandbox`): one folder of
+/// h5i's, in the sandbox's private directory, bound read-only over `/etc/codex` once, when the
+/// sandbox is made. Its files are replaced before each run ([`CodexSandboxFolder::name_run`]),
+/// so that its `config.toml` names that run's credential proxy, and after it
+/// ([`CodexSandboxFolder::forget_run`]), so that it names no proxy while no run is served. The
+/// bind is of the folder, not of its files: a file replaced by a rename in the folder is what
+/// the box reads next, where a bind of the file would go on showing the file it was made over.
+/// One run at a time is served from it (the sandbox holds `codex.lock` for the run).
+#[derive(Debug)]
+pub struct CodexSandboxFolder {
+    dir: PathBuf,
+}
+
+impl CodexSandboxFolder {
+    /// The folder at `dir` (not touched).
+    pub fn at(dir: PathBuf) -> CodexSandboxFolder {
+        CodexSandboxFolder { dir }
+    }
+
+    /// Make the folder afresh (0755, h5i's own) holding the files of no run.
+    pub fn make(&self) -> Result<(), BoxError> {
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::remove_dir_all(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(BoxError::io(&self.dir, e)),
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(&self.dir)
+            .map_err(|e| BoxError::io(&self.dir, e))?;
+        self.forget_run()
+    }
+
+    /// Whether the folder is there to be bound and written.
+    pub fn exists(&self) -> bool {
+        self.dir.is_dir()
+    }
+
+    /// The read-only bind of the folder over Codex's system folder.
+    pub fn bind(&self) -> h5i_runtime::bundle::Bind {
+        h5i_runtime::bundle::Bind::ro(&self.dir, AgentRuntime::Codex.system_dir())
+    }
+
+    /// Before a run whose box environment is `env`: its files, naming the run's credential
+    /// proxy, each replaced whole.
+    pub fn name_run(&self, env: &[String]) -> Result<(), BoxError> {
+        for (name, text) in codex_files(env) {
+            replace_file(&self.dir, name, &text)?;
+        }
+        Ok(())
+    }
+
+    /// After a run (or before the first): the files of no run, naming no proxy.
+    pub fn forget_run(&self) -> Result<(), BoxError> {
+        self.name_run(&[])
+    }
+}
+
+/// Replace `dir/name` with `text` (0644) in one rename, so that a reader in the box sees the
+/// old file or the new one, never a part: the new file is written whole under a name of its
+/// own in `dir` (created exclusively, never followed through a link) and renamed over the old.
+fn replace_file(dir: &Path, name: &str, text: &str) -> Result<(), BoxError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let path = dir.join(name);
+    let tmp = dir.join(format!(
+        ".{name}.{}",
+        crate::random::hex(8).map_err(|e| BoxError::io(&path, e))?
+    ));
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&tmp)?;
+        // The caller's umask may have taken bits the box's user needs to read it.
+        f.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        f.write_all(text.as_bytes())?;
+        std::fs::rename(&tmp, &path)
+    })();
+    written.map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        BoxError::io(&path, e)
+    })
 }
 
 fn digest(text: &str) -> String {

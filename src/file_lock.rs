@@ -67,6 +67,11 @@ impl FileLock {
     /// `mkdir` and its `flock` (a sweep of directories that look abandoned): the lock is
     /// taken again, boundedly, until the file locked is the one at the path.
     pub fn take_in_place(dir: &Path, name: &str) -> io::Result<FileLock> {
+        FileLock::take_in_place_as(dir, name, LockKind::Exclusive)
+    }
+
+    /// [`FileLock::take_in_place`] for a lock of `kind`.
+    pub fn take_in_place_as(dir: &Path, name: &str, kind: LockKind) -> io::Result<FileLock> {
         let path = dir.join(name);
         let mut last = None;
         for _ in 0..IN_PLACE_ATTEMPTS {
@@ -75,7 +80,7 @@ impl FileLock {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
-            let held = match FileLock::wait(&path, LockKind::Exclusive) {
+            let held = match FileLock::wait(&path, kind) {
                 Ok(held) => held,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
                     last = Some(e);

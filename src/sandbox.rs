@@ -12,17 +12,26 @@
 //! its proxies' listeners made in the sandbox's network namespace for that run alone (a dummy of
 //! its own, its own tally, the listeners closed when it ends: `crate::credentials`), and a run
 //! on a terminal (`box shell`, an interactive `box run`) gets a pty its child opens inside the
-//! sandbox and leads ([`RunWiring::pty`]; `h5i_runtime::sandbox`'s protocol).
+//! sandbox and leads ([`RunWiring::pty`]; `h5i_runtime::sandbox`'s protocol). A Codex box's
+//! runs go through it one at a time: Codex reads its system folder, `/etc/codex`, whose
+//! `config.toml` names the run's credential proxy; the sandbox binds a folder of h5i's there
+//! (read-only) when it is made, and h5i rewrites its files for each run before it starts (each
+//! file replaced by a rename, so no run reads a part) and again once it ended (naming no
+//! proxy). A second run of the box meanwhile takes a container of its own, whose folder is its
+//! own (`crate::capture::CodexSystemDir`).
 //!
 //! Owns the sandbox's directory (`<runtime dir>/sandbox-<hash of the box directory>`, 0700):
 //! `state.json` (the digest of the sandbox's OCI config, its container id), `init.sock` (the
 //! box init's listener; never mounted into the box), `bundle/` (kept while the container lives:
 //! its rootfs is the box's root), `init.log` (the init's own stderr), `lock` (exclusive to
 //! build or tear down, shared while a run is served, so a teardown waits for runs in flight),
-//! and for a supervised sandbox `net/` (the sentry's net directory: its sockets, log, the box's
-//! hosts file) and `net.lock` (held by the one supervised run the network serves at a time; in
-//! a process-tier sandbox, by the one run whose refused dials its deny-all table counts, read
-//! before and after the run through the init's network namespace: `crate::denied_egress`).
+//! for a Codex box `codex/` (bound at `/etc/codex`: `crate::capture::CodexSandboxFolder`) and
+//! `codex.lock` (held by the one run the folder names), and for a supervised sandbox `net/`
+//! (the sentry's net directory: its sockets, log, the box's hosts file) and `net.lock` (held by
+//! the one supervised run the network serves at a time; in a process-tier sandbox, by the one
+//! run whose refused dials its deny-all table counts, read before and after the run through the
+//! init's network namespace: `crate::denied_egress`). A run finding a live sandbox made from its
+//! plan takes `lock` shared at once, beside the runs in flight.
 //!
 //! A supervised sandbox's network namespace, nftables table, socket gate and uplink are made
 //! with it by the same hooks a per-run container has, and live as long as it: the sentry
@@ -48,10 +57,12 @@
 //! Must never: let the box hold more than its `mem` (plus the init's allowance) across runs,
 //! serve a run from a sandbox made from another plan, start a supervised run before the sentry
 //! took its pins, serve two supervised runs at once through one network (their tallies would
-//! mix), put a secret in the sandbox's bundle (secrets travel per run, in the
-//! request), or leave the container, its cgroups, its sentry or its directory behind after a
-//! teardown.
-//! Guarded by `tests/sandbox.rs` and `tests/supervised_sandbox.rs`.
+//! mix), serve two runs of a Codex box at once (each would read the other's proxy in
+//! `/etc/codex`), let the box write its `/etc/codex`, put a secret in the sandbox's bundle
+//! (secrets travel per run, in the request), or leave the container, its cgroups, its sentry
+//! or its directory behind after a teardown.
+//! Guarded by `tests/sandbox.rs`, `tests/supervised_sandbox.rs`, `tests/credentials.rs` (a
+//! changed grant rebuilds it) and `tests/agent_codex.rs` (a Codex box's folder).
 
 use std::fs;
 use std::io::Write as _;
@@ -139,7 +150,7 @@ pub fn live_init(sb: &StoredBox) -> Option<(i32, PathBuf)> {
 }
 
 /// Which runs the sandbox serves, as `status` says it.
-const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's, one in a service's network, and a Codex box's (a per-run /etc/codex)";
+const SERVES: &str = "it serves every run, terminal and credential-grant runs included, but a service's and one in a service's network; a Codex box's runs one at a time (its /etc/codex names that run's proxy; a run meanwhile takes a container of its own)";
 
 /// `status`'s line for the sandbox. A sandbox whose init ended on its own (the idle timeout)
 /// is swept first: the container's record, cgroups and directory its init could not remove.
@@ -236,6 +247,10 @@ struct DigestKey<'a> {
     policy_digest: &'a str,
     /// `h5i-runc`, the init binary.
     runc: &'a Path,
+    /// A bind source the sandbox makes itself when it is made (a Codex box's folder), counted
+    /// as there: the config the sandbox is made from has its bind whether or not a sandbox
+    /// made it yet.
+    made_with: Option<&'a Path>,
 }
 
 /// Digest of the sandbox's config, its ceiling, the box's policy digest, the init binary it
@@ -243,7 +258,7 @@ struct DigestKey<'a> {
 /// `h5i-runc` is a new sandbox, and so is a rebuilt `h5i-hook`, whose sentry serves a
 /// supervised sandbox for its whole life).
 fn digest_of(base: &BundlePlan, key: &DigestKey<'_>) -> Result<String, BoxError> {
-    let (config, _) = base.to_config(|p| p.exists());
+    let (config, _) = base.to_config(|p| p.exists() || key.made_with == Some(p));
     let mut h = Sha256::new();
     h.update(config.to_string().as_bytes());
     let ceiling = key.ceiling;
@@ -303,6 +318,11 @@ fn net_dir(dir: &Path) -> PathBuf {
     dir.join("net")
 }
 
+/// A Codex box's system folder, bound at `/etc/codex` (inside the sandbox's own directory).
+fn codex_dir(dir: &Path) -> PathBuf {
+    dir.join("codex")
+}
+
 /// Run `plan`'s command in the box's sandbox, making or rebuilding it first when needed. With
 /// `egress` (the supervised tier: this run's pins), the sandbox is a supervised one: its network
 /// namespace, nftables table, socket gate and uplink live as long as it does, the table is
@@ -332,6 +352,14 @@ pub fn run(
     })?;
     let dir = dir_for(sb)?;
     let mut base = sandbox_plan(sb, plan, &runc, idle_secs()?);
+    // A Codex box reads its system folder, which names each run's credential proxy: one folder
+    // of h5i's, bound over /etc/codex when the sandbox is made and rewritten for each run.
+    let codex_source = codex_dir(&dir);
+    let codex = (policy.agent == Some(h5i_policy::AgentRuntime::Codex))
+        .then(|| crate::capture::CodexSandboxFolder::at(codex_source.clone()));
+    if let Some(folder) = &codex {
+        base.binds.push(folder.bind());
+    }
     let net = net_dir(&dir);
     let hostname = format!("h5i-{}", base.id);
     let ceiling = SandboxCeiling::of(policy);
@@ -339,6 +367,7 @@ pub fn run(
         ceiling,
         policy_digest: &sb.manifest.policy_digest,
         runc: &runc,
+        made_with: codex.as_ref().map(|_| codex_source.as_path()),
     };
     let digest = match egress {
         None => digest_of(&base, &key)?,
@@ -353,29 +382,64 @@ pub fn run(
         }
     };
     let socket = dir.join("init.sock");
+    let lock_path = dir.join("lock");
     // Another h5i's sweep may remove a sandbox being made (it has no state yet) under this one.
-    let lock =
-        FileLock::take_in_place(&dir, "lock").map_err(|e| BoxError::io(&dir.join("lock"), e))?;
-    // A supervised sandbox whose sentry is gone has no network to serve a run with.
-    let current = read_state(&dir)
-        .filter(|s| s.digest == digest)
-        .filter(|_| egress.is_none() || net.join(NET_SOCK).exists());
-    let (state, conn) = match current.and_then(|s| rt::connect(&socket).ok().map(|c| (s, c))) {
-        Some(found) => found,
+    let in_place = |kind| {
+        FileLock::take_in_place_as(&dir, "lock", kind).map_err(|e| BoxError::io(&lock_path, e))
+    };
+    // The sandbox made from this plan, when its init answers. A supervised sandbox whose sentry
+    // is gone has no network to serve a run with.
+    let live = || {
+        read_state(&dir)
+            .filter(|s| s.digest == digest)
+            .filter(|_| egress.is_none() || net.join(NET_SOCK).exists())
+            .filter(|_| codex.as_ref().is_none_or(|f| f.exists()))
+            .and_then(|s| rt::connect(&socket).ok().map(|c| (s, c)))
+    };
+    // A live sandbox serves the run under the shared lock, beside the runs in flight; making
+    // one takes the lock exclusively (after the runs in flight), then shares it.
+    let shared = in_place(LockKind::Shared)?;
+    let (lock, state, conn) = match live() {
+        Some((state, conn)) => (shared, state, conn),
         None => {
-            teardown_locked(&dir)?;
-            if let Some(rules) = egress {
-                crate::supervised::make_dir(&net, &hostname, rules)?;
-            }
-            let Some(state) = build(sb, &dir, base, ceiling, &digest, &runc)? else {
-                return Ok(None);
+            drop(shared);
+            let lock = in_place(LockKind::Exclusive)?;
+            // Another h5i may have made it meanwhile.
+            let (state, conn) = match live() {
+                Some(found) => found,
+                None => {
+                    teardown_locked(&dir)?;
+                    if let Some(folder) = &codex {
+                        folder.make()?;
+                    }
+                    if let Some(rules) = egress {
+                        crate::supervised::make_dir(&net, &hostname, rules)?;
+                    }
+                    let Some(state) = build(sb, &dir, base, ceiling, &digest, &runc)? else {
+                        return Ok(None);
+                    };
+                    let conn = rt::connect(&socket)?;
+                    (state, conn)
+                }
             };
-            let conn = rt::connect(&socket)?;
-            (state, conn)
+            lock.downgrade().map_err(|e| BoxError::io(&lock_path, e))?;
+            (lock, state, conn)
         }
     };
-    lock.downgrade()
-        .map_err(|e| BoxError::io(&dir.join("lock"), e))?;
+    // A Codex box's sandbox serves one run at a time: its /etc/codex names that run's proxy,
+    // and a second run meanwhile would read the first's (or the first the second's). That
+    // second run takes a container of its own, with a system folder of its own.
+    let codex_held = match &codex {
+        None => None,
+        Some(_) => {
+            let path = dir.join("codex.lock");
+            match FileLock::try_take(&path, LockKind::Exclusive) {
+                Ok(Some(held)) => Some(held),
+                Ok(None) => return Ok(None),
+                Err(e) => return Err(BoxError::io(&path, e)),
+            }
+        }
+    };
     // One supervised run at a time holds the sandbox's network, so its tally is its own; a
     // second one meanwhile takes a container of its own. The sentry's `begin` runs while the
     // run's cgroup is made; the run starts only on its `ok`.
@@ -420,6 +484,8 @@ pub fn run(
         })?)
     };
     let serving = wiring.creds.serve_in_sandbox(netns, &mut env)?;
+    // The folder names this run's proxy (its base URL is in `env` now) before the run starts.
+    let named = codex.as_ref().map_or(Ok(()), |f| f.name_run(&env));
     let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
     let (fds, open) = caller_stdio([stdin.as_fd(), stdout.as_fd(), stderr.as_fd()], wiring.pty);
     let req = RunRequest {
@@ -436,28 +502,36 @@ pub fn run(
         now_ms() % 1_000_000
     );
     let mut begin_refused = None;
-    let report = rt::run(
-        &RunSlot {
-            socket: &socket,
-            cage_id: &cage_id,
-            mem: policy.resources.mem_bytes,
-            procs: policy.resources.procs,
-            wall,
-        },
-        conn,
-        &req,
-        &fds,
-        || match begun.map(crate::supervised::BeginRequest::answer) {
-            Some(Err(e)) => {
-                let refusal = e.to_string();
-                begin_refused = Some(e);
-                Err(refusal)
-            }
-            None | Some(Ok(())) => Ok(()),
-        },
-    );
+    let report = named.and_then(|()| {
+        rt::run(
+            &RunSlot {
+                socket: &socket,
+                cage_id: &cage_id,
+                mem: policy.resources.mem_bytes,
+                procs: policy.resources.procs,
+                wall,
+            },
+            conn,
+            &req,
+            &fds,
+            || match begun.map(crate::supervised::BeginRequest::answer) {
+                Some(Err(e)) => {
+                    let refusal = e.to_string();
+                    begin_refused = Some(e);
+                    Err(refusal)
+                }
+                None | Some(Ok(())) => Ok(()),
+            },
+        )
+        .map_err(BoxError::from)
+    });
     // The proxies stop with the run (their listeners closed), whether or not it started.
     let creds = serving.and_then(crate::credentials::Serving::tally);
+    // The folder names no proxy once the run's is gone.
+    let forgotten = codex
+        .as_ref()
+        .map_or(Ok(()), crate::capture::CodexSandboxFolder::forget_run);
+    drop(codex_held);
     // The tally is read even when the run failed to start (the next run's begin reads its own
     // baseline either way).
     let denied = denial_counter.map(|c| c.and_then(crate::denied_egress::SandboxCounter::end));
@@ -471,6 +545,7 @@ pub fn run(
         return Err(e);
     }
     let report = report?;
+    forgotten?;
     drop(lock);
     Ok(Some(SandboxRun {
         report: ProcessRunReport {
@@ -775,9 +850,10 @@ fn teardown_locked(dir: &Path) -> Result<(), BoxError> {
     for f in ["state.json", "init.sock", "init.pid"] {
         let _ = fs::remove_file(dir.join(f));
     }
-    let net = net_dir(dir);
-    if net.exists() {
-        fs::remove_dir_all(&net).map_err(|e| BoxError::io(&net, e))?;
+    for owned in [net_dir(dir), codex_dir(dir)] {
+        if owned.exists() {
+            fs::remove_dir_all(&owned).map_err(|e| BoxError::io(&owned, e))?;
+        }
     }
     let bundle = dir.join("bundle");
     if bundle.exists() {

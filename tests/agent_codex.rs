@@ -1054,3 +1054,307 @@ fn an_image_with_its_own_passwd_entry_runs_as_the_engine_user_and_says_the_shim_
         true,
     );
 }
+
+/// Runs inside a Codex box for the sandbox-folder rows. argv: the mode (`attack`: also try to
+/// change `/etc/codex` every way a file or mount can be changed; `wait`: say `ready` in the
+/// workspace and wait for the host's `go` before asking), then an earlier run's base URL and
+/// dummy (or `-`). Asks the proxy `/etc/codex/config.toml` names with the run's dummy, and the
+/// earlier run's proxy with the earlier dummy.
+const FOLDER_SCRIPT: &str = r#"
+import ctypes, errno, json, os, re, sys, time, urllib.error, urllib.request
+mode, old_base, old_tok = sys.argv[1], sys.argv[2], sys.argv[3]
+def named():
+    m = re.search(r'^base_url = "(.*)"$', open("/etc/codex/config.toml").read(), re.M)
+    return m.group(1) if m else None
+def ask(base, tok):
+    req = urllib.request.Request(base + "/models")
+    req.add_header("authorization", "Bearer " + tok)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except urllib.error.URLError as e:
+        if isinstance(e.reason, ConnectionRefusedError):
+            return "refused"
+        return "error %s" % e.reason
+def answer(f):
+    try:
+        f()
+        return "OK"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+libc = ctypes.CDLL(None, use_errno=True)
+def call(rc):
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+tok = os.environ["OPENAI_API_KEY"]
+out = {"env": os.environ["OPENAI_BASE_URL"], "dummy": tok, "named": named(),
+       "netns": os.readlink("/proc/self/ns/net")}
+if mode == "attack":
+    open("/tmp/planted", "w").write("x")
+    out["attacks"] = {
+        "write": answer(lambda: open("/etc/codex/config.toml", "w")),
+        "append": answer(lambda: open("/etc/codex/config.toml", "a")),
+        "create": answer(lambda: open("/etc/codex/planted.toml", "w")),
+        "rename": answer(lambda: os.rename("/etc/codex/config.toml", "/etc/codex/moved")),
+        "unlink": answer(lambda: os.unlink("/etc/codex/hooks.json")),
+        "chmod": answer(lambda: os.chmod("/etc/codex/config.toml", 0o666)),
+        "chmod_dir": answer(lambda: os.chmod("/etc/codex", 0o777)),
+        "mkdir": answer(lambda: os.mkdir("/etc/codex/d")),
+        "symlink": answer(lambda: os.symlink("/tmp/planted", "/etc/codex/linked.toml")),
+        "remount_rw": answer(lambda: call(libc.mount(None, b"/etc/codex", None, 32 | 4096, None))),
+        "umount": answer(lambda: call(libc.umount2(b"/etc/codex", 2))),
+    }
+if mode == "wait":
+    open("/work/ready", "w").write("ready")
+    for _ in range(2400):
+        if os.path.exists("/work/go"):
+            break
+        time.sleep(0.05)
+    out["named_late"] = named()
+out["status"] = ask(named(), tok)
+if old_base != "-":
+    out["earlier"] = ask(old_base, old_tok)
+print(json.dumps(out))
+"#;
+
+/// The stand-in OpenAI upstream for the folder rows, its CA file where `c` can read it, and
+/// `c` pointed at it through the test seams with the host's real key.
+fn folder_upstream(
+    c: common::Caller,
+) -> (
+    common::Caller,
+    crate::support::TlsUpstream,
+    tempfile::TempDir,
+) {
+    use crate::support::{Answer, TestCa, TlsUpstream};
+    let ca = TestCa::new();
+    let up = TlsUpstream::start(ca.server_config(&[CODEX_AGENT.host]), Answer::Json);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("ca.der");
+    std::fs::write(&ca_file, &ca.ca_der).unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let c = c
+        .with_env(CODEX_AGENT.key_var, CODEX_AGENT.real)
+        .with_env(
+            "H5I_TEST_HOSTS",
+            &format!("{}={}", CODEX_AGENT.host, up.addr),
+        )
+        .with_env("H5I_TEST_CA_FILE", &ca_file.display().to_string());
+    (c, up, dir)
+}
+
+/// One run of [`FOLDER_SCRIPT`] in box `cxf`, which must exit 0: what it printed.
+fn folder_run(c: &common::Caller, mode: &str, earlier: Option<&Value>) -> Value {
+    let (base, tok) = earlier.map_or(("-".to_owned(), "-".to_owned()), |e| {
+        (
+            e["env"].as_str().unwrap().to_owned(),
+            e["dummy"].as_str().unwrap().to_owned(),
+        )
+    });
+    let out = c.h5i(&[
+        "box",
+        "run",
+        "cxf",
+        "--",
+        "python3",
+        "-c",
+        FOLDER_SCRIPT,
+        mode,
+        &base,
+        &tok,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}: {}\n{}",
+        c.who(),
+        common::stdout(&out),
+        common::stderr(&out)
+    );
+    serde_json::from_str(common::stdout(&out).trim()).unwrap()
+}
+
+/// A Codex box's runs go through its sandbox (issue 21), and its `/etc/codex` there is safe
+/// to share between them: the box cannot change the folder or its files any way a file or a
+/// mount is changed (EACCES or EROFS; EPERM for the mount calls), h5i's copy on the host is
+/// untouched, 0644 files in a 0755 folder of h5i's own, naming no proxy between runs; each run's
+/// `config.toml` names that run's own proxy, which answers its dummy; the previous run's proxy
+/// refuses a dial once that run ended; and two runs at once each reach their own proxy (the
+/// second in a container of its own, the first's folder still naming the first's proxy).
+fn codex_folder_in_the_sandbox(test: &str, tier: &str, as_user: bool) {
+    if !agent::have_agent(test, CODEX)
+        || !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test")
+    {
+        return;
+    }
+    let (c, up, _ca_dir) = folder_upstream(common::Caller::either(as_user));
+    let who = format!("{} at {tier}", c.who());
+    c.ok(&[
+        "box",
+        "create",
+        "cxf",
+        "--profile",
+        CODEX_AGENT.profile,
+        "--isolation",
+        tier,
+    ]);
+    let first = folder_run(&c, "attack", None);
+    let sandbox = common::sandbox::id(&c, "cxf")
+        .unwrap_or_else(|| panic!("{who}: the Codex run did not go through the box's sandbox"));
+    let init = common::sandbox::Held::now(&c, "cxf").init;
+    assert_eq!(first["status"], 200, "{who}: {first}");
+    assert_eq!(first["named"], first["env"], "{who}: {first}");
+    for (attack, answer) in first["attacks"].as_object().unwrap() {
+        let want: &[&str] = if attack == "remount_rw" || attack == "umount" {
+            &["EPERM"]
+        } else {
+            &["EACCES", "EROFS"]
+        };
+        assert!(
+            want.contains(&answer.as_str().unwrap()),
+            "{who}: {attack} answered {answer}, not {want:?}: {first}"
+        );
+    }
+    // h5i's copy: its own, the box's attacks left no trace, and it names no proxy now.
+    let folder = common::sandbox::dir(&c, &sandbox).join("codex");
+    let mut names: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["config.toml", "hooks.json"], "{who}");
+    for (path, mode) in [
+        (folder.clone(), 0o755),
+        (folder.join("config.toml"), 0o644),
+        (folder.join("hooks.json"), 0o644),
+    ] {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert_eq!(meta.uid(), c.uid(), "{who}: {}", path.display());
+        assert_eq!(meta.mode() & 0o7777, mode, "{who}: {}", path.display());
+    }
+    let between = std::fs::read_to_string(folder.join("config.toml")).unwrap();
+    assert!(!between.contains("base_url"), "{who}: {between}");
+
+    let second = folder_run(&c, "plain", Some(&first));
+    assert_eq!(second["status"], 200, "{who}: {second}");
+    assert_eq!(second["named"], second["env"], "{who}: {second}");
+    assert_ne!(second["env"], first["env"], "{who}: one proxy for two runs");
+    assert_eq!(second["earlier"], "refused", "{who}: {second}");
+    assert_eq!(
+        second["netns"], first["netns"],
+        "{who}: not the same sandbox"
+    );
+    assert_eq!(
+        common::sandbox::Held::now(&c, "cxf").init,
+        init,
+        "{who}: the sandbox was remade"
+    );
+
+    // Two runs at once: the first holds the sandbox's folder until the host says go.
+    let ready = c.workspace("cxf").join("ready");
+    let waiting = c
+        .h5i_in(
+            &c.repo(),
+            &[
+                "box",
+                "run",
+                "cxf",
+                "--",
+                "python3",
+                "-c",
+                FOLDER_SCRIPT,
+                "wait",
+                "-",
+                "-",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !ready.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{who}: the first run never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let meanwhile = folder_run(&c, "plain", None);
+    std::fs::write(c.workspace("cxf").join("go"), "go").unwrap();
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{who}: {}\n{}",
+        common::stdout(&out),
+        common::stderr(&out)
+    );
+    let held_run: Value = serde_json::from_str(common::stdout(&out).trim()).unwrap();
+    assert_eq!(held_run["status"], 200, "{who}: {held_run}");
+    assert_eq!(meanwhile["status"], 200, "{who}: {meanwhile}");
+    assert_eq!(held_run["named"], held_run["env"], "{who}: {held_run}");
+    assert_eq!(held_run["named_late"], held_run["env"], "{who}: {held_run}");
+    assert_eq!(meanwhile["named"], meanwhile["env"], "{who}: {meanwhile}");
+    assert_ne!(held_run["env"], meanwhile["env"], "{who}");
+    // The sandbox served the run that held it; the other had a container (a network) of its own.
+    assert_eq!(held_run["netns"], first["netns"], "{who}: {held_run}");
+    assert_ne!(meanwhile["netns"], first["netns"], "{who}: {meanwhile}");
+    let seen = up.seen();
+    assert_eq!(seen.len(), 4, "{who}: {seen:?}");
+    assert!(
+        seen.iter().all(|s| s.header("authorization")
+            == Some(&format!("Bearer {}", CODEX_AGENT.real)[..])),
+        "{who}: {seen:?}"
+    );
+    c.ok(&["box", "rm", "--force", "cxf"]);
+    assert!(!folder.exists(), "{who}: rm left {}", folder.display());
+}
+
+#[test]
+fn a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_process_tier(
+) {
+    codex_folder_in_the_sandbox(
+        "a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_process_tier",
+        "process",
+        false,
+    );
+}
+
+#[test]
+fn a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_process_tier_as_h5i_test(
+) {
+    codex_folder_in_the_sandbox(
+        "a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_process_tier_as_h5i_test",
+        "process",
+        true,
+    );
+}
+
+#[test]
+fn a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_supervised_tier(
+) {
+    codex_folder_in_the_sandbox(
+        "a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_supervised_tier",
+        "supervised",
+        false,
+    );
+}
+
+#[test]
+fn a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_supervised_tier_as_h5i_test(
+) {
+    codex_folder_in_the_sandbox(
+        "a_codex_boxs_runs_share_its_sandbox_each_naming_its_own_proxy_in_a_folder_the_box_cannot_write_at_the_supervised_tier_as_h5i_test",
+        "supervised",
+        true,
+    );
+}

@@ -687,3 +687,207 @@ fn supervised_credential_runs_share_the_box_sandbox_and_each_has_its_own_proxy_a
         true,
     );
 }
+
+/// Runs inside the box for the grant-change rows: for each grant of [`POLICY`], whether the run
+/// was handed it and the answer of its proxy to the run's dummy; and a dial to an earlier run's
+/// proxy port (argv[1], 0 for none).
+const GRANT_SCRIPT: &str = r#"
+import json, os, socket, sys, urllib.error, urllib.request
+out = {"netns": os.readlink("/proc/self/ns/net")}
+for name, base_var, tok_var in [("anthropic", "ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY"),
+                                ("other", "OTHER_BASE_URL", "OTHER_TOKEN")]:
+    base = os.environ.get(base_var)
+    if base is None:
+        out[name] = None
+        continue
+    req = urllib.request.Request(base + "/v1/messages", data=b"{}", method="POST")
+    req.add_header("x-api-key", os.environ[tok_var])
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status = r.status
+    except urllib.error.HTTPError as e:
+        status = e.code
+    out[name] = {"status": status, "port": int(base.rsplit(":", 1)[1])}
+old = int(sys.argv[1])
+if old:
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", old))
+        out["earlier"] = "connected"
+    except ConnectionRefusedError:
+        out["earlier"] = "refused"
+    except OSError as e:
+        out["earlier"] = "error %s" % e
+print(json.dumps(out))
+"#;
+
+/// Box `name`'s stored policy with its credential grants replaced by `keep(grants)`, written
+/// the way h5i writes a box's policy (the canonical text, its digest beside it and in the
+/// manifest), so that h5i loads it as the box's policy from its next run on.
+fn change_grants(
+    c: &common::Caller,
+    name: &str,
+    keep: impl FnOnce(Vec<h5i_policy::AuthGrant>) -> Vec<h5i_policy::AuthGrant>,
+) {
+    let dir = c.box_dir(name);
+    let text = std::fs::read_to_string(dir.join("policy.resolved.toml")).unwrap();
+    let digest = std::fs::read_to_string(dir.join("policy.digest")).unwrap();
+    let mut policy = h5i_policy::ResolvedPolicy::load_verified(&text, &digest).unwrap();
+    policy.auth = keep(std::mem::take(&mut policy.auth));
+    let new_digest = policy.digest().to_string();
+    assert_ne!(new_digest, digest.trim(), "the grants did not change");
+    // Written in place: the files keep their owner (the test user's box stays the test user's).
+    std::fs::write(dir.join("policy.resolved.toml"), policy.to_canonical_toml()).unwrap();
+    std::fs::write(dir.join("policy.digest"), format!("{new_digest}\n")).unwrap();
+    let mut manifest = c.manifest(name);
+    manifest["policy_digest"] = serde_json::Value::String(new_digest);
+    std::fs::write(
+        dir.join("manifest.json"),
+        serde_json::to_vec_pretty(&manifest).unwrap(),
+    )
+    .unwrap();
+}
+
+/// A changed credential grant rebuilds the box's sandbox though it changes none of the
+/// sandbox's config (a grant is wired per run): box `g` granted only `api.anthropic.test` runs
+/// once in its sandbox; its stored policy then grants only `api.other.test`; the next run is
+/// served by a new sandbox (a new init, the old one gone), is handed the new grant and not the
+/// old, its proxy answers its dummy, and the first run's proxy port refuses a dial.
+fn changed_grant_rebuilds(test: &str, tier: &str, as_user: bool) {
+    if !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test") {
+        return;
+    }
+    let up = upstreams();
+    let mut c = common::Caller::either(as_user);
+    if as_user {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::path::Path::new(&up.env["H5I_TEST_CA_FILE"])
+            .parent()
+            .unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    for (k, v) in up.env() {
+        c = c.with_env(k, v);
+    }
+    c.write(
+        ".h5i/env.toml",
+        POLICY.replace("\"process\"", &format!("\"{tier}\"")),
+    );
+    c.commit_all("ai");
+    c.ok(&["box", "create", "g", "--profile", "ai"]);
+    change_grants(&c, "g", |grants| {
+        grants
+            .into_iter()
+            .filter(|g| g.host == "api.anthropic.test")
+            .collect()
+    });
+    let who = format!("{} at {tier}", c.who());
+    let run = |earlier: u16| {
+        let out = c.h5i(&[
+            "box",
+            "run",
+            "g",
+            "--",
+            "python3",
+            "-c",
+            GRANT_SCRIPT,
+            &earlier.to_string(),
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{who}: {}\n{}",
+            stdout(&out),
+            stderr(&out)
+        );
+        serde_json::from_str::<serde_json::Value>(stdout(&out).trim()).unwrap()
+    };
+    let first = run(0);
+    assert_eq!(first["anthropic"]["status"], 200, "{who}: {first}");
+    assert_eq!(first["other"], serde_json::Value::Null, "{who}: {first}");
+    let before = common::sandbox::Held::now(&c, "g");
+
+    change_grants(&c, "g", |grants| {
+        let mut other = grants[0].clone();
+        other.host = "api.other.test".into();
+        other.credential_env = "H5I_TEST_OTHER_KEY".into();
+        other.base_url_var = "OTHER_BASE_URL".into();
+        other.token_var = "OTHER_TOKEN".into();
+        vec![other]
+    });
+    let old_port = first["anthropic"]["port"].as_u64().unwrap() as u16;
+    let second = run(old_port);
+    let after = common::sandbox::Held::now(&c, "g");
+    assert_ne!(
+        after.init, before.init,
+        "{who}: the sandbox was not rebuilt for the changed grant"
+    );
+    // The new sandbox has the box's sandbox directory (it is named after the box): the rest of
+    // the old one is gone.
+    let left: Vec<String> = before
+        .left()
+        .into_iter()
+        .filter(|l| !l.starts_with("directory "))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "{who}: the old sandbox left {left:?} behind"
+    );
+    assert_ne!(second["netns"], first["netns"], "{who}: {second}");
+    assert_eq!(
+        second["anthropic"],
+        serde_json::Value::Null,
+        "{who}: {second}"
+    );
+    assert_eq!(second["other"]["status"], 200, "{who}: {second}");
+    assert_eq!(second["earlier"], "refused", "{who}: {second}");
+    // Each upstream saw its own grant's run once, with its own real key.
+    let anthropic = up.anthropic.seen();
+    assert_eq!(anthropic.len(), 1, "{who}: {anthropic:?}");
+    assert_eq!(anthropic[0].header("x-api-key"), Some(REAL));
+    let other = up.other.seen();
+    assert_eq!(other.len(), 1, "{who}: {other:?}");
+    assert_eq!(other[0].header("x-api-key"), Some(REAL_OTHER));
+    c.ok(&["box", "rm", "--force", "g"]);
+}
+
+#[test]
+fn a_changed_credential_grant_rebuilds_the_process_sandbox_and_the_next_run_gets_only_the_new_grant(
+) {
+    changed_grant_rebuilds(
+        "a_changed_credential_grant_rebuilds_the_process_sandbox_and_the_next_run_gets_only_the_new_grant",
+        "process",
+        false,
+    );
+}
+
+#[test]
+fn a_changed_credential_grant_rebuilds_the_process_sandbox_and_the_next_run_gets_only_the_new_grant_as_h5i_test(
+) {
+    changed_grant_rebuilds(
+        "a_changed_credential_grant_rebuilds_the_process_sandbox_and_the_next_run_gets_only_the_new_grant_as_h5i_test",
+        "process",
+        true,
+    );
+}
+
+#[test]
+fn a_changed_credential_grant_rebuilds_the_supervised_sandbox_and_the_next_run_gets_only_the_new_grant(
+) {
+    changed_grant_rebuilds(
+        "a_changed_credential_grant_rebuilds_the_supervised_sandbox_and_the_next_run_gets_only_the_new_grant",
+        "supervised",
+        false,
+    );
+}
+
+#[test]
+fn a_changed_credential_grant_rebuilds_the_supervised_sandbox_and_the_next_run_gets_only_the_new_grant_as_h5i_test(
+) {
+    changed_grant_rebuilds(
+        "a_changed_credential_grant_rebuilds_the_supervised_sandbox_and_the_next_run_gets_only_the_new_grant_as_h5i_test",
+        "supervised",
+        true,
+    );
+}

@@ -36,7 +36,7 @@ impl TierBackend for Process {
         if let Network::JoinService(pid) = req.network {
             crate::process::join_network_of(&mut plan, pid);
         }
-        if warm_path_fits(resolved.policy, &req) {
+        if warm_path_fits(&req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
             let wiring = crate::sandbox::RunWiring {
                 creds: &mut resolved.creds,
@@ -109,13 +109,11 @@ pub(super) fn plan_for(
 /// unless turned off (`H5I_SANDBOX=off`). A run with credential grants takes it too: its
 /// proxies' listeners are made in the sandbox's network for that run alone
 /// (`crate::sandbox::run`). A service's run never does: it outlives `box run`, and its
-/// network is its own for its whole life. Nor does a Codex box's: Codex reads its system
-/// configuration (naming this run's credential proxy) from `/etc/codex`, a read-only bind made
-/// for each run (`crate::capture::CodexSystemDir`), which the sandbox's mounts, made once,
-/// cannot carry.
-pub(super) fn warm_path_fits(policy: &ResolvedPolicy, req: &RunRequest<'_>) -> bool {
-    policy.agent != Some(h5i_policy::AgentRuntime::Codex)
-        && req.network == Network::Own
+/// network is its own for its whole life. A Codex box's run takes it too: the sandbox's
+/// `/etc/codex` is a folder h5i rewrites to name that run's credential proxy, one run at a
+/// time (`crate::sandbox::run` hands a second one meanwhile back for a container of its own).
+pub(super) fn warm_path_fits(req: &RunRequest<'_>) -> bool {
+    req.network == Network::Own
         && matches!(req.stdio, Stdio::Caller | Stdio::Terminal)
         && crate::tier_host::enabled()
 }

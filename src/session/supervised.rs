@@ -48,7 +48,7 @@ impl TierBackend for Supervised {
                 usage: Usage::Supervisor,
             });
         }
-        if warm_path_fits(resolved.policy, &req) {
+        if warm_path_fits(&req) {
             let env = crate::process::env_with_secrets(&plan, &resolved.secrets)?;
             let pinned = std::mem::take(&mut resolved.pinned);
             let wiring = crate::sandbox::RunWiring {
