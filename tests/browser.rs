@@ -559,17 +559,24 @@ fn the_viewer_url_is_loopback_and_its_token_out_of_the_boxs_reach_as_h5i_test() 
 /// The image the container tier's browser boxes run (`make images`: images/Containerfile.browser).
 const BROWSER_IMAGE: &str = "localhost/h5i-browser:latest";
 
-/// Whether the container tier's engine user (h5i-test) has the browser image.
-fn browser_image_built() -> bool {
+/// `podman ARGS` as the container tier's engine user (h5i-test), in its rootless storage.
+fn engine_podman(args: &[&str]) -> Command {
     let home = format!("/home/{}", common::caller::TEST_USER);
     let rundir = format!(
         "/run/user/{}",
         common::caller::uid_of(common::caller::TEST_USER)
     );
-    common::caller::as_user(common::caller::TEST_USER, Some(&home))
-        .arg(format!("XDG_RUNTIME_DIR={rundir}"))
-        .args(["podman", "image", "exists", BROWSER_IMAGE])
-        .current_dir("/")
+    let mut cmd = common::caller::as_user(common::caller::TEST_USER, Some(&home));
+    cmd.arg(format!("XDG_RUNTIME_DIR={rundir}"))
+        .arg("podman")
+        .args(args)
+        .current_dir("/");
+    cmd
+}
+
+/// Whether the container tier's engine user (h5i-test) has the browser image.
+fn browser_image_built() -> bool {
+    engine_podman(&["image", "exists", BROWSER_IMAGE])
         .status()
         .is_ok_and(|s| s.success())
 }
@@ -3019,15 +3026,7 @@ fn supervisors_of(repo: &Path) -> Vec<i32> {
 
 /// The names of every container in the engine user's (h5i-test's) rootless Podman.
 fn engine_container_names() -> Vec<String> {
-    let home = format!("/home/{}", common::caller::TEST_USER);
-    let rundir = format!(
-        "/run/user/{}",
-        common::caller::uid_of(common::caller::TEST_USER)
-    );
-    let out = common::caller::as_user(common::caller::TEST_USER, Some(&home))
-        .arg(format!("XDG_RUNTIME_DIR={rundir}"))
-        .args(["podman", "ps", "--all", "--format", "{{.Names}}"])
-        .current_dir("/")
+    let out = engine_podman(&["ps", "--all", "--format", "{{.Names}}"])
         .output()
         .unwrap();
     assert!(out.status.success(), "podman ps: {}", stderr(&out));

@@ -554,15 +554,9 @@ print(json.dumps({"netns": os.readlink("/proc/self/ns/net"), "dummy": tok, "stat
                   "port": int(base.rsplit(":", 1)[1]), "earlier": earlier}))
 "#;
 
-/// A run with credential grants goes through the box's sandbox (issue 21), and keeps what a
-/// container per run gave it: two runs share the sandbox (the same init, the same network
-/// namespace), each has a dummy of its own, the proxy of the first run is gone when the second
-/// runs (its port refuses), and each receipt counts that run's requests alone.
-fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
-    if !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test") {
-        return;
-    }
-    let up = upstreams();
+/// A caller of root or h5i-test (`as_user`) with `up`'s variables, and its box `name` of
+/// [`POLICY`]'s profile `ai` at `tier`.
+fn ai_box_as(up: &Upstreams, tier: &str, as_user: bool, name: &str) -> common::Caller {
     let mut c = common::Caller::either(as_user);
     if as_user {
         // The CA file's directory is the test's own (0700): the test user reads it too.
@@ -580,7 +574,20 @@ fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool)
         POLICY.replace("\"process\"", &format!("\"{tier}\"")),
     );
     c.commit_all("ai");
-    c.ok(&["box", "create", "ai", "--profile", "ai"]);
+    c.ok(&["box", "create", name, "--profile", "ai"]);
+    c
+}
+
+/// A run with credential grants goes through the box's sandbox (issue 21), and keeps what a
+/// container per run gave it: two runs share the sandbox (the same init, the same network
+/// namespace), each has a dummy of its own, the proxy of the first run is gone when the second
+/// runs (its port refuses), and each receipt counts that run's requests alone.
+fn credential_runs_go_through_the_sandbox(test: &str, tier: &str, as_user: bool) {
+    if !common::require_root(test, "cgroups of h5i's own, and switching to h5i-test") {
+        return;
+    }
+    let up = upstreams();
+    let c = ai_box_as(&up, tier, as_user, "ai");
     let mut seen = Vec::new();
     let mut sandboxes = Vec::new();
     let mut earlier_port = 0u16;
@@ -759,23 +766,7 @@ fn changed_grant_rebuilds(test: &str, tier: &str, as_user: bool) {
         return;
     }
     let up = upstreams();
-    let mut c = common::Caller::either(as_user);
-    if as_user {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = std::path::Path::new(&up.env["H5I_TEST_CA_FILE"])
-            .parent()
-            .unwrap();
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    for (k, v) in up.env() {
-        c = c.with_env(k, v);
-    }
-    c.write(
-        ".h5i/env.toml",
-        POLICY.replace("\"process\"", &format!("\"{tier}\"")),
-    );
-    c.commit_all("ai");
-    c.ok(&["box", "create", "g", "--profile", "ai"]);
+    let c = ai_box_as(&up, tier, as_user, "g");
     change_grants(&c, "g", |grants| {
         grants
             .into_iter()
